@@ -1,0 +1,239 @@
+"""The ``migrator`` command line (typer).
+
+Each command is a thin shell over a plain function in the library: it parses
+options, calls the function, and turns :class:`MigratorError` into one clear
+line and an exit code. No tracebacks for expected failures.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from migrator import config as config_mod
+from migrator import ids
+from migrator.errors import MigratorError
+
+app = typer.Typer(
+    help="Shard migration and rebalancing for sharded MySQL/MariaDB fleets.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+sandbox_app = typer.Typer(help="A real fleet on this machine (MariaDB pairs, ZooKeeper, Redis), no Docker.",
+                          no_args_is_help=True)
+topology_app = typer.Typer(help="The shard map and host registry in ZooKeeper.", no_args_is_help=True)
+id_app = typer.Typer(help="64-bit object ids: (shard << 46) | (type << 36) | local.", no_args_is_help=True)
+app.add_typer(sandbox_app, name="sandbox")
+app.add_typer(topology_app, name="topology")
+app.add_typer(id_app, name="id")
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+class State:
+    config_path: Optional[str] = None
+
+
+state = State()
+
+
+@app.callback()
+def _root(
+    config: Optional[str] = typer.Option(
+        None, "--config", "-c", help="Config file (else $MIGRATOR_CONFIG, else .sandbox/migrator.toml)."
+    ),
+) -> None:
+    state.config_path = config
+
+
+def load_config() -> config_mod.Config:
+    return config_mod.load(state.config_path)
+
+
+def fail(exc: BaseException, code: int = 1) -> None:
+    err_console.print(f"error: {exc}", markup=False, highlight=False)
+    raise typer.Exit(code)
+
+
+# -- id ----------------------------------------------------------------------------
+
+@id_app.command("decode")
+def id_decode(object_id: str = typer.Argument(..., help="The id, decimal or 0x hex."),
+              as_json: bool = typer.Option(False, "--json")) -> None:
+    """Split an id into shard, type and local id."""
+    oid = ids.decode(ids.parse_id(object_id))
+    if as_json:
+        print(json.dumps({"id": oid.value, "shard": oid.shard, "type": oid.type, "local": oid.local,
+                          "database": ids.shard_db(oid.shard)}))
+    else:
+        print(f"id {oid.value}: shard {oid.shard} ({ids.shard_db(oid.shard)}), type {oid.type}, local {oid.local}")
+
+
+@id_app.command("encode")
+def id_encode(shard: int = typer.Option(..., "--shard"), type_id: int = typer.Option(..., "--type"),
+              local: int = typer.Option(..., "--local")) -> None:
+    """Pack shard, type and local id into one id."""
+    print(ids.encode(shard, type_id, local))
+
+
+@id_app.command("mod-shard")
+def id_mod_shard(key: str, shards: int = typer.Option(4096, "--shards")) -> None:
+    """The shard of a key without an id: md5(key) % N."""
+    print(ids.mod_shard(key, shards))
+
+
+# -- topology -------------------------------------------------------------------------
+
+@topology_app.command("show")
+def topology_show(as_json: bool = typer.Option(False, "--json"),
+                  sizes: bool = typer.Option(True, "--sizes/--no-sizes", help="Ask each master for data size.")) -> None:
+    """Ranges -> pairs, with shard counts and data size."""
+    from migrator import topology
+
+    cfg = load_config()
+    view = topology.show(cfg, with_sizes=sizes)
+    if as_json:
+        print(json.dumps(view, indent=2))
+        return
+    t = Table(title=f"shard map epoch {view['epoch']} ({view['num_shards']} shards)")
+    for col in ("range", "master", "slave", "shards", "data", "frozen"):
+        t.add_column(col)
+    for r in view["ranges"]:
+        size = r.get("bytes")
+        t.add_row(f"{r['range'][0]}-{r['range'][1]}", r["master"], r["slave"], str(r["shards"]),
+                  "?" if size is None else human_bytes(size), "yes" if r["frozen"] else "")
+    console.print(t)
+    spare = view.get("spare_pairs") or []
+    if spare:
+        console.print("pairs holding no range: " + ", ".join(f"{a}/{b}" for a, b in spare))
+
+
+@topology_app.command("init")
+def topology_init(from_file: Path = typer.Option(..., "--from", help="A JSON map file (seed format)."),
+                  hosts_file: Optional[Path] = typer.Option(None, "--hosts",
+                                                            help="JSON list of hosts to register first.")) -> None:
+    """Store a first shard map (validated) in ZooKeeper."""
+    from migrator import topology
+
+    cfg = load_config()
+    smap = topology.init_from_file(cfg, from_file, hosts_file)
+    print(f"shard map stored: {len(smap.ranges)} ranges over {smap.num_shards} shards, epoch {smap.epoch}")
+
+
+@topology_app.command("history")
+def topology_history(limit: int = typer.Option(20, "--limit")) -> None:
+    """Shard-map changes: who, when, old and new epoch."""
+    from migrator import topology
+
+    for rec in topology.history(load_config(), limit):
+        print(f"{rec['when_iso']}  epoch {rec['old_epoch']} -> {rec['new_epoch']}  {rec['who']}  {rec['reason']}")
+
+
+# -- sandbox ----------------------------------------------------------------------------
+
+@sandbox_app.command("up")
+def sandbox_up(
+    pairs: int = typer.Option(2, "--pairs", help="Pairs that hold shards."),
+    spare_pairs: int = typer.Option(1, "--spare-pairs", help="Empty pairs: split targets."),
+    shards: int = typer.Option(16, "--shards"),
+    rows: int = typer.Option(100, "--rows", help="Seed pins per shard."),
+    directory: Path = typer.Option(Path(".sandbox"), "--dir"),
+    base_port: int = typer.Option(33100, "--base-port", help="Ports base+1.. (MariaDB), base+81 (ZK), base+91 (Redis)."),
+) -> None:
+    """Start the sandbox fleet (a no-op when it already runs)."""
+    from migrator.sandbox import Sandbox
+
+    sb = Sandbox(directory)
+    sb.up(pairs=pairs, spare_pairs=spare_pairs, shards=shards, rows=rows, base_port=base_port)
+
+
+@sandbox_app.command("status")
+def sandbox_status(directory: Path = typer.Option(Path(".sandbox"), "--dir"),
+                   as_json: bool = typer.Option(False, "--json")) -> None:
+    """Each process, port, pid, and replication health in both directions."""
+    from migrator.sandbox import Sandbox
+
+    sb = Sandbox(directory)
+    if not sb.state:
+        fail(MigratorError(f"no sandbox in {directory}: start one with `migrator sandbox up`"), 1)
+    rows = sb.status()
+    if as_json:
+        print(json.dumps(rows, indent=2))
+        return
+    t = Table(title=f"sandbox {sb.dir}")
+    for col in ("process", "kind", "port", "pid", "up", "replication (from partner)"):
+        t.add_column(col)
+    for r in rows:
+        rep = ""
+        if "replication" in r:
+            x = r["replication"]
+            rep = (f"from {x.get('from')}: io={x.get('io')} sql={x.get('sql')} lag={x.get('lag')}"
+                   if "io" in x else x.get("error", ""))
+            if x.get("error") and "io" in x:
+                rep += f" error: {x['error']}"
+        name = r["name"] + (" (spare)" if r.get("spare") else "")
+        t.add_row(name, r["kind"], str(r["port"]), str(r["pid"] or "-"), "yes" if r["alive"] else "NO", rep)
+    console.print(t)
+    console.print(f"memory (RSS): {sb.memory_rss_mb():.0f} MB")
+
+
+@sandbox_app.command("down")
+def sandbox_down(directory: Path = typer.Option(Path(".sandbox"), "--dir"),
+                 purge: bool = typer.Option(False, "--purge", help="Also delete the data dirs.")) -> None:
+    """Stop every sandbox process by pid."""
+    from migrator.sandbox import Sandbox
+
+    sb = Sandbox(directory)
+    stopped = sb.down(purge=purge)
+    print(f"stopped {len(stopped)} processes" + (f": {', '.join(stopped)}" if stopped else "")
+          + ("; data removed" if purge else ""))
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def register(module: Any) -> None:
+    """Let feature packages add their sub-commands."""
+    module.register(app)
+
+
+def _load_plugins() -> None:
+    import importlib
+
+    for name in ("migrator.cli.queue", "migrator.cli.migrate"):
+        try:
+            mod = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name == name:
+                continue
+            raise
+        mod.register(app)
+
+
+def main(argv: list[str] | None = None) -> None:
+    _load_plugins()
+    try:
+        app(args=argv, standalone_mode=True)
+    except MigratorError as exc:
+        err_console.print(f"error: {exc}", markup=False, highlight=False)
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        err_console.print("interrupted")
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,195 @@
+"""Where the fleet is: one TOML file every command reads.
+
+Resolution order: ``--config PATH``, else ``$MIGRATOR_CONFIG``, else
+``.sandbox/migrator.toml``. The file names the ZooKeeper ensemble and root
+path, the Redis URL, and the credentials file; credentials themselves never
+live in it (nor in ZooKeeper).
+
+Example::
+
+    [zookeeper]
+    hosts = "127.0.0.1:21810"
+    root = "/migrator"
+
+    [redis]
+    url = "redis://127.0.0.1:63790/0"
+
+    [credentials]
+    file = "secrets.toml"        # relative to this file
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from migrator.errors import ConfigError, CredentialsError
+
+DEFAULT_CONFIG = Path(".sandbox/migrator.toml")
+ENV_CONFIG = "MIGRATOR_CONFIG"
+
+
+class ZooKeeperSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    hosts: str = "127.0.0.1:2181"
+    root: str = "/migrator"
+    session_timeout: float = Field(default=10.0, gt=0)
+
+    @field_validator("root")
+    @classmethod
+    def _root(cls, v: str) -> str:
+        if not re.fullmatch(r"(/[A-Za-z0-9_.-]+)+", v):
+            raise ValueError("root must be an absolute znode path such as /migrator")
+        return v
+
+
+class RedisSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    url: str = "redis://127.0.0.1:6379/0"
+
+
+class CredentialsSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    file: str | None = None
+
+
+class QueueSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    listen: str = "127.0.0.1:8640"
+
+
+class Config(BaseModel):
+    """The parsed config file; ``path`` is where it came from."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    zookeeper: ZooKeeperSettings = ZooKeeperSettings()
+    redis: RedisSettings = RedisSettings()
+    credentials: CredentialsSettings = CredentialsSettings()
+    queue: QueueSettings = QueueSettings()
+    path: Path | None = None
+
+    def credentials_path(self) -> Path | None:
+        if not self.credentials.file:
+            return None
+        p = Path(self.credentials.file)
+        if not p.is_absolute() and self.path is not None:
+            p = self.path.parent / p
+        return p
+
+    def with_root(self, root: str) -> Config:
+        """A copy pointing at another ZooKeeper root (tests use one per test)."""
+        data = self.model_copy(deep=True)
+        data.zookeeper = ZooKeeperSettings(**{**self.zookeeper.model_dump(), "root": root})
+        return data
+
+
+def resolve_path(path: str | os.PathLike[str] | None = None) -> Path:
+    if path:
+        return Path(path)
+    env = os.environ.get(ENV_CONFIG)
+    if env:
+        return Path(env)
+    return DEFAULT_CONFIG
+
+
+def load(path: str | os.PathLike[str] | None = None) -> Config:
+    """Read the config file (see the module docstring for the search order)."""
+    p = resolve_path(path)
+    if not p.exists():
+        hint = (
+            "start a sandbox with `migrator sandbox up`, or pass --config PATH / set MIGRATOR_CONFIG"
+        )
+        raise ConfigError(f"config file {p} does not exist: {hint}")
+    try:
+        data = tomllib.loads(p.read_text())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"config file {p} is not valid TOML: {exc}") from None
+    return parse(data, path=p)
+
+
+def parse(data: dict[str, Any], path: Path | None = None) -> Config:
+    try:
+        return Config(**data, path=path.resolve() if path else None)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(x) for x in err["loc"])
+        raise ConfigError(f"config {path or ''}: {loc}: {err['msg']}") from None
+
+
+def dump(config: Config) -> str:
+    """Render a config as TOML (only the keys this module knows)."""
+    lines = [
+        "[zookeeper]",
+        f'hosts = "{config.zookeeper.hosts}"',
+        f'root = "{config.zookeeper.root}"',
+        f"session_timeout = {config.zookeeper.session_timeout}",
+        "",
+        "[redis]",
+        f'url = "{config.redis.url}"',
+        "",
+        "[queue]",
+        f'listen = "{config.queue.listen}"',
+        "",
+    ]
+    if config.credentials.file:
+        lines += ["[credentials]", f'file = "{config.credentials.file}"', ""]
+    return "\n".join(lines)
+
+
+# -- credentials ------------------------------------------------------------
+
+class Credentials(BaseModel):
+    """MySQL and ZooKeeper identities. From the environment or a secrets file only.
+
+    ``repr`` hides the secrets so they never reach logs or job meta by accident.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    mysql_user: str
+    mysql_password: str = Field(repr=False)
+    zk_digest: str | None = Field(default=None, repr=False)  # "user:password"
+    queue_token: str | None = Field(default=None, repr=False)
+
+    @property
+    def zk_identity(self) -> str | None:
+        return self.zk_digest.split(":", 1)[0] if self.zk_digest else None
+
+
+def load_credentials(config: Config) -> Credentials:
+    """Environment first (MIGRATOR_MYSQL_USER / _PASSWORD, MIGRATOR_ZK_DIGEST,
+    MIGRATOR_QUEUE_TOKEN), then the secrets file the config names."""
+    file_data: dict[str, Any] = {}
+    path = config.credentials_path()
+    if path is not None:
+        if not path.exists():
+            raise CredentialsError(
+                f"credentials file {path} does not exist; create it or set MIGRATOR_MYSQL_USER and MIGRATOR_MYSQL_PASSWORD"
+            )
+        try:
+            file_data = tomllib.loads(path.read_text())
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise CredentialsError(f"credentials file {path} is not valid TOML: {exc}") from None
+    mysql = file_data.get("mysql", {})
+    zk = file_data.get("zookeeper", {})
+    queue = file_data.get("queue", {})
+    user = os.environ.get("MIGRATOR_MYSQL_USER") or mysql.get("user")
+    password = os.environ.get("MIGRATOR_MYSQL_PASSWORD")
+    if password is None:
+        password = mysql.get("password")
+    if not user or password is None:
+        raise CredentialsError(
+            "no MySQL credentials: set MIGRATOR_MYSQL_USER and MIGRATOR_MYSQL_PASSWORD, "
+            "or name a secrets file under [credentials] file = ... in the config"
+        )
+    digest = os.environ.get("MIGRATOR_ZK_DIGEST") or zk.get("digest")
+    if digest is not None and ":" not in digest:
+        raise CredentialsError("the ZooKeeper digest identity must look like user:password")
+    token = os.environ.get("MIGRATOR_QUEUE_TOKEN") or queue.get("token")
+    return Credentials(mysql_user=user, mysql_password=password, zk_digest=digest, queue_token=token)

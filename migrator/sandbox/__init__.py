@@ -1,0 +1,688 @@
+"""The sandbox fleet: real MariaDB pairs, ZooKeeper and Redis from Debian packages.
+
+No Docker. ``migrator sandbox up`` starts one ``mariadbd`` per host (pairs
+``MySQL001A``/``MySQL001B``, ... replicating both ways with GTID), one
+standalone ZooKeeper and one Redis, each on its own port and data dir under the
+sandbox directory; registers the hosts and an even shard map in ZooKeeper; and
+creates and seeds the shard databases on their owning masters. Spare pairs
+start empty: they are split targets.
+
+Everything the sandbox started is recorded in ``<dir>/state.json`` (process,
+port, pid) and stopped by pid. The settings mirror ``docker-compose.yml``; keep
+the two in step (``tests/unit/test_compose_in_step.py`` checks it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import pymysql
+
+from migrator import config as config_mod
+from migrator.config import Config, Credentials
+from migrator.errors import SandboxError
+from migrator.fleet import Host, ShardMap, even_layout, pair_names
+from migrator.ids import TYPE_BOARD, TYPE_PIN, encode, shard_db
+
+DEFAULT_DIR = Path(".sandbox")
+DEFAULT_BASE_PORT = 33100
+ZK_JAR_DIR = Path("/usr/share/java")
+
+#: mariadbd settings every pair member gets (docker-compose.yml repeats them)
+MARIADB_FLAGS: dict[str, str | None] = {
+    "log-slave-updates": None,
+    "binlog-format": "ROW",
+    "binlog-row-image": "FULL",
+    "binlog-row-metadata": "FULL",
+    "gtid-strict-mode": "1",
+    "auto-increment-increment": "2",
+    "innodb-buffer-pool-size": "32M",
+    "innodb-log-file-size": "16M",
+    "max-binlog-size": "64M",
+    "binlog-expire-logs-seconds": "604800",
+    "skip-name-resolve": None,
+    "performance-schema": "OFF",
+    "character-set-server": "utf8mb4",
+    "collation-server": "utf8mb4_general_ci",
+    "max-connections": "500",
+}
+
+#: what the migration identity is granted on the sandbox (preflight checks for these)
+MIGRATOR_GRANTS = (
+    "SELECT, INSERT, UPDATE, DELETE, CREATE, DROP, ALTER, INDEX, LOCK TABLES, "
+    "CREATE TEMPORARY TABLES, RELOAD, PROCESS, REPLICATION SLAVE, BINLOG MONITOR, "
+    "SLAVE MONITOR, REPLICATION SLAVE ADMIN, CONNECTION ADMIN"
+)
+
+
+@dataclass
+class Proc:
+    """One process the sandbox started."""
+
+    name: str
+    kind: str  # mariadb | zookeeper | redis
+    port: int
+    pid: int | None = None
+    datadir: str = ""
+    server_id: int | None = None
+    partner: str | None = None
+    offset: int | None = None
+    spare: bool = False
+
+    @property
+    def marker(self) -> str:
+        """What this process's command line shows: redis-server rewrites its title to host:port."""
+        return f"127.0.0.1:{self.port}" if self.kind == "redis" else self.datadir
+
+    def alive(self) -> bool:
+        return pid_alive(self.pid, self.marker)
+
+
+@dataclass
+class SandboxState:
+    dir: str
+    base_port: int
+    pairs: int
+    spare_pairs: int
+    shards: int
+    rows: int
+    procs: dict[str, Proc] = field(default_factory=dict)
+    seeded: bool = False
+
+    def to_json(self) -> str:
+        d = asdict(self)
+        return json.dumps(d, indent=2)
+
+    @classmethod
+    def from_json(cls, text: str) -> SandboxState:
+        d = json.loads(text)
+        procs = {k: Proc(**v) for k, v in d.pop("procs").items()}
+        return cls(**d, procs=procs)
+
+
+def pid_alive(pid: int | None, marker: str = "") -> bool:
+    """True if ``pid`` runs and (when given) its command line mentions ``marker``.
+
+    The marker (our data dir) guards against a recycled pid: we never signal a
+    process we did not start.
+    """
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        if stat.rsplit(")", 1)[1].split()[0] == "Z":
+            return False
+        if marker:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            if marker not in cmdline:
+                return False
+    except OSError:
+        return False
+    return True
+
+
+def port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def find_base_port(count: int, start: int = 34000, stop: int = 60000, step: int = 100) -> int:
+    """A base port with ``count`` consecutive free ports (tests use this)."""
+    for base in range(start, stop, step):
+        if all(port_free(base + i) for i in range(count)):
+            return base
+    raise SandboxError("no free port range found for a sandbox")
+
+
+class Sandbox:
+    """A sandbox fleet rooted at one directory."""
+
+    def __init__(self, directory: str | os.PathLike[str] = DEFAULT_DIR):
+        self.dir = Path(directory).resolve()
+        self.state_file = self.dir / "state.json"
+        self.config_file = self.dir / "migrator.toml"
+        self.secrets_file = self.dir / "secrets.toml"
+        self.state: SandboxState | None = None
+        if self.state_file.exists():
+            self.state = SandboxState.from_json(self.state_file.read_text())
+
+    # -- layout ---------------------------------------------------------------
+    def _layout(self, pairs: int, spare_pairs: int, base_port: int) -> dict[str, Proc]:
+        procs: dict[str, Proc] = {}
+        sid = 1
+        for i in range(1, pairs + spare_pairs + 1):
+            a, b = pair_names(i)
+            for j, (name, partner) in enumerate(((a, b), (b, a))):
+                procs[name] = Proc(
+                    name=name,
+                    kind="mariadb",
+                    port=base_port + sid,
+                    datadir=str(self.dir / name),
+                    server_id=sid,
+                    partner=partner,
+                    offset=j + 1,
+                    spare=i > pairs,
+                )
+                sid += 1
+        procs["zookeeper"] = Proc("zookeeper", "zookeeper", base_port + 81, datadir=str(self.dir / "zookeeper"))
+        procs["redis"] = Proc("redis", "redis", base_port + 91, datadir=str(self.dir / "redis"))
+        return procs
+
+    def mariadb_procs(self) -> list[Proc]:
+        assert self.state
+        return [p for p in self.state.procs.values() if p.kind == "mariadb"]
+
+    def hosts(self) -> dict[str, Host]:
+        return {
+            p.name: Host(name=p.name, address="127.0.0.1", port=p.port, partner=p.partner or "")
+            for p in self.mariadb_procs()
+        }
+
+    def pairs(self, *, spare: bool | None = None) -> list[tuple[str, str]]:
+        out = []
+        for p in self.mariadb_procs():
+            if p.offset == 1 and (spare is None or p.spare == spare):
+                out.append((p.name, p.partner or ""))
+        return out
+
+    def config(self) -> Config:
+        return config_mod.load(self.config_file)
+
+    def credentials(self) -> Credentials:
+        return config_mod.load_credentials(self.config())
+
+    def running(self) -> bool:
+        return bool(self.state) and any(p.alive() for p in self.state.procs.values())  # type: ignore[union-attr]
+
+    # -- up -----------------------------------------------------------------------
+    def up(
+        self,
+        *,
+        pairs: int = 2,
+        spare_pairs: int = 1,
+        shards: int = 16,
+        rows: int = 100,
+        base_port: int = DEFAULT_BASE_PORT,
+        zk_root: str = "/migrator",
+        log: Any = print,
+    ) -> bool:
+        """Start the fleet. Returns False (and changes nothing) if it already runs."""
+        if self.state and all(p.alive() for p in self.state.procs.values()):
+            log(f"sandbox in {self.dir} is already running; nothing to do (`migrator sandbox status`)")
+            return False
+        check_binaries()
+        t0 = time.monotonic()
+        if self.state is None:
+            if pairs < 1 or spare_pairs < 0:
+                raise SandboxError("--pairs must be at least 1 and --spare-pairs at least 0")
+            if shards < pairs:
+                raise SandboxError(f"--shards {shards} cannot be spread over {pairs} pairs")
+            self.dir.mkdir(parents=True, exist_ok=True)
+            self.state = SandboxState(
+                dir=str(self.dir), base_port=base_port, pairs=pairs, spare_pairs=spare_pairs,
+                shards=shards, rows=rows, procs=self._layout(pairs, spare_pairs, base_port),
+            )
+        busy = [p for p in self.state.procs.values() if not p.alive() and not port_free(p.port)]
+        if busy:
+            names = ", ".join(f"{p.name}:{p.port}" for p in busy)
+            raise SandboxError(f"ports already in use: {names}; pick another --base-port or stop what holds them")
+        self._write_secrets()
+        self._write_config(zk_root)
+        self._save()
+        dead = [p for p in self.mariadb_procs() if not p.alive()]
+        fresh = [p for p in dead if not (Path(p.datadir) / "data" / "mysql").exists()]
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            list(pool.map(self._install_mariadb, fresh))
+            futs = [pool.submit(self._start_mariadb, p) for p in dead]
+            if not self.state.procs["zookeeper"].alive():
+                futs.append(pool.submit(self._start_zookeeper))
+            if not self.state.procs["redis"].alive():
+                futs.append(pool.submit(self._start_redis))
+            for f in futs:
+                f.result()
+        self._save()
+        for p in fresh:
+            self._bootstrap_users(p)
+        for p in fresh:
+            self._start_replication(p)
+        if not self.state.seeded:
+            self._seed_fleet(zk_root, log)
+            self.state.seeded = True
+            self._save()
+        log(f"sandbox up in {time.monotonic() - t0:.1f}s: {len(self.mariadb_procs())} MariaDB hosts, "
+            f"ZooKeeper :{self.state.procs['zookeeper'].port}, Redis :{self.state.procs['redis'].port}; "
+            f"config {self.config_file}")
+        return True
+
+    def _save(self) -> None:
+        assert self.state
+        tmp = self.state_file.with_suffix(".tmp")
+        tmp.write_text(self.state.to_json())
+        tmp.replace(self.state_file)
+
+    def _write_secrets(self) -> None:
+        if self.secrets_file.exists():
+            return
+        pw = secrets.token_urlsafe(18)
+        zk = secrets.token_urlsafe(18)
+        token = secrets.token_urlsafe(18)
+        self.secrets_file.write_text(
+            "# sandbox credentials: never copied into ZooKeeper, Redis, logs or job meta\n"
+            f'[mysql]\nuser = "migrator"\npassword = "{pw}"\n\n'
+            f'[zookeeper]\ndigest = "migrator:{zk}"\n\n'
+            f'[queue]\ntoken = "{token}"\n'
+        )
+        os.chmod(self.secrets_file, 0o600)
+
+    def _write_config(self, zk_root: str) -> None:
+        assert self.state
+        cfg = Config(
+            zookeeper={"hosts": f"127.0.0.1:{self.state.procs['zookeeper'].port}", "root": zk_root},  # type: ignore[arg-type]
+            redis={"url": f"redis://127.0.0.1:{self.state.procs['redis'].port}/0"},  # type: ignore[arg-type]
+            credentials={"file": "secrets.toml"},  # type: ignore[arg-type]
+            queue={"listen": f"127.0.0.1:{self.state.base_port + 95}"},  # type: ignore[arg-type]
+        )
+        self.config_file.write_text(config_mod.dump(cfg))
+
+    # -- MariaDB ----------------------------------------------------------------
+    def _cnf(self, p: Proc) -> Path:
+        d = Path(p.datadir)
+        lines = [
+            "[mariadbd]",
+            "user=root",
+            f"datadir={d / 'data'}",
+            f"socket={d / 'mysqld.sock'}",
+            f"pid-file={d / 'mysqld.pid'}",
+            f"port={p.port}",
+            "bind-address=127.0.0.1",
+            f"tmpdir={d / 'tmp'}",
+            f"log-error={d / 'error.log'}",
+            f"server-id={p.server_id}",
+            f"gtid-domain-id={p.server_id}",
+            f"log-bin={d / 'binlog' / 'mysql-bin'}",
+            f"relay-log={d / 'binlog' / 'relay-bin'}",
+            f"auto-increment-offset={p.offset}",
+        ]
+        for k, v in MARIADB_FLAGS.items():
+            lines.append(k if v is None else f"{k}={v}")
+        cnf = d / "my.cnf"
+        cnf.write_text("\n".join(lines) + "\n")
+        return cnf
+
+    def _install_mariadb(self, p: Proc) -> None:
+        d = Path(p.datadir)
+        for sub in ("data", "tmp", "binlog"):
+            (d / sub).mkdir(parents=True, exist_ok=True)
+        cnf = self._cnf(p)
+        res = subprocess.run(
+            ["mariadb-install-db", f"--defaults-file={cnf}", "--auth-root-authentication-method=normal",
+             "--skip-test-db", "--skip-name-resolve"],
+            capture_output=True, text=True,
+        )
+        if res.returncode != 0:
+            raise SandboxError(f"mariadb-install-db for {p.name} failed: {res.stderr.strip()[-500:]}")
+
+    def _start_mariadb(self, p: Proc) -> None:
+        cnf = self._cnf(p)
+        log = open(Path(p.datadir) / "stdout.log", "ab")
+        proc = subprocess.Popen(
+            ["mariadbd", f"--defaults-file={cnf}"], stdout=log, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL, start_new_session=True,
+        )
+        p.pid = proc.pid
+        self._wait(lambda: self._ping(p), f"{p.name} (mariadbd on :{p.port})", p, timeout=60)
+
+    def root_conn(self, name: str, **kw: Any) -> pymysql.connections.Connection:
+        """A root connection over the host's unix socket (sandbox admin only)."""
+        assert self.state
+        p = self.state.procs[name]
+        return pymysql.connect(unix_socket=str(Path(p.datadir) / "mysqld.sock"), user="root",
+                               autocommit=True, connect_timeout=3, **kw)
+
+    def _ping(self, p: Proc) -> bool:
+        try:
+            self.root_conn(p.name).close()
+            return True
+        except pymysql.err.MySQLError:
+            return False
+
+    def _bootstrap_users(self, p: Proc) -> None:
+        creds = self.credentials()
+        repl_pw = self._repl_password()
+        with self.root_conn(p.name) as c, c.cursor() as cur:
+            # not binlogged: each host creates its own users, so the peer never replays them
+            cur.execute("SET sql_log_bin=0")
+            cur.execute("CREATE USER IF NOT EXISTS %s@'%%' IDENTIFIED BY %s", (creds.mysql_user, creds.mysql_password))
+            cur.execute(f"GRANT {MIGRATOR_GRANTS} ON *.* TO %s@'%%'", (creds.mysql_user,))
+            cur.execute("CREATE USER IF NOT EXISTS 'repl'@'%%' IDENTIFIED BY %s", (repl_pw,))
+            cur.execute("GRANT REPLICATION SLAVE ON *.* TO 'repl'@'%'")
+            cur.execute("RESET MASTER")
+
+    def _repl_password(self) -> str:
+        f = self.dir / ".repl"
+        if not f.exists():
+            f.write_text(secrets.token_urlsafe(18))
+            os.chmod(f, 0o600)
+        return f.read_text().strip()
+
+    def _start_replication(self, p: Proc) -> None:
+        assert self.state
+        peer = self.state.procs[p.partner or ""]
+        with self.root_conn(p.name) as c, c.cursor() as cur:
+            cur.execute(
+                "CHANGE MASTER TO MASTER_HOST='127.0.0.1', MASTER_PORT=%s, MASTER_USER='repl', "
+                "MASTER_PASSWORD=%s, MASTER_USE_GTID=slave_pos, MASTER_CONNECT_RETRY=1",
+                (peer.port, self._repl_password()),
+            )
+            cur.execute("START SLAVE")
+
+    # -- ZooKeeper and Redis ------------------------------------------------------
+    def _start_zookeeper(self) -> None:
+        assert self.state
+        p = self.state.procs["zookeeper"]
+        d = Path(p.datadir)
+        (d / "data").mkdir(parents=True, exist_ok=True)
+        cfg = d / "zoo.cfg"
+        cfg.write_text(
+            f"dataDir={d / 'data'}\nclientPort={p.port}\nclientPortAddress=127.0.0.1\n"
+            "tickTime=500\ninitLimit=10\nsyncLimit=5\nmaxSessionTimeout=60000\nminSessionTimeout=1000\n"
+            "admin.enableServer=false\n4lw.commands.whitelist=ruok,srvr,stat,mntr,envi\n"
+            "autopurge.snapRetainCount=3\nautopurge.purgeInterval=1\n"
+        )
+        cp = f"{ZK_JAR_DIR / 'zookeeper.jar'}:{ZK_JAR_DIR / 'slf4j-api.jar'}:{ZK_JAR_DIR / 'slf4j-simple.jar'}"
+        for extra in ("netty.jar", "netty-all.jar", "jline.jar", "commons-cli.jar", "snappy-java.jar",
+                      "jute.jar", "zookeeper-jute.jar", "metrics-core.jar"):
+            if (ZK_JAR_DIR / extra).exists():
+                cp += f":{ZK_JAR_DIR / extra}"
+        log = open(d / "zookeeper.log", "ab")
+        proc = subprocess.Popen(
+            ["java", "-Xmx128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", f"-Dzookeeper.datadir.marker={d}",
+             "-cp", cp, "org.apache.zookeeper.server.quorum.QuorumPeerMain", str(cfg)],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, cwd=d,
+        )
+        p.pid = proc.pid
+        self._wait(lambda: four_letter(p.port, "ruok") == "imok", f"ZooKeeper on :{p.port}", p, timeout=60)
+
+    def _start_redis(self) -> None:
+        assert self.state
+        p = self.state.procs["redis"]
+        d = Path(p.datadir)
+        d.mkdir(parents=True, exist_ok=True)
+        log = open(d / "redis.log", "ab")
+        proc = subprocess.Popen(
+            ["redis-server", "--port", str(p.port), "--bind", "127.0.0.1", "--dir", str(d),
+             "--save", "", "--appendonly", "no", "--daemonize", "no"],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+        )
+        p.pid = proc.pid
+        self._wait(lambda: redis_ping(p.port), f"Redis on :{p.port}", p, timeout=30)
+
+    def _wait(self, check: Any, what: str, p: Proc, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if check():
+                return
+            if p.pid and not pid_alive(p.pid):
+                raise SandboxError(f"{what} exited during start; see its log in {p.datadir}")
+            time.sleep(0.05)
+        raise SandboxError(f"{what} did not come up within {timeout:.0f}s; see its log in {p.datadir}")
+
+    # -- fleet seeding ---------------------------------------------------------------
+    def _seed_fleet(self, zk_root: str, log: Any) -> None:
+        from migrator import zk as zk_mod
+        from migrator.shard_map import HostRegistry, ShardMapStore
+
+        assert self.state
+        cfg = self.config()
+        creds = config_mod.load_credentials(cfg)
+        hosts = self.hosts()
+        smap = even_layout(self.state.shards, self.pairs(spare=False))
+        with zk_mod.connect(cfg, creds) as zk:
+            reg = HostRegistry(zk)
+            for h in hosts.values():
+                reg.register(h)
+            store = ShardMapStore(zk)
+            if not store.exists():
+                store.init(smap, hosts, reason="sandbox up")
+        self.seed_shards(smap, hosts, creds, rows=self.state.rows)
+        self.wait_pairs_converged()
+
+    def seed_shards(self, smap: ShardMap, hosts: dict[str, Host], creds: Credentials, *, rows: int) -> None:
+        """Create ``dbNNNNN`` with the seed schema on each owning master and fill it."""
+        from migrator.mysql import connect as mysql_connect
+
+        schema = resources.files("migrator.sandbox").joinpath("shard_schema.sql").read_text()
+        statements = [s for s in (x.strip() for x in schema.split(";")) if "CREATE" in s]
+
+        def seed_range(master: str, shard_list: list[int]) -> None:
+            conn = mysql_connect(hosts[master], creds, autocommit=False)
+            try:
+                with conn.cursor() as cur:
+                    for shard in shard_list:
+                        db = shard_db(shard)
+                        cur.execute(f"CREATE DATABASE IF NOT EXISTS `{db}`")
+                        cur.execute(f"USE `{db}`")
+                        for st in statements:
+                            cur.execute(st)
+                        seed_rows(cur, shard, rows)
+                        conn.commit()
+            finally:
+                conn.close()
+
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            futs = [pool.submit(seed_range, r.master, list(r.shards)) for r in smap]
+            for f in futs:
+                f.result()
+
+    def wait_pairs_converged(self, timeout: float = 60) -> None:
+        """Each side has applied everything its peer has binlogged (MASTER_GTID_WAIT)."""
+        for p in self.mariadb_procs():
+            with self.root_conn(p.partner or "") as peer, peer.cursor() as cur:
+                cur.execute("SELECT @@gtid_binlog_pos")
+                pos = cur.fetchone()[0]
+            if not pos:
+                continue
+            with self.root_conn(p.name, read_timeout=timeout + 5) as c, c.cursor() as cur:
+                cur.execute("SELECT MASTER_GTID_WAIT(%s, %s)", (pos, timeout))
+                if cur.fetchone()[0] != 0:
+                    raise SandboxError(f"{p.name} did not catch up with {p.partner} within {timeout}s")
+
+    # -- status / down ------------------------------------------------------------------
+    def status(self) -> list[dict[str, Any]]:
+        if not self.state:
+            return []
+        out = []
+        for p in self.state.procs.values():
+            row: dict[str, Any] = {"name": p.name, "kind": p.kind, "port": p.port, "pid": p.pid,
+                                   "alive": p.alive(), "spare": p.spare}
+            if p.kind == "mariadb" and row["alive"]:
+                row["replication"] = self.replica_status(p.name)
+            out.append(row)
+        return out
+
+    def replica_status(self, name: str) -> dict[str, Any]:
+        """This host's view of replication from its partner."""
+        try:
+            with self.root_conn(name) as c, c.cursor(pymysql.cursors.DictCursor) as cur:
+                cur.execute("SHOW SLAVE STATUS")
+                st = cur.fetchone()
+        except pymysql.err.MySQLError as exc:
+            return {"ok": False, "error": str(exc)}
+        if not st:
+            return {"ok": False, "error": "no replication configured"}
+        io, sql = st["Slave_IO_Running"], st["Slave_SQL_Running"]
+        return {
+            "from": self.state.procs[name].partner if self.state else None,
+            "io": io, "sql": sql, "lag": st["Seconds_Behind_Master"],
+            "error": st["Last_IO_Error"] or st["Last_SQL_Error"] or "",
+            "ok": io == "Yes" and sql == "Yes",
+        }
+
+    def down(self, *, purge: bool = False, timeout: float = 30) -> list[str]:
+        """Stop every process by pid (TERM, then KILL after ``timeout``)."""
+        stopped = []
+        if self.state:
+            for p in self.state.procs.values():
+                if p.alive():
+                    stop_pid(p.pid, timeout=timeout, marker=p.marker)  # type: ignore[arg-type]
+                    stopped.append(p.name)
+                p.pid = None
+            self._save()
+        if purge and self.dir.exists():
+            shutil.rmtree(self.dir)
+            self.state = None
+        return stopped
+
+    # -- single-host control (fault tests) ---------------------------------------------------
+    def stop_host(self, name: str, *, kill: bool = False) -> None:
+        assert self.state
+        p = self.state.procs[name]
+        if p.alive():
+            if kill:
+                os.kill(p.pid, signal.SIGKILL)  # type: ignore[arg-type]
+                _reap(p.pid, 10)  # type: ignore[arg-type]
+            else:
+                stop_pid(p.pid, marker=p.marker)  # type: ignore[arg-type]
+        p.pid = None
+        self._save()
+
+    def start_host(self, name: str) -> None:
+        assert self.state
+        p = self.state.procs[name]
+        if p.alive():
+            return
+        {"mariadb": lambda: self._start_mariadb(p), "zookeeper": self._start_zookeeper,
+         "redis": self._start_redis}[p.kind]()
+        self._save()
+
+    def memory_rss_mb(self) -> float:
+        total = 0
+        if self.state:
+            for p in self.state.procs.values():
+                if p.alive():
+                    for line in Path(f"/proc/{p.pid}/status").read_text().splitlines():
+                        if line.startswith("VmRSS:"):
+                            total += int(line.split()[1])
+        return total / 1024
+
+
+def seed_rows(cur: Any, shard: int, rows: int) -> None:
+    """Some users, boards, pins and mappings in one shard (deterministic)."""
+    if rows <= 0:
+        return
+    cur.executemany("INSERT INTO users (data) VALUES (%s)",
+                    [json.dumps({"username": f"user{shard}_{i}", "email": f"u{i}@example.com"}) for i in range(max(1, rows // 10))])
+    cur.executemany("INSERT INTO boards (data) VALUES (%s)",
+                    [json.dumps({"name": f"board {i}", "shard": shard}) for i in range(max(1, rows // 10))])
+    cur.executemany("INSERT INTO pins (data) VALUES (%s)",
+                    [json.dumps({"details": f"pin {i} ✓", "link": f"http://example.com/{shard}/{i}"}) for i in range(rows)])
+    cur.execute("SELECT local_id FROM boards ORDER BY local_id")
+    boards = [r[0] for r in cur.fetchall()]
+    cur.execute("SELECT local_id FROM pins ORDER BY local_id")
+    pins = [r[0] for r in cur.fetchall()]
+    maps = [(encode(shard, TYPE_BOARD, boards[i % len(boards)]), encode(shard, TYPE_PIN, pid), 1_600_000_000 + i)
+            for i, pid in enumerate(pins)]
+    cur.executemany("INSERT INTO board_has_pins (board_id, pin_id, sequence) VALUES (%s, %s, %s)", maps)
+
+
+def stop_pid(pid: int, *, timeout: float = 30, marker: str = "") -> None:
+    if not pid_alive(pid, marker):
+        return
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    if not _reap(pid, timeout):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            return
+        _reap(pid, 10)
+
+
+def _reap(pid: int, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            done, _ = os.waitpid(pid, os.WNOHANG)
+            if done:
+                return True
+        except ChildProcessError:
+            pass
+        if not pid_alive(pid):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def four_letter(port: int, cmd: str, timeout: float = 1.0) -> str:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+            s.sendall(cmd.encode())
+            chunks = []
+            while True:
+                b = s.recv(4096)
+                if not b:
+                    break
+                chunks.append(b)
+            return b"".join(chunks).decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def redis_ping(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
+            s.sendall(b"PING\r\n")
+            return s.recv(64).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
+def check_binaries() -> None:
+    missing = [b for b in ("mariadbd", "mariadb-install-db", "redis-server", "java") if not shutil.which(b)]
+    if not (ZK_JAR_DIR / "zookeeper.jar").exists():
+        missing.append("zookeeper (Debian package)")
+    if missing:
+        raise SandboxError(
+            f"missing: {', '.join(missing)}; run scripts/setup (apt-get install mariadb-server zookeeper redis-server default-jre-headless)"
+        )
+
+
+SYSTEM_SCHEMAS = frozenset({"mysql", "information_schema", "performance_schema", "sys"})
+
+
+def reset_fleet(sandbox: Sandbox, smap: ShardMap, *, rows: int) -> None:
+    """Drop every user database on every host (unlogged, each host itself), then
+    recreate and seed the shards of ``smap`` on their masters. Tests use this for
+    per-test isolation on the shared sandbox."""
+    for p in sandbox.mariadb_procs():
+        with sandbox.root_conn(p.name) as c, c.cursor() as cur:
+            cur.execute("SET sql_log_bin=0")
+            cur.execute("SHOW DATABASES")
+            for (db,) in cur.fetchall():
+                if db not in SYSTEM_SCHEMAS:
+                    cur.execute(f"DROP DATABASE `{db}`")
+    sandbox.seed_shards(smap, sandbox.hosts(), sandbox.credentials(), rows=rows)
+    sandbox.wait_pairs_converged()

@@ -1,0 +1,101 @@
+"""Topology commands: show the map with sizes, store a first map, read history.
+
+Plain functions that the CLI, jobs and playbooks call alike.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+from typing import Any
+
+from migrator import zk as zk_mod
+from migrator.config import Config, load_credentials
+from migrator.errors import MigratorError, ShardMapError
+from migrator.fleet import Host, ShardMap
+from migrator.ids import shard_db
+from migrator.mysql import connect as mysql_connect
+from migrator.shard_map import HostRegistry, ShardMapStore
+
+
+def shard_sizes(host: Host, credentials: Any, shards: list[int]) -> dict[int, int]:
+    """Data + index bytes of each shard database on ``host`` (information_schema)."""
+    if not shards:
+        return {}
+    names = [shard_db(s) for s in shards]
+    conn = mysql_connect(host, credentials)
+    try:
+        with conn.cursor() as cur:
+            marks = ",".join(["%s"] * len(names))
+            cur.execute(
+                "/* migrator:topology */ SELECT table_schema, COALESCE(SUM(data_length + index_length), 0) "
+                f"FROM information_schema.tables WHERE table_schema IN ({marks}) GROUP BY table_schema",
+                names,
+            )
+            return {int(db[2:]): int(size) for db, size in cur.fetchall()}
+    finally:
+        conn.close()
+
+
+def show(config: Config, *, with_sizes: bool = True) -> dict[str, Any]:
+    creds = load_credentials(config)
+    with zk_mod.connect(config, creds) as zk:
+        smap = ShardMapStore(zk).read()
+        hosts = HostRegistry(zk).all()
+    ranges = []
+    for r in smap:
+        size: int | None = None
+        if with_sizes and r.master in hosts:
+            sizes = shard_sizes(hosts[r.master], creds, list(r.shards))
+            size = sum(sizes.values())
+        ranges.append({
+            "range": [r.lo, r.hi], "master": r.master, "slave": r.slave, "shards": r.count,
+            "bytes": size, "frozen": any(r.overlaps(lo, hi) for lo, hi in smap.frozen),
+        })
+    used = {r.master for r in smap.ranges} | {r.slave for r in smap.ranges}
+    spare = sorted({tuple(sorted((h.name, h.partner))) for h in hosts.values() if h.name not in used})
+    return {"epoch": smap.epoch, "num_shards": smap.num_shards, "ranges": ranges,
+            "frozen": [list(f) for f in smap.frozen], "spare_pairs": [list(p) for p in spare]}
+
+
+def load_map_file(path: Path) -> ShardMap:
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ShardMapError(f"cannot read map file {path}: {exc.strerror}") from None
+    return ShardMap.from_json(text)
+
+
+def load_hosts_file(path: Path) -> list[Host]:
+    try:
+        data = json.loads(path.read_text())
+    except OSError as exc:
+        raise MigratorError(f"cannot read hosts file {path}: {exc.strerror}") from None
+    except ValueError as exc:
+        raise MigratorError(f"hosts file {path} is not valid JSON: {exc}") from None
+    if not isinstance(data, list):
+        raise MigratorError(f"hosts file {path} must hold a JSON list of hosts")
+    try:
+        return [Host(**h) for h in data]
+    except Exception as exc:
+        raise MigratorError(f"hosts file {path}: {exc}".splitlines()[0]) from None
+
+
+def init_from_file(config: Config, map_file: Path, hosts_file: Path | None = None) -> ShardMap:
+    smap = load_map_file(map_file)  # validates layout before touching anything
+    creds = load_credentials(config)
+    with zk_mod.connect(config, creds) as zk:
+        reg = HostRegistry(zk)
+        if hosts_file:
+            for h in load_hosts_file(hosts_file):
+                reg.register(h)
+        return ShardMapStore(zk).init(smap, reg.all(), reason=f"topology init --from {map_file.name}")
+
+
+def history(config: Config, limit: int = 20) -> list[dict[str, Any]]:
+    with zk_mod.connect(config) as zk:
+        recs = ShardMapStore(zk).history(limit)
+    for r in recs:
+        r["when_iso"] = dt.datetime.fromtimestamp(r["when"], dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+    return recs

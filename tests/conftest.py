@@ -1,0 +1,135 @@
+"""Shared test fixtures.
+
+Integration tests run against one real sandbox fleet per test session (MariaDB
+pairs, ZooKeeper, Redis started from Debian packages by
+:class:`migrator.sandbox.Sandbox`). Each test gets its own ZooKeeper root, a
+flushed Redis database and freshly seeded shard databases, and drops what it
+made. Set ``MIGRATOR_TEST_SANDBOX=DIR`` to reuse a running sandbox across
+sessions while developing.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import tempfile
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+SEED = int(os.environ.get("MIGRATOR_TEST_SEED", random.randrange(1 << 30)))
+
+
+def pytest_report_header(config):  # noqa: ARG001
+    return f"migrator test seed: {SEED} (replay with MIGRATOR_TEST_SEED={SEED})"
+
+
+def pytest_collection_modifyitems(config, items):  # noqa: ARG001
+    for item in items:
+        if "tests/integration" in str(item.fspath) or "tests/faults" in str(item.fspath):
+            item.add_marker(pytest.mark.integration)
+
+
+@pytest.fixture(scope="session")
+def sandbox():
+    from migrator.sandbox import Sandbox, find_base_port
+
+    reuse = os.environ.get("MIGRATOR_TEST_SANDBOX")
+    if reuse:
+        sb = Sandbox(reuse)
+        if not sb.running():
+            sb.up(pairs=2, spare_pairs=1, shards=8, rows=20, base_port=find_base_port(100))
+        yield sb
+        return
+    d = Path(tempfile.mkdtemp(prefix="migrator-test-"))
+    sb = Sandbox(d / "sandbox")
+    try:
+        sb.up(pairs=2, spare_pairs=1, shards=8, rows=20, base_port=find_base_port(100), log=lambda *_: None)
+        yield sb
+    finally:
+        sb.down()
+        if os.environ.get("MIGRATOR_KEEP_SANDBOX"):
+            print(f"sandbox kept in {d}")
+        else:
+            shutil.rmtree(d, ignore_errors=True)
+
+
+@dataclass
+class Fleet:
+    """What one integration test works with."""
+
+    sandbox: object
+    config: object
+    config_path: Path
+    credentials: object
+    zk: object
+    smap: object
+    hosts: dict
+    root: str
+
+
+@pytest.fixture
+def fleet(sandbox, tmp_path, request):
+    """A fresh ZooKeeper root with hosts and the initial map; shard dbs reseeded."""
+    from migrator import config as config_mod
+    from migrator import zk as zk_mod
+    from migrator.fleet import even_layout
+    from migrator.sandbox import reset_fleet
+    from migrator.shard_map import HostRegistry, ShardMapStore
+
+    base = sandbox.config()
+    root = f"/t{uuid.uuid4().hex[:12]}"
+    cfg = base.with_root(root)
+    cfg.credentials.file = str(sandbox.secrets_file)
+    cfg_path = tmp_path / "migrator.toml"
+    cfg_path.write_text(config_mod.dump(cfg))
+    cfg = config_mod.load(cfg_path)
+    creds = config_mod.load_credentials(cfg)
+    hosts = sandbox.hosts()
+    smap = even_layout(sandbox.state.shards, sandbox.pairs(spare=False))
+    rows = getattr(request, "param", None) or 20
+    reset_fleet(sandbox, smap, rows=rows)
+    zk = zk_mod.connect(cfg, creds)
+    reg = HostRegistry(zk)
+    for h in hosts.values():
+        reg.register(h)
+    stored = ShardMapStore(zk).init(smap, hosts, reason="test fixture")
+    import redis as redis_mod
+
+    r = redis_mod.Redis.from_url(cfg.redis.url)
+    r.flushdb()
+    try:
+        yield Fleet(sandbox, cfg, cfg_path, creds, zk, stored, hosts, root)
+    finally:
+        try:
+            zk.client.delete(root, recursive=True)
+        except Exception:
+            pass
+        zk.close()
+        r.flushdb()
+        r.close()
+
+
+@pytest.fixture
+def zk_root(sandbox, tmp_path):
+    """Only a fresh ZooKeeper root and config file (no MySQL reset)."""
+    from migrator import config as config_mod
+    from migrator import zk as zk_mod
+
+    root = f"/t{uuid.uuid4().hex[:12]}"
+    cfg = sandbox.config().with_root(root)
+    cfg.credentials.file = str(sandbox.secrets_file)
+    cfg_path = tmp_path / "migrator.toml"
+    cfg_path.write_text(config_mod.dump(cfg))
+    cfg = config_mod.load(cfg_path)
+    creds = config_mod.load_credentials(cfg)
+    zk = zk_mod.connect(cfg, creds)
+    yield cfg, cfg_path, creds, zk
+    try:
+        zk.client.delete(root, recursive=True)
+    except Exception:
+        pass
+    zk.close()
