@@ -148,8 +148,15 @@ def port_free(port: int) -> bool:
 
 
 def find_base_port(count: int, start: int = 34000, stop: int = 60000, step: int = 100) -> int:
-    """A base port with ``count`` consecutive free ports (tests use this)."""
-    for base in range(start, stop, step):
+    """A base port with ``count`` consecutive free ports (tests use this).
+
+    Starts at a random slot so concurrent test sessions rarely race for one range.
+    """
+    import random
+
+    slots = list(range(start, stop, step))
+    first = random.randrange(len(slots))
+    for base in slots[first:] + slots[:first]:
         if all(port_free(base + i) for i in range(count)):
             return base
     raise SandboxError("no free port range found for a sandbox")
