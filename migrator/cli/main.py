@@ -50,8 +50,20 @@ def _root(
     config: Optional[str] = typer.Option(
         None, "--config", "-c", help="Config file (else $MIGRATOR_CONFIG, else .sandbox/migrator.toml)."
     ),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Log library chatter (ZooKeeper, RQ) too."),
 ) -> None:
     state.config_path = config
+    setup_logging(verbose)
+
+
+def setup_logging(verbose: bool) -> None:
+    import logging
+
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not verbose:
+        # kazoo narrates every reconnect attempt; the CLI reports the outcome in one line instead
+        logging.getLogger("kazoo").setLevel(logging.CRITICAL)
 
 
 def load_config() -> config_mod.Config:
@@ -59,8 +71,13 @@ def load_config() -> config_mod.Config:
 
 
 def fail(exc: BaseException, code: int = 1) -> None:
-    err_console.print(f"error: {exc}", markup=False, highlight=False)
+    print_error(exc)
     raise typer.Exit(code)
+
+
+def print_error(exc: BaseException) -> None:
+    """One line on stderr, never wrapped: operators grep these."""
+    print(f"error: {exc}", file=sys.stderr, flush=True)
 
 
 # -- id ----------------------------------------------------------------------------
@@ -126,6 +143,15 @@ def topology_init(from_file: Path = typer.Option(..., "--from", help="A JSON map
     cfg = load_config()
     smap = topology.init_from_file(cfg, from_file, hosts_file)
     print(f"shard map stored: {len(smap.ranges)} ranges over {smap.num_shards} shards, epoch {smap.epoch}")
+
+
+@topology_app.command("create-shards")
+def topology_create_shards(rows: int = typer.Option(0, "--rows", help="Seed pins per new shard.")) -> None:
+    """Create missing shard databases (seed schema) on their masters."""
+    from migrator import topology
+
+    created = topology.create_shards_command(load_config(), rows=rows)
+    print(f"created {len(created)} shard databases" + (f": {created[0]}..{created[-1]}" if created else ""))
 
 
 @topology_app.command("history")
@@ -228,7 +254,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         app(args=argv, standalone_mode=True)
     except MigratorError as exc:
-        err_console.print(f"error: {exc}", markup=False, highlight=False)
+        print_error(exc)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         err_console.print("interrupted")

@@ -24,7 +24,6 @@ import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +33,6 @@ from migrator import config as config_mod
 from migrator.config import Config, Credentials
 from migrator.errors import SandboxError
 from migrator.fleet import Host, ShardMap, even_layout, pair_names
-from migrator.ids import TYPE_BOARD, TYPE_PIN, encode, shard_db
 
 DEFAULT_DIR = Path(".sandbox")
 DEFAULT_BASE_PORT = 33100
@@ -476,31 +474,9 @@ class Sandbox:
         self.wait_pairs_converged()
 
     def seed_shards(self, smap: ShardMap, hosts: dict[str, Host], creds: Credentials, *, rows: int) -> None:
-        """Create ``dbNNNNN`` with the seed schema on each owning master and fill it."""
-        from migrator.mysql import connect as mysql_connect
+        from migrator.topology import create_shards
 
-        schema = resources.files("migrator.sandbox").joinpath("shard_schema.sql").read_text()
-        statements = [s for s in (x.strip() for x in schema.split(";")) if "CREATE" in s]
-
-        def seed_range(master: str, shard_list: list[int]) -> None:
-            conn = mysql_connect(hosts[master], creds, autocommit=False)
-            try:
-                with conn.cursor() as cur:
-                    for shard in shard_list:
-                        db = shard_db(shard)
-                        cur.execute(f"CREATE DATABASE IF NOT EXISTS `{db}`")
-                        cur.execute(f"USE `{db}`")
-                        for st in statements:
-                            cur.execute(st)
-                        seed_rows(cur, shard, rows)
-                        conn.commit()
-            finally:
-                conn.close()
-
-        with ThreadPoolExecutor(max_workers=4) as pool:
-            futs = [pool.submit(seed_range, r.master, list(r.shards)) for r in smap]
-            for f in futs:
-                f.result()
+        create_shards(smap, hosts, creds, rows=rows)
 
     def wait_pairs_converged(self, timeout: float = 60) -> None:
         """Each side has applied everything its peer has binlogged (MASTER_GTID_WAIT)."""
@@ -592,25 +568,6 @@ class Sandbox:
                         if line.startswith("VmRSS:"):
                             total += int(line.split()[1])
         return total / 1024
-
-
-def seed_rows(cur: Any, shard: int, rows: int) -> None:
-    """Some users, boards, pins and mappings in one shard (deterministic)."""
-    if rows <= 0:
-        return
-    cur.executemany("INSERT INTO users (data) VALUES (%s)",
-                    [json.dumps({"username": f"user{shard}_{i}", "email": f"u{i}@example.com"}) for i in range(max(1, rows // 10))])
-    cur.executemany("INSERT INTO boards (data) VALUES (%s)",
-                    [json.dumps({"name": f"board {i}", "shard": shard}) for i in range(max(1, rows // 10))])
-    cur.executemany("INSERT INTO pins (data) VALUES (%s)",
-                    [json.dumps({"details": f"pin {i} ✓", "link": f"http://example.com/{shard}/{i}"}) for i in range(rows)])
-    cur.execute("SELECT local_id FROM boards ORDER BY local_id")
-    boards = [r[0] for r in cur.fetchall()]
-    cur.execute("SELECT local_id FROM pins ORDER BY local_id")
-    pins = [r[0] for r in cur.fetchall()]
-    maps = [(encode(shard, TYPE_BOARD, boards[i % len(boards)]), encode(shard, TYPE_PIN, pid), 1_600_000_000 + i)
-            for i, pid in enumerate(pins)]
-    cur.executemany("INSERT INTO board_has_pins (board_id, pin_id, sequence) VALUES (%s, %s, %s)", maps)
 
 
 def stop_pid(pid: int, *, timeout: float = 30, marker: str = "") -> None:

@@ -1,0 +1,25 @@
+"""Run the real `migrator` CLI in a subprocess, as an operator would."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+
+def run_cli(*args: str, config=None, env=None, timeout: float = 120) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "migrator.cli.main"]
+    if config is not None:
+        cmd += ["--config", str(config)]
+    cmd += list(args)
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=full_env)
+
+
+def assert_one_line_error(res: subprocess.CompletedProcess, *needles: str) -> None:
+    assert res.returncode != 0, res.stdout
+    assert "Traceback" not in res.stderr, res.stderr
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, res.stderr
+    for n in needles:
+        assert n in lines[0], lines[0]
