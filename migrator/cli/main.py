@@ -239,7 +239,7 @@ def register(module: Any) -> None:
 def _load_plugins() -> None:
     import importlib
 
-    for name in ("migrator.cli.queue", "migrator.cli.migrate"):
+    for name in ("migrator.cli.queue", "migrator.cli.migrate", "migrator.cli.playbook"):
         try:
             mod = importlib.import_module(name)
         except ModuleNotFoundError as exc:
@@ -262,4 +262,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    # run through the canonical module so plugins share its state (config path)
+    from migrator.cli.main import main as _main
+
+    _main()

@@ -8,7 +8,7 @@ import sys
 
 
 def run_cli(*args: str, config=None, env=None, timeout: float = 120) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "migrator.cli.main"]
+    cmd = [sys.executable, "-m", "migrator"]
     if config is not None:
         cmd += ["--config", str(config)]
     cmd += list(args)

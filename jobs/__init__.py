@@ -1,0 +1,1 @@
+"""RQ job entry points: thin functions that load state from ZooKeeper and call migrator."""

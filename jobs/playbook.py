@@ -1,0 +1,39 @@
+"""RQ entry point for playbook runs.
+
+``advance(run_id)`` executes the run from its cursor until it must wait, then
+enqueues itself again; progress lives in ZooKeeper, so a lost Redis or a
+killed worker only costs re-enqueueing (``migrator playbook resume RUN``).
+Runs inside a forking ``rq worker``: connections are opened here, per job.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rq import Queue, get_current_job
+
+from migrator import config as config_mod
+from migrator import playbook
+from migrator import zk as zk_mod
+
+QUEUE = "migrator"
+
+
+def advance(run_id: str, config_path: str | None = None, wait_budget_s: float = 20.0) -> dict[str, Any]:
+    cfg = config_mod.load(config_path)
+    creds = config_mod.load_credentials(cfg)
+    with zk_mod.connect(cfg, creds) as zk:
+        out = playbook.advance(cfg, zk, run_id, wait_budget_s=wait_budget_s)
+    job = get_current_job()
+    if job is not None:
+        job.meta.update({"run": run_id, "status": out.status, "step": out.step, "message": out.message[:300]})
+        job.save_meta()
+        if out.status in ("waiting", "busy"):
+            enqueue(run_id, config_path, connection=job.connection)
+    return {"status": out.status, "step": out.step, "message": out.message}
+
+
+def enqueue(run_id: str, config_path: str | None, *, connection: Any) -> Any:
+    q = Queue(QUEUE, connection=connection)
+    return q.enqueue(advance, run_id, config_path, job_timeout=-1,
+                     description=f"playbook {run_id}: advance", meta={"run": run_id})

@@ -1,0 +1,135 @@
+"""CLI: `migrator run PLAYBOOK`, `migrator approve RUN STEP`, `migrator playbook ...`."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from migrator import playbook as pbm
+
+playbook_app = typer.Typer(help="Runbook playbooks: runs, their steps, approvals.", no_args_is_help=True)
+
+
+def register(app: typer.Typer) -> None:
+    from migrator.cli.main import load_config, state
+
+    @app.command("run")
+    def run(
+        path: Path = typer.Argument(..., help="A playbook YAML file (see playbooks/)."),
+        sets: list[str] = typer.Option([], "--set", help="name=value for a playbook param; repeatable."),
+        dry_run: bool = typer.Option(False, "--dry-run", help="Check and print the steps; run nothing."),
+        sync: bool = typer.Option(False, "--sync", help="Run in this process instead of on RQ workers."),
+    ) -> None:
+        """Run a playbook (checked whole before anything runs)."""
+        pb = pbm.load(path)
+        params = pbm.bind_params(pb, pbm.parse_sets(sets))
+        if dry_run:
+            print("\n".join(pbm.dry_run(pb, params)))
+            return
+        cfg = load_config()
+        run_id = _create(cfg, pb, params)
+        print(f"playbook run {run_id} created")
+        if sync:
+            _drive(cfg, run_id)
+        else:
+            _enqueue(cfg, run_id, state.config_path)
+            print(f"enqueued on RQ queue 'migrator'; watch with `migrator playbook status {run_id}`")
+
+    @app.command("approve")
+    def approve(run_id: str, step: str) -> None:
+        """Approve a manual gate of a playbook run."""
+        from migrator import config as config_mod
+        from migrator import zk as zk_mod
+
+        cfg = load_config()
+        with zk_mod.connect(cfg, config_mod.load_credentials(cfg)) as zk:
+            pbm.RunStore(zk).approve(run_id, step)
+        print(f"approved {step} of {run_id}")
+
+    @playbook_app.command("status")
+    def status(run_id: str, as_json: bool = typer.Option(False, "--json")) -> None:
+        """A run's steps: status, attempts, what a gate waits on."""
+        from migrator import config as config_mod
+        from migrator import zk as zk_mod
+
+        cfg = load_config()
+        with zk_mod.connect(cfg, config_mod.load_credentials(cfg)) as zk:
+            st, _ = pbm.RunStore(zk).get(run_id)
+        st.pop("text", None)
+        if as_json:
+            print(json.dumps(st, indent=2, default=str))
+            return
+        print(f"{run_id}: playbook {st['playbook']} {st['status']}"
+              + (f" (migration {st['context']['migration']})" if st["context"].get("migration") else ""))
+        for sid, rec in st["steps"].items():
+            extra = f" waiting on: {'; '.join(rec['waiting_on'])}" if rec.get("waiting_on") else ""
+            err = f" error: {rec['error']}" if rec.get("error") else ""
+            print(f"  {sid:20s} {rec.get('status', '?'):8s} attempts={rec.get('attempts', 0)}{extra}{err}")
+
+    @playbook_app.command("list")
+    def list_runs() -> None:
+        """Every playbook run and its status."""
+        from migrator import config as config_mod
+        from migrator import zk as zk_mod
+
+        cfg = load_config()
+        with zk_mod.connect(cfg, config_mod.load_credentials(cfg)) as zk:
+            store = pbm.RunStore(zk)
+            for rid in store.list():
+                st, _ = store.get(rid)
+                print(f"{rid}  {st['playbook']:24s} {st['status']}")
+
+    @playbook_app.command("resume")
+    def resume(run_id: str, sync: bool = typer.Option(False, "--sync")) -> None:
+        """Continue a run from its last checkpoint (after a crash or a lost Redis)."""
+        cfg = load_config()
+        if sync:
+            _drive(cfg, run_id)
+        else:
+            _enqueue(cfg, run_id, state.config_path)
+            print(f"re-enqueued {run_id}")
+
+    app.add_typer(playbook_app, name="playbook")
+
+
+def _create(cfg: object, pb: pbm.Playbook, params: dict) -> str:
+    from migrator import config as config_mod
+    from migrator import zk as zk_mod
+
+    with zk_mod.connect(cfg, config_mod.load_credentials(cfg)) as zk:  # type: ignore[arg-type]
+        return pbm.RunStore(zk).create(pb, params)
+
+
+def _enqueue(cfg: object, run_id: str, config_path: Optional[str]) -> None:
+    import redis
+
+    from jobs import playbook as job
+    from migrator import config as config_mod
+
+    conn = redis.Redis.from_url(cfg.redis.url)  # type: ignore[attr-defined]
+    path = str(config_mod.resolve_path(config_path).resolve())
+    job.enqueue(run_id, path, connection=conn)
+
+
+def _drive(cfg: object, run_id: str) -> None:
+    from migrator import config as config_mod
+    from migrator import zk as zk_mod
+
+    with zk_mod.connect(cfg, config_mod.load_credentials(cfg)) as zk:  # type: ignore[arg-type]
+        last = None
+        while True:
+            out = pbm.advance(cfg, zk, run_id, wait_budget_s=5)
+            msg = f"{out.status}" + (f" at {out.step}" if out.step else "") + (f": {out.message}" if out.message else "")
+            if msg != last:
+                print(msg, flush=True)
+                last = msg
+            if out.status in ("done", "failed"):
+                if out.status == "failed":
+                    raise typer.Exit(1)
+                return
+            if out.status == "busy":
+                time.sleep(1)

@@ -1,0 +1,89 @@
+"""Playbooks are checked whole before anything runs; bad ones name the line."""
+
+from pathlib import Path
+
+import pytest
+
+from migrator import playbook as pbm
+from migrator.playbook import Gate, PlaybookError
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("name", ["split-host", "move-shards", "move-queue-partition", "rollback"])
+def test_shipped_playbooks_load(name):
+    pb = pbm.load(ROOT / "playbooks" / f"{name}.yaml")
+    assert pb.steps
+    assert pb.name == name
+
+
+def bad(text):
+    with pytest.raises(PlaybookError) as e:
+        pbm.load("bad.yaml", text)
+    return str(e.value)
+
+
+def test_unknown_step_names_line():
+    msg = bad("name: x\nsteps:\n  - id: plan\n    call: plan_split\n    with: {source: A1}\n  - id: y\n    call: teleport\n")
+    assert "bad.yaml:7" in msg and "unknown call 'teleport'" in msg
+
+
+def test_missing_parameter():
+    msg = bad("name: x\nsteps:\n  - id: plan\n    call: plan_move\n    with: {target: MySQL003A}\n")
+    assert "bad.yaml:3" in msg and "needs parameter 'shards'" in msg
+
+
+def test_mistyped_parameter():
+    msg = bad("name: x\nsteps:\n  - id: plan\n    call: plan_move_partition\n"
+              "    with: {queue: q, partition: seven, target: MySQL003A}\n")
+    assert "bad.yaml:5" in msg and "partition" in msg and "integer" in msg
+
+
+def test_unknown_parameter_and_variable():
+    assert "takes no parameter 'speed'" in bad(
+        "name: x\nsteps:\n  - id: p\n    call: plan_split\n    with: {source: A, speed: 3}\n")
+    assert "${nope} is not a declared param" in bad(
+        "name: x\nsteps:\n  - id: p\n    call: plan_split\n    with: {source: '${nope}'}\n")
+
+
+def test_bad_gate_and_yaml():
+    assert "unknown gate metric 'lagg_s'" in bad(
+        "name: x\nsteps:\n  - id: p\n    call: plan_split\n    with: {source: A}\n"
+        "  - id: c\n    call: cutover\n    gate: ['lagg_s < 1']\n")
+    assert "not valid YAML" in bad("name: x\nsteps: [\n")
+    assert "unknown key 'stepz'" in bad("name: x\nstepz: []\n")
+
+
+def test_migration_step_needs_a_plan_first():
+    assert "no earlier step plans one" in bad("name: x\nsteps:\n  - id: c\n    call: copy\n")
+
+
+def test_on_failure_must_name_a_handler():
+    assert "not a handler" in bad(
+        "name: x\nsteps:\n  - id: p\n    call: plan_split\n    with: {source: A}\n    on_failure: [undo]\n")
+
+
+def test_bind_params():
+    pb = pbm.load(ROOT / "playbooks" / "split-host.yaml")
+    assert pbm.bind_params(pb, {"source": "MySQL001A"})["freeze_budget_ms"] == 500
+    with pytest.raises(PlaybookError, match="needs --set source"):
+        pbm.bind_params(pb, {})
+    with pytest.raises(PlaybookError, match="no param 'colour'"):
+        pbm.bind_params(pb, {"source": "MySQL001A", "colour": "red"})
+    with pytest.raises(PlaybookError, match="integer"):
+        pbm.bind_params(pb, {"source": "MySQL001A", "freeze_budget_ms": "fast"})
+    lines = pbm.dry_run(pb, pbm.bind_params(pb, {"source": "MySQL001A", "target": "MySQL003A"}))
+    assert any("plan_split(source=MySQL001A, target=MySQL003A)" in ln for ln in lines)
+
+
+def test_gates():
+    g = Gate.parse("lag_s < 1 for 3 passes")
+    hist = [{"lag_s": 0.5}, {"lag_s": 0.2}]
+    assert not g.holds({}, hist, False)
+    assert g.holds({}, hist + [{"lag_s": 0.1}], False)
+    assert not g.holds({}, hist + [{"lag_s": 2}], False)
+    ms = Gate.parse("predicted_freeze_ms < 0.3s")
+    assert ms.value == 300 and ms.holds({"predicted_freeze_ms": 120}, [], False)
+    assert not ms.holds({"predicted_freeze_ms": None}, [], False)
+    assert Gate.parse("approval").holds({}, [], True) and not Gate.parse("approval").holds({}, [], False)
+    assert pbm.parse_duration("500ms") == 0.5 and pbm.parse_duration("2h") == 7200
