@@ -239,7 +239,7 @@ def register(module: Any) -> None:
 def _load_plugins() -> None:
     import importlib
 
-    for name in ("migrator.cli.queue", "migrator.cli.migrate", "migrator.cli.playbook"):
+    for name in ("migrator.cli.queue", "migrator.cli.migrate", "migrator.cli.playbook", "migrator.cli.ops"):
         try:
             mod = importlib.import_module(name)
         except ModuleNotFoundError as exc:

@@ -1,0 +1,52 @@
+"""CLI: `migrator history` (audit trail) and `migrator worker` (RQ workers for migration jobs)."""
+
+from __future__ import annotations
+
+import json
+from typing import Optional
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    from migrator.cli.main import load_config
+
+    @app.command("history")
+    def history(migration_id: Optional[str] = typer.Argument(None, help="Only this migration."),
+                limit: int = typer.Option(200, "--limit"),
+                as_json: bool = typer.Option(False, "--json")) -> None:
+        """Every shard-map change and migration state change: who, when, epochs."""
+        from migrator import audit
+        from migrator import config as config_mod
+        from migrator import zk as zk_mod
+
+        cfg = load_config()
+        with zk_mod.connect(cfg, config_mod.load_credentials(cfg)) as zk:
+            rows = audit.history(zk, migration_id=migration_id, limit=limit)
+        if as_json:
+            print(json.dumps(rows, indent=2))
+            return
+        for r in rows:
+            mid = f" [{r['migration']}]" if r.get("migration") else ""
+            print(f"{r['when_iso']}  {r['what']:9s} {r['who']}{mid}  {r['detail']}")
+
+    @app.command("worker")
+    def worker(
+        queues: list[str] = typer.Option(["migrator"], "--queue", "-q", help="RQ queues to serve; repeatable."),
+        burst: bool = typer.Option(False, "--burst", help="Exit when the queues are empty."),
+        name: Optional[str] = typer.Option(None, "--name"),
+    ) -> None:
+        """Run one RQ worker (with the scheduler) for migration and playbook jobs."""
+        import os
+
+        import redis
+        from rq import Queue, Worker
+
+        from migrator import config as config_mod
+
+        cfg = load_config()
+        # jobs find the fleet through the same config file
+        os.environ.setdefault(config_mod.ENV_CONFIG, str(cfg.path))
+        conn = redis.Redis.from_url(cfg.redis.url)
+        w = Worker([Queue(q, connection=conn) for q in queues], connection=conn, name=name)
+        w.work(burst=burst, with_scheduler=True)
