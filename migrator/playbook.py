@@ -141,7 +141,7 @@ TYPES: dict[str, Callable[[Any], Any]] = {
 
 @dataclass(frozen=True)
 class StepDef:
-    """A callable step: ``target`` is "module:function", called as fn(config, **params)."""
+    """A callable step: ``target`` is "module:function", called as fn(config, [migration id,] **params)."""
 
     target: str
     params: dict[str, tuple[str, bool]] = field(default_factory=dict)  # name -> (type, required)
@@ -530,7 +530,7 @@ def gate_metrics(config: Any, migration_id: str | None) -> tuple[dict[str, Any],
     """Current metrics and the catch-up pass table of a migration, for gates."""
     if not migration_id:
         return {}, []
-    status = _call("migrator.command:status", config, migration_id=migration_id)
+    status = _call("migrator.command:status", config, migration_id)
     passes = list(status.get("passes") or [])
     last = passes[-1] if passes else {}
     metrics = {
@@ -548,9 +548,9 @@ def gate_metrics(config: Any, migration_id: str | None) -> tuple[dict[str, Any],
     return metrics, hist
 
 
-def _call(target: str, config: Any, **kwargs: Any) -> Any:
+def _call(target: str, config: Any, *args: Any, **kwargs: Any) -> Any:
     mod, fn = target.split(":")
-    return getattr(importlib.import_module(mod), fn)(config, **kwargs)
+    return getattr(importlib.import_module(mod), fn)(config, *args, **kwargs)
 
 
 @dataclass
@@ -606,7 +606,7 @@ def _advance(config: Any, store: RunStore, run_id: str, poll_s: float, wait_budg
                 return _fail(config, store, run_id, pb, step, f"gate did not hold within {step.timeout:.0f}s: "
                              + "; ".join(pending), call)
             if step.wait_with and mid:
-                call(STEPS[step.wait_with].target, config, migration_id=mid, passes=1)
+                call(STEPS[step.wait_with].target, config, mid, passes=1)
             elif time.monotonic() - started_wait > wait_budget_s:
                 return Outcome("waiting", step.id, "; ".join(pending))
             else:
@@ -620,10 +620,9 @@ def _advance(config: Any, store: RunStore, run_id: str, poll_s: float, wait_budg
         version = store.put(run_id, state, version)
         sdef = STEPS[step.call]
         kwargs = resolve_args(step, state["params"])
-        if sdef.needs_migration:
-            kwargs["migration_id"] = mid
+        args = (mid,) if sdef.needs_migration else ()
         try:
-            result = call(sdef.target, config, **kwargs)
+            result = call(sdef.target, config, *args, **kwargs)
         except Exception as exc:  # a step failure is data for the run, not a crash of the engine
             state, version = store.get(run_id)
             rec = state["steps"][step.id]
@@ -667,10 +666,9 @@ def _fail(config: Any, store: RunStore, run_id: str, pb: Playbook, step: Step, e
             continue
         h = pb.handlers[hid]
         kwargs = resolve_args(h, state["params"])
-        if STEPS[h.call].needs_migration:
-            kwargs["migration_id"] = mid
+        args = (mid,) if STEPS[h.call].needs_migration else ()
         try:
-            call(STEPS[h.call].target, config, **kwargs)
+            call(STEPS[h.call].target, config, *args, **kwargs)
             outcome = "done"
         except Exception as exc:
             outcome = f"error: {str(exc).splitlines()[0][:300]}"
