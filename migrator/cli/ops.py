@@ -30,11 +30,28 @@ def register(app: typer.Typer) -> None:
             mid = f" [{r['migration']}]" if r.get("migration") else ""
             print(f"{r['when_iso']}  {r['what']:9s} {r['who']}{mid}  {r['detail']}")
 
+    @app.command("metrics")
+    def metrics_cmd(port: int = typer.Option(9640, "--port"), addr: str = typer.Option("127.0.0.1", "--addr")) -> None:
+        """Serve Prometheus /metrics of every migration (read from ZooKeeper on scrape)."""
+        import time
+
+        from migrator import config as config_mod
+        from migrator import metrics
+        from migrator import zk as zk_mod
+
+        cfg = load_config()
+        metrics.serve(zk_mod.connect(cfg, config_mod.load_credentials(cfg)), port, addr)
+        print(f"serving migration metrics on http://{addr}:{port}/metrics", flush=True)
+        while True:
+            time.sleep(3600)
+
     @app.command("worker")
     def worker(
         queues: list[str] = typer.Option(["migrator"], "--queue", "-q", help="RQ queues to serve; repeatable."),
         burst: bool = typer.Option(False, "--burst", help="Exit when the queues are empty."),
         name: Optional[str] = typer.Option(None, "--name"),
+        metrics_port: Optional[int] = typer.Option(None, "--metrics-port",
+                                                   help="Serve Prometheus /metrics of migrations on this port."),
     ) -> None:
         """Run one RQ worker (with the scheduler) for migration and playbook jobs."""
         import os
@@ -47,6 +64,11 @@ def register(app: typer.Typer) -> None:
         cfg = load_config()
         # jobs find the fleet through the same config file
         os.environ.setdefault(config_mod.ENV_CONFIG, str(cfg.path))
+        if metrics_port:
+            from migrator import metrics
+            from migrator import zk as zk_mod
+
+            metrics.serve(zk_mod.connect(cfg, config_mod.load_credentials(cfg)), metrics_port)
         conn = redis.Redis.from_url(cfg.redis.url)
         w = Worker([Queue(q, connection=conn) for q in queues], connection=conn, name=name)
         w.work(burst=burst, with_scheduler=True)
