@@ -86,8 +86,10 @@ class Options(BaseModel):
 
     chunk_rows: int = Field(default=1000, ge=1, le=1_000_000)  # first chunk; adapts after
     chunk_target_ms: int = Field(default=500, ge=10)
+    chunk_max_rows: int = Field(default=50_000, ge=1)  # upper bound of the adapted chunk
     copy_workers: int = Field(default=4, ge=1, le=64)
     max_standby_lag_s: float = Field(default=5.0, gt=0)  # throttle copy above this
+    max_threads_running: int = Field(default=50, ge=1)  # throttle copy while the source is this busy
     converge_lag_s: float = Field(default=1.0, gt=0)
     converge_events: int = Field(default=1000, ge=0)  # a pass delta at or under this converges
     not_converging_passes: int = Field(default=3, ge=1)
@@ -284,6 +286,15 @@ class MigrationStore:
             return sorted(self.zk.client.get_children(self._node(mid, prefix)))
         except NoNodeError:
             return []
+
+    def create_progress(self, mid: str, key: str, value: dict[str, Any]) -> bool:
+        """Create a progress node unless it exists; True if this call created it."""
+        try:
+            self.zk.client.create(self._node(mid, key), json.dumps(value, default=str).encode(),
+                                  acl=self.zk.protected_acl(), makepath=True)
+            return True
+        except NodeExistsError:
+            return False
 
     def delete(self, mid: str) -> None:
         spec = self.spec(mid)

@@ -1,0 +1,241 @@
+"""``migrator split / move / move-partition / preflight / copy / status / pause /
+resume / abort``: the migration commands of the CLI.
+
+Each command parses options, calls one function of :mod:`migrator.command`
+and prints its result; :func:`migrator.cli.main.main` turns a
+:class:`~migrator.errors.MigratorError` into one line and an exit code.
+Later phases add their commands in :func:`register` (or through a
+``register_cli(app)`` function in their own module, see ``PHASE_MODULES``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from typing import Any, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from migrator import command
+from migrator.migration import Options
+
+console = Console()
+err_console = Console(stderr=True)
+
+#: phase modules that bring their own CLI commands via register_cli(app)
+PHASE_MODULES = ("migrator.catch_up", "migrator.verify", "migrator.cutover")
+
+
+def _cfg() -> Any:
+    from migrator.cli.main import load_config
+
+    return load_config()
+
+
+def _human_bytes(n: float) -> str:
+    from migrator.cli.main import human_bytes
+
+    return human_bytes(n)
+
+
+def _duration(s: float) -> str:
+    if s == float("inf"):
+        return "unknown"
+    s = int(round(s))
+    h, rem = divmod(s, 3600)
+    m, sec = divmod(rem, 60)
+    return f"{h}h{m:02d}m{sec:02d}s" if h else (f"{m}m{sec:02d}s" if m else f"{sec}s")
+
+
+def _options(chunk_rows: Optional[int], chunk_target_ms: Optional[int], workers: Optional[int],
+             max_lag: Optional[float]) -> Options:
+    given = {k: v for k, v in {"chunk_rows": chunk_rows, "chunk_target_ms": chunk_target_ms,
+                               "copy_workers": workers, "max_standby_lag_s": max_lag}.items() if v is not None}
+    try:
+        return Options(**given)
+    except Exception as exc:  # pydantic's message names the bad option
+        raise typer.BadParameter(str(exc).splitlines()[-1]) from None
+
+
+def _print_plan(result: command.PlanResult, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(result.as_dict(), indent=2, default=str))
+        return
+    spec = result.spec
+    what = (f"queue {spec.queue} partition {spec.partition} ({', '.join(spec.tables)})"
+            if spec.kind == "queue_partition" else
+            "shards " + ",".join(f"{lo}-{hi}" if lo != hi else str(lo) for lo, hi in spec.ranges()))
+    console.print(f"{'dry run: would move' if not result.stored else 'planned ' + spec.id + ': move'} {what} "
+                  f"from {spec.source_master}/{spec.source_slave} to {spec.target_master}/{spec.target_slave}",
+                  markup=False, highlight=False)
+    est = result.estimate
+    if est is not None:
+        t = Table(title="tables to copy")
+        for col in ("table", "rows (est.)", "bytes"):
+            t.add_column(col, justify="right" if col != "table" else "left")
+        for te in est.tables:
+            t.add_row(f"{te.db}.{te.table}", f"{te.rows:,}", _human_bytes(te.bytes))
+        t.add_row("total", f"{est.rows:,}", _human_bytes(est.bytes), style="bold")
+        console.print(t)
+        console.print(f"copy rate {est.rows_per_s:,.0f} rows/s, {_human_bytes(est.bytes_per_s)}/s "
+                      f"({est.rate_source}); ETA {_duration(est.eta_s)}. Nothing was stored or locked.",
+                      markup=False, highlight=False)
+    else:
+        console.print(f"next: `migrator preflight {spec.id}`, then `migrator copy {spec.id}`",
+                      markup=False, highlight=False)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the migration commands to the ``migrator`` app."""
+
+    @app.command("split")
+    def split(
+        source: str = typer.Argument(..., help="The master whose ranges split, e.g. MySQL001A."),
+        to: Optional[str] = typer.Option(None, "--to", help="Target pair (its master); default: a spare pair."),
+        dry_run: bool = typer.Option(False, "--dry-run", help="Print shards, tables, rows, bytes, ETA; store nothing."),
+        as_json: bool = typer.Option(False, "--json"),
+        chunk_rows: Optional[int] = typer.Option(None, "--chunk-rows", help="First chunk size (adapts after)."),
+        chunk_target_ms: Optional[int] = typer.Option(None, "--chunk-target-ms", help="Time target per chunk."),
+        workers: Optional[int] = typer.Option(None, "--workers", help="Tables copied at once by --sync."),
+        max_lag: Optional[float] = typer.Option(None, "--max-lag", help="Throttle above this target standby lag (s)."),
+    ) -> None:
+        """Move the upper half of every range on SOURCE to a spare pair (or --to)."""
+        res = command.plan_split(_cfg(), source, to, dry_run=dry_run,
+                                 options=_options(chunk_rows, chunk_target_ms, workers, max_lag))
+        _print_plan(res, as_json)
+
+    @app.command("move")
+    def move(
+        shards: str = typer.Option(..., "--shards", help="Shards to move, e.g. 4-7 or 4,6."),
+        to: str = typer.Option(..., "--to", help="Target pair (its master)."),
+        dry_run: bool = typer.Option(False, "--dry-run"),
+        as_json: bool = typer.Option(False, "--json"),
+        chunk_rows: Optional[int] = typer.Option(None, "--chunk-rows"),
+        chunk_target_ms: Optional[int] = typer.Option(None, "--chunk-target-ms"),
+        workers: Optional[int] = typer.Option(None, "--workers"),
+        max_lag: Optional[float] = typer.Option(None, "--max-lag"),
+    ) -> None:
+        """Move shards (all on one source pair) to another pair."""
+        res = command.plan_move(_cfg(), shards, to, dry_run=dry_run,
+                                options=_options(chunk_rows, chunk_target_ms, workers, max_lag))
+        _print_plan(res, as_json)
+
+    @app.command("move-partition")
+    def move_partition(
+        queue: str = typer.Option(..., "--queue", help="Queue name."),
+        partition: int = typer.Option(..., "--partition", help="Partition index."),
+        to: str = typer.Option(..., "--to", help="Target pair (its master)."),
+        dry_run: bool = typer.Option(False, "--dry-run"),
+        as_json: bool = typer.Option(False, "--json"),
+    ) -> None:
+        """Move one queue partition's jobs table to another pair."""
+        res = command.plan_move_partition(_cfg(), queue, partition, to, dry_run=dry_run)
+        _print_plan(res, as_json)
+
+    @app.command("preflight")
+    def preflight(migration_id: str = typer.Argument(...), as_json: bool = typer.Option(False, "--json")) -> None:
+        """Check every precondition of the copy; exits non-zero on a failure."""
+        res = command.preflight(_cfg(), migration_id)
+        if as_json:
+            print(json.dumps(res.as_dict(), indent=2, default=str))
+        else:
+            for line in res.lines():
+                console.print(line, markup=False, highlight=False)
+            console.print(f"{len(res.failures)} failure(s), {len(res.warnings)} warning(s)", markup=False)
+        if not res.ok:
+            raise typer.Exit(6)
+
+    @app.command("copy")
+    def copy(
+        migration_id: str = typer.Argument(...),
+        sync: bool = typer.Option(False, "--sync", help="Copy in this process instead of RQ workers."),
+        workers: Optional[int] = typer.Option(None, "--workers", help="Threads for --sync."),
+        queue: str = typer.Option("migrator", "--queue", help="RQ queue (run `rq worker QUEUE`)."),
+    ) -> None:
+        """Preflight, then copy schema and rows (RQ jobs; --sync runs here)."""
+        cfg = _cfg()
+        if not sync:
+            job = command.start_copy(cfg, migration_id, queue=queue)
+            console.print(f"enqueued {job} on queue {queue!r}; follow with `migrator status {migration_id}`",
+                          markup=False, highlight=False)
+            return
+        seen: dict[str, dict[str, Any]] = {}
+
+        def show(view: dict[str, Any]) -> None:
+            seen[f"{view['db']}.{view['table']}"] = view
+            if view.get("done"):
+                console.print(f"  {view['db']}.{view['table']}: {view['rows']:,} rows done", markup=False)
+
+        out = command.run_copy(cfg, migration_id, workers=workers, on_progress=show)
+        console.print(f"copied {out['rows']:,} rows ({_human_bytes(out['bytes'])}) in {out['seconds']:.1f}s; "
+                      f"phase {out['phase']}", markup=False, highlight=False)
+
+    @app.command("status")
+    def status(migration_id: Optional[str] = typer.Argument(None), as_json: bool = typer.Option(False, "--json")) -> None:
+        """Migrations and their phases, or one migration's copy progress."""
+        out = command.status(_cfg(), migration_id)
+        if as_json:
+            print(json.dumps(out, indent=2, default=str))
+            return
+        if migration_id is None:
+            t = Table(title="migrations")
+            t.add_column("id", overflow="fold")
+            for col in ("phase", "kind", "shards", "source", "target", "note"):
+                t.add_column(col)
+            for m in out["migrations"]:
+                note = "paused" if m["paused"] else (m["error"] or "")[:60]
+                t.add_row(m["id"], m["phase"], m["kind"], ",".join(map(str, m["shards"])), m["source"], m["target"],
+                          note)
+            console.print(t)
+            return
+        spec = out["spec"]
+        console.print(f"{out['id']}: {out['phase']}{' (paused)' if out['paused'] else ''}, "
+                      f"{spec['source_master']} -> {spec['target_master']}, shards {spec['shards']}",
+                      markup=False, highlight=False)
+        if out["error"]:
+            console.print(f"last error: {out['error']}", markup=False, highlight=False)
+        c = out["copy"]
+        t = Table(title=f"copy: {c['done']}/{c['tables']} tables, {c['rows']:,} rows")
+        for col in ("table", "rows", "est. rows", "chunk", "done"):
+            t.add_column(col)
+        for p in c["per_table"]:
+            t.add_row(f"{p['db']}.{p['table']}", f"{p.get('rows', 0):,}", f"{p.get('est_rows', 0):,}",
+                      str(p.get("chunk_rows") or ""), "yes" if p.get("done") else "")
+        console.print(t)
+
+    @app.command("pause")
+    def pause(migration_id: str = typer.Argument(...)) -> None:
+        """Copy workers stop between chunks (resume with `migrator resume ID`)."""
+        out = command.pause(_cfg(), migration_id)
+        console.print(f"{migration_id} paused in phase {out['phase']}", markup=False)
+
+    @app.command("resume")
+    def resume(migration_id: str = typer.Argument(...),
+               queue: str = typer.Option("migrator", "--queue")) -> None:
+        """Clear the pause flag and re-enqueue the current step from the ZooKeeper record."""
+        out = command.resume(_cfg(), migration_id, queue=queue)
+        console.print(f"{migration_id} in phase {out['phase']}: " +
+                      (f"enqueued {out['job']}" if out["job"] else "no queued step for this phase"), markup=False)
+
+    @app.command("abort")
+    def abort(migration_id: str = typer.Argument(...),
+              yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation.")) -> None:
+        """Stop a migration before cutover: drop the target copies, release the locks."""
+        if not yes and not typer.confirm(f"abort {migration_id} and drop its copies on the target?"):
+            raise typer.Exit(1)
+        out = command.abort(_cfg(), migration_id)
+        console.print(f"{migration_id} aborted (was {out['was']}); dropped on the target: "
+                      f"{', '.join(out['dropped']) or 'nothing'}", markup=False, highlight=False)
+
+    for name in PHASE_MODULES:
+        try:
+            mod = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name == name:
+                continue
+            raise
+        hook = getattr(mod, "register_cli", None)
+        if hook is not None:
+            hook(app)

@@ -1,0 +1,251 @@
+"""The migration commands, one plain function each (alembic's ``command.py``).
+
+The typer CLI (:mod:`migrator.cli.migrate`), the RQ jobs (:mod:`jobs`) and
+playbooks all call these functions; none of them prints. Each takes the
+:class:`~migrator.config.Config` first, opens what it needs (ZooKeeper,
+MySQL, Redis) and closes it before returning. Errors are
+:class:`~migrator.errors.MigratorError` with a message that says what to do.
+
+Phase functions of later phases (catch-up, verify, cutover) are added here
+next to these, in the same shape.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from migrator import config as config_mod
+from migrator import copy as copy_mod
+from migrator import plan as plan_mod
+from migrator import preflight as preflight_mod
+from migrator import zk as zk_mod
+from migrator.config import Config, Credentials
+from migrator.errors import MigratorError
+from migrator.migration import MigrationStore, Options, Phase, Spec
+from migrator.zk import ZK
+
+#: phases after which abort no longer applies (the map flipped: roll back instead)
+NOT_ABORTABLE = (Phase.CUTOVER, Phase.DONE, Phase.ROLLED_BACK, Phase.CLEANED)
+
+
+class CommandError(MigratorError):
+    component = "command"
+
+
+def load_config(path: str | None = None) -> Config:
+    return config_mod.load(path)
+
+
+@contextmanager
+def session(config: Config) -> Iterator[tuple[ZK, Credentials]]:
+    """A ZooKeeper connection and the credentials, closed on exit."""
+    creds = config_mod.load_credentials(config)
+    zk = zk_mod.connect(config, creds)
+    try:
+        yield zk, creds
+    finally:
+        zk.close()
+
+
+def spec_of(zk: ZK, mid: str) -> Spec:
+    return MigrationStore(zk).spec(mid)
+
+
+def _redis(config: Config) -> Any:
+    from redis import Redis
+
+    return Redis.from_url(config.redis.url)
+
+
+def _config_path(config: Config) -> str | None:
+    return str(config.path) if config.path else None
+
+
+# -- plan ------------------------------------------------------------------------------------------
+
+@dataclass
+class PlanResult:
+    spec: Spec
+    stored: bool
+    estimate: plan_mod.Estimate | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"id": self.spec.id, "stored": self.stored, "spec": self.spec.model_dump(mode="json")}
+        if self.estimate is not None:
+            out["estimate"] = self.estimate.as_dict()
+        return out
+
+
+def _finish_plan(zk: ZK, creds: Credentials, spec: Spec, dry_run: bool) -> PlanResult:
+    if dry_run:
+        return PlanResult(spec, stored=False, estimate=plan_mod.estimate(zk, spec, creds))
+    holders = MigrationStore(zk).holders(spec.shards)
+    if holders:  # a clear message before trying (create() re-checks atomically)
+        desc = ", ".join(f"shard {s} by {m}" for s, m in sorted(holders.items()))
+        from migrator.migration import ShardsBusy
+
+        raise ShardsBusy(f"shards already moving: {desc}; wait for it, or abort it with `migrator abort ID`")
+    plan_mod.store(zk, spec)
+    return PlanResult(spec, stored=True)
+
+
+def plan_split(config: Config, source: str, target: str | None = None, *, dry_run: bool = False,
+               options: Options | None = None) -> PlanResult:
+    """Move the upper half of every range on ``source`` to ``target`` (or a spare pair)."""
+    with session(config) as (zk, creds):
+        spec = plan_mod.plan_split(zk, source, target, options=options)
+        return _finish_plan(zk, creds, spec, dry_run)
+
+
+def plan_move(config: Config, shards: str | list[int], target: str, *, dry_run: bool = False,
+              options: Options | None = None) -> PlanResult:
+    """Move ``shards`` ("4-7" or a list) to the pair of ``target``."""
+    shard_list = plan_mod.parse_shards(shards) if isinstance(shards, str) else sorted(shards)
+    with session(config) as (zk, creds):
+        spec = plan_mod.plan_move(zk, shard_list, target, options=options)
+        return _finish_plan(zk, creds, spec, dry_run)
+
+
+def plan_move_partition(config: Config, queue: str, partition: int, target: str, *, dry_run: bool = False,
+                        options: Options | None = None) -> PlanResult:
+    """Move one queue partition's jobs table to the pair of ``target``."""
+    with session(config) as (zk, creds):
+        spec = plan_mod.plan_move_partition(zk, queue, partition, target, options=options)
+        return _finish_plan(zk, creds, spec, dry_run)
+
+
+# -- preflight -----------------------------------------------------------------------------------------
+
+def preflight(config: Config, mid: str) -> preflight_mod.PreflightResult:
+    """Run every preflight check; the result lists failures and warnings."""
+    with session(config) as (zk, creds):
+        store = MigrationStore(zk)
+        spec = store.spec(mid)
+        st, _ = store.state(mid)
+        return preflight_mod.run(zk, spec, creds, phase=st.phase)
+
+
+# -- copy ------------------------------------------------------------------------------------------------
+
+def start_copy(config: Config, mid: str, *, queue: str = "migrator", slice_s: float | None = None) -> str:
+    """Enqueue the copy (preflight, schema, one job per table); returns the RQ job id."""
+    from jobs import copy as copy_jobs
+
+    with session(config) as (zk, _):
+        st, _ = MigrationStore(zk).state(mid)
+        if st.phase not in (Phase.PLANNED, Phase.PREFLIGHT, Phase.COPYING):
+            raise CommandError(f"migration {mid} is in phase {st.phase.value}: nothing to copy")
+    job = copy_jobs.enqueue_start(_redis(config), mid, _config_path(config), queue,
+                                  slice_s=slice_s if slice_s is not None else copy_jobs.SLICE_S)
+    return job.id
+
+
+def run_copy(config: Config, mid: str, *, workers: int | None = None,
+             on_progress: Callable[[dict[str, Any]], None] | None = None,
+             after_chunk: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """Copy in this process (threads), from the checkpoints, to the end.
+
+    Moves the migration to CATCHING_UP when every table is done; enqueues
+    nothing (the caller runs the next phase).
+    """
+    with session(config) as (zk, creds):
+        spec = spec_of(zk, mid)
+        t0 = time.monotonic()
+        pending = copy_mod.begin(zk, spec, creds)
+        n = workers or spec.options.copy_workers
+        results: list[copy_mod.TableResult] = []
+
+        def one(item: tuple[str, str]) -> copy_mod.TableResult:
+            return copy_mod.copy_table(zk, spec, item[0], item[1], creds, on_progress=on_progress,
+                                       after_chunk=after_chunk)
+
+        with ThreadPoolExecutor(max_workers=max(1, n), thread_name_prefix="copy") as pool:
+            results = list(pool.map(one, pending))
+        finished = copy_mod.finish_if_complete(zk, mid)
+        st, _ = MigrationStore(zk).state(mid)
+        return {"migration": mid, "phase": st.phase.value, "tables": len(pending), "finished": finished,
+                "rows": sum(r.rows for r in results), "bytes": sum(r.bytes for r in results),
+                "seconds": round(time.monotonic() - t0, 3),
+                "statuses": sorted({r.status for r in results})}
+
+
+# -- control ----------------------------------------------------------------------------------------------
+
+def pause(config: Config, mid: str) -> dict[str, Any]:
+    """Copy workers stop between chunks; ``resume`` continues from the checkpoints."""
+    with session(config) as (zk, _):
+        st = MigrationStore(zk).update(mid, lambda s: _set(s, paused=True))
+        return {"migration": mid, "paused": st.paused, "phase": st.phase.value}
+
+
+def resume(config: Config, mid: str, *, queue: str = "migrator") -> dict[str, Any]:
+    """Clear the pause flag and re-enqueue the current step from the ZooKeeper record."""
+    from jobs import resume as resume_jobs
+
+    with session(config) as (zk, _):
+        st = MigrationStore(zk).update(mid, lambda s: _set(s, paused=False))
+    job = resume_jobs.enqueue_current_step(_redis(config), config, mid, queue=queue)
+    return {"migration": mid, "phase": st.phase.value, "job": job.id if job else None}
+
+
+def _set(st: Any, **fields: Any) -> Any:
+    for k, v in fields.items():
+        setattr(st, k, v)
+    return st
+
+
+# -- status / abort ------------------------------------------------------------------------------------------
+
+def status(config: Config, mid: str | None = None) -> dict[str, Any]:
+    """Every migration's phase, or one migration's spec, state and per-table copy progress."""
+    with session(config) as (zk, _):
+        store = MigrationStore(zk)
+        if mid is None:
+            out = []
+            for m in store.list():
+                try:
+                    spec = store.spec(m)
+                    st, _ = store.state(m)
+                except MigratorError:
+                    continue
+                out.append({"id": m, "phase": st.phase.value, "kind": spec.kind, "shards": list(spec.shards),
+                            "source": spec.source_master, "target": spec.target_master, "paused": st.paused,
+                            "error": st.error})
+            return {"migrations": out}
+        spec = store.spec(mid)
+        st, _ = store.state(mid)
+        tables = copy_mod.table_progress(zk, mid)
+        rows = sum(int(t.get("rows", 0)) for t in tables)
+        est = sum(int(t.get("est_rows", 0)) for t in tables)
+        return {
+            "id": mid, "phase": st.phase.value, "paused": st.paused, "error": st.error,
+            "spec": spec.model_dump(mode="json"), "history": st.history,
+            "copy": {"tables": len(tables), "done": sum(1 for t in tables if t.get("done")), "rows": rows,
+                     "est_rows": est, "bytes": sum(int(t.get("bytes", 0)) for t in tables),
+                     "start_gtids": copy_mod.earliest_start_gtids(zk, mid), "per_table": tables},
+        }
+
+
+def abort(config: Config, mid: str, *, settle_s: float = 1.0) -> dict[str, Any]:
+    """Stop the migration: phase ABORTED (workers stop between chunks), drop the
+    target copies, release the shard locks and the maintenance pause."""
+    with session(config) as (zk, creds):
+        store = MigrationStore(zk)
+        spec = store.spec(mid)
+        st, _ = store.state(mid)
+        if st.phase in NOT_ABORTABLE:
+            raise CommandError(f"migration {mid} is in phase {st.phase.value}: the map has flipped or is flipping; "
+                               "use rollback instead of abort")
+        was = st.phase
+        store.set_phase(mid, Phase.ABORTED)
+        if was == Phase.COPYING and settle_s:
+            time.sleep(settle_s)  # copy workers check the phase between chunks
+        dropped = copy_mod.drop_target_copies(zk, spec, creds)
+        store.release_locks(spec)
+        plan_mod.release_maintenance_pause(zk, spec)
+        return {"migration": mid, "phase": Phase.ABORTED.value, "was": was.value, "dropped": dropped}

@@ -1,0 +1,7 @@
+CREATE TABLE geo_places (
+  id INT NOT NULL PRIMARY KEY,
+  spot POINT NOT NULL,
+  area POLYGON NULL,
+  anything GEOMETRY NULL,
+  SPATIAL INDEX (spot)
+) ENGINE=InnoDB;

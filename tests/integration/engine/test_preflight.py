@@ -1,0 +1,110 @@
+"""Preflight on the sandbox: a clean plan passes, each broken precondition gives
+its own clear failure line, and plans that must not exist are refused."""
+
+from __future__ import annotations
+
+import pytest
+
+from migrator import command
+from migrator.errors import UnknownHost
+from migrator.migration import MigrationStore, Phase, ShardsBusy
+from migrator.plan import PlanError
+from migrator.preflight import PreflightFailed
+from migrator.shard_map import ShardMapStore
+
+
+def _fails(result, name: str, *words: str) -> list[str]:
+    lines = [c.line() for c in result.failures if c.name == name]
+    assert any(all(w in line for w in words) for line in lines), (name, words, result.lines())
+    return lines
+
+
+def test_clean_split_passes_every_check(fleet):
+    spec = command.plan_split(fleet.config, "MySQL001A").spec
+    res = command.preflight(fleet.config, spec.id)
+    assert res.ok, res.lines()
+    names = {c.name for c in res.checks if c.ok}
+    assert {"hosts", "binlog", "gtid", "primary keys", "server ids", "target replication", "target empty",
+            "source is master", "grants", "binlog retention"} <= names
+    assert not res.warnings, res.lines()
+
+
+def test_table_without_primary_key_fails_and_copy_refuses(fleet, conns):
+    with conns("MySQL001A").cursor() as cur:
+        cur.execute("CREATE TABLE db00003.nokey (a INT, b TEXT)")
+        cur.execute("CREATE TABLE db00003.nullable_unique (a INT NULL, UNIQUE KEY (a))")
+    spec = command.plan_split(fleet.config, "MySQL001A").spec
+    res = command.preflight(fleet.config, spec.id)
+    _fails(res, "primary keys", "db00003.nokey", "no primary key")
+    _fails(res, "primary keys", "db00003.nullable_unique")
+    with pytest.raises(PreflightFailed, match="preflight check"):
+        command.run_copy(fleet.config, spec.id)
+    st, _ = MigrationStore(fleet.zk).state(spec.id)
+    assert st.phase == Phase.PREFLIGHT and "nokey" in (st.error or "")
+    with conns("MySQL003A").cursor() as cur:  # nothing was created on the target
+        cur.execute("SELECT COUNT(*) FROM information_schema.schemata WHERE schema_name LIKE 'db0000%'")
+        assert cur.fetchone()[0] == 0
+
+
+def test_statement_binlog_on_the_source_fails(fleet):
+    spec = command.plan_split(fleet.config, "MySQL001A").spec
+    with fleet.sandbox.root_conn("MySQL001A") as root, root.cursor() as cur:
+        cur.execute("SET GLOBAL binlog_format = 'STATEMENT'")
+        try:
+            res = command.preflight(fleet.config, spec.id)
+        finally:
+            cur.execute("SET GLOBAL binlog_format = 'ROW'")
+    _fails(res, "binlog", "binlog_format is STATEMENT", "MySQL001A")
+
+
+def test_source_that_became_the_passive_side_fails(fleet):
+    spec = command.plan_split(fleet.config, "MySQL001A").spec
+    store = ShardMapStore(fleet.zk)
+    store.update(lambda m: m.reassign(0, 3, "MySQL001B", "MySQL001A"), reason="test: failover")
+    res = command.preflight(fleet.config, spec.id)
+    _fails(res, "source is master", "MySQL001A is not the active master of shards 2,3", "MySQL001B")
+    with pytest.raises(PlanError, match="standby"):
+        command.plan_split(fleet.config, "MySQL001A")
+
+
+def test_target_holding_a_moving_database_fails(fleet, conns):
+    with conns("MySQL003A").cursor() as cur:
+        cur.execute("CREATE DATABASE db00003")
+    fleet.sandbox.wait_pairs_converged()
+    spec = command.plan_split(fleet.config, "MySQL001A").spec
+    res = command.preflight(fleet.config, spec.id)
+    _fails(res, "target empty", "db00003 on MySQL003A")
+    _fails(res, "target empty", "db00003 on MySQL003B")
+
+
+def test_target_pair_not_replicating_fails(fleet):
+    spec = command.plan_split(fleet.config, "MySQL001A").spec
+    with fleet.sandbox.root_conn("MySQL003B") as root, root.cursor() as cur:
+        cur.execute("STOP SLAVE")
+        try:
+            res = command.preflight(fleet.config, spec.id)
+        finally:
+            cur.execute("START SLAVE")
+    _fails(res, "target replication", "MySQL003B", "not running")
+
+
+def test_shards_already_moving_refuse_a_second_plan(fleet):
+    first = command.plan_move(fleet.config, "2-3", "MySQL003A").spec
+    with pytest.raises(ShardsBusy, match=f"shard 3 by {first.id}"):
+        command.plan_split(fleet.config, "MySQL001A")
+    with pytest.raises(ShardsBusy):
+        command.plan_move(fleet.config, [3], "MySQL003A")
+    # a dry run touches nothing, so it is allowed and leaves no record
+    dry = command.plan_move(fleet.config, [0], "MySQL003A", dry_run=True)
+    assert not dry.stored and MigrationStore(fleet.zk).list() == [first.id]
+    # after an abort the shards are free again
+    command.abort(fleet.config, first.id)
+    assert command.plan_split(fleet.config, "MySQL001A").stored
+
+
+def test_unknown_target_host_is_refused(fleet):
+    with pytest.raises(UnknownHost, match="MySQL009A"):
+        command.plan_move(fleet.config, "4-7", "MySQL009A")
+    with pytest.raises(UnknownHost, match="Nope"):
+        command.plan_split(fleet.config, "Nope")
+    assert MigrationStore(fleet.zk).list() == []

@@ -1,0 +1,89 @@
+"""Plan arithmetic: which shards a split moves, spare pairs, target checks, ETA."""
+
+from __future__ import annotations
+
+import pytest
+
+from migrator.errors import UnknownHost
+from migrator.fleet import Host, ShardMap, ShardRange
+from migrator.plan import (PlanError, eta_seconds, parse_shards, source_pair, spare_pairs, split_shards,
+                           target_pair, upper_half)
+
+
+def _map(*ranges: tuple[int, int, str, str]) -> ShardMap:
+    return ShardMap(num_shards=max(r[1] for r in ranges) + 1,
+                    ranges=tuple(ShardRange(lo=lo, hi=hi, master=m, slave=s) for lo, hi, m, s in ranges))
+
+
+def _hosts(*pairs: tuple[str, str]) -> dict[str, Host]:
+    out = {}
+    for i, (a, b) in enumerate(pairs):
+        out[a] = Host(name=a, port=3300 + 2 * i, partner=b)
+        out[b] = Host(name=b, port=3301 + 2 * i, partner=a)
+    return out
+
+
+@pytest.mark.parametrize("lo,hi,expect", [
+    (0, 3, [2, 3]), (0, 0, []), (0, 1, [1]), (4, 8, [7, 8]), (0, 511, list(range(256, 512))), (10, 12, [12]),
+])
+def test_upper_half(lo, hi, expect):
+    assert upper_half(lo, hi) == expect
+
+
+def test_split_takes_the_upper_half_of_every_range_of_the_master():
+    m = _map((0, 3, "A1", "B1"), (4, 7, "A2", "B2"), (8, 13, "A1", "B1"), (14, 15, "A2", "B2"))
+    assert split_shards(m, "A1") == [2, 3, 11, 12, 13]
+    assert split_shards(m, "A2") == [6, 7, 15]
+
+
+def test_split_refuses_the_standby_single_shard_ranges_and_idle_hosts():
+    m = _map((0, 0, "A1", "B1"), (1, 3, "A2", "B2"))
+    with pytest.raises(PlanError, match="standby .* split its master A2"):
+        split_shards(m, "B2")
+    with pytest.raises(PlanError, match="single-shard"):
+        split_shards(m, "A1")
+    with pytest.raises(PlanError, match="holds no shard range"):
+        split_shards(m, "C1")
+
+
+def test_parse_shards():
+    assert parse_shards("4-7") == [4, 5, 6, 7]
+    assert parse_shards("4-5, 9,4") == [4, 5, 9]
+    for bad in ("7-4", "x", "", "4-"):
+        with pytest.raises(PlanError):
+            parse_shards(bad)
+
+
+def test_spare_pairs_are_registered_pairs_without_a_range():
+    m = _map((0, 3, "A1", "B1"))
+    hosts = _hosts(("A1", "B1"), ("A3", "B3"), ("A2", "B2"))
+    assert spare_pairs(hosts, m) == [("A2", "B2"), ("A3", "B3")]
+
+
+def test_source_pair_must_be_one_pair():
+    m = _map((0, 3, "A1", "B1"), (4, 7, "A2", "B2"))
+    assert source_pair(m, [2, 3]) == ("A1", "B1")
+    with pytest.raises(PlanError, match="more than one pair"):
+        source_pair(m, [3, 4])
+
+
+def test_target_pair_checks():
+    m = _map((0, 3, "A1", "B1"), (4, 7, "A2", "B2"))
+    hosts = _hosts(("A1", "B1"), ("A2", "B2"), ("A3", "B3"))
+    assert target_pair(hosts, m, ("A1", "B1"), "A3") == ("A3", "B3")
+    assert target_pair(hosts, m, ("A1", "B1"), "A2") == ("A2", "B2")
+    with pytest.raises(PlanError, match="source pair"):
+        target_pair(hosts, m, ("A1", "B1"), "B1")
+    with pytest.raises(PlanError, match="standby .* name its master A2"):
+        target_pair(hosts, m, ("A1", "B1"), "B2")
+    with pytest.raises(UnknownHost):
+        target_pair(hosts, m, ("A1", "B1"), "A9")
+
+
+def test_eta_from_a_sampled_read_rate():
+    # 1M rows, reads at 10k rows/s, writes cost 3 reads, 4 tables on 4 workers: 75 s
+    assert eta_seconds(1_000_000, 10_000, workers=4, tables=4) == pytest.approx(75.0)
+    # parallelism is bounded by the number of tables
+    assert eta_seconds(1_000_000, 10_000, workers=8, tables=2) == pytest.approx(150.0)
+    assert eta_seconds(0, 10_000, workers=1, tables=1) == 0.0
+    assert eta_seconds(10, 0, workers=1, tables=1) == float("inf")
