@@ -22,12 +22,20 @@ from migrator.migration import MigrationStore, Phase
 
 from jobs.copy import QUEUE, enqueue_catch_up, enqueue_start
 
+
+def enqueue_finish(redis: Redis, mid: str, config_path: str | None = None, queue: str = QUEUE) -> Job:
+    from jobs import pipeline
+
+    return pipeline.enqueue(redis, mid, config_path, queue=queue)
+
+
 #: phase -> how to enqueue its entry step (redis, mid, config_path, queue) -> Job
 STEPS: dict[Phase, Any] = {
     Phase.PLANNED: enqueue_start,
     Phase.PREFLIGHT: enqueue_start,
     Phase.COPYING: enqueue_start,
     Phase.CATCHING_UP: enqueue_catch_up,
+    Phase.CONVERGED: enqueue_finish,
 }
 
 
@@ -38,6 +46,8 @@ def enqueue_current_step(redis: Redis, config: Config, mid: str, *, queue: str =
         st, _ = MigrationStore(zk).state(mid)
     if st.paused or st.phase not in STEPS:
         return None
+    if st.phase == Phase.CONVERGED and not st.autopilot:
+        return None  # an operator (or a playbook) decides when to cut over
     return STEPS[st.phase](redis, mid, str(config.path) if config.path else None, queue)
 
 

@@ -222,9 +222,17 @@ def status(config: Config, mid: str | None = None) -> dict[str, Any]:
         tables = copy_mod.table_progress(zk, mid)
         rows = sum(int(t.get("rows", 0)) for t in tables)
         est = sum(int(t.get("est_rows", 0)) for t in tables)
+        catchup, _ = store.get_progress(mid, "catchup")
+        verify_node, _ = store.get_progress(mid, "verify")
+        cut, _ = store.get_progress(mid, "cutover")
         return {
             "id": mid, "phase": st.phase.value, "paused": st.paused, "error": st.error,
             "spec": spec.model_dump(mode="json"), "history": st.history,
+            "passes": (catchup or {}).get("passes", []), "catchup_gtid": (catchup or {}).get("gtid"),
+            "not_converging": (catchup or {}).get("not_converging"),
+            "predicted_freeze_ms": st.predicted_freeze_ms, "freeze_ms": st.freeze_ms,
+            "verify": verify_node, "verify_mismatches": (verify_node or {}).get("mismatched"),
+            "cutover": cut, "cleanup_after": st.cleanup_after, "postpone_cutover": st.postpone_cutover,
             "copy": {"tables": len(tables), "done": sum(1 for t in tables if t.get("done")), "rows": rows,
                      "est_rows": est, "bytes": sum(int(t.get("bytes", 0)) for t in tables),
                      "start_gtids": copy_mod.earliest_start_gtids(zk, mid), "per_table": tables},
@@ -249,3 +257,117 @@ def abort(config: Config, mid: str, *, settle_s: float = 1.0) -> dict[str, Any]:
         store.release_locks(spec)
         plan_mod.release_maintenance_pause(zk, spec)
         return {"migration": mid, "phase": Phase.ABORTED.value, "was": was.value, "dropped": dropped}
+
+
+# -- later phases (their modules hold the logic; these are the shared entry points) ---------------------
+
+def catchup(config: Config, mid: str, *, passes: int | None = None) -> dict[str, Any]:
+    """Run catch-up passes in this process (until converged, or ``passes``)."""
+    from migrator import catch_up
+
+    results = catch_up.run_passes(config, mid, passes)
+    last = results[-1] if results else None
+    return {"migration": mid, "passes": len(results),
+            "converged": bool(last and last.converged),
+            "last": None if last is None else {"events": last.events, "lag_s": last.lag_s,
+                                               "apply_rate": last.apply_rate,
+                                               "predicted_freeze_ms": last.predicted_freeze_ms}}
+
+
+def verify(config: Config, mid: str, *, repair: bool = True) -> dict[str, Any]:
+    """Chunked checksums source vs target; mismatched chunks re-checked and re-copied."""
+    from migrator.verify import verify_migration
+
+    rep = verify_migration(config, mid, repair=repair)
+    # Rows that still differ while writes go on are rows in flight: the cutover re-checks every row
+    # changed since this check (and the suspect chunks) under its write fence, where nothing moves.
+    return {"migration": mid, "chunks": rep.chunks, "mismatched": len(rep.mismatched_chunks),
+            "repaired": rep.repaired_rows, "still_differing": len(rep.differing_rows), "ok": rep.ok}
+
+
+def cutover(config: Config, mid: str, *, freeze_budget_ms: int | None = None) -> dict[str, Any]:
+    """The fenced cutover (freeze, fence, drain to the sentinel, verify, flip, unfreeze)."""
+    from migrator import cutover as cutover_mod
+
+    if freeze_budget_ms is not None:
+        _set_budget(config, mid, freeze_budget_ms)
+    return cutover_mod.cutover(config, mid).to_dict()
+
+
+def _set_budget(config: Config, mid: str, budget_ms: int) -> None:
+    """The budget is part of the spec's options; an operator may lower or raise it before the cutover."""
+    with session(config) as (zk, _):
+        store = MigrationStore(zk)
+        spec = store.spec(mid)
+        if spec.options.freeze_budget_ms == budget_ms:
+            return
+        new = spec.model_copy(update={"options": spec.options.model_copy(update={"freeze_budget_ms": budget_ms})})
+        store.replace_spec(new)
+
+
+def rollback(config: Config, mid: str) -> dict[str, Any]:
+    """Tail the new master back into the tombstones and flip back."""
+    from migrator import rollback as rollback_mod
+
+    return rollback_mod.rollback(config, mid).to_dict()
+
+
+def cleanup(config: Config, mid: str, *, now: bool = False) -> dict[str, Any]:
+    """Drop the tombstones after the retention; before it, schedule that and return."""
+    from migrator import cleanup as cleanup_mod
+
+    try:
+        return cleanup_mod.cleanup(config, mid, now=now).to_dict()
+    except cleanup_mod.RetentionNotOver:
+        job = schedule_cleanup(config, mid)
+        return {"migration": mid, "scheduled": job}
+
+
+def schedule_cleanup(config: Config, mid: str, *, queue: str = "migrator") -> str | None:
+    """Enqueue the cleanup job for the end of the retention (needs a worker with the scheduler)."""
+    import datetime as dt
+
+    from rq import Queue
+
+    from jobs import cutover as cutover_jobs
+    from jobs.copy import job_id
+
+    with session(config) as (zk, _):
+        st, _ = MigrationStore(zk).state(mid)
+    if st.cleanup_after is None:
+        return None
+    when = dt.datetime.fromtimestamp(st.cleanup_after, tz=dt.timezone.utc)
+    job = Queue(queue, connection=_redis(config)).enqueue_at(
+        when, cutover_jobs.cleanup, mid, config_path=_config_path(config), job_id=job_id("cleanup", mid),
+        description=f"drop the tombstones of migration {mid}", meta={"migration": mid, "step": "cleanup"})
+    return job.id
+
+
+# -- the whole pipeline ---------------------------------------------------------------------------------------
+
+def launch(config: Config, mid: str, *, queue: str = "migrator") -> str:
+    """Hand a planned migration to the RQ pipeline: copy -> catch-up passes ->
+    verify -> cutover -> cleanup scheduled, each step enqueuing the next."""
+    with session(config) as (zk, _):
+        MigrationStore(zk).update(mid, lambda s: _set(s, autopilot=True))
+    return start_copy(config, mid, queue=queue)
+
+
+def postpone(config: Config, mid: str, *, on: bool = True) -> dict[str, Any]:
+    """Hold (or release) the pipeline before the cutover; catch-up keeps the target current."""
+    with session(config) as (zk, _):
+        st = MigrationStore(zk).update(mid, lambda s: _set(s, postpone_cutover=on))
+        return {"migration": mid, "postpone_cutover": st.postpone_cutover, "phase": st.phase.value}
+
+
+def set_options(config: Config, mid: str, **changes: Any) -> dict[str, Any]:
+    """Change a running migration's tunables (throttle limits, chunk target, budget).
+
+    Copy and catch-up jobs read the spec's options at each slice/pass, so the
+    change takes effect within a slice."""
+    with session(config) as (zk, _):
+        store = MigrationStore(zk)
+        spec = store.spec(mid)
+        opts = Options(**{**spec.options.model_dump(), **{k: v for k, v in changes.items() if v is not None}})
+        store.replace_spec(spec.model_copy(update={"options": opts}))
+        return {"migration": mid, "options": opts.model_dump()}

@@ -260,6 +260,11 @@ def begin(zk: ZK, spec: Spec, creds: Credentials) -> list[tuple[str, str]]:
     elif st.phase != Phase.COPYING:
         raise CopyError(f"migration {spec.id} is in phase {st.phase.value}: there is nothing to copy "
                         "(`migrator status ID`)", phase="copy")
+    # The cutover's sentinel table must exist before any table records its start position: the copy
+    # then carries it like any table, and catch-up never meets its CREATE TABLE.
+    from migrator.cutover import prepare_sentinels
+
+    prepare_sentinels(zk, spec, creds)
     return prepare(zk, spec, creds)
 
 

@@ -143,6 +143,8 @@ class State(BaseModel):
     history: list[dict[str, Any]] = Field(default_factory=list)  # phase changes: who, when, from, to
     paused: bool = False
     postpone_cutover: bool = False
+    #: driven end to end by the RQ pipeline (``split --yes``): convergence enqueues verify + cutover
+    autopilot: bool = False
     freeze_ms: float | None = None
     predicted_freeze_ms: float | None = None
     flipped_epoch: int | None = None
@@ -214,6 +216,15 @@ class MigrationStore:
         except NoNodeError:
             raise MigrationNotFound(f"no migration {mid!r} (see `migrator status`)") from None
         return Spec.model_validate_json(data)
+
+    def replace_spec(self, spec: Spec) -> None:
+        """Change a spec's options (what moves never changes: same id, pairs, shards, tables)."""
+        old = self.spec(spec.id)
+        same = ("kind", "source_master", "source_slave", "target_master", "target_slave", "shards", "tables",
+                "queue", "partition")
+        if any(getattr(old, f) != getattr(spec, f) for f in same):
+            raise MigrationError(f"migration {spec.id}: only options may change; plan a new migration instead")
+        self.zk.client.set(self._node(spec.id, "spec"), spec.model_dump_json().encode())
 
     def state(self, mid: str) -> tuple[State, int]:
         try:

@@ -635,7 +635,7 @@ def _advance(config: Any, store: RunStore, run_id: str, poll_s: float, wait_budg
         state, version = store.get(run_id)
         rec = state["steps"][step.id]
         if sdef.sets_migration and result:
-            state["context"]["migration"] = str(result)
+            state["context"]["migration"] = migration_id_of(result)
         rec.update(status="done", finished=time.time(), result=_small(result))
         state["cursor"] += 1
         version = store.put(run_id, state, version)
@@ -644,7 +644,17 @@ def _advance(config: Any, store: RunStore, run_id: str, poll_s: float, wait_budg
     return Outcome("done")
 
 
+def migration_id_of(result: Any) -> str:
+    """Plan commands return a plan (with its spec); use_migration returns the id."""
+    spec = getattr(result, "spec", None)
+    return str(spec.id) if spec is not None else str(result)
+
+
 def _small(result: Any) -> Any:
+    if hasattr(result, "as_dict"):
+        result = result.as_dict()
+    elif hasattr(result, "to_dict"):
+        result = result.to_dict()
     try:
         text = json.dumps(result, default=str)
     except (TypeError, ValueError):

@@ -87,6 +87,26 @@ def _print_plan(result: command.PlanResult, as_json: bool) -> None:
                       markup=False, highlight=False)
 
 
+def _maybe_launch(res: command.PlanResult, yes: bool, detach: bool) -> None:
+    if not yes or not res.stored:
+        return
+    from migrator import watch
+
+    cfg = _cfg()
+    mid = res.spec.id
+    job = command.launch(cfg, mid)
+    console.print(f"running {mid} on RQ workers (first job {job}); start workers with `migrator worker`",
+                  markup=False, highlight=False)
+    if detach:
+        return
+    st = watch.follow(cfg, mid, console=console, until={"done", "cleaned", "aborted", "rolled_back", "failed"})
+    if st["phase"] != "done":
+        console.print(f"{mid} ended in phase {st['phase']}: {st.get('error') or ''}", markup=False)
+        raise typer.Exit(1)
+    console.print(f"{mid} done: write freeze {st.get('freeze_ms') or 0:.0f} ms; tombstones kept for rollback, "
+                  "cleanup scheduled", markup=False, highlight=False)
+
+
 def register(app: typer.Typer) -> None:
     """Add the migration commands to the ``migrator`` app."""
 
@@ -100,11 +120,17 @@ def register(app: typer.Typer) -> None:
         chunk_target_ms: Optional[int] = typer.Option(None, "--chunk-target-ms", help="Time target per chunk."),
         workers: Optional[int] = typer.Option(None, "--workers", help="Tables copied at once by --sync."),
         max_lag: Optional[float] = typer.Option(None, "--max-lag", help="Throttle above this target standby lag (s)."),
+        yes: bool = typer.Option(False, "--yes", "-y", help="Run the whole migration on RQ workers now."),
+        detach: bool = typer.Option(False, "--detach", help="With --yes: do not follow progress."),
     ) -> None:
-        """Move the upper half of every range on SOURCE to a spare pair (or --to)."""
+        """Move the upper half of every range on SOURCE to a spare pair (or --to).
+
+        Without --yes it plans (records and locks); with --yes it also runs plan -> preflight -> copy ->
+        catch-up passes -> verify -> cutover on RQ workers (`migrator worker`), cleanup scheduled."""
         res = command.plan_split(_cfg(), source, to, dry_run=dry_run,
                                  options=_options(chunk_rows, chunk_target_ms, workers, max_lag))
         _print_plan(res, as_json)
+        _maybe_launch(res, yes and not dry_run, detach)
 
     @app.command("move")
     def move(
@@ -116,11 +142,14 @@ def register(app: typer.Typer) -> None:
         chunk_target_ms: Optional[int] = typer.Option(None, "--chunk-target-ms"),
         workers: Optional[int] = typer.Option(None, "--workers"),
         max_lag: Optional[float] = typer.Option(None, "--max-lag"),
+        yes: bool = typer.Option(False, "--yes", "-y", help="Run the whole migration on RQ workers now."),
+        detach: bool = typer.Option(False, "--detach"),
     ) -> None:
         """Move shards (all on one source pair) to another pair."""
         res = command.plan_move(_cfg(), shards, to, dry_run=dry_run,
                                 options=_options(chunk_rows, chunk_target_ms, workers, max_lag))
         _print_plan(res, as_json)
+        _maybe_launch(res, yes and not dry_run, detach)
 
     @app.command("move-partition")
     def move_partition(
@@ -129,10 +158,13 @@ def register(app: typer.Typer) -> None:
         to: str = typer.Option(..., "--to", help="Target pair (its master)."),
         dry_run: bool = typer.Option(False, "--dry-run"),
         as_json: bool = typer.Option(False, "--json"),
+        yes: bool = typer.Option(False, "--yes", "-y", help="Run the whole migration on RQ workers now."),
+        detach: bool = typer.Option(False, "--detach"),
     ) -> None:
         """Move one queue partition's jobs table to another pair."""
         res = command.plan_move_partition(_cfg(), queue, partition, to, dry_run=dry_run)
         _print_plan(res, as_json)
+        _maybe_launch(res, yes and not dry_run, detach)
 
     @app.command("preflight")
     def preflight(migration_id: str = typer.Argument(...), as_json: bool = typer.Option(False, "--json")) -> None:

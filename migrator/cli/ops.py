@@ -45,6 +45,22 @@ def register(app: typer.Typer) -> None:
         while True:
             time.sleep(3600)
 
+    @app.command("demo")
+    def demo(
+        directory: str = typer.Option(".sandbox-demo", "--dir", help="A fresh sandbox is started here."),
+        base_port: int = typer.Option(33300, "--base-port"),
+        rate: float = typer.Option(200.0, "--rate", help="Queue load, jobs/s (0: as fast as it can)."),
+        rows: int = typer.Option(500, "--rows", help="Seed pins per shard."),
+        shards: int = typer.Option(16, "--shards"),
+        down: bool = typer.Option(False, "--down", help="Stop the sandbox at the end."),
+    ) -> None:
+        """A live split of a sandbox fleet under queue load, with a report."""
+        from migrator.demo import run_demo
+
+        report = run_demo(directory=directory, base_port=base_port, rate=rate, rows=rows, shards=shards, down=down)
+        if not report.ok:
+            raise typer.Exit(1)
+
     @app.command("worker")
     def worker(
         queues: list[str] = typer.Option(["migrator"], "--queue", "-q", help="RQ queues to serve; repeatable."),

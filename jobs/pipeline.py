@@ -1,0 +1,94 @@
+"""RQ job that takes a converged migration through verify and cutover.
+
+``migrator split --yes`` marks a migration as driven by the pipeline
+(``State.autopilot``). Copy jobs hand over to catch-up jobs; when a catch-up
+pass converges it enqueues :func:`finish`, which verifies (re-copying what
+differs), then runs the fenced cutover and schedules the cleanup. A cutover
+that stops before the flip (freeze budget, a conflicting map edit, a fence
+timeout) leaves the source serving; ``finish`` then runs one more catch-up
+pass and tries again, a bounded number of times, and otherwise leaves the
+migration converged with the error for an operator.
+
+``postpone_cutover`` (``migrator postpone ID``) holds the pipeline before the
+cutover: ``finish`` re-enqueues itself until it is cleared.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from rq import Queue, get_current_job
+
+from migrator import command
+from migrator import config as config_mod
+from migrator.migration import MigrationStore, Phase
+
+MAX_ATTEMPTS = 5
+POSTPONE_RECHECK_S = 5
+
+
+def finish(migration_id: str, config_path: str | None = None, attempt: int = 0) -> dict[str, Any]:
+    cfg = config_mod.load(config_path)
+    with command.session(cfg) as (zk, _):
+        st, _ = MigrationStore(zk).state(migration_id)
+    out: dict[str, Any] = {"migration": migration_id, "attempt": attempt, "phase": st.phase.value}
+    if st.phase == Phase.CATCHING_UP:
+        command.catchup(cfg, migration_id, passes=1)
+        return _again(out, migration_id, config_path, attempt, "not converged yet: one more pass")
+    if st.phase != Phase.CONVERGED:
+        out["skipped"] = f"phase is {st.phase.value}"
+        return out
+    if st.postpone_cutover or st.paused:
+        return _again(out, migration_id, config_path, attempt, "cutover postponed", delay=POSTPONE_RECHECK_S,
+                      count=False)
+    out["verify"] = command.verify(cfg, migration_id)
+    try:
+        out["cutover"] = command.cutover(cfg, migration_id)
+    except Exception as exc:  # noqa: BLE001 - the cutover stopped before the flip; the source serves
+        with command.session(cfg) as (zk, _):
+            st, _ = MigrationStore(zk).state(migration_id)
+        if st.phase != Phase.CONVERGED or attempt + 1 >= MAX_ATTEMPTS:
+            raise
+        out["error"] = str(exc)
+        command.catchup(cfg, migration_id, passes=1)
+        return _again(out, migration_id, config_path, attempt, "cutover stopped before the flip; retrying")
+    out["cleanup_job"] = command.schedule_cleanup(cfg, migration_id, queue=_queue_name())
+    _meta(out)
+    return out
+
+
+def _queue_name() -> str:
+    job = get_current_job()
+    return job.origin if job else "migrator"
+
+
+def _meta(out: dict[str, Any]) -> None:
+    job = get_current_job()
+    if job is not None:
+        job.meta["pipeline"] = {k: v for k, v in out.items() if k in ("phase", "attempt", "error", "skipped", "next")}
+        job.save_meta()
+
+
+def _again(out: dict[str, Any], mid: str, config_path: str | None, attempt: int, why: str, *,
+           delay: float = 0, count: bool = True) -> dict[str, Any]:
+    out["next"] = why
+    _meta(out)
+    job = get_current_job()
+    if job is None:
+        return out
+    enqueue(job.connection, mid, config_path, queue=job.origin, attempt=attempt + (1 if count else 0),
+            delay=delay)
+    return out
+
+
+def enqueue(redis: Any, mid: str, config_path: str | None, *, queue: str = "migrator", attempt: int = 0,
+            delay: float = 0) -> Any:
+    from jobs.copy import job_id
+
+    q = Queue(queue, connection=redis)
+    kwargs = dict(config_path=config_path, attempt=attempt, job_id=job_id("finish", mid), job_timeout=3600,
+                  description=f"verify and cut over migration {mid}", meta={"migration": mid, "step": "finish"})
+    if delay:
+        return q.enqueue_in(dt.timedelta(seconds=delay), finish, mid, **kwargs)
+    return q.enqueue(finish, mid, **kwargs)
