@@ -1,0 +1,393 @@
+"""``migrator queue ...`` and ``migrator partitions ...``: the queue service's CLI.
+
+Server processes (``serve``, ``broker``, ``worker``, ``load``) and admin
+commands (``create``, ``list``, ``pause``, ``counts``, ...). Admin commands
+talk to the fleet directly through :class:`QueueService`; the CLI only parses
+options and prints. :func:`migrator.cli.main.main` turns errors into one line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+console = Console()
+
+queue_app = typer.Typer(help="The MySQL-backed job queue on the fleet: serve, brokers, workers, admin, load.",
+                        no_args_is_help=True)
+ledger_app = typer.Typer(help="The load generator's ledger.", no_args_is_help=True)
+partitions_app = typer.Typer(help="Partition maintenance of queue and log tables.", no_args_is_help=True)
+queue_app.add_typer(ledger_app, name="ledger")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(queue_app, name="queue")
+    app.add_typer(partitions_app, name="partitions")
+
+
+def _cfg() -> Any:
+    from migrator.cli.main import load_config
+
+    return load_config()
+
+
+def _service(**kw: Any) -> Any:
+    from migrator.queue.service import QueueService
+
+    return QueueService(_cfg(), **kw)
+
+
+def _listen(value: str | None, cfg: Any) -> tuple[str, int]:
+    text = value or cfg.queue.listen
+    host, _, port = text.rpartition(":")
+    return host or "127.0.0.1", int(port)
+
+
+def _print(obj: Any) -> None:
+    print(json.dumps(obj, indent=2, default=str))
+
+
+# -- servers ----------------------------------------------------------------------------
+
+@queue_app.command("serve")
+def serve(listen: Optional[str] = typer.Option(None, "--listen", help="HOST:PORT (default: [queue] listen)."),
+          broker: bool = typer.Option(False, "--broker/--no-broker",
+                                      help="Also run a dequeue broker in this process."),
+          reap_every: float = typer.Option(1.0, "--reap-every", help="Seconds between lease reaper passes."),
+          frozen_wait: float = typer.Option(10.0, "--frozen-wait", help="Max seconds a write waits on a frozen shard.")) -> None:
+    """Serve the HTTP/JSON API (OpenAPI at /docs) and Prometheus /metrics."""
+    import uvicorn
+
+    from migrator.queue.api import create_app
+    from migrator.queue.broker import Broker, BrokerDirectory
+
+    cfg = _cfg()
+    host, port = _listen(listen, cfg)
+    svc = _service(frozen_wait=frozen_wait)
+    b = None
+    if broker:
+        b = Broker(svc, url=f"http://{host}:{port}").start()
+    svc.dequeue_source = BrokerDirectory(svc, local=b, fallback_to_table=True, token=svc.credentials.queue_token)
+    stop = threading.Event()
+
+    def reaper() -> None:
+        while not stop.wait(reap_every):
+            try:
+                svc.reap()
+            except Exception:  # noqa: BLE001 - keep reaping
+                pass
+
+    if b is None:  # brokers reap the partitions they own
+        threading.Thread(target=reaper, daemon=True, name="reaper").start()
+    app = create_app(svc, token=svc.credentials.queue_token, broker=b)
+    console.print(f"queue service on http://{host}:{port} (docs at /docs, metrics at /metrics)")
+    try:
+        uvicorn.run(app, host=host, port=port, log_level="warning")
+    finally:
+        stop.set()
+        if b is not None:
+            b.stop()
+        svc.close()
+
+
+@queue_app.command("broker")
+def broker_cmd(listen: str = typer.Option("127.0.0.1:0", "--listen", help="HOST:PORT for broker dequeues (0: any free port)."),
+               buffer: int = typer.Option(200, "--buffer", help="Jobs buffered per owned partition."),
+               broker_id: Optional[str] = typer.Option(None, "--id")) -> None:
+    """Run a dequeue broker: own queue partitions (assigned through ZooKeeper) and serve them from memory."""
+    import uvicorn
+
+    from migrator.queue.api import create_app
+    from migrator.queue.broker import Broker
+
+    host, _, port_s = listen.rpartition(":")
+    host = host or "127.0.0.1"
+    port = int(port_s)
+    if port == 0:
+        with socket.socket() as s:
+            s.bind((host, 0))
+            port = s.getsockname()[1]
+    svc = _service()
+    b = Broker(svc, broker_id=broker_id, url=f"http://{host}:{port}", buffer_size=buffer).start()
+    console.print(f"broker {b.id} on http://{host}:{port}")
+    try:
+        uvicorn.run(create_app(svc, token=svc.credentials.queue_token, broker=b), host=host, port=port,
+                    log_level="warning")
+    finally:
+        b.stop()
+        svc.close()
+
+
+@queue_app.command("worker")
+def worker_cmd(queue: str = typer.Option(..., "--queue", "-q"),
+               handler: str = typer.Option(..., "--handler", help="package.module:function taking a job."),
+               concurrency: int = typer.Option(1, "--concurrency", "-n"),
+               lease: Optional[float] = typer.Option(None, "--lease", help="Lease seconds (default: the queue's)."),
+               url: Optional[str] = typer.Option(None, "--url", help="Use a queue server instead of the fleet directly."),
+               max_jobs: Optional[int] = typer.Option(None, "--max-jobs")) -> None:
+    """Run HANDLER on jobs of QUEUE with lease heartbeats; SIGTERM/SIGINT stop it gracefully."""
+    from migrator.queue.worker import load_handler, run_worker
+
+    fn = load_handler(handler)
+    api = _api(url)
+    try:
+        stats = run_worker(api, queue, fn, concurrency=concurrency, lease_seconds=lease, max_jobs=max_jobs,
+                           install_signals=True)
+    finally:
+        api.close()
+    console.print(f"worker stopped: {stats.succeeded} succeeded, {stats.failed} failed, {stats.stale} stale, "
+                  f"{stats.errors} errors")
+
+
+def _api(url: str | None) -> Any:
+    if url:
+        from migrator.config import load_credentials
+        from migrator.queue.client import QueueClient
+
+        return QueueClient(url, token=load_credentials(_cfg()).queue_token)
+    return _service()
+
+
+@queue_app.command("load")
+def load_cmd(queue: str = typer.Option("load", "--queue", "-q"),
+             rate: float = typer.Option(100.0, "--rate", help="Jobs/s to enqueue; 0 = as fast as possible."),
+             duration: float = typer.Option(10.0, "--duration", help="Seconds."),
+             ledger: Path = typer.Option(Path("queue-ledger.db"), "--ledger"),
+             partitions: int = typer.Option(2, "--partitions", help="Partitions if the queue is created."),
+             consumers: int = typer.Option(2, "--consumers"),
+             producers: int = typer.Option(1, "--producers"),
+             url: Optional[str] = typer.Option(None, "--url", help="Load a queue server instead of the fleet directly.")) -> None:
+    """Enqueue, dequeue and ack at a target rate, recording everything in a ledger."""
+    from migrator.config import load_credentials
+    from migrator.queue.load import run_load
+
+    cfg = _cfg()
+    token = load_credentials(cfg).queue_token if url else None
+    res = run_load(cfg, queue, rate, duration, ledger, url=url, token=token, partitions=partitions,
+                   consumers=consumers, producers=producers)
+    console.print(res.to_text(), markup=False, highlight=False)
+
+
+@ledger_app.command("check")
+def ledger_check(ledger: Path = typer.Option(Path("queue-ledger.db"), "--ledger"),
+                 as_json: bool = typer.Option(False, "--json")) -> None:
+    """Prove every acknowledged enqueue is done or pending; count double executions; rates and latencies."""
+    from migrator.queue.ledger import check_ledger
+
+    rep = check_ledger(_cfg(), ledger)
+    if as_json:
+        _print(rep.to_dict())
+    else:
+        print(rep.to_text())
+    if not rep.ok:
+        raise typer.Exit(1)
+
+
+# -- admin -------------------------------------------------------------------------------
+
+@queue_app.command("create")
+def create(name: str, partitions: int = typer.Option(1, "--partitions", "-p"),
+           fifo: bool = typer.Option(False, "--fifo"),
+           lease: float = typer.Option(30.0, "--lease"),
+           attempts: int = typer.Option(3, "--attempts"),
+           max_rate: float = typer.Option(0.0, "--max-rate", help="Dequeue jobs/s; 0 = unlimited.")) -> None:
+    """Create a queue: pick shards, create the jobs tables, record it in ZooKeeper."""
+    from migrator.queue.model import QueueConfig
+
+    with _service() as svc:
+        rec = svc.create_queue(name, QueueConfig(partitions=partitions, fifo=fifo, lease_seconds=lease,
+                                                 default_attempts=attempts, max_jobs_per_second=max_rate))
+    for p in rec.partitions:
+        print(f"{rec.name} partition {p.index}: shard {p.shard} table {p.table}")
+
+
+@queue_app.command("list")
+def list_cmd(counts: bool = typer.Option(True, "--counts/--no-counts")) -> None:
+    """Queues with their partitions and (optionally) jobs per state."""
+    with _service() as svc:
+        t = Table(title="queues")
+        for col in ("queue", "partitions", "shards", "fifo", "paused", "lease", "max/s", "NEW", "IPR", "OK", "FAIL"):
+            t.add_column(col)
+        for rec in svc.list_queues():
+            c = svc.counts(rec.name) if counts else {}
+            t.add_row(rec.name, str(len(rec.partitions)), ",".join(str(p.shard) for p in rec.partitions),
+                      "yes" if rec.config.fifo else "", "PAUSED" if rec.config.paused else "",
+                      f"{rec.config.lease_seconds:g}", f"{rec.config.max_jobs_per_second:g}",
+                      *(str(c.get(s, "")) for s in ("NEW", "IPR", "OK", "FAIL")))
+        console.print(t)
+
+
+@queue_app.command("show")
+def show(name: str) -> None:
+    """The queue's ZooKeeper record and counts, as JSON."""
+    with _service() as svc:
+        rec = svc.get_queue(name)
+        _print({**rec.model_dump(mode="json"), "counts": svc.counts(name)})
+
+
+@queue_app.command("update")
+def update(name: str, lease: Optional[float] = typer.Option(None, "--lease"),
+           attempts: Optional[int] = typer.Option(None, "--attempts"),
+           max_rate: Optional[float] = typer.Option(None, "--max-rate")) -> None:
+    """Change lease, default attempts or the dequeue rate limit."""
+    from migrator.queue.model import QueueConfigUpdate
+
+    with _service() as svc:
+        rec = svc.update_queue(name, QueueConfigUpdate(lease_seconds=lease, default_attempts=attempts,
+                                                        max_jobs_per_second=max_rate))
+    _print(rec.config.model_dump(mode="json"))
+
+
+@queue_app.command("pause")
+def pause(name: str) -> None:
+    """Stop dequeues of a queue (enqueues still accepted)."""
+    with _service() as svc:
+        svc.pause(name)
+    print(f"queue {name} paused")
+
+
+@queue_app.command("resume")
+def resume(name: str) -> None:
+    """Let a paused queue be dequeued again."""
+    with _service() as svc:
+        svc.resume(name)
+    print(f"queue {name} resumed")
+
+
+@queue_app.command("delete")
+def delete(name: str, yes: bool = typer.Option(False, "--yes", help="Really drop its tables.")) -> None:
+    """Delete a queue and drop its tables."""
+    if not yes:
+        from migrator.queue.errors import InvalidArgument
+
+        raise InvalidArgument(f"deleting queue {name} drops its jobs tables; pass --yes to confirm")
+    with _service() as svc:
+        svc.delete_queue(name)
+    print(f"queue {name} deleted")
+
+
+@queue_app.command("enqueue")
+def enqueue(name: str, bodies: list[str] = typer.Argument(..., help="Job bodies."),
+            priority: int = typer.Option(2, "--priority"), delay: Optional[float] = typer.Option(None, "--delay"),
+            attempts: Optional[int] = typer.Option(None, "--attempts"),
+            dedupe: Optional[str] = typer.Option(None, "--dedupe-key")) -> None:
+    """Enqueue jobs (one per BODY)."""
+    from migrator.queue.model import EnqueueJob
+
+    jobs = [EnqueueJob(body=b, priority=priority, delay_seconds=delay, attempts=attempts, dedupe_key=dedupe)
+            for b in bodies]
+    with _service() as svc:
+        for r in svc.enqueue(name, jobs):
+            print(f"{r.id}{' (deduplicated)' if r.deduplicated else ''}")
+
+
+@queue_app.command("counts")
+def counts(name: str) -> None:
+    """Jobs per state."""
+    with _service() as svc:
+        _print(svc.counts(name))
+
+
+@queue_app.command("lookup")
+def lookup(name: str, job_id: str) -> None:
+    """One job by id."""
+    from migrator.ids import parse_id
+
+    with _service() as svc:
+        _print(svc.lookup(name, parse_id(job_id)).model_dump(mode="json"))
+
+
+@queue_app.command("scan")
+def scan(name: str, state: str = typer.Option("NEW", "--state"), limit: int = typer.Option(20, "--limit"),
+         cursor: Optional[str] = typer.Option(None, "--cursor")) -> None:
+    """A page of jobs in a state (keyset pagination: pass --cursor from the last page)."""
+    with _service() as svc:
+        jobs, nxt = svc.scan(name, state, limit, cursor)
+    for j in jobs:
+        print(f"{j.id}  p{j.partition}  prio {j.priority}  left {j.attempts_left}  {j.custom_status!r}  {j.body[:60]!r}")
+    print(f"next cursor: {nxt}" if nxt else "(end)")
+
+
+@queue_app.command("retry")
+def retry(name: str, limit: int = typer.Option(1000, "--limit"),
+          attempts: Optional[int] = typer.Option(None, "--attempts")) -> None:
+    """Move failed jobs back to pending."""
+    with _service() as svc:
+        print(f"{svc.retry_failed(name, limit, attempts)} job(s) back to NEW")
+
+
+@queue_app.command("purge")
+def purge(name: str, state: str = typer.Option(..., "--state"), limit: int = typer.Option(1000, "--limit")) -> None:
+    """Delete jobs of one state (routine purging is `migrator partitions maintain`)."""
+    with _service() as svc:
+        print(f"{svc.delete_jobs(name, state, limit)} job(s) deleted")
+
+
+# -- partitions ----------------------------------------------------------------------------
+
+@partitions_app.command("maintain")
+def maintain(dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan; change nothing."),
+             queue: Optional[list[str]] = typer.Option(None, "--queue", help="Only these queues."),
+             lock_wait: int = typer.Option(2, "--lock-wait", help="lock_wait_timeout (s) for each DDL."),
+             pretend_later: float = typer.Option(0.0, "--pretend-later", hidden=True,
+                                                 help="Pretend the clock is this many seconds later.")) -> None:
+    """Drop expired buckets (DROP PARTITION) and split FUTURE partitions ahead (REORGANIZE PARTITION)."""
+    from migrator.queue.maintenance import maintain as run
+
+    with _service() as svc:
+        reports = run(svc, advance_seconds=pretend_later, lock_wait_timeout=lock_wait, dry_run=dry_run,
+                      queues=queue or None)
+    for r in reports:
+        print(("[dry run] " if dry_run else "") + r.to_text())
+        if dry_run and (r.dropped or r.added):
+            print(f"    drop: {', '.join(r.dropped) or '-'}\n    add:  {', '.join(r.added) or '-'}")
+    if not reports:
+        print("no queue or log tables to maintain")
+
+
+@partitions_app.command("pause")
+def partitions_pause(shard: int, reason: str = typer.Option("", "--reason")) -> None:
+    """Pause maintenance of a shard (creates <root>/maintenance/paused/<shard>)."""
+    from migrator import zk as zk_mod
+    from migrator.config import load_credentials
+    from migrator.queue.maintenance import pause_path, pause_shard
+
+    cfg = _cfg()
+    with zk_mod.connect(cfg, load_credentials(cfg)) as zk:
+        pause_shard(zk, shard, reason or f"{os.environ.get('USER', '?')}@{socket.gethostname()} at {time.ctime()}")
+        print(f"maintenance paused on shard {shard} ({pause_path(zk, shard)})")
+
+
+@partitions_app.command("resume")
+def partitions_resume(shard: int) -> None:
+    """Resume maintenance of a shard."""
+    from migrator import zk as zk_mod
+    from migrator.config import load_credentials
+    from migrator.queue.maintenance import resume_shard
+
+    cfg = _cfg()
+    with zk_mod.connect(cfg, load_credentials(cfg)) as zk:
+        resume_shard(zk, shard)
+    print(f"maintenance resumed on shard {shard}")
+
+
+@partitions_app.command("paused")
+def partitions_paused() -> None:
+    """Shards whose maintenance is paused."""
+    from migrator import zk as zk_mod
+    from migrator.config import load_credentials
+    from migrator.queue.maintenance import paused_shards
+
+    cfg = _cfg()
+    with zk_mod.connect(cfg, load_credentials(cfg)) as zk:
+        shards = paused_shards(zk)
+    print(", ".join(map(str, shards)) if shards else "none")

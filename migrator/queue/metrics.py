@@ -1,0 +1,34 @@
+"""Prometheus metrics of the queue service (prometheus-client, default registry).
+
+Counters are process-wide and labelled by queue; job depth per state is a
+gauge refreshed from the tables when ``/metrics`` is scraped
+(:func:`refresh_depth`). Every queue process (API server, broker) exposes them.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from prometheus_client import Counter, Gauge
+
+if TYPE_CHECKING:
+    from migrator.queue.service import QueueService
+
+ENQUEUED = Counter("queue_enqueued_jobs", "Jobs enqueued", ["queue"])
+DEQUEUED = Counter("queue_dequeued_jobs", "Jobs handed out by dequeue", ["queue"])
+ACKED = Counter("queue_acked_jobs", "Jobs acknowledged with a valid claim", ["queue", "result"])
+STALE_ACKS = Counter("queue_stale_acks", "Acks, lease extensions or checkpoints refused as STALE_CLAIM", ["queue"])
+EMPTY_DEQUEUES = Counter("queue_empty_dequeues", "Dequeue calls that returned no job", ["queue"])
+LEASE_EXPIRED = Counter("queue_lease_expirations", "Claimed jobs whose lease expired (reaped)", ["queue"])
+DEPTH = Gauge("queue_depth", "Jobs per state (read from the jobs tables at scrape time)", ["queue", "state"])
+BROKER_BUFFERED = Gauge("queue_broker_buffered_jobs", "Jobs claimed into a broker's buffer", ["queue", "partition"])
+
+
+def refresh_depth(service: QueueService) -> None:
+    for rec in service.list_queues():
+        try:
+            counts = service.counts(rec.name)
+        except Exception:  # a moving shard must not break the scrape
+            continue
+        for state, n in counts.items():
+            DEPTH.labels(rec.name, state).set(n)

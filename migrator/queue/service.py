@@ -1,0 +1,565 @@
+"""QueueService: the queue API as plain Python methods.
+
+The HTTP server (:mod:`migrator.queue.api`), the load generator, brokers and
+tests all call these same methods. One instance per process: it owns a
+ZooKeeper client (unless given one), a :class:`ShardRouter` watching the shard
+map, a pooled :class:`ShardExecutor`, the queue catalog cache and the
+per-queue rate limiters.
+
+Dequeue goes to the partition's broker when brokers run (see
+:mod:`migrator.queue.broker`); otherwise it claims from the jobs table itself.
+Expired leases are reaped lazily by dequeue (at most once a second per
+partition) and by :meth:`reap` (brokers and ``serve`` call it periodically).
+
+The dequeue rate limit (``max_jobs_per_second``) is a token bucket in this
+process: with several API servers, each enforces the full rate.
+
+Partition choice on enqueue: a dedupe key hashes to a fixed partition (so the
+side table sees every copy of the key); other batches go round-robin, skipping
+partitions whose shard is frozen for a cutover when another one is free.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import random
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol
+
+from migrator import zk as zk_mod
+from migrator.config import Config, Credentials, load_credentials
+from migrator.ids import shard_db
+from migrator.queue import metrics
+from migrator.queue import storage as st
+from migrator.queue.catalog import QueueCatalog
+from migrator.queue.errors import InvalidArgument, JobNotFound, QueuePaused, RateLimited
+from migrator.queue.executor import ShardExecutor
+from migrator.queue.model import (
+    MAX_BATCH, AckItem, CheckpointItem, EnqueueJob, EnqueueResult, JobDescriptor, JobFilter, JobInfo,
+    JobState, PartitionRecord, QueueConfig, QueueConfigUpdate, QueueRecord, check_queue_name, job_id,
+    split_job_id,
+)
+from migrator.queue.pacing import TokenBucket, backoff_seconds
+from migrator.queue.partitioning import jobs_policy
+from migrator.router import ShardRouter
+from migrator.zk import ZK
+
+REAP_EVERY = 1.0
+
+
+def policy_for(config: QueueConfig):  # -> TablePolicy
+    r = config.retention
+    return jobs_policy(r.new, r.ipr, r.ok, r.fail)
+
+
+class DequeueSource(Protocol):
+    """Where dequeues of a partition are served from (a broker), if not the table."""
+
+    def dequeue(self, record: QueueRecord, part: PartitionRecord, limit: int,
+                lease_s: float) -> list[JobDescriptor] | None: ...
+
+
+class QueueService:
+    def __init__(self, config: Config, credentials: Credentials | None = None, *, zk: ZK | None = None,
+                 router: ShardRouter | None = None, frozen_wait: float = 10.0, catalog_ttl: float = 1.0):
+        self.config = config
+        self.credentials = credentials or load_credentials(config)
+        self._own_zk = zk is None
+        self.zk = zk or zk_mod.connect(config, self.credentials)
+        self.router = router or ShardRouter(self.zk, self.credentials).start()
+        self.executor = ShardExecutor(self.router, self.credentials, frozen_wait=frozen_wait)
+        self.catalog = QueueCatalog(self.zk, ttl=catalog_ttl)
+        self._limiters: dict[str, TokenBucket] = {}
+        self._rr = itertools.count(random.randrange(1 << 16))
+        self._last_reap: dict[tuple[str, int], float] = {}
+        self._lock = threading.Lock()
+        self._enqueued = threading.Condition()
+        self.dequeue_source: DequeueSource | None = None
+
+    def close(self) -> None:
+        self.executor.close()
+        if self._own_zk:
+            self.zk.close()
+
+    def __enter__(self) -> QueueService:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- queues ---------------------------------------------------------------------
+    def create_queue(self, name: str, config: QueueConfig | None = None) -> QueueRecord:
+        check_queue_name(name)
+        config = config or QueueConfig()
+        if self.catalog.exists(name):
+            from migrator.queue.errors import QueueExists
+
+            raise QueueExists(f"queue {name} already exists; pick another name or delete it first")
+        shards = self._place(name, config.partitions)
+        parts = []
+        for i, shard in enumerate(shards):
+            table = st.jobs_table_name(name, i)
+            from migrator.mysql import ident
+
+            ident(table)  # the name must make a valid identifier (64 chars)
+            parts.append(PartitionRecord(index=i, shard=shard, table=table,
+                                         tables=[table, st.dedupe_table_name(table)]))
+        policy = policy_for(config)
+        for p in parts:
+            self.executor.run(p.shard, lambda c, p=p: st.create_partition_tables(c, shard_db(p.shard), p.table, policy),
+                              what=f"create {p.table}")
+        rec = QueueRecord(name=name, config=config, partitions=parts, created_at=time.time())
+        return self.catalog.create(rec)
+
+    def _place(self, name: str, n: int) -> list[int]:
+        smap = self.router.map
+        if n > smap.num_shards:
+            raise InvalidArgument(
+                f"{n} partitions need {n} distinct shards; the fleet has {smap.num_shards}"
+            )
+        load = {s: 0 for s in range(smap.num_shards)}
+        for rec in self.catalog.all():
+            for p in rec.partitions:
+                if p.shard in load:
+                    load[p.shard] += 1
+        salt = int.from_bytes(hashlib.md5(name.encode()).digest()[:4], "big")
+        order = sorted(load, key=lambda s: (load[s], (s * 2654435761 + salt) % (1 << 32)))
+        return sorted(order[:n])
+
+    def get_queue(self, name: str) -> QueueRecord:
+        return self.catalog.get(name, fresh=True)
+
+    def list_queues(self) -> list[QueueRecord]:
+        return self.catalog.all()
+
+    def update_queue(self, name: str, update: QueueConfigUpdate) -> QueueRecord:
+        changes = update.model_dump(exclude_none=True)
+
+        def change(rec: QueueRecord) -> QueueRecord:
+            cfg = rec.config.model_copy(update=changes)
+            return rec.model_copy(update={"config": QueueConfig.model_validate(cfg.model_dump())})
+
+        return self.catalog.update(name, change)
+
+    def pause(self, name: str) -> QueueRecord:
+        return self._set_paused(name, True)
+
+    def resume(self, name: str) -> QueueRecord:
+        return self._set_paused(name, False)
+
+    def _set_paused(self, name: str, paused: bool) -> QueueRecord:
+        return self.catalog.update(
+            name, lambda rec: rec.model_copy(update={"config": rec.config.model_copy(update={"paused": paused})})
+        )
+
+    def delete_queue(self, name: str) -> None:
+        rec = self.catalog.get(name, fresh=True)
+        self.catalog.delete(name)
+        for p in rec.partitions:
+            tables = p.tables or [p.table]
+            self.executor.run(p.shard, lambda c, p=p, tables=tables: st.drop_partition_tables(c, shard_db(p.shard), tables),
+                              what=f"drop {p.table}")
+
+    # -- enqueue --------------------------------------------------------------------
+    def enqueue(self, queue: str, jobs: list[EnqueueJob]) -> list[EnqueueResult]:
+        if not jobs:
+            return []
+        if len(jobs) > MAX_BATCH:
+            raise InvalidArgument(f"at most {MAX_BATCH} jobs per enqueue, got {len(jobs)}")
+        rec = self.catalog.get(queue)
+        groups: dict[int, list[int]] = {}
+        rr_part = self._pick_partition(rec)
+        for i, j in enumerate(jobs):
+            if j.dedupe_key is not None and len(rec.partitions) > 1:
+                idx = int.from_bytes(hashlib.md5(j.dedupe_key.encode()).digest()[:8], "big") % len(rec.partitions)
+            else:
+                idx = rr_part
+            groups.setdefault(idx, []).append(i)
+        out: list[EnqueueResult | None] = [None] * len(jobs)
+        now = time.time()
+        for idx, members in groups.items():
+            part = rec.partition(idx)
+            new = [self._new_job(rec, jobs[i], now) for i in members]
+            ids = self._run(rec, part.shard,
+                                    lambda c, part=part, new=new: st.insert_jobs(c, shard_db(part.shard), part.table, new),
+                                    what=f"enqueue into {part.table}")
+            for i, (local, dup) in zip(members, ids):
+                out[i] = EnqueueResult(id=job_id(part.shard, local), partition=idx, deduplicated=dup)
+        metrics.ENQUEUED.labels(queue).inc(len(jobs))
+        with self._enqueued:
+            self._enqueued.notify_all()
+        return out  # type: ignore[return-value]
+
+    def _pick_partition(self, rec: QueueRecord) -> int:
+        n = len(rec.partitions)
+        if n == 1:
+            return 0
+        start = next(self._rr) % n
+        for k in range(n):  # prefer a partition whose shard is not frozen for a cutover
+            idx = (start + k) % n
+            if not self.router.is_frozen(rec.partition(idx).shard):
+                return idx
+        return start
+
+    @staticmethod
+    def _new_job(rec: QueueRecord, j: EnqueueJob, now: float) -> st.NewJob:
+        run_after = None
+        delay_us = 0
+        if j.run_after is not None:
+            run_after = st.from_epoch(j.run_after)
+        elif j.delay_seconds:
+            delay_us = int(j.delay_seconds * 1e6)
+        return st.NewJob(body=j.body, priority=j.priority, attempts=j.attempts or rec.config.default_attempts,
+                         custom_status=j.custom_status, run_after=run_after, delay_us=delay_us,
+                         dedupe_key=j.dedupe_key)
+
+    # -- dequeue --------------------------------------------------------------------
+    def dequeue(self, queue: str, limit: int = 1, lease_seconds: float | None = None,
+                wait_seconds: float = 0.0, partitions: Iterable[int] | None = None) -> list[JobDescriptor]:
+        if not 1 <= limit <= MAX_BATCH:
+            raise InvalidArgument(f"limit must be 1..{MAX_BATCH}, got {limit}")
+        if wait_seconds < 0 or wait_seconds > 60:
+            raise InvalidArgument("wait_seconds must be 0..60")
+        deadline = time.monotonic() + wait_seconds
+        while True:
+            got = self._dequeue_once(queue, limit, lease_seconds, partitions)
+            if got or time.monotonic() >= deadline:
+                if not got:
+                    metrics.EMPTY_DEQUEUES.labels(queue).inc()
+                return got
+            with self._enqueued:
+                self._enqueued.wait(min(0.2, max(0.0, deadline - time.monotonic())))
+
+    def _dequeue_once(self, queue: str, limit: int, lease_seconds: float | None,
+                      partitions: Iterable[int] | None) -> list[JobDescriptor]:
+        rec = self.catalog.get(queue)
+        if rec.config.paused:
+            raise QueuePaused(f"queue {queue} is paused; `migrator queue resume {queue}` to continue")
+        lease = lease_seconds if lease_seconds is not None else rec.config.lease_seconds
+        if lease <= 0 or lease > 86400:
+            raise InvalidArgument("lease_seconds must be in (0, 86400]")
+        bucket = self._limiter(rec)
+        allowed = bucket.take(limit)
+        if allowed == 0:
+            raise RateLimited(
+                f"queue {queue} allows {rec.config.max_jobs_per_second:g} dequeues/s; slow down and retry"
+            )
+        parts = [rec.partition(i) for i in partitions] if partitions is not None else list(rec.partitions)
+        if len(parts) > 1:
+            k = next(self._rr) % len(parts)
+            parts = parts[k:] + parts[:k]
+            # a partition whose shard is frozen for a cutover would make the claim wait; serve from the others
+            free = [p for p in parts if not self.router.is_frozen(p.shard)]
+            parts = free or parts
+        out: list[JobDescriptor] = []
+        for part in parts:
+            want = allowed - len(out)
+            if want <= 0:
+                break
+            got = None
+            if self.dequeue_source is not None:
+                got = self.dequeue_source.dequeue(rec, part, want, lease)
+            if got is None:
+                got = self.claim_from_table(rec, part, want, lease)
+            out.extend(got)
+        bucket.give_back(allowed - len(out))
+        if out:
+            metrics.DEQUEUED.labels(queue).inc(len(out))
+        return out
+
+    def claim_from_table(self, rec: QueueRecord, part: PartitionRecord, limit: int,
+                         lease_seconds: float) -> list[JobDescriptor]:
+        """Claim straight from the jobs table (no broker), reaping expired leases first."""
+        key = (rec.name, part.index)
+        now = time.monotonic()
+        if now - self._last_reap.get(key, 0.0) >= REAP_EVERY:
+            self._last_reap[key] = now
+            self.reap_partition(rec, part)
+        rows = self._run(
+            rec, part.shard,
+            lambda c: st.claim_jobs(c, shard_db(part.shard), part.table, limit, int(lease_seconds * 1e6),
+                                    fifo=rec.config.fifo),
+            what=f"dequeue from {part.table}",
+        )
+        return [self.descriptor(rec, part, r) for r in rows]
+
+    @staticmethod
+    def descriptor(rec: QueueRecord, part: PartitionRecord, r: st.ClaimedRow) -> JobDescriptor:
+        return JobDescriptor(
+            queue=rec.name, id=job_id(part.shard, r.local_id), partition=part.index, body=r.body,
+            priority=r.priority, claim=r.claim.encode(), attempt=r.claim.attempt,
+            attempts_allowed=r.attempts_allowed, attempts_left=r.attempts_left, custom_status=r.custom_status,
+            lease_until=st.to_epoch(r.lease_until) or 0.0, created_at=st.to_epoch(r.created_at) or 0.0,
+        )
+
+    def _run(self, rec: QueueRecord, shard: int, fn: Callable[[Any], Any], **kw: Any) -> Any:
+        """Run on a partition's shard; a "table moved" error first checks the queue still exists."""
+        return self.executor.run(shard, fn, guard=lambda: self.catalog.get(rec.name, fresh=True), **kw)
+
+    def _limiter(self, rec: QueueRecord) -> TokenBucket:
+        with self._lock:
+            b = self._limiters.get(rec.name)
+            if b is None:
+                b = self._limiters[rec.name] = TokenBucket(rec.config.max_jobs_per_second)
+            else:
+                b.configure(rec.config.max_jobs_per_second)
+            return b
+
+    # -- acks and other fenced updates -------------------------------------------------
+    def _by_partition(self, rec: QueueRecord, ids: list[int]) -> dict[int, list[int]]:
+        """Group item positions by partition index (a job id's shard names its partition)."""
+        groups: dict[int, list[int]] = {}
+        for pos, value in enumerate(ids):
+            shard, _local = split_job_id(value)
+            parts = rec.partitions_for_shard(shard)
+            if not parts:
+                raise InvalidArgument(f"job {value} (shard {shard}) does not belong to queue {rec.name}")
+            groups.setdefault(parts[0].index, []).append(pos)
+        return groups
+
+    def ack(self, queue: str, items: list[AckItem]) -> list[str]:
+        """Finish claimed jobs; per job "OK" or "STALE_CLAIM"."""
+        if len(items) > MAX_BATCH:
+            raise InvalidArgument(f"at most {MAX_BATCH} acks per call")
+        rec = self.catalog.get(queue)
+        out: list[str] = [""] * len(items)
+        for idx, positions in self._by_partition(rec, [it.id for it in items]).items():
+            part = rec.partition(idx)
+            fin = []
+            for pos in positions:
+                it = items[pos]
+                claim = st.Claim.parse(it.claim)
+                delay = it.retry_delay_seconds if it.retry_delay_seconds is not None else backoff_seconds(claim.attempt)
+                fin.append(st.Finish(split_job_id(it.id)[1], claim, it.success, int(delay * 1e6), it.custom_status))
+            res = self._run(rec, part.shard, lambda c, part=part, fin=fin: st.finish_jobs(c, shard_db(part.shard), part.table, fin),
+                                    what=f"ack in {part.table}")
+            for pos, ok in zip(positions, res):
+                out[pos] = "OK" if ok else "STALE_CLAIM"
+        n_ok = sum(1 for x in out if x == "OK")
+        metrics.ACKED.labels(queue, "success").inc(sum(1 for it, x in zip(items, out) if x == "OK" and it.success))
+        metrics.ACKED.labels(queue, "failure").inc(sum(1 for it, x in zip(items, out) if x == "OK" and not it.success))
+        metrics.STALE_ACKS.labels(queue).inc(len(items) - n_ok)
+        with self._enqueued:  # a failure ack may have made a job ready again
+            self._enqueued.notify_all()
+        return out
+
+    def extend_lease(self, queue: str, items: list[tuple[int, str]], lease_seconds: float | None = None) -> list[str]:
+        rec = self.catalog.get(queue)
+        lease = lease_seconds if lease_seconds is not None else rec.config.lease_seconds
+        if lease <= 0 or lease > 86400:
+            raise InvalidArgument("lease_seconds must be in (0, 86400]")
+        out: list[str] = [""] * len(items)
+        for idx, positions in self._by_partition(rec, [i for i, _ in items]).items():
+            part = rec.partition(idx)
+            args = [(split_job_id(items[p][0])[1], st.Claim.parse(items[p][1])) for p in positions]
+            res = self._run(rec, part.shard,
+                                    lambda c, part=part, args=args: st.extend_leases(c, shard_db(part.shard), part.table, args, int(lease * 1e6)),
+                                    what=f"extend lease in {part.table}")
+            for pos, ok in zip(positions, res):
+                out[pos] = "OK" if ok else "STALE_CLAIM"
+        return out
+
+    def checkpoint(self, queue: str, items: list[CheckpointItem]) -> list[str]:
+        rec = self.catalog.get(queue)
+        out: list[str] = [""] * len(items)
+        for idx, positions in self._by_partition(rec, [it.id for it in items]).items():
+            part = rec.partition(idx)
+            cps = []
+            for pos in positions:
+                it = items[pos]
+                cps.append(st.Checkpoint(
+                    split_job_id(it.id)[1], st.Claim.parse(it.claim), it.body, it.to_pending,
+                    st.from_epoch(it.run_after) if it.run_after is not None else None,
+                    int((it.delay_seconds or 0) * 1e6), it.attempts, it.custom_status,
+                ))
+            res = self._run(rec, part.shard,
+                                    lambda c, part=part, cps=cps: st.checkpoint_jobs(c, shard_db(part.shard), part.table, cps),
+                                    what=f"checkpoint in {part.table}")
+            for pos, ok in zip(positions, res):
+                out[pos] = "OK" if ok else "STALE_CLAIM"
+        with self._enqueued:
+            self._enqueued.notify_all()
+        return out
+
+    # -- reads ---------------------------------------------------------------------------
+    def lookup(self, queue: str, job: int) -> JobInfo:
+        rec = self.catalog.get(queue)
+        shard, local = split_job_id(job)
+        for part in rec.partitions_for_shard(shard):
+            row = self._run(rec, part.shard, lambda c, part=part: st.lookup_job(c, shard_db(part.shard), part.table, local),
+                                    write=False, what=f"lookup in {part.table}")
+            if row is not None:
+                return self._info(rec, part, row)
+        raise JobNotFound(f"job {job} is not in queue {queue} (never enqueued there, deleted, or purged)")
+
+    @staticmethod
+    def _info(rec: QueueRecord, part: PartitionRecord, row: dict[str, Any]) -> JobInfo:
+        local = row.pop("local_id")
+        return JobInfo(queue=rec.name, id=job_id(part.shard, local), partition=part.index, **row)
+
+    def job_states(self, queue: str, ids: list[int]) -> dict[int, str]:
+        """State of each job id that exists (missing ids are absent from the result)."""
+        rec = self.catalog.get(queue)
+        by_shard: dict[int, list[int]] = {}
+        for v in ids:
+            shard, local = split_job_id(v)
+            by_shard.setdefault(shard, []).append(local)
+        out: dict[int, str] = {}
+        for shard, locals_ in by_shard.items():
+            for part in rec.partitions_for_shard(shard):
+                got = self._run(rec, part.shard, lambda c, part=part, locals_=locals_: st.states_by_ids(
+                    c, shard_db(part.shard), part.table, locals_), write=False, what=f"states in {part.table}")
+                out.update({job_id(shard, k): v for k, v in got.items()})
+        return out
+
+    def counts(self, queue: str) -> dict[str, int]:
+        rec = self.catalog.get(queue)
+        total = {s.name: 0 for s in JobState}
+        for part in rec.partitions:
+            c = self._run(rec, part.shard, lambda conn, part=part: st.count_states(conn, shard_db(part.shard), part.table),
+                                  write=False, what=f"count {part.table}")
+            for k, v in c.items():
+                total[k] += v
+        return total
+
+    def scan(self, queue: str, state: JobState | str | int, limit: int = 100, cursor: str | None = None,
+             filter: JobFilter | None = None) -> tuple[list[JobInfo], str | None]:
+        """One page of jobs in ``state``, ordered by (partition, local id).
+
+        ``cursor`` is the opaque ``next_cursor`` of the previous page (keyset
+        pagination: no OFFSET). Returns (jobs, next_cursor or None at the end).
+        """
+        state = self._state(state)
+        if not 1 <= limit <= MAX_BATCH:
+            raise InvalidArgument(f"limit must be 1..{MAX_BATCH}")
+        rec = self.catalog.get(queue)
+        start_part, after = 0, 0
+        if cursor:
+            try:
+                a, b = cursor.split(":")
+                start_part, after = int(a), int(b)
+            except ValueError:
+                raise InvalidArgument(f"cursor {cursor!r} is malformed; pass the next_cursor of a previous page") from None
+        f = self._local_filter(rec, filter)
+        out: list[JobInfo] = []
+        for part in sorted(rec.partitions, key=lambda p: p.index):
+            if part.index < start_part:
+                continue
+            pf = self._filter_for(part, filter, f)
+            if pf is False:
+                continue
+            a = after if part.index == start_part else 0
+            rows = self._run(rec, part.shard, lambda c, part=part, a=a, pf=pf: st.scan_jobs(
+                c, shard_db(part.shard), part.table, state, a, limit - len(out), pf),  # type: ignore[arg-type]
+                write=False, what=f"scan {part.table}")
+            out.extend(self._info(rec, part, r) for r in rows)
+            if len(out) >= limit:
+                last = out[-1]
+                return out, f"{last.partition}:{split_job_id(last.id)[1]}"
+        return out, None
+
+    @staticmethod
+    def _state(state: JobState | str | int) -> JobState:
+        try:
+            return JobState.parse(state)
+        except (KeyError, ValueError):
+            raise InvalidArgument(f"unknown state {state!r}; use NEW, IPR, OK or FAIL") from None
+
+    @staticmethod
+    def _local_filter(rec: QueueRecord, f: JobFilter | None) -> dict[int, list[int]] | None:
+        """Job ids of a filter grouped by shard (their local ids)."""
+        if f is None or f.ids is None:
+            return None
+        by_shard: dict[int, list[int]] = {}
+        for v in f.ids:
+            shard, local = split_job_id(v)
+            by_shard.setdefault(shard, []).append(local)
+        return by_shard
+
+    @staticmethod
+    def _filter_for(part: PartitionRecord, f: JobFilter | None,
+                    by_shard: dict[int, list[int]] | None) -> JobFilter | None | bool:
+        if f is None:
+            return None
+        if by_shard is None:
+            return f
+        locals_ = by_shard.get(part.shard)
+        if not locals_:
+            return False
+        return f.model_copy(update={"ids": locals_})
+
+    def _move(self, queue: str, frm: JobState, to: JobState, limit: int, filter: JobFilter | None,
+              attempts: int | None = None, custom_status: str | None = None) -> int:
+        if not 1 <= limit <= 100000:
+            raise InvalidArgument("limit must be 1..100000")
+        rec = self.catalog.get(queue)
+        by_shard = self._local_filter(rec, filter)
+        n = 0
+        for part in rec.partitions:
+            pf = self._filter_for(part, filter, by_shard)
+            if pf is False:
+                continue
+            while n < limit:
+                chunk = min(1000, limit - n)
+                moved = self._run(rec, part.shard, lambda c, part=part, chunk=chunk, pf=pf: st.move_state(
+                    c, shard_db(part.shard), part.table, frm, to, chunk, pf, attempts=attempts,  # type: ignore[arg-type]
+                    custom_status=custom_status), what=f"move jobs in {part.table}")
+                n += moved
+                if moved < chunk:
+                    break
+        with self._enqueued:
+            self._enqueued.notify_all()
+        return n
+
+    def retry_failed(self, queue: str, limit: int = 1000, attempts: int | None = None,
+                     filter: JobFilter | None = None) -> int:
+        """FAIL -> NEW, with ``attempts`` tries (default: each job's attempts allowed)."""
+        return self._move(queue, JobState.FAIL, JobState.NEW, limit, filter, attempts=attempts)
+
+    def cancel(self, queue: str, limit: int = 1000, filter: JobFilter | None = None) -> int:
+        """NEW -> FAIL with custom status 'cancelled' (kept until FAIL retention)."""
+        return self._move(queue, JobState.NEW, JobState.FAIL, limit, filter, attempts=0, custom_status="cancelled")
+
+    def delete_jobs(self, queue: str, state: JobState | str | int, limit: int = 1000,
+                    filter: JobFilter | None = None) -> int:
+        state = self._state(state)
+        if not 1 <= limit <= 100000:
+            raise InvalidArgument("limit must be 1..100000")
+        rec = self.catalog.get(queue)
+        by_shard = self._local_filter(rec, filter)
+        n = 0
+        for part in rec.partitions:
+            pf = self._filter_for(part, filter, by_shard)
+            if pf is False:
+                continue
+            n += self._run(rec, part.shard, lambda c, part=part, pf=pf: st.delete_jobs(
+                c, shard_db(part.shard), part.table, state, limit - n, pf),  # type: ignore[arg-type]
+                what=f"delete from {part.table}")
+            if n >= limit:
+                break
+        return n
+
+    # -- reaper ---------------------------------------------------------------------------
+    def reap_partition(self, rec: QueueRecord, part: PartitionRecord) -> tuple[int, int]:
+        pending, failed = self._run(rec, part.shard, lambda c: st.reap_expired(c, shard_db(part.shard), part.table),
+                                            what=f"reap {part.table}")
+        if pending or failed:
+            metrics.LEASE_EXPIRED.labels(rec.name).inc(pending + failed)
+            with self._enqueued:
+                self._enqueued.notify_all()
+        return pending, failed
+
+    def reap(self, queue: str | None = None,
+             owned: Callable[[QueueRecord, PartitionRecord], bool] | None = None) -> dict[str, tuple[int, int]]:
+        """Return expired leases to NEW (or FAIL) on every partition (or those ``owned``)."""
+        out = {}
+        recs = [self.catalog.get(queue, fresh=True)] if queue else self.catalog.all()
+        for rec in recs:
+            for part in rec.partitions:
+                if owned is not None and not owned(rec, part):
+                    continue
+                out[f"{rec.name}/{part.index}"] = self.reap_partition(rec, part)
+        return out

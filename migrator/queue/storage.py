@@ -1,0 +1,659 @@
+"""Storage of the queue service: where a queue lives and the SQL on one partition.
+
+Runs inside whatever process serves the queue (API server, broker, load
+generator); every function here takes an open PyMySQL connection to the
+partition's current master (see :mod:`migrator.queue.executor` for routing).
+
+Where a queue lives (contract with the migration engine)
+--------------------------------------------------------
+Each queue is recorded in ZooKeeper at ``<root>/queues/<name>`` (protected
+ACL: world-readable, writable by the migrator identity) as JSON::
+
+    {"name": "emails",
+     "config": {"max_jobs_per_second": 0, "lease_seconds": 30, "default_attempts": 3,
+                "retention": {"new": ..., "ipr": ..., "ok": ..., "fail": ...},
+                "partitions": 2, "fifo": false, "paused": false},
+     "partitions": [{"index": 0, "shard": 5, "table": "jobs_emails_p0",
+                     "tables": ["jobs_emails_p0", "jobs_emails_p0_dedupe"]}, ...],
+     "created_at": 1790000000.0}
+
+A partition's tables live in database ``db%05d`` of its shard (``db00005``),
+on whichever pair the shard map names for that shard: routing is by shard via
+:class:`migrator.router.ShardRouter`, never by host. ``tables`` lists every
+table of the partition (the jobs table and its dedupe side table); a mover
+copies them all. The partitions of one queue are on distinct shards, so a job
+id (shard, TYPE_JOB, local id; see :mod:`migrator.ids`) names exactly one
+partition of its queue.
+
+The jobs table
+--------------
+Partitioned ``RANGE COLUMNS(state, updated_at)`` with per-state time buckets,
+a ``*_FUTURE`` partition per state and ``p_CATCHALL`` (see
+:mod:`migrator.queue.partitioning`); ``updated_at`` is ``DATETIME(6)`` set from
+database time, so a state change moves the row to another partition and
+purging is ``DROP PARTITION``. The primary key ``(local_id, state,
+updated_at)`` holds every partitioning column, so uniqueness of dedupe keys
+lives in the side table ``<table>_dedupe`` (``dedupe_key`` primary key).
+
+States: 0 NEW, 1 IPR, 2 OK, 3 FAIL. A claim sets state 1, ``updated_at`` to
+the database's now, a random ``claim_token`` and ``lease_until``; the claim
+string handed to the worker is ``<token>.<updated_at>.<attempt>``, so a
+terminal update addresses the full primary key (one partition) and is fenced
+by the token: a claim whose lease expired and was re-claimed matches no row
+and answers STALE_CLAIM. Every statement carries ``state`` (and, where known,
+``updated_at``) so MariaDB prunes to the partitions of that state.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import secrets
+from dataclasses import dataclass
+from typing import Any
+
+import pymysql
+
+from migrator.mysql import ident, qualified, tag
+from migrator.queue.errors import InvalidArgument
+from migrator.queue.model import JobFilter, JobState
+from migrator.queue.partitioning import TablePolicy, partition_clause
+
+T = tag("queue")
+EPOCH = dt.datetime(1970, 1, 1)
+
+JOB_COLUMNS = ("local_id, state, updated_at, created_at, run_after, priority, attempts_allowed, "
+               "attempts_left, claim_token, lease_until, custom_status, dedupe_key, body")
+
+
+def jobs_table_name(queue: str, index: int) -> str:
+    return f"jobs_{queue}_p{index}"
+
+
+def dedupe_table_name(table: str) -> str:
+    return f"{table}_dedupe"
+
+
+def to_epoch(value: dt.datetime | None) -> float | None:
+    if value is None:
+        return None
+    return (value - EPOCH).total_seconds()
+
+
+def from_epoch(value: float) -> dt.datetime:
+    return EPOCH + dt.timedelta(seconds=value)
+
+
+# -- DDL ----------------------------------------------------------------------------
+
+def jobs_ddl(db: str, table: str, policy: TablePolicy, now: dt.datetime) -> str:
+    return (
+        f"{T}CREATE TABLE IF NOT EXISTS {qualified(db, table)} (\n"
+        "  local_id BIGINT UNSIGNED NOT NULL AUTO_INCREMENT,\n"
+        "  state TINYINT NOT NULL,\n"
+        "  updated_at DATETIME(6) NOT NULL,\n"
+        "  created_at DATETIME(6) NOT NULL,\n"
+        "  run_after DATETIME(6) NOT NULL,\n"
+        "  priority TINYINT NOT NULL,\n"
+        "  attempts_allowed SMALLINT NOT NULL,\n"
+        "  attempts_left SMALLINT NOT NULL,\n"
+        "  claim_token CHAR(32) NULL,\n"
+        "  lease_until DATETIME(6) NULL,\n"
+        "  custom_status VARCHAR(1000) NOT NULL DEFAULT '',\n"
+        "  dedupe_key VARCHAR(191) NULL,\n"
+        "  body MEDIUMTEXT NOT NULL,\n"
+        "  PRIMARY KEY (local_id, state, updated_at),\n"
+        "  KEY ready (state, priority, run_after),\n"
+        "  KEY lease (state, lease_until)\n"
+        ") ENGINE=InnoDB DEFAULT CHARSET=utf8mb4\n"
+        f"{partition_clause(policy, now)}"
+    )
+
+
+def dedupe_ddl(db: str, table: str) -> str:
+    return (
+        f"{T}CREATE TABLE IF NOT EXISTS {qualified(db, dedupe_table_name(table))} (\n"
+        "  dedupe_key VARCHAR(191) NOT NULL PRIMARY KEY,\n"
+        "  local_id BIGINT UNSIGNED NOT NULL,\n"
+        "  created_at DATETIME(6) NOT NULL,\n"
+        "  KEY created (created_at)\n"
+        ") ENGINE=InnoDB DEFAULT CHARSET=utf8mb4"
+    )
+
+
+def db_now(conn: pymysql.connections.Connection) -> dt.datetime:
+    with conn.cursor() as cur:
+        cur.execute(f"{T}SELECT NOW(6)")
+        return cur.fetchone()[0]
+
+
+def create_partition_tables(conn: pymysql.connections.Connection, db: str, table: str,
+                            policy: TablePolicy) -> None:
+    """Create the database (if new), the jobs table and its dedupe table.
+
+    Only queue creation calls this. An error that says a table is missing
+    (1146) must never lead here: it means the table moved.
+    """
+    now = db_now(conn)
+    with conn.cursor() as cur:
+        cur.execute(f"{T}CREATE DATABASE IF NOT EXISTS {ident(db)}")
+        cur.execute(jobs_ddl(db, table, policy, now))
+        cur.execute(dedupe_ddl(db, table))
+
+
+def drop_partition_tables(conn: pymysql.connections.Connection, db: str, tables: list[str]) -> None:
+    with conn.cursor() as cur:
+        for t in tables:
+            cur.execute(f"{T}DROP TABLE IF EXISTS {qualified(db, t)}")
+
+
+# -- claims ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Claim:
+    token: str
+    claimed_at: dt.datetime
+    attempt: int
+
+    def encode(self) -> str:
+        return f"{self.token}.{self.claimed_at:%Y%m%d%H%M%S%f}.{self.attempt}"
+
+    @classmethod
+    def parse(cls, text: str) -> Claim:
+        try:
+            token, at, attempt = text.split(".")
+            if len(token) != 32 or int(token, 16) < 0:
+                raise ValueError
+            return cls(token, dt.datetime.strptime(at, "%Y%m%d%H%M%S%f"), int(attempt))
+        except (ValueError, AttributeError):
+            raise InvalidArgument(f"claim {text!r} is malformed: pass the claim string a dequeue returned") from None
+
+
+# -- enqueue ------------------------------------------------------------------------
+
+@dataclass
+class NewJob:
+    body: str
+    priority: int
+    attempts: int
+    custom_status: str
+    run_after: dt.datetime | None  # None: now
+    delay_us: int
+    dedupe_key: str | None
+
+
+def insert_jobs(conn: pymysql.connections.Connection, db: str, table: str,
+                jobs: list[NewJob]) -> list[tuple[int, bool]]:
+    """Insert a batch in one transaction; returns (local id, deduplicated) per job.
+
+    A job whose dedupe key is already present returns the existing job's id
+    (the dedupe table row is the lock; a concurrent insert of the same key
+    deadlocks or waits and the caller's retry resolves it).
+    """
+    t = qualified(db, table)
+    dt_name = qualified(db, dedupe_table_name(table))
+    out: list[tuple[int, bool] | None] = [None] * len(jobs)
+    conn.begin()
+    try:
+        with conn.cursor() as cur:
+            keyed = [(i, j.dedupe_key) for i, j in enumerate(jobs) if j.dedupe_key is not None]
+            existing: dict[str, int] = {}
+            if keyed:
+                keys = sorted({k for _, k in keyed})
+                marks = ",".join(["%s"] * len(keys))
+                cur.execute(f"{T}SELECT dedupe_key, local_id FROM {dt_name} WHERE dedupe_key IN ({marks}) "
+                            "FOR UPDATE", keys)
+                existing = {k: int(v) for k, v in cur.fetchall()}
+            to_insert: list[int] = []
+            first_of_key: dict[str, int] = {}
+            for i, j in enumerate(jobs):
+                k = j.dedupe_key
+                if k is not None and k in existing:
+                    out[i] = (existing[k], True)
+                elif k is not None and k in first_of_key:
+                    pass  # resolved after insert, to the first job of the batch with this key
+                else:
+                    if k is not None:
+                        first_of_key[k] = i
+                    to_insert.append(i)
+            if to_insert:
+                ids = _insert_rows(cur, t, [jobs[i] for i in to_insert])
+                for i, local in zip(to_insert, ids):
+                    out[i] = (local, False)
+                for i, j in enumerate(jobs):
+                    if out[i] is None and j.dedupe_key is not None:
+                        out[i] = (out[first_of_key[j.dedupe_key]][0], True)  # type: ignore[index]
+                fresh = [(k, out[i][0]) for k, i in first_of_key.items()]  # type: ignore[index]
+                if fresh:
+                    cur.executemany(
+                        f"{T}INSERT INTO {dt_name} (dedupe_key, local_id, created_at) VALUES (%s, %s, NOW(6))",
+                        fresh,
+                    )
+        conn.commit()
+    except BaseException:
+        _rollback(conn)
+        raise
+    return out  # type: ignore[return-value]
+
+
+def _insert_rows(cur: Any, t: str, jobs: list[NewJob]) -> list[int]:
+    values = []
+    args: list[Any] = []
+    for j in jobs:
+        if j.run_after is not None:
+            values.append("(0, NOW(6), NOW(6), GREATEST(NOW(6), %s), %s, %s, %s, %s, %s, %s)")
+            args.append(j.run_after)
+        else:
+            values.append("(0, NOW(6), NOW(6), NOW(6) + INTERVAL %s MICROSECOND, %s, %s, %s, %s, %s, %s)")
+            args.append(j.delay_us)
+        args += [j.priority, j.attempts, j.attempts, j.custom_status, j.dedupe_key, j.body]
+    sql = (f"{T}INSERT INTO {t} (state, updated_at, created_at, run_after, priority, attempts_allowed, "
+           f"attempts_left, custom_status, dedupe_key, body) VALUES ")
+    cur.execute("SELECT @@auto_increment_increment, @@innodb_autoinc_lock_mode")
+    step, mode = cur.fetchone()
+    if int(mode) == 2:
+        # interleaved autoinc: a multi-row insert's ids are not consecutive, so one row at a time
+        return [_insert_one(cur, sql + v, _args_of(j)) for v, j in zip(values, jobs)]
+    cur.execute(sql + ", ".join(values), args)
+    first = int(cur.lastrowid)
+    # "simple inserts" get consecutive values (lock mode 0/1), spaced by the increment
+    return [first + k * int(step) for k in range(len(jobs))]
+
+
+def _args_of(j: NewJob) -> list[Any]:
+    head: list[Any] = [j.run_after if j.run_after is not None else j.delay_us]
+    return head + [j.priority, j.attempts, j.attempts, j.custom_status, j.dedupe_key, j.body]
+
+
+def _insert_one(cur: Any, sql: str, args: list[Any]) -> int:
+    cur.execute(sql, args)
+    return int(cur.lastrowid)
+
+
+def _rollback(conn: pymysql.connections.Connection) -> None:
+    try:
+        conn.rollback()
+    except pymysql.err.MySQLError:
+        pass
+
+
+# -- dequeue ------------------------------------------------------------------------
+
+@dataclass
+class ClaimedRow:
+    local_id: int
+    body: str
+    priority: int
+    attempts_allowed: int
+    attempts_left: int
+    custom_status: str
+    created_at: dt.datetime
+    lease_until: dt.datetime
+    claim: Claim
+
+
+def claim_jobs(conn: pymysql.connections.Connection, db: str, table: str, limit: int,
+               lease_us: int, *, fifo: bool = False) -> list[ClaimedRow]:
+    """Claim up to ``limit`` ready NEW jobs (``FOR UPDATE SKIP LOCKED``)."""
+    t = qualified(db, table)
+    order = "local_id" if fifo else "priority, run_after, local_id"
+    conn.begin()
+    try:
+        with conn.cursor() as cur:
+            cur.execute(f"{T}SELECT NOW(6)")
+            now = cur.fetchone()[0]
+            cur.execute(
+                f"{T}SELECT local_id FROM {t} WHERE state = 0 AND run_after <= %s "
+                f"ORDER BY {order} LIMIT %s FOR UPDATE SKIP LOCKED",
+                (now, limit),
+            )
+            ids = [int(r[0]) for r in cur.fetchall()]
+            if not ids:
+                conn.commit()
+                return []
+            token = secrets.token_hex(16)
+            lease_until = now + dt.timedelta(microseconds=lease_us)
+            marks = ",".join(["%s"] * len(ids))
+            cur.execute(
+                f"{T}UPDATE {t} SET state = 1, updated_at = %s, claim_token = %s, lease_until = %s, "
+                f"attempts_left = attempts_left - 1 WHERE local_id IN ({marks}) AND state = 0",
+                (now, token, lease_until, *ids),
+            )
+            cur.execute(
+                f"{T}SELECT local_id, body, priority, attempts_allowed, attempts_left, custom_status, created_at "
+                f"FROM {t} WHERE local_id IN ({marks}) AND state = 1 AND updated_at = %s AND claim_token = %s",
+                (*ids, now, token),
+            )
+            rows = {int(r[0]): r for r in cur.fetchall()}
+        conn.commit()
+    except BaseException:
+        _rollback(conn)
+        raise
+    out = []
+    for local in ids:  # keep the dequeue order
+        r = rows.get(local)
+        if r is None:
+            continue
+        allowed, left = int(r[3]), int(r[4])
+        out.append(ClaimedRow(local, r[1], int(r[2]), allowed, left, r[5], r[6], lease_until,
+                              Claim(token, now, allowed - left)))
+    return out
+
+
+# -- fenced updates -------------------------------------------------------------------
+
+@dataclass
+class Finish:
+    local_id: int
+    claim: Claim
+    success: bool
+    retry_delay_us: int = 0
+    custom_status: str | None = None
+
+
+def finish_jobs(conn: pymysql.connections.Connection, db: str, table: str,
+                items: list[Finish]) -> list[bool]:
+    """Ack: IPR -> OK, or on failure -> NEW after a delay (FAIL when no attempts are left).
+
+    Each update addresses the claimed row's full primary key and its token;
+    False means the claim is stale (lease expired and reaped or re-claimed).
+    """
+    t = qualified(db, table)
+    out = []
+    conn.begin()
+    try:
+        with conn.cursor() as cur:
+            for it in items:
+                if it.success:
+                    cur.execute(
+                        f"{T}UPDATE {t} SET state = 2, updated_at = NOW(6), claim_token = NULL, lease_until = NULL, "
+                        "custom_status = COALESCE(%s, custom_status) "
+                        "WHERE local_id = %s AND state = 1 AND updated_at = %s AND claim_token = %s",
+                        (it.custom_status, it.local_id, it.claim.claimed_at, it.claim.token),
+                    )
+                else:
+                    cur.execute(
+                        f"{T}UPDATE {t} SET state = IF(attempts_left > 0, 0, 3), updated_at = NOW(6), "
+                        "run_after = NOW(6) + INTERVAL %s MICROSECOND, claim_token = NULL, lease_until = NULL, "
+                        "custom_status = COALESCE(%s, custom_status) "
+                        "WHERE local_id = %s AND state = 1 AND updated_at = %s AND claim_token = %s",
+                        (it.retry_delay_us, it.custom_status, it.local_id, it.claim.claimed_at, it.claim.token),
+                    )
+                out.append(cur.rowcount == 1)
+        conn.commit()
+    except BaseException:
+        _rollback(conn)
+        raise
+    return out
+
+
+def extend_leases(conn: pymysql.connections.Connection, db: str, table: str,
+                  items: list[tuple[int, Claim]], lease_us: int) -> list[bool]:
+    """Push ``lease_until`` to now + lease (never shorter); the claim stays valid."""
+    t = qualified(db, table)
+    out = []
+    conn.begin()
+    try:
+        with conn.cursor() as cur:
+            for local, claim in items:
+                cur.execute(
+                    f"{T}UPDATE {t} SET lease_until = GREATEST(lease_until, NOW(6) + INTERVAL %s MICROSECOND) "
+                    "WHERE local_id = %s AND state = 1 AND updated_at = %s AND claim_token = %s "
+                    "AND lease_until >= NOW(6)",
+                    (lease_us, local, claim.claimed_at, claim.token),
+                )
+                out.append(cur.rowcount == 1)
+        conn.commit()
+    except BaseException:
+        _rollback(conn)
+        raise
+    return out
+
+
+@dataclass
+class Checkpoint:
+    local_id: int
+    claim: Claim
+    body: str | None
+    to_pending: bool
+    run_after: dt.datetime | None
+    delay_us: int
+    attempts: int | None
+    custom_status: str | None
+
+
+def checkpoint_jobs(conn: pymysql.connections.Connection, db: str, table: str,
+                    items: list[Checkpoint]) -> list[bool]:
+    """Save progress of claimed jobs: new body / status / attempts; optionally back to NEW."""
+    t = qualified(db, table)
+    out = []
+    conn.begin()
+    try:
+        with conn.cursor() as cur:
+            for it in items:
+                fence = (it.local_id, it.claim.claimed_at, it.claim.token)
+                if it.to_pending:
+                    if it.run_after is not None:
+                        ra_sql, ra_arg = "GREATEST(NOW(6), %s)", it.run_after
+                    else:
+                        ra_sql, ra_arg = "NOW(6) + INTERVAL %s MICROSECOND", it.delay_us
+                    cur.execute(
+                        f"{T}UPDATE {t} SET state = 0, updated_at = NOW(6), run_after = {ra_sql}, "
+                        "claim_token = NULL, lease_until = NULL, body = COALESCE(%s, body), "
+                        "attempts_left = COALESCE(%s, attempts_left), "
+                        "attempts_allowed = GREATEST(attempts_allowed, COALESCE(%s, 0)), "
+                        "custom_status = COALESCE(%s, custom_status) "
+                        "WHERE local_id = %s AND state = 1 AND updated_at = %s AND claim_token = %s",
+                        (ra_arg, it.body, it.attempts, it.attempts, it.custom_status, *fence),
+                    )
+                else:
+                    cur.execute(
+                        f"{T}UPDATE {t} SET body = COALESCE(%s, body), "
+                        "attempts_left = COALESCE(%s, attempts_left), "
+                        "attempts_allowed = GREATEST(attempts_allowed, COALESCE(%s, 0)), "
+                        "custom_status = COALESCE(%s, custom_status) "
+                        "WHERE local_id = %s AND state = 1 AND updated_at = %s AND claim_token = %s",
+                        (it.body, it.attempts, it.attempts, it.custom_status, *fence),
+                    )
+                out.append(cur.rowcount == 1)
+        conn.commit()
+    except BaseException:
+        _rollback(conn)
+        raise
+    return out
+
+
+# -- reaper -----------------------------------------------------------------------------
+
+def reap_expired(conn: pymysql.connections.Connection, db: str, table: str, limit: int = 500) -> tuple[int, int]:
+    """Return IPR jobs whose lease expired to NEW, or to FAIL when no attempts are left.
+
+    Returns (to_pending, to_failed). Rows being acked right now are locked and
+    skipped; their ack decides.
+    """
+    t = qualified(db, table)
+    conn.begin()
+    try:
+        with conn.cursor() as cur:
+            cur.execute(f"{T}SELECT NOW(6)")
+            now = cur.fetchone()[0]
+            cur.execute(
+                f"{T}SELECT local_id, updated_at, attempts_left FROM {t} WHERE state = 1 AND lease_until < %s "
+                "LIMIT %s FOR UPDATE SKIP LOCKED",
+                (now, limit),
+            )
+            rows = cur.fetchall()
+            pending = failed = 0
+            for local, updated, left in rows:
+                cur.execute(
+                    f"{T}UPDATE {t} SET state = IF(attempts_left > 0, 0, 3), updated_at = %s, run_after = %s, "
+                    "claim_token = NULL, lease_until = NULL "
+                    "WHERE local_id = %s AND state = 1 AND updated_at = %s",
+                    (now, now, local, updated),
+                )
+                if cur.rowcount:
+                    if int(left) > 0:
+                        pending += 1
+                    else:
+                        failed += 1
+        conn.commit()
+    except BaseException:
+        _rollback(conn)
+        raise
+    return pending, failed
+
+
+# -- reads ---------------------------------------------------------------------------------
+
+SELECT_INFO = ("local_id, state, updated_at, created_at, run_after, priority, attempts_allowed, attempts_left, "
+               "lease_until, custom_status, dedupe_key, body")
+
+
+def row_info(r: tuple[Any, ...]) -> dict[str, Any]:
+    return {
+        "local_id": int(r[0]), "state": JobState(int(r[1])).name, "updated_at": to_epoch(r[2]),
+        "created_at": to_epoch(r[3]), "run_after": to_epoch(r[4]), "priority": int(r[5]),
+        "attempts_allowed": int(r[6]), "attempts_left": int(r[7]), "lease_until": to_epoch(r[8]),
+        "custom_status": r[9], "dedupe_key": r[10], "body": r[11],
+    }
+
+
+def lookup_job(conn: pymysql.connections.Connection, db: str, table: str, local_id: int) -> dict[str, Any] | None:
+    with conn.cursor() as cur:
+        cur.execute(f"{T}SELECT {SELECT_INFO} FROM {qualified(db, table)} "
+                    "WHERE local_id = %s AND state IN (0, 1, 2, 3)", (local_id,))
+        rows = cur.fetchall()
+    if not rows:
+        return None
+    return row_info(rows[0])
+
+
+def count_states(conn: pymysql.connections.Connection, db: str, table: str) -> dict[str, int]:
+    out = {s.name: 0 for s in JobState}
+    with conn.cursor() as cur:
+        for s in JobState:
+            cur.execute(f"{T}SELECT COUNT(*) FROM {qualified(db, table)} WHERE state = %s", (int(s),))
+            out[s.name] = int(cur.fetchone()[0])
+    return out
+
+
+def filter_sql(f: JobFilter | None) -> tuple[str, list[Any]]:
+    """Extra ``AND`` conditions with bound arguments (no value is interpolated)."""
+    if f is None:
+        return "", []
+    parts: list[str] = []
+    args: list[Any] = []
+    if f.priority is not None:
+        parts.append("priority = %s")
+        args.append(f.priority)
+    if f.custom_status is not None:
+        parts.append("custom_status = %s")
+        args.append(f.custom_status)
+    if f.created_before is not None:
+        parts.append("created_at < %s")
+        args.append(from_epoch(f.created_before))
+    if f.created_after is not None:
+        parts.append("created_at >= %s")
+        args.append(from_epoch(f.created_after))
+    if f.ids is not None:
+        if not f.ids:
+            parts.append("FALSE")
+        else:
+            parts.append(f"local_id IN ({','.join(['%s'] * len(f.ids))})")
+            args.extend(f.ids)
+    return "".join(f" AND {p}" for p in parts), args
+
+
+def scan_jobs(conn: pymysql.connections.Connection, db: str, table: str, state: JobState, after: int,
+              limit: int, f: JobFilter | None) -> list[dict[str, Any]]:
+    extra, args = filter_sql(f)
+    with conn.cursor() as cur:
+        cur.execute(
+            f"{T}SELECT {SELECT_INFO} FROM {qualified(db, table)} WHERE state = %s AND local_id > %s{extra} "
+            "ORDER BY local_id LIMIT %s",
+            (int(state), after, *args, limit),
+        )
+        return [row_info(r) for r in cur.fetchall()]
+
+
+def move_state(conn: pymysql.connections.Connection, db: str, table: str, from_state: JobState,
+               to_state: JobState, limit: int, f: JobFilter | None, *, attempts: int | None = None,
+               custom_status: str | None = None) -> int:
+    """Move up to ``limit`` jobs from one state to another (retry failed: FAIL -> NEW; cancel: NEW -> FAIL)."""
+    t = qualified(db, table)
+    extra, args = filter_sql(f)
+    conn.begin()
+    try:
+        with conn.cursor() as cur:
+            cur.execute(
+                f"{T}SELECT local_id FROM {t} WHERE state = %s{extra} ORDER BY local_id LIMIT %s FOR UPDATE",
+                (int(from_state), *args, limit),
+            )
+            ids = [int(r[0]) for r in cur.fetchall()]
+            if ids:
+                marks = ",".join(["%s"] * len(ids))
+                cur.execute(
+                    f"{T}UPDATE {t} SET state = %s, updated_at = NOW(6), run_after = NOW(6), claim_token = NULL, "
+                    "lease_until = NULL, attempts_left = COALESCE(%s, attempts_allowed), "
+                    "attempts_allowed = GREATEST(attempts_allowed, COALESCE(%s, 0)), "
+                    f"custom_status = COALESCE(%s, custom_status) WHERE local_id IN ({marks}) AND state = %s",
+                    (int(to_state), attempts, attempts, custom_status, *ids, int(from_state)),
+                )
+                n = cur.rowcount
+            else:
+                n = 0
+        conn.commit()
+    except BaseException:
+        _rollback(conn)
+        raise
+    return n
+
+
+def delete_jobs(conn: pymysql.connections.Connection, db: str, table: str, state: JobState, limit: int,
+                f: JobFilter | None) -> int:
+    """Delete up to ``limit`` jobs of one state matching the filter (an operator action;
+    routine purging is DROP PARTITION by maintenance)."""
+    extra, args = filter_sql(f)
+    with conn.cursor() as cur:
+        cur.execute(
+            f"{T}DELETE FROM {qualified(db, table)} WHERE state = %s{extra} ORDER BY local_id LIMIT %s",
+            (int(state), *args, limit),
+        )
+        return int(cur.rowcount)
+
+
+def states_by_ids(conn: pymysql.connections.Connection, db: str, table: str, ids: list[int]) -> dict[int, str]:
+    """State name of each existing local id (bulk lookup for the ledger check)."""
+    out: dict[int, str] = {}
+    with conn.cursor() as cur:
+        for i in range(0, len(ids), 1000):
+            chunk = ids[i:i + 1000]
+            marks = ",".join(["%s"] * len(chunk))
+            cur.execute(f"{T}SELECT local_id, state FROM {qualified(db, table)} "
+                        f"WHERE local_id IN ({marks}) AND state IN (0, 1, 2, 3)", chunk)
+            for local, state in cur.fetchall():
+                out[int(local)] = JobState(int(state)).name
+    return out
+
+
+def release_jobs(conn: pymysql.connections.Connection, db: str, table: str,
+                 items: list[tuple[int, Claim]]) -> list[bool]:
+    """Give claimed-but-unstarted jobs back (a broker letting go of its buffer):
+    IPR -> NEW at once, the attempt refunded. Fenced like an ack."""
+    t = qualified(db, table)
+    out = []
+    conn.begin()
+    try:
+        with conn.cursor() as cur:
+            for local, claim in items:
+                cur.execute(
+                    f"{T}UPDATE {t} SET state = 0, updated_at = NOW(6), run_after = NOW(6), claim_token = NULL, "
+                    "lease_until = NULL, attempts_left = LEAST(attempts_allowed, attempts_left + 1) "
+                    "WHERE local_id = %s AND state = 1 AND updated_at = %s AND claim_token = %s",
+                    (local, claim.claimed_at, claim.token),
+                )
+                out.append(cur.rowcount == 1)
+        conn.commit()
+    except BaseException:
+        _rollback(conn)
+        raise
+    return out
