@@ -1,0 +1,106 @@
+"""RQ job: catch-up passes of one migration.
+
+Runs in any ``rq worker`` (forking or not). Each job runs one pass
+(:func:`migrator.catch_up.run_pass`) and, unless the migration converged,
+is reported as not converging, or ran the requested number of passes,
+enqueues the next pass as a new job on the same queue. Everything it needs
+to resume lives in the migration record (ZooKeeper): a killed job is simply
+enqueued again and continues from the checkpoint.
+
+Connections (ZooKeeper, MySQL, the binlog) are opened inside the job, never
+at import time. Job arguments are ids and paths only: no credentials.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from migrator import catch_up
+from migrator import config as config_mod
+
+
+def run_passes(
+    migration_id: str,
+    config_path: str | None = None,
+    passes: int | None = None,
+    done: int = 0,
+) -> dict[str, Any]:
+    """Run one pass; enqueue the next until converged (or ``passes`` ran)."""
+    from rq import get_current_job
+
+    cfg = config_mod.load(config_path)
+    if _paused(cfg, migration_id):
+        # `migrator pause ID`: stop here; `migrator resume ID` enqueues the passes again from the record
+        return {"migration": migration_id, "paused": True}
+    try:
+        result = catch_up.run_pass(cfg, migration_id)
+    except catch_up.CatchUpError:
+        if _paused(cfg, migration_id):  # paused between the check and the pass
+            return {"migration": migration_id, "paused": True}
+        raise
+    summary = {
+        "migration": migration_id,
+        "pass": result.number,
+        "events": result.events,
+        "apply_rate": result.apply_rate,
+        "write_rate": result.write_rate,
+        "lag_s": result.lag_s,
+        "converged": result.converged,
+        "not_converging": result.not_converging,
+    }
+    job = get_current_job()
+    if job is not None:
+        job.meta["catchup"] = summary
+        job.save_meta()
+    if result.not_converging:
+        raise catch_up.NotConverging(
+            catch_up.not_converging_message(migration_id, result, _k(cfg, migration_id))
+        )
+    done += 1
+    finished = result.converged if passes is None else done >= passes
+    if result.converged and job is not None and _autopilot(cfg, migration_id):
+        from jobs import pipeline
+
+        summary["next_job"] = pipeline.enqueue(job.connection, migration_id, config_path, queue=job.origin).id
+        return summary
+    if not finished and job is not None and _paused(cfg, migration_id):
+        summary["paused"] = True
+        return summary
+    if not finished and job is not None:
+        from rq import Queue
+
+        nxt = Queue(job.origin, connection=job.connection).enqueue(
+            "jobs.catch_up.run_passes", migration_id, config_path=config_path, passes=passes, done=done,
+            job_id=f"catchup-{migration_id}-{result.number + 1}-{uuid.uuid4().hex[:6]}", job_timeout=job.timeout,
+        )
+        summary["next_job"] = nxt.id
+    return summary
+
+
+def _paused(cfg: config_mod.Config, migration_id: str) -> bool:
+    """Whether an operator paused the migration (``migrator pause ID``)."""
+    from migrator import zk as zk_mod
+    from migrator.migration import MigrationStore
+
+    with zk_mod.connect(cfg, config_mod.load_credentials(cfg)) as zk:
+        st, _ = MigrationStore(zk).state(migration_id)
+    return st.paused
+
+
+def _autopilot(cfg: config_mod.Config, migration_id: str) -> bool:
+    """Whether the RQ pipeline drives this migration on to verify and cutover (``split --yes``)."""
+    from migrator import zk as zk_mod
+    from migrator.migration import MigrationStore
+
+    with zk_mod.connect(cfg, config_mod.load_credentials(cfg)) as zk:
+        st, _ = MigrationStore(zk).state(migration_id)
+    return st.autopilot
+
+
+def _k(cfg: config_mod.Config, migration_id: str) -> int:
+    from migrator import zk as zk_mod
+    from migrator.migration import MigrationStore
+
+    with zk_mod.connect(cfg, config_mod.load_credentials(cfg)) as zk:
+        return MigrationStore(zk).spec(migration_id).options.not_converging_passes

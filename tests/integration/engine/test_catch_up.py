@@ -1,0 +1,155 @@
+"""Catch-up on the real sandbox: passes under writes until converged, the final
+drain, and source == target (CHECKSUM TABLE, row counts, partitions) for
+every moving table; partition DDL carried over, binlog rotation, the
+passive partner's GTID domain, and an unsafe ALTER stopping the migration."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from migrator import catch_up
+from migrator.gtid import GtidPos
+from migrator.migration import MigrationStore, Phase
+from tests.conftest import SEED
+from tests.integration.engine import catchup_helpers as h
+
+
+def _state(fleet, mid):
+    return MigrationStore(fleet.zk).state(mid)[0]
+
+
+def test_passes_converge_under_writes_and_drain_matches_source(fleet):
+    h.create_extra_tables(fleet)
+    spec = h.create_migration(fleet, converge_events=2000)
+    writer = h.Writer(fleet, seed=SEED).start()
+    try:
+        time.sleep(0.5)
+        h.copy_tables(fleet, spec)
+        time.sleep(1.0)  # a backlog for the first pass
+        # first pass: applies everything since the earliest start_gtid
+        first = catch_up.run_pass(fleet.config, spec.id)
+        assert first.events > 0 and first.apply_rate > 0 and first.write_rate > 0
+        assert _state(fleet, spec.id).phase in (Phase.CATCHING_UP, Phase.CONVERGED)
+        # partition maintenance and binlog rotation while catch-up runs
+        with writer.paused(), h.conn(fleet, h.SOURCE) as c, c.cursor() as cur:
+            for shard in h.MOVING:
+                cur.execute(f"USE db{shard:05d}")
+                cur.execute(h.DROP_PARTITION)
+                cur.execute("FLUSH BINARY LOGS")
+                cur.execute(h.REORGANIZE_PARTITION)
+        results = catch_up.run_passes(fleet.config, spec.id)
+        with h.conn(fleet, h.SOURCE) as c, c.cursor() as cur:
+            cur.execute("FLUSH BINARY LOGS")
+        for r in [first, *results]:
+            print(f"pass {r.number}: {r.events} events in {r.duration_s:.3f}s, apply {r.apply_rate:.0f}/s, "
+                  f"write {r.write_rate:.0f}/s, lag {r.lag_s:.3f}s, freeze~{r.predicted_freeze_ms:.0f}ms, "
+                  f"statements {r.statements}, converged {r.converged}")
+        assert results[-1].converged
+        assert any(r.statements >= 2 for r in [first, *results])
+        state = _state(fleet, spec.id)
+        assert state.phase == Phase.CONVERGED and state.predicted_freeze_ms is not None
+        time.sleep(0.5)
+    finally:
+        writer.stop()
+    assert writer.ops > 50 and writer.partner_ops > 5
+    head = h.wait_source_has_partner_writes(fleet)
+    assert len(GtidPos.parse(head)) >= 2, f"expected the partner's domain in {head}"
+    stats = catch_up.drain_to(fleet.config, spec.id, head, timeout=60)
+    assert GtidPos.parse(stats["gtid"]).contains(head)
+    node = catch_up.status(fleet.config, spec.id)
+    assert GtidPos.parse(node["gtid"]).contains(head)
+    assert node["converged"] and len(node["passes"]) >= 2
+    for key in ("events", "bytes", "duration_s", "apply_rate", "write_rate", "lag_s", "predicted_freeze_ms"):
+        assert key in node["passes"][0]
+    assert h.compare(fleet, spec) == {}
+    with h.conn(fleet, h.TARGET) as t, t.cursor() as cur:
+        cur.execute("SHOW DATABASES LIKE 'db00000'")
+        assert cur.fetchone() is None, "writes to a staying shard leaked to the target"
+        cur.execute("SELECT partition_name FROM information_schema.partitions WHERE table_schema='db00002' "
+                    "AND table_name='jobs'")
+        parts = {r[0] for r in cur.fetchall()}
+        assert "pOK_a" not in parts and "pNEW_b" in parts
+    h.wait_target_slave(fleet)
+
+
+def test_drain_with_a_kept_tailer_is_fast(fleet):
+    h.create_extra_tables(fleet, rows=5)
+    spec = h.create_migration(fleet)
+    h.copy_tables(fleet, spec)
+    tailer = catch_up.open_tailer(fleet.config, spec.id)
+    try:
+        res = catch_up.run_pass(fleet.config, spec.id, tailer=tailer)
+        assert res.converged
+        assert _state(fleet, spec.id).phase == Phase.CONVERGED
+        tailer.warm()  # the cutover connects before its freeze
+        with h.conn(fleet, h.SOURCE, "db00002") as c, c.cursor() as cur:
+            # the cutover's sentinel: a row written under the fence, then the head
+            cur.execute("LOCK TABLES pins WRITE")
+            cur.execute("INSERT INTO pins (local_id, data) VALUES (999999, '{\"sentinel\": true}')")
+            head = h.binlog_pos(c)
+            t0 = time.monotonic()
+            stats = catch_up.drain_to(fleet.config, spec.id, head, timeout=0.5, tailer=tailer)
+            elapsed = time.monotonic() - t0
+            cur.execute("UNLOCK TABLES")
+        print(f"drain of 1 sentinel event with a kept tailer: {elapsed * 1000:.1f} ms ({stats})")
+        assert elapsed < 0.5, f"drain took {elapsed:.3f}s"
+        assert stats["events"] == 1 and GtidPos.parse(stats["gtid"]).contains(head)
+        with h.conn(fleet, h.TARGET, "db00002") as t, t.cursor() as cur:
+            cur.execute("SELECT data FROM pins WHERE local_id = 999999")
+            assert cur.fetchone() is not None
+        with pytest.raises(catch_up.DrainTimeout):
+            tailer.drain_to(GtidPos.parse(head).with_gtid(
+                GtidPos.parse(head)[1]._replace(seq=GtidPos.parse(head)[1].seq + 10**6)), 0.3)
+    finally:
+        tailer.close()
+    assert h.compare(fleet, spec) == {}
+
+
+def test_unsafe_alter_stops_the_migration_with_a_clear_message(fleet):
+    h.create_extra_tables(fleet, rows=5)
+    spec = h.create_migration(fleet)
+    h.copy_tables(fleet, spec)
+    with h.conn(fleet, h.SOURCE, "db00003") as c, c.cursor() as cur:
+        cur.execute("INSERT INTO pins (data) VALUES ('{\"before\": 1}')")
+        before = h.binlog_pos(c)
+        cur.execute("ALTER TABLE pins ADD COLUMN extra INT NULL")
+        cur.execute("INSERT INTO pins (data, extra) VALUES ('{\"after\": 1}', 5)")
+    with pytest.raises(catch_up.CatchUpError) as err:
+        catch_up.run_pass(fleet.config, spec.id)
+    msg = str(err.value)
+    assert "ALTER TABLE" in msg and "db00003.pins" in msg and "abort" in msg
+    state = _state(fleet, spec.id)
+    assert state.phase == Phase.FAILED and "db00003.pins" in (state.error or "")
+    # everything before the ALTER was applied and checkpointed, nothing after it
+    node = catch_up.status(fleet.config, spec.id)
+    assert GtidPos.parse(node["gtid"]) == GtidPos.parse(before)
+    with h.conn(fleet, h.TARGET, "db00003") as t, t.cursor() as cur:
+        cur.execute("SELECT COUNT(*) FROM pins WHERE JSON_EXTRACT(data, '$.before') = 1")
+        assert cur.fetchone()[0] == 1
+        cur.execute("SELECT COUNT(*) FROM information_schema.columns WHERE table_schema='db00003' "
+                    "AND table_name='pins' AND column_name='extra'")
+        assert cur.fetchone()[0] == 0
+    with pytest.raises(catch_up.CatchUpError, match="failed"):
+        catch_up.run_pass(fleet.config, spec.id)
+
+
+def test_queue_partition_moves_only_its_table(fleet):
+    h.create_extra_tables(fleet, shards=(2,), rows=10)
+    spec = h.create_migration(fleet, kind="queue_partition", tables=("jobs",), shards=(2,))
+    h.copy_tables(fleet, spec)
+    with h.conn(fleet, h.SOURCE, "db00002") as c, c.cursor() as cur:
+        cur.execute("INSERT INTO pins (data) VALUES ('{}')")
+        cur.execute("ALTER TABLE pins ADD COLUMN not_ours INT NULL")  # not a moving table: ignored
+        for _ in range(20):
+            cur.execute("INSERT INTO jobs (state, updated_at) VALUES (0, '2020-01-05')")
+        cur.execute("UPDATE jobs SET state = 2, updated_at = '2020-01-06' ORDER BY local_id LIMIT 10")
+        cur.execute("ALTER TABLE jobs DROP PARTITION pOK_a")  # drops the 10 moved rows
+        cur.execute("UPDATE jobs SET state = 1, updated_at = '2020-01-07' ORDER BY local_id LIMIT 3")
+    res = catch_up.run_passes(fleet.config, spec.id)
+    assert res[-1].converged
+    assert h.compare(fleet, spec) == {}
+    with h.conn(fleet, h.TARGET, "db00002") as t, t.cursor() as cur:
+        cur.execute("SHOW TABLES")
+        assert [r[0] for r in cur.fetchall()] == ["jobs"]
