@@ -1,0 +1,334 @@
+"""Test support for verify/cutover/rollback/cleanup: a migration brought to ``converged``.
+
+``prepare_converged`` stores a migration record, copies the moving shard dbs to
+the target master (schema and rows, the sentinel table included) and returns
+a drainer. The drainer is the catch-up module's (``migrator.catch_up``) when it
+is installed; only without it does a small local binlog applier stand in.
+Also: a background writer that routes through :class:`ShardRouter` and records
+every acknowledged write.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import pymysql
+
+from migrator.config import Credentials
+from migrator.cutover import ensure_sentinel
+from migrator.fleet import Host
+from migrator.gtid import Gtid, GtidPos
+from migrator.migration import MigrationStore, Options, Phase, Spec, new_id
+from migrator.mysql import ER_BAD_DB_ERROR, ER_NO_SUCH_TABLE, qualified
+from migrator.mysql import connect as mysql_connect
+from migrator.verify import binlog_pos, moving_tables
+
+
+def real_catch_up() -> bool:
+    try:
+        from migrator import catch_up  # noqa: F401
+    except ImportError:
+        return False
+    return hasattr(catch_up, "drain_to")
+
+
+class LocalDrainer:
+    """Stand-in for catch-up (only when migrator.catch_up is absent): applies row
+    events of the moving schemas from the source binlog to the target by primary key."""
+
+    def __init__(self, source: Host, target: Host, creds: Credentials, schemas: list[str], start: str,
+                 schema_map: dict[str, str] | None = None):
+        self.source, self.target, self.creds = source, target, creds
+        self.schemas = schemas
+        self.pos = GtidPos.parse(start)
+        self.schema_map = schema_map or {}
+        self._pk: dict[tuple[str, str], tuple[str, ...]] = {}
+
+    def _pk_of(self, conn: pymysql.connections.Connection, db: str, table: str) -> tuple[str, ...]:
+        if (db, table) not in self._pk:
+            with conn.cursor() as cur:
+                cur.execute("SELECT COLUMN_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA=%s "
+                            "AND TABLE_NAME=%s AND INDEX_NAME='PRIMARY' ORDER BY SEQ_IN_INDEX", (db, table))
+                self._pk[(db, table)] = tuple(r[0] for r in cur.fetchall())
+        return self._pk[(db, table)]
+
+    def drain_to(self, gtid: str, timeout: float) -> None:
+        from pymysqlreplication import BinLogStreamReader
+        from pymysqlreplication.event import MariadbGtidEvent, QueryEvent, XidEvent
+        from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
+
+        target = GtidPos.parse(gtid)
+        if self.pos.contains(target):
+            return
+        stream = BinLogStreamReader(
+            connection_settings={"host": self.source.address, "port": self.source.port,
+                                 "user": self.creds.mysql_user, "password": self.creds.mysql_password},
+            server_id=random.randint(10_000_000, 1_000_000_000), is_mariadb=True, auto_position=str(self.pos),
+            blocking=True, slave_heartbeat=0.2, only_schemas=self.schemas,
+            only_events=[MariadbGtidEvent, XidEvent, QueryEvent, WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent])
+        dst = mysql_connect(self.target, self.creds, autocommit=False)
+        deadline = time.monotonic() + timeout
+        pending: Gtid | None = None
+        try:
+            with dst.cursor() as cur:
+                cur.execute("SET SESSION time_zone='+00:00'")
+                for ev in stream:
+                    if isinstance(ev, MariadbGtidEvent):
+                        pending = Gtid(ev.domain_id, ev.server_id, ev.gtid_seq_no)
+                        continue
+                    if isinstance(ev, (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)):
+                        db = self.schema_map.get(ev.schema, ev.schema)
+                        pk = self._pk_of(dst, db, ev.table)
+                        for row in ev.rows:
+                            if isinstance(ev, DeleteRowsEvent):
+                                self._delete(cur, db, ev.table, pk, row["values"])
+                                continue
+                            after = row["values"] if isinstance(ev, WriteRowsEvent) else row["after_values"]
+                            if isinstance(ev, UpdateRowsEvent):
+                                before = row["before_values"]
+                                if any(before[c] != after[c] for c in pk):
+                                    self._delete(cur, db, ev.table, pk, before)
+                            cols = list(after)
+                            cur.execute(f"REPLACE INTO {qualified(db, ev.table)} ({', '.join(f'`{c}`' for c in cols)}) "
+                                        f"VALUES ({', '.join(['%s'] * len(cols))})", [after[c] for c in cols])
+                        continue
+                    if isinstance(ev, XidEvent) or (isinstance(ev, QueryEvent) and ev.query.strip().upper() != "BEGIN"):
+                        dst.commit()
+                        if pending is not None:
+                            self.pos = self.pos.with_gtid(pending)
+                            pending = None
+                        if self.pos.contains(target):
+                            return
+                    if time.monotonic() > deadline:
+                        raise TimeoutError(f"local drain to {gtid} timed out at {self.pos}")
+        finally:
+            stream.close()
+            dst.close()
+
+    @staticmethod
+    def _delete(cur: Any, db: str, table: str, pk: tuple[str, ...], values: dict[str, Any]) -> None:
+        cur.execute(f"DELETE FROM {qualified(db, table)} WHERE " + " AND ".join(f"`{c}` = %s" for c in pk),
+                    [values[c] for c in pk])
+
+
+def copy_dbs(source: Host, target: Host, creds: Credentials, dbs: list[str], tables: tuple[str, ...] = ()) -> None:
+    """Schema + rows of ``dbs`` from source to target (tests only; the real copy is migrator.copy)."""
+    src = mysql_connect(source, creds)
+    dst = mysql_connect(target, creds)
+    try:
+        with src.cursor() as s, dst.cursor() as d:
+            s.execute("SET SESSION time_zone='+00:00'")
+            d.execute("SET SESSION time_zone='+00:00'")
+            for db in dbs:
+                d.execute(f"CREATE DATABASE IF NOT EXISTS `{db}`")
+                names = moving_tables(src, db, tables) + ["_migrator_sentinel"]
+                for t in names:
+                    s.execute(f"SHOW CREATE TABLE {qualified(db, t)}")
+                    ddl = s.fetchone()[1]
+                    d.execute(f"USE `{db}`")
+                    d.execute(ddl.replace("CREATE TABLE", "CREATE TABLE IF NOT EXISTS", 1))
+                    s.execute(f"SELECT * FROM {qualified(db, t)}")
+                    rows = s.fetchall()
+                    if rows:
+                        marks = ", ".join(["%s"] * len(rows[0]))
+                        d.executemany(f"REPLACE INTO {qualified(db, t)} VALUES ({marks})", rows)
+    finally:
+        src.close()
+        dst.close()
+
+
+@dataclass
+class Prepared:
+    spec: Spec
+    store: MigrationStore
+    drainer: Any
+    source: Host
+    target: Host
+    real_catch_up: bool
+
+
+def prepare_converged(fleet: Any, shards: tuple[int, ...] = (2, 3), *, options: Options | None = None,
+                      source_pair: tuple[str, str] | None = None, target_pair: tuple[str, str] | None = None,
+                      kind: str = "shards", tables: tuple[str, ...] = ()) -> Prepared:
+    """A migration of ``shards`` to the spare pair, copied and caught up (phase converged)."""
+    smap = fleet.smap
+    src_m = smap.master_of(shards[0])
+    src_s = smap.range_of(shards[0]).slave
+    if source_pair:
+        src_m, src_s = source_pair
+    if target_pair is None:
+        target_pair = fleet.sandbox.pairs(spare=True)[0]
+    spec = Spec(id=new_id("m"), kind=kind, source_master=src_m, source_slave=src_s,
+                target_master=target_pair[0], target_slave=target_pair[1], shards=tuple(shards),
+                tables=tables, options=options or Options())
+    store = MigrationStore(fleet.zk)
+    store.create(spec)
+    hosts = fleet.hosts
+    source, target = hosts[src_m], hosts[target_pair[0]]
+    creds = fleet.credentials
+    conn = mysql_connect(source, creds)
+    try:
+        for db in spec.databases:
+            ensure_sentinel(conn, db)
+        start = binlog_pos(conn)
+    finally:
+        conn.close()
+    copy_dbs(source, target, creds, spec.databases, spec.tables)
+    real = real_catch_up()
+    if real:
+        from migrator.verify import CatchUpDrainer
+
+        store.put_progress(spec.id, "catchup", {"gtid": start})
+        drainer: Any = CatchUpDrainer(fleet.config, spec.id)
+    else:
+        drainer = LocalDrainer(source, target, creds, spec.databases, start)
+    for ph in (Phase.COPYING, Phase.CATCHING_UP, Phase.CONVERGED):
+        store.set_phase(spec.id, ph)
+    conn = mysql_connect(source, creds)
+    try:
+        drainer.drain_to(binlog_pos(conn), 30)
+    finally:
+        conn.close()
+    if real:
+        drainer.close()  # one tailer at a time writes the checkpoint; the next opens on first use
+        drainer = CatchUpDrainer(fleet.config, spec.id)
+    return Prepared(spec, store, drainer, source, target, real)
+
+
+def row_events_after(host: Host, creds: Credentials, since: str, schemas: list[str]) -> list[tuple[str, str, str]]:
+    """(schema, table, event type) of every row event in ``host``'s binlog after ``since``
+    that touches one of ``schemas`` (read up to the head at call time)."""
+    from pymysqlreplication import BinLogStreamReader
+    from pymysqlreplication.event import MariadbGtidEvent, XidEvent, QueryEvent
+    from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
+
+    with mysql_connect(host, creds) as c:
+        head = GtidPos.parse(binlog_pos(c))
+    seen = GtidPos.parse(since)
+    out: list[tuple[str, str, str]] = []
+    if seen.contains(head):
+        return out
+    stream = BinLogStreamReader(
+        connection_settings={"host": host.address, "port": host.port, "user": creds.mysql_user,
+                             "password": creds.mysql_password},
+        server_id=random.randint(10_000_000, 1_000_000_000), is_mariadb=True, auto_position=since,
+        blocking=True, slave_heartbeat=0.2,
+        only_events=[MariadbGtidEvent, XidEvent, QueryEvent, WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent])
+    pending = None
+    deadline = time.monotonic() + 30
+    try:
+        for ev in stream:
+            if isinstance(ev, MariadbGtidEvent):
+                pending = Gtid(ev.domain_id, ev.server_id, ev.gtid_seq_no)
+            elif isinstance(ev, (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)):
+                if ev.schema in schemas:
+                    out.append((ev.schema, ev.table, type(ev).__name__))
+            elif isinstance(ev, XidEvent) or (isinstance(ev, QueryEvent) and ev.query.strip().upper() != "BEGIN"):
+                if pending is not None:
+                    seen = seen.with_gtid(pending)
+                    pending = None
+                if seen.contains(head):
+                    break
+            if time.monotonic() > deadline:
+                raise TimeoutError("binlog scan did not reach the head")
+    finally:
+        stream.close()
+    return out
+
+
+# -- a background writer through the router ---------------------------------------------------
+
+@dataclass
+class Ack:
+    shard: int
+    local_id: int
+    data: str
+
+
+@dataclass
+class Writer:
+    """Inserts and updates pins in the given shards through a ShardRouter.
+
+    Each write: route by shard; on 1146/1049 (the table moved) refresh the map
+    and retry on the new master. It does not wait for unfrozen shards: it acts
+    as a client with a stale map, the worst case for the fence.
+    """
+
+    router: Any
+    shards: tuple[int, ...]
+    pause_s: float = 0.002
+    acks: dict[tuple[int, int], str] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+    retries: int = 0
+    latencies: list[tuple[float, float]] = field(default_factory=list)  # (start monotonic, seconds)
+    hosts_used: dict[str, int] = field(default_factory=dict)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+    _conns: dict[tuple[str, int], Any] = field(default_factory=dict)
+
+    def start(self) -> Writer:
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread:
+            self._thread.join(30)
+        for c in self._conns.values():
+            try:
+                c.close()
+            except Exception:
+                pass
+
+    def _conn(self, shard: int) -> tuple[Any, str]:
+        host = self.router.master_for(shard)
+        key = (host.name, shard)
+        if key not in self._conns:
+            self._conns[key] = mysql_connect(host, self.router.credentials, read_timeout=30)
+        return self._conns[key], host.name
+
+    def _write_once(self, shard: int, rng: random.Random) -> None:
+        data = json.dumps({"w": rng.random()})
+        mine = [k for k in self.acks if k[0] == shard]
+        update = mine and rng.random() < 0.4
+        for attempt in range(50):
+            conn, hname = self._conn(shard)
+            try:
+                with conn.cursor() as cur:
+                    if update:
+                        lid = rng.choice(mine)[1]
+                        cur.execute(f"UPDATE `db{shard:05d}`.pins SET data = %s WHERE local_id = %s", (data, lid))
+                    else:
+                        cur.execute(f"INSERT INTO `db{shard:05d}`.pins (data) VALUES (%s)", (data,))
+                        lid = cur.lastrowid
+                self.acks[(shard, lid)] = data
+                self.hosts_used[hname] = self.hosts_used.get(hname, 0) + 1
+                return
+            except pymysql.err.MySQLError as exc:
+                code = exc.args[0] if exc.args else None
+                if code in (ER_NO_SUCH_TABLE, ER_BAD_DB_ERROR):
+                    self.retries += 1
+                    self.router.refresh()
+                    continue
+                if code in (2006, 2013):
+                    self._conns.pop((hname, shard), None)
+                    self.retries += 1
+                    continue
+                self.errors.append(f"{code}: {exc}")
+                return
+        self.errors.append("gave up after 50 attempts")
+
+    def _run(self) -> None:
+        rng = random.Random(1234)
+        while not self._stop.is_set():
+            shard = rng.choice(self.shards)
+            t0 = time.monotonic()
+            self._write_once(shard, rng)
+            self.latencies.append((t0, time.monotonic() - t0))
+            time.sleep(self.pause_s)

@@ -1,0 +1,68 @@
+"""Cleanup on the sandbox: tombstones dropped after the retention, their files gone, bookkeeping released."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from migrator.cleanup import RetentionNotOver, cleanup
+from migrator.cutover import cutover, tomb_db
+from migrator.migration import Options, Phase
+from migrator.plan import hold_maintenance_pause, maintenance_paused
+from migrator.rollback import rollback
+
+from .cutover_setup import prepare_converged
+
+
+def _files(fleet, host: str, schema: str) -> list[Path]:
+    d = Path(fleet.sandbox.state.procs[host].datadir) / "data" / schema
+    return sorted(d.glob("*.ibd")) if d.exists() else []
+
+
+def test_cleanup_drops_tombstones_and_their_files(fleet):
+    prep = prepare_converged(fleet, (2, 3), options=Options(freeze_budget_ms=2000))
+    spec = prep.spec
+    hold_maintenance_pause(fleet.zk, spec)
+    cutover(fleet.config, spec.id)
+    fleet.sandbox.wait_pairs_converged()
+    tombs = [tomb_db(spec.id, db) for db in spec.databases]
+    for host in (spec.source_master, spec.source_slave):  # the RENAME replicated to the old standby
+        for t in tombs:
+            assert len(_files(fleet, host, t)) == 5, (host, t)
+
+    with pytest.raises(RetentionNotOver, match="--now"):
+        cleanup(fleet.config, spec.id)
+    assert _files(fleet, spec.source_master, tombs[0])
+
+    hold_maintenance_pause(fleet.zk, spec)
+    res = cleanup(fleet.config, spec.id, now=True)
+    fleet.sandbox.wait_pairs_converged()
+    assert res.bytes_freed > 0
+    assert sorted(res.dropped) == sorted([f"{spec.source_master}:{t}" for t in tombs] +
+                                         [f"{spec.source_master}:{db}" for db in spec.databases])
+    for host in (spec.source_master, spec.source_slave):
+        for schema in (*tombs, *spec.databases):
+            assert not (Path(fleet.sandbox.state.procs[host].datadir) / "data" / schema).exists(), (host, schema)
+    # the target still serves the shards
+    assert _files(fleet, spec.target_master, "db00002")
+    assert prep.store.holders(spec.shards) == {}
+    assert all(maintenance_paused(fleet.zk, s) is None for s in spec.shards)
+    st, _ = prep.store.state(spec.id)
+    assert st.phase == Phase.CLEANED
+
+
+def test_cleanup_after_rollback_drops_the_new_masters_copies(fleet):
+    prep = prepare_converged(fleet, (4,), options=Options(freeze_budget_ms=2000))
+    spec = prep.spec
+    cutover(fleet.config, spec.id)
+    rollback(fleet.config, spec.id)
+    tomb = tomb_db(spec.id, "db00004")
+    assert len(_files(fleet, spec.target_master, tomb)) == 5
+    res = cleanup(fleet.config, spec.id, now=True)
+    fleet.sandbox.wait_pairs_converged()
+    for host in (spec.target_master, spec.target_slave):
+        assert not (Path(fleet.sandbox.state.procs[host].datadir) / "data" / tomb).exists()
+        assert not (Path(fleet.sandbox.state.procs[host].datadir) / "data" / "db00004").exists()
+    assert len(_files(fleet, spec.source_master, "db00004")) == 6  # live again, sentinel included
+    assert f"{spec.target_master}:{tomb}" in res.dropped

@@ -1,0 +1,60 @@
+"""Cutover pieces that need no server: tombstone names, the watchdog, the fence SQL."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from migrator.cutover import Watchdog, tomb_db, tomb_suffix
+from migrator.fence import Fence, Move
+from migrator.fleet import Host
+from migrator.mysql import IDENT_RE
+
+
+def test_tombstone_names_are_stable_valid_identifiers():
+    mid = "m-20261122-151727-0f8e69"
+    assert tomb_db(mid, "db00005") == f"_tomb_{tomb_suffix(mid)}_db00005"
+    assert tomb_db(mid, "db00005") == tomb_db(mid, "db00005")
+    assert tomb_db(mid, "db00005") != tomb_db("m-other", "db00005")
+    assert IDENT_RE.match(tomb_db(mid, "db04095"))
+
+
+def test_watchdog_fires_once_and_then_refuses_the_flip():
+    fired = threading.Event()
+    wd = Watchdog(0.05, fired.set).start()
+    assert fired.wait(2)
+    assert wd.fired and not wd.claim()
+
+
+def test_claimed_watchdog_never_fires():
+    fired = threading.Event()
+    wd = Watchdog(0.05, fired.set).start()
+    assert wd.claim()
+    time.sleep(0.15)
+    assert not fired.is_set() and not wd.fired
+
+
+def test_fence_locks_every_table_and_the_sentinel():
+    host = Host(name="MySQL001A", port=3306, partner="MySQL001B")
+    f = Fence(host, None, [Move("db00002", "pins", "_tomb_x_db00002"), Move("db00002", "boards", "_tomb_x_db00002")],
+              [("db00002", "_migrator_sentinel")])  # type: ignore[arg-type]
+    sql = f.lock_sql()
+    assert sql.endswith("LOCK TABLES `db00002`.`pins` WRITE, `db00002`.`boards` WRITE, "
+                        "`db00002`.`_migrator_sentinel` WRITE")
+
+
+def test_cli_helpers_register_their_commands():
+    import typer
+    from typer.testing import CliRunner
+
+    from migrator import cleanup, cutover, rollback, verify
+
+    app = typer.Typer()
+    for mod in (verify, cutover, rollback, cleanup):
+        mod.register_cli(app)
+    runner = CliRunner()
+    for cmd, needle in (("verify", "--no-repair"), ("cutover", "--json"), ("rollback", "back"),
+                        ("cleanup", "--now")):
+        res = runner.invoke(app, [cmd, "--help"])
+        assert res.exit_code == 0, res.output
+        assert needle in res.output
