@@ -102,7 +102,14 @@ def table_job(mid: str, db: str, table: str, config_path: str | None = None, sli
         job.save_meta()
 
     with command.session(command.load_config(config_path)) as (zk, creds):
+        # the spec is read afresh for every slice: `migrator set ID ...` takes effect at the next slice
         spec = command.spec_of(zk, mid)
+        if job is not None:
+            o = spec.options
+            job.meta["options"] = {"max_standby_lag_s": o.max_standby_lag_s,
+                                   "max_threads_running": o.max_threads_running,
+                                   "chunk_target_ms": o.chunk_target_ms, "chunk_max_rows": o.chunk_max_rows}
+            job.save_meta()
         try:
             res = copy_mod.copy_table(zk, spec, db, table, creds, deadline=time.monotonic() + slice_s,
                                       on_progress=on_progress)

@@ -24,16 +24,26 @@ def advance(run_id: str, config_path: str | None = None, wait_budget_s: float = 
     creds = config_mod.load_credentials(cfg)
     with zk_mod.connect(cfg, creds) as zk:
         out = playbook.advance(cfg, zk, run_id, wait_budget_s=wait_budget_s)
+        state, _ = playbook.RunStore(zk).get(run_id)
     job = get_current_job()
     if job is not None:
-        job.meta.update({"run": run_id, "status": out.status, "step": out.step, "message": out.message[:300]})
+        job.meta.update({"run": run_id, "playbook": state["playbook"], "migration": state["context"].get("migration"),
+                         "status": out.status, "step": out.step, "message": out.message[:300]})
         job.save_meta()
         if out.status in ("waiting", "busy"):
-            enqueue(run_id, config_path, connection=job.connection)
+            enqueue(run_id, config_path, connection=job.connection, playbook_name=state["playbook"],
+                    migration=state["context"].get("migration"), step=out.step)
     return {"status": out.status, "step": out.step, "message": out.message}
 
 
-def enqueue(run_id: str, config_path: str | None, *, connection: Any) -> Any:
+def enqueue(run_id: str, config_path: str | None, *, connection: Any, playbook_name: str | None = None,
+            migration: str | None = None, step: str | None = None) -> Any:
+    """Queue the next advance of a run; the description says which playbook, migration and step."""
+    what = f"playbook {playbook_name or ''} run {run_id}".replace("  ", " ")
+    if migration:
+        what += f" (migration {migration})"
+    if step:
+        what += f": waiting at {step}"
     q = Queue(QUEUE, connection=connection)
-    return q.enqueue(advance, run_id, config_path, job_timeout=-1,
-                     description=f"playbook {run_id}: advance", meta={"run": run_id})
+    return q.enqueue(advance, run_id, config_path, job_timeout=-1, description=what,
+                     meta={"run": run_id, "playbook": playbook_name, "migration": migration, "step": step})

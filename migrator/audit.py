@@ -2,7 +2,9 @@
 
 Shard-map changes are written in the same ZooKeeper transaction as the change
 itself (``<root>/audit``, see :mod:`migrator.shard_map`); migration phase
-changes are kept in each record's ``history`` (see :mod:`migrator.migration`).
+changes are kept in each record's ``history`` (see :mod:`migrator.migration`),
+each naming the actor (operator or worker, user@host) and, when a phase module
+made the change, that ``component``.
 This module merges both into one time-ordered list for ``migrator history``.
 """
 
@@ -23,6 +25,7 @@ def history(zk: ZK, *, migration_id: str | None = None, limit: int = 200) -> lis
             out.append({
                 "when": rec["when"], "who": rec["who"], "what": "shard_map",
                 "migration": (rec.get("details") or {}).get("migration"),
+                "old_epoch": rec["old_epoch"], "new_epoch": rec["new_epoch"],
                 "detail": f"epoch {rec['old_epoch']} -> {rec['new_epoch']}: {rec['reason']}",
             })
     store = MigrationStore(zk)
@@ -38,12 +41,16 @@ def history(zk: ZK, *, migration_id: str | None = None, limit: int = 200) -> lis
             detail = f"phase {h.get('from') or '-'} -> {h['to']}"
             if h.get("error"):
                 detail += f" ({h['error']})"
+            if h.get("component"):
+                detail += f" by {h['component']}"
             out.append({"when": h["when"], "who": h["who"], "what": "migration", "migration": mid,
+                        "component": h.get("component"), "from": h.get("from"), "to": h.get("to"),
                         "detail": detail})
     if migration_id:
         for rec in ShardMapStore(zk).history(limit=limit):
             if (rec.get("details") or {}).get("migration") == migration_id:
                 out.append({"when": rec["when"], "who": rec["who"], "what": "shard_map", "migration": migration_id,
+                            "old_epoch": rec["old_epoch"], "new_epoch": rec["new_epoch"],
                             "detail": f"epoch {rec['old_epoch']} -> {rec['new_epoch']}: {rec['reason']}"})
     out.sort(key=lambda r: r["when"])
     for r in out:

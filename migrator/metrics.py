@@ -3,7 +3,7 @@
 Any number of RQ workers on any number of machines do the work; the record in
 ZooKeeper is the one place that knows the whole migration. So instead of
 counters scattered over worker processes, each scrape of ``/metrics`` (served
-by ``migrator worker --metrics-port`` or ``migrator metrics serve``) reads the
+by ``migrator worker --metrics-port P`` or ``migrator metrics --port P``) reads the
 records and reports copy progress, catch-up apply rate, lag, pass deltas and
 freeze durations. Use ``rate(migrator_copy_rows_total[1m])`` for rows/s.
 """
@@ -36,7 +36,8 @@ class MigrationCollector(Collector):
         tables_left = GaugeMetricFamily("migrator_copy_tables_pending", "Tables not fully copied",
                                         labels=["migration"])
         apply_rate = GaugeMetricFamily("migrator_catchup_apply_events_per_second",
-                                       "Apply rate of the last catch-up pass", labels=["migration"])
+                                       "Apply rate of the last catch-up pass that applied events",
+                                       labels=["migration"])
         write_rate = GaugeMetricFamily("migrator_catchup_source_write_events_per_second",
                                        "Source write rate seen by the last catch-up pass", labels=["migration"])
         lag = GaugeMetricFamily("migrator_catchup_lag_seconds", "Lag of the last catch-up pass",
@@ -44,6 +45,10 @@ class MigrationCollector(Collector):
         delta = GaugeMetricFamily("migrator_catchup_pass_events", "Events applied by the last catch-up pass",
                                   labels=["migration"])
         passes = CounterMetricFamily("migrator_catchup_passes", "Catch-up passes run", labels=["migration"])
+        events = CounterMetricFamily("migrator_catchup_events", "Binlog row events applied by the recorded passes",
+                                     labels=["migration"])
+        pass_seconds = GaugeMetricFamily("migrator_catchup_pass_duration_seconds", "Duration of the last pass",
+                                         labels=["migration"])
         predicted = GaugeMetricFamily("migrator_predicted_freeze_seconds", "Predicted write freeze",
                                       labels=["migration"])
         freeze = GaugeMetricFamily("migrator_freeze_seconds", "Measured write freeze of the cutover",
@@ -67,18 +72,23 @@ class MigrationCollector(Collector):
             tables_left.add_metric([mid], pending)
             ck, _ = store.get_progress(mid, "catchup")
             plist = (ck or {}).get("passes") or []
-            passes.add_metric([mid], len(plist))
+            passes.add_metric([mid], max(len(plist), int(max((p.get("number") or 0 for p in plist), default=0))))
+            events.add_metric([mid], sum(int(p.get("events") or 0) for p in plist))
             if plist:
                 last = plist[-1]
-                apply_rate.add_metric([mid], float(last.get("apply_rate") or 0))
+                # an empty pass has no rate: report the last pass that applied something
+                busy = next((p for p in reversed(plist) if p.get("events")), last)
+                apply_rate.add_metric([mid], float(busy.get("apply_rate") or 0))
                 write_rate.add_metric([mid], float(last.get("write_rate") or 0))
                 lag.add_metric([mid], float(last.get("lag_s") or 0))
                 delta.add_metric([mid], float(last.get("events") or 0))
+                pass_seconds.add_metric([mid], float(last.get("duration_s") or 0))
             if st.predicted_freeze_ms is not None:
                 predicted.add_metric([mid], st.predicted_freeze_ms / 1000)
             if st.freeze_ms is not None:
                 freeze.add_metric([mid], st.freeze_ms / 1000)
-        yield from (phase, rows, nbytes, tables_left, apply_rate, write_rate, lag, delta, passes, predicted, freeze)
+        yield from (phase, rows, nbytes, tables_left, apply_rate, write_rate, lag, delta, pass_seconds, passes, events,
+                    predicted, freeze)
         epoch = GaugeMetricFamily("migrator_shard_map_epoch", "Epoch (znode version) of the shard map")
         try:
             epoch.add_metric([], float(ShardMapStore(self.zk).read().epoch or 0))

@@ -250,6 +250,7 @@ class MigrationStore:
             new = change(st.model_copy(deep=True))
             if new is None:
                 return st
+            _stamp_actor(new.history, len(st.history))
             new.updated_at = time.time()
             try:
                 self.zk.client.set(self._node(mid), new.model_dump_json().encode(), version=version)
@@ -311,6 +312,16 @@ class MigrationStore:
         spec = self.spec(mid)
         self.release_locks(spec)
         self.zk.client.delete(self._node(mid), recursive=True)
+
+
+def _stamp_actor(history: list[dict[str, Any]], since: int) -> None:
+    """Phase changes name who made them (:func:`migrator.shard_map.actor`, the operator or the
+    worker's user@host); a component that wrote its own name as ``who`` keeps it as ``component``."""
+    me = actor()
+    for rec in history[since:]:
+        if rec.get("who") != me:
+            rec.setdefault("component", rec.get("who"))
+            rec["who"] = me
 
 
 def _transition(old: Phase | None, new: Phase, error: str | None = None) -> dict[str, Any]:

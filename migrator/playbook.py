@@ -31,8 +31,19 @@ Resume contract: a run's progress lives in ZooKeeper at
 as the migration id, and each step's status and attempts). Whoever executes a
 run holds the ephemeral node ``<run>/owner``; a run whose owner vanished (a
 killed worker) is resumed by re-running its current step, which is safe because
-every step function is itself resumable from the migration record. Approvals
-are nodes ``<run>/approvals/<step>``.
+every step function is itself resumable from the migration record; a step whose
+work the record already shows done (``StepDef.done_in``: the copy of a
+migration that is catching up, the cutover of one that is done) is skipped.
+Approvals are nodes ``<run>/approvals/<step>``.
+
+Operator control: while the migration is paused (``migrator pause ID``) the
+steps that move data wait instead of failing; ``migrator resume ID`` lets them
+go on. ``timeout`` bounds a step from the first time the run reached it: the
+wait on its gates and approvals, then its own work. A step that runs past it
+fails without a retry (its work may still be going on); a step that moves data
+is paused first, so it stops between chunks or passes, then the handlers run. A step function that returns a failure
+instead of raising one (a preflight with failed checks, a copy stopped early)
+fails the step like an exception.
 """
 
 from __future__ import annotations
@@ -41,6 +52,7 @@ import importlib
 import json
 import operator
 import re
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -149,7 +161,19 @@ class StepDef:
     #: the step's result is stored as the run's migration id
     sets_migration: bool = False
     doc: str = ""
+    #: while the migration is paused (``migrator pause ID``) the run waits before this step
+    honours_pause: bool = False
+    #: the migration phases in which this step's work is already done: a resumed run skips it
+    done_in: frozenset[str] = frozenset()
 
+
+_AFTER_COPY = frozenset({"catching_up", "converged", "verifying", "cutover", "done", "cleaned"})
+_AFTER_CUTOVER = frozenset({"done", "cleaned"})
+#: options a playbook may set on its migration (``set_options``), by their names in the spec
+OPTION_PARAMS = {"chunk_rows": ("int", False), "chunk_target_ms": ("int", False), "chunk_max_rows": ("int", False),
+                 "copy_workers": ("int", False), "max_standby_lag_s": ("float", False),
+                 "max_threads_running": ("int", False), "converge_lag_s": ("float", False),
+                 "freeze_budget_ms": ("int", False)}
 
 STEPS: dict[str, StepDef] = {
     "plan_split": StepDef("migrator.command:plan_split",
@@ -162,15 +186,25 @@ STEPS: dict[str, StepDef] = {
                                    needs_migration=False, sets_migration=True, doc="plan moving a queue partition"),
     "use_migration": StepDef("migrator.playbook:use_migration", {"id": ("str", True)},
                              needs_migration=False, sets_migration=True, doc="act on an existing migration"),
-    "preflight": StepDef("migrator.command:preflight", doc="check source, target and grants"),
-    "copy": StepDef("migrator.command:run_copy", doc="copy schema and rows (resumable)"),
-    "catchup": StepDef("migrator.command:catchup", {"passes": ("int", False)}, doc="binlog catch-up passes"),
-    "catchup_pass": StepDef("migrator.command:catchup", {"passes": ("int", False)}, doc="one catch-up pass"),
-    "verify": StepDef("migrator.command:verify", doc="chunked checksums, repair"),
-    "cutover": StepDef("migrator.command:cutover", {"freeze_budget_ms": ("int", False)}, doc="fenced flip"),
-    "rollback": StepDef("migrator.command:rollback", doc="flip back to the source"),
-    "cleanup": StepDef("migrator.command:cleanup", {"now": ("bool", False)}, doc="drop tombstones"),
-    "abort": StepDef("migrator.command:abort", doc="stop, source keeps serving"),
+    "set_options": StepDef("migrator.command:set_options", dict(OPTION_PARAMS),
+                           doc="change the migration's throttle limits, chunk target or freeze budget"),
+    "preflight": StepDef("migrator.command:preflight", doc="check source, target and grants",
+                         done_in=_AFTER_COPY | {"copying"}),
+    "copy": StepDef("migrator.command:run_copy", doc="copy schema and rows (resumable)", honours_pause=True,
+                    done_in=_AFTER_COPY),
+    "catchup": StepDef("migrator.command:catchup", {"passes": ("int", False)}, doc="binlog catch-up passes",
+                       honours_pause=True, done_in=frozenset({"verifying", "cutover"}) | _AFTER_CUTOVER),
+    "catchup_pass": StepDef("migrator.command:catchup", {"passes": ("int", False)}, doc="one catch-up pass",
+                            honours_pause=True, done_in=frozenset({"verifying", "cutover"}) | _AFTER_CUTOVER),
+    "verify": StepDef("migrator.command:verify", doc="chunked checksums, repair", honours_pause=True,
+                      done_in=_AFTER_CUTOVER),
+    "cutover": StepDef("migrator.command:cutover", {"freeze_budget_ms": ("int", False)}, doc="fenced flip",
+                       honours_pause=True, done_in=_AFTER_CUTOVER),
+    "rollback": StepDef("migrator.command:rollback", doc="flip back to the source",
+                        done_in=frozenset({"rolled_back"})),
+    "cleanup": StepDef("migrator.command:cleanup", {"now": ("bool", False)}, doc="drop tombstones",
+                       done_in=frozenset({"cleaned"})),
+    "abort": StepDef("migrator.command:abort", doc="stop, source keeps serving", done_in=frozenset({"aborted"})),
     "approval": StepDef("migrator.playbook:noop", needs_migration=False, doc="wait for `migrator approve`"),
     "sleep": StepDef("migrator.playbook:sleep", {"seconds": ("float", True)}, needs_migration=False, doc="pause"),
 }
@@ -548,7 +582,8 @@ def gate_metrics(config: Any, migration_id: str | None) -> tuple[dict[str, Any],
     return metrics, hist
 
 
-def _call(target: str, config: Any, *args: Any, **kwargs: Any) -> Any:
+def _call(target: str, config: Any, /, *args: Any, **kwargs: Any) -> Any:
+    # positional-only: step parameters such as ``target`` arrive in kwargs
     mod, fn = target.split(":")
     return getattr(importlib.import_module(mod), fn)(config, *args, **kwargs)
 
@@ -578,6 +613,84 @@ def advance(config: Any, zk: ZK, run_id: str, *, poll_s: float = 1.0, wait_budge
         store.release_ownership(run_id)
 
 
+def migration_state(config: Any, migration_id: str | None) -> tuple[str | None, bool]:
+    """(phase, paused) of the run's migration, read from its record; (None, False) without one."""
+    if not migration_id:
+        return None, False
+    from migrator import command
+    from migrator.migration import MigrationNotFound, MigrationStore
+
+    with command.session(config) as (zk, _):
+        try:
+            st, _ = MigrationStore(zk).state(migration_id)
+        except MigrationNotFound:
+            return None, False
+    return st.phase.value, st.paused
+
+
+class StepTimeout(PlaybookRunError):
+    """A step ran past its ``timeout``."""
+
+
+def within(seconds: float, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+    """``fn(*args, **kwargs)`` in a daemon thread; :class:`StepTimeout` if it is not done in ``seconds``.
+
+    The thread cannot be stopped from outside: the caller makes its work stop (pause, abort)."""
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["result"] = fn(*args, **kwargs)
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+            box["error"] = exc
+
+    t = threading.Thread(target=run, name="playbook-step", daemon=True)
+    t.start()
+    t.join(max(seconds, 0.0))
+    if t.is_alive():
+        raise StepTimeout(f"step did not finish within its timeout ({max(seconds, 0):.0f}s left of it)")
+    if "error" in box:
+        raise box["error"]
+    return box.get("result")
+
+
+def planned_since(config: Any, since: float) -> str | None:
+    """The migration an interrupted plan step stored before its executor died, if any.
+
+    A plan step whose executor was killed after the plan was stored but before
+    the run recorded it would, run again, fail on its own shard locks. The run
+    adopts the one migration still in ``planned`` that was created by the same
+    actor since the interrupted attempt started."""
+    from migrator import command
+    from migrator.migration import MigrationStore, Phase
+
+    me = actor()
+    found = []
+    with command.session(config) as (zk, _):
+        store = MigrationStore(zk)
+        for mid in store.list():
+            try:
+                spec = store.spec(mid)
+                st, _ = store.state(mid)
+            except MigratorError:
+                continue
+            if st.phase == Phase.PLANNED and spec.created_by == me and spec.created_at >= since - 1.0:
+                found.append(mid)
+    return found[0] if len(found) == 1 else None
+
+
+def check_result(step: Step, result: Any) -> None:
+    """Raise when a step function returned a failure instead of raising one."""
+    if getattr(result, "ok", True) is False:  # a preflight with failed checks
+        lines = result.lines() if hasattr(result, "lines") else []
+        bad = [ln for ln in lines if "FAIL" in ln][:3]
+        raise PlaybookRunError(f"step {step.id}: {step.call} failed" + (": " + "; ".join(bad) if bad else ""))
+    if step.call == "copy" and isinstance(result, dict) and not result.get("finished"):
+        if result.get("phase") == "copying":  # stopped early (paused, sliced): not copied yet
+            why = ", ".join(result.get("statuses") or [])
+            raise PlaybookRunError(f"step {step.id}: copy stopped before the end ({why})")
+
+
 def _advance(config: Any, store: RunStore, run_id: str, poll_s: float, wait_budget_s: float,
              call: Callable[..., Any]) -> Outcome:
     state, version = store.get(run_id)
@@ -587,11 +700,29 @@ def _advance(config: Any, store: RunStore, run_id: str, poll_s: float, wait_budg
     started_wait = time.monotonic()
     while state["cursor"] < len(pb.steps):
         step = pb.steps[state["cursor"]]
+        sdef = STEPS[step.call]
         rec = state["steps"].setdefault(step.id, {"status": "pending", "attempts": 0})
         if rec.get("first_seen") is None:
             rec["first_seen"] = time.time()
-        # gates: hold before the step runs
         mid = state["context"].get("migration")
+        if sdef.needs_migration and (sdef.honours_pause or sdef.done_in):
+            phase, paused = migration_state(config, mid)
+            if phase in sdef.done_in:
+                # the work is already in the record (a resumed run whose executor died after the
+                # step finished but before it was marked done): do not redo it
+                rec.update(status="done", finished=time.time(), result={"skipped": f"migration is {phase}"})
+                state["cursor"] += 1
+                version = store.put(run_id, state, version)
+                continue
+            if paused and sdef.honours_pause:
+                rec.update(status="waiting", waiting_on=["migration paused (`migrator resume ID`)"])
+                state["status"] = "waiting"
+                version = store.put(run_id, state, version)
+                if time.monotonic() - started_wait > wait_budget_s:
+                    return Outcome("waiting", step.id, "migration paused")
+                time.sleep(poll_s)
+                continue
+        # gates: hold before the step runs
         while step.gates:
             metrics, hist = gate_metrics(config, mid) if any(not g.approval for g in step.gates) else ({}, [])
             approved = store.approved(run_id, step.id)
@@ -606,7 +737,14 @@ def _advance(config: Any, store: RunStore, run_id: str, poll_s: float, wait_budg
                 return _fail(config, store, run_id, pb, step, f"gate did not hold within {step.timeout:.0f}s: "
                              + "; ".join(pending), call)
             if step.wait_with and mid:
-                call(STEPS[step.wait_with].target, config, mid, passes=1)
+                if migration_state(config, mid)[1]:
+                    return Outcome("waiting", step.id, "migration paused")
+                try:
+                    call(STEPS[step.wait_with].target, config, mid, passes=1)
+                except Exception as exc:  # the work done while waiting failed: the step fails
+                    return _fail(config, store, run_id, pb, step, f"{step.wait_with} while waiting: {exc}", call)
+                state, version = store.get(run_id)
+                rec = state["steps"][step.id]
             elif time.monotonic() - started_wait > wait_budget_s:
                 return Outcome("waiting", step.id, "; ".join(pending))
             else:
@@ -614,19 +752,39 @@ def _advance(config: Any, store: RunStore, run_id: str, poll_s: float, wait_budg
             if step.wait_with and time.monotonic() - started_wait > wait_budget_s:
                 return Outcome("waiting", step.id, "; ".join(pending))
         # run the step
+        interrupted_at = rec.get("started") if rec.get("status") == "running" else None
         rec.update(status="running", started=time.time(), waiting_on=None)
         rec["attempts"] += 1
         state["status"] = "running"
         version = store.put(run_id, state, version)
-        sdef = STEPS[step.call]
         kwargs = resolve_args(step, state["params"])
         args = (mid,) if sdef.needs_migration else ()
         try:
-            result = call(sdef.target, config, *args, **kwargs)
+            adopted = (planned_since(config, interrupted_at)
+                       if sdef.sets_migration and step.call != "use_migration" and interrupted_at else None)
+            left = step.timeout - (time.time() - rec["first_seen"])
+            result = adopted if adopted is not None else within(left, call, sdef.target, config, *args, **kwargs)
+            check_result(step, result)
+        except StepTimeout as exc:
+            # the step's work may still be running in its thread: no retry on top of it; a step that
+            # moves data is paused so it stops between chunks or passes, then the handlers run
+            state, version = store.get(run_id)
+            state["steps"][step.id].update(status="error", error=str(exc), finished=time.time())
+            version = store.put(run_id, state, version)
+            if sdef.honours_pause and mid:
+                try:
+                    call("migrator.command:pause", config, mid)
+                except Exception:  # noqa: BLE001 - the failure below is what the operator must see
+                    pass
+            return _fail(config, store, run_id, pb, step, str(exc), call)
         except Exception as exc:  # a step failure is data for the run, not a crash of the engine
             state, version = store.get(run_id)
             rec = state["steps"][step.id]
             rec.update(status="error", error=str(exc).splitlines()[0][:500], finished=time.time())
+            if sdef.honours_pause and migration_state(config, mid)[1]:
+                rec["attempts"] -= 1  # stopped by a pause, not failed: run it again after the resume
+                version = store.put(run_id, state, version)
+                continue
             if rec["attempts"] <= step.retries:
                 version = store.put(run_id, state, version)
                 continue

@@ -1,5 +1,5 @@
 """``migrator split / move / move-partition / preflight / copy / status / pause /
-resume / abort``: the migration commands of the CLI.
+resume / abort / set / postpone``: the migration commands of the CLI.
 
 Each command parses options, calls one function of :mod:`migrator.command`
 and prints its result; :func:`migrator.cli.main.main` turns a
@@ -193,49 +193,53 @@ def register(app: typer.Typer) -> None:
             console.print(f"enqueued {job} on queue {queue!r}; follow with `migrator status {migration_id}`",
                           markup=False, highlight=False)
             return
-        seen: dict[str, dict[str, Any]] = {}
+        from migrator import watch
 
-        def show(view: dict[str, Any]) -> None:
-            seen[f"{view['db']}.{view['table']}"] = view
-            if view.get("done"):
-                console.print(f"  {view['db']}.{view['table']}: {view['rows']:,} rows done", markup=False)
-
-        out = command.run_copy(cfg, migration_id, workers=workers, on_progress=show)
+        st = command.status(cfg, migration_id)
+        progress, on_progress = watch.copy_progress(console, total_rows=int(st["copy"].get("est_rows") or 1))
+        with progress:
+            out = command.run_copy(cfg, migration_id, workers=workers, on_progress=on_progress)
         console.print(f"copied {out['rows']:,} rows ({_human_bytes(out['bytes'])}) in {out['seconds']:.1f}s; "
                       f"phase {out['phase']}", markup=False, highlight=False)
 
     @app.command("status")
-    def status(migration_id: Optional[str] = typer.Argument(None), as_json: bool = typer.Option(False, "--json")) -> None:
-        """Migrations and their phases, or one migration's copy progress."""
-        out = command.status(_cfg(), migration_id)
+    def status(
+        migration_id: Optional[str] = typer.Argument(None),
+        as_json: bool = typer.Option(False, "--json", help="Everything as JSON (for scripts)."),
+        watch_: bool = typer.Option(False, "--watch", "-w", help="Redraw live (until a final phase, or Ctrl-C)."),
+        interval: float = typer.Option(1.0, "--interval", help="Seconds between redraws with --watch."),
+        timeout: Optional[float] = typer.Option(None, "--timeout", help="Stop watching after this many seconds."),
+    ) -> None:
+        """Every migration's phase and the live workers; with an ID: per-shard copy progress, copy rate and
+        ETA, the catch-up pass table, predicted and last freeze, and the workers."""
+        from migrator import watch
+
+        cfg = _cfg()
+        if watch_ and not as_json:
+            if migration_id is None:
+                try:
+                    watch.follow_all(cfg, every=interval, timeout=timeout, console=console)
+                except KeyboardInterrupt:
+                    pass
+                return
+            try:
+                watch.follow(cfg, migration_id, every=interval, timeout=timeout, console=console, with_workers=True)
+            except KeyboardInterrupt:
+                pass
+            return
+        out = watch.listing(cfg) if migration_id is None else watch.overview(cfg, migration_id)
         if as_json:
             print(json.dumps(out, indent=2, default=str))
             return
         if migration_id is None:
-            t = Table(title="migrations")
-            t.add_column("id", overflow="fold")
-            for col in ("phase", "kind", "shards", "source", "target", "note"):
-                t.add_column(col)
-            for m in out["migrations"]:
-                note = "paused" if m["paused"] else (m["error"] or "")[:60]
-                t.add_row(m["id"], m["phase"], m["kind"], ",".join(map(str, m["shards"])), m["source"], m["target"],
-                          note)
-            console.print(t)
+            console.print(watch.render_listing(out))
             return
-        spec = out["spec"]
-        console.print(f"{out['id']}: {out['phase']}{' (paused)' if out['paused'] else ''}, "
-                      f"{spec['source_master']} -> {spec['target_master']}, shards {spec['shards']}",
-                      markup=False, highlight=False)
-        if out["error"]:
-            console.print(f"last error: {out['error']}", markup=False, highlight=False)
-        c = out["copy"]
-        t = Table(title=f"copy: {c['done']}/{c['tables']} tables, {c['rows']:,} rows")
-        for col in ("table", "rows", "est. rows", "chunk", "done"):
-            t.add_column(col)
-        for p in c["per_table"]:
-            t.add_row(f"{p['db']}.{p['table']}", f"{p.get('rows', 0):,}", f"{p.get('est_rows', 0):,}",
-                      str(p.get("chunk_rows") or ""), "yes" if p.get("done") else "")
-        console.print(t)
+        progress, task = watch.new_progress(console)
+        console.print(watch.render(out, progress, task))
+        if out.get("history"):
+            last = out["history"][-1]
+            console.print(f"last change: {last.get('from') or '-'} -> {last['to']} by {last['who']}",
+                          markup=False, highlight=False)
 
     @app.command("pause")
     def pause(migration_id: str = typer.Argument(...)) -> None:
@@ -260,6 +264,48 @@ def register(app: typer.Typer) -> None:
         out = command.abort(_cfg(), migration_id)
         console.print(f"{migration_id} aborted (was {out['was']}); dropped on the target: "
                       f"{', '.join(out['dropped']) or 'nothing'}", markup=False, highlight=False)
+
+    @app.command("set")
+    def set_(
+        migration_id: str = typer.Argument(...),
+        max_lag: Optional[float] = typer.Option(None, "--max-lag",
+                                                help="Throttle the copy above this standby lag (s)."),
+        max_threads_running: Optional[int] = typer.Option(None, "--max-threads-running",
+                                                          help="Throttle the copy while the source is this busy."),
+        chunk_target_ms: Optional[int] = typer.Option(None, "--chunk-target-ms", help="Time target per chunk."),
+        freeze_budget_ms: Optional[int] = typer.Option(None, "--freeze-budget-ms",
+                                                       help="Longest write freeze allowed."),
+        as_json: bool = typer.Option(False, "--json"),
+    ) -> None:
+        """Change a running migration's limits: copy jobs pick them up at their next slice,
+        catch-up at its next pass."""
+        changes = {"max_standby_lag_s": max_lag, "max_threads_running": max_threads_running,
+                   "chunk_target_ms": chunk_target_ms, "freeze_budget_ms": freeze_budget_ms}
+        if all(v is None for v in changes.values()):
+            raise typer.BadParameter("give at least one of --max-lag, --max-threads-running, --chunk-target-ms, "
+                                     "--freeze-budget-ms")
+        try:
+            out = command.set_options(_cfg(), migration_id, **changes)
+        except ValueError as exc:  # pydantic names the option and the bound
+            raise typer.BadParameter(str(exc).splitlines()[-1]) from None
+        if as_json:
+            print(json.dumps(out, indent=2))
+            return
+        o = out["options"]
+        console.print(f"{migration_id}: max lag {o['max_standby_lag_s']}s, max threads running "
+                      f"{o['max_threads_running']}, chunk target {o['chunk_target_ms']} ms, freeze budget "
+                      f"{o['freeze_budget_ms']} ms", markup=False, highlight=False)
+
+    @app.command("postpone")
+    def postpone(
+        migration_id: str = typer.Argument(...),
+        release: bool = typer.Option(False, "--release", help="Let the pipeline cut over again."),
+    ) -> None:
+        """Hold the cutover (catch-up keeps the target current); --release lets it go ahead."""
+        out = command.postpone(_cfg(), migration_id, on=not release)
+        console.print(f"{migration_id} ({out['phase']}): cutover "
+                      + ("postponed; release with `migrator postpone ID --release`" if out["postpone_cutover"]
+                         else "released"), markup=False, highlight=False)
 
     for name in PHASE_MODULES:
         try:

@@ -36,7 +36,7 @@ def register(app: typer.Typer) -> None:
         if sync:
             _drive(cfg, run_id)
         else:
-            _enqueue(cfg, run_id, state.config_path)
+            _enqueue(cfg, run_id, state.config_path, pb.name)
             print(f"enqueued on RQ queue 'migrator'; watch with `migrator playbook status {run_id}`")
 
     @app.command("approve")
@@ -104,7 +104,7 @@ def _create(cfg: object, pb: pbm.Playbook, params: dict) -> str:
         return pbm.RunStore(zk).create(pb, params)
 
 
-def _enqueue(cfg: object, run_id: str, config_path: Optional[str]) -> None:
+def _enqueue(cfg: object, run_id: str, config_path: Optional[str], name: Optional[str] = None) -> None:
     import redis
 
     from jobs import playbook as job
@@ -112,7 +112,7 @@ def _enqueue(cfg: object, run_id: str, config_path: Optional[str]) -> None:
 
     conn = redis.Redis.from_url(cfg.redis.url)  # type: ignore[attr-defined]
     path = str(config_mod.resolve_path(config_path).resolve())
-    job.enqueue(run_id, path, connection=conn)
+    job.enqueue(run_id, path, connection=conn, playbook_name=name)
 
 
 def _drive(cfg: object, run_id: str) -> None:

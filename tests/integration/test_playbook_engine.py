@@ -182,3 +182,31 @@ def test_bad_playbook_rejected_before_anything_runs(zk_root, tmp_path):
     res = run_cli("run", "playbooks/split-host.yaml", "--set", "source=MySQL001A", "--set", "bogus=1",
                   config=cfg_path)
     assert res.returncode == 2 and "no param 'bogus'" in res.stderr
+
+
+PB_SLOW = """name: slow
+steps:
+  - id: stuck
+    call: sleep
+    with: {seconds: 5}
+    timeout: 1s
+    retries: 3
+    on_failure: [after]
+handlers:
+  - id: after
+    call: sleep
+    with: {seconds: 0}
+"""
+
+
+def test_step_running_past_its_timeout_fails_without_retry(zk_root, tmp_path):
+    cfg, cfg_path, creds, zk = zk_root
+    pb = pbm.load(write(tmp_path, "slow", PB_SLOW))
+    run_id = pbm.RunStore(zk).create(pb, {})
+    t0 = time.monotonic()
+    out = pbm.advance(cfg, zk, run_id, wait_budget_s=1)
+    assert time.monotonic() - t0 < 4
+    assert (out.status, out.step) == ("failed", "stuck")
+    st = run_state(zk, run_id)
+    assert "timeout" in st["error"] and st["steps"]["stuck"]["attempts"] == 1  # no retry on top of it
+    assert st["handlers_run"] == ["after"]

@@ -87,3 +87,37 @@ def test_gates():
     assert not ms.holds({"predicted_freeze_ms": None}, [], False)
     assert Gate.parse("approval").holds({}, [], True) and not Gate.parse("approval").holds({}, [], False)
     assert pbm.parse_duration("500ms") == 0.5 and pbm.parse_duration("2h") == 7200
+
+
+def test_steps_match_the_command_signatures():
+    """Every step's parameters are keyword parameters of the function it calls."""
+    import importlib
+    import inspect
+
+    for name, sdef in pbm.STEPS.items():
+        mod, fn = sdef.target.split(":")
+        sig = inspect.signature(getattr(importlib.import_module(mod), fn))
+        params = list(sig.parameters)
+        assert params[0] == "config", name
+        if sdef.needs_migration:
+            assert params[1] in ("mid", "migration_id"), name
+        takes_any = any(p.kind == p.VAR_KEYWORD for p in sig.parameters.values())
+        for p in sdef.params:
+            assert takes_any or p in sig.parameters, (name, p)
+
+
+def test_failed_results_fail_the_step():
+    class Preflight:
+        ok = False
+
+        def lines(self):
+            return ["ok   binlog", "FAIL target db00002 is not empty"]
+
+    step = pbm.Step("pf", "preflight", {}, [], None, 60, 0, [], 1)
+    with pytest.raises(pbm.PlaybookRunError, match="db00002 is not empty"):
+        pbm.check_result(step, Preflight())
+    copy = pbm.Step("c", "copy", {}, [], None, 60, 0, [], 1)
+    with pytest.raises(pbm.PlaybookRunError, match="paused"):
+        pbm.check_result(copy, {"finished": False, "phase": "copying", "statuses": ["paused"]})
+    pbm.check_result(copy, {"finished": True, "phase": "catching_up"})
+    pbm.check_result(step, {"ok": True})

@@ -1,0 +1,93 @@
+"""Helpers of the operator tests: a migration brought to a phase, RQ in-process, rows on a host."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from redis import Redis
+from rq import Queue, SimpleWorker
+from rq.job import Job
+from rq.registry import FinishedJobRegistry
+
+from migrator import command
+from migrator.migration import MigrationStore, Options
+from migrator.mysql import connect as mysql_connect
+from migrator.mysql import qualified
+
+QUEUE = "migrator"
+
+
+def redis_of(fleet) -> Redis:
+    return Redis.from_url(fleet.config.redis.url)
+
+
+def planned(fleet, shards: str = "2-3", target: str = "MySQL003A", **options: Any) -> str:
+    res = command.plan_move(fleet.config, shards, target, options=Options(**options) if options else None)
+    return res.spec.id
+
+
+def copied(fleet, **options: Any) -> str:
+    mid = planned(fleet, **options)
+    command.run_copy(fleet.config, mid)
+    return mid
+
+
+def work(fleet, *, max_jobs: int | None = None) -> int:
+    """Run queued jobs in this process; returns how many ran."""
+    r = redis_of(fleet)
+    w = SimpleWorker([Queue(QUEUE, connection=r)], connection=r)
+    w.work(burst=True, max_jobs=max_jobs)
+    return w.successful_job_count + w.failed_job_count
+
+
+def finished_jobs(fleet) -> list[Job]:
+    r = redis_of(fleet)
+    reg = FinishedJobRegistry(QUEUE, connection=r)
+    jobs = [Job.fetch(j, connection=r) for j in reg.get_job_ids()]
+    return sorted(jobs, key=lambda j: j.ended_at or j.enqueued_at)
+
+
+def queued(fleet) -> int:
+    return Queue(QUEUE, connection=redis_of(fleet)).count
+
+
+def host_conn(fleet, name: str, db: str | None = None):
+    return mysql_connect(fleet.hosts[name], fleet.credentials, database=db)
+
+
+def count(fleet, host: str, db: str, table: str) -> int | None:
+    conn = host_conn(fleet, host)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE SCHEMA_NAME=%s", (db,))
+            if not cur.fetchone()[0]:
+                return None
+            cur.execute(f"SELECT COUNT(*) FROM {qualified(db, table)}")
+            return int(cur.fetchone()[0])
+    finally:
+        conn.close()
+
+
+def insert_pins(fleet, host: str, db: str, n: int) -> None:
+    conn = host_conn(fleet, host)
+    try:
+        with conn.cursor() as cur:
+            for i in range(n):
+                cur.execute(f"INSERT INTO {qualified(db, 'pins')} (data) VALUES (%s)", (f'{{"op": {i}}}',))
+    finally:
+        conn.close()
+
+
+def phase(fleet, mid: str) -> str:
+    return MigrationStore(fleet.zk).state(mid)[0].phase.value
+
+
+def wait_for(pred, timeout: float = 30.0, every: float = 0.1):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(every)
+    raise AssertionError("condition not met in time")
