@@ -436,8 +436,10 @@ def copy_table(
                               max_threads_running=opts.max_threads_running)
         last = decode_key(prog.get("last_key"))
         last_control = float("-inf")
+        chunks_this_call = 0
         while True:
-            if deadline is not None and time.monotonic() >= deadline:
+            # at least one chunk per call: a slice shorter than the setup above must still progress
+            if deadline is not None and chunks_this_call and time.monotonic() >= deadline:
                 result.status = "sliced"
                 break
             if time.monotonic() - last_control >= control_interval_s:
@@ -476,6 +478,7 @@ def copy_table(
                 result.status = "superseded"  # another worker advanced this table: it owns it now
                 break
             prog = new
+            chunks_this_call += 1
             result.rows += n
             result.bytes += nbytes
             result.progress = prog

@@ -169,3 +169,13 @@ def test_cli_prints_one_line_errors_and_fails_preflight_with_an_exit_code(fleet,
     assert r.returncode == 0 and "preflight" in r.stdout
     r = cli("abort", mid, "--yes")
     assert r.returncode == 0 and "aborted" in r.stdout
+
+
+def test_a_slice_shorter_than_the_setup_still_copies_a_chunk(fleet):
+    """Each copy job copies at least one chunk before it checks its slice deadline,
+    so even a tiny slice (or a slow setup under load) makes progress."""
+    plan = command.plan_move(fleet.config, "2-3", "MySQL003A", options=Options(chunk_rows=200))
+    mid = plan.spec.id
+    command.start_copy(fleet.config, mid, slice_s=0.0001)
+    _run_jobs_until(fleet, mid, lambda: _phase(fleet, mid) == Phase.CATCHING_UP, limit=200)
+    assert all(p["done"] for p in table_progress(fleet.zk, mid))
