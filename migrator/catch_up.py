@@ -726,6 +726,8 @@ def enqueue_passes(config: Config, migration_id: str, passes: int | None = None,
         "jobs.catch_up.run_passes", migration_id,
         config_path=str(config.path) if config.path else None, passes=passes,
         job_id=f"catchup-{migration_id}-{uuid.uuid4().hex[:8]}", job_timeout=6 * 3600,
+        description=f"catch-up passes of migration {migration_id}",
+        meta={"migration": migration_id, "step": "catch-up"},
     )
     return job.id
 
