@@ -25,7 +25,7 @@ console = Console()
 err_console = Console(stderr=True)
 
 #: phase modules that bring their own CLI commands via register_cli(app)
-PHASE_MODULES = ("migrator.catch_up", "migrator.verify", "migrator.cutover")
+PHASE_MODULES = ("migrator.catch_up", "migrator.verify", "migrator.cutover", "migrator.rollback", "migrator.cleanup")
 
 
 def _cfg() -> Any:
