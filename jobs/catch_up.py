@@ -35,9 +35,17 @@ def run_passes(
         return {"migration": migration_id, "paused": True}
     try:
         result = catch_up.run_pass(cfg, migration_id)
-    except catch_up.CatchUpError:
+    except catch_up.CatchUpConflict:
+        # another chain of passes wrote the checkpoint first (a resume after Redis was lost, or a
+        # duplicate enqueue): it carries on; this one steps aside. Its applied batch was idempotent.
+        return {"migration": migration_id, "superseded": True}
+    except catch_up.CatchUpError as exc:
         if _paused(cfg, migration_id):  # paused between the check and the pass
             return {"migration": migration_id, "paused": True}
+        _record_error(cfg, migration_id, exc)
+        raise
+    except Exception as exc:
+        _record_error(cfg, migration_id, exc)
         raise
     summary = {
         "migration": migration_id,
@@ -73,9 +81,30 @@ def run_passes(
         nxt = Queue(job.origin, connection=job.connection).enqueue(
             "jobs.catch_up.run_passes", migration_id, config_path=config_path, passes=passes, done=done,
             job_id=f"catchup-{migration_id}-{result.number + 1}-{uuid.uuid4().hex[:6]}", job_timeout=job.timeout,
+            description=f"catch-up pass {result.number + 1} of migration {migration_id}",
+            meta={"migration": migration_id, "step": "catch-up", "pass": result.number + 1},
         )
         summary["next_job"] = nxt.id
     return summary
+
+
+def _record_error(cfg: config_mod.Config, migration_id: str, exc: BaseException) -> None:
+    """Put the failure in the migration record, where `migrator status ID` shows it (the RQ job's
+    traceback is only in Redis). Best effort: the original error is what the job raises."""
+    from migrator import zk as zk_mod
+    from migrator.migration import MigrationStore
+
+    message = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
+
+    def change(st: Any) -> Any:
+        st.error = f"catch-up: {message}"[:2000]
+        return st
+
+    try:
+        with zk_mod.connect(cfg, config_mod.load_credentials(cfg)) as zk:
+            MigrationStore(zk).update(migration_id, change)
+    except Exception:  # noqa: BLE001 - never hide the original error
+        pass
 
 
 def _paused(cfg: config_mod.Config, migration_id: str) -> bool:

@@ -189,6 +189,11 @@ def resume(config: Config, mid: str, *, queue: str = "migrator") -> dict[str, An
 
     with session(config) as (zk, _):
         st = MigrationStore(zk).update(mid, lambda s: _set(s, paused=False))
+    if st.phase == Phase.CUTOVER:
+        # no job to re-enqueue: a cutover that died midway must be settled wholly before or after the flip
+        raise CommandError(f"migration {mid} is in its cutover (interrupted, or still running): run "
+                           f"`migrator cutover {mid}` to settle it (it finishes if the flip landed, undoes it "
+                           "otherwise, then cuts over again)")
     job = resume_jobs.enqueue_current_step(_redis(config), config, mid, queue=queue)
     return {"migration": mid, "phase": st.phase.value, "job": job.id if job else None}
 
@@ -257,6 +262,58 @@ def abort(config: Config, mid: str, *, settle_s: float = 1.0) -> dict[str, Any]:
         store.release_locks(spec)
         plan_mod.release_maintenance_pause(zk, spec)
         return {"migration": mid, "phase": Phase.ABORTED.value, "was": was.value, "dropped": dropped}
+
+
+#: phases from which the copy can be redone (the map has not flipped; nothing is fenced)
+RESTARTABLE = (Phase.PLANNED, Phase.PREFLIGHT, Phase.COPYING, Phase.CATCHING_UP, Phase.CONVERGED, Phase.FAILED)
+#: progress nodes that belong to one attempt of the copy and what follows it
+ATTEMPT_NODES = ("copy", "catchup", "verify", "cutover")
+
+
+def restart_copy(config: Config, mid: str, *, queue: str = "migrator", settle_s: float = 1.0) -> dict[str, Any]:
+    """Redo the copy from scratch, keeping the migration (same id, shard locks, spec).
+
+    For when catch-up can no longer continue from its checkpoint: the binlog it
+    needs was purged on the source, or the target copy is known to be bad.
+    Stops the workers (phase FAILED: copy jobs stop between chunks, catch-up
+    refuses to run), drops the target copies, deletes the copy, catch-up and
+    verify progress, and puts the migration back to PLANNED, so preflight and the
+    copy run again and record fresh binlog positions. A migration driven by the
+    pipeline (``split --yes``) is re-enqueued at once; otherwise run
+    ``migrator copy ID``. Refused once the cutover has started.
+    """
+    with session(config) as (zk, creds):
+        store = MigrationStore(zk)
+        spec = store.spec(mid)
+        st, _ = store.state(mid)
+        if st.phase not in RESTARTABLE:
+            raise CommandError(f"migration {mid} is in phase {st.phase.value}: the copy can only be restarted "
+                               "before the cutover (after a flip, use rollback)")
+        was = st.phase
+        if st.phase != Phase.FAILED:
+            store.set_phase(mid, Phase.FAILED, error="restarting the copy")
+            if settle_s:
+                # copy jobs check the phase between chunks and catch-up before each pass; a pass in
+                # flight fails on the dropped tables or the deleted checkpoint, and is not retried
+                time.sleep(settle_s)
+        dropped = copy_mod.drop_target_copies(zk, spec, creds)
+        for key in ATTEMPT_NODES:
+            node = f"{store.base}/{mid}/{key}"
+            if zk.client.exists(node):
+                zk.client.delete(node, recursive=True)
+
+        def reset(s: Any) -> Any:
+            s.history.append({"who": "restart-copy", "when": time.time(), "from": s.phase.value,
+                              "to": Phase.PLANNED.value})
+            s.phase = Phase.PLANNED
+            s.error = None
+            s.paused = False
+            s.predicted_freeze_ms = None
+            return s
+
+        new = store.update(mid, reset)
+    job = start_copy(config, mid, queue=queue) if new.autopilot else None
+    return {"migration": mid, "was": was.value, "phase": Phase.PLANNED.value, "dropped": dropped, "job": job}
 
 
 # -- later phases (their modules hold the logic; these are the shared entry points) ---------------------

@@ -744,11 +744,15 @@ def cutover(config: Config, migration_id: str, *, drainer: Drainer | None = None
                 store.set_phase(migration_id, Phase.CONVERGED, error=f"cutover aborted: {msg}")
                 raise
             retention = spec.options.retention_s
-            store.set_phase(migration_id, Phase.DONE, freeze_ms=result.freeze_ms,
-                            flipped_epoch=result.flipped_epoch, tombstone_db_suffix=tomb_suffix(migration_id),
-                            cleanup_after=now() + retention)
-            store.put_progress(migration_id, "cutover", result.to_dict())
-            _release_maintenance_pause(zk, spec)
+            # the flip landed: record it even across a ZooKeeper session loss (each write is idempotent)
+            for attempt in Retrying(stop=stop_after_delay(60), wait=wait_fixed(0.2),
+                                    retry=retry_if_exception_type(ZK_LOST), reraise=True):
+                with attempt:
+                    store.set_phase(migration_id, Phase.DONE, freeze_ms=result.freeze_ms,
+                                    flipped_epoch=result.flipped_epoch, tombstone_db_suffix=tomb_suffix(migration_id),
+                                    cleanup_after=now() + retention)
+                    store.put_progress(migration_id, "cutover", result.to_dict())
+                    _release_maintenance_pause(zk, spec)
             return result
         finally:
             run.close()
@@ -819,6 +823,7 @@ def reconcile(config: Config, migration_id: str, *, zk: ZK | None = None) -> Pha
                             tombstone_db_suffix=tomb_suffix(migration_id),
                             cleanup_after=time.time() + spec.options.retention_s,
                             error="cutover was interrupted after the flip; finished by reconcile")
+            _release_maintenance_pause(zk, spec)
             return Phase.DONE
         store.set_phase(migration_id, Phase.CONVERGED,
                         error="cutover was interrupted before the flip; undone by reconcile")

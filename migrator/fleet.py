@@ -27,7 +27,7 @@ HOST_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,62}$")
 
 
 def check_host_name(name: str) -> str:
-    if not isinstance(name, str) or not HOST_NAME_RE.match(name):
+    if not isinstance(name, str) or not HOST_NAME_RE.fullmatch(name):
         raise ShardMapError(
             f"host name {name!r} is not valid: use letters, digits, '.', '_' or '-', starting with a letter"
         )

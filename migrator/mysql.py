@@ -37,7 +37,7 @@ def ident(name: str) -> str:
     Identifiers cannot be bound as parameters; every one that reaches SQL
     passes here first. Only ``[A-Za-z0-9_]`` is allowed.
     """
-    if not isinstance(name, str) or not IDENT_RE.match(name):
+    if not isinstance(name, str) or not IDENT_RE.fullmatch(name):
         raise InvalidIdentifier(
             f"identifier {name!r} is not allowed: use 1-64 letters, digits or underscores"
         )

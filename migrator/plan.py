@@ -173,7 +173,7 @@ def plan_move(zk: ZK, shards: list[int], target: str, *, options: Options | None
 
 def read_queue(zk: ZK, queue: str) -> dict[str, Any]:
     """The queue service's record ``<root>/queues/<name>`` (read directly)."""
-    if not QUEUE_NAME_RE.match(queue):
+    if not QUEUE_NAME_RE.fullmatch(queue):
         raise PlanError(f"queue name {queue!r} is not valid: letters, digits, '_', '.' and '-' only")
     try:
         data, _ = zk.client.get(zk.path(QUEUES, queue))

@@ -1,4 +1,5 @@
-"""CLI: `migrator history` (audit trail) and `migrator worker` (RQ workers for migration jobs)."""
+"""CLI: `migrator history` (audit trail), `migrator worker` (RQ workers for migration jobs) and
+`migrator restart-copy ID` (redo a copy whose binlog position is gone)."""
 
 from __future__ import annotations
 
@@ -60,6 +61,20 @@ def register(app: typer.Typer) -> None:
         report = run_demo(directory=directory, base_port=base_port, rate=rate, rows=rows, shards=shards, down=down)
         if not report.ok:
             raise typer.Exit(1)
+
+    @app.command("restart-copy")
+    def restart_copy(migration_id: str = typer.Argument(...),
+                     yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation.")) -> None:
+        """Redo the copy from scratch (e.g. the binlog catch-up needed was purged): drop the target
+        copies, reset copy and catch-up progress, keep the migration and its shard locks."""
+        from migrator import command
+
+        if not yes and not typer.confirm(f"drop the target copies of {migration_id} and copy again?"):
+            raise typer.Exit(1)
+        out = command.restart_copy(load_config(), migration_id)
+        print(f"{migration_id}: copy restarted (was {out['was']}); dropped on the target: "
+              f"{', '.join(out['dropped']) or 'nothing'}; " +
+              (f"enqueued {out['job']}" if out["job"] else f"run `migrator copy {migration_id}`"))
 
     @app.command("worker")
     def worker(

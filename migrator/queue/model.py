@@ -45,7 +45,7 @@ class JobState(IntEnum):
 def check_queue_name(name: str) -> str:
     from migrator.queue.errors import InvalidArgument
 
-    if not isinstance(name, str) or not QUEUE_NAME_RE.match(name):
+    if not isinstance(name, str) or not QUEUE_NAME_RE.fullmatch(name):
         raise InvalidArgument(
             f"queue name {name!r} is not valid: use 1-40 letters, digits or underscores (\\w)"
         )

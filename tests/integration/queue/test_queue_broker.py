@@ -45,10 +45,15 @@ def owners(fleet, queue):
 
     base = f"{fleet.root}/queue_brokers/owners"
     out = {}
+    from kazoo.exceptions import NoNodeError
+
     for child in fleet.zk.client.get_children(base):
         q, idx = child.rsplit(".", 1)
         if q == queue:
-            out[int(idx)] = json.loads(fleet.zk.client.get(f"{base}/{child}")[0])["broker"]
+            try:  # an owner node is ephemeral: it may vanish between the listing and the read
+                out[int(idx)] = json.loads(fleet.zk.client.get(f"{base}/{child}")[0])["broker"]
+            except NoNodeError:
+                continue
     return out
 
 
