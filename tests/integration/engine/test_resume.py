@@ -76,16 +76,21 @@ def test_kill9_all_workers_mid_copy_then_resume_from_zookeeper(fleet, conns, tmp
         workers = [_worker(fleet.config, log, burst=False) for _ in range(2)]
         deadline = time.monotonic() + 120
         copied = 0
+        def mid_copy(p: dict) -> bool:
+            # well inside a table: many chunks behind it and many still to go when the kill lands
+            left = int(p.get("est_rows") or 0) - int(p.get("rows") or 0)
+            return bool(p.get("last_key")) and not p.get("done") and left > 10 * opts.chunk_max_rows
+
         while time.monotonic() < deadline:
             progress = table_progress(fleet.zk, spec.id)
             copied = sum(p.get("rows", 0) for p in progress)
-            if copied >= 0.4 * total:
+            if copied >= 0.25 * total and any(mid_copy(p) for p in progress):
                 break
             time.sleep(0.02)
         for w in workers:
             _kill9(w)
         at_kill = {(p["db"], p["table"]): p for p in table_progress(fleet.zk, spec.id)}
-        assert copied >= 0.4 * total, f"copy did not get going: {copied}/{total}; log:\n{log.read_text()[-3000:]}"
+        assert copied >= 0.25 * total, f"copy did not get going: {copied}/{total}; log:\n{log.read_text()[-3000:]}"
         assert not all(p["done"] for p in at_kill.values()), "the copy finished before the kill: make it slower"
         partial = [k for k, p in at_kill.items() if p["last_key"] and not p["done"]]
         st, _ = MigrationStore(fleet.zk).state(spec.id)
