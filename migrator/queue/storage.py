@@ -389,18 +389,22 @@ def finish_jobs(conn: pymysql.connections.Connection, db: str, table: str,
 def extend_leases(conn: pymysql.connections.Connection, db: str, table: str,
                   items: list[tuple[int, Claim]], lease_us: int) -> list[bool]:
     """Push ``lease_until`` to now + lease (never shorter); the claim stays valid."""
-    t = qualified(db, table)
+    return _fenced_updates(
+        conn,
+        f"{T}UPDATE {qualified(db, table)} SET lease_until = GREATEST(lease_until, NOW(6) + INTERVAL %s MICROSECOND) "
+        "WHERE local_id = %s AND state = 1 AND updated_at = %s AND claim_token = %s AND lease_until >= NOW(6)",
+        [(lease_us, local, claim.claimed_at, claim.token) for local, claim in items],
+    )
+
+
+def _fenced_updates(conn: pymysql.connections.Connection, sql: str, rows: list[tuple[Any, ...]]) -> list[bool]:
+    """Run one claim-fenced UPDATE per row in one transaction; True where it hit its row."""
     out = []
     conn.begin()
     try:
         with conn.cursor() as cur:
-            for local, claim in items:
-                cur.execute(
-                    f"{T}UPDATE {t} SET lease_until = GREATEST(lease_until, NOW(6) + INTERVAL %s MICROSECOND) "
-                    "WHERE local_id = %s AND state = 1 AND updated_at = %s AND claim_token = %s "
-                    "AND lease_until >= NOW(6)",
-                    (lease_us, local, claim.claimed_at, claim.token),
-                )
+            for args in rows:
+                cur.execute(sql, args)
                 out.append(cur.rowcount == 1)
         conn.commit()
     except BaseException:
@@ -639,21 +643,10 @@ def release_jobs(conn: pymysql.connections.Connection, db: str, table: str,
                  items: list[tuple[int, Claim]]) -> list[bool]:
     """Give claimed-but-unstarted jobs back (a broker letting go of its buffer):
     IPR -> NEW at once, the attempt refunded. Fenced like an ack."""
-    t = qualified(db, table)
-    out = []
-    conn.begin()
-    try:
-        with conn.cursor() as cur:
-            for local, claim in items:
-                cur.execute(
-                    f"{T}UPDATE {t} SET state = 0, updated_at = NOW(6), run_after = NOW(6), claim_token = NULL, "
-                    "lease_until = NULL, attempts_left = LEAST(attempts_allowed, attempts_left + 1) "
-                    "WHERE local_id = %s AND state = 1 AND updated_at = %s AND claim_token = %s",
-                    (local, claim.claimed_at, claim.token),
-                )
-                out.append(cur.rowcount == 1)
-        conn.commit()
-    except BaseException:
-        _rollback(conn)
-        raise
-    return out
+    return _fenced_updates(
+        conn,
+        f"{T}UPDATE {qualified(db, table)} SET state = 0, updated_at = NOW(6), run_after = NOW(6), "
+        "claim_token = NULL, lease_until = NULL, attempts_left = LEAST(attempts_allowed, attempts_left + 1) "
+        "WHERE local_id = %s AND state = 1 AND updated_at = %s AND claim_token = %s",
+        [(local, claim.claimed_at, claim.token) for local, claim in items],
+    )
