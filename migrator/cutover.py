@@ -76,6 +76,7 @@ from migrator import zk as zk_mod
 from migrator.config import Config, Credentials, load_credentials
 from migrator.errors import MigratorError, ShardMapConflict
 from migrator.fence import Fence, Move
+from migrator.passive_gate import PassiveGate, wait_applied
 from migrator.fleet import Host, ShardMap
 from migrator.gtid import GtidPos
 from migrator.migration import MigrationStore, Phase, Spec
@@ -278,6 +279,8 @@ class Direction:
     from_master: str
     to_master: str
     to_slave: str
+    #: the source's pair partner, closed by a :class:`PassiveGate` (None: not fenced)
+    passive: Host | None = None
     verify_node: str = VERIFY_NODE
     target_db_of: Callable[[str], str] = lambda db: db
     pre_flip: Callable[[CutoverRun], None] | None = None
@@ -287,7 +290,19 @@ class Direction:
 def forward(zk: ZK, spec: Spec) -> Direction:
     reg = HostRegistry(zk)
     return Direction("cutover", reg.get(spec.source_master), reg.get(spec.target_master),
-                     spec.source_master, spec.target_master, spec.target_slave)
+                     spec.source_master, spec.target_master, spec.target_slave,
+                     passive=passive_of(reg, spec.source_master, spec.source_slave, spec))
+
+
+def passive_of(reg: HostRegistry, master: str, slave: str, spec: Spec) -> Host | None:
+    """The pair partner to gate while ``master`` is fenced, or None when the option turns it off."""
+    if not spec.options.fence_passive:
+        return None
+    host = reg.get(slave)
+    if host.partner != master:
+        raise CutoverError(f"{slave} is not registered as the pair partner of {master} (its partner is "
+                           f"{host.partner}): fix the host registry before the cutover", phase="cutover")
+    return host
 
 
 class CutoverRun:
@@ -316,6 +331,7 @@ class CutoverRun:
         self.ranges = spec.ranges()
         self.tables: list[TableInfo] = []
         self.fence: Fence | None = None
+        self.passive_gate: PassiveGate | None = None
         self.target_conn: pymysql.connections.Connection | None = None
         self.frozen_epoch: int | None = None
         self.frozen_map: ShardMap | None = None
@@ -376,8 +392,14 @@ class CutoverRun:
                                "the copy is incomplete; run the copy again", phase="cutover")
         moves = [Move(t.db, t.table, self.tomb(t.db)) for t in self.tables]
         sentinels = [(db, SENTINEL_TABLE) for db in spec.databases]
+        if self.direction.passive is not None:
+            self.passive_gate = PassiveGate(self.direction.passive, self.creds, [(t.db, t.table) for t in self.tables],
+                                            tomb_suffix(spec.id), {db: self.tomb(db) for db in spec.databases}).open()
+            self.passive_gate.install()
+        # with a gated passive member each side renames its own tables (unlogged); else the partner follows
         self.fence = Fence(self.source, self.creds, moves, sentinels,
-                           lock_wait_timeout=max(1.0, spec.options.freeze_budget_ms / 1000)).open()
+                           lock_wait_timeout=max(1.0, spec.options.freeze_budget_ms / 1000),
+                           log_renames=self.passive_gate is None).open()
 
     def _check_partition_owns_shard(self, src: pymysql.connections.Connection) -> None:
         if len(self.spec.shards) != 1 or not self.spec.tables:
@@ -436,6 +458,15 @@ class CutoverRun:
             self.tracker.stop()
         if self.fence is not None:
             self.fence.close()
+        if self.passive_gate is not None:
+            if self.flipped_epoch is None:
+                # never flipped (or undone): the passive member goes back to how it was
+                try:
+                    self.passive_gate.reopen()
+                    self.passive_gate.remove()
+                except Exception:  # noqa: BLE001 - the next attempt or abort removes them; never mask the cause
+                    pass
+            self.passive_gate.close_connection()
         if self.target_conn is not None:
             self.target_conn.close()
 
@@ -483,8 +514,12 @@ class CutoverRun:
                 if self.fence is not None:
                     self.fence.abort()
             finally:
-                if self.frozen_epoch is not None:
-                    self.unfreeze()
+                try:
+                    if self.passive_gate is not None:
+                        self.passive_gate.reopen()
+                finally:
+                    if self.frozen_epoch is not None:
+                        self.unfreeze()
 
     # -- the freeze ----------------------------------------------------------------------------
     def run(self, hooks: CutoverHooks) -> CutoverResult:
@@ -503,6 +538,16 @@ class CutoverRun:
         try:
             if hooks.after_freeze:
                 hooks.after_freeze(self)
+            if self.passive_gate is not None:
+                # the passive member's clients stop; its last writes reach the master's binlog before the fence
+                passive_pos = self.passive_gate.close(self.remaining_s())
+                t = self._step("passive_close", t)
+                assert self.fence.c is not None
+                if not wait_applied(self.fence.c, passive_pos, self.remaining_s()):
+                    raise CutoverAborted(f"{self.source.name} did not apply the last writes of "
+                                         f"{self.passive_gate.host.name} ({passive_pos}) within the freeze budget: "
+                                         "its replication lags; retry when it has caught up", phase="cutover")
+                t = self._step("passive_sync", t)
             self.fence.lock()
             self.fence.queue_rename(timeout=self.remaining_s())
             t = self._step("fence", t)
@@ -543,6 +588,10 @@ class CutoverRun:
             self.fence.release()
             t_end = self._step("release", t)
             freeze_ms = (t_end - self.t_freeze) * 1000
+            if self.passive_gate is not None:
+                # outside the freeze: the passive member stays closed by its gate meanwhile
+                self.passive_gate.finish(self.fence_gtid, timeout=60)
+                self._step("passive_finish", t_end)
         except FlipUnknown:
             # Neither undo nor claim success: let the RENAME run. If the flip
             # landed this is the finish; if not, writers get 1146 until
@@ -789,33 +838,27 @@ def reconcile(config: Config, migration_id: str, *, zk: ZK | None = None) -> Pha
             return state.phase
         maps = ShardMapStore(zk)
         smap = reread_map(maps)
-        source = HostRegistry(zk).get(spec.source_master)
+        reg = HostRegistry(zk)
+        source = reg.get(spec.source_master)
+        passive = passive_of(reg, spec.source_master, spec.source_slave, spec)
         landed = all(smap.master_of(s) == spec.target_master for s in spec.shards)
-        conn = mysql_connect(source, creds)
-        try:
-            for db in spec.databases:
-                tomb = tomb_db(migration_id, db)
-                live = {r[0] for r in query(conn, "SELECT TABLE_NAME FROM information_schema.TABLES "
-                                                  "WHERE TABLE_SCHEMA = %s", (db,))}
-                dead = {r[0] for r in query(conn, "SELECT TABLE_NAME FROM information_schema.TABLES "
-                                                  "WHERE TABLE_SCHEMA = %s", (tomb,))}
-                names = list(spec.tables) or sorted((live | dead) - {SENTINEL_TABLE})
+        moving = _settle_source(source, creds, spec, landed=landed, logged=passive is None)
+        if passive is not None and moving:
+            gate = PassiveGate(passive, creds, moving, tomb_suffix(migration_id),
+                               {db: tomb_db(migration_id, db) for db in spec.databases}).open()
+            try:
                 if landed:
-                    todo = [t for t in names if t in live and t not in dead]
-                    if todo:
-                        with conn.cursor() as cur:
-                            cur.execute(f"{TAG}CREATE DATABASE IF NOT EXISTS {ident(tomb)}")
-                            cur.execute(f"{TAG}RENAME TABLE " + ", ".join(
-                                f"{qualified(db, t)} TO {qualified(tomb, t)}" for t in todo))
+                    if gate.gate_exists():
+                        gate.close(timeout=30)
+                    with mysql_connect(source, creds) as conn:
+                        head = binlog_pos(conn)
+                    gate.finish(head, timeout=120)
                 else:
-                    todo = [t for t in names if t in dead and t not in live]
-                    if todo:
-                        with conn.cursor() as cur:
-                            cur.execute(f"{TAG}RENAME TABLE " + ", ".join(
-                                f"{qualified(tomb, t)} TO {qualified(db, t)}" for t in todo))
-        finally:
-            conn.close()
-        if not landed:
+                    gate.reopen()
+                    gate.remove()
+            finally:
+                gate.close_connection()
+        if not landed and passive is None:
             skip_tombstone_renames(config, zk, creds, spec, source)
         unfreeze_ranges(maps, spec.ranges(), reason=f"cutover {migration_id}: reconcile after interruption")
         if landed:
@@ -833,8 +876,57 @@ def reconcile(config: Config, migration_id: str, *, zk: ZK | None = None) -> Pha
             zk.close()
 
 
+def _settle_source(source: Host, creds: Credentials, spec: Spec, *, landed: bool,
+                   logged: bool) -> list[tuple[str, str]]:
+    """Put the source master's moving tables wholly on one side of the flip; returns them all.
+
+    Landed: the tables still live go to the tombstones with the fence's own
+    protocol (a stale writer may still be at them). Not landed: tombstones go
+    back to their live names (nobody writes a tombstone).
+    """
+    moving: list[tuple[str, str]] = []
+    todo_fence: list[Move] = []
+    with mysql_connect(source, creds) as conn:
+        with conn.cursor() as cur:
+            for db in spec.databases:  # binlogged: the partner gets the tombstone schemas too
+                cur.execute(f"{TAG}CREATE DATABASE IF NOT EXISTS {ident(tomb_db(spec.id, db))}")
+            if not logged:
+                cur.execute(f"{TAG}SET SESSION sql_log_bin = 0")
+        for db in spec.databases:
+            tomb = tomb_db(spec.id, db)
+            live = {r[0] for r in query(conn, "SELECT TABLE_NAME FROM information_schema.TABLES "
+                                              "WHERE TABLE_SCHEMA = %s", (db,))}
+            dead = {r[0] for r in query(conn, "SELECT TABLE_NAME FROM information_schema.TABLES "
+                                              "WHERE TABLE_SCHEMA = %s", (tomb,))}
+            names = list(spec.tables) or sorted((live | dead) - {SENTINEL_TABLE})
+            moving += [(db, t) for t in names]
+            if landed:
+                todo_fence += [Move(db, t, tomb) for t in names if t in live and t not in dead]
+            else:
+                back = [t for t in names if t in dead and t not in live]
+                if back:
+                    with conn.cursor() as cur:
+                        cur.execute(f"{TAG}RENAME TABLE " + ", ".join(
+                            f"{qualified(tomb, t)} TO {qualified(db, t)}" for t in back))
+    if todo_fence:
+        fence = Fence(source, creds, todo_fence, log_renames=logged, lock_wait_timeout=30).open()
+        try:
+            fence.lock()
+            fence.queue_rename(timeout=30)
+            fence.release(timeout=60)
+        except BaseException:
+            fence.abort()
+            raise
+        finally:
+            fence.close()
+    return moving
+
+
 def skip_tombstone_renames(config: Config, zk: ZK, creds: Credentials, spec: Spec, source: Host) -> str | None:
     """Step catch-up over the fence's RENAMEs (to the tombstones and back) of an undone cutover.
+
+    Only for a cutover whose renames were binlogged (no passive gate,
+    ``fence_passive=false``); with a gate they are not, and catch-up never sees them.
 
     Catch-up refuses a RENAME of a moving table, rightly in general; these
     ones changed nothing (no client could write the tables while they had

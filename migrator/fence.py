@@ -18,9 +18,12 @@ several connections (the trick gh-ost's cut-over uses for the same limit):
   exist", a clean error that makes a client refresh the shard map and retry on
   the new master. Nothing reaches the renamed (tombstone) tables. If A's
   connection dies instead (a crash after the flip), the RENAMEs still run first.
-* :meth:`Fence.abort` undoes the fence without the renames: connection **C**
-  kills every pending RENAME (``KILL QUERY``) *before* A unlocks, so the tables
-  stay in place and the source keeps serving.
+* :meth:`Fence.abort` undoes the fence without the renames: every started
+  RENAME's connection is killed (``KILL CONNECTION``, so a statement still on
+  its way can never run later) *before* A unlocks, so the tables stay in place
+  and the source keeps serving. Once aborted, a fence refuses to lock or
+  rename: a watchdog that undoes a freeze from its own thread cannot be
+  overtaken by the main thread's next step.
 
 Why one RENAME per table and not one multi-table RENAME: a statement waits for
 its metadata locks one at a time, in key order, so a multi-table RENAME queues
@@ -28,6 +31,12 @@ an exclusive request on its *first* table only. On UNLOCK, writers of the other
 tables are granted at once and commit before the RENAME reaches them (seen on
 MariaDB 10.11: a row written to ``db00002.pins`` after the fence). A pending
 exclusive request on every table is what keeps every writer out.
+
+The renames are not binlogged (``sql_log_bin=0``) when the pair's passive
+member is fenced too (:mod:`migrator.passive_gate`): each member of the pair
+then renames its own tables, after it has applied every row of the other, so
+no member replays a rename that would strand its partner's last writes.
+Without a passive fence they are binlogged and the partner follows them.
 
 Connections are opened in :meth:`Fence.open` (before the freeze starts), so
 the freeze pays only for statements. The cost is one connection per moving
@@ -75,7 +84,7 @@ class Fence:
 
     def __init__(self, host: Host, credentials: Credentials, moves: Sequence[Move],
                  locked_only: Sequence[tuple[str, str]] = (), *, lock_wait_timeout: float = 5.0,
-                 rename_wait_timeout: float = 600.0):
+                 rename_wait_timeout: float = 600.0, log_renames: bool = False, log_lock: bool = True):
         if not moves:
             raise FenceError("nothing to fence: no moving tables", phase="cutover")
         if len(moves) > MAX_TABLES:
@@ -87,11 +96,17 @@ class Fence:
         self.locked_only = list(locked_only)
         self.lock_wait_timeout = lock_wait_timeout
         self.rename_wait_timeout = rename_wait_timeout
+        self.log_renames = log_renames
+        self.log_lock = log_lock
         self.a: pymysql.connections.Connection | None = None
         self.c: pymysql.connections.Connection | None = None
         self.a_id: int | None = None
         self.renamers: list[_Renamer] = []
         self.locked = False
+        #: set by :meth:`abort` (maybe from the watchdog's thread): nothing may lock or rename after it
+        self.aborted = False
+        self._locking = False
+        self._state = threading.Lock()
         self._owner: threading.Thread | None = None
 
     # -- lifecycle ------------------------------------------------------------------
@@ -102,6 +117,8 @@ class Fence:
         with self.a.cursor() as cur:
             cur.execute(f"{TAG}SET SESSION lock_wait_timeout = {max(1, int(self.lock_wait_timeout))}")
             cur.execute(f"{TAG}SET SESSION time_zone = '+00:00'")
+            if not self.log_lock:
+                cur.execute(f"{TAG}SET SESSION sql_log_bin = 0")
         self.renamers = [_Renamer(self, m) for m in self.moves]
         return self
 
@@ -127,22 +144,38 @@ class Fence:
     def lock(self) -> None:
         """A: LOCK TABLES ... WRITE. From here on writers wait."""
         assert self.a is not None
+        with self._state:
+            if self.aborted:
+                raise FenceError(f"the fence on {self.host.name} was undone; not locking", phase="cutover")
+            self._locking = True
+            self._owner = threading.current_thread()
         try:
             with self.a.cursor() as cur:
                 cur.execute(self.lock_sql())
         except pymysql.err.OperationalError as exc:
+            if self.aborted:
+                raise FenceError(f"the fence on {self.host.name} was undone while locking", phase="cutover") from None
             raise FenceError(
                 f"could not lock the moving tables on {self.host.name} within {self.lock_wait_timeout:.0f}s "
                 f"({exc.args[-1]}): a long transaction holds them; retry the cutover when it is gone",
                 phase="cutover",
             ) from None
-        self.locked = True
-        self._owner = threading.current_thread()
+        finally:
+            with self._state:
+                self._locking = False
+        with self._state:
+            # an abort that raced the LOCK killed A's connection: its locks are gone with it
+            self.locked = not self.aborted
+        if self.aborted:
+            raise FenceError(f"the fence on {self.host.name} was undone while locking", phase="cutover")
 
     def queue_rename(self, timeout: float = 5.0) -> None:
         """B1..Bn: send the RENAMEs; return once the server shows each one waiting behind A."""
-        for r in self.renamers:
-            r.start()
+        with self._state:
+            if self.aborted or not self.locked:
+                raise FenceError(f"the fence on {self.host.name} is not locked; not renaming", phase="cutover")
+            for r in self.renamers:
+                r.start()
         deadline = time.monotonic() + timeout
         while True:
             failed = [r for r in self.renamers if r.done.is_set()]
@@ -182,36 +215,37 @@ class Fence:
                                  f"{r.error}", phase="cutover")
 
     def abort(self) -> None:
-        """Undo the fence without renaming: kill every pending RENAME first, then unlock.
+        """Undo the fence without renaming: end every started RENAME's connection first, then unlock.
 
-        Safe to call from another thread (the watchdog) while A is busy: it
-        then kills A's connection, which releases its locks.
+        Safe to call from another thread (the watchdog) at any moment, even
+        while the main thread is locking or queueing: once it has run, nothing
+        can lock or rename any more. It kills connections rather than queries,
+        so a RENAME that was about to be sent can never run later.
         """
-        self.kill_renames()
+        with self._state:
+            self.aborted = True
+            started = [r for r in self.renamers if r.started]
+            a_busy = self._locking or self.locked
+        pending = [r for r in started if not r.done.is_set()]
+        if pending:
+            with _side_conn(self) as c, c.cursor() as cur:
+                for r in pending:
+                    try:
+                        cur.execute(f"{TAG}KILL CONNECTION {int(r.conn_id)}")
+                    except pymysql.err.MySQLError:
+                        pass  # it finished meanwhile; checked below
+            for r in pending:
+                if not r.done.wait(10):
+                    raise FenceError(f"could not stop the pending RENAME on {self.host.name} (thread {r.conn_id}); "
+                                     "kill it by hand before anything else", phase="cutover")
         if self.renamed:
             # only possible if A lost its lock (its connection died) before the kills
             self._rename_back()
-        self._unlock_or_kill_a()
-
-    def kill_renames(self) -> None:
-        pending = [r for r in self.renamers if r.started and not r.done.is_set()]
-        if not pending:
-            return
-        with _side_conn(self) as c, c.cursor() as cur:
-            for r in pending:
-                try:
-                    cur.execute(f"{TAG}KILL QUERY {int(r.conn_id)}")
-                except pymysql.err.MySQLError:
-                    pass  # it finished meanwhile; checked below
-        for r in pending:
-            if not r.done.wait(10):
-                raise FenceError(f"could not stop the pending RENAME on {self.host.name} (thread {r.conn_id}); "
-                                 "kill it by hand before anything else", phase="cutover")
+        if a_busy:
+            self._unlock_or_kill_a()
 
     def _unlock_or_kill_a(self) -> None:
-        if not self.locked:
-            return
-        if self._owner is threading.current_thread():
+        if self._owner is threading.current_thread() and self.locked:
             try:
                 with self.a.cursor() as cur:  # type: ignore[union-attr]
                     cur.execute(f"{TAG}UNLOCK TABLES")
@@ -222,13 +256,17 @@ class Fence:
         with _side_conn(self) as c, c.cursor() as cur:
             try:
                 cur.execute(f"{TAG}KILL CONNECTION {int(self.a_id or 0)}")
-            except pymysql.err.MySQLError:
-                pass
+            except pymysql.err.MySQLError as exc:
+                if exc.args and exc.args[0] != 1094:  # 1094: unknown thread, it is gone already
+                    raise FenceError(f"could not release the fence lock on {self.host.name} (thread {self.a_id}): "
+                                     f"{exc.args[-1]}; kill that connection by hand", phase="cutover") from None
         self.locked = False
 
     def _rename_back(self) -> None:
         back = [r for r in self.renamers if r.renamed]
         with _side_conn(self) as c, c.cursor() as cur:
+            if not self.log_renames:
+                cur.execute(f"{TAG}SET SESSION sql_log_bin = 0")
             for r in back:
                 cur.execute(f"{TAG}RENAME TABLE {qualified(r.move.tomb_db, r.move.table)} TO "
                             f"{qualified(r.move.db, r.move.table)}")
@@ -246,6 +284,8 @@ class _Renamer:
             # a RENAME that timed out would leave the source writable after the
             # flip: it must outlive any freeze (the watchdog bounds the freeze)
             cur.execute(f"{TAG}SET SESSION lock_wait_timeout = {int(fence.rename_wait_timeout)}")
+            if not fence.log_renames:
+                cur.execute(f"{TAG}SET SESSION sql_log_bin = 0")
         self.sql = (f"{TAG}RENAME TABLE {qualified(move.db, move.table)} TO "
                     f"{qualified(move.tomb_db, move.table)}")
         self.started = False

@@ -94,6 +94,8 @@ class Options(BaseModel):
     converge_events: int = Field(default=1000, ge=0)  # a pass delta at or under this converges
     not_converging_passes: int = Field(default=3, ge=1)
     freeze_budget_ms: int = Field(default=500, ge=1)
+    #: close the moving tables on the source pair's passive member too (off only when that host is down)
+    fence_passive: bool = True
     retention_s: int = Field(default=24 * 3600, ge=0)
 
 

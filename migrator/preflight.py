@@ -60,6 +60,8 @@ REQUIRED_GRANTS: dict[str, str] = {
     "SLAVE MONITOR": "read replication lag (SHOW SLAVE STATUS)",
     "REPLICATION SLAVE ADMIN": "wait for and steer replication at cutover and rollback",
     "CONNECTION ADMIN": "end stale writer connections at cutover",
+    "TRIGGER": "close the moving tables on the passive side at cutover (its write gate)",
+    "BINLOG ADMIN": "keep the fence's renames and the passive gate out of the binlog (sql_log_bin=0)",
 }
 #: MariaDB spells some privileges two ways
 GRANT_ALIASES = {

@@ -46,6 +46,7 @@ from migrator.cutover import (
     FlipUnknown,
     FreezeBudgetExceeded,
     ensure_sentinel,
+    passive_of,
     tomb_db,
 )
 from migrator.errors import MigratorError
@@ -167,6 +168,7 @@ def rollback(config: Config, migration_id: str, *, drainer: Drainer | None = Non
             "rollback", source=new_master, target=old_master, from_master=spec.target_master,
             to_master=spec.source_master, to_slave=spec.source_slave, verify_node=VERIFY_NODE,
             target_db_of=lambda db: tomb_db(migration_id, db),
+            passive=passive_of(reg, spec.target_master, spec.target_slave, spec),
             pre_flip=_renamer(old_master, creds, spec, lambda: moved, to_live=True),
             undo_pre_flip=_renamer(old_master, creds, spec, lambda: moved, to_live=False),
         )

@@ -21,10 +21,38 @@ from pathlib import Path
 import pytest
 
 SEED = int(os.environ.get("MIGRATOR_TEST_SEED", random.randrange(1 << 30)))
+#: why the shared sandbox was rebuilt during this session (shown in the summary)
+REBUILDS: list[str] = []
 
 
 def pytest_report_header(config):  # noqa: ARG001
     return f"migrator test seed: {SEED} (replay with MIGRATOR_TEST_SEED={SEED})"
+
+
+def pytest_terminal_summary(terminalreporter):
+    for line in REBUILDS:
+        terminalreporter.write_line(f"sandbox rebuilt: {line}")
+
+
+def ensure_healthy(sb) -> None:
+    """Rebuild the shared sandbox when a server died or a pair stopped replicating.
+
+    A test that breaks the fleet (on purpose or not) must not make every later
+    test fail: the next test finds out here, says why once, and gets a new fleet.
+    """
+    problems = sb.problems()
+    if problems:
+        rebuild(sb, "; ".join(problems))
+
+
+def rebuild(sb, reason: str) -> None:
+    REBUILDS.append(reason)
+    print(f"\nsandbox in {sb.dir} is broken ({reason}); rebuilding it")
+    st = sb.state
+    params = dict(pairs=st.pairs, spare_pairs=st.spare_pairs, shards=st.shards, rows=st.rows,
+                  base_port=st.base_port)
+    sb.down(purge=True)
+    sb.up(**params, log=lambda *_: None)
 
 
 def pytest_collection_modifyitems(config, items):  # noqa: ARG001
@@ -80,6 +108,14 @@ def fleet(sandbox, tmp_path, request):
     from migrator.sandbox import reset_fleet
     from migrator.shard_map import HostRegistry, ShardMapStore
 
+    rows = getattr(request, "param", None) or 20
+    ensure_healthy(sandbox)
+    smap = even_layout(sandbox.state.shards, sandbox.pairs(spare=False))
+    try:
+        reset_fleet(sandbox, smap, rows=rows)
+    except Exception as exc:  # noqa: BLE001 - a fleet that cannot even be reset is rebuilt once
+        rebuild(sandbox, f"resetting the shard databases failed: {exc}")
+        reset_fleet(sandbox, smap, rows=rows)
     base = sandbox.config()
     root = f"/t{uuid.uuid4().hex[:12]}"
     cfg = base.with_root(root)
@@ -89,9 +125,6 @@ def fleet(sandbox, tmp_path, request):
     cfg = config_mod.load(cfg_path)
     creds = config_mod.load_credentials(cfg)
     hosts = sandbox.hosts()
-    smap = even_layout(sandbox.state.shards, sandbox.pairs(spare=False))
-    rows = getattr(request, "param", None) or 20
-    reset_fleet(sandbox, smap, rows=rows)
     zk = zk_mod.connect(cfg, creds)
     reg = HostRegistry(zk)
     for h in hosts.values():
@@ -116,6 +149,7 @@ def fleet(sandbox, tmp_path, request):
 @pytest.fixture
 def zk_root(sandbox, tmp_path):
     """Only a fresh ZooKeeper root and config file (no MySQL reset)."""
+    ensure_healthy(sandbox)
     from migrator import config as config_mod
     from migrator import zk as zk_mod
 

@@ -55,13 +55,15 @@ MARIADB_FLAGS: dict[str, str | None] = {
     "character-set-server": "utf8mb4",
     "collation-server": "utf8mb4_general_ci",
     "max-connections": "500",
+    # the passive-side write gate creates triggers; with ROW binlogs that is safe (no SUPER needed)
+    "log-bin-trust-function-creators": "1",
 }
 
 #: what the migration identity is granted on the sandbox (preflight checks for these)
 MIGRATOR_GRANTS = (
     "SELECT, INSERT, UPDATE, DELETE, CREATE, DROP, ALTER, INDEX, LOCK TABLES, "
     "CREATE TEMPORARY TABLES, RELOAD, PROCESS, REPLICATION SLAVE, BINLOG MONITOR, "
-    "SLAVE MONITOR, REPLICATION SLAVE ADMIN, CONNECTION ADMIN"
+    "SLAVE MONITOR, REPLICATION SLAVE ADMIN, CONNECTION ADMIN, TRIGGER, BINLOG ADMIN"
 )
 
 
@@ -490,6 +492,19 @@ class Sandbox:
                 cur.execute("SELECT MASTER_GTID_WAIT(%s, %s)", (pos, timeout))
                 if cur.fetchone()[0] != 0:
                     raise SandboxError(f"{p.name} did not catch up with {p.partner} within {timeout}s")
+
+    def problems(self) -> list[str]:
+        """Why this sandbox cannot serve a test now: a dead process, a pair not replicating. Empty if healthy."""
+        if not self.state:
+            return ["no sandbox state"]
+        out = [f"{p.name} (pid {p.pid}) is not running" for p in self.state.procs.values() if not p.alive()]
+        if out:
+            return out
+        for p in self.mariadb_procs():
+            st = self.replica_status(p.name)
+            if not st.get("ok"):
+                out.append(f"replication {p.partner} -> {p.name} is broken: {st.get('error') or st}")
+        return out
 
     # -- status / down ------------------------------------------------------------------
     def status(self) -> list[dict[str, Any]]:

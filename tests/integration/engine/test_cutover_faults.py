@@ -9,9 +9,10 @@ from __future__ import annotations
 import threading
 import time
 
-from migrator.cutover import CutoverAborted, CutoverHooks, cutover, reconcile, tomb_db
+from migrator.cutover import CutoverAborted, CutoverHooks, cutover, reconcile, tomb_db, tomb_suffix
 from migrator.migration import Options, Phase
 from migrator.mysql import connect as mysql_connect
+from migrator.passive_gate import PassiveGate
 from migrator.router import ShardRouter
 from migrator.shard_map import ShardMapStore
 
@@ -28,8 +29,11 @@ def _tables(conn, db: str) -> set[str]:
 
 
 def _rename(conn, pairs: list[tuple[str, str]]) -> None:
+    """As the fence renames: on this member only (not binlogged)."""
     with conn.cursor() as cur:
+        cur.execute("SET SESSION sql_log_bin = 0")
         cur.execute("RENAME TABLE " + ", ".join(f"{a} TO {b}" for a, b in pairs))
+        cur.execute("SET SESSION sql_log_bin = 1")
 
 
 def _where(fleet, prep) -> str:
@@ -53,7 +57,14 @@ def test_interrupted_before_the_flip_is_undone_then_cut_over(fleet):
     prep = prepare_converged(fleet, MOVING, options=Options(freeze_budget_ms=2000))
     spec = prep.spec
     maps = ShardMapStore(fleet.zk)
-    # the state a crash leaves: ranges frozen, phase cutover, the fence's RENAMEs ran when its connections died
+    # the state a crash leaves: ranges frozen, phase cutover, the passive member's gate closed,
+    # the fence's RENAMEs ran on the master when its connections died
+    passive = fleet.hosts[spec.source_slave]
+    gate = PassiveGate(passive, fleet.credentials, [(db, t) for db in spec.databases for t in sorted(SEED_TABLES)],
+                       tomb_suffix(spec.id), {db: tomb_db(spec.id, db) for db in spec.databases}).open()
+    gate.install()
+    gate.close(5)
+    gate.close_connection()
     cur = maps.read()
     frozen = cur
     for lo, hi in spec.ranges():
@@ -70,6 +81,10 @@ def test_interrupted_before_the_flip_is_undone_then_cut_over(fleet):
     assert _where(fleet, prep) == "before"
     st, _ = prep.store.state(spec.id)
     assert "interrupted before the flip" in st.error
+    with mysql_connect(passive, fleet.credentials) as b, b.cursor() as c:  # the passive member is open again
+        c.execute("SELECT COUNT(*) FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA IN ('db00002', 'db00003')")
+        assert c.fetchone()[0] == 0
+        c.execute("INSERT INTO db00002.pins (data) VALUES ('{}')")
 
     result = cutover(fleet.config, spec.id)  # and a cutover from there works
     assert _where(fleet, prep) == "after" and result.flipped_epoch == maps.read().epoch

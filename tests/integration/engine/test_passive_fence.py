@@ -1,0 +1,201 @@
+"""The passive member of the source pair is fenced too: a writer there through the freeze loses nothing.
+
+In a master-master pair a client may write the standby (``MySQL001B``). Its
+acknowledged writes must reach the new owner, and both directions of the old
+pair must still replicate afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+from dataclasses import dataclass, field
+
+import pymysql
+import pytest
+
+from migrator.cutover import CutoverHooks, FreezeBudgetExceeded, cutover, tomb_db
+from migrator.migration import Options, Phase
+from migrator.mysql import connect as mysql_connect
+from migrator.passive_gate import GATE_SCHEMA, TRIGGER_PREFIX
+from migrator.router import ShardRouter
+
+from .cutover_setup import Writer, prepare_converged
+
+MOVING = (2, 3)
+SEED_TABLES = ["pins", "boards", "users", "board_has_pins", "user_has_boards"]
+
+
+@dataclass
+class PassiveWriter:
+    """Writes pins straight into the passive member, as a misrouted client would."""
+
+    host: object
+    creds: object
+    shards: tuple[int, ...]
+    acks: dict[tuple[int, int], str] = field(default_factory=dict)
+    refused: int = 0
+    other_errors: list[str] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def start(self) -> PassiveWriter:
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread:
+            self._thread.join(30)
+
+    def _run(self) -> None:
+        rng = random.Random(99)
+        conn = mysql_connect(self.host, self.creds, read_timeout=30)
+        try:
+            while not self._stop.is_set():
+                shard = rng.choice(self.shards)
+                data = json.dumps({"passive": rng.random()})
+                mine = [k for k in self.acks if k[0] == shard]
+                try:
+                    with conn.cursor() as cur:
+                        if mine and rng.random() < 0.4:
+                            lid = rng.choice(mine)[1]
+                            cur.execute(f"UPDATE `db{shard:05d}`.pins SET data = %s WHERE local_id = %s", (data, lid))
+                        else:
+                            cur.execute(f"INSERT INTO `db{shard:05d}`.pins (data) VALUES (%s)", (data,))
+                            lid = cur.lastrowid
+                    self.acks[(shard, lid)] = data
+                except pymysql.err.MySQLError as exc:
+                    if exc.args and exc.args[0] == 1146:
+                        self.refused += 1  # the gate (or the renamed table): never a silent write
+                    else:
+                        self.other_errors.append(str(exc))
+                time.sleep(0.002)
+        finally:
+            conn.close()
+
+
+def _slave_ok(conn) -> None:
+    with conn.cursor(pymysql.cursors.DictCursor) as cur:
+        cur.execute("SHOW ALL SLAVES STATUS")
+        rows = cur.fetchall()
+    assert rows
+    for st in rows:
+        assert st["Slave_IO_Running"] == "Yes" and st["Slave_SQL_Running"] == "Yes", st.get("Last_SQL_Error")
+        assert not st["Last_SQL_Errno"], st["Last_SQL_Error"]
+
+
+def _pair_synced(a, b, timeout: float = 30) -> None:
+    for x, y in ((a, b), (b, a)):
+        with x.cursor() as cur:
+            cur.execute("SELECT @@gtid_binlog_pos")
+            pos = cur.fetchone()[0]
+        with y.cursor() as cur:
+            cur.execute("SELECT MASTER_GTID_WAIT(%s, %s)", (pos, timeout))
+            assert cur.fetchone()[0] == 0
+
+
+def _gate_leftovers(conn, dbs) -> list:
+    with conn.cursor() as cur:
+        cur.execute("SELECT TRIGGER_SCHEMA, TRIGGER_NAME FROM information_schema.TRIGGERS WHERE TRIGGER_NAME LIKE %s",
+                    (f"{TRIGGER_PREFIX}%",))
+        trig = list(cur.fetchall())
+        cur.execute("SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s", (GATE_SCHEMA,))
+        return trig + list(cur.fetchall())
+
+
+def test_writes_on_the_passive_member_reach_the_target(fleet):
+    prep = prepare_converged(fleet, MOVING, options=Options(freeze_budget_ms=3000))
+    spec = prep.spec
+    passive = fleet.hosts[spec.source_slave]
+    assert passive.partner == spec.source_master
+    router = ShardRouter(fleet.zk, fleet.credentials).start()
+    routed = Writer(router, shards=MOVING).start()
+    pw = PassiveWriter(passive, fleet.credentials, MOVING).start()
+    time.sleep(1.0)
+    before = len(pw.acks)
+    result = cutover(fleet.config, spec.id)
+    time.sleep(0.5)
+    pw.stop()
+    routed.stop()
+
+    assert before > 0 and pw.refused > 0, (before, pw.refused)
+    assert not pw.other_errors, pw.other_errors[:5]
+    assert not routed.errors, routed.errors[:5]
+    assert {"passive_close", "passive_sync", "passive_finish"} <= set(result.steps_ms)
+    # every write the passive member acknowledged is on the new owner, with its last value
+    target = mysql_connect(prep.target, fleet.credentials)
+    try:
+        with target.cursor() as cur:
+            for (shard, lid), data in pw.acks.items():
+                cur.execute(f"SELECT data FROM db{shard:05d}.pins WHERE local_id = %s", (lid,))
+                row = cur.fetchone()
+                assert row is not None and row[0] == data, (shard, lid)
+    finally:
+        target.close()
+    # both directions of the old pair replicate, both members hold the same tombstones, no gate is left
+    a = mysql_connect(prep.source, fleet.credentials)
+    b = mysql_connect(passive, fleet.credentials)
+    try:
+        _pair_synced(a, b)
+        _slave_ok(a)
+        _slave_ok(b)
+        for db in spec.databases:
+            tomb = tomb_db(spec.id, db)
+            sums = []
+            for c in (a, b):
+                with c.cursor() as cur:
+                    cur.execute("SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s", (db,))
+                    assert {r[0] for r in cur.fetchall()} <= {"_migrator_sentinel"}
+                    cur.execute("CHECKSUM TABLE " + ", ".join(f"`{tomb}`.`{t}`" for t in SEED_TABLES))
+                    sums.append([r[1] for r in cur.fetchall()])
+            assert sums[0] == sums[1], db
+        assert _gate_leftovers(b, spec.databases) == []
+    finally:
+        a.close()
+        b.close()
+    st, _ = prep.store.state(spec.id)
+    assert st.phase == Phase.DONE
+
+
+def test_an_undone_freeze_reopens_the_passive_member(fleet):
+    prep = prepare_converged(fleet, MOVING, options=Options(freeze_budget_ms=800))
+    prep.store.set_phase(prep.spec.id, Phase.CONVERGED, predicted_freeze_ms=10.0)
+    spec = prep.spec
+    passive = fleet.hosts[spec.source_slave]
+    seen: dict[str, object] = {}
+
+    def stall(run):
+        # the passive member is closed now
+        with mysql_connect(passive, fleet.credentials, read_timeout=5) as c, c.cursor() as cur:
+            try:
+                cur.execute("INSERT INTO db00002.pins (data) VALUES ('{\"closed\": 1}')")
+                seen["closed"] = False
+            except pymysql.err.MySQLError as exc:
+                seen["closed"] = exc.args[0] == 1146
+        time.sleep(2.0)  # the watchdog undoes the freeze meanwhile
+
+    with pytest.raises(FreezeBudgetExceeded):
+        cutover(fleet.config, spec.id, hooks=CutoverHooks(after_fence=stall))
+    assert seen == {"closed": True}
+    b = mysql_connect(passive, fleet.credentials)
+    a = mysql_connect(prep.source, fleet.credentials)
+    try:
+        with b.cursor() as cur:
+            cur.execute("INSERT INTO db00002.pins (data) VALUES ('{\"open again\": 1}')")
+            lid = cur.lastrowid
+        assert _gate_leftovers(b, spec.databases) == []
+        _pair_synced(a, b)
+        _slave_ok(a)
+        _slave_ok(b)
+        with a.cursor() as cur:
+            cur.execute("SELECT COUNT(*) FROM db00002.pins WHERE local_id = %s", (lid,))
+            assert cur.fetchone()[0] == 1
+    finally:
+        a.close()
+        b.close()
+    st, _ = prep.store.state(spec.id)
+    assert st.phase == Phase.CONVERGED
