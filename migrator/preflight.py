@@ -180,6 +180,10 @@ def run(zk: ZK, spec: Spec, creds: Credentials, *, phase: Phase = Phase.PLANNED)
         if len(conns) == len(roles):
             _check_server_ids(conns, roles, res)
         _check_target_replication(conns, hosts, spec, res)
+        if spec.options.fence_passive:
+            for role in ("source slave", "target slave"):
+                if role in conns:
+                    _check_passive_gate(conns[role], roles[role], res)
         _check_target_empty(conns, spec, res, phase)
         for role in ("source master", "target master"):
             if role in conns:
@@ -209,6 +213,23 @@ def _check_source_master(zk: ZK, spec: Spec, res: PreflightResult) -> None:
     frozen = [s for s in spec.shards if smap.is_frozen(s)]
     if frozen:
         res.add("not frozen", False, f"shards {_list(frozen)} are frozen for a cutover; wait for it to finish")
+
+
+def _check_passive_gate(conn: pymysql.connections.Connection, name: str, res: PreflightResult) -> None:
+    """The passive member can be closed by the cutover's trigger gate (see migrator.passive_gate)."""
+    v = inspector.global_variables(conn, ["log_bin_trust_function_creators", "slave_run_triggers_for_rbr"])
+    ok = True
+    if str(v.get("log_bin_trust_function_creators", "")).upper() != "ON":
+        ok = False
+        res.add("passive gate", False, f"log_bin_trust_function_creators is OFF on {name}: the cutover closes the "
+                "passive member with triggers, which then need SUPER; with ROW binlogs it is safe to set it ON "
+                "(my.cnf and SET GLOBAL)")
+    if str(v.get("slave_run_triggers_for_rbr", "NO")).upper() != "NO":
+        ok = False
+        res.add("passive gate", False, f"slave_run_triggers_for_rbr is {v.get('slave_run_triggers_for_rbr')} on "
+                f"{name}: the passive member's gate would stop its replication; set it to NO")
+    if ok:
+        res.add("passive gate", True, f"{name} can be closed to clients during the freeze")
 
 
 def _check_binlog(src: pymysql.connections.Connection, spec: Spec, res: PreflightResult) -> None:
