@@ -6,7 +6,7 @@
    changes that change the primary key, deletes, pin updates) writes to two
    moving shards on MySQL001A for ``--seconds``: its rate is the highest write
    rate it reaches on this machine.
-2. The catch-up :class:`migrator.catch_up.Tailer` applies exactly that binlog
+2. The catch-up :class:`migrator.engine.catch_up.passes.Tailer` applies exactly that binlog
    range (start -> end GTID) to MySQL003A (starting from a copy of the rows at
    the start position): with the defaults, without ``freeze_schema``, and
    with the background writer (``pipeline``); each the best of two runs.
@@ -36,10 +36,10 @@ from typing import Any
 
 import pymysql
 
-from migrator import mysql
-from migrator.catch_up import Tailer
-from migrator.fleet import even_layout
-from migrator.gtid import GtidPos
+from migrator.fleet import mysql
+from migrator.engine.catch_up.passes import Tailer
+from migrator.fleet.model import even_layout
+from migrator.fleet.gtid import GtidPos
 from migrator.sandbox import MARIADB_FLAGS, Sandbox, find_base_port, port_free, reset_fleet, stop_pid
 
 SOURCE, TARGET = "MySQL001A", "MySQL003A"

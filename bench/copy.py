@@ -29,14 +29,14 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from migrator import command
-from migrator import config as config_mod
-from migrator import zk as zk_mod
-from migrator.fleet import even_layout
-from migrator.migration import Options
-from migrator.mysql import connect, ident, qualified
+from migrator.ops import command
+from migrator.fleet import config as config_mod
+from migrator.fleet import zk as zk_mod
+from migrator.fleet.model import even_layout
+from migrator.engine.migration import Options
+from migrator.fleet.mysql import connect, ident, qualified
 from migrator.sandbox import Sandbox, find_base_port, reset_fleet
-from migrator.shard_map import HostRegistry, ShardMapStore
+from migrator.fleet.shard_map import HostRegistry, ShardMapStore
 
 
 def _env(creds: Any) -> dict[str, str]:

@@ -7,7 +7,7 @@ ZooKeeper root, and moves the same shards back and forth between pair 1 and
 the spare pair ``--rounds`` times through the whole pipeline of the library
 (plan -> copy -> catch-up -> verify -> cutover -> cleanup --now), while a
 background writer inserts and updates rows of the moving shards (and one
-shard that stays) through a :class:`~migrator.router.ShardRouter`, retrying
+shard that stays) through a :class:`~migrator.fleet.router.ShardRouter`, retrying
 on the new master after 1146/1049 as a client would.
 
 Per cutover it prints the freeze (ms, from the commit of the freeze CAS to the
@@ -42,14 +42,14 @@ import pymysql
 from rich.console import Console
 from rich.table import Table
 
-from migrator import config as config_mod
-from migrator import zk as zk_mod
-from migrator.fleet import even_layout
-from migrator.mysql import ER_BAD_DB_ERROR, ER_NO_SUCH_TABLE
-from migrator.mysql import connect as mysql_connect
-from migrator.router import ShardRouter
+from migrator.fleet import config as config_mod
+from migrator.fleet import zk as zk_mod
+from migrator.fleet.model import even_layout
+from migrator.fleet.mysql import ER_BAD_DB_ERROR, ER_NO_SUCH_TABLE
+from migrator.fleet.mysql import connect as mysql_connect
+from migrator.fleet.router import ShardRouter
 from migrator.sandbox import Sandbox, find_base_port, reset_fleet
-from migrator.shard_map import HostRegistry, ShardMapStore
+from migrator.fleet.shard_map import HostRegistry, ShardMapStore
 
 MOVING = (2, 3)
 STAYING = 1
@@ -220,10 +220,11 @@ def move(cfg: config_mod.Config, target: str, window: dict[str, float],
     after one more catch-up pass, as the pipeline does; each such abort is
     recorded with how long writes waited in it.
     """
-    from migrator import catch_up, command
-    from migrator.cleanup import cleanup
-    from migrator.cutover import CutoverAborted, CutoverHooks, FreezeBudgetExceeded, cutover
-    from migrator.verify import verify_migration
+    from migrator.engine.catch_up import passes as catch_up
+    from migrator.ops import command
+    from migrator.engine.cleanup import cleanup
+    from migrator.engine.cutover.run import CutoverAborted, CutoverHooks, FreezeBudgetExceeded, cutover
+    from migrator.engine.verify.checksums import verify_migration
 
     plan = command.plan_move(cfg, list(MOVING), target)
     mid = plan.spec.id

@@ -30,18 +30,18 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse, urlunparse
 
-from migrator import config as config_mod
-from migrator import zk as zk_mod
-from migrator.fleet import even_layout
-from migrator.ids import shard_db
-from migrator.mysql import qualified
+from migrator.fleet import config as config_mod
+from migrator.fleet import zk as zk_mod
+from migrator.fleet.model import even_layout
+from migrator.fleet.ids import shard_db
+from migrator.fleet.mysql import qualified
 from migrator.queue import maintenance as mt
 from migrator.queue import storage as st
 from migrator.queue.model import AckItem, EnqueueJob, QueueConfig
 from migrator.queue.partitioning import jobs_policy
 from migrator.queue.service import QueueService
 from migrator.sandbox import Sandbox, find_base_port, reset_fleet
-from migrator.shard_map import HostRegistry, ShardMapStore
+from migrator.fleet.shard_map import HostRegistry, ShardMapStore
 
 DAY = 86400
 

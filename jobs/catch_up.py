@@ -1,7 +1,7 @@
 """RQ job: catch-up passes of one migration.
 
 Runs in any ``rq worker`` (forking or not). Each job runs one pass
-(:func:`migrator.catch_up.run_pass`) and, unless the migration converged,
+(:func:`migrator.engine.catch_up.passes.run_pass`) and, unless the migration converged,
 is reported as not converging, or ran the requested number of passes,
 enqueues the next pass as a new job on the same queue. Everything it needs
 to resume lives in the migration record (ZooKeeper): a killed job is simply
@@ -16,8 +16,8 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from migrator import catch_up
-from migrator import config as config_mod
+from migrator.engine.catch_up import passes as catch_up
+from migrator.fleet import config as config_mod
 
 
 def run_passes(
@@ -91,8 +91,8 @@ def run_passes(
 def _record_error(cfg: config_mod.Config, migration_id: str, exc: BaseException) -> None:
     """Put the failure in the migration record, where `migrator status ID` shows it (the RQ job's
     traceback is only in Redis). Best effort: the original error is what the job raises."""
-    from migrator import zk as zk_mod
-    from migrator.migration import MigrationStore
+    from migrator.fleet import zk as zk_mod
+    from migrator.engine.migration import MigrationStore
 
     message = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
 
@@ -109,8 +109,8 @@ def _record_error(cfg: config_mod.Config, migration_id: str, exc: BaseException)
 
 def _paused(cfg: config_mod.Config, migration_id: str) -> bool:
     """Whether an operator paused the migration (``migrator pause ID``)."""
-    from migrator import zk as zk_mod
-    from migrator.migration import MigrationStore
+    from migrator.fleet import zk as zk_mod
+    from migrator.engine.migration import MigrationStore
 
     with zk_mod.connect(cfg, config_mod.load_credentials(cfg)) as zk:
         st, _ = MigrationStore(zk).state(migration_id)
@@ -119,8 +119,8 @@ def _paused(cfg: config_mod.Config, migration_id: str) -> bool:
 
 def _autopilot(cfg: config_mod.Config, migration_id: str) -> bool:
     """Whether the RQ pipeline drives this migration on to verify and cutover (``split --yes``)."""
-    from migrator import zk as zk_mod
-    from migrator.migration import MigrationStore
+    from migrator.fleet import zk as zk_mod
+    from migrator.engine.migration import MigrationStore
 
     with zk_mod.connect(cfg, config_mod.load_credentials(cfg)) as zk:
         st, _ = MigrationStore(zk).state(migration_id)
@@ -128,8 +128,8 @@ def _autopilot(cfg: config_mod.Config, migration_id: str) -> bool:
 
 
 def _k(cfg: config_mod.Config, migration_id: str) -> int:
-    from migrator import zk as zk_mod
-    from migrator.migration import MigrationStore
+    from migrator.fleet import zk as zk_mod
+    from migrator.engine.migration import MigrationStore
 
     with zk_mod.connect(cfg, config_mod.load_credentials(cfg)) as zk:
         return MigrationStore(zk).spec(migration_id).options.not_converging_passes

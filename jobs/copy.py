@@ -23,9 +23,9 @@ from redis import Redis
 from rq import Queue, get_current_job
 from rq.job import Job
 
-from migrator import command
-from migrator import copy as copy_mod
-from migrator.migration import MigrationStore
+from migrator.ops import command
+from migrator.engine import copy as copy_mod
+from migrator.engine.migration import MigrationStore
 
 QUEUE = "migrator"
 SLICE_S = 60.0

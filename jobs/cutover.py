@@ -16,7 +16,7 @@ import datetime as dt
 import uuid
 from typing import Any
 
-from migrator import config as config_mod
+from migrator.fleet import config as config_mod
 
 
 def _meta(key: str, value: dict[str, Any]) -> Any:
@@ -31,7 +31,7 @@ def _meta(key: str, value: dict[str, Any]) -> Any:
 
 def verify(migration_id: str, config_path: str | None = None, repair: bool = True) -> dict[str, Any]:
     """Chunked checksums source vs target; re-copy what differs."""
-    from migrator.verify import verify_migration
+    from migrator.engine.verify.checksums import verify_migration
 
     rep = verify_migration(config_mod.load(config_path), migration_id, repair=repair)
     summary = {"migration": migration_id, "chunks": rep.chunks, "mismatched": len(rep.mismatched_chunks),
@@ -43,8 +43,8 @@ def verify(migration_id: str, config_path: str | None = None, repair: bool = Tru
 
 def cutover(migration_id: str, config_path: str | None = None, schedule_cleanup: bool = True) -> dict[str, Any]:
     """The fenced cutover; on success, cleanup is scheduled for the end of the retention."""
-    from migrator import cutover as cutover_mod
-    from migrator.migration import MigrationStore
+    from migrator.engine.cutover import run as cutover_mod
+    from migrator.engine.migration import MigrationStore
 
     cfg = config_mod.load(config_path)
     res = cutover_mod.cutover(cfg, migration_id)
@@ -53,7 +53,7 @@ def cutover(migration_id: str, config_path: str | None = None, schedule_cleanup:
     if schedule_cleanup and job is not None:
         from rq import Queue
 
-        from migrator import zk as zk_mod
+        from migrator.fleet import zk as zk_mod
 
         creds = config_mod.load_credentials(cfg)
         with zk_mod.connect(cfg, creds) as zk:
@@ -69,7 +69,7 @@ def cutover(migration_id: str, config_path: str | None = None, schedule_cleanup:
 
 
 def rollback(migration_id: str, config_path: str | None = None) -> dict[str, Any]:
-    from migrator import rollback as rollback_mod
+    from migrator.engine import rollback as rollback_mod
 
     res = rollback_mod.rollback(config_mod.load(config_path), migration_id)
     summary = res.to_dict()
@@ -79,9 +79,9 @@ def rollback(migration_id: str, config_path: str | None = None) -> dict[str, Any
 
 def cleanup(migration_id: str, config_path: str | None = None, now: bool = False) -> dict[str, Any]:
     """Drop the tombstones (refuses before the retention unless ``now``)."""
-    from migrator import cleanup as cleanup_mod
-    from migrator.migration import MigrationStore, Phase
-    from migrator import zk as zk_mod
+    from migrator.engine import cleanup as cleanup_mod
+    from migrator.engine.migration import MigrationStore, Phase
+    from migrator.fleet import zk as zk_mod
 
     cfg = config_mod.load(config_path)
     creds = config_mod.load_credentials(cfg)

@@ -22,7 +22,7 @@ QUEUE = "maintenance"
 
 
 def run(config_path: str | None = None, lock_wait_timeout: int = 2) -> dict[str, Any]:
-    from migrator import config as config_mod
+    from migrator.fleet import config as config_mod
     from migrator.queue.maintenance import maintain
     from migrator.queue.service import QueueService
 

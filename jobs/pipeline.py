@@ -20,9 +20,9 @@ from typing import Any
 
 from rq import Queue, get_current_job
 
-from migrator import command
-from migrator import config as config_mod
-from migrator.migration import MigrationStore, Phase
+from migrator.ops import command
+from migrator.fleet import config as config_mod
+from migrator.engine.migration import MigrationStore, Phase
 
 MAX_ATTEMPTS = 5
 POSTPONE_RECHECK_S = 5

@@ -12,9 +12,9 @@ from typing import Any
 
 from rq import Queue, get_current_job
 
-from migrator import config as config_mod
-from migrator import playbook
-from migrator import zk as zk_mod
+from migrator.fleet import config as config_mod
+from migrator.ops.playbook import runner as playbook
+from migrator.fleet import zk as zk_mod
 
 QUEUE = "migrator"
 

@@ -16,9 +16,9 @@ from redis import Redis
 from rq import Queue
 from rq.job import Job
 
-from migrator import command
-from migrator.config import Config
-from migrator.migration import MigrationStore, Phase
+from migrator.ops import command
+from migrator.fleet.config import Config
+from migrator.engine.migration import MigrationStore, Phase
 
 from jobs.copy import QUEUE, enqueue_catch_up, enqueue_start
 

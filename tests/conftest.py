@@ -102,11 +102,11 @@ class Fleet:
 @pytest.fixture
 def fleet(sandbox, tmp_path, request):
     """A fresh ZooKeeper root with hosts and the initial map; shard dbs reseeded."""
-    from migrator import config as config_mod
-    from migrator import zk as zk_mod
-    from migrator.fleet import even_layout
+    from migrator.fleet import config as config_mod
+    from migrator.fleet import zk as zk_mod
+    from migrator.fleet.model import even_layout
     from migrator.sandbox import reset_fleet
-    from migrator.shard_map import HostRegistry, ShardMapStore
+    from migrator.fleet.shard_map import HostRegistry, ShardMapStore
 
     rows = getattr(request, "param", None) or 20
     ensure_healthy(sandbox)
@@ -150,8 +150,8 @@ def fleet(sandbox, tmp_path, request):
 def zk_root(sandbox, tmp_path):
     """Only a fresh ZooKeeper root and config file (no MySQL reset)."""
     ensure_healthy(sandbox)
-    from migrator import config as config_mod
-    from migrator import zk as zk_mod
+    from migrator.fleet import config as config_mod
+    from migrator.fleet import zk as zk_mod
 
     root = f"/t{uuid.uuid4().hex[:12]}"
     cfg = sandbox.config().with_root(root)

@@ -16,8 +16,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from migrator import config as config_mod
-from migrator import ids
+from migrator.fleet import config as config_mod
+from migrator.fleet import ids
 from migrator.errors import MigratorError
 
 app = typer.Typer(
@@ -113,7 +113,7 @@ def id_mod_shard(key: str, shards: int = typer.Option(4096, "--shards")) -> None
 def topology_show(as_json: bool = typer.Option(False, "--json"),
                   sizes: bool = typer.Option(True, "--sizes/--no-sizes", help="Ask each master for data size.")) -> None:
     """Ranges -> pairs, with shard counts and data size."""
-    from migrator import topology
+    from migrator.fleet import topology
 
     cfg = load_config()
     view = topology.show(cfg, with_sizes=sizes)
@@ -138,7 +138,7 @@ def topology_init(from_file: Path = typer.Option(..., "--from", help="A JSON map
                   hosts_file: Optional[Path] = typer.Option(None, "--hosts",
                                                             help="JSON list of hosts to register first.")) -> None:
     """Store a first shard map (validated) in ZooKeeper."""
-    from migrator import topology
+    from migrator.fleet import topology
 
     cfg = load_config()
     smap = topology.init_from_file(cfg, from_file, hosts_file)
@@ -148,7 +148,7 @@ def topology_init(from_file: Path = typer.Option(..., "--from", help="A JSON map
 @topology_app.command("create-shards")
 def topology_create_shards(rows: int = typer.Option(0, "--rows", help="Seed pins per new shard.")) -> None:
     """Create missing shard databases (seed schema) on their masters."""
-    from migrator import topology
+    from migrator.fleet import topology
 
     created = topology.create_shards_command(load_config(), rows=rows)
     print(f"created {len(created)} shard databases" + (f": {created[0]}..{created[-1]}" if created else ""))
@@ -157,7 +157,7 @@ def topology_create_shards(rows: int = typer.Option(0, "--rows", help="Seed pins
 @topology_app.command("history")
 def topology_history(limit: int = typer.Option(20, "--limit")) -> None:
     """Shard-map changes: who, when, old and new epoch."""
-    from migrator import topology
+    from migrator.fleet import topology
 
     for rec in topology.history(load_config(), limit):
         print(f"{rec['when_iso']}  epoch {rec['old_epoch']} -> {rec['new_epoch']}  {rec['who']}  {rec['reason']}")

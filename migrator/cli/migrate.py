@@ -1,7 +1,7 @@
 """``migrator split / move / move-partition / preflight / copy / status / pause /
 resume / abort / set / postpone``: the migration commands of the CLI.
 
-Each command parses options, calls one function of :mod:`migrator.command`
+Each command parses options, calls one function of :mod:`migrator.ops.command`
 and prints its result; :func:`migrator.cli.main.main` turns a
 :class:`~migrator.errors.MigratorError` into one line and an exit code.
 Later phases add their commands in :func:`register` (or through a
@@ -18,14 +18,14 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from migrator import command
-from migrator.migration import Options
+from migrator.ops import command
+from migrator.engine.migration import Options
 
 console = Console()
 err_console = Console(stderr=True)
 
 #: phase modules that bring their own CLI commands via register_cli(app)
-PHASE_MODULES = ("migrator.catch_up", "migrator.verify", "migrator.cutover", "migrator.rollback", "migrator.cleanup")
+PHASE_MODULES = ("migrator.engine.catch_up.passes", "migrator.engine.verify.checksums", "migrator.engine.cutover.run", "migrator.engine.rollback", "migrator.engine.cleanup")
 
 
 def _cfg() -> Any:
@@ -90,7 +90,7 @@ def _print_plan(result: command.PlanResult, as_json: bool) -> None:
 def _maybe_launch(res: command.PlanResult, yes: bool, detach: bool) -> None:
     if not yes or not res.stored:
         return
-    from migrator import watch
+    from migrator.ops import watch
 
     cfg = _cfg()
     mid = res.spec.id
@@ -193,7 +193,7 @@ def register(app: typer.Typer) -> None:
             console.print(f"enqueued {job} on queue {queue!r}; follow with `migrator status {migration_id}`",
                           markup=False, highlight=False)
             return
-        from migrator import watch
+        from migrator.ops import watch
 
         st = command.status(cfg, migration_id)
         progress, on_progress = watch.copy_progress(console, total_rows=int(st["copy"].get("est_rows") or 1))
@@ -212,7 +212,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Every migration's phase and the live workers; with an ID: per-shard copy progress, copy rate and
         ETA, the catch-up pass table, predicted and last freeze, and the workers."""
-        from migrator import watch
+        from migrator.ops import watch
 
         cfg = _cfg()
         if watch_ and not as_json:

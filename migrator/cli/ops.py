@@ -17,9 +17,9 @@ def register(app: typer.Typer) -> None:
                 limit: int = typer.Option(200, "--limit"),
                 as_json: bool = typer.Option(False, "--json")) -> None:
         """Every shard-map change and migration state change: who, when, epochs."""
-        from migrator import audit
-        from migrator import config as config_mod
-        from migrator import zk as zk_mod
+        from migrator.ops import audit
+        from migrator.fleet import config as config_mod
+        from migrator.fleet import zk as zk_mod
 
         cfg = load_config()
         with zk_mod.connect(cfg, config_mod.load_credentials(cfg)) as zk:
@@ -36,9 +36,9 @@ def register(app: typer.Typer) -> None:
         """Serve Prometheus /metrics of every migration (read from ZooKeeper on scrape)."""
         import time
 
-        from migrator import config as config_mod
-        from migrator import metrics
-        from migrator import zk as zk_mod
+        from migrator.fleet import config as config_mod
+        from migrator.ops import metrics
+        from migrator.fleet import zk as zk_mod
 
         cfg = load_config()
         metrics.serve(zk_mod.connect(cfg, config_mod.load_credentials(cfg)), port, addr)
@@ -56,7 +56,7 @@ def register(app: typer.Typer) -> None:
         down: bool = typer.Option(False, "--down", help="Stop the sandbox at the end."),
     ) -> None:
         """A live split of a sandbox fleet under queue load, with a report."""
-        from migrator.demo import run_demo
+        from migrator.ops.demo import run_demo
 
         report = run_demo(directory=directory, base_port=base_port, rate=rate, rows=rows, shards=shards, down=down)
         if not report.ok:
@@ -67,7 +67,7 @@ def register(app: typer.Typer) -> None:
                      yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation.")) -> None:
         """Redo the copy from scratch (e.g. the binlog catch-up needed was purged): drop the target
         copies, reset copy and catch-up progress, keep the migration and its shard locks."""
-        from migrator import command
+        from migrator.ops import command
 
         if not yes and not typer.confirm(f"drop the target copies of {migration_id} and copy again?"):
             raise typer.Exit(1)
@@ -90,14 +90,14 @@ def register(app: typer.Typer) -> None:
         import redis
         from rq import Queue, Worker
 
-        from migrator import config as config_mod
+        from migrator.fleet import config as config_mod
 
         cfg = load_config()
         # jobs find the fleet through the same config file
         os.environ.setdefault(config_mod.ENV_CONFIG, str(cfg.path))
         if metrics_port:
-            from migrator import metrics
-            from migrator import zk as zk_mod
+            from migrator.ops import metrics
+            from migrator.fleet import zk as zk_mod
 
             metrics.serve(zk_mod.connect(cfg, config_mod.load_credentials(cfg)), metrics_port)
         conn = redis.Redis.from_url(cfg.redis.url)

@@ -9,7 +9,7 @@ from typing import Optional
 
 import typer
 
-from migrator import playbook as pbm
+from migrator.ops.playbook import runner as pbm
 
 playbook_app = typer.Typer(help="Runbook playbooks: runs, their steps, approvals.", no_args_is_help=True)
 
@@ -42,8 +42,8 @@ def register(app: typer.Typer) -> None:
     @app.command("approve")
     def approve(run_id: str, step: str) -> None:
         """Approve a manual gate of a playbook run."""
-        from migrator import config as config_mod
-        from migrator import zk as zk_mod
+        from migrator.fleet import config as config_mod
+        from migrator.fleet import zk as zk_mod
 
         cfg = load_config()
         with zk_mod.connect(cfg, config_mod.load_credentials(cfg)) as zk:
@@ -53,8 +53,8 @@ def register(app: typer.Typer) -> None:
     @playbook_app.command("status")
     def status(run_id: str, as_json: bool = typer.Option(False, "--json")) -> None:
         """A run's steps: status, attempts, what a gate waits on."""
-        from migrator import config as config_mod
-        from migrator import zk as zk_mod
+        from migrator.fleet import config as config_mod
+        from migrator.fleet import zk as zk_mod
 
         cfg = load_config()
         with zk_mod.connect(cfg, config_mod.load_credentials(cfg)) as zk:
@@ -73,8 +73,8 @@ def register(app: typer.Typer) -> None:
     @playbook_app.command("list")
     def list_runs() -> None:
         """Every playbook run and its status."""
-        from migrator import config as config_mod
-        from migrator import zk as zk_mod
+        from migrator.fleet import config as config_mod
+        from migrator.fleet import zk as zk_mod
 
         cfg = load_config()
         with zk_mod.connect(cfg, config_mod.load_credentials(cfg)) as zk:
@@ -97,8 +97,8 @@ def register(app: typer.Typer) -> None:
 
 
 def _create(cfg: object, pb: pbm.Playbook, params: dict) -> str:
-    from migrator import config as config_mod
-    from migrator import zk as zk_mod
+    from migrator.fleet import config as config_mod
+    from migrator.fleet import zk as zk_mod
 
     with zk_mod.connect(cfg, config_mod.load_credentials(cfg)) as zk:  # type: ignore[arg-type]
         return pbm.RunStore(zk).create(pb, params)
@@ -108,7 +108,7 @@ def _enqueue(cfg: object, run_id: str, config_path: Optional[str], name: Optiona
     import redis
 
     from jobs import playbook as job
-    from migrator import config as config_mod
+    from migrator.fleet import config as config_mod
 
     conn = redis.Redis.from_url(cfg.redis.url)  # type: ignore[attr-defined]
     path = str(config_mod.resolve_path(config_path).resolve())
@@ -116,8 +116,8 @@ def _enqueue(cfg: object, run_id: str, config_path: Optional[str], name: Optiona
 
 
 def _drive(cfg: object, run_id: str) -> None:
-    from migrator import config as config_mod
-    from migrator import zk as zk_mod
+    from migrator.fleet import config as config_mod
+    from migrator.fleet import zk as zk_mod
 
     with zk_mod.connect(cfg, config_mod.load_credentials(cfg)) as zk:  # type: ignore[arg-type]
         last = None

@@ -150,7 +150,7 @@ def worker_cmd(queue: str = typer.Option(..., "--queue", "-q"),
 
 def _api(url: str | None) -> Any:
     if url:
-        from migrator.config import load_credentials
+        from migrator.fleet.config import load_credentials
         from migrator.queue.client import QueueClient
 
         return QueueClient(url, token=load_credentials(_cfg()).queue_token)
@@ -167,7 +167,7 @@ def load_cmd(queue: str = typer.Option("load", "--queue", "-q"),
              producers: int = typer.Option(1, "--producers"),
              url: Optional[str] = typer.Option(None, "--url", help="Load a queue server instead of the fleet directly.")) -> None:
     """Enqueue, dequeue and ack at a target rate, recording everything in a ledger."""
-    from migrator.config import load_credentials
+    from migrator.fleet.config import load_credentials
     from migrator.queue.load import run_load
 
     cfg = _cfg()
@@ -300,7 +300,7 @@ def counts(name: str) -> None:
 @queue_app.command("lookup")
 def lookup(name: str, job_id: str) -> None:
     """One job by id."""
-    from migrator.ids import parse_id
+    from migrator.fleet.ids import parse_id
 
     with _service() as svc:
         _print(svc.lookup(name, parse_id(job_id)).model_dump(mode="json"))
@@ -357,8 +357,8 @@ def maintain(dry_run: bool = typer.Option(False, "--dry-run", help="Print the pl
 @partitions_app.command("pause")
 def partitions_pause(shard: int, reason: str = typer.Option("", "--reason")) -> None:
     """Pause maintenance of a shard (creates <root>/maintenance/paused/<shard>)."""
-    from migrator import zk as zk_mod
-    from migrator.config import load_credentials
+    from migrator.fleet import zk as zk_mod
+    from migrator.fleet.config import load_credentials
     from migrator.queue.maintenance import pause_path, pause_shard
 
     cfg = _cfg()
@@ -370,8 +370,8 @@ def partitions_pause(shard: int, reason: str = typer.Option("", "--reason")) -> 
 @partitions_app.command("resume")
 def partitions_resume(shard: int) -> None:
     """Resume maintenance of a shard."""
-    from migrator import zk as zk_mod
-    from migrator.config import load_credentials
+    from migrator.fleet import zk as zk_mod
+    from migrator.fleet.config import load_credentials
     from migrator.queue.maintenance import resume_shard
 
     cfg = _cfg()
@@ -383,8 +383,8 @@ def partitions_resume(shard: int) -> None:
 @partitions_app.command("paused")
 def partitions_paused() -> None:
     """Shards whose maintenance is paused."""
-    from migrator import zk as zk_mod
-    from migrator.config import load_credentials
+    from migrator.fleet import zk as zk_mod
+    from migrator.fleet.config import load_credentials
     from migrator.queue.maintenance import paused_shards
 
     cfg = _cfg()

@@ -1,7 +1,7 @@
 """The queue service: a Pinlater/Pacer-style MySQL-backed job queue on the sharded fleet.
 
 It is the live workload that shard migrations must not disturb. It uses the
-fleet model and :class:`migrator.router.ShardRouter`; the migration engine
+fleet model and :class:`migrator.fleet.router.ShardRouter`; the migration engine
 never imports it (the two meet only at the ZooKeeper contract documented in
 :mod:`migrator.queue.storage` and the maintenance pause node documented in
 :mod:`migrator.queue.maintenance`).

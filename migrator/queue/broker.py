@@ -45,7 +45,7 @@ from kazoo.exceptions import NodeExistsError, NoNodeError
 from kazoo.protocol.states import KazooState
 from pydantic import BaseModel, ConfigDict, Field
 
-from migrator.ids import shard_db
+from migrator.fleet.ids import shard_db
 from migrator.queue import metrics
 from migrator.queue import storage as st
 from migrator.queue.errors import QueueError, UnknownQueue, from_wire

@@ -22,7 +22,7 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from migrator.queue.errors import QueueExists, UnknownQueue
 from migrator.queue.model import QueueRecord, check_queue_name
-from migrator.zk import ZK
+from migrator.fleet.zk import ZK
 
 QUEUES = "queues"
 

@@ -1,7 +1,7 @@
 """Shard-map aware statement execution for the queue service.
 
 Every queue statement runs through :meth:`ShardExecutor.run`, which resolves
-the shard's master with :class:`migrator.router.ShardRouter` and retries
+the shard's master with :class:`migrator.fleet.router.ShardRouter` and retries
 (tenacity) on the errors a migration causes:
 
 * the shard is **frozen** for a cutover: a write waits (bounded, default 10 s)
@@ -29,13 +29,13 @@ import pymysql
 from pymysql.constants import CLIENT
 from tenacity import RetryError, Retrying, retry_if_exception_type, stop_after_delay, wait_exponential
 
-from migrator.config import Credentials
+from migrator.fleet.config import Credentials
 from migrator.errors import MySQLUnavailable, ShardFrozen, ShardMapError
-from migrator.fleet import Host
-from migrator.mysql import ER_BAD_DB_ERROR, ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT, ER_NO_SUCH_TABLE
-from migrator.mysql import connect as mysql_connect
+from migrator.fleet.model import Host
+from migrator.fleet.mysql import ER_BAD_DB_ERROR, ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT, ER_NO_SUCH_TABLE
+from migrator.fleet.mysql import connect as mysql_connect
 from migrator.queue.errors import ShardUnavailable
-from migrator.router import ShardRouter
+from migrator.fleet.router import ShardRouter
 
 R = TypeVar("R")
 

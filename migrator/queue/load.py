@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from migrator.config import Config
+from migrator.fleet.config import Config
 from migrator.queue.errors import QueueError, UnknownQueue
 from migrator.queue.ledger import Ledger
 from migrator.queue.model import AckItem, EnqueueJob, JobDescriptor, QueueConfig

@@ -46,13 +46,13 @@ from typing import Any
 import pymysql
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
-from migrator.ids import shard_db
-from migrator.mysql import ER_LOCK_WAIT_TIMEOUT, ident, qualified, tag
+from migrator.fleet.ids import shard_db
+from migrator.fleet.mysql import ER_LOCK_WAIT_TIMEOUT, ident, qualified, tag
 from migrator.queue import storage as st
 from migrator.queue.partitioning import (
     LOG_POLICY, TablePolicy, parse_bucket, partition_clause, plan_maintenance, reorganize_sql,
 )
-from migrator.zk import ZK
+from migrator.fleet.zk import ZK
 
 T = tag("maintenance")
 PAUSED = "maintenance/paused"

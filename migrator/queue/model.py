@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from migrator.ids import TYPE_JOB, decode, encode
+from migrator.fleet.ids import TYPE_JOB, decode, encode
 
 QUEUE_NAME_RE = re.compile(r"^\w{1,40}$", re.ASCII)
 #: largest job body accepted (bytes of UTF-8)

@@ -29,9 +29,9 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
-from migrator import zk as zk_mod
-from migrator.config import Config, Credentials, load_credentials
-from migrator.ids import shard_db
+from migrator.fleet import zk as zk_mod
+from migrator.fleet.config import Config, Credentials, load_credentials
+from migrator.fleet.ids import shard_db
 from migrator.queue import metrics
 from migrator.queue import storage as st
 from migrator.queue.catalog import QueueCatalog
@@ -44,8 +44,8 @@ from migrator.queue.model import (
 )
 from migrator.queue.pacing import TokenBucket, backoff_seconds
 from migrator.queue.partitioning import jobs_policy
-from migrator.router import ShardRouter
-from migrator.zk import ZK
+from migrator.fleet.router import ShardRouter
+from migrator.fleet.zk import ZK
 
 REAP_EVERY = 1.0
 
@@ -102,7 +102,7 @@ class QueueService:
         parts = []
         for i, shard in enumerate(shards):
             table = st.jobs_table_name(name, i)
-            from migrator.mysql import ident
+            from migrator.fleet.mysql import ident
 
             ident(table)  # the name must make a valid identifier (64 chars)
             parts.append(PartitionRecord(index=i, shard=shard, table=table,

@@ -19,10 +19,10 @@ ACL: world-readable, writable by the migrator identity) as JSON::
 
 A partition's tables live in database ``db%05d`` of its shard (``db00005``),
 on whichever pair the shard map names for that shard: routing is by shard via
-:class:`migrator.router.ShardRouter`, never by host. ``tables`` lists every
+:class:`migrator.fleet.router.ShardRouter`, never by host. ``tables`` lists every
 table of the partition (the jobs table and its dedupe side table); a mover
 copies them all. The partitions of one queue are on distinct shards, so a job
-id (shard, TYPE_JOB, local id; see :mod:`migrator.ids`) names exactly one
+id (shard, TYPE_JOB, local id; see :mod:`migrator.fleet.ids`) names exactly one
 partition of its queue.
 
 The jobs table
@@ -53,7 +53,7 @@ from typing import Any
 
 import pymysql
 
-from migrator.mysql import ident, qualified, tag
+from migrator.fleet.mysql import ident, qualified, tag
 from migrator.queue.errors import InvalidArgument
 from migrator.queue.model import JobFilter, JobState
 from migrator.queue.partitioning import TablePolicy, partition_clause

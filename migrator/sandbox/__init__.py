@@ -29,10 +29,10 @@ from typing import Any
 
 import pymysql
 
-from migrator import config as config_mod
-from migrator.config import Config, Credentials
+from migrator.fleet import config as config_mod
+from migrator.fleet.config import Config, Credentials
 from migrator.errors import SandboxError
-from migrator.fleet import Host, ShardMap, even_layout, pair_names
+from migrator.fleet.model import Host, ShardMap, even_layout, pair_names
 
 DEFAULT_DIR = Path(".sandbox")
 DEFAULT_BASE_PORT = 33100
@@ -457,8 +457,8 @@ class Sandbox:
 
     # -- fleet seeding ---------------------------------------------------------------
     def _seed_fleet(self, zk_root: str, log: Any) -> None:
-        from migrator import zk as zk_mod
-        from migrator.shard_map import HostRegistry, ShardMapStore
+        from migrator.fleet import zk as zk_mod
+        from migrator.fleet.shard_map import HostRegistry, ShardMapStore
 
         assert self.state
         cfg = self.config()
@@ -476,7 +476,7 @@ class Sandbox:
         self.wait_pairs_converged()
 
     def seed_shards(self, smap: ShardMap, hosts: dict[str, Host], creds: Credentials, *, rows: int) -> None:
-        from migrator.topology import create_shards
+        from migrator.fleet.topology import create_shards
 
         create_shards(smap, hosts, creds, rows=rows)
 

@@ -21,10 +21,10 @@ import signal
 import time
 from typing import Any
 
-from migrator import config as config_mod
-from migrator import cutover as cutover_mod
-from migrator import zk as zk_mod
-from migrator.shard_map import ShardMapStore
+from migrator.fleet import config as config_mod
+from migrator.engine.cutover import run as cutover_mod
+from migrator.fleet import zk as zk_mod
+from migrator.fleet.shard_map import ShardMapStore
 
 
 def kill_own_worker(_run: Any = None) -> None:

@@ -1,7 +1,7 @@
 """The fault harness: a real split (or queue-partition move) of the sandbox under
 queue load, a fault fired at a named phase, recovery, and three end checks.
 
-It follows :mod:`migrator.demo`: ``migrator worker`` subprocesses run the RQ
+It follows :mod:`migrator.ops.demo`: ``migrator worker`` subprocesses run the RQ
 pipeline (``command.launch``), the queue load generator
 (:func:`migrator.queue.load.run_load`) enqueues, dequeues and acks in a
 background thread and writes a ledger. A cell reads::
@@ -67,15 +67,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from migrator import command
-from migrator.cutover import tomb_db
-from migrator.fleet import Host
-from migrator.gtid import Gtid, GtidPos
-from migrator.migration import MigrationStore, Options, Phase, Spec, State
-from migrator.mysql import connect as mysql_connect
-from migrator.mysql import qualified
-from migrator.shard_map import ShardMapStore
-from migrator.verify import SENTINEL_TABLE, binlog_pos
+from migrator.ops import command
+from migrator.engine.cutover.run import tomb_db
+from migrator.fleet.model import Host
+from migrator.fleet.gtid import Gtid, GtidPos
+from migrator.engine.migration import MigrationStore, Options, Phase, Spec, State
+from migrator.fleet.mysql import connect as mysql_connect
+from migrator.fleet.mysql import qualified
+from migrator.fleet.shard_map import ShardMapStore
+from migrator.engine.verify.checksums import SENTINEL_TABLE, binlog_pos
 
 QUEUE = "faults"
 #: options for cells: a freeze budget with room for a 2-core CI box, small copy chunks
@@ -210,7 +210,7 @@ class FaultRun:
         return self.store.state(self.mid)[0]
 
     def copy_started(self) -> bool:
-        from migrator import copy as copy_mod
+        from migrator.engine import copy as copy_mod
 
         tables = copy_mod.table_progress(self.fleet.zk, self.mid)
         return any(int(t.get("rows", 0)) > 0 for t in tables) and not all(t.get("done") for t in tables)
@@ -286,7 +286,7 @@ class FaultRun:
         smap = ShardMapStore(self.fleet.zk).read()
         assert all(smap.master_of(s) == spec.target_master for s in spec.shards)
         assert not smap.frozen, smap.frozen
-        from migrator.plan import maintenance_paused
+        from migrator.engine.plan import maintenance_paused
 
         # the cutover releases the pause just after it records phase done: give it a moment
         self.wait(lambda: not any(maintenance_paused(self.fleet.zk, s) for s in spec.shards), 15,

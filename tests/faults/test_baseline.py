@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from migrator import command
-from migrator.command import CommandError
-from migrator.cutover import tomb_db
-from migrator.migration import Phase
+from migrator.ops import command
+from migrator.ops.command import CommandError
+from migrator.engine.cutover.run import tomb_db
+from migrator.engine.migration import Phase
 
 from .harness import FaultRun, compare_moved, tombstone_writes
 

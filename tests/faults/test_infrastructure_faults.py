@@ -7,11 +7,11 @@ import time
 import pytest
 from redis import Redis
 
-from migrator import command
-from migrator.cutover import CutoverError
-from migrator.migration import Phase
-from migrator.mysql import connect as mysql_connect
-from migrator.shard_map import ShardMapStore
+from migrator.ops import command
+from migrator.engine.cutover.run import CutoverError
+from migrator.engine.migration import Phase
+from migrator.fleet.mysql import connect as mysql_connect
+from migrator.fleet.shard_map import ShardMapStore
 
 from .harness import HOLD_CATCH_UP, FaultRun
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import time
 
-from migrator import command
-from migrator.migration import MigrationStore, Phase
-from migrator.shard_map import ShardMapStore
+from migrator.ops import command
+from migrator.engine.migration import MigrationStore, Phase
+from migrator.fleet.shard_map import ShardMapStore
 
 from tests.integration.cli_helpers import run_cli
 

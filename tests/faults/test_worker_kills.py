@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from migrator import command
-from migrator.command import CommandError
-from migrator.migration import Phase
-from migrator.shard_map import ShardMapStore
+from migrator.ops import command
+from migrator.ops.command import CommandError
+from migrator.engine.migration import Phase
+from migrator.fleet.shard_map import ShardMapStore
 
 from .harness import HOLD_CATCH_UP, FaultRun
 
@@ -99,8 +99,8 @@ def test_kill_worker_during_cutover_after_the_flip(fleet, tmp_path):
 
 def _tombstoned(run) -> int:
     """How many source tables the dead cutover's queued RENAME moved (it may run once the lock dies)."""
-    from migrator.cutover import tomb_db
-    from migrator.mysql import connect as mysql_connect
+    from migrator.engine.cutover.run import tomb_db
+    from migrator.fleet.mysql import connect as mysql_connect
 
     with mysql_connect(run.fleet.hosts[run.spec.source_master], run.creds) as c, c.cursor() as cur:
         cur.execute("SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA IN %s",

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from migrator.migration import LOCKS, MigrationStore, Phase
-from migrator.mysql import connect as mysql_connect
-from migrator.shard_map import ShardMapStore
+from migrator.engine.migration import LOCKS, MigrationStore, Phase
+from migrator.fleet.mysql import connect as mysql_connect
+from migrator.fleet.shard_map import ShardMapStore
 
 from .cli_helpers import assert_one_line_error, run_cli
 

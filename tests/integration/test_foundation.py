@@ -11,10 +11,10 @@ import pytest
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
 
-from migrator import zk as zk_mod
+from migrator.fleet import zk as zk_mod
 from migrator.errors import ShardMapConflict
-from migrator.router import ShardRouter
-from migrator.shard_map import HostRegistry, ShardMapStore
+from migrator.fleet.router import ShardRouter
+from migrator.fleet.shard_map import HostRegistry, ShardMapStore
 
 from .cli_helpers import assert_one_line_error, run_cli
 
@@ -222,8 +222,8 @@ def test_cli_errors_are_one_line(zk_root, tmp_path):
 
 
 def test_cli_unreachable_servers(fleet, tmp_path):
-    from migrator import config as config_mod
-    from migrator.fleet import Host
+    from migrator.fleet import config as config_mod
+    from migrator.fleet.model import Host
     from migrator.sandbox import find_base_port
 
     dead = find_base_port(2)

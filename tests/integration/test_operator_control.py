@@ -4,10 +4,10 @@ slice, a postponed cutover, and abort back to the source serving."""
 
 from __future__ import annotations
 
-from migrator import command
-from migrator import plan as plan_mod
-from migrator.migration import MigrationStore
-from migrator.shard_map import ShardMapStore
+from migrator.ops import command
+from migrator.engine import plan as plan_mod
+from migrator.engine.migration import MigrationStore
+from migrator.fleet.shard_map import ShardMapStore
 
 from jobs import copy as copy_jobs
 from jobs import pipeline

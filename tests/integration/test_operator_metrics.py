@@ -11,7 +11,7 @@ import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from migrator import command
+from migrator.ops import command
 
 from .operator_support import insert_pins, planned, wait_for
 

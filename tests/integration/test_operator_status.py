@@ -15,7 +15,7 @@ import uuid
 
 import pymysql
 
-from migrator import command
+from migrator.ops import command
 
 from .cli_helpers import run_cli
 from .operator_support import finished_jobs, host_conn, planned, wait_for

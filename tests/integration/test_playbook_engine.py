@@ -14,8 +14,8 @@ import time
 
 import pytest
 
-from migrator import config as config_mod
-from migrator import playbook as pbm
+from migrator.fleet import config as config_mod
+from migrator.ops.playbook import runner as pbm
 
 from .cli_helpers import run_cli
 

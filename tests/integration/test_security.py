@@ -24,12 +24,12 @@ from kazoo.exceptions import NoAuthError
 from kazoo.security import Permissions
 from redis import Redis
 
-from migrator import command
-from migrator.migration import LOCKS, MigrationStore
-from migrator.playbook import RunStore
-from migrator.playbook import load as load_playbook
-from migrator.plan import MAINTENANCE_PAUSED
-from migrator.shard_map import ShardMapStore
+from migrator.ops import command
+from migrator.engine.migration import LOCKS, MigrationStore
+from migrator.ops.playbook.runner import RunStore
+from migrator.ops.playbook.runner import load as load_playbook
+from migrator.engine.plan import MAINTENANCE_PAUSED
+from migrator.fleet.shard_map import ShardMapStore
 
 from .cli_helpers import assert_one_line_error, run_cli
 
@@ -104,7 +104,7 @@ def test_every_znode_is_protected_and_holds_no_secret_after_a_real_run(fleet, tm
     (RQ job data and meta included, decompressed) and every worker log is searched."""
     from tests.faults.harness import FaultRun
 
-    from migrator.migration import Phase
+    from migrator.engine.migration import Phase
 
     run = FaultRun(fleet, tmp_path).start()
     try:

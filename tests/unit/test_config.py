@@ -1,6 +1,6 @@
 import pytest
 
-from migrator import config as config_mod
+from migrator.fleet import config as config_mod
 from migrator.errors import ConfigError, CredentialsError
 
 

@@ -1,7 +1,7 @@
 import pytest
 
 from migrator.errors import ShardMapError, UnknownHost
-from migrator.fleet import Host, ShardMap, ShardRange, even_layout, pair_names
+from migrator.fleet.model import Host, ShardMap, ShardRange, even_layout, pair_names
 
 SEED_MAP = [
     {"range": [0, 511], "master": "MySQL001A", "slave": "MySQL001B"},

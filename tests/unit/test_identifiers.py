@@ -1,4 +1,4 @@
-"""Identifiers are validated before they reach SQL: ``migrator.mysql.ident``/``qualified``,
+"""Identifiers are validated before they reach SQL: ``migrator.fleet.mysql.ident``/``qualified``,
 the host-name check, queue names and the tombstone schema names."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from migrator.errors import MigratorError
-from migrator.fleet import check_host_name
-from migrator.mysql import ident, qualified
+from migrator.fleet.model import check_host_name
+from migrator.fleet.mysql import ident, qualified
 
 HOSTILE = [
     "", "a" * 65, "pins`", "`pins`", "pins; DROP TABLE x", "pins -- ", "db0.pins", "pins\x00", "p\u00e9ns",
@@ -55,6 +55,6 @@ def test_queue_names_are_checked(name):
 
 
 def test_tombstone_schema_names_are_identifiers():
-    from migrator.cutover import tomb_db
+    from migrator.engine.cutover.run import tomb_db
 
     assert ident(tomb_db("m-20261122-155024-7e9460", "db00003"))

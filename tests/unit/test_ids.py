@@ -1,6 +1,6 @@
 import pytest
 
-from migrator import ids
+from migrator.fleet import ids
 from migrator.errors import InvalidIdError
 
 

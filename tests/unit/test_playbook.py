@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from migrator import playbook as pbm
-from migrator.playbook import Gate, PlaybookError
+from migrator.ops.playbook import runner as pbm
+from migrator.ops.playbook.runner import Gate, PlaybookError
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from migrator import watch
+from migrator.ops import watch
 
 
 def table(db, name, rows, est, done, started=100.0, finished=None):

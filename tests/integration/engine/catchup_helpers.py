@@ -17,8 +17,8 @@ from typing import Any
 
 import pymysql
 
-from migrator import mysql
-from migrator.migration import MigrationStore, Options, Phase, Spec, new_id
+from migrator.fleet import mysql
+from migrator.engine.migration import MigrationStore, Options, Phase, Spec, new_id
 
 SOURCE, SOURCE_SLAVE = "MySQL001A", "MySQL001B"
 TARGET, TARGET_SLAVE = "MySQL003A", "MySQL003B"

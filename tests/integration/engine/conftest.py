@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from migrator.mysql import connect
+from migrator.fleet.mysql import connect
 
 
 @pytest.fixture

@@ -2,7 +2,7 @@
 
 ``prepare_converged`` stores a migration record, copies the moving shard dbs to
 the target master (schema and rows, the sentinel table included) and returns
-a drainer. The drainer is the catch-up module's (``migrator.catch_up``) when it
+a drainer. The drainer is the catch-up module's (``migrator.engine.catch_up.passes``) when it
 is installed; only without it does a small local binlog applier stand in.
 Also: a background writer that routes through :class:`ShardRouter` and records
 every acknowledged write.
@@ -19,26 +19,26 @@ from typing import Any
 
 import pymysql
 
-from migrator.config import Credentials
-from migrator.cutover import ensure_sentinel
-from migrator.fleet import Host
-from migrator.gtid import Gtid, GtidPos
-from migrator.migration import MigrationStore, Options, Phase, Spec, new_id
-from migrator.mysql import ER_BAD_DB_ERROR, ER_NO_SUCH_TABLE, qualified
-from migrator.mysql import connect as mysql_connect
-from migrator.verify import binlog_pos, moving_tables
+from migrator.fleet.config import Credentials
+from migrator.engine.cutover.run import ensure_sentinel
+from migrator.fleet.model import Host
+from migrator.fleet.gtid import Gtid, GtidPos
+from migrator.engine.migration import MigrationStore, Options, Phase, Spec, new_id
+from migrator.fleet.mysql import ER_BAD_DB_ERROR, ER_NO_SUCH_TABLE, qualified
+from migrator.fleet.mysql import connect as mysql_connect
+from migrator.engine.verify.checksums import binlog_pos, moving_tables
 
 
 def real_catch_up() -> bool:
     try:
-        from migrator import catch_up  # noqa: F401
+        from migrator.engine.catch_up import passes as catch_up  # noqa: F401
     except ImportError:
         return False
     return hasattr(catch_up, "drain_to")
 
 
 class LocalDrainer:
-    """Stand-in for catch-up (only when migrator.catch_up is absent): applies row
+    """Stand-in for catch-up (only when migrator.engine.catch_up.passes is absent): applies row
     events of the moving schemas from the source binlog to the target by primary key."""
 
     def __init__(self, source: Host, target: Host, creds: Credentials, schemas: list[str], start: str,
@@ -117,7 +117,7 @@ class LocalDrainer:
 
 
 def copy_dbs(source: Host, target: Host, creds: Credentials, dbs: list[str], tables: tuple[str, ...] = ()) -> None:
-    """Schema + rows of ``dbs`` from source to target (tests only; the real copy is migrator.copy)."""
+    """Schema + rows of ``dbs`` from source to target (tests only; the real copy is migrator.engine.copy)."""
     src = mysql_connect(source, creds)
     dst = mysql_connect(target, creds)
     try:
@@ -181,7 +181,7 @@ def prepare_converged(fleet: Any, shards: tuple[int, ...] = (2, 3), *, options: 
     copy_dbs(source, target, creds, spec.databases, spec.tables)
     real = real_catch_up()
     if real:
-        from migrator.verify import CatchUpDrainer
+        from migrator.engine.verify.checksums import CatchUpDrainer
 
         store.put_progress(spec.id, "catchup", {"gtid": start})
         drainer: Any = CatchUpDrainer(fleet.config, spec.id)

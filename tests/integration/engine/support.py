@@ -12,9 +12,9 @@ from typing import Any
 
 import pymysql
 
-from migrator.fleet import Host
-from migrator.ids import TYPE_BOARD, TYPE_PIN, encode, shard_db
-from migrator.mysql import connect, qualified
+from migrator.fleet.model import Host
+from migrator.fleet.ids import TYPE_BOARD, TYPE_PIN, encode, shard_db
+from migrator.fleet.mysql import connect, qualified
 
 
 @dataclass
@@ -101,7 +101,7 @@ class Writer:
 
 
 def key_columns(conn: pymysql.connections.Connection, db: str, table: str) -> list[str]:
-    from migrator.inspector import copy_key
+    from migrator.engine.inspector import copy_key
 
     return list(copy_key(conn, db, table)[0])
 

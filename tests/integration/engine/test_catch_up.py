@@ -9,9 +9,9 @@ import time
 
 import pytest
 
-from migrator import catch_up
-from migrator.gtid import GtidPos
-from migrator.migration import MigrationStore, Phase
+from migrator.engine.catch_up import passes as catch_up
+from migrator.fleet.gtid import GtidPos
+from migrator.engine.migration import MigrationStore, Phase
 from tests.conftest import SEED
 from tests.integration.engine import catchup_helpers as h
 

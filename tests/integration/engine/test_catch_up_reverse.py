@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from migrator.catch_up import Tailer
-from migrator.gtid import GtidPos
+from migrator.engine.catch_up.passes import Tailer
+from migrator.fleet.gtid import GtidPos
 from tests.integration.engine import catchup_helpers as h
 
 

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from migrator.cleanup import RetentionNotOver, cleanup
-from migrator.cutover import cutover, tomb_db
-from migrator.migration import Options, Phase
-from migrator.plan import hold_maintenance_pause, maintenance_paused
-from migrator.rollback import rollback
+from migrator.engine.cleanup import RetentionNotOver, cleanup
+from migrator.engine.cutover.run import cutover, tomb_db
+from migrator.engine.migration import Options, Phase
+from migrator.engine.plan import hold_maintenance_pause, maintenance_paused
+from migrator.engine.rollback import rollback
 
 from .cutover_setup import prepare_converged
 

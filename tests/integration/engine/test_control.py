@@ -12,12 +12,12 @@ import redis as redis_mod
 from rq import Queue, SimpleWorker
 from rq.registry import FinishedJobRegistry
 
-from migrator import command
-from migrator.copy import table_progress
+from migrator.ops import command
+from migrator.engine.copy import table_progress
 from migrator.errors import MigratorError
-from migrator.migration import MigrationStore, Options, Phase
-from migrator.mysql import qualified
-from migrator.plan import maintenance_paused
+from migrator.engine.migration import MigrationStore, Options, Phase
+from migrator.fleet.mysql import qualified
+from migrator.engine.plan import maintenance_paused
 
 MIGRATOR = str(Path(sys.executable).with_name("migrator"))
 

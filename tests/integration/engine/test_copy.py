@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from migrator import command
-from migrator.copy import table_progress
-from migrator.inspector import gtid_binlog_pos
-from migrator.migration import MigrationStore, Options, Phase
-from migrator.plan import maintenance_paused
-from migrator.mysql import qualified
+from migrator.ops import command
+from migrator.engine.copy import table_progress
+from migrator.engine.inspector import gtid_binlog_pos
+from migrator.engine.migration import MigrationStore, Options, Phase
+from migrator.engine.plan import maintenance_paused
+from migrator.fleet.mysql import qualified
 
 from tests.conftest import SEED
 from tests.integration.engine.support import Writer, gtid_seqs, missing_or_different, snapshot_dbs, strip_auto_increment
@@ -88,7 +88,7 @@ def test_copy_waits_while_the_target_standby_does_not_replicate(fleet, conns):
 
 @pytest.mark.parametrize("fleet", [300], indirect=True)
 def test_a_second_worker_on_the_same_table_loses_the_compare_and_set_and_stops(fleet):
-    from migrator.copy import begin, copy_table, progress_key
+    from migrator.engine.copy import begin, copy_table, progress_key
 
     spec = command.plan_move(fleet.config, [2], "MySQL003A", options=Options(chunk_rows=50, chunk_max_rows=50)).spec
     begin(fleet.zk, spec, fleet.credentials)

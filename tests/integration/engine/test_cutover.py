@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from migrator.cutover import (
+from migrator.engine.cutover.run import (
     CutoverAborted,
     CutoverHooks,
     FreezeBudgetExceeded,
@@ -14,10 +14,10 @@ from migrator.cutover import (
     cutover,
     tomb_db,
 )
-from migrator.migration import Options, Phase
-from migrator.mysql import connect as mysql_connect
-from migrator.router import ShardRouter
-from migrator.shard_map import ShardMapStore
+from migrator.engine.migration import Options, Phase
+from migrator.fleet.mysql import connect as mysql_connect
+from migrator.fleet.router import ShardRouter
+from migrator.fleet.shard_map import ShardMapStore
 
 from .cutover_setup import Writer, prepare_converged, row_events_after
 

@@ -9,12 +9,12 @@ from __future__ import annotations
 import threading
 import time
 
-from migrator.cutover import CutoverAborted, CutoverHooks, cutover, reconcile, tomb_db, tomb_suffix
-from migrator.migration import Options, Phase
-from migrator.mysql import connect as mysql_connect
-from migrator.passive_gate import PassiveGate
-from migrator.router import ShardRouter
-from migrator.shard_map import ShardMapStore
+from migrator.engine.cutover.run import CutoverAborted, CutoverHooks, cutover, reconcile, tomb_db, tomb_suffix
+from migrator.engine.migration import Options, Phase
+from migrator.fleet.mysql import connect as mysql_connect
+from migrator.engine.cutover.passive_gate import PassiveGate
+from migrator.fleet.router import ShardRouter
+from migrator.fleet.shard_map import ShardMapStore
 
 from .cutover_setup import Writer, prepare_converged
 

@@ -6,7 +6,7 @@ from redis import Redis
 from rq import Queue, SimpleWorker
 from rq.registry import ScheduledJobRegistry
 
-from migrator.migration import Options, Phase
+from migrator.engine.migration import Options, Phase
 
 from .cutover_setup import prepare_converged
 

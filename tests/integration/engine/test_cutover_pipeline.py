@@ -6,15 +6,16 @@ from __future__ import annotations
 
 import time
 
-from migrator import catch_up, command
-from migrator.cleanup import cleanup
-from migrator.cutover import cutover
-from migrator.migration import MigrationStore, Options, Phase
-from migrator.mysql import connect as mysql_connect
-from migrator.rollback import rollback
-from migrator.router import ShardRouter
-from migrator.shard_map import ShardMapStore
-from migrator.verify import verify_migration
+from migrator.engine.catch_up import passes as catch_up
+from migrator.ops import command
+from migrator.engine.cleanup import cleanup
+from migrator.engine.cutover.run import cutover
+from migrator.engine.migration import MigrationStore, Options, Phase
+from migrator.fleet.mysql import connect as mysql_connect
+from migrator.engine.rollback import rollback
+from migrator.fleet.router import ShardRouter
+from migrator.fleet.shard_map import ShardMapStore
+from migrator.engine.verify.checksums import verify_migration
 
 from .cutover_setup import Writer
 

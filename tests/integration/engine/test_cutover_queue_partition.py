@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from migrator.cutover import CutoverError, cutover, tomb_db
-from migrator.migration import Options, Phase
-from migrator.mysql import connect as mysql_connect
-from migrator.shard_map import ShardMapStore
+from migrator.engine.cutover.run import CutoverError, cutover, tomb_db
+from migrator.engine.migration import Options, Phase
+from migrator.fleet.mysql import connect as mysql_connect
+from migrator.fleet.shard_map import ShardMapStore
 
 from .cutover_setup import prepare_converged
 

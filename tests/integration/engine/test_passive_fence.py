@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 import pymysql
 import pytest
 
-from migrator.cutover import CutoverHooks, FreezeBudgetExceeded, cutover, tomb_db
-from migrator.migration import Options, Phase
-from migrator.mysql import connect as mysql_connect
-from migrator.passive_gate import GATE_SCHEMA, TRIGGER_PREFIX
-from migrator.router import ShardRouter
+from migrator.engine.cutover.run import CutoverHooks, FreezeBudgetExceeded, cutover, tomb_db
+from migrator.engine.migration import Options, Phase
+from migrator.fleet.mysql import connect as mysql_connect
+from migrator.engine.cutover.passive_gate import GATE_SCHEMA, TRIGGER_PREFIX
+from migrator.fleet.router import ShardRouter
 
 from .cutover_setup import Writer, prepare_converged
 

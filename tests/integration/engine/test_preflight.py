@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from migrator import command
+from migrator.ops import command
 from migrator.errors import UnknownHost
-from migrator.migration import MigrationStore, Phase, ShardsBusy
-from migrator.plan import PlanError
-from migrator.preflight import PreflightFailed
-from migrator.shard_map import ShardMapStore
+from migrator.engine.migration import MigrationStore, Phase, ShardsBusy
+from migrator.engine.plan import PlanError
+from migrator.engine.preflight import PreflightFailed
+from migrator.fleet.shard_map import ShardMapStore
 
 
 def _fails(result, name: str, *words: str) -> list[str]:

@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 import redis as redis_mod
 
-from migrator import command
-from migrator.copy import table_progress
-from migrator.migration import MigrationStore, Options, Phase
+from migrator.ops import command
+from migrator.engine.copy import table_progress
+from migrator.engine.migration import MigrationStore, Options, Phase
 
 from tests.conftest import SEED
 from tests.integration.engine.support import Writer, missing_or_different, snapshot_dbs

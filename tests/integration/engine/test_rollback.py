@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import time
 
-from migrator.cutover import cutover, tomb_db
-from migrator.migration import Options, Phase
-from migrator.mysql import connect as mysql_connect
-from migrator.rollback import rollback
-from migrator.router import ShardRouter
-from migrator.shard_map import ShardMapStore
+from migrator.engine.cutover.run import cutover, tomb_db
+from migrator.engine.migration import Options, Phase
+from migrator.fleet.mysql import connect as mysql_connect
+from migrator.engine.rollback import rollback
+from migrator.fleet.router import ShardRouter
+from migrator.fleet.shard_map import ShardMapStore
 
 from .cutover_setup import Writer, prepare_converged
 
@@ -90,7 +90,7 @@ def test_rollback_flips_back_with_every_write(fleet):
 
 
 def test_rollback_map_conflict_keeps_the_new_master_serving(fleet):
-    from migrator.cutover import CutoverAborted, CutoverHooks
+    from migrator.engine.cutover.run import CutoverAborted, CutoverHooks
 
     prep = prepare_converged(fleet, (4,), options=Options(freeze_budget_ms=2000))
     spec = prep.spec

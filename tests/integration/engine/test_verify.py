@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from migrator.mysql import connect as mysql_connect
-from migrator.verify import VERIFY_NODE, verify_migration
+from migrator.fleet.mysql import connect as mysql_connect
+from migrator.engine.verify.checksums import VERIFY_NODE, verify_migration
 
 from .cutover_setup import prepare_converged
 
@@ -89,8 +89,8 @@ def test_verify_during_catch_up_waits_for_the_workers_checkpoint(fleet):
     import threading
     import time
 
-    from migrator import catch_up
-    from migrator.migration import Phase
+    from migrator.engine.catch_up import passes as catch_up
+    from migrator.engine.migration import Phase
 
     prep = prepare_converged(fleet, (4,))
     prep.store.set_phase(prep.spec.id, Phase.CATCHING_UP)

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from migrator.ids import TYPE_JOB, decode, shard_db
+from migrator.fleet.ids import TYPE_JOB, decode, shard_db
 from migrator.queue.errors import InvalidArgument, JobNotFound, QueueExists, QueuePaused, RateLimited, UnknownQueue
 from migrator.queue.model import AckItem, CheckpointItem, EnqueueJob, JobFilter, QueueConfig, QueueConfigUpdate
 

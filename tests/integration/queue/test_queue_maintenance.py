@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from migrator.ids import shard_db
+from migrator.fleet.ids import shard_db
 from migrator.queue import maintenance as mt
 from migrator.queue.model import AckItem, EnqueueJob, QueueConfig
 from migrator.queue.partitioning import parse_bucket

@@ -10,11 +10,11 @@ import time
 
 import pytest
 
-from migrator.ids import shard_db
+from migrator.fleet.ids import shard_db
 from migrator.queue.errors import ShardUnavailable
 from migrator.queue.model import AckItem, EnqueueJob, QueueConfig
 from migrator.queue.service import QueueService
-from migrator.shard_map import ShardMapStore
+from migrator.fleet.shard_map import ShardMapStore
 
 
 def _move_partition_with_fence(fleet, shard: int, tables: list[str], target: tuple[str, str]) -> None:
@@ -175,7 +175,7 @@ def test_load_and_ledger_across_a_move(qs, fleet, tmp_path):
     assert not res.errors, res.to_text()
     import sqlite3
 
-    from migrator.ids import decode
+    from migrator.fleet.ids import decode
 
     db = sqlite3.connect(ledger)
     acks = [(decode(j).shard, ta) for j, ta in db.execute("SELECT job_id, t_ack FROM enqueued")]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 from typer.testing import CliRunner
 
-from migrator.catch_up import register_cli
+from migrator.engine.catch_up.passes import register_cli
 
 
 def test_register_cli_adds_catchup_with_passes_option():

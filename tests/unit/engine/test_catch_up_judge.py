@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from migrator.catch_up import PassResult, judge
-from migrator.migration import Options
+from migrator.engine.catch_up.passes import PassResult, judge
+from migrator.engine.migration import Options
 
 
 def row(n, events, apply_rate, write_rate, lag_s=0.5):

@@ -7,8 +7,8 @@ import decimal
 
 import pytest
 
-from migrator.copy import (after_key_clause, create_table_sql, decode_key, encode_key, replace_statements)
-from migrator.mysql import InvalidIdentifier
+from migrator.engine.copy import (after_key_clause, create_table_sql, decode_key, encode_key, replace_statements)
+from migrator.fleet.mysql import InvalidIdentifier
 
 
 def test_keyset_clause_single_and_composite():
@@ -60,8 +60,8 @@ def test_replace_statements_split_by_size_and_keep_every_row():
 
 
 def test_chunk_select_renders_rows_on_the_source():
-    from migrator.copy import chunk_select
-    from migrator.inspector import TableInfo
+    from migrator.engine.copy import chunk_select
+    from migrator.engine.inspector import TableInfo
 
     info = TableInfo(db="d", table="t", columns=("id", "b", "f", "s", "k"), key=("id",), key_kind="primary",
                      create_sql="", float_columns=("f",),

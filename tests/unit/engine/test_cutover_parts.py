@@ -5,10 +5,10 @@ from __future__ import annotations
 import threading
 import time
 
-from migrator.cutover import Watchdog, tomb_db, tomb_suffix
-from migrator.fence import Fence, Move
-from migrator.fleet import Host
-from migrator.mysql import IDENT_RE
+from migrator.engine.cutover.run import Watchdog, tomb_db, tomb_suffix
+from migrator.engine.cutover.fence import Fence, Move
+from migrator.fleet.model import Host
+from migrator.fleet.mysql import IDENT_RE
 
 
 def test_tombstone_names_are_stable_valid_identifiers():
@@ -47,7 +47,9 @@ def test_cli_helpers_register_their_commands():
     import typer
     from typer.testing import CliRunner
 
-    from migrator import cleanup, cutover, rollback, verify
+    from migrator.engine import cleanup, rollback
+    from migrator.engine.cutover import run as cutover
+    from migrator.engine.verify import checksums as verify
 
     app = typer.Typer()
     for mod in (verify, cutover, rollback, cleanup):

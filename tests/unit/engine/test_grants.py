@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from migrator.preflight import REQUIRED_GRANTS, grant_findings, parse_global_grants
+from migrator.engine.preflight import REQUIRED_GRANTS, grant_findings, parse_global_grants
 from migrator.sandbox import MIGRATOR_GRANTS
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from migrator.gtid import Gtid, GtidPos, InvalidGtid, compare, earliest, latest
+from migrator.fleet.gtid import Gtid, GtidPos, InvalidGtid, compare, earliest, latest
 
 
 def test_parse_and_render_sorted_by_domain():

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from migrator.errors import UnknownHost
-from migrator.fleet import Host, ShardMap, ShardRange
-from migrator.plan import (PlanError, eta_seconds, parse_shards, source_pair, spare_pairs, split_shards,
+from migrator.fleet.model import Host, ShardMap, ShardRange
+from migrator.engine.plan import (PlanError, eta_seconds, parse_shards, source_pair, spare_pairs, split_shards,
                            target_pair, upper_half)
 
 

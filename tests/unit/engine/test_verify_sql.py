@@ -12,8 +12,8 @@ import sqlite3
 
 import pytest
 
-from migrator.mysql import InvalidIdentifier
-from migrator.verify import (
+from migrator.fleet.mysql import InvalidIdentifier
+from migrator.engine.verify.checksums import (
     RowDiff,
     TableInfo,
     boundary_sql,

@@ -1,0 +1,179 @@
+"""Cleanup: drop a finished migration's tombstones and release its bookkeeping.
+
+Runs in the migration worker (``migrator cleanup ID``, scheduled for
+``State.cleanup_after``) once the retention (``Options.retention_s``, 24 h by
+default) has passed; ``now=True`` skips the wait (tests, or an operator who is
+sure no rollback will be needed).
+
+* After a cutover (phase ``done``) the tombstones are on the old master:
+  ``_tomb_<suffix>_dbNNNNN``. Each is dropped (``DROP DATABASE``, binlogged so
+  the old standby drops its copy too), then the source ``dbNNNNN``, which only
+  holds the sentinel table by now, unless other tables still live there (a
+  queue-partition move: only the sentinel goes).
+* After a rollback (phase ``rolled_back``) the tombstones are the new
+  master's copies: the same names on the target host; the target's
+  ``dbNNNNN`` (sentinel only) goes too, and the emptied tombstone schemas on the
+  old master.
+* Then the shard locks and the maintenance pause nodes
+  (``<root>/maintenance/paused/<shard>``) of this migration are removed, and the
+  phase becomes ``cleaned``. The migration record stays, for its history.
+
+The result lists the schemas dropped and the bytes they held
+(information_schema), so the disk returned can be checked.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pymysql
+from kazoo.exceptions import BadVersionError, NoNodeError
+
+from migrator.fleet import zk as zk_mod
+from migrator.fleet.config import Config, Credentials, load_credentials
+from migrator.engine.cutover.run import tomb_db
+from migrator.errors import MigratorError
+from migrator.fleet.model import Host
+from migrator.engine.migration import MigrationStore, Phase, Spec
+from migrator.fleet.mysql import connect as mysql_connect
+from migrator.fleet.mysql import ident, qualified, query, scalar, tag
+from migrator.fleet.shard_map import HostRegistry
+from migrator.engine.verify.checksums import SENTINEL_TABLE
+from migrator.fleet.zk import ZK
+
+TAG = tag("cleanup")
+MAINTENANCE_PAUSED = "maintenance/paused"
+
+
+class CleanupError(MigratorError):
+    component = "cleanup"
+
+
+class RetentionNotOver(CleanupError):
+    exit_code = 3
+
+
+@dataclass
+class CleanupResult:
+    migration_id: str
+    dropped: list[str] = field(default_factory=list)  # "host:schema"
+    bytes_freed: int = 0
+    released_locks: int = 0
+    released_pauses: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def _schema_bytes(conn: pymysql.connections.Connection, db: str) -> int:
+    return int(scalar(conn, "SELECT COALESCE(SUM(DATA_LENGTH + INDEX_LENGTH + DATA_FREE), 0) "
+                            "FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s", (db,)) or 0)
+
+
+def _tables(conn: pymysql.connections.Connection, db: str) -> list[str]:
+    return [r[0] for r in query(conn, "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s",
+                                (db,))]
+
+
+def _exists(conn: pymysql.connections.Connection, db: str) -> bool:
+    return bool(scalar(conn, "SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = %s", (db,)))
+
+
+def _drop_schema(conn: pymysql.connections.Connection, host: Host, db: str, result: CleanupResult) -> None:
+    if not _exists(conn, db):
+        return
+    result.bytes_freed += _schema_bytes(conn, db)
+    with conn.cursor() as cur:
+        cur.execute(f"{TAG}DROP DATABASE {ident(db)}")
+    result.dropped.append(f"{host.name}:{db}")
+
+
+def _drop_leftover(conn: pymysql.connections.Connection, host: Host, db: str, result: CleanupResult) -> None:
+    """The moving db on the host that no longer serves it: drop it if only the sentinel is left."""
+    if not _exists(conn, db):
+        return
+    left = set(_tables(conn, db))
+    if left <= {SENTINEL_TABLE}:
+        _drop_schema(conn, host, db, result)
+    elif SENTINEL_TABLE in left:
+        with conn.cursor() as cur:
+            cur.execute(f"{TAG}DROP TABLE {qualified(db, SENTINEL_TABLE)}")
+
+
+def release_bookkeeping(zk: ZK, store: MigrationStore, spec: Spec) -> tuple[int, int]:
+    """Shard locks and maintenance pause nodes held by this migration."""
+    locks = len(store.holders(spec.shards))
+    store.release_locks(spec)
+    locks -= len(store.holders(spec.shards))
+    pauses = 0
+    base = zk.path(MAINTENANCE_PAUSED)
+    for s in spec.shards:
+        try:
+            data, stat = zk.client.get(f"{base}/{s}")
+            if data.decode() == spec.id:
+                zk.client.delete(f"{base}/{s}", version=stat.version)
+                pauses += 1
+        except (NoNodeError, BadVersionError):
+            pass
+    return locks, pauses
+
+
+def cleanup(config: Config, migration_id: str, *, now: bool = False,
+            clock: Callable[[], float] = time.time) -> CleanupResult:
+    """Drop the tombstones once the retention is over (or at once with ``now``)."""
+    creds: Credentials = load_credentials(config)
+    with zk_mod.connect(config, creds) as zk:
+        store = MigrationStore(zk)
+        spec = store.spec(migration_id)
+        state, _ = store.state(migration_id)
+        if state.phase not in (Phase.DONE, Phase.ROLLED_BACK):
+            raise CleanupError(f"migration {migration_id} is {state.phase.value}: only a done or rolled-back "
+                               "migration has tombstones to drop", phase="cleanup")
+        if not now and state.cleanup_after is not None and clock() < state.cleanup_after:
+            left = state.cleanup_after - clock()
+            raise RetentionNotOver(
+                f"the tombstones are kept for rollback until {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(state.cleanup_after))} "
+                f"({left / 3600:.1f} h from now); run cleanup then, or with --now to drop them anyway",
+                phase="cleanup")
+        reg = HostRegistry(zk)
+        old, new = reg.get(spec.source_master), reg.get(spec.target_master)
+        result = CleanupResult(migration_id)
+        if state.phase == Phase.DONE:
+            plan = [(old, [tomb_db(migration_id, db) for db in spec.databases], spec.databases)]
+        else:
+            plan = [(new, [tomb_db(migration_id, db) for db in spec.databases], spec.databases),
+                    (old, [tomb_db(migration_id, db) for db in spec.databases], [])]
+        for host, tombs, leftovers in plan:
+            conn = mysql_connect(host, creds, read_timeout=3600)
+            try:
+                for tomb in tombs:
+                    _drop_schema(conn, host, tomb, result)
+                for db in leftovers:
+                    _drop_leftover(conn, host, db, result)
+            finally:
+                conn.close()
+        result.released_locks, result.released_pauses = release_bookkeeping(zk, store, spec)
+        store.set_phase(migration_id, Phase.CLEANED, cleaned=result.to_dict())
+        return result
+
+
+def register_cli(app: Any) -> None:
+    """Add ``cleanup ID [--now]`` to a typer app."""
+    import typer
+
+    @app.command("cleanup")
+    def cleanup_cmd(migration_id: str = typer.Argument(..., help="The migration id."),
+                    now: bool = typer.Option(False, "--now", help="Do not wait for the retention to pass.")) -> None:
+        """Drop the tombstones after the retention; release the migration's locks and pauses."""
+        from migrator.cli.main import fail, load_config
+
+        try:
+            res = cleanup(load_config(), migration_id, now=now)
+        except MigratorError as exc:
+            fail(exc, exc.exit_code)
+            return
+        print(f"dropped {len(res.dropped)} schemas ({res.bytes_freed / 1e6:.1f} MB): {', '.join(res.dropped) or '-'}; "
+              f"released {res.released_locks} shard locks, {res.released_pauses} maintenance pauses")

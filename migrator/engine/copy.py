@@ -1,0 +1,592 @@
+"""The copy phase: schema first, then rows in primary-key chunks, resumably.
+
+Runs inside RQ workers (``jobs.copy``) or in-process (``migrator copy --sync``
+and tests). One unit of work is one table: its chunks are read in key order
+(keyset pagination: ``WHERE key > last_key ORDER BY key LIMIT n``), so a
+table's whole checkpoint is one key, and tables copy in parallel across
+workers. Virtual shards keep tables small and numerous (4096 shards x a few
+tables), so table-level parallelism fills every worker without splitting a
+table into key ranges.
+
+Per table, in this order (the resume contract of :mod:`migrator.engine.migration`):
+
+1. ``prepare`` creates the database on the target master (it replicates to
+   the target standby) and each table with the source's ``SHOW CREATE
+   TABLE`` (partitioning and ``AUTO_INCREMENT`` included), then a progress
+   node ``copy/<db>.<table>``. The set of progress nodes is the set of tables
+   to copy.
+2. Before the table's first chunk read, the source ``@@gtid_binlog_pos`` is
+   stored as the table's ``start_gtid``; catch-up tails from the earliest.
+   No global lock: replaying the binlog from before a chunk's read over the
+   chunk converges, because apply is idempotent by key.
+3. Each chunk is written with ``REPLACE`` in one target transaction; only
+   after the commit is ``last_key`` recorded, by compare-and-set on the
+   progress node. A crash between the two redoes one chunk, harmlessly. Two
+   workers on the same table (a duplicate enqueue after a resume) cannot both
+   advance it: the one whose compare-and-set fails stops.
+4. The last chunk (shorter than asked) marks the table ``done`` and carries the
+   source's current ``AUTO_INCREMENT`` over.
+
+Between chunks the worker obeys the pause flag and the phase (an abort stops
+it), and the :class:`~migrator.engine.throttler.Throttler`.
+
+Rows never pass through Python values: the source renders each row as a SQL
+``(...)`` tuple (QUOTE(), hex for binary, FLOAT widened to DOUBLE; see
+:func:`literal_expr`) and the tuples are joined into the REPLACE. Decoding
+and re-escaping every value in pure Python was the copy's bottleneck.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import decimal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pymysql
+from kazoo.exceptions import BadVersionError
+from tenacity import retry, retry_if_exception, stop_after_attempt, wait_exponential
+
+from migrator.engine import inspector
+from migrator.fleet.config import Credentials
+from migrator.errors import MigratorError
+from migrator.fleet.model import Host
+from migrator.engine.inspector import TableInfo, quoted_columns
+from migrator.engine.migration import MigrationStore, Phase, Spec
+from migrator.fleet.mysql import ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT, connect, ident, qualified, tag
+from migrator.engine.plan import hold_maintenance_pause, moving_tables, store_rate
+from migrator.fleet.shard_map import HostRegistry
+from migrator.engine.throttler import ChunkSizer, Throttler
+from migrator.fleet.zk import ZK
+
+T = tag("copy")
+PREFIX = "copy"
+#: one REPLACE statement carries at most this many bytes of row data (max_allowed_packet is 16 MiB by default)
+MAX_STATEMENT_BYTES = 4 * 1024 * 1024
+#: session settings of the writing connection: keep explicit zero ids, write what was read
+TARGET_SESSION = ("SET SESSION sql_mode = 'NO_AUTO_VALUE_ON_ZERO,NO_ENGINE_SUBSTITUTION', "
+                  "time_zone = '+00:00', foreign_key_checks = 0")
+SOURCE_SESSION = "SET SESSION time_zone = '+00:00'"
+
+
+class CopyError(MigratorError):
+    component = "copy"
+
+
+def progress_key(db: str, table: str) -> str:
+    return f"{PREFIX}/{db}.{table}"
+
+
+# -- key values in JSON ------------------------------------------------------------------------
+# last_key is stored in ZooKeeper as JSON; key columns can be binary, dates or decimals.
+
+def encode_key(values: tuple[Any, ...] | list[Any] | None) -> list[Any] | None:
+    if values is None:
+        return None
+    out: list[Any] = []
+    for v in values:
+        if v is None or isinstance(v, (bool, int, float, str)):
+            out.append(v)
+        elif isinstance(v, (bytes, bytearray)):
+            out.append({"b64": base64.b64encode(bytes(v)).decode()})
+        elif isinstance(v, dt.datetime):
+            out.append({"dt": v.isoformat()})
+        elif isinstance(v, dt.date):
+            out.append({"d": v.isoformat()})
+        elif isinstance(v, dt.timedelta):
+            out.append({"td": v.total_seconds()})
+        elif isinstance(v, decimal.Decimal):
+            out.append({"dec": str(v)})
+        else:
+            raise CopyError(f"cannot checkpoint a key value of type {type(v).__name__}", phase="copy")
+    return out
+
+
+def decode_key(values: list[Any] | None) -> tuple[Any, ...] | None:
+    if values is None:
+        return None
+    out: list[Any] = []
+    for v in values:
+        if isinstance(v, dict):
+            (kind, raw), = v.items()
+            out.append({"b64": lambda r: base64.b64decode(r), "dt": dt.datetime.fromisoformat,
+                        "d": dt.date.fromisoformat, "td": lambda r: dt.timedelta(seconds=r),
+                        "dec": decimal.Decimal}[kind](raw))
+        else:
+            out.append(v)
+    return tuple(out)
+
+
+# -- SQL builders (pure) ------------------------------------------------------------------------
+
+def after_key_clause(key: tuple[str, ...], last: tuple[Any, ...] | None) -> tuple[str, list[Any]]:
+    """``WHERE`` text and parameters selecting rows whose key is after ``last``.
+
+    A composite key (a, b, c) expands to ``a >= x AND (a > x OR (a = x AND b >
+    y) OR (a = x AND b = y AND c > z))``: the leading ``a >= x`` gives the
+    optimizer a range on the index even where it does not plan the OR.
+    """
+    if last is None:
+        return "1=1", []
+    if len(last) != len(key):
+        raise CopyError(f"checkpoint has {len(last)} key values for a {len(key)}-column key", phase="copy")
+    cols = [ident(c) for c in key]
+    ors: list[str] = []
+    params: list[Any] = [last[0]]
+    for i in range(len(cols)):
+        parts = [f"{cols[j]} = %s" for j in range(i)] + [f"{cols[i]} > %s"]
+        params.extend(last[: i + 1])
+        ors.append("(" + " AND ".join(parts) + ")")
+    return f"{cols[0]} >= %s AND (" + " OR ".join(ors) + ")", params
+
+
+#: types whose values travel as hex literals (X'..'): raw bytes never pass through a text literal
+BINARY_TYPES = frozenset({"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob", "geometry", "point",
+                          "linestring", "polygon", "multipoint", "multilinestring", "multipolygon",
+                          "geometrycollection"})
+
+
+def literal_expr(column: str, data_type: str) -> str:
+    """SQL that makes the *source* render ``column`` as a ready SQL literal.
+
+    The copy never decodes and re-escapes row values in Python (the slow part
+    of a client-side copy): the source returns each row as one ``(...)``
+    VALUES tuple, built with QUOTE() (``NULL`` for NULL), hex for binary
+    types, and FLOAT widened to DOUBLE so its value survives the text form.
+    """
+    c = ident(column)
+    if data_type in BINARY_TYPES:
+        return f"IF({c} IS NULL, 'NULL', CONCAT('X''', HEX({c}), ''''))"
+    if data_type == "bit":  # b'0101': HEX of a BIT value can have an odd number of digits
+        return f"IF({c} IS NULL, 'NULL', CONCAT('b''', BIN({c} + 0), ''''))"
+    if data_type == "float":
+        return f"QUOTE(CAST({c} AS DOUBLE))"
+    # one character set for the whole tuple: columns in two non-Unicode
+    # character sets (latin1 and cp1251, say) cannot be concatenated as they are
+    return f"CONVERT(QUOTE({c}) USING utf8mb4)"
+
+
+def key_expr(info: TableInfo, column: str) -> str:
+    return f"CAST({ident(column)} AS DOUBLE)" if column in info.float_columns else ident(column)
+
+
+def chunk_select(info: TableInfo, last: tuple[Any, ...] | None, limit: int) -> tuple[str, list[Any]]:
+    """The next chunk: its key columns (for the checkpoint) and each row as a
+    rendered VALUES tuple, in key order after ``last``."""
+    where, params = after_key_clause(info.key, last)
+    order = ", ".join(ident(c) for c in info.key)
+    row = "CONCAT('(', " + ", ',', ".join(literal_expr(c, info.types.get(c, "")) for c in info.columns) + ", ')')"
+    keys = ", ".join(key_expr(info, c) for c in info.key)
+    sql = (T + f"SELECT {keys}, {row} FROM {qualified(info.db, info.table)} "
+           f"WHERE {where} ORDER BY {order} LIMIT %s")
+    return sql, [*params, int(limit)]
+
+
+def replace_statements(db: str, table: str, columns: tuple[str, ...], tuples: list[str],
+                       max_bytes: int = MAX_STATEMENT_BYTES) -> list[str]:
+    """Multi-row ``REPLACE`` statements of rendered ``(...)`` tuples, each under
+    ``max_bytes`` (max_allowed_packet is 16 MiB by default)."""
+    head = T + f"REPLACE INTO {qualified(db, table)} ({quoted_columns(columns)}) VALUES "
+    out: list[str] = []
+    batch: list[str] = []
+    size = 0
+    for t in tuples:
+        if batch and size + len(t) > max_bytes:
+            out.append(head + ",".join(batch))
+            batch, size = [], 0
+        batch.append(t)
+        size += len(t) + 1
+    if batch:
+        out.append(head + ",".join(batch))
+    return out
+
+
+def create_table_sql(create_sql: str) -> str:
+    """The source's ``SHOW CREATE TABLE`` text, made idempotent."""
+    prefix = "CREATE TABLE "
+    if not create_sql.startswith(prefix):
+        raise CopyError(f"unexpected SHOW CREATE TABLE output: {create_sql[:60]!r}", phase="copy")
+    return T + "CREATE TABLE IF NOT EXISTS " + create_sql[len(prefix):]
+
+
+# -- hosts -------------------------------------------------------------------------------------
+
+@dataclass
+class Endpoints:
+    source: Host
+    target: Host
+    target_slave: Host
+
+
+def endpoints(zk: ZK, spec: Spec) -> Endpoints:
+    reg = HostRegistry(zk)
+    return Endpoints(reg.get(spec.source_master), reg.get(spec.target_master), reg.get(spec.target_slave))
+
+
+def _source_conn(host: Host, creds: Credentials) -> pymysql.connections.Connection:
+    conn = connect(host, creds, read_timeout=600)
+    with conn.cursor() as cur:
+        cur.execute(SOURCE_SESSION)
+    return conn
+
+
+def _target_conn(host: Host, creds: Credentials) -> pymysql.connections.Connection:
+    conn = connect(host, creds, autocommit=False, read_timeout=600)
+    with conn.cursor() as cur:
+        cur.execute(TARGET_SESSION)
+    conn.commit()
+    return conn
+
+
+# -- begin: preflight, phase, prepare ------------------------------------------------------------
+
+def begin(zk: ZK, spec: Spec, creds: Credentials) -> list[tuple[str, str]]:
+    """Start or resume the copy: preflight (first time only), phase COPYING,
+    schema and progress nodes. Returns the tables still to copy."""
+    from migrator.engine.preflight import PreflightFailed, run as run_preflight
+
+    store = MigrationStore(zk)
+    st, _ = store.state(spec.id)
+    if st.phase in (Phase.PLANNED, Phase.PREFLIGHT):
+        store.set_phase(spec.id, Phase.PREFLIGHT)
+        res = run_preflight(zk, spec, creds, phase=st.phase)
+        if not res.ok:
+            store.set_phase(spec.id, Phase.PREFLIGHT, error="; ".join(c.line() for c in res.failures)[:2000])
+            raise PreflightFailed(res)
+        store.set_phase(spec.id, Phase.COPYING)
+    elif st.phase != Phase.COPYING:
+        raise CopyError(f"migration {spec.id} is in phase {st.phase.value}: there is nothing to copy "
+                        "(`migrator status ID`)", phase="copy")
+    # The cutover's sentinel table must exist before any table records its start position: the copy
+    # then carries it like any table, and catch-up never meets its CREATE TABLE.
+    from migrator.engine.cutover.run import prepare_sentinels
+
+    prepare_sentinels(zk, spec, creds)
+    return prepare(zk, spec, creds)
+
+
+# -- prepare: schema + progress nodes -------------------------------------------------------------
+
+def prepare(zk: ZK, spec: Spec, creds: Credentials) -> list[tuple[str, str]]:
+    """Create databases and tables on the target master and a progress node per
+    table (idempotent). Returns the tables not yet done, in copy order (largest
+    first, so the longest table does not start last)."""
+    store = MigrationStore(zk)
+    st, _ = store.state(spec.id)
+    if st.phase != Phase.COPYING:  # an abort may have dropped the target copies: do not recreate them
+        raise CopyError(f"migration {spec.id} is in phase {st.phase.value}, not copying", phase="copy")
+    ep = endpoints(zk, spec)
+    hold_maintenance_pause(zk, spec)
+    src = _source_conn(ep.source, creds)
+    tgt = _target_conn(ep.target, creds)
+    try:
+        tables = moving_tables(src, spec)
+        infos = []
+        for db in sorted({db for db, _ in tables} | (set(spec.databases) if spec.kind == "shards" else set())):
+            charset, collation = inspector.database_charset(src, db)
+            with tgt.cursor() as cur:
+                cur.execute(T + f"CREATE DATABASE IF NOT EXISTS {ident(db)} "
+                            f"CHARACTER SET {ident(charset)} COLLATE {ident(collation)}")
+        for db, table in tables:
+            info = inspector.describe(src, db, table)
+            if not info.key:
+                raise CopyError(f"{db}.{table} has no primary key and no NOT NULL unique key: the copy cannot "
+                                "page it; add a primary key, then `migrator copy ID` again", phase="copy")
+            with tgt.cursor() as cur:
+                cur.execute(T + f"USE {ident(db)}")
+                cur.execute(create_table_sql(info.create_sql))
+            tgt.commit()
+            store.create_progress(spec.id, progress_key(db, table), {
+                "db": db, "table": table, "key": list(info.key), "done": False, "last_key": None,
+                "start_gtid": None, "rows": 0, "bytes": 0, "chunks": 0, "est_rows": info.est_rows,
+                "est_bytes": info.data_bytes,
+            })
+            infos.append(info)
+    finally:
+        src.close()
+        tgt.close()
+    pending = []
+    for info in sorted(infos, key=lambda i: -i.data_bytes):
+        prog, _ = store.get_progress(spec.id, progress_key(info.db, info.table))
+        if prog and not prog.get("done"):
+            pending.append((info.db, info.table))
+    return pending
+
+
+def table_progress(zk: ZK, mid: str) -> list[dict[str, Any]]:
+    store = MigrationStore(zk)
+    out = []
+    for name in store.progress_keys(mid, PREFIX):
+        prog, _ = store.get_progress(mid, f"{PREFIX}/{name}")
+        if prog is not None:
+            out.append(prog)
+    return out
+
+
+def pending_tables(zk: ZK, mid: str) -> list[tuple[str, str]]:
+    return [(p["db"], p["table"]) for p in table_progress(zk, mid) if not p.get("done")]
+
+
+# -- one table ---------------------------------------------------------------------------------------
+
+@dataclass
+class TableResult:
+    db: str
+    table: str
+    status: str  # done | sliced (time slice used up) | paused | stopped (phase changed) | superseded
+    rows: int = 0  # rows copied by this call
+    bytes: int = 0
+    seconds: float = 0.0
+    progress: dict[str, Any] = field(default_factory=dict)
+
+
+def control_check(zk: ZK, mid: str) -> Callable[[], str | None]:
+    """A between-chunks check: 'paused', 'stopped' (phase is no longer copying) or None."""
+    store = MigrationStore(zk)
+
+    def check() -> str | None:
+        st, _ = store.state(mid)
+        if st.phase != Phase.COPYING:
+            return "stopped"
+        if st.paused:
+            return "paused"
+        return None
+
+    return check
+
+
+def _transient(exc: BaseException) -> bool:
+    return isinstance(exc, pymysql.err.OperationalError) and bool(exc.args) and exc.args[0] in (
+        ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT)
+
+
+@retry(retry=retry_if_exception(_transient), stop=stop_after_attempt(5),
+       wait=wait_exponential(multiplier=0.05, max=2), reraise=True)
+def write_chunk(tgt: pymysql.connections.Connection, info: TableInfo, tuples: list[str]) -> None:
+    """REPLACE the chunk's rows in one target transaction (retried whole on a deadlock)."""
+    try:
+        tgt.begin()
+        with tgt.cursor() as cur:
+            for sql in replace_statements(info.db, info.table, info.columns, tuples):
+                cur.execute(sql)
+        tgt.commit()
+    except BaseException:
+        try:
+            tgt.rollback()
+        except pymysql.err.MySQLError:
+            pass
+        raise
+
+
+def copy_table(
+    zk: ZK,
+    spec: Spec,
+    db: str,
+    table: str,
+    creds: Credentials,
+    *,
+    deadline: float | None = None,
+    control: Callable[[], str | None] | None = None,
+    on_progress: Callable[[dict[str, Any]], None] | None = None,
+    control_interval_s: float = 0.25,
+    after_chunk: Callable[[dict[str, Any]], None] | None = None,
+) -> TableResult:
+    """Copy ``db.table`` from its checkpoint until done, the ``deadline``
+    (time.monotonic) passes, or ``control`` says stop."""
+    store = MigrationStore(zk)
+    key = progress_key(db, table)
+    prog, version = store.get_progress(spec.id, key)
+    if prog is None:
+        raise CopyError(f"{db}.{table} has no progress node: the copy was not prepared (`migrator copy ID`)",
+                        phase="copy")
+    result = TableResult(db, table, "done", progress=prog)
+    if prog.get("done"):
+        return result
+    control = control or control_check(zk, spec.id)
+    reason = control()
+    if reason:
+        result.status = reason
+        return result
+    opts = spec.options
+    ep = endpoints(zk, spec)
+    src = _source_conn(ep.source, creds)
+    tgt = _target_conn(ep.target, creds)
+    slave = connect(ep.target_slave, creds)
+    t_start = time.monotonic()
+    try:
+        info = inspector.describe(src, db, table)
+        if not info.key:
+            raise CopyError(f"{db}.{table} has no usable key", phase="copy")
+        nkey = len(info.key)
+        if prog.get("start_gtid") is None:
+            # recorded before the first chunk read: catch-up replays from here
+            prog["start_gtid"] = inspector.gtid_binlog_pos(src)
+            prog["started_at"] = time.time()
+            try:
+                version = store.put_progress(spec.id, key, prog, version)
+            except BadVersionError:
+                result.status = "superseded"
+                return result
+        sizer = ChunkSizer(prog.get("chunk_rows") or opts.chunk_rows, opts.chunk_target_ms / 1000.0,
+                           min_rows=min(10, opts.chunk_max_rows), max_rows=opts.chunk_max_rows)
+        throttler = Throttler(slave, src, max_lag_s=opts.max_standby_lag_s,
+                              max_threads_running=opts.max_threads_running)
+        last = decode_key(prog.get("last_key"))
+        last_control = float("-inf")
+        chunks_this_call = 0
+        while True:
+            # at least one chunk per call: a slice shorter than the setup above must still progress
+            if deadline is not None and chunks_this_call and time.monotonic() >= deadline:
+                result.status = "sliced"
+                break
+            if time.monotonic() - last_control >= control_interval_s:
+                last_control = time.monotonic()
+                reason = control()
+                if reason:
+                    result.status = reason
+                    break
+            throttler.wait(should_stop=lambda: control() is not None)
+            limit = sizer.rows
+            t0 = time.monotonic()
+            sql, args = chunk_select(info, last, limit)
+            with src.cursor() as cur:
+                cur.execute(sql, args)
+                rows = list(cur.fetchall())
+            tuples = [r[nkey] for r in rows]
+            if rows:
+                write_chunk(tgt, info, tuples)
+            took = time.monotonic() - t0
+            n, nbytes = len(rows), sum(len(t) for t in tuples)
+            done = n < limit
+            if rows:
+                last = tuple(rows[-1][:nkey])
+            new = dict(prog)
+            new.update(last_key=encode_key(last), rows=prog.get("rows", 0) + n, bytes=prog.get("bytes", 0) + nbytes,
+                       chunks=prog.get("chunks", 0) + (1 if n else 0), chunk_rows=sizer.observe(n, took),
+                       copy_s=round(prog.get("copy_s", 0.0) + took, 3),
+                       throttled_s=round(prog.get("throttled_s", 0.0) + throttler.throttled_s, 3))
+            throttler.throttled_s = 0.0
+            if done:
+                carry_auto_increment(src, tgt, info)
+                new.update(done=True, finished_at=time.time())
+            try:
+                version = store.put_progress(spec.id, key, new, version)
+            except BadVersionError:
+                result.status = "superseded"  # another worker advanced this table: it owns it now
+                break
+            prog = new
+            chunks_this_call += 1
+            result.rows += n
+            result.bytes += nbytes
+            result.progress = prog
+            if on_progress:
+                on_progress(progress_view(prog, time.monotonic() - t_start, result))
+            if after_chunk:
+                after_chunk(prog)
+            if done:
+                result.status = "done"
+                break
+    finally:
+        result.seconds = time.monotonic() - t_start
+        for c in (src, tgt, slave):
+            try:
+                c.close()
+            except Exception:  # a dead connection after a failure: nothing to close
+                pass
+    return result
+
+
+def progress_view(prog: dict[str, Any], elapsed: float, result: TableResult) -> dict[str, Any]:
+    """Progress as job meta shows it: rows, bytes, rate, ETA (no secrets, small)."""
+    rate = result.rows / elapsed if elapsed > 0 else 0.0
+    brate = result.bytes / elapsed if elapsed > 0 else 0.0
+    left = max(0, int(prog.get("est_rows") or 0) - int(prog.get("rows") or 0))
+    return {"db": prog["db"], "table": prog["table"], "rows": prog.get("rows", 0), "bytes": prog.get("bytes", 0),
+            "est_rows": prog.get("est_rows", 0), "rows_per_s": round(rate, 1), "bytes_per_s": round(brate, 1),
+            "eta_s": round(left / rate, 1) if rate > 0 and not prog.get("done") else 0.0,
+            "chunk_rows": prog.get("chunk_rows"), "done": bool(prog.get("done"))}
+
+
+def carry_auto_increment(src: pymysql.connections.Connection, tgt: pymysql.connections.Connection,
+                         info: TableInfo) -> None:
+    """Raise the target table's AUTO_INCREMENT to the source's, so the new pair
+    never reuses ids (InnoDB ignores a value below max(key)+1)."""
+    cur_src = inspector.auto_increment(src, info.db, info.table)
+    if cur_src is None:
+        return
+    cur_tgt = inspector.auto_increment(tgt, info.db, info.table)
+    tgt.commit()
+    if cur_tgt is None or cur_tgt < cur_src:
+        with tgt.cursor() as cur:
+            cur.execute(T + f"ALTER TABLE {qualified(info.db, info.table)} AUTO_INCREMENT = %s" % int(cur_src))
+        tgt.commit()
+
+
+# -- completion ---------------------------------------------------------------------------------------
+
+def finish_if_complete(zk: ZK, mid: str) -> bool:
+    """If every table is done, move COPYING -> CATCHING_UP. True only for the
+    one caller whose compare-and-set made the transition."""
+    progress = table_progress(zk, mid)
+    if not progress or not all(p.get("done") for p in progress):
+        return False
+    store = MigrationStore(zk)
+    moved = []
+
+    def change(st: Any) -> Any:
+        if st.phase != Phase.COPYING:
+            return None
+        st.history.append({"who": "copy", "when": time.time(), "from": st.phase.value,
+                           "to": Phase.CATCHING_UP.value})
+        st.phase = Phase.CATCHING_UP
+        st.error = None
+        rows = sum(int(p.get("rows", 0)) for p in progress)
+        nbytes = sum(int(p.get("bytes", 0)) for p in progress)
+        started = min((p.get("started_at") or time.time()) for p in progress)
+        finished = max((p.get("finished_at") or time.time()) for p in progress)
+        st.copy = {"rows": rows, "bytes": nbytes, "tables": len(progress), "seconds": round(finished - started, 3)}
+        moved.append(st.copy)
+        return st
+
+    store.update(mid, change)
+    if moved:
+        c = moved[-1]
+        store_rate(zk, mid, c["rows"], c["bytes"], c["seconds"])
+    return bool(moved)
+
+
+def earliest_start_gtids(zk: ZK, mid: str) -> list[str]:
+    """Every table's recorded ``start_gtid`` (catch-up starts from the earliest)."""
+    return sorted({p["start_gtid"] for p in table_progress(zk, mid) if p.get("start_gtid") is not None})
+
+
+# -- abort helper ----------------------------------------------------------------------------------------
+
+def drop_target_copies(zk: ZK, spec: Spec, creds: Credentials) -> list[str]:
+    """Drop what the copy created on the target master (it replicates to the
+    standby): the moving databases, or for a partition move the one table.
+    Only objects with a progress node are ours; anything else is left alone."""
+    ours = table_progress(zk, spec.id)
+    if not ours:
+        return []
+    ep = endpoints(zk, spec)
+    tgt = connect(ep.target, creds)
+    dropped = []
+    try:
+        with tgt.cursor() as cur:
+            if spec.kind == "queue_partition":
+                for p in ours:
+                    cur.execute(T + f"DROP TABLE IF EXISTS {qualified(p['db'], p['table'])}")
+                    dropped.append(f"{p['db']}.{p['table']}")
+            else:
+                for db in sorted({p["db"] for p in ours}):
+                    if db in spec.databases:
+                        cur.execute(T + f"DROP DATABASE IF EXISTS {ident(db)}")
+                        dropped.append(db)
+    finally:
+        tgt.close()
+    return dropped
+

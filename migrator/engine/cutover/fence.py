@@ -1,0 +1,334 @@
+"""The write fence on a source master: no client can write the moving tables.
+
+Runs in the cutover worker, against the source master, for the few hundred
+milliseconds of a cutover freeze.
+
+MariaDB refuses ``RENAME TABLE`` under ``LOCK TABLES``, so the fence uses
+several connections (the trick gh-ost's cut-over uses for the same limit):
+
+* connection **A** takes ``LOCK TABLES <every moving table> WRITE,
+  <sentinel> WRITE``. Writers now queue on the metadata lock; A alone can read
+  the tables and write the sentinel row.
+* connections **B1..Bn**, one per moving table, each send ``RENAME TABLE db.t
+  TO tomb.t``; each queues behind A's lock. We wait until the server shows
+  every one of them waiting, so each is ahead of any writer of its table that
+  arrives later.
+* :meth:`Fence.release` (``UNLOCK TABLES`` on A) lets each RENAME run before
+  the writers queued on its table; those then fail with 1146 "table doesn't
+  exist", a clean error that makes a client refresh the shard map and retry on
+  the new master. Nothing reaches the renamed (tombstone) tables. If A's
+  connection dies instead (a crash after the flip), the RENAMEs still run first.
+* :meth:`Fence.abort` undoes the fence without the renames: every started
+  RENAME's connection is killed (``KILL CONNECTION``, so a statement still on
+  its way can never run later) *before* A unlocks, so the tables stay in place
+  and the source keeps serving. Once aborted, a fence refuses to lock or
+  rename: a watchdog that undoes a freeze from its own thread cannot be
+  overtaken by the main thread's next step.
+
+Why one RENAME per table and not one multi-table RENAME: a statement waits for
+its metadata locks one at a time, in key order, so a multi-table RENAME queues
+an exclusive request on its *first* table only. On UNLOCK, writers of the other
+tables are granted at once and commit before the RENAME reaches them (seen on
+MariaDB 10.11: a row written to ``db00002.pins`` after the fence). A pending
+exclusive request on every table is what keeps every writer out.
+
+The renames are not binlogged (``sql_log_bin=0``) when the pair's passive
+member is fenced too (:mod:`migrator.engine.cutover.passive_gate`): each member of the pair
+then renames its own tables, after it has applied every row of the other, so
+no member replays a rename that would strand its partner's last writes.
+Without a passive fence they are binlogged and the partner follows them.
+
+Connections are opened in :meth:`Fence.open` (before the freeze starts), so
+the freeze pays only for statements. The cost is one connection per moving
+table for the length of the freeze: :data:`MAX_TABLES` bounds it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pymysql
+
+from migrator.fleet.config import Credentials
+from migrator.errors import MigratorError
+from migrator.fleet.model import Host
+from migrator.fleet.mysql import connect as mysql_connect
+from migrator.fleet.mysql import qualified, query, scalar, tag
+
+TAG = tag("cutover")
+ER_QUERY_INTERRUPTED = 1317
+
+
+class FenceError(MigratorError):
+    component = "fence"
+
+
+@dataclass(frozen=True)
+class Move:
+    """One table the fence renames: ``db.table`` -> ``tomb_db.table``."""
+
+    db: str
+    table: str
+    tomb_db: str
+
+
+#: one connection per moving table is held during a freeze; a bigger move is split
+MAX_TABLES = 200
+
+
+class Fence:
+    """LOCK TABLES on A, one RENAME to the tombstones queued per table on B1..Bn, KILL from C."""
+
+    def __init__(self, host: Host, credentials: Credentials, moves: Sequence[Move],
+                 locked_only: Sequence[tuple[str, str]] = (), *, lock_wait_timeout: float = 5.0,
+                 rename_wait_timeout: float = 600.0, log_renames: bool = False, log_lock: bool = True):
+        if not moves:
+            raise FenceError("nothing to fence: no moving tables", phase="cutover")
+        if len(moves) > MAX_TABLES:
+            raise FenceError(f"{len(moves)} tables would need {len(moves)} fence connections (at most {MAX_TABLES}): "
+                             "move fewer shards per migration", phase="cutover")
+        self.host = host
+        self.credentials = credentials
+        self.moves = list(moves)
+        self.locked_only = list(locked_only)
+        self.lock_wait_timeout = lock_wait_timeout
+        self.rename_wait_timeout = rename_wait_timeout
+        self.log_renames = log_renames
+        self.log_lock = log_lock
+        self.a: pymysql.connections.Connection | None = None
+        self.c: pymysql.connections.Connection | None = None
+        self.a_id: int | None = None
+        self.renamers: list[_Renamer] = []
+        self.locked = False
+        #: set by :meth:`abort` (maybe from the watchdog's thread): nothing may lock or rename after it
+        self.aborted = False
+        self._locking = False
+        self._state = threading.Lock()
+        self._owner: threading.Thread | None = None
+
+    # -- lifecycle ------------------------------------------------------------------
+    def open(self) -> Fence:
+        self.a = mysql_connect(self.host, self.credentials, read_timeout=600)
+        self.c = mysql_connect(self.host, self.credentials, read_timeout=30)
+        self.a_id = int(scalar(self.a, "SELECT CONNECTION_ID()"))
+        with self.a.cursor() as cur:
+            cur.execute(f"{TAG}SET SESSION lock_wait_timeout = {max(1, int(self.lock_wait_timeout))}")
+            cur.execute(f"{TAG}SET SESSION time_zone = '+00:00'")
+            if not self.log_lock:
+                cur.execute(f"{TAG}SET SESSION sql_log_bin = 0")
+        self.renamers = [_Renamer(self, m) for m in self.moves]
+        return self
+
+    def close(self) -> None:
+        for conn in (self.a, self.c):
+            if conn is not None:
+                try:
+                    conn.close()
+                except Exception:  # a killed connection is already gone
+                    pass
+        for r in self.renamers:
+            r.close()
+
+    @property
+    def renamed(self) -> bool:
+        return any(r.renamed for r in self.renamers)
+
+    # -- the fence -------------------------------------------------------------------
+    def lock_sql(self) -> str:
+        names = [qualified(m.db, m.table) for m in self.moves] + [qualified(d, t) for d, t in self.locked_only]
+        return f"{TAG}LOCK TABLES " + ", ".join(f"{n} WRITE" for n in names)
+
+    def lock(self) -> None:
+        """A: LOCK TABLES ... WRITE. From here on writers wait."""
+        assert self.a is not None
+        with self._state:
+            if self.aborted:
+                raise FenceError(f"the fence on {self.host.name} was undone; not locking", phase="cutover")
+            self._locking = True
+            self._owner = threading.current_thread()
+        try:
+            with self.a.cursor() as cur:
+                cur.execute(self.lock_sql())
+        except pymysql.err.OperationalError as exc:
+            if self.aborted:
+                raise FenceError(f"the fence on {self.host.name} was undone while locking", phase="cutover") from None
+            raise FenceError(
+                f"could not lock the moving tables on {self.host.name} within {self.lock_wait_timeout:.0f}s "
+                f"({exc.args[-1]}): a long transaction holds them; retry the cutover when it is gone",
+                phase="cutover",
+            ) from None
+        finally:
+            with self._state:
+                self._locking = False
+        with self._state:
+            # an abort that raced the LOCK killed A's connection: its locks are gone with it
+            self.locked = not self.aborted
+        if self.aborted:
+            raise FenceError(f"the fence on {self.host.name} was undone while locking", phase="cutover")
+
+    def queue_rename(self, timeout: float = 5.0) -> None:
+        """B1..Bn: send the RENAMEs; return once the server shows each one waiting behind A."""
+        with self._state:
+            if self.aborted or not self.locked:
+                raise FenceError(f"the fence on {self.host.name} is not locked; not renaming", phase="cutover")
+            for r in self.renamers:
+                r.start()
+        deadline = time.monotonic() + timeout
+        while True:
+            failed = [r for r in self.renamers if r.done.is_set()]
+            if failed:
+                raise FenceError(f"the tombstone RENAME of {failed[0].move.db}.{failed[0].move.table} on "
+                                 f"{self.host.name} did not wait for the lock: {failed[0].error or 'it ran'}",
+                                 phase="cutover")
+            if self.rename_waiting():
+                return
+            if time.monotonic() > deadline:
+                raise FenceError(f"the tombstone RENAMEs on {self.host.name} never all queued behind the lock",
+                                 phase="cutover")
+            time.sleep(0.001)
+
+    def rename_waiting(self) -> bool:
+        """Every RENAME is queued on the metadata lock (checked from C)."""
+        assert self.c is not None
+        ids = [r.conn_id for r in self.renamers]
+        marks = ", ".join(["%s"] * len(ids))
+        rows = query(self.c, f"SELECT ID, STATE, INFO FROM information_schema.PROCESSLIST WHERE ID IN ({marks})", ids)
+        waiting = {r[0] for r in rows if r[2] and "RENAME TABLE" in r[2] and "metadata lock" in (r[1] or "")}
+        return waiting == set(ids)
+
+    def release(self, timeout: float = 30.0) -> None:
+        """A: UNLOCK TABLES. Each queued RENAME runs first; then stale writers get 1146."""
+        assert self.a is not None
+        with self.a.cursor() as cur:
+            cur.execute(f"{TAG}UNLOCK TABLES")
+        self.locked = False
+        deadline = time.monotonic() + timeout
+        for r in self.renamers:
+            if not r.done.wait(max(0.0, deadline - time.monotonic())):
+                raise FenceError(f"the tombstone RENAME of {r.move.db}.{r.move.table} on {self.host.name} did not "
+                                 f"finish within {timeout:.0f}s", phase="cutover")
+            if r.error is not None:
+                raise FenceError(f"the tombstone RENAME of {r.move.db}.{r.move.table} on {self.host.name} failed: "
+                                 f"{r.error}", phase="cutover")
+
+    def abort(self) -> None:
+        """Undo the fence without renaming: end every started RENAME's connection first, then unlock.
+
+        Safe to call from another thread (the watchdog) at any moment, even
+        while the main thread is locking or queueing: once it has run, nothing
+        can lock or rename any more. It kills connections rather than queries,
+        so a RENAME that was about to be sent can never run later.
+        """
+        with self._state:
+            self.aborted = True
+            started = [r for r in self.renamers if r.started]
+            a_busy = self._locking or self.locked
+        pending = [r for r in started if not r.done.is_set()]
+        if pending:
+            with _side_conn(self) as c, c.cursor() as cur:
+                for r in pending:
+                    try:
+                        cur.execute(f"{TAG}KILL CONNECTION {int(r.conn_id)}")
+                    except pymysql.err.MySQLError:
+                        pass  # it finished meanwhile; checked below
+            for r in pending:
+                if not r.done.wait(10):
+                    raise FenceError(f"could not stop the pending RENAME on {self.host.name} (thread {r.conn_id}); "
+                                     "kill it by hand before anything else", phase="cutover")
+        if self.renamed:
+            # only possible if A lost its lock (its connection died) before the kills
+            self._rename_back()
+        if a_busy:
+            self._unlock_or_kill_a()
+
+    def _unlock_or_kill_a(self) -> None:
+        if self._owner is threading.current_thread() and self.locked:
+            try:
+                with self.a.cursor() as cur:  # type: ignore[union-attr]
+                    cur.execute(f"{TAG}UNLOCK TABLES")
+                self.locked = False
+                return
+            except pymysql.err.MySQLError:
+                pass
+        with _side_conn(self) as c, c.cursor() as cur:
+            try:
+                cur.execute(f"{TAG}KILL CONNECTION {int(self.a_id or 0)}")
+            except pymysql.err.MySQLError as exc:
+                if exc.args and exc.args[0] != 1094:  # 1094: unknown thread, it is gone already
+                    raise FenceError(f"could not release the fence lock on {self.host.name} (thread {self.a_id}): "
+                                     f"{exc.args[-1]}; kill that connection by hand", phase="cutover") from None
+        self.locked = False
+
+    def _rename_back(self) -> None:
+        back = [r for r in self.renamers if r.renamed]
+        with _side_conn(self) as c, c.cursor() as cur:
+            if not self.log_renames:
+                cur.execute(f"{TAG}SET SESSION sql_log_bin = 0")
+            for r in back:
+                cur.execute(f"{TAG}RENAME TABLE {qualified(r.move.tomb_db, r.move.table)} TO "
+                            f"{qualified(r.move.db, r.move.table)}")
+                r.renamed = False
+
+
+class _Renamer:
+    """One B connection: ``RENAME TABLE db.t TO tomb.t`` sent from its own thread."""
+
+    def __init__(self, fence: Fence, move: Move):
+        self.move = move
+        self.conn = mysql_connect(fence.host, fence.credentials, read_timeout=fence.rename_wait_timeout + 60)
+        self.conn_id = int(scalar(self.conn, "SELECT CONNECTION_ID()"))
+        with self.conn.cursor() as cur:
+            # a RENAME that timed out would leave the source writable after the
+            # flip: it must outlive any freeze (the watchdog bounds the freeze)
+            cur.execute(f"{TAG}SET SESSION lock_wait_timeout = {int(fence.rename_wait_timeout)}")
+            if not fence.log_renames:
+                cur.execute(f"{TAG}SET SESSION sql_log_bin = 0")
+        self.sql = (f"{TAG}RENAME TABLE {qualified(move.db, move.table)} TO "
+                    f"{qualified(move.tomb_db, move.table)}")
+        self.started = False
+        self.renamed = False
+        self.error: BaseException | None = None
+        self.done = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self.started = True
+        self._thread = threading.Thread(target=self._run, name=f"fence-rename-{self.move.table}", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            with self.conn.cursor() as cur:
+                cur.execute(self.sql)
+            self.renamed = True
+        except BaseException as exc:  # reported through release()/abort()
+            self.error = exc
+        finally:
+            self.done.set()
+
+    def close(self) -> None:
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        try:
+            self.conn.close()
+        except Exception:  # already gone
+            pass
+
+
+class _side_conn:
+    """A fresh connection for KILLs from another thread (C may be in use)."""
+
+    def __init__(self, fence: Fence):
+        self.fence = fence
+        self.conn: pymysql.connections.Connection | None = None
+
+    def __enter__(self) -> pymysql.connections.Connection:
+        self.conn = mysql_connect(self.fence.host, self.fence.credentials, read_timeout=30)
+        return self.conn
+
+    def __exit__(self, *exc: object) -> None:
+        if self.conn is not None:
+            self.conn.close()

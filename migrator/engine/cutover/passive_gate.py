@@ -1,0 +1,332 @@
+"""The write gate on the source pair's passive member: its clients stop, its replication does not.
+
+Runs in the cutover worker, against the *passive* member of the pair being
+fenced (``MySQL001B`` when ``MySQL001A`` is the master), around the freeze.
+
+Why a second mechanism
+----------------------
+In a master-master pair a write can land on either member. The active-side
+fence (:mod:`migrator.engine.cutover.fence`) takes ``LOCK TABLES ... WRITE`` on the master,
+and that lock blocks the master's replication SQL thread as much as its
+clients: a passive-side write that arrives during the freeze would wait behind
+the lock, hit the renamed table afterwards (1146), stop replication and never
+reach the target. Locking the passive side the same way blocks *its* SQL
+thread in the same way. What is needed on the passive side is a fence that
+refuses clients but lets replicated row events through.
+
+Triggers are exactly that: with ROW binlogs, a replica does not run triggers
+for replicated row events (``slave_run_triggers_for_rbr=NO``, checked), while
+every client statement fires them. So, before the freeze, each moving table on
+the passive member gets ``BEFORE INSERT/UPDATE/DELETE`` triggers that read an
+empty *gate table* ``_migrator_gates.moving_<suffix>``. Inside the freeze:
+
+1. :meth:`PassiveGate.close`: ``DROP TABLE`` the gate. The DROP waits (metadata
+   lock) for every open transaction that passed the gate; writers arriving
+   after it queue behind the DROP and then fail with 1146 ``Table
+   '_migrator_gates.moving_<suffix>' doesn't exist``, the same clean "this
+   shard moved, refresh and retry" error the master's fence gives. When it
+   returns, the member's ``@@gtid_binlog_pos`` covers every write it accepted.
+2. :func:`wait_applied` on the master for that position (its own domain left
+   out): the passive side's last writes are now in the master's binlog, ahead
+   of the master's fence, so the drain carries them to the target.
+3. (The master's fence, drain, compare and flip follow.)
+4. :meth:`PassiveGate.finish`, after the flip: wait until the passive member
+   has applied the master up to the fence position, then rename its moving
+   tables to the tombstones with the master's own protocol (``LOCK TABLES``,
+   one queued RENAME per table) and drop the triggers under that lock (MariaDB
+   refuses to move a table with triggers to another schema, error 1435).
+
+Every statement here runs with ``sql_log_bin=0``: the gate, the triggers and
+the renames stay on the member they were made on. The master renames its own
+tables unlogged too (see :mod:`migrator.engine.cutover.fence`), so neither side replays the
+other's tombstone renames: each member renames its tables after it has applied
+every row of the other.
+
+:meth:`PassiveGate.reopen` undoes a close (the cutover stopped before the
+flip); :meth:`PassiveGate.remove` drops the triggers and the gate.
+
+Needs ``TRIGGER`` (the triggers) and ``BINLOG ADMIN`` (``sql_log_bin``) on the
+passive member, and ``log_bin_trust_function_creators=ON`` there (MariaDB
+otherwise wants SUPER to create a trigger while binary logging is on; with ROW
+binlogs the setting is safe).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from collections.abc import Sequence
+
+import pymysql
+
+from migrator.fleet.config import Credentials
+from migrator.errors import MigratorError
+from migrator.engine.cutover.fence import Fence, Move
+from migrator.fleet.model import Host
+from migrator.fleet.gtid import GtidPos
+from migrator.fleet.mysql import connect as mysql_connect
+from migrator.fleet.mysql import ident, qualified, query, scalar, tag
+
+TAG = tag("cutover-passive")
+GATE_SCHEMA = "_migrator_gates"
+TRIGGER_PREFIX = "_mgate_"
+EVENTS = (("INSERT", "i"), ("UPDATE", "u"), ("DELETE", "d"))
+
+
+class PassiveGateError(MigratorError):
+    component = "passive_gate"
+
+
+def gate_table(suffix: str) -> str:
+    name = f"moving_{suffix}"
+    ident(name)
+    return name
+
+
+def trigger_name(suffix: str, table: str, event_letter: str) -> str:
+    """Unique in the table's schema, at most 64 characters, whatever the table is called."""
+    h = hashlib.sha1(table.encode()).hexdigest()[:8]
+    return f"{TRIGGER_PREFIX}{suffix}_{h}_{event_letter}"
+
+
+def wait_applied(conn: pymysql.connections.Connection, pos: GtidPos | str, timeout: float) -> bool:
+    """Wait until this server has applied ``pos`` from its replication peer.
+
+    The server's own GTID domain is left out (its own writes are in its binlog
+    by definition). True when reached, False on timeout.
+    """
+    pos = GtidPos.parse(str(pos))
+    own = int(scalar(conn, "SELECT @@gtid_domain_id"))
+    want = GtidPos(g for d, g in pos.items() if d != own)
+    if not want:
+        return True
+    res = scalar(conn, f"{TAG}SELECT MASTER_GTID_WAIT(%s, %s)", (str(want), max(0.001, float(timeout))))
+    return res is not None and int(res) == 0
+
+
+def replication_problem(conn: pymysql.connections.Connection, name: str, peer: str) -> str | None:
+    """A one-line description of why ``peer -> name`` replication is not healthy, or None."""
+    with conn.cursor(pymysql.cursors.DictCursor) as cur:
+        cur.execute("SHOW ALL SLAVES STATUS")
+        rows = cur.fetchall()
+    if not rows:
+        return f"{name} does not replicate from {peer}"
+    for st in rows:
+        if st.get("Slave_IO_Running") != "Yes" or st.get("Slave_SQL_Running") != "Yes":
+            err = st.get("Last_SQL_Error") or st.get("Last_IO_Error") or "stopped"
+            return f"replication {peer} -> {name} is not running ({err})"
+    return None
+
+
+class PassiveGate:
+    """Triggers and a gate table that close the moving tables on a passive member to clients only."""
+
+    def __init__(self, host: Host, credentials: Credentials, tables: Sequence[tuple[str, str]], suffix: str,
+                 tomb_db_of: dict[str, str]):
+        if not tables:
+            raise PassiveGateError("nothing to gate: no moving tables", phase="cutover")
+        self.host = host
+        self.credentials = credentials
+        self.tables = list(tables)
+        self.suffix = suffix
+        self.gate = gate_table(suffix)
+        self.tomb_db_of = dict(tomb_db_of)
+        self.conn: pymysql.connections.Connection | None = None
+        self.conn_id: int | None = None
+        self.closed_at: GtidPos | None = None
+        #: set by :meth:`reopen` (maybe from the watchdog's thread): no close after it
+        self.aborted = False
+        self._closing = False
+        self._state = threading.Lock()
+
+    # -- connection ----------------------------------------------------------------
+    def open(self) -> PassiveGate:
+        self.conn = mysql_connect(self.host, self.credentials, read_timeout=600)
+        self.conn_id = int(scalar(self.conn, "SELECT CONNECTION_ID()"))
+        with self.conn.cursor() as cur:
+            cur.execute(f"{TAG}SET SESSION sql_log_bin = 0")
+        return self
+
+    def close_connection(self) -> None:
+        if self.conn is not None:
+            try:
+                self.conn.close()
+            except Exception:  # already gone
+                pass
+            self.conn = None
+
+    def _cur(self) -> pymysql.cursors.Cursor:
+        if self.conn is None:
+            self.open()
+        assert self.conn is not None
+        return self.conn.cursor()
+
+    # -- before the freeze -------------------------------------------------------------
+    def check(self) -> None:
+        """Refuse what would make the gate unsafe; raises :class:`PassiveGateError`."""
+        assert self.conn is not None
+        trust = int(scalar(self.conn, "SELECT @@log_bin_trust_function_creators"))
+        if not trust:
+            raise PassiveGateError(
+                f"{self.host.name} has log_bin_trust_function_creators=OFF: the passive-side gate needs triggers, "
+                "which then need SUPER; with ROW binlogs it is safe to SET GLOBAL log_bin_trust_function_creators=ON "
+                "there (and in its config)", phase="cutover")
+        rbr = str(scalar(self.conn, "SELECT @@slave_run_triggers_for_rbr")).upper()
+        if rbr != "NO":
+            raise PassiveGateError(
+                f"{self.host.name} runs triggers for replicated row events (slave_run_triggers_for_rbr={rbr}): "
+                "the passive-side gate would stop its replication; SET GLOBAL slave_run_triggers_for_rbr=NO there",
+                phase="cutover")
+        problem = replication_problem(self.conn, self.host.name, self.host.partner)
+        if problem:
+            raise PassiveGateError(f"{problem}: the passive side's writes could not be followed; repair the pair, "
+                                   "or set the migration option fence_passive=false if that host is down for good",
+                                   phase="cutover")
+
+    def install(self) -> None:
+        """Create the open gate and the triggers (idempotent; not binlogged)."""
+        self.check()
+        with self._cur() as cur:
+            cur.execute(f"{TAG}CREATE DATABASE IF NOT EXISTS {ident(GATE_SCHEMA)}")
+            cur.execute(f"{TAG}CREATE TABLE IF NOT EXISTS {qualified(GATE_SCHEMA, self.gate)} "
+                        "(open TINYINT NOT NULL) ENGINE=InnoDB")
+            existing = self._existing_triggers()
+            for db, table in self.tables:
+                for event, letter in EVENTS:
+                    name = trigger_name(self.suffix, table, letter)
+                    if (db, name) in existing:
+                        continue
+                    cur.execute(
+                        f"{TAG}CREATE TRIGGER {qualified(db, name)} BEFORE {event} ON {qualified(db, table)} "
+                        f"FOR EACH ROW BEGIN DECLARE n INT; "
+                        f"SELECT COUNT(*) INTO n FROM {qualified(GATE_SCHEMA, self.gate)}; END")
+
+    def _existing_triggers(self) -> set[tuple[str, str]]:
+        assert self.conn is not None
+        dbs = sorted({db for db, _ in self.tables})
+        marks = ", ".join(["%s"] * len(dbs))
+        rows = query(self.conn, f"SELECT TRIGGER_SCHEMA, TRIGGER_NAME FROM information_schema.TRIGGERS "
+                                f"WHERE TRIGGER_SCHEMA IN ({marks}) AND TRIGGER_NAME LIKE %s",
+                     (*dbs, f"{TRIGGER_PREFIX}{self.suffix}\\_%"))
+        return {(r[0], r[1]) for r in rows}
+
+    def gate_exists(self) -> bool:
+        assert self.conn is not None
+        return bool(scalar(self.conn, "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s "
+                                      "AND TABLE_NAME = %s", (GATE_SCHEMA, self.gate)))
+
+    # -- in the freeze -----------------------------------------------------------------
+    def close(self, timeout: float) -> GtidPos:
+        """Drop the gate: every client write on the moving tables fails from now on.
+
+        Returns the member's binlog position, which covers every write it accepted.
+        """
+        with self._state:
+            if self.aborted:
+                raise PassiveGateError(f"the gate on {self.host.name} was reopened; not closing it", phase="cutover")
+            self._closing = True
+        try:
+            with self._cur() as cur:
+                cur.execute(f"{TAG}SET SESSION lock_wait_timeout = {max(1, int(timeout + 0.999))}")
+                cur.execute(f"{TAG}DROP TABLE IF EXISTS {qualified(GATE_SCHEMA, self.gate)}")
+                cur.execute("SELECT @@gtid_binlog_pos")
+                row = cur.fetchone()
+        except pymysql.err.MySQLError as exc:
+            if self.aborted:
+                raise PassiveGateError(f"the gate on {self.host.name} was reopened while closing",
+                                       phase="cutover") from None
+            raise PassiveGateError(f"could not close the gate on {self.host.name} within {timeout:.1f}s "
+                                   f"({exc.args[-1]}): a long transaction holds a moving table there; retry "
+                                   "the cutover when it is gone", phase="cutover") from None
+        finally:
+            with self._state:
+                self._closing = False
+        self.closed_at = GtidPos.parse(row[0] if row else "")
+        return self.closed_at
+
+    def reopen(self) -> None:
+        """Undo :meth:`close` (the cutover stopped before the flip): clients may write again.
+
+        Safe from another thread at any moment: a close still in flight has its
+        connection killed first, so it cannot drop the gate after this returns.
+        """
+        with self._state:
+            self.aborted = True
+            closing = self._closing
+        with mysql_connect(self.host, self.credentials, read_timeout=30) as side, side.cursor() as cur:
+            cur.execute(f"{TAG}SET SESSION sql_log_bin = 0")
+            if closing and self.conn_id is not None:
+                try:
+                    cur.execute(f"{TAG}KILL CONNECTION {int(self.conn_id)}")
+                except pymysql.err.MySQLError:
+                    pass  # it ended meanwhile
+                self.conn = None
+            cur.execute(f"{TAG}CREATE DATABASE IF NOT EXISTS {ident(GATE_SCHEMA)}")
+            cur.execute(f"{TAG}CREATE TABLE IF NOT EXISTS {qualified(GATE_SCHEMA, self.gate)} "
+                        "(open TINYINT NOT NULL) ENGINE=InnoDB")
+
+    # -- after the flip -----------------------------------------------------------------
+    def finish(self, fence_pos: GtidPos | str, timeout: float = 60.0) -> None:
+        """Rename the member's moving tables to the tombstones, once it has every row of the master.
+
+        The gate stays closed throughout: the triggers are dropped under the
+        rename fence's lock, so no client write gets in between.
+        """
+        if self.conn is None:
+            self.open()
+        deadline = time.monotonic() + timeout
+        if not wait_applied(self.conn, fence_pos, timeout):  # type: ignore[arg-type]
+            raise PassiveGateError(
+                f"{self.host.name} did not apply its master up to the fence position {fence_pos} within "
+                f"{timeout:.0f}s; its moving tables stay closed (gate dropped); run `migrator cutover ID` again "
+                "to finish", phase="cutover")
+        live = self._live_tables()
+        todo = [(db, t) for db, t in self.tables if (db, t) in live]
+        if not todo:
+            self.drop_triggers_of_renamed()
+            return
+        with self._cur() as cur:
+            for tomb in sorted({self.tomb_db_of[db] for db, _ in todo}):
+                cur.execute(f"{TAG}CREATE DATABASE IF NOT EXISTS {ident(tomb)}")
+        moves = [Move(db, t, self.tomb_db_of[db]) for db, t in todo]
+        triggers = self._existing_triggers()
+        fence = Fence(self.host, self.credentials, moves, log_lock=False, log_renames=False,
+                      lock_wait_timeout=max(1.0, deadline - time.monotonic())).open()
+        try:
+            fence.lock()
+            assert fence.a is not None
+            with fence.a.cursor() as cur:
+                for db, name in sorted(triggers):
+                    cur.execute(f"{TAG}DROP TRIGGER IF EXISTS {qualified(db, name)}")
+            fence.queue_rename(timeout=max(1.0, deadline - time.monotonic()))
+            fence.release(timeout=max(1.0, deadline - time.monotonic()))
+        except BaseException:
+            fence.abort()
+            raise
+        finally:
+            fence.close()
+
+    def drop_triggers_of_renamed(self) -> None:
+        """Triggers left on tables already renamed (a finish that died midway)."""
+        with self._cur() as cur:
+            for db, name in sorted(self._existing_triggers()):
+                cur.execute(f"{TAG}DROP TRIGGER IF EXISTS {qualified(db, name)}")
+
+    def _live_tables(self) -> set[tuple[str, str]]:
+        assert self.conn is not None
+        dbs = sorted({db for db, _ in self.tables})
+        marks = ", ".join(["%s"] * len(dbs))
+        return {(r[0], r[1]) for r in query(self.conn, f"SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES "
+                                                       f"WHERE TABLE_SCHEMA IN ({marks})", dbs)}
+
+    # -- removal --------------------------------------------------------------------------
+    def remove(self) -> None:
+        """Drop the triggers and the gate: the member is as it was before the cutover prepared it.
+
+        Only for a gate that is open, or whose cutover was undone (never after a flip:
+        then :meth:`finish`)."""
+        with self._cur() as cur:
+            for db, name in sorted(self._existing_triggers()):
+                cur.execute(f"{TAG}DROP TRIGGER IF EXISTS {qualified(db, name)}")
+            cur.execute(f"{TAG}DROP TABLE IF EXISTS {qualified(GATE_SCHEMA, self.gate)}")

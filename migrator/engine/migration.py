@@ -1,0 +1,333 @@
+"""The migration record: what to move (spec) and how far it got (state).
+
+Resume contract
+---------------
+Everything needed to continue a migration after any crash lives in ZooKeeper
+under ``<root>/migrations/<id>``; Redis/RQ only holds the *next step to run*
+and can be lost (``jobs.resume`` re-enqueues from the record).
+
+* ``spec`` is immutable once created: source and target pairs, shards (or one
+  queue partition), options. Changing what to move means a new migration.
+* ``state`` (the node's own data, written by compare-and-set on its znode
+  version) holds the phase and small counters. Phases only move forward,
+  except ``abort``/``rollback`` which have their own terminal phases.
+* Per-table copy progress lives in child nodes ``copy/<db>.<table>``
+  (``last_key``: the primary key of the last row copied, ``done``, ``rows``,
+  ``start_gtid``: the source position seen before the first chunk). A chunk is
+  recorded only after the target committed it, and it is written idempotently
+  (REPLACE), so redoing the last chunk after a crash is harmless.
+* The binlog checkpoint lives in ``catchup`` (``gtid``: last GTID whose events
+  are committed on the target, plus the pass table). It is written after the
+  target commit of each batch; replay from an earlier GTID converges because
+  apply is idempotent by primary key.
+
+Shard locks: ``<root>/locks/shards/<shard>`` persistent nodes naming the
+migration, created in the same ZooKeeper transaction as the record, so two
+migrations can never hold overlapping shards.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Callable
+from enum import Enum
+from typing import Any
+
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from pydantic import BaseModel, ConfigDict, Field
+
+from migrator.errors import MigratorError
+from migrator.fleet.shard_map import actor
+from migrator.fleet.zk import ZK
+
+MIGRATIONS = "migrations"
+LOCKS = "locks/shards"
+
+
+class MigrationError(MigratorError):
+    component = "migration"
+
+
+class MigrationNotFound(MigrationError):
+    exit_code = 2
+
+
+class ShardsBusy(MigrationError):
+    """Another migration already holds some of these shards."""
+
+    exit_code = 3
+
+
+class Phase(str, Enum):
+    PLANNED = "planned"
+    PREFLIGHT = "preflight"
+    COPYING = "copying"
+    CATCHING_UP = "catching_up"
+    CONVERGED = "converged"
+    VERIFYING = "verifying"
+    CUTOVER = "cutover"
+    DONE = "done"  # flipped; source tables are tombstones until cleanup
+    ROLLED_BACK = "rolled_back"
+    CLEANED = "cleaned"
+    ABORTED = "aborted"
+    FAILED = "failed"
+
+    @property
+    def terminal(self) -> bool:
+        return self in (Phase.CLEANED, Phase.ABORTED, Phase.ROLLED_BACK)
+
+
+class Options(BaseModel):
+    """Tunables of one migration; defaults are the documented ones."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    chunk_rows: int = Field(default=1000, ge=1, le=1_000_000)  # first chunk; adapts after
+    chunk_target_ms: int = Field(default=500, ge=10)
+    chunk_max_rows: int = Field(default=50_000, ge=1)  # upper bound of the adapted chunk
+    copy_workers: int = Field(default=4, ge=1, le=64)
+    max_standby_lag_s: float = Field(default=5.0, gt=0)  # throttle copy above this
+    max_threads_running: int = Field(default=50, ge=1)  # throttle copy while the source is this busy
+    converge_lag_s: float = Field(default=1.0, gt=0)
+    converge_events: int = Field(default=1000, ge=0)  # a pass delta at or under this converges
+    not_converging_passes: int = Field(default=3, ge=1)
+    freeze_budget_ms: int = Field(default=500, ge=1)
+    #: close the moving tables on the source pair's passive member too (off only when that host is down)
+    fence_passive: bool = True
+    retention_s: int = Field(default=24 * 3600, ge=0)
+
+
+class Spec(BaseModel):
+    """What a migration moves. Immutable once stored."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: str
+    kind: str = "shards"  # "shards" | "queue_partition"
+    source_master: str
+    source_slave: str
+    target_master: str
+    target_slave: str
+    shards: tuple[int, ...]
+    #: for kind == "queue_partition": only these tables of the shard move
+    tables: tuple[str, ...] = ()
+    queue: str | None = None
+    partition: int | None = None
+    options: Options = Options()
+    created_at: float = Field(default_factory=time.time)
+    created_by: str = Field(default_factory=actor)
+
+    @property
+    def databases(self) -> list[str]:
+        return [f"db{s:05d}" for s in self.shards]
+
+    def ranges(self) -> list[tuple[int, int]]:
+        """The shards as maximal contiguous [lo, hi] ranges."""
+        out: list[tuple[int, int]] = []
+        for s in sorted(self.shards):
+            if out and out[-1][1] == s - 1:
+                out[-1] = (out[-1][0], s)
+            else:
+                out.append((s, s))
+        return out
+
+
+class State(BaseModel):
+    """How far a migration got. Small: big progress lives in child nodes."""
+
+    model_config = ConfigDict(extra="allow")
+
+    phase: Phase = Phase.PLANNED
+    error: str | None = None
+    updated_at: float = Field(default_factory=time.time)
+    history: list[dict[str, Any]] = Field(default_factory=list)  # phase changes: who, when, from, to
+    paused: bool = False
+    postpone_cutover: bool = False
+    #: driven end to end by the RQ pipeline (``split --yes``): convergence enqueues verify + cutover
+    autopilot: bool = False
+    freeze_ms: float | None = None
+    predicted_freeze_ms: float | None = None
+    flipped_epoch: int | None = None
+    tombstone_db_suffix: str | None = None
+    cleanup_after: float | None = None
+
+
+def new_id(prefix: str = "m") -> str:
+    """Migration ids are RQ-safe: letters, digits, '-' and '_' only."""
+    return f"{prefix}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+
+
+class MigrationStore:
+    """Migration records, their per-table progress, and the shard locks."""
+
+    def __init__(self, zk: ZK):
+        self.zk = zk
+        self.base = zk.path(MIGRATIONS)
+        self.locks = zk.path(LOCKS)
+
+    def _node(self, mid: str, *sub: str) -> str:
+        return "/".join([self.base, mid, *sub])
+
+    # -- create / read -----------------------------------------------------
+    def create(self, spec: Spec) -> State:
+        """Store spec + initial state and take the shard locks, atomically."""
+        self.zk.ensure(self.base)
+        self.zk.ensure(self.locks)
+        acl = self.zk.protected_acl()
+        state = State(history=[_transition(None, Phase.PLANNED)])
+        tx = self.zk.client.transaction()
+        tx.create(self._node(spec.id), state.model_dump_json().encode(), acl=acl)
+        tx.create(self._node(spec.id, "spec"), spec.model_dump_json().encode(), acl=acl)
+        for s in spec.shards:
+            tx.create(f"{self.locks}/{s}", spec.id.encode(), acl=acl)
+        results = tx.commit()
+        if any(isinstance(r, Exception) for r in results):
+            busy = self.holders(spec.shards)
+            if busy:
+                desc = ", ".join(f"shard {s} by {m}" for s, m in sorted(busy.items()))
+                raise ShardsBusy(f"shards already moving: {desc}; wait for it, or abort it with `migrator abort ID`")
+            if any(isinstance(r, NodeExistsError) for r in results):
+                raise MigrationError(f"migration {spec.id} already exists")
+            raise MigrationError(f"could not store migration {spec.id}: {[type(r).__name__ for r in results]}")
+        return state
+
+    def holders(self, shards: tuple[int, ...] | list[int]) -> dict[int, str]:
+        out = {}
+        for s in shards:
+            try:
+                data, _ = self.zk.client.get(f"{self.locks}/{s}")
+                out[s] = data.decode()
+            except NoNodeError:
+                pass
+        return out
+
+    def release_locks(self, spec: Spec) -> None:
+        for s in spec.shards:
+            try:
+                data, stat = self.zk.client.get(f"{self.locks}/{s}")
+                if data.decode() == spec.id:
+                    self.zk.client.delete(f"{self.locks}/{s}", version=stat.version)
+            except (NoNodeError, BadVersionError):
+                pass
+
+    def spec(self, mid: str) -> Spec:
+        try:
+            data, _ = self.zk.client.get(self._node(mid, "spec"))
+        except NoNodeError:
+            raise MigrationNotFound(f"no migration {mid!r} (see `migrator status`)") from None
+        return Spec.model_validate_json(data)
+
+    def replace_spec(self, spec: Spec) -> None:
+        """Change a spec's options (what moves never changes: same id, pairs, shards, tables)."""
+        old = self.spec(spec.id)
+        same = ("kind", "source_master", "source_slave", "target_master", "target_slave", "shards", "tables",
+                "queue", "partition")
+        if any(getattr(old, f) != getattr(spec, f) for f in same):
+            raise MigrationError(f"migration {spec.id}: only options may change; plan a new migration instead")
+        self.zk.client.set(self._node(spec.id, "spec"), spec.model_dump_json().encode())
+
+    def state(self, mid: str) -> tuple[State, int]:
+        try:
+            data, stat = self.zk.client.get(self._node(mid))
+        except NoNodeError:
+            raise MigrationNotFound(f"no migration {mid!r} (see `migrator status`)") from None
+        return State.model_validate_json(data), stat.version
+
+    def list(self) -> list[str]:
+        try:
+            return sorted(self.zk.client.get_children(self.base))
+        except NoNodeError:
+            return []
+
+    # -- state changes -------------------------------------------------------
+    def update(self, mid: str, change: Callable[[State], State | None], *, attempts: int = 20) -> State:
+        """Apply ``change`` to the state by CAS, re-reading on a lost race.
+
+        ``change`` may mutate and return the state, or return None to skip.
+        """
+        for _ in range(attempts):
+            st, version = self.state(mid)
+            new = change(st.model_copy(deep=True))
+            if new is None:
+                return st
+            _stamp_actor(new.history, len(st.history))
+            new.updated_at = time.time()
+            try:
+                self.zk.client.set(self._node(mid), new.model_dump_json().encode(), version=version)
+                return new
+            except BadVersionError:
+                continue
+        raise MigrationError(f"migration {mid}: state kept changing under us ({attempts} tries)")
+
+    def set_phase(self, mid: str, phase: Phase, *, error: str | None = None, **fields: Any) -> State:
+        def change(st: State) -> State:
+            if st.phase != phase:
+                st.history.append(_transition(st.phase, phase, error))
+            st.phase = phase
+            st.error = error
+            for k, v in fields.items():
+                setattr(st, k, v)
+            return st
+
+        return self.update(mid, change)
+
+    # -- progress nodes (copy/<db>.<table>, catchup, ...) ---------------------
+    def get_progress(self, mid: str, key: str) -> tuple[dict[str, Any] | None, int | None]:
+        try:
+            data, stat = self.zk.client.get(self._node(mid, key))
+        except NoNodeError:
+            return None, None
+        return json.loads(data), stat.version
+
+    def put_progress(self, mid: str, key: str, value: dict[str, Any], version: int | None = None) -> int:
+        """Write a progress node; with ``version`` it is a CAS (BadVersionError on a race)."""
+        path = self._node(mid, key)
+        data = json.dumps(value, default=str).encode()
+        if version is None:
+            try:
+                stat = self.zk.client.set(path, data)
+                return stat.version
+            except NoNodeError:
+                self.zk.client.create(path, data, acl=self.zk.protected_acl(), makepath=True)
+                return 0
+        stat = self.zk.client.set(path, data, version=version)
+        return stat.version
+
+    def progress_keys(self, mid: str, prefix: str) -> list[str]:
+        try:
+            return sorted(self.zk.client.get_children(self._node(mid, prefix)))
+        except NoNodeError:
+            return []
+
+    def create_progress(self, mid: str, key: str, value: dict[str, Any]) -> bool:
+        """Create a progress node unless it exists; True if this call created it."""
+        try:
+            self.zk.client.create(self._node(mid, key), json.dumps(value, default=str).encode(),
+                                  acl=self.zk.protected_acl(), makepath=True)
+            return True
+        except NodeExistsError:
+            return False
+
+    def delete(self, mid: str) -> None:
+        spec = self.spec(mid)
+        self.release_locks(spec)
+        self.zk.client.delete(self._node(mid), recursive=True)
+
+
+def _stamp_actor(history: list[dict[str, Any]], since: int) -> None:
+    """Phase changes name who made them (:func:`migrator.fleet.shard_map.actor`, the operator or the
+    worker's user@host); a component that wrote its own name as ``who`` keeps it as ``component``."""
+    me = actor()
+    for rec in history[since:]:
+        if rec.get("who") != me:
+            rec.setdefault("component", rec.get("who"))
+            rec["who"] = me
+
+
+def _transition(old: Phase | None, new: Phase, error: str | None = None) -> dict[str, Any]:
+    rec = {"who": actor(), "when": time.time(), "from": old.value if old else None, "to": new.value}
+    if error:
+        rec["error"] = error
+    return rec

@@ -1,0 +1,389 @@
+"""Plan a migration: which shards (or which queue partition) move from which
+pair to which pair, checked against the shard map, before anything is touched.
+
+Runs in the CLI process (or a playbook step). Planning reads ZooKeeper (shard
+map, host registry, queue records) and, for a dry run's estimate, the source
+master's table statistics; storing a plan is one ZooKeeper transaction
+(:meth:`MigrationStore.create` takes the shard locks with the record) followed
+by the maintenance pause nodes of the moving shards.
+
+Three shapes, one :class:`~migrator.engine.migration.Spec`:
+
+* ``split MySQL001A``: the upper half of every range the master holds goes to
+  a spare pair (registered hosts that hold no range) or to ``--to``.
+* ``move --shards 4-7 --to PAIR``: any shards that share one source pair.
+* ``move-partition --queue Q --partition K --to PAIR``: one queue partition's
+  jobs table (in database ``db%05d`` of its shard).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+
+from migrator.fleet.config import Credentials
+from migrator.errors import MigratorError, ShardMapError, UnknownHost
+from migrator.fleet.model import Host, ShardMap
+from migrator.fleet.ids import shard_db
+from migrator.engine.migration import MigrationStore, Options, Spec, new_id
+from migrator.fleet.mysql import connect, ident, qualified, tag
+from migrator.fleet.shard_map import HostRegistry, ShardMapStore
+from migrator.fleet.zk import ZK
+
+QUEUES = "queues"
+QUEUE_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,200}$")
+MAINTENANCE_PAUSED = "maintenance/paused"
+COPY_RATE = "stats/copy_rate"
+#: without a stored rate, the dry run times a chunk read and assumes writing
+#: (REPLACE on the target master plus its replication) costs this many reads
+WRITE_COST_FACTOR = 3.0
+
+
+class PlanError(MigratorError):
+    component = "plan"
+    exit_code = 2
+
+
+# -- shard arithmetic (pure) --------------------------------------------------------------
+
+def parse_shards(text: str) -> list[int]:
+    """``"4-7,9"`` -> ``[4, 5, 6, 7, 9]``."""
+    out: set[int] = set()
+    for part in text.replace(" ", "").split(","):
+        if not part:
+            continue
+        try:
+            if "-" in part:
+                lo_s, hi_s = part.split("-", 1)
+                lo, hi = int(lo_s), int(hi_s)
+                if lo > hi:
+                    raise PlanError(f"shard range {part!r} is empty: write it low-high, e.g. 4-7")
+                out.update(range(lo, hi + 1))
+            else:
+                out.add(int(part))
+        except ValueError:
+            raise PlanError(f"cannot read shards {text!r}: use numbers and ranges such as 4-7,9") from None
+    if not out:
+        raise PlanError("no shards given: use e.g. --shards 4-7")
+    return sorted(out)
+
+
+def upper_half(lo: int, hi: int) -> list[int]:
+    """The upper half of [lo, hi]: floor(n/2) shards at the top (none for n=1)."""
+    n = hi - lo + 1
+    return list(range(hi - n // 2 + 1, hi + 1))
+
+
+def split_shards(smap: ShardMap, master: str) -> list[int]:
+    """The shards a split of ``master`` moves: the upper half of each of its ranges."""
+    ranges = smap.ranges_on(master)
+    if not ranges:
+        standby_of = [r for r in smap.ranges if r.slave == master]
+        if standby_of:
+            r = standby_of[0]
+            raise PlanError(f"{master} is the standby of range [{r.lo}, {r.hi}]; split its master {r.master} instead")
+        raise PlanError(f"{master} holds no shard range: nothing to split (see `migrator topology show`)")
+    shards = [s for r in ranges for s in upper_half(r.lo, r.hi)]
+    if not shards:
+        desc = ", ".join(f"[{r.lo}, {r.hi}]" for r in ranges)
+        raise PlanError(f"{master} holds only single-shard ranges ({desc}); a shard cannot be split further")
+    return shards
+
+
+def spare_pairs(hosts: dict[str, Host], smap: ShardMap) -> list[tuple[str, str]]:
+    """Registered pairs that hold no range, as (A, B) sorted by name."""
+    used = {r.master for r in smap.ranges} | {r.slave for r in smap.ranges}
+    pairs = set()
+    for h in hosts.values():
+        if h.name in used or h.partner in used or h.partner not in hosts:
+            continue
+        pairs.add(tuple(sorted((h.name, h.partner))))
+    return sorted(pairs)  # type: ignore[arg-type]
+
+
+def source_pair(smap: ShardMap, shards: list[int]) -> tuple[str, str]:
+    """The one pair that holds all ``shards`` (its map master first)."""
+    owners = {}
+    for s in shards:
+        r = smap.range_of(s)
+        owners.setdefault((r.master, r.slave), []).append(s)
+    if len(owners) != 1:
+        desc = "; ".join(f"{m}: {_ranges_text(v)}" for (m, _), v in sorted(owners.items()))
+        raise PlanError(f"the shards live on more than one pair ({desc}); plan one migration per source pair")
+    return next(iter(owners))
+
+
+def target_pair(hosts: dict[str, Host], smap: ShardMap, source: tuple[str, str], target: str) -> tuple[str, str]:
+    """Resolve ``--to NAME`` to (master, slave) and check it can receive shards."""
+    if target not in hosts:
+        raise UnknownHost(f"target host {target!r} is not in the host registry; register it first "
+                          "(see `migrator topology show`)")
+    h = hosts[target]
+    if h.partner not in hosts:
+        raise UnknownHost(f"{target}'s partner {h.partner!r} is not in the host registry; register the pair first")
+    if target in source:
+        raise PlanError(f"{target} is in the source pair {source[0]}/{source[1]}: pick another pair as target")
+    for r in smap.ranges:
+        if r.slave == target:
+            raise PlanError(f"{target} is the standby of range [{r.lo}, {r.hi}]; name its master {r.master} as target")
+    return target, h.partner
+
+
+def _ranges_text(shards: list[int]) -> str:
+    spec = Spec(id="x", source_master="a", source_slave="b", target_master="c", target_slave="d",
+                shards=tuple(sorted(shards)))
+    return ",".join(f"{lo}-{hi}" if lo != hi else str(lo) for lo, hi in spec.ranges())
+
+
+# -- building specs ------------------------------------------------------------------------------
+
+def plan_split(zk: ZK, source: str, target: str | None = None, *, options: Options | None = None,
+               mid: str | None = None) -> Spec:
+    smap = ShardMapStore(zk).read()
+    hosts = HostRegistry(zk).all()
+    if source not in hosts:
+        raise UnknownHost(f"source host {source!r} is not in the host registry (see `migrator topology show`)")
+    shards = split_shards(smap, source)
+    src = source_pair(smap, shards)
+    if target is None:
+        spare = spare_pairs(hosts, smap)
+        if not spare:
+            raise PlanError("no spare pair (registered hosts holding no range): register a new pair, or name one with --to")
+        target = spare[0][0]
+    tgt = target_pair(hosts, smap, src, target)
+    return _spec(mid, "shards", src, tgt, shards, options)
+
+
+def plan_move(zk: ZK, shards: list[int], target: str, *, options: Options | None = None,
+              mid: str | None = None) -> Spec:
+    smap = ShardMapStore(zk).read()
+    hosts = HostRegistry(zk).all()
+    for s in shards:
+        if not 0 <= s < smap.num_shards:
+            raise PlanError(f"shard {s} is outside 0..{smap.num_shards - 1}")
+    src = source_pair(smap, shards)
+    tgt = target_pair(hosts, smap, src, target)
+    return _spec(mid, "shards", src, tgt, shards, options)
+
+
+def read_queue(zk: ZK, queue: str) -> dict[str, Any]:
+    """The queue service's record ``<root>/queues/<name>`` (read directly)."""
+    if not QUEUE_NAME_RE.fullmatch(queue):
+        raise PlanError(f"queue name {queue!r} is not valid: letters, digits, '_', '.' and '-' only")
+    try:
+        data, _ = zk.client.get(zk.path(QUEUES, queue))
+    except NoNodeError:
+        raise PlanError(f"no queue {queue!r} at {zk.path(QUEUES, queue)} (see the queue service's list)") from None
+    try:
+        return json.loads(data)
+    except ValueError:
+        raise PlanError(f"queue record {queue!r} is not valid JSON") from None
+
+
+def plan_move_partition(zk: ZK, queue: str, partition: int, target: str, *, options: Options | None = None,
+                        mid: str | None = None) -> Spec:
+    rec = read_queue(zk, queue)
+    parts = {p.get("index"): p for p in rec.get("partitions", [])}
+    if partition not in parts:
+        raise PlanError(f"queue {queue!r} has no partition {partition} (it has {sorted(parts)})")
+    part = parts[partition]
+    shard, table = int(part["shard"]), str(part["table"])
+    ident(table)
+    # "tables" (when present) lists every table of the partition: the jobs table and its dedupe side table
+    tables = tuple(str(t) for t in part.get("tables") or [table])
+    for t in tables:
+        ident(t)
+    smap = ShardMapStore(zk).read()
+    hosts = HostRegistry(zk).all()
+    src = source_pair(smap, [shard])
+    tgt = target_pair(hosts, smap, src, target)
+    return _spec(mid, "queue_partition", src, tgt, [shard], options, tables=tables, queue=queue,
+                 partition=partition)
+
+
+def _spec(mid: str | None, kind: str, src: tuple[str, str], tgt: tuple[str, str], shards: list[int],
+          options: Options | None, **extra: Any) -> Spec:
+    return Spec(id=mid or new_id(), kind=kind, source_master=src[0], source_slave=src[1],
+                target_master=tgt[0], target_slave=tgt[1], shards=tuple(sorted(shards)),
+                options=options or Options(), **extra)
+
+
+def store(zk: ZK, spec: Spec) -> None:
+    """Store the plan (record + shard locks, atomically) and pause partition
+    maintenance on the moving shards."""
+    MigrationStore(zk).create(spec)
+    hold_maintenance_pause(zk, spec)
+
+
+# -- partition maintenance pause ---------------------------------------------------------------
+# The queue's maintenance drops and reorganises partitions; those statements
+# reach the binlog as DDL, not row events, so they must not run on a moving
+# shard. The queue service skips a shard while <root>/maintenance/paused/<shard>
+# exists; cutover or abort removes the nodes.
+
+def hold_maintenance_pause(zk: ZK, spec: Spec) -> None:
+    base = zk.path(MAINTENANCE_PAUSED)
+    zk.ensure(base)
+    for s in spec.shards:
+        try:
+            zk.client.create(f"{base}/{s}", spec.id.encode(), acl=zk.protected_acl())
+        except NodeExistsError:
+            pass  # ours from an earlier try, or another holder's: removing it is theirs to do
+
+
+def release_maintenance_pause(zk: ZK, spec: Spec) -> None:
+    """Remove the pause nodes this migration created (cutover and abort call this)."""
+    base = zk.path(MAINTENANCE_PAUSED)
+    for s in spec.shards:
+        try:
+            data, stat = zk.client.get(f"{base}/{s}")
+            if data.decode() == spec.id:
+                zk.client.delete(f"{base}/{s}", version=stat.version)
+        except (NoNodeError, BadVersionError):
+            pass
+
+
+def maintenance_paused(zk: ZK, shard: int) -> str | None:
+    try:
+        data, _ = zk.client.get(zk.path(MAINTENANCE_PAUSED, str(shard)))
+        return data.decode()
+    except NoNodeError:
+        return None
+
+
+# -- estimate (dry run, preflight's retention check) --------------------------------------------
+
+@dataclass
+class TableEstimate:
+    db: str
+    table: str
+    rows: int
+    bytes: int
+
+
+@dataclass
+class Estimate:
+    tables: list[TableEstimate] = field(default_factory=list)
+    rows_per_s: float = 0.0
+    bytes_per_s: float = 0.0
+    rate_source: str = ""  # "stored" (a finished copy measured it) or "sampled" (a timed chunk read)
+
+    @property
+    def rows(self) -> int:
+        return sum(t.rows for t in self.tables)
+
+    @property
+    def bytes(self) -> int:
+        return sum(t.bytes for t in self.tables)
+
+    @property
+    def eta_s(self) -> float:
+        return self.rows / self.rows_per_s if self.rows_per_s > 0 else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"tables": [asdict(t) for t in self.tables], "rows": self.rows, "bytes": self.bytes,
+                "rows_per_s": round(self.rows_per_s, 1), "bytes_per_s": round(self.bytes_per_s, 1),
+                "eta_s": round(self.eta_s, 1), "rate_source": self.rate_source}
+
+
+def eta_seconds(rows: int, read_rows_per_s: float, workers: int, tables: int,
+                write_factor: float = WRITE_COST_FACTOR) -> float:
+    """Copy time from a sampled read rate: writes cost ``write_factor`` reads,
+    and at most min(workers, tables) tables copy at once."""
+    if rows <= 0:
+        return 0.0
+    if read_rows_per_s <= 0:
+        return float("inf")
+    parallel = max(1, min(workers, tables))
+    return rows * write_factor / (read_rows_per_s * parallel)
+
+
+def moving_tables(conn: Any, spec: Spec) -> list[tuple[str, str]]:
+    from migrator.engine.inspector import list_tables
+
+    if spec.kind == "queue_partition":
+        return [(shard_db(spec.shards[0]), t) for t in spec.tables]
+    return [(db, t) for db in spec.databases for t in list_tables(conn, db)]
+
+
+def estimate(zk: ZK, spec: Spec, credentials: Credentials) -> Estimate:
+    """Rows, bytes and a copy rate for the moving tables (reads the source only)."""
+    from migrator.engine.inspector import copy_key, describe
+
+    hosts = HostRegistry(zk).all()
+    conn = connect(hosts[spec.source_master], credentials)
+    try:
+        est = Estimate()
+        infos = []
+        for db, t in moving_tables(conn, spec):
+            info = describe(conn, db, t)
+            infos.append(info)
+            est.tables.append(TableEstimate(db, t, info.est_rows, info.data_bytes))
+        stored = stored_rate(zk)
+        if stored:
+            est.rows_per_s, est.bytes_per_s, est.rate_source = stored["rows_per_s"], stored["bytes_per_s"], "stored"
+            return est
+        sample = max(infos, key=lambda i: i.est_rows, default=None)
+        if sample is None or not sample.est_rows:
+            est.rate_source = "sampled"
+            return est
+        key, _ = copy_key(conn, sample.db, sample.table)
+        order = ", ".join(ident(c) for c in key) if key else "1"
+        n = spec.options.chunk_rows
+        t0 = time.perf_counter()
+        with conn.cursor() as cur:
+            cur.execute(tag("plan") + f"SELECT {', '.join(ident(c) for c in sample.columns)} "
+                        f"FROM {qualified(sample.db, sample.table)} ORDER BY {order} LIMIT %s", (n,))
+            got = len(cur.fetchall())
+        took = max(time.perf_counter() - t0, 1e-4)
+        read_rate = got / took
+        eta = eta_seconds(est.rows, read_rate, spec.options.copy_workers, len(infos))
+        est.rows_per_s = est.rows / eta if eta and eta != float("inf") else 0.0
+        avg = est.bytes / est.rows if est.rows else 0
+        est.bytes_per_s = est.rows_per_s * avg
+        est.rate_source = "sampled"
+        return est
+    finally:
+        conn.close()
+
+
+def stored_rate(zk: ZK) -> dict[str, Any] | None:
+    try:
+        data, _ = zk.client.get(zk.path(COPY_RATE))
+        rec = json.loads(data)
+        if rec.get("rows_per_s", 0) > 0:
+            return rec
+    except (NoNodeError, ValueError):
+        pass
+    return None
+
+
+def store_rate(zk: ZK, mid: str, rows: int, nbytes: int, seconds: float) -> None:
+    """Remember a finished copy's aggregate rate for the next dry run's ETA."""
+    if rows <= 0 or seconds <= 0:
+        return
+    rec = json.dumps({"rows_per_s": rows / seconds, "bytes_per_s": nbytes / seconds, "rows": rows,
+                      "migration": mid, "at": time.time()}).encode()
+    path = zk.path(COPY_RATE)
+    try:
+        zk.client.set(path, rec)
+    except NoNodeError:
+        zk.ensure(zk.path("stats"))
+        try:
+            zk.client.create(path, rec, acl=zk.protected_acl())
+        except NodeExistsError:
+            zk.client.set(path, rec)
+
+
+def check_against_map(smap: ShardMap, spec: Spec) -> None:
+    """Re-check a stored plan against the current map (the map may have moved on)."""
+    for s in spec.shards:
+        r = smap.range_of(s)
+        if {r.master, r.slave} != {spec.source_master, spec.source_slave}:
+            raise ShardMapError(f"shard {s} is now on {r.master}/{r.slave}, not the planned source "
+                                f"{spec.source_master}/{spec.source_slave}: abort this migration and plan again")

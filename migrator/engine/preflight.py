@@ -1,0 +1,388 @@
+"""Preflight: everything that must hold before the copy touches the target.
+
+Runs in the CLI process (``migrator preflight ID``) and automatically at the
+start of the copy step (in an RQ worker). It only reads: server variables,
+replication status, grants, table keys, the shard map. Each problem is one
+line that says what is wrong, where, and what to do; the result is a
+structured :class:`PreflightResult` the CLI prints and playbooks gate on.
+
+Checks (source = the source pair's master, target = the target pair):
+
+* binlog: ``log_bin``, ``binlog_format=ROW``, ``binlog_row_image=FULL``,
+  ``binlog_row_metadata=FULL``, ``log_slave_updates`` on the source;
+* distinct ``server_id`` on the four hosts; GTID position readable;
+* binlog retention longer than the estimated copy;
+* every moving table has a primary key (or a NOT NULL unique key);
+* the target pair replicates both ways with lag under the threshold;
+* the target holds none of the moving databases (or, for a partition move,
+  not the moving table);
+* the source is the active master of every moving shard in the shard map;
+* the migration user has the grants it needs; grants beyond them are warnings.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import pymysql
+
+from migrator.engine import inspector
+from migrator.fleet.config import Credentials
+from migrator.errors import MigratorError, MySQLUnavailable
+from migrator.fleet.model import Host
+from migrator.fleet.ids import shard_db
+from migrator.engine.migration import Phase, Spec
+from migrator.fleet.mysql import connect, query, tag
+from migrator.engine.plan import estimate, moving_tables
+from migrator.fleet.shard_map import HostRegistry, ShardMapStore
+from migrator.fleet.zk import ZK
+
+T = tag("preflight")
+
+#: the privileges the migration identity needs on every host, and why
+REQUIRED_GRANTS: dict[str, str] = {
+    "SELECT": "read rows (copy, verify)",
+    "INSERT": "write rows on the target",
+    "UPDATE": "apply row changes on the target",
+    "DELETE": "apply row deletes on the target",
+    "CREATE": "create the moving databases and tables on the target",
+    "DROP": "drop target copies on abort and tombstones at cleanup",
+    "ALTER": "carry AUTO_INCREMENT over; cutover renames",
+    "INDEX": "carry index changes over",
+    "LOCK TABLES": "the cutover write fence",
+    "CREATE TEMPORARY TABLES": "verify's scratch tables",
+    "RELOAD": "flush binary logs at cutover",
+    "PROCESS": "see writers on the passive side and fence waiters",
+    "REPLICATION SLAVE": "tail the source binlog",
+    "BINLOG MONITOR": "read binlog positions (SHOW BINARY LOGS, GTIDs)",
+    "SLAVE MONITOR": "read replication lag (SHOW SLAVE STATUS)",
+    "REPLICATION SLAVE ADMIN": "wait for and steer replication at cutover and rollback",
+    "CONNECTION ADMIN": "end stale writer connections at cutover",
+    "TRIGGER": "close the moving tables on the passive side at cutover (its write gate)",
+    "BINLOG ADMIN": "keep the fence's renames and the passive gate out of the binlog (sql_log_bin=0)",
+}
+#: MariaDB spells some privileges two ways
+GRANT_ALIASES = {
+    "REPLICATION CLIENT": "BINLOG MONITOR",
+    "REPLICA MONITOR": "SLAVE MONITOR",
+    "REPLICATION REPLICA": "REPLICATION SLAVE",
+    "REPLICATION REPLICA ADMIN": "REPLICATION SLAVE ADMIN",
+}
+GLOBAL_GRANT_RE = re.compile(r"^GRANT (.+?) ON \*\.\* TO ", re.S)
+
+
+@dataclass
+class Check:
+    name: str
+    ok: bool
+    message: str
+    severity: str = "error"  # error | warning | info
+
+    def line(self) -> str:
+        mark = "ok  " if self.ok else ("FAIL" if self.severity == "error" else "WARN")
+        if self.ok and self.severity == "info":
+            mark = "skip"
+        return f"{mark} {self.name}: {self.message}"
+
+
+@dataclass
+class PreflightResult:
+    migration: str
+    checks: list[Check] = field(default_factory=list)
+
+    def add(self, name: str, ok: bool, message: str, severity: str = "error") -> None:
+        self.checks.append(Check(name, ok, message, severity))
+
+    @property
+    def failures(self) -> list[Check]:
+        return [c for c in self.checks if not c.ok and c.severity == "error"]
+
+    @property
+    def warnings(self) -> list[Check]:
+        return [c for c in self.checks if not c.ok and c.severity == "warning"]
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+    def lines(self) -> list[str]:
+        return [c.line() for c in self.checks]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"migration": self.migration, "ok": self.ok,
+                "failures": [c.line() for c in self.failures], "warnings": [c.line() for c in self.warnings],
+                "checks": [c.__dict__ for c in self.checks]}
+
+
+class PreflightFailed(MigratorError):
+    component = "preflight"
+    exit_code = 6
+
+    def __init__(self, result: PreflightResult):
+        n = len(result.failures)
+        first = result.failures[0].line() if n else ""
+        super().__init__(f"{n} preflight check(s) failed, first: {first}; run `migrator preflight "
+                         f"{result.migration}` for all of them", phase="preflight")
+        self.result = result
+
+
+def parse_global_grants(rows: list[str]) -> set[str]:
+    """The privileges granted ON *.* in ``SHOW GRANTS`` output (never logs the lines)."""
+    privs: set[str] = set()
+    for line in rows:
+        m = GLOBAL_GRANT_RE.match(line)
+        if not m:
+            continue
+        for p in m.group(1).split(","):
+            p = p.strip().upper()
+            if p == "ALL PRIVILEGES" or p == "ALL":
+                privs.add("ALL PRIVILEGES")
+            elif p and p != "USAGE":
+                privs.add(GRANT_ALIASES.get(p, p))
+    return privs
+
+
+def grant_findings(privs: set[str]) -> tuple[list[str], list[str]]:
+    """(missing, extra) against :data:`REQUIRED_GRANTS`."""
+    if "ALL PRIVILEGES" in privs:
+        return [], ["ALL PRIVILEGES"]
+    missing = [p for p in REQUIRED_GRANTS if p not in privs]
+    extra = sorted(privs - set(REQUIRED_GRANTS))
+    return missing, extra
+
+
+def run(zk: ZK, spec: Spec, creds: Credentials, *, phase: Phase = Phase.PLANNED) -> PreflightResult:
+    """Run every check; never raises for a failed check (the result says)."""
+    res = PreflightResult(spec.id)
+    hosts = HostRegistry(zk).all()
+    roles = {"source master": spec.source_master, "source slave": spec.source_slave,
+             "target master": spec.target_master, "target slave": spec.target_slave}
+    conns: dict[str, pymysql.connections.Connection] = {}
+    try:
+        for role, name in roles.items():
+            if name not in hosts:
+                res.add("hosts", False, f"{role} {name} is not in the host registry; register it or plan again")
+                continue
+            try:
+                conns[role] = connect(hosts[name], creds, connect_timeout=5, read_timeout=30)
+            except MySQLUnavailable as exc:
+                res.add("hosts", False, f"{role} {name}: {exc.message}")
+        if len(conns) == len(roles):
+            res.add("hosts", True, "all four hosts answer")
+        _check_source_master(zk, spec, res)
+        src = conns.get("source master")
+        if src is not None:
+            _check_binlog(src, spec, res)
+            _check_keys(src, spec, res)
+            _check_retention(zk, src, spec, creds, res)
+        if len(conns) == len(roles):
+            _check_server_ids(conns, roles, res)
+        _check_target_replication(conns, hosts, spec, res)
+        if spec.options.fence_passive:
+            for role in ("source slave", "target slave"):
+                if role in conns:
+                    _check_passive_gate(conns[role], roles[role], res)
+        _check_target_empty(conns, spec, res, phase)
+        for role in ("source master", "target master"):
+            if role in conns:
+                _check_grants(conns[role], roles[role], res)
+    finally:
+        for c in conns.values():
+            try:
+                c.close()
+            except Exception:  # closing a broken connection is not a finding
+                pass
+    return res
+
+
+def _check_source_master(zk: ZK, spec: Spec, res: PreflightResult) -> None:
+    smap = ShardMapStore(zk).read()
+    wrong: dict[str, list[int]] = {}
+    for s in spec.shards:
+        r = smap.range_of(s)
+        if r.master != spec.source_master:
+            wrong.setdefault(r.master, []).append(s)
+    if not wrong:
+        res.add("source is master", True, f"{spec.source_master} is the shard map's master of every moving shard")
+    for master, shards in sorted(wrong.items()):
+        res.add("source is master", False,
+                f"{spec.source_master} is not the active master of shards {_list(shards)}: the shard map names "
+                f"{master}; abort this migration and plan again from the active master")
+    frozen = [s for s in spec.shards if smap.is_frozen(s)]
+    if frozen:
+        res.add("not frozen", False, f"shards {_list(frozen)} are frozen for a cutover; wait for it to finish")
+
+
+def _check_passive_gate(conn: pymysql.connections.Connection, name: str, res: PreflightResult) -> None:
+    """The passive member can be closed by the cutover's trigger gate (see migrator.engine.cutover.passive_gate)."""
+    v = inspector.global_variables(conn, ["log_bin_trust_function_creators", "slave_run_triggers_for_rbr"])
+    ok = True
+    if str(v.get("log_bin_trust_function_creators", "")).upper() != "ON":
+        ok = False
+        res.add("passive gate", False, f"log_bin_trust_function_creators is OFF on {name}: the cutover closes the "
+                "passive member with triggers, which then need SUPER; with ROW binlogs it is safe to set it ON "
+                "(my.cnf and SET GLOBAL)")
+    if str(v.get("slave_run_triggers_for_rbr", "NO")).upper() != "NO":
+        ok = False
+        res.add("passive gate", False, f"slave_run_triggers_for_rbr is {v.get('slave_run_triggers_for_rbr')} on "
+                f"{name}: the passive member's gate would stop its replication; set it to NO")
+    if ok:
+        res.add("passive gate", True, f"{name} can be closed to clients during the freeze")
+
+
+def _check_binlog(src: pymysql.connections.Connection, spec: Spec, res: PreflightResult) -> None:
+    v = inspector.global_variables(src, ["log_bin", "binlog_format", "binlog_row_image", "binlog_row_metadata",
+                                         "log_slave_updates"])
+    want = {"log_bin": "ON", "binlog_format": "ROW", "binlog_row_image": "FULL", "binlog_row_metadata": "FULL",
+            "log_slave_updates": "ON"}
+    bad = False
+    for name, value in want.items():
+        got = str(v.get(name, "")).upper()
+        if got != value:
+            bad = True
+            res.add("binlog", False, f"{name} is {got or 'unset'} on source {spec.source_master}; set {name}={value} "
+                    "(my.cnf and SET GLOBAL) and reconnect writers")
+    if not bad:
+        res.add("binlog", True, "ROW format, FULL row image and metadata, log_slave_updates on the source")
+    try:
+        pos = inspector.gtid_binlog_pos(src)
+        query(src, T + "SHOW BINARY LOGS")
+        res.add("gtid", True, f"source position {pos or '(empty)'} readable")
+    except pymysql.err.MySQLError as exc:
+        res.add("gtid", False, f"cannot read the binlog position on {spec.source_master}: {exc.args[-1]}; "
+                "grant BINLOG MONITOR")
+
+
+def _check_keys(src: pymysql.connections.Connection, spec: Spec, res: PreflightResult) -> None:
+    tables = moving_tables(src, spec)
+    bad = []
+    for db, t in tables:
+        if spec.kind == "queue_partition" and not inspector.table_exists(src, db, t):
+            res.add("tables", False, f"{db}.{t} does not exist on source {spec.source_master}")
+            continue
+        key, _ = inspector.copy_key(src, db, t)
+        if not key:
+            bad.append(f"{db}.{t}")
+            res.add("primary keys", False, f"{db}.{t} has no primary key (nor a NOT NULL unique key); "
+                    "add one: the copy and the binlog apply work by key")
+    if spec.kind == "shards":
+        missing = [db for db in spec.databases if not inspector.database_exists(src, db)]
+        for db in missing:
+            res.add("tables", False, f"database {db} does not exist on source {spec.source_master}")
+    if not bad:
+        res.add("primary keys", True, f"all {len(tables)} moving tables have a key")
+
+
+def _check_retention(zk: ZK, src: pymysql.connections.Connection, spec: Spec, creds: Credentials,
+                     res: PreflightResult) -> None:
+    v = inspector.global_variables(src, ["binlog_expire_logs_seconds", "expire_logs_days"])
+    secs = float(v.get("binlog_expire_logs_seconds") or 0)
+    if not secs:
+        secs = float(v.get("expire_logs_days") or 0) * 86400
+    if not secs:
+        res.add("binlog retention", True, "binlogs never expire on the source")
+        return
+    try:
+        est = estimate(zk, spec, creds)
+        eta = est.eta_s
+    except MigratorError as exc:
+        res.add("binlog retention", False, f"cannot estimate the copy time: {exc.message}", "warning")
+        return
+    if eta >= secs:
+        res.add("binlog retention", False,
+                f"binlogs expire after {secs / 3600:.1f}h on {spec.source_master} but the copy is estimated at "
+                f"{eta / 3600:.1f}h; raise binlog_expire_logs_seconds above the copy time")
+    else:
+        res.add("binlog retention", True, f"binlogs kept {secs / 3600:.1f}h, copy estimated {eta:.0f}s")
+
+
+def _check_server_ids(conns: dict[str, pymysql.connections.Connection], roles: dict[str, str],
+                      res: PreflightResult) -> None:
+    ids: dict[int, list[str]] = {}
+    for role, c in conns.items():
+        sid = int(query(c, T + "SELECT @@server_id")[0][0])
+        ids.setdefault(sid, []).append(f"{roles[role]} ({role})")
+    dup = {k: v for k, v in ids.items() if len(v) > 1}
+    for sid, who in dup.items():
+        res.add("server ids", False, f"server_id {sid} is shared by {' and '.join(who)}; give each host its own")
+    if not dup:
+        res.add("server ids", True, "distinct on all four hosts")
+
+
+def _check_target_replication(conns: dict[str, pymysql.connections.Connection], hosts: dict[str, Host],
+                              spec: Spec, res: PreflightResult) -> None:
+    ok = True
+    for role, peer in (("target master", spec.target_slave), ("target slave", spec.target_master)):
+        c = conns.get(role)
+        if c is None:
+            continue
+        name = spec.target_master if role == "target master" else spec.target_slave
+        st = inspector.slave_status(c)
+        if not st:
+            ok = False
+            res.add("target replication", False, f"{name} does not replicate from {peer}; set up master-master "
+                    "replication on the target pair first")
+            continue
+        if peer in hosts and int(st.get("Master_Port") or 0) != hosts[peer].port:
+            ok = False
+            res.add("target replication", False, f"{name} replicates from port {st.get('Master_Port')}, "
+                    f"not from its partner {peer} (port {hosts[peer].port})")
+        if st.get("Slave_IO_Running") != "Yes" or st.get("Slave_SQL_Running") != "Yes":
+            ok = False
+            err = st.get("Last_IO_Error") or st.get("Last_SQL_Error") or "stopped"
+            res.add("target replication", False, f"{name} <- {peer} is not running (io={st.get('Slave_IO_Running')}"
+                    f" sql={st.get('Slave_SQL_Running')}: {err}); fix it with START SLAVE")
+            continue
+        lag = st.get("Seconds_Behind_Master")
+        if lag is None or float(lag) > spec.options.max_standby_lag_s:
+            ok = False
+            res.add("target replication", False, f"{name} lags {lag}s behind {peer} "
+                    f"(threshold {spec.options.max_standby_lag_s:g}s); wait for it to catch up")
+    if ok and "target master" in conns and "target slave" in conns:
+        res.add("target replication", True, f"{spec.target_master} <-> {spec.target_slave} both ways, lag in bounds")
+
+
+def _check_target_empty(conns: dict[str, pymysql.connections.Connection], spec: Spec, res: PreflightResult,
+                        phase: Phase) -> None:
+    if phase not in (Phase.PLANNED, Phase.PREFLIGHT):
+        res.add("target empty", True, f"skipped: the copy already started (phase {phase.value})", "info")
+        return
+    found = []
+    for role in ("target master", "target slave"):
+        c = conns.get(role)
+        if c is None:
+            continue
+        name = spec.target_master if role == "target master" else spec.target_slave
+        if spec.kind == "queue_partition":
+            db = shard_db(spec.shards[0])
+            for t in spec.tables:
+                if inspector.table_exists(c, db, t):
+                    found.append(f"{db}.{t} on {name}")
+        else:
+            for db in spec.databases:
+                if inspector.database_exists(c, db):
+                    found.append(f"{db} on {name}")
+    for f in found:
+        res.add("target empty", False, f"the target already holds {f}; drop it (if it is a stale copy) or pick "
+                "another target")
+    if not found:
+        res.add("target empty", True, "the target holds none of the moving data")
+
+
+def _check_grants(c: pymysql.connections.Connection, name: str, res: PreflightResult) -> None:
+    rows = [r[0] for r in query(c, T + "SHOW GRANTS")]
+    missing, extra = grant_findings(parse_global_grants(rows))
+    for p in missing:
+        res.add("grants", False, f"the migration user lacks {p} on {name} (needed to {REQUIRED_GRANTS[p]}); "
+                f"GRANT {p} ON *.* to it")
+    if extra:
+        res.add("grants", False, f"the migration user holds more than it needs on {name}: {', '.join(extra)}; "
+                "consider revoking", "warning")
+    if not missing:
+        res.add("grants", True, f"the migration user has what it needs on {name}")
+
+
+def _list(shards: list[int]) -> str:
+    return ",".join(str(s) for s in sorted(shards))

@@ -1,0 +1,105 @@
+"""MySQL access: connections to fleet hosts with the migrator's credentials.
+
+Every statement migrator sends should carry a ``/* migrator:<component> */``
+tag (see :func:`tag`) so it shows in processlists and slow logs.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pymysql
+import pymysql.cursors
+
+from migrator.fleet.config import Credentials
+from migrator.errors import MigratorError, MySQLUnavailable
+from migrator.fleet.model import Host
+
+IDENT_RE = re.compile(r"^[A-Za-z0-9_]{1,64}$")
+
+# MySQL error codes migrator reacts to
+ER_NO_SUCH_TABLE = 1146
+ER_BAD_DB_ERROR = 1049
+ER_LOCK_WAIT_TIMEOUT = 1205
+ER_LOCK_DEADLOCK = 1213
+ER_DUP_ENTRY = 1062
+
+
+class InvalidIdentifier(MigratorError):
+    component = "mysql"
+    exit_code = 2
+
+
+def ident(name: str) -> str:
+    """Validate a database/table/column name and return it back-quoted.
+
+    Identifiers cannot be bound as parameters; every one that reaches SQL
+    passes here first. Only ``[A-Za-z0-9_]`` is allowed.
+    """
+    if not isinstance(name, str) or not IDENT_RE.fullmatch(name):
+        raise InvalidIdentifier(
+            f"identifier {name!r} is not allowed: use 1-64 letters, digits or underscores"
+        )
+    return f"`{name}`"
+
+
+def qualified(db: str, table: str) -> str:
+    return f"{ident(db)}.{ident(table)}"
+
+
+def tag(component: str) -> str:
+    return f"/* migrator:{component} */ "
+
+
+def connect(
+    host: Host,
+    credentials: Credentials,
+    database: str | None = None,
+    *,
+    autocommit: bool = True,
+    connect_timeout: float = 5,
+    read_timeout: float | None = None,
+    dict_cursor: bool = False,
+    **kwargs: Any,
+) -> pymysql.connections.Connection:
+    """Open a connection to one fleet host. Raises :class:`MySQLUnavailable`."""
+    try:
+        return pymysql.connect(
+            host=host.address,
+            port=host.port,
+            user=credentials.mysql_user,
+            password=credentials.mysql_password,
+            database=database,
+            autocommit=autocommit,
+            connect_timeout=connect_timeout,
+            read_timeout=read_timeout,
+            charset="utf8mb4",
+            cursorclass=pymysql.cursors.DictCursor if dict_cursor else pymysql.cursors.Cursor,
+            **kwargs,
+        )
+    except pymysql.err.OperationalError as exc:
+        code = exc.args[0] if exc.args else None
+        if code == 1045:
+            raise MySQLUnavailable(
+                f"{host.name} ({host.address}:{host.port}) refused the credentials of "
+                f"{credentials.mysql_user!r}: check MIGRATOR_MYSQL_USER/MIGRATOR_MYSQL_PASSWORD or the secrets file"
+            ) from None
+        raise MySQLUnavailable(
+            f"cannot connect to {host.name} at {host.address}:{host.port}: {exc.args[-1] if exc.args else exc}"
+        ) from None
+
+
+def query(conn: pymysql.connections.Connection, sql: str, args: Any = None) -> list[tuple[Any, ...]]:
+    with conn.cursor() as cur:
+        cur.execute(sql, args)
+        return list(cur.fetchall())
+
+
+def scalar(conn: pymysql.connections.Connection, sql: str, args: Any = None) -> Any:
+    rows = query(conn, sql, args)
+    return rows[0][0] if rows else None
+
+
+def databases(conn: pymysql.connections.Connection) -> list[str]:
+    return [r[0] for r in query(conn, "SHOW DATABASES")]

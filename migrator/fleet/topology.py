@@ -1,0 +1,178 @@
+"""Topology commands: show the map with sizes, store a first map, read history.
+
+Plain functions that the CLI, jobs and playbooks call alike.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from concurrent.futures import ThreadPoolExecutor
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from migrator.fleet import zk as zk_mod
+from migrator.fleet.config import Config, load_credentials
+from migrator.errors import MigratorError, ShardMapError
+from migrator.fleet.model import Host, ShardMap
+from migrator.fleet.ids import TYPE_BOARD, TYPE_PIN, encode, shard_db
+from migrator.fleet.mysql import connect as mysql_connect
+from migrator.fleet.mysql import ident
+from migrator.fleet.shard_map import HostRegistry, ShardMapStore
+
+
+def shard_sizes(host: Host, credentials: Any, shards: list[int]) -> dict[int, int]:
+    """Data + index bytes of each shard database on ``host`` (information_schema)."""
+    if not shards:
+        return {}
+    names = [shard_db(s) for s in shards]
+    conn = mysql_connect(host, credentials)
+    try:
+        with conn.cursor() as cur:
+            marks = ",".join(["%s"] * len(names))
+            cur.execute(
+                "/* migrator:topology */ SELECT table_schema, COALESCE(SUM(data_length + index_length), 0) "
+                f"FROM information_schema.tables WHERE table_schema IN ({marks}) GROUP BY table_schema",
+                names,
+            )
+            return {int(db[2:]): int(size) for db, size in cur.fetchall()}
+    finally:
+        conn.close()
+
+
+def show(config: Config, *, with_sizes: bool = True) -> dict[str, Any]:
+    creds = load_credentials(config)
+    with zk_mod.connect(config, creds) as zk:
+        smap = ShardMapStore(zk).read()
+        hosts = HostRegistry(zk).all()
+    ranges = []
+    for r in smap:
+        size: int | None = None
+        if with_sizes and r.master in hosts:
+            sizes = shard_sizes(hosts[r.master], creds, list(r.shards))
+            size = sum(sizes.values())
+        ranges.append({
+            "range": [r.lo, r.hi], "master": r.master, "slave": r.slave, "shards": r.count,
+            "bytes": size, "frozen": any(r.overlaps(lo, hi) for lo, hi in smap.frozen),
+        })
+    used = {r.master for r in smap.ranges} | {r.slave for r in smap.ranges}
+    spare = sorted({tuple(sorted((h.name, h.partner))) for h in hosts.values() if h.name not in used})
+    return {"epoch": smap.epoch, "num_shards": smap.num_shards, "ranges": ranges,
+            "frozen": [list(f) for f in smap.frozen], "spare_pairs": [list(p) for p in spare]}
+
+
+def load_map_file(path: Path) -> ShardMap:
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ShardMapError(f"cannot read map file {path}: {exc.strerror}") from None
+    return ShardMap.from_json(text)
+
+
+def load_hosts_file(path: Path) -> list[Host]:
+    try:
+        data = json.loads(path.read_text())
+    except OSError as exc:
+        raise MigratorError(f"cannot read hosts file {path}: {exc.strerror}") from None
+    except ValueError as exc:
+        raise MigratorError(f"hosts file {path} is not valid JSON: {exc}") from None
+    if not isinstance(data, list):
+        raise MigratorError(f"hosts file {path} must hold a JSON list of hosts")
+    try:
+        return [Host(**h) for h in data]
+    except Exception as exc:
+        raise MigratorError(f"hosts file {path}: {exc}".splitlines()[0]) from None
+
+
+def init_from_file(config: Config, map_file: Path, hosts_file: Path | None = None) -> ShardMap:
+    smap = load_map_file(map_file)  # validates layout before touching anything
+    creds = load_credentials(config)
+    with zk_mod.connect(config, creds) as zk:
+        reg = HostRegistry(zk)
+        if hosts_file:
+            for h in load_hosts_file(hosts_file):
+                reg.register(h)
+        return ShardMapStore(zk).init(smap, reg.all(), reason=f"topology init --from {map_file.name}")
+
+
+def shard_schema_statements() -> list[str]:
+    """The CREATE TABLE statements of one virtual shard (the seed schema)."""
+    text = resources.files("migrator.fleet").joinpath("shard_schema.sql").read_text()
+    return [s for s in (x.strip() for x in text.split(";")) if "CREATE" in s]
+
+
+def create_shards(smap: ShardMap, hosts: dict[str, Host], creds: Any, *, rows: int = 0,
+                  only_missing: bool = False) -> list[int]:
+    """Create ``dbNNNNN`` with the seed schema on each shard's master, seeding ``rows`` pins.
+
+    Runs on the masters only; the pair's replication carries it to the slaves.
+    With ``only_missing`` existing shard databases are left alone. Returns the
+    shards created.
+    """
+    statements = shard_schema_statements()
+    created: list[int] = []
+
+    def one_range(master: str, shard_list: list[int]) -> list[int]:
+        done = []
+        conn = mysql_connect(hosts[master], creds, autocommit=False)
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SHOW DATABASES LIKE 'db%%'")
+                existing = {r[0] for r in cur.fetchall()}
+                for shard in shard_list:
+                    db = shard_db(shard)
+                    if only_missing and db in existing:
+                        continue
+                    cur.execute(f"/* migrator:topology */ CREATE DATABASE IF NOT EXISTS {ident(db)}")
+                    cur.execute(f"USE {ident(db)}")
+                    for st in statements:
+                        cur.execute(st)
+                    seed_rows(cur, shard, rows)
+                    conn.commit()
+                    done.append(shard)
+        finally:
+            conn.close()
+        return done
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        for f in [pool.submit(one_range, r.master, list(r.shards)) for r in smap]:
+            created += f.result()
+    return sorted(created)
+
+
+def create_shards_command(config: Config, rows: int = 0) -> list[int]:
+    creds = load_credentials(config)
+    with zk_mod.connect(config, creds) as zk:
+        smap = ShardMapStore(zk).read()
+        hosts = HostRegistry(zk).all()
+    smap.validate_hosts(hosts)
+    return create_shards(smap, hosts, creds, rows=rows, only_missing=True)
+
+
+def seed_rows(cur: Any, shard: int, rows: int) -> None:
+    """Some users, boards, pins and mappings in one shard (deterministic)."""
+    if rows <= 0:
+        return
+    cur.executemany("INSERT INTO users (data) VALUES (%s)",
+                    [(json.dumps({"username": f"user{shard}_{i}", "email": f"u{i}@example.com"}),) for i in range(max(1, rows // 10))])
+    cur.executemany("INSERT INTO boards (data) VALUES (%s)",
+                    [(json.dumps({"name": f"board {i}", "shard": shard}),) for i in range(max(1, rows // 10))])
+    cur.executemany("INSERT INTO pins (data) VALUES (%s)",
+                    [(json.dumps({"details": f"pin {i} ✓", "link": f"http://example.com/{shard}/{i}"}),) for i in range(rows)])
+    cur.execute("SELECT local_id FROM boards ORDER BY local_id")
+    boards = [r[0] for r in cur.fetchall()]
+    cur.execute("SELECT local_id FROM pins ORDER BY local_id")
+    pins = [r[0] for r in cur.fetchall()]
+    maps = [(encode(shard, TYPE_BOARD, boards[i % len(boards)]), encode(shard, TYPE_PIN, pid), 1_600_000_000 + i)
+            for i, pid in enumerate(pins)]
+    cur.executemany("INSERT INTO board_has_pins (board_id, pin_id, sequence) VALUES (%s, %s, %s)", maps)
+
+
+
+def history(config: Config, limit: int = 20) -> list[dict[str, Any]]:
+    with zk_mod.connect(config) as zk:
+        recs = ShardMapStore(zk).history(limit)
+    for r in recs:
+        r["when_iso"] = dt.datetime.fromtimestamp(r["when"], dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+    return recs

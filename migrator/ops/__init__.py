@@ -1,0 +1,7 @@
+"""Operator tools on top of the engine.
+
+One plain function per command (:mod:`migrator.ops.command`), called alike by
+the CLI, the RQ jobs (``jobs/``) and playbooks; the RQ steps of a migration
+(:mod:`migrator.ops.steps`); playbooks, the live status view, metrics, the
+audit trail and the demo.
+"""

@@ -1,0 +1,58 @@
+"""The audit trail: every shard-map change and every migration state change.
+
+Shard-map changes are written in the same ZooKeeper transaction as the change
+itself (``<root>/audit``, see :mod:`migrator.fleet.shard_map`); migration phase
+changes are kept in each record's ``history`` (see :mod:`migrator.engine.migration`),
+each naming the actor (operator or worker, user@host) and, when a phase module
+made the change, that ``component``.
+This module merges both into one time-ordered list for ``migrator history``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from migrator.engine.migration import MigrationNotFound, MigrationStore
+from migrator.fleet.shard_map import ShardMapStore
+from migrator.fleet.zk import ZK
+
+
+def history(zk: ZK, *, migration_id: str | None = None, limit: int = 200) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    if migration_id is None:
+        for rec in ShardMapStore(zk).history(limit=limit):
+            out.append({
+                "when": rec["when"], "who": rec["who"], "what": "shard_map",
+                "migration": (rec.get("details") or {}).get("migration"),
+                "old_epoch": rec["old_epoch"], "new_epoch": rec["new_epoch"],
+                "detail": f"epoch {rec['old_epoch']} -> {rec['new_epoch']}: {rec['reason']}",
+            })
+    store = MigrationStore(zk)
+    ids = [migration_id] if migration_id else store.list()
+    for mid in ids:
+        try:
+            state, _ = store.state(mid)
+        except MigrationNotFound:
+            if migration_id:
+                raise
+            continue
+        for h in state.history:
+            detail = f"phase {h.get('from') or '-'} -> {h['to']}"
+            if h.get("error"):
+                detail += f" ({h['error']})"
+            if h.get("component"):
+                detail += f" by {h['component']}"
+            out.append({"when": h["when"], "who": h["who"], "what": "migration", "migration": mid,
+                        "component": h.get("component"), "from": h.get("from"), "to": h.get("to"),
+                        "detail": detail})
+    if migration_id:
+        for rec in ShardMapStore(zk).history(limit=limit):
+            if (rec.get("details") or {}).get("migration") == migration_id:
+                out.append({"when": rec["when"], "who": rec["who"], "what": "shard_map", "migration": migration_id,
+                            "old_epoch": rec["old_epoch"], "new_epoch": rec["new_epoch"],
+                            "detail": f"epoch {rec['old_epoch']} -> {rec['new_epoch']}: {rec['reason']}"})
+    out.sort(key=lambda r: r["when"])
+    for r in out:
+        r["when_iso"] = dt.datetime.fromtimestamp(r["when"], dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+    return out[-limit:]

@@ -1,0 +1,430 @@
+"""The migration commands, one plain function each (alembic's ``command.py``).
+
+The typer CLI (:mod:`migrator.cli.migrate`), the RQ jobs (:mod:`jobs`) and
+playbooks all call these functions; none of them prints. Each takes the
+:class:`~migrator.fleet.config.Config` first, opens what it needs (ZooKeeper,
+MySQL, Redis) and closes it before returning. Errors are
+:class:`~migrator.errors.MigratorError` with a message that says what to do.
+
+Phase functions of later phases (catch-up, verify, cutover) are added here
+next to these, in the same shape.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from migrator.fleet import config as config_mod
+from migrator.engine import copy as copy_mod
+from migrator.engine import plan as plan_mod
+from migrator.engine import preflight as preflight_mod
+from migrator.fleet import zk as zk_mod
+from migrator.fleet.config import Config, Credentials
+from migrator.errors import MigratorError
+from migrator.engine.migration import MigrationStore, Options, Phase, Spec
+from migrator.fleet.zk import ZK
+
+#: phases after which abort no longer applies (the map flipped: roll back instead)
+NOT_ABORTABLE = (Phase.CUTOVER, Phase.DONE, Phase.ROLLED_BACK, Phase.CLEANED)
+
+
+class CommandError(MigratorError):
+    component = "command"
+
+
+def load_config(path: str | None = None) -> Config:
+    return config_mod.load(path)
+
+
+@contextmanager
+def session(config: Config) -> Iterator[tuple[ZK, Credentials]]:
+    """A ZooKeeper connection and the credentials, closed on exit."""
+    creds = config_mod.load_credentials(config)
+    zk = zk_mod.connect(config, creds)
+    try:
+        yield zk, creds
+    finally:
+        zk.close()
+
+
+def spec_of(zk: ZK, mid: str) -> Spec:
+    return MigrationStore(zk).spec(mid)
+
+
+def _redis(config: Config) -> Any:
+    from redis import Redis
+
+    return Redis.from_url(config.redis.url)
+
+
+def _config_path(config: Config) -> str | None:
+    return str(config.path) if config.path else None
+
+
+# -- plan ------------------------------------------------------------------------------------------
+
+@dataclass
+class PlanResult:
+    spec: Spec
+    stored: bool
+    estimate: plan_mod.Estimate | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"id": self.spec.id, "stored": self.stored, "spec": self.spec.model_dump(mode="json")}
+        if self.estimate is not None:
+            out["estimate"] = self.estimate.as_dict()
+        return out
+
+
+def _finish_plan(zk: ZK, creds: Credentials, spec: Spec, dry_run: bool) -> PlanResult:
+    if dry_run:
+        return PlanResult(spec, stored=False, estimate=plan_mod.estimate(zk, spec, creds))
+    holders = MigrationStore(zk).holders(spec.shards)
+    if holders:  # a clear message before trying (create() re-checks atomically)
+        desc = ", ".join(f"shard {s} by {m}" for s, m in sorted(holders.items()))
+        from migrator.engine.migration import ShardsBusy
+
+        raise ShardsBusy(f"shards already moving: {desc}; wait for it, or abort it with `migrator abort ID`")
+    plan_mod.store(zk, spec)
+    return PlanResult(spec, stored=True)
+
+
+def plan_split(config: Config, source: str, target: str | None = None, *, dry_run: bool = False,
+               options: Options | None = None) -> PlanResult:
+    """Move the upper half of every range on ``source`` to ``target`` (or a spare pair)."""
+    with session(config) as (zk, creds):
+        spec = plan_mod.plan_split(zk, source, target, options=options)
+        return _finish_plan(zk, creds, spec, dry_run)
+
+
+def plan_move(config: Config, shards: str | list[int], target: str, *, dry_run: bool = False,
+              options: Options | None = None) -> PlanResult:
+    """Move ``shards`` ("4-7" or a list) to the pair of ``target``."""
+    shard_list = plan_mod.parse_shards(shards) if isinstance(shards, str) else sorted(shards)
+    with session(config) as (zk, creds):
+        spec = plan_mod.plan_move(zk, shard_list, target, options=options)
+        return _finish_plan(zk, creds, spec, dry_run)
+
+
+def plan_move_partition(config: Config, queue: str, partition: int, target: str, *, dry_run: bool = False,
+                        options: Options | None = None) -> PlanResult:
+    """Move one queue partition's jobs table to the pair of ``target``."""
+    with session(config) as (zk, creds):
+        spec = plan_mod.plan_move_partition(zk, queue, partition, target, options=options)
+        return _finish_plan(zk, creds, spec, dry_run)
+
+
+# -- preflight -----------------------------------------------------------------------------------------
+
+def preflight(config: Config, mid: str) -> preflight_mod.PreflightResult:
+    """Run every preflight check; the result lists failures and warnings."""
+    with session(config) as (zk, creds):
+        store = MigrationStore(zk)
+        spec = store.spec(mid)
+        st, _ = store.state(mid)
+        return preflight_mod.run(zk, spec, creds, phase=st.phase)
+
+
+# -- copy ------------------------------------------------------------------------------------------------
+
+def start_copy(config: Config, mid: str, *, queue: str = "migrator", slice_s: float | None = None) -> str:
+    """Enqueue the copy (preflight, schema, one job per table); returns the RQ job id."""
+    from jobs import copy as copy_jobs
+
+    with session(config) as (zk, _):
+        st, _ = MigrationStore(zk).state(mid)
+        if st.phase not in (Phase.PLANNED, Phase.PREFLIGHT, Phase.COPYING):
+            raise CommandError(f"migration {mid} is in phase {st.phase.value}: nothing to copy")
+    job = copy_jobs.enqueue_start(_redis(config), mid, _config_path(config), queue,
+                                  slice_s=slice_s if slice_s is not None else copy_jobs.SLICE_S)
+    return job.id
+
+
+def run_copy(config: Config, mid: str, *, workers: int | None = None,
+             on_progress: Callable[[dict[str, Any]], None] | None = None,
+             after_chunk: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """Copy in this process (threads), from the checkpoints, to the end.
+
+    Moves the migration to CATCHING_UP when every table is done; enqueues
+    nothing (the caller runs the next phase).
+    """
+    with session(config) as (zk, creds):
+        spec = spec_of(zk, mid)
+        t0 = time.monotonic()
+        pending = copy_mod.begin(zk, spec, creds)
+        n = workers or spec.options.copy_workers
+        results: list[copy_mod.TableResult] = []
+
+        def one(item: tuple[str, str]) -> copy_mod.TableResult:
+            return copy_mod.copy_table(zk, spec, item[0], item[1], creds, on_progress=on_progress,
+                                       after_chunk=after_chunk)
+
+        with ThreadPoolExecutor(max_workers=max(1, n), thread_name_prefix="copy") as pool:
+            results = list(pool.map(one, pending))
+        finished = copy_mod.finish_if_complete(zk, mid)
+        st, _ = MigrationStore(zk).state(mid)
+        return {"migration": mid, "phase": st.phase.value, "tables": len(pending), "finished": finished,
+                "rows": sum(r.rows for r in results), "bytes": sum(r.bytes for r in results),
+                "seconds": round(time.monotonic() - t0, 3),
+                "statuses": sorted({r.status for r in results})}
+
+
+# -- control ----------------------------------------------------------------------------------------------
+
+def pause(config: Config, mid: str) -> dict[str, Any]:
+    """Copy workers stop between chunks; ``resume`` continues from the checkpoints."""
+    with session(config) as (zk, _):
+        st = MigrationStore(zk).update(mid, lambda s: _set(s, paused=True))
+        return {"migration": mid, "paused": st.paused, "phase": st.phase.value}
+
+
+def resume(config: Config, mid: str, *, queue: str = "migrator") -> dict[str, Any]:
+    """Clear the pause flag and re-enqueue the current step from the ZooKeeper record."""
+    from jobs import resume as resume_jobs
+
+    with session(config) as (zk, _):
+        st = MigrationStore(zk).update(mid, lambda s: _set(s, paused=False))
+    if st.phase == Phase.CUTOVER:
+        # no job to re-enqueue: a cutover that died midway must be settled wholly before or after the flip
+        raise CommandError(f"migration {mid} is in its cutover (interrupted, or still running): run "
+                           f"`migrator cutover {mid}` to settle it (it finishes if the flip landed, undoes it "
+                           "otherwise, then cuts over again)")
+    job = resume_jobs.enqueue_current_step(_redis(config), config, mid, queue=queue)
+    return {"migration": mid, "phase": st.phase.value, "job": job.id if job else None}
+
+
+def _set(st: Any, **fields: Any) -> Any:
+    for k, v in fields.items():
+        setattr(st, k, v)
+    return st
+
+
+# -- status / abort ------------------------------------------------------------------------------------------
+
+def status(config: Config, mid: str | None = None) -> dict[str, Any]:
+    """Every migration's phase, or one migration's spec, state and per-table copy progress."""
+    with session(config) as (zk, _):
+        store = MigrationStore(zk)
+        if mid is None:
+            out = []
+            for m in store.list():
+                try:
+                    spec = store.spec(m)
+                    st, _ = store.state(m)
+                except MigratorError:
+                    continue
+                out.append({"id": m, "phase": st.phase.value, "kind": spec.kind, "shards": list(spec.shards),
+                            "source": spec.source_master, "target": spec.target_master, "paused": st.paused,
+                            "error": st.error})
+            return {"migrations": out}
+        spec = store.spec(mid)
+        st, _ = store.state(mid)
+        tables = copy_mod.table_progress(zk, mid)
+        rows = sum(int(t.get("rows", 0)) for t in tables)
+        est = sum(int(t.get("est_rows", 0)) for t in tables)
+        catchup, _ = store.get_progress(mid, "catchup")
+        verify_node, _ = store.get_progress(mid, "verify")
+        cut, _ = store.get_progress(mid, "cutover")
+        return {
+            "id": mid, "phase": st.phase.value, "paused": st.paused, "error": st.error,
+            "spec": spec.model_dump(mode="json"), "history": st.history,
+            "passes": (catchup or {}).get("passes", []), "catchup_gtid": (catchup or {}).get("gtid"),
+            "not_converging": (catchup or {}).get("not_converging"),
+            "predicted_freeze_ms": st.predicted_freeze_ms, "freeze_ms": st.freeze_ms,
+            "verify": verify_node, "verify_mismatches": (verify_node or {}).get("mismatched"),
+            "cutover": cut, "cleanup_after": st.cleanup_after, "postpone_cutover": st.postpone_cutover,
+            "copy": {"tables": len(tables), "done": sum(1 for t in tables if t.get("done")), "rows": rows,
+                     "est_rows": est, "bytes": sum(int(t.get("bytes", 0)) for t in tables),
+                     "start_gtids": copy_mod.earliest_start_gtids(zk, mid), "per_table": tables},
+        }
+
+
+def abort(config: Config, mid: str, *, settle_s: float = 1.0) -> dict[str, Any]:
+    """Stop the migration: phase ABORTED (workers stop between chunks), drop the
+    target copies, release the shard locks and the maintenance pause."""
+    with session(config) as (zk, creds):
+        store = MigrationStore(zk)
+        spec = store.spec(mid)
+        st, _ = store.state(mid)
+        if st.phase in NOT_ABORTABLE:
+            raise CommandError(f"migration {mid} is in phase {st.phase.value}: the map has flipped or is flipping; "
+                               "use rollback instead of abort")
+        was = st.phase
+        store.set_phase(mid, Phase.ABORTED)
+        if was == Phase.COPYING and settle_s:
+            time.sleep(settle_s)  # copy workers check the phase between chunks
+        dropped = copy_mod.drop_target_copies(zk, spec, creds)
+        store.release_locks(spec)
+        plan_mod.release_maintenance_pause(zk, spec)
+        return {"migration": mid, "phase": Phase.ABORTED.value, "was": was.value, "dropped": dropped}
+
+
+#: phases from which the copy can be redone (the map has not flipped; nothing is fenced)
+RESTARTABLE = (Phase.PLANNED, Phase.PREFLIGHT, Phase.COPYING, Phase.CATCHING_UP, Phase.CONVERGED, Phase.FAILED)
+#: progress nodes that belong to one attempt of the copy and what follows it
+ATTEMPT_NODES = ("copy", "catchup", "verify", "cutover")
+
+
+def restart_copy(config: Config, mid: str, *, queue: str = "migrator", settle_s: float = 1.0) -> dict[str, Any]:
+    """Redo the copy from scratch, keeping the migration (same id, shard locks, spec).
+
+    For when catch-up can no longer continue from its checkpoint: the binlog it
+    needs was purged on the source, or the target copy is known to be bad.
+    Stops the workers (phase FAILED: copy jobs stop between chunks, catch-up
+    refuses to run), drops the target copies, deletes the copy, catch-up and
+    verify progress, and puts the migration back to PLANNED, so preflight and the
+    copy run again and record fresh binlog positions. A migration driven by the
+    pipeline (``split --yes``) is re-enqueued at once; otherwise run
+    ``migrator copy ID``. Refused once the cutover has started.
+    """
+    with session(config) as (zk, creds):
+        store = MigrationStore(zk)
+        spec = store.spec(mid)
+        st, _ = store.state(mid)
+        if st.phase not in RESTARTABLE:
+            raise CommandError(f"migration {mid} is in phase {st.phase.value}: the copy can only be restarted "
+                               "before the cutover (after a flip, use rollback)")
+        was = st.phase
+        if st.phase != Phase.FAILED:
+            store.set_phase(mid, Phase.FAILED, error="restarting the copy")
+            if settle_s:
+                # copy jobs check the phase between chunks and catch-up before each pass; a pass in
+                # flight fails on the dropped tables or the deleted checkpoint, and is not retried
+                time.sleep(settle_s)
+        dropped = copy_mod.drop_target_copies(zk, spec, creds)
+        for key in ATTEMPT_NODES:
+            node = f"{store.base}/{mid}/{key}"
+            if zk.client.exists(node):
+                zk.client.delete(node, recursive=True)
+
+        def reset(s: Any) -> Any:
+            s.history.append({"who": "restart-copy", "when": time.time(), "from": s.phase.value,
+                              "to": Phase.PLANNED.value})
+            s.phase = Phase.PLANNED
+            s.error = None
+            s.paused = False
+            s.predicted_freeze_ms = None
+            return s
+
+        new = store.update(mid, reset)
+    job = start_copy(config, mid, queue=queue) if new.autopilot else None
+    return {"migration": mid, "was": was.value, "phase": Phase.PLANNED.value, "dropped": dropped, "job": job}
+
+
+# -- later phases (their modules hold the logic; these are the shared entry points) ---------------------
+
+def catchup(config: Config, mid: str, *, passes: int | None = None) -> dict[str, Any]:
+    """Run catch-up passes in this process (until converged, or ``passes``)."""
+    from migrator.engine.catch_up import passes as catch_up
+
+    results = catch_up.run_passes(config, mid, passes)
+    last = results[-1] if results else None
+    return {"migration": mid, "passes": len(results),
+            "converged": bool(last and last.converged),
+            "last": None if last is None else {"events": last.events, "lag_s": last.lag_s,
+                                               "apply_rate": last.apply_rate,
+                                               "predicted_freeze_ms": last.predicted_freeze_ms}}
+
+
+def verify(config: Config, mid: str, *, repair: bool = True) -> dict[str, Any]:
+    """Chunked checksums source vs target; mismatched chunks re-checked and re-copied."""
+    from migrator.engine.verify.checksums import verify_migration
+
+    rep = verify_migration(config, mid, repair=repair)
+    # Rows that still differ while writes go on are rows in flight: the cutover re-checks every row
+    # changed since this check (and the suspect chunks) under its write fence, where nothing moves.
+    return {"migration": mid, "chunks": rep.chunks, "mismatched": len(rep.mismatched_chunks),
+            "repaired": rep.repaired_rows, "still_differing": len(rep.differing_rows), "ok": rep.ok}
+
+
+def cutover(config: Config, mid: str, *, freeze_budget_ms: int | None = None) -> dict[str, Any]:
+    """The fenced cutover (freeze, fence, drain to the sentinel, verify, flip, unfreeze)."""
+    from migrator.engine.cutover import run as cutover_mod
+
+    if freeze_budget_ms is not None:
+        _set_budget(config, mid, freeze_budget_ms)
+    return cutover_mod.cutover(config, mid).to_dict()
+
+
+def _set_budget(config: Config, mid: str, budget_ms: int) -> None:
+    """The budget is part of the spec's options; an operator may lower or raise it before the cutover."""
+    with session(config) as (zk, _):
+        store = MigrationStore(zk)
+        spec = store.spec(mid)
+        if spec.options.freeze_budget_ms == budget_ms:
+            return
+        new = spec.model_copy(update={"options": spec.options.model_copy(update={"freeze_budget_ms": budget_ms})})
+        store.replace_spec(new)
+
+
+def rollback(config: Config, mid: str) -> dict[str, Any]:
+    """Tail the new master back into the tombstones and flip back."""
+    from migrator.engine import rollback as rollback_mod
+
+    return rollback_mod.rollback(config, mid).to_dict()
+
+
+def cleanup(config: Config, mid: str, *, now: bool = False) -> dict[str, Any]:
+    """Drop the tombstones after the retention; before it, schedule that and return."""
+    from migrator.engine import cleanup as cleanup_mod
+
+    try:
+        return cleanup_mod.cleanup(config, mid, now=now).to_dict()
+    except cleanup_mod.RetentionNotOver:
+        job = schedule_cleanup(config, mid)
+        return {"migration": mid, "scheduled": job}
+
+
+def schedule_cleanup(config: Config, mid: str, *, queue: str = "migrator") -> str | None:
+    """Enqueue the cleanup job for the end of the retention (needs a worker with the scheduler)."""
+    import datetime as dt
+
+    from rq import Queue
+
+    from jobs import cutover as cutover_jobs
+    from jobs.copy import job_id
+
+    with session(config) as (zk, _):
+        st, _ = MigrationStore(zk).state(mid)
+    if st.cleanup_after is None:
+        return None
+    when = dt.datetime.fromtimestamp(st.cleanup_after, tz=dt.timezone.utc)
+    job = Queue(queue, connection=_redis(config)).enqueue_at(
+        when, cutover_jobs.cleanup, mid, config_path=_config_path(config), job_id=job_id("cleanup", mid),
+        description=f"drop the tombstones of migration {mid}", meta={"migration": mid, "step": "cleanup"})
+    return job.id
+
+
+# -- the whole pipeline ---------------------------------------------------------------------------------------
+
+def launch(config: Config, mid: str, *, queue: str = "migrator") -> str:
+    """Hand a planned migration to the RQ pipeline: copy -> catch-up passes ->
+    verify -> cutover -> cleanup scheduled, each step enqueuing the next."""
+    with session(config) as (zk, _):
+        MigrationStore(zk).update(mid, lambda s: _set(s, autopilot=True))
+    return start_copy(config, mid, queue=queue)
+
+
+def postpone(config: Config, mid: str, *, on: bool = True) -> dict[str, Any]:
+    """Hold (or release) the pipeline before the cutover; catch-up keeps the target current."""
+    with session(config) as (zk, _):
+        st = MigrationStore(zk).update(mid, lambda s: _set(s, postpone_cutover=on))
+        return {"migration": mid, "postpone_cutover": st.postpone_cutover, "phase": st.phase.value}
+
+
+def set_options(config: Config, mid: str, **changes: Any) -> dict[str, Any]:
+    """Change a running migration's tunables (throttle limits, chunk target, budget).
+
+    Copy and catch-up jobs read the spec's options at each slice/pass, so the
+    change takes effect within a slice."""
+    with session(config) as (zk, _):
+        store = MigrationStore(zk)
+        spec = store.spec(mid)
+        opts = Options(**{**spec.options.model_dump(), **{k: v for k, v in changes.items() if v is not None}})
+        store.replace_spec(spec.model_copy(update={"options": opts}))
+        return {"migration": mid, "options": opts.model_dump()}

@@ -1,0 +1,107 @@
+"""Prometheus metrics of migrations, read from their ZooKeeper records on scrape.
+
+Any number of RQ workers on any number of machines do the work; the record in
+ZooKeeper is the one place that knows the whole migration. So instead of
+counters scattered over worker processes, each scrape of ``/metrics`` (served
+by ``migrator worker --metrics-port P`` or ``migrator metrics --port P``) reads the
+records and reports copy progress, catch-up apply rate, lag, pass deltas and
+freeze durations. Use ``rate(migrator_copy_rows_total[1m])`` for rows/s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from migrator.engine.migration import MigrationStore, Phase
+from migrator.fleet.shard_map import ShardMapStore
+from migrator.fleet.zk import ZK
+
+
+class MigrationCollector(Collector):
+    """A prometheus-client collector over every migration record under one root."""
+
+    def __init__(self, zk: ZK):
+        self.zk = zk
+
+    def collect(self) -> Iterator[Any]:
+        store = MigrationStore(self.zk)
+        phase = GaugeMetricFamily("migrator_migration_phase", "1 for the phase each migration is in",
+                                  labels=["migration", "phase"])
+        rows = CounterMetricFamily("migrator_copy_rows", "Rows copied so far", labels=["migration"])
+        nbytes = CounterMetricFamily("migrator_copy_bytes", "Bytes copied so far", labels=["migration"])
+        tables_left = GaugeMetricFamily("migrator_copy_tables_pending", "Tables not fully copied",
+                                        labels=["migration"])
+        apply_rate = GaugeMetricFamily("migrator_catchup_apply_events_per_second",
+                                       "Apply rate of the last catch-up pass that applied events",
+                                       labels=["migration"])
+        write_rate = GaugeMetricFamily("migrator_catchup_source_write_events_per_second",
+                                       "Source write rate seen by the last catch-up pass", labels=["migration"])
+        lag = GaugeMetricFamily("migrator_catchup_lag_seconds", "Lag of the last catch-up pass",
+                                labels=["migration"])
+        delta = GaugeMetricFamily("migrator_catchup_pass_events", "Events applied by the last catch-up pass",
+                                  labels=["migration"])
+        passes = CounterMetricFamily("migrator_catchup_passes", "Catch-up passes run", labels=["migration"])
+        events = CounterMetricFamily("migrator_catchup_events", "Binlog row events applied by the recorded passes",
+                                     labels=["migration"])
+        pass_seconds = GaugeMetricFamily("migrator_catchup_pass_duration_seconds", "Duration of the last pass",
+                                         labels=["migration"])
+        predicted = GaugeMetricFamily("migrator_predicted_freeze_seconds", "Predicted write freeze",
+                                      labels=["migration"])
+        freeze = GaugeMetricFamily("migrator_freeze_seconds", "Measured write freeze of the cutover",
+                                   labels=["migration"])
+        for mid in store.list():
+            try:
+                st, _ = store.state(mid)
+            except Exception:  # a record deleted between list and read
+                continue
+            for p in Phase:
+                phase.add_metric([mid, p.value], 1.0 if st.phase == p else 0.0)
+            total_rows = total_bytes = pending = 0
+            for key in store.progress_keys(mid, "copy"):
+                prog, _ = store.get_progress(mid, f"copy/{key}")
+                if prog:
+                    total_rows += int(prog.get("rows") or 0)
+                    total_bytes += int(prog.get("bytes") or 0)
+                    pending += 0 if prog.get("done") else 1
+            rows.add_metric([mid], total_rows)
+            nbytes.add_metric([mid], total_bytes)
+            tables_left.add_metric([mid], pending)
+            ck, _ = store.get_progress(mid, "catchup")
+            plist = (ck or {}).get("passes") or []
+            passes.add_metric([mid], max(len(plist), int(max((p.get("number") or 0 for p in plist), default=0))))
+            events.add_metric([mid], sum(int(p.get("events") or 0) for p in plist))
+            if plist:
+                last = plist[-1]
+                # an empty pass has no rate: report the last pass that applied something
+                busy = next((p for p in reversed(plist) if p.get("events")), last)
+                apply_rate.add_metric([mid], float(busy.get("apply_rate") or 0))
+                write_rate.add_metric([mid], float(last.get("write_rate") or 0))
+                lag.add_metric([mid], float(last.get("lag_s") or 0))
+                delta.add_metric([mid], float(last.get("events") or 0))
+                pass_seconds.add_metric([mid], float(last.get("duration_s") or 0))
+            if st.predicted_freeze_ms is not None:
+                predicted.add_metric([mid], st.predicted_freeze_ms / 1000)
+            if st.freeze_ms is not None:
+                freeze.add_metric([mid], st.freeze_ms / 1000)
+        yield from (phase, rows, nbytes, tables_left, apply_rate, write_rate, lag, delta, pass_seconds, passes, events,
+                    predicted, freeze)
+        epoch = GaugeMetricFamily("migrator_shard_map_epoch", "Epoch (znode version) of the shard map")
+        try:
+            epoch.add_metric([], float(ShardMapStore(self.zk).read().epoch or 0))
+            yield epoch
+        except Exception:  # no map yet: report nothing rather than fail the scrape
+            pass
+
+
+def serve(zk: ZK, port: int, addr: str = "127.0.0.1") -> Any:
+    """Start a /metrics HTTP server in a daemon thread; returns the server."""
+    from prometheus_client import CollectorRegistry, start_http_server
+
+    registry = CollectorRegistry()
+    registry.register(MigrationCollector(zk))
+    server, _thread = start_http_server(port, addr=addr, registry=registry)
+    return server
