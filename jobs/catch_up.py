@@ -18,6 +18,7 @@ from typing import Any
 
 from migrator.engine.catch_up import passes as catch_up
 from migrator.fleet import config as config_mod
+from migrator.ops.steps import CATCH_UP_JOB, enqueue_finish
 
 
 def run_passes(
@@ -68,9 +69,7 @@ def run_passes(
     done += 1
     finished = result.converged if passes is None else done >= passes
     if result.converged and job is not None and _autopilot(cfg, migration_id):
-        from jobs import pipeline
-
-        summary["next_job"] = pipeline.enqueue(job.connection, migration_id, config_path, queue=job.origin).id
+        summary["next_job"] = enqueue_finish(job.connection, migration_id, config_path, queue=job.origin).id
         return summary
     if not finished and job is not None and _paused(cfg, migration_id):
         summary["paused"] = True
@@ -79,7 +78,7 @@ def run_passes(
         from rq import Queue
 
         nxt = Queue(job.origin, connection=job.connection).enqueue(
-            "jobs.catch_up.run_passes", migration_id, config_path=config_path, passes=passes, done=done,
+            CATCH_UP_JOB, migration_id, config_path=config_path, passes=passes, done=done,
             job_id=f"catchup-{migration_id}-{result.number + 1}-{uuid.uuid4().hex[:6]}", job_timeout=job.timeout,
             description=f"catch-up pass {result.number + 1} of migration {migration_id}",
             meta={"migration": migration_id, "step": "catch-up", "pass": result.number + 1},

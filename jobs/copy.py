@@ -5,7 +5,7 @@ enqueues one ``table`` job per table still to copy. A ``table`` job copies for
 at most a time slice, then re-enqueues itself: workers interleave tables, a
 job never needs a long RQ timeout, and a pause takes effect between chunks.
 The last table to finish moves the migration to CATCHING_UP and enqueues
-``jobs.catch_up.run_passes`` by name.
+``jobs.catch_up.run_passes`` by name (:mod:`migrator.ops.steps` enqueues every step).
 
 Workers fork per job: every MySQL and ZooKeeper connection is opened inside
 the job. Job meta holds progress only (rows, bytes, rates, ETA), never
@@ -16,52 +16,15 @@ compare-and-set on the table's progress node lets only one advance it.
 from __future__ import annotations
 
 import time
-import uuid
 from typing import Any
 
 from redis import Redis
-from rq import Queue, get_current_job
-from rq.job import Job
+from rq import get_current_job
 
 from migrator.ops import command
 from migrator.engine import copy as copy_mod
 from migrator.engine.migration import MigrationStore
-
-QUEUE = "migrator"
-SLICE_S = 60.0
-TABLE_TIMEOUT_S = 1800
-CATCH_UP_JOB = "jobs.catch_up.run_passes"
-
-
-def job_id(*parts: str) -> str:
-    """An RQ-safe id: letters, digits, '_' and '-' only, plus a short nonce."""
-    raw = "-".join([*parts, uuid.uuid4().hex[:6]])
-    return "".join(ch if ch.isalnum() or ch in "_-" else "_" for ch in raw)
-
-
-def enqueue_start(redis: Redis, mid: str, config_path: str | None = None, queue: str = QUEUE,
-                  slice_s: float = SLICE_S) -> Job:
-    return Queue(queue, connection=redis).enqueue(
-        start, mid, config_path=config_path, slice_s=slice_s, job_id=job_id("copy-start", mid),
-        description=f"copy: preflight, schema and table jobs of migration {mid}", job_timeout=900,
-        meta={"migration": mid, "step": "copy-start"})
-
-
-def enqueue_table(redis: Redis, mid: str, db: str, table: str, config_path: str | None = None,
-                  queue: str = QUEUE, slice_s: float = SLICE_S) -> Job:
-    return Queue(queue, connection=redis).enqueue(
-        table_job, mid, db, table, config_path=config_path, slice_s=slice_s,
-        job_id=job_id("copy", mid, db, table), description=f"copy {db}.{table} of migration {mid}",
-        job_timeout=TABLE_TIMEOUT_S + int(slice_s), meta={"migration": mid, "step": "copy", "table": f"{db}.{table}"})
-
-
-def enqueue_catch_up(redis: Redis, mid: str, config_path: str | None = None, queue: str = QUEUE) -> Job:
-    """The next phase's job, by dotted name (its module may live elsewhere)."""
-    return Queue(queue, connection=redis).enqueue(
-        CATCH_UP_JOB, mid, config_path=config_path, job_id=job_id("catch_up", mid),
-        description=f"catch-up passes of migration {mid}", job_timeout=24 * 3600,
-        meta={"migration": mid, "step": "catch-up"})
-
+from migrator.ops.steps import SLICE_S, enqueue_catch_up, enqueue_table
 
 def _queue_args() -> tuple[Redis, str]:
     job = get_current_job()

@@ -15,14 +15,14 @@ cutover: ``finish`` re-enqueues itself until it is cleared.
 
 from __future__ import annotations
 
-import datetime as dt
 from typing import Any
 
-from rq import Queue, get_current_job
+from rq import get_current_job
 
 from migrator.ops import command
 from migrator.fleet import config as config_mod
 from migrator.engine.migration import MigrationStore, Phase
+from migrator.ops.steps import enqueue_finish
 
 MAX_ATTEMPTS = 5
 POSTPONE_RECHECK_S = 5
@@ -77,18 +77,6 @@ def _again(out: dict[str, Any], mid: str, config_path: str | None, attempt: int,
     job = get_current_job()
     if job is None:
         return out
-    enqueue(job.connection, mid, config_path, queue=job.origin, attempt=attempt + (1 if count else 0),
-            delay=delay)
+    enqueue_finish(job.connection, mid, config_path, queue=job.origin, attempt=attempt + (1 if count else 0),
+                   delay=delay)
     return out
-
-
-def enqueue(redis: Any, mid: str, config_path: str | None, *, queue: str = "migrator", attempt: int = 0,
-            delay: float = 0) -> Any:
-    from jobs.copy import job_id
-
-    q = Queue(queue, connection=redis)
-    kwargs = dict(config_path=config_path, attempt=attempt, job_id=job_id("finish", mid), job_timeout=3600,
-                  description=f"verify and cut over migration {mid}", meta={"migration": mid, "step": "finish"})
-    if delay:
-        return q.enqueue_in(dt.timedelta(seconds=delay), finish, mid, **kwargs)
-    return q.enqueue(finish, mid, **kwargs)

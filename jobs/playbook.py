@@ -10,14 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from rq import Queue, get_current_job
+from rq import get_current_job
 
 from migrator.fleet import config as config_mod
 from migrator.ops.playbook import runner as playbook
 from migrator.fleet import zk as zk_mod
-
-QUEUE = "migrator"
-
+from migrator.ops.steps import enqueue_playbook
 
 def advance(run_id: str, config_path: str | None = None, wait_budget_s: float = 20.0) -> dict[str, Any]:
     cfg = config_mod.load(config_path)
@@ -31,19 +29,6 @@ def advance(run_id: str, config_path: str | None = None, wait_budget_s: float = 
                          "status": out.status, "step": out.step, "message": out.message[:300]})
         job.save_meta()
         if out.status in ("waiting", "busy"):
-            enqueue(run_id, config_path, connection=job.connection, playbook_name=state["playbook"],
+            enqueue_playbook(run_id, config_path, connection=job.connection, playbook_name=state["playbook"],
                     migration=state["context"].get("migration"), step=out.step)
     return {"status": out.status, "step": out.step, "message": out.message}
-
-
-def enqueue(run_id: str, config_path: str | None, *, connection: Any, playbook_name: str | None = None,
-            migration: str | None = None, step: str | None = None) -> Any:
-    """Queue the next advance of a run; the description says which playbook, migration and step."""
-    what = f"playbook {playbook_name or ''} run {run_id}".replace("  ", " ")
-    if migration:
-        what += f" (migration {migration})"
-    if step:
-        what += f": waiting at {step}"
-    q = Queue(QUEUE, connection=connection)
-    return q.enqueue(advance, run_id, config_path, job_timeout=-1, description=what,
-                     meta={"run": run_id, "playbook": playbook_name, "migration": migration, "step": step})

@@ -107,12 +107,12 @@ def _create(cfg: object, pb: pbm.Playbook, params: dict) -> str:
 def _enqueue(cfg: object, run_id: str, config_path: Optional[str], name: Optional[str] = None) -> None:
     import redis
 
-    from jobs import playbook as job
     from migrator.fleet import config as config_mod
+    from migrator.ops.steps import enqueue_playbook
 
     conn = redis.Redis.from_url(cfg.redis.url)  # type: ignore[attr-defined]
     path = str(config_mod.resolve_path(config_path).resolve())
-    job.enqueue(run_id, path, connection=conn, playbook_name=name)
+    enqueue_playbook(run_id, path, connection=conn, playbook_name=name)
 
 
 def _drive(cfg: object, run_id: str) -> None:

@@ -23,6 +23,7 @@ from migrator.fleet import config as config_mod
 from migrator.engine import copy as copy_mod
 from migrator.engine import plan as plan_mod
 from migrator.engine import preflight as preflight_mod
+from migrator.ops import steps
 from migrator.fleet import zk as zk_mod
 from migrator.fleet.config import Config, Credentials
 from migrator.errors import MigratorError
@@ -134,14 +135,12 @@ def preflight(config: Config, mid: str) -> preflight_mod.PreflightResult:
 
 def start_copy(config: Config, mid: str, *, queue: str = "migrator", slice_s: float | None = None) -> str:
     """Enqueue the copy (preflight, schema, one job per table); returns the RQ job id."""
-    from jobs import copy as copy_jobs
-
     with session(config) as (zk, _):
         st, _ = MigrationStore(zk).state(mid)
         if st.phase not in (Phase.PLANNED, Phase.PREFLIGHT, Phase.COPYING):
             raise CommandError(f"migration {mid} is in phase {st.phase.value}: nothing to copy")
-    job = copy_jobs.enqueue_start(_redis(config), mid, _config_path(config), queue,
-                                  slice_s=slice_s if slice_s is not None else copy_jobs.SLICE_S)
+    job = steps.enqueue_start(_redis(config), mid, _config_path(config), queue,
+                              slice_s=slice_s if slice_s is not None else steps.SLICE_S)
     return job.id
 
 
@@ -185,8 +184,6 @@ def pause(config: Config, mid: str) -> dict[str, Any]:
 
 def resume(config: Config, mid: str, *, queue: str = "migrator") -> dict[str, Any]:
     """Clear the pause flag and re-enqueue the current step from the ZooKeeper record."""
-    from jobs import resume as resume_jobs
-
     with session(config) as (zk, _):
         st = MigrationStore(zk).update(mid, lambda s: _set(s, paused=False))
     if st.phase == Phase.CUTOVER:
@@ -194,7 +191,7 @@ def resume(config: Config, mid: str, *, queue: str = "migrator") -> dict[str, An
         raise CommandError(f"migration {mid} is in its cutover (interrupted, or still running): run "
                            f"`migrator cutover {mid}` to settle it (it finishes if the flip landed, undoes it "
                            "otherwise, then cuts over again)")
-    job = resume_jobs.enqueue_current_step(_redis(config), config, mid, queue=queue)
+    job = steps.enqueue_current_step(_redis(config), config, mid, queue=queue)
     return {"migration": mid, "phase": st.phase.value, "job": job.id if job else None}
 
 
@@ -382,22 +379,11 @@ def cleanup(config: Config, mid: str, *, now: bool = False) -> dict[str, Any]:
 
 def schedule_cleanup(config: Config, mid: str, *, queue: str = "migrator") -> str | None:
     """Enqueue the cleanup job for the end of the retention (needs a worker with the scheduler)."""
-    import datetime as dt
-
-    from rq import Queue
-
-    from jobs import cutover as cutover_jobs
-    from jobs.copy import job_id
-
     with session(config) as (zk, _):
         st, _ = MigrationStore(zk).state(mid)
     if st.cleanup_after is None:
         return None
-    when = dt.datetime.fromtimestamp(st.cleanup_after, tz=dt.timezone.utc)
-    job = Queue(queue, connection=_redis(config)).enqueue_at(
-        when, cutover_jobs.cleanup, mid, config_path=_config_path(config), job_id=job_id("cleanup", mid),
-        description=f"drop the tombstones of migration {mid}", meta={"migration": mid, "step": "cleanup"})
-    return job.id
+    return steps.enqueue_cleanup_at(_redis(config), mid, st.cleanup_after, _config_path(config), queue).id
 
 
 # -- the whole pipeline ---------------------------------------------------------------------------------------
