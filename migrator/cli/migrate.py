@@ -4,13 +4,13 @@ resume / abort / set / postpone``: the migration commands of the CLI.
 Each command parses options, calls one function of :mod:`migrator.ops.command`
 and prints its result; :func:`migrator.cli.main.main` turns a
 :class:`~migrator.errors.MigratorError` into one line and an exit code.
-Later phases add their commands in :func:`register` (or through a
-``register_cli(app)`` function in their own module, see ``PHASE_MODULES``).
+The phase commands (``catchup``, ``verify``, ``cutover``, ``rollback``,
+``cleanup``) live in :mod:`migrator.cli.phases`; :func:`register` adds them
+after these.
 """
 
 from __future__ import annotations
 
-import importlib
 import json
 from typing import Any, Optional
 
@@ -18,14 +18,12 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from migrator.cli import phases
 from migrator.ops import command
 from migrator.engine.migration import Options
 
 console = Console()
 err_console = Console(stderr=True)
-
-#: phase modules that bring their own CLI commands via register_cli(app)
-PHASE_MODULES = ("migrator.engine.catch_up.passes", "migrator.engine.verify.checksums", "migrator.engine.cutover.run", "migrator.engine.rollback", "migrator.engine.cleanup")
 
 
 def _cfg() -> Any:
@@ -307,13 +305,4 @@ def register(app: typer.Typer) -> None:
                       + ("postponed; release with `migrator postpone ID --release`" if out["postpone_cutover"]
                          else "released"), markup=False, highlight=False)
 
-    for name in PHASE_MODULES:
-        try:
-            mod = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name == name:
-                continue
-            raise
-        hook = getattr(mod, "register_cli", None)
-        if hook is not None:
-            hook(app)
+    phases.register(app)

@@ -158,22 +158,3 @@ def cleanup(config: Config, migration_id: str, *, now: bool = False,
         result.released_locks, result.released_pauses = release_bookkeeping(zk, store, spec)
         store.set_phase(migration_id, Phase.CLEANED, cleaned=result.to_dict())
         return result
-
-
-def register_cli(app: Any) -> None:
-    """Add ``cleanup ID [--now]`` to a typer app."""
-    import typer
-
-    @app.command("cleanup")
-    def cleanup_cmd(migration_id: str = typer.Argument(..., help="The migration id."),
-                    now: bool = typer.Option(False, "--now", help="Do not wait for the retention to pass.")) -> None:
-        """Drop the tombstones after the retention; release the migration's locks and pauses."""
-        from migrator.cli.main import fail, load_config
-
-        try:
-            res = cleanup(load_config(), migration_id, now=now)
-        except MigratorError as exc:
-            fail(exc, exc.exit_code)
-            return
-        print(f"dropped {len(res.dropped)} schemas ({res.bytes_freed / 1e6:.1f} MB): {', '.join(res.dropped) or '-'}; "
-              f"released {res.released_locks} shard locks, {res.released_pauses} maintenance pauses")

@@ -206,21 +206,3 @@ def rollback(config: Config, migration_id: str, *, drainer: Drainer | None = Non
             run.close()
             if own_drainer and hasattr(drainer, "close"):
                 drainer.close()
-
-
-def register_cli(app: Any) -> None:
-    """Add ``rollback ID`` to a typer app."""
-    import typer
-
-    @app.command("rollback")
-    def rollback_cmd(migration_id: str = typer.Argument(..., help="The migration id.")) -> None:
-        """Tail the new master back into the tombstones, verify, and flip the ranges back."""
-        from migrator.cli.main import fail, load_config
-
-        try:
-            res = rollback(load_config(), migration_id)
-        except MigratorError as exc:
-            fail(exc, exc.exit_code)
-            return
-        print(f"rolled back {migration_id} at epoch {res.flipped_epoch}: write freeze {res.freeze_ms:.0f} ms")
-

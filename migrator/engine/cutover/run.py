@@ -967,30 +967,3 @@ def skip_tombstone_renames(config: Config, zk: ZK, creds: Credentials, spec: Spe
     node["skipped_tombstone_renames"] = {"from": str(first), "to": str(last), "at": time.time()}
     store.put_progress(spec.id, catch_up.CHECKPOINT_KEY, node, version=version)
     return str(last)
-
-
-# -- CLI -------------------------------------------------------------------------------------------
-
-def register_cli(app: Any) -> None:
-    """Add ``cutover ID`` to a typer app."""
-    import json as _json
-
-    import typer
-
-    @app.command("cutover")
-    def cutover_cmd(migration_id: str = typer.Argument(..., help="The migration id."),
-                    as_json: bool = typer.Option(False, "--json")) -> None:
-        """Freeze, fence, drain, compare and flip the moving ranges to the target pair."""
-        from migrator.cli.main import fail, load_config
-
-        try:
-            res = cutover(load_config(), migration_id)
-        except MigratorError as exc:
-            fail(exc, exc.exit_code)
-            return
-        if as_json:
-            print(_json.dumps(res.to_dict(), indent=2))
-        else:
-            print(f"flipped {migration_id} at epoch {res.flipped_epoch}: write freeze {res.freeze_ms:.0f} ms "
-                  f"({', '.join(f'{k} {v:.0f}' for k, v in res.steps_ms.items())}); "
-                  f"{res.rows_checked} changed rows compared, {res.rows_repaired} re-copied")

@@ -16,6 +16,7 @@ from rq import Queue, SimpleWorker
 from migrator.engine.catch_up import passes as catch_up
 from migrator.fleet.gtid import GtidPos
 from migrator.engine.migration import MigrationStore, Phase
+from migrator.ops import steps
 from tests.conftest import SEED
 from tests.integration.engine import catchup_helpers as h
 
@@ -51,7 +52,7 @@ def test_kill_9_of_the_worker_mid_catch_up_then_resume(fleet):
         _backlog(fleet)
         with h.conn(fleet, h.SOURCE) as c:
             head = GtidPos.parse(h.binlog_pos(c))
-        job_id = catch_up.enqueue_passes(fleet.config, spec.id, queue=QUEUE)
+        job_id = steps.enqueue_passes(fleet.config, spec.id, queue=QUEUE)
         env = {**os.environ, "PYTHONPATH": os.getcwd()}
         worker = subprocess.Popen(
             # a SimpleWorker runs the job in its own process (a forking worker's horse
@@ -76,7 +77,7 @@ def test_kill_9_of_the_worker_mid_catch_up_then_resume(fleet):
         assert store.get_progress(spec.id, "catchup")[0]["passes"] == []  # killed inside its first pass
         # resume: a new job, run by a worker in this process until converged
         r = redis.Redis.from_url(fleet.config.redis.url)
-        catch_up.enqueue_passes(fleet.config, spec.id, queue=QUEUE)
+        steps.enqueue_passes(fleet.config, spec.id, queue=QUEUE)
         SimpleWorker([Queue(QUEUE, connection=r)], connection=r).work(burst=True)
         node = store.get_progress(spec.id, "catchup")[0]
         assert node["passes"], f"no pass recorded after resume (first job {job_id})"

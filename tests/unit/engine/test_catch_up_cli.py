@@ -1,16 +1,16 @@
-"""`register_cli` adds the catchup command to a typer app."""
+"""`register_catchup` adds the catchup command to a typer app."""
 
 from __future__ import annotations
 
 import typer
 from typer.testing import CliRunner
 
-from migrator.engine.catch_up.passes import register_cli
+from migrator.cli.phases import register_catchup
 
 
 def test_register_cli_adds_catchup_with_passes_option():
     app = typer.Typer()
-    register_cli(app)
+    register_catchup(app)
 
     @app.command("other")
     def other() -> None:  # a second command so typer keeps subcommand names

@@ -47,13 +47,12 @@ def test_cli_helpers_register_their_commands():
     import typer
     from typer.testing import CliRunner
 
-    from migrator.engine import cleanup, rollback
-    from migrator.engine.cutover import run as cutover
-    from migrator.engine.verify import checksums as verify
+    from migrator.cli import phases
 
     app = typer.Typer()
-    for mod in (verify, cutover, rollback, cleanup):
-        mod.register_cli(app)
+    for register in (phases.register_verify, phases.register_cutover, phases.register_rollback,
+                     phases.register_cleanup):
+        register(app)
     runner = CliRunner()
     for cmd, needle in (("verify", "--no-repair"), ("cutover", "--json"), ("rollback", "back"),
                         ("cleanup", "--now")):

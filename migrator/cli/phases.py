@@ -1,0 +1,160 @@
+"""``migrator catchup / verify / cutover / rollback / cleanup ID``: the phase commands.
+
+Each command parses its options, calls the phase of :mod:`migrator.engine` in
+this process (or, for ``catchup --enqueue``, hands the passes to RQ workers
+through :mod:`migrator.ops.steps`) and prints the result; a
+:class:`~migrator.errors.MigratorError` becomes one line on stderr and its exit
+code. :func:`register` adds them to the ``migrator`` app after the migration
+commands of :mod:`migrator.cli.migrate`.
+"""
+
+from __future__ import annotations
+
+import json as _json
+from dataclasses import asdict
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from migrator.engine.catch_up.passes import PassResult, run_passes
+from migrator.engine.cleanup import cleanup
+from migrator.engine.cutover.run import cutover
+from migrator.engine.rollback import rollback
+from migrator.engine.verify.checksums import verify_migration
+from migrator.errors import MigratorError
+from migrator.ops.steps import enqueue_passes
+
+PASS_COLUMNS = ("number", "events", "duration_s", "apply_rate", "write_rate", "lag_s", "predicted_freeze_ms",
+                "to_gtid", "converged")
+
+
+def register(app: Any) -> None:
+    """Add the phase commands, in the order ``migrator --help`` lists them."""
+    register_catchup(app)
+    register_verify(app)
+    register_cutover(app)
+    register_rollback(app)
+    register_cleanup(app)
+
+
+def register_catchup(app: Any) -> None:
+    """Add ``catchup ID [--passes N] [--enqueue]`` to a typer app."""
+
+    @app.command("catchup")
+    def catchup(
+        migration_id: str = typer.Argument(..., help="The migration id."),
+        passes: int | None = typer.Option(None, "--passes", "-n", help="Run exactly N passes (default: until converged)."),
+        enqueue: bool = typer.Option(False, "--enqueue", help="Run the passes as RQ jobs instead of in this process."),
+        queue: str = typer.Option("migrator", "--queue", help="RQ queue for --enqueue."),
+    ) -> None:
+        """Replay the source binlog onto the target in passes until converged."""
+        from migrator.cli.main import fail, load_config
+
+        console = Console()
+        try:
+            cfg = load_config()
+            if enqueue:
+                console.print(f"enqueued {enqueue_passes(cfg, migration_id, passes, queue=queue)}")
+                return
+            table = Table(*PASS_COLUMNS, title=f"catch-up of {migration_id}")
+
+            def show(res: PassResult) -> None:
+                d = asdict(res)
+                table.add_row(*(str(d[c]) for c in PASS_COLUMNS))
+
+            results = run_passes(cfg, migration_id, passes, on_pass=show)
+            console.print(table)
+            if results and results[-1].converged:
+                console.print(f"converged; predicted freeze {results[-1].predicted_freeze_ms:.0f} ms")
+        except MigratorError as exc:
+            fail(exc, exc.exit_code)
+
+
+def register_verify(app: Any) -> None:
+    """Add ``verify ID`` to a typer app."""
+
+    @app.command("verify")
+    def verify_cmd(
+        migration_id: str = typer.Argument(..., help="The migration id."),
+        no_repair: bool = typer.Option(False, "--no-repair", help="Report differences, change nothing."),
+        chunk_rows: int = typer.Option(0, "--chunk-rows", help="Rows per checksum chunk (default: the migration's)."),
+        as_json: bool = typer.Option(False, "--json"),
+    ) -> None:
+        """Checksum the moving tables source vs target by primary-key chunks; re-copy what differs."""
+        from migrator.cli.main import fail, load_config
+
+        try:
+            rep = verify_migration(load_config(), migration_id, repair=not no_repair, chunk_rows=chunk_rows or None)
+        except MigratorError as exc:
+            fail(exc, exc.exit_code)
+            return
+        if as_json:
+            print(_json.dumps(rep.to_dict(), indent=2))
+        else:
+            print(f"{rep.tables} tables, {rep.chunks} chunks, {rep.rows_checked} rows: "
+                  f"{len(rep.mismatched_chunks)} chunks differed, {len(rep.differing_rows)} rows differed, "
+                  f"{rep.repaired_rows} re-copied, {rep.in_flight_rows} in flight (live writes, re-checked at "
+                  f"cutover); {'OK' if rep.ok else 'STILL DIFFERENT'} "
+                  f"(as of {rep.verified_gtid}, {rep.seconds:.1f}s)")
+            for d in rep.differing_rows[:50]:
+                print(f"  {d.table} {list(d.key)}: {d.kind}")
+        if not rep.ok:
+            raise typer.Exit(1)
+
+
+def register_cutover(app: Any) -> None:
+    """Add ``cutover ID`` to a typer app."""
+
+    @app.command("cutover")
+    def cutover_cmd(migration_id: str = typer.Argument(..., help="The migration id."),
+                    as_json: bool = typer.Option(False, "--json")) -> None:
+        """Freeze, fence, drain, compare and flip the moving ranges to the target pair."""
+        from migrator.cli.main import fail, load_config
+
+        try:
+            res = cutover(load_config(), migration_id)
+        except MigratorError as exc:
+            fail(exc, exc.exit_code)
+            return
+        if as_json:
+            print(_json.dumps(res.to_dict(), indent=2))
+        else:
+            print(f"flipped {migration_id} at epoch {res.flipped_epoch}: write freeze {res.freeze_ms:.0f} ms "
+                  f"({', '.join(f'{k} {v:.0f}' for k, v in res.steps_ms.items())}); "
+                  f"{res.rows_checked} changed rows compared, {res.rows_repaired} re-copied")
+
+
+def register_rollback(app: Any) -> None:
+    """Add ``rollback ID`` to a typer app."""
+
+    @app.command("rollback")
+    def rollback_cmd(migration_id: str = typer.Argument(..., help="The migration id.")) -> None:
+        """Tail the new master back into the tombstones, verify, and flip the ranges back."""
+        from migrator.cli.main import fail, load_config
+
+        try:
+            res = rollback(load_config(), migration_id)
+        except MigratorError as exc:
+            fail(exc, exc.exit_code)
+            return
+        print(f"rolled back {migration_id} at epoch {res.flipped_epoch}: write freeze {res.freeze_ms:.0f} ms")
+
+
+def register_cleanup(app: Any) -> None:
+    """Add ``cleanup ID [--now]`` to a typer app."""
+
+    @app.command("cleanup")
+    def cleanup_cmd(migration_id: str = typer.Argument(..., help="The migration id."),
+                    now: bool = typer.Option(False, "--now", help="Do not wait for the retention to pass.")) -> None:
+        """Drop the tombstones after the retention; release the migration's locks and pauses."""
+        from migrator.cli.main import fail, load_config
+
+        try:
+            res = cleanup(load_config(), migration_id, now=now)
+        except MigratorError as exc:
+            fail(exc, exc.exit_code)
+            return
+        print(f"dropped {len(res.dropped)} schemas ({res.bytes_freed / 1e6:.1f} MB): {', '.join(res.dropped) or '-'}; "
+              f"released {res.released_locks} shard locks, {res.released_pauses} maintenance pauses")
