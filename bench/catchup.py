@@ -37,7 +37,7 @@ from typing import Any
 import pymysql
 
 from migrator.fleet import mysql
-from migrator.engine.catch_up.passes import Tailer
+from migrator.engine.catch_up.tailer import Tailer
 from migrator.fleet.model import even_layout
 from migrator.fleet.gtid import GtidPos
 from migrator.sandbox import MARIADB_FLAGS, Sandbox, find_base_port, port_free, reset_fleet, stop_pid

@@ -220,7 +220,7 @@ def move(cfg: config_mod.Config, target: str, window: dict[str, float],
     after one more catch-up pass, as the pipeline does; each such abort is
     recorded with how long writes waited in it.
     """
-    from migrator.engine.catch_up import passes as catch_up
+    from migrator.engine import catch_up
     from migrator.ops import command
     from migrator.engine.cleanup import cleanup
     from migrator.engine.cutover.run import CutoverAborted, CutoverHooks, FreezeBudgetExceeded, cutover

@@ -16,7 +16,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from migrator.engine.catch_up import passes as catch_up
+from migrator.engine import catch_up
 from migrator.fleet import config as config_mod
 from migrator.ops.steps import CATCH_UP_JOB, enqueue_finish
 

@@ -81,7 +81,8 @@ class ReverseDrainer(KeyCollector):
 
     def open(self) -> ReverseDrainer:
         if self._tailer is None:
-            from migrator.engine.catch_up.passes import Tailer, moving_tables as tail_tables
+            from migrator.engine.catch_up.checkpoint import moving_tables as tail_tables
+            from migrator.engine.catch_up.tailer import Tailer
 
             node, _ = self.store.get_progress(self.spec.id, TAIL_NODE)
             start = (node or {}).get("gtid") or self.start

@@ -317,7 +317,7 @@ def restart_copy(config: Config, mid: str, *, queue: str = "migrator", settle_s:
 
 def catchup(config: Config, mid: str, *, passes: int | None = None) -> dict[str, Any]:
     """Run catch-up passes in this process (until converged, or ``passes``)."""
-    from migrator.engine.catch_up import passes as catch_up
+    from migrator.engine import catch_up
 
     results = catch_up.run_passes(config, mid, passes)
     last = results[-1] if results else None

@@ -934,7 +934,7 @@ def skip_tombstone_renames(config: Config, zk: ZK, creds: Credentials, spec: Spe
     move the checkpoint to just after the last. Returns the new checkpoint, or
     None when there was nothing to skip.
     """
-    from migrator.engine.catch_up import passes as catch_up
+    from migrator.engine import catch_up
     from migrator.engine.catch_up.streamer import BinlogStreamer
 
     store = MigrationStore(zk)

@@ -758,7 +758,7 @@ def default_drainer(config: Config, migration_id: str, phase: Any = None) -> Dra
     ourselves. None when the catch-up module is not installed.
     """
     try:
-        from migrator.engine.catch_up import passes as catch_up
+        from migrator.engine import catch_up
     except ImportError:
         return None
     from migrator.engine.migration import Phase
@@ -867,7 +867,7 @@ class CatchUpDrainer(KeyCollector):
 
     def open(self) -> CatchUpDrainer:
         if self._tailer is None:
-            from migrator.engine.catch_up import passes as catch_up
+            from migrator.engine import catch_up
 
             self._tailer = catch_up.open_tailer(self.config, self.migration_id)
             # A queue-partition tail keeps only the partition's tables; the cutover's

@@ -31,7 +31,7 @@ from migrator.engine.verify.checksums import binlog_pos, moving_tables
 
 def real_catch_up() -> bool:
     try:
-        from migrator.engine.catch_up import passes as catch_up  # noqa: F401
+        from migrator.engine import catch_up  # noqa: F401
     except ImportError:
         return False
     return hasattr(catch_up, "drain_to")

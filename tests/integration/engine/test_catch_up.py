@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from migrator.engine.catch_up import passes as catch_up
+from migrator.engine import catch_up
 from migrator.fleet.gtid import GtidPos
 from migrator.engine.migration import MigrationStore, Phase
 from tests.conftest import SEED

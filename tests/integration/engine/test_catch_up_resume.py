@@ -13,7 +13,7 @@ import time
 import redis
 from rq import Queue, SimpleWorker
 
-from migrator.engine.catch_up import passes as catch_up
+from migrator.engine import catch_up
 from migrator.fleet.gtid import GtidPos
 from migrator.engine.migration import MigrationStore, Phase
 from migrator.ops import steps

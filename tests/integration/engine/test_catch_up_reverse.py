@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from migrator.engine.catch_up.passes import Tailer
+from migrator.engine.catch_up.tailer import Tailer
 from migrator.fleet.gtid import GtidPos
 from tests.integration.engine import catchup_helpers as h
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 
-from migrator.engine.catch_up import passes as catch_up
+from migrator.engine import catch_up
 from migrator.ops import command
 from migrator.engine.cleanup import cleanup
 from migrator.engine.cutover.run import cutover

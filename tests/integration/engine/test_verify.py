@@ -89,7 +89,7 @@ def test_verify_during_catch_up_waits_for_the_workers_checkpoint(fleet):
     import threading
     import time
 
-    from migrator.engine.catch_up import passes as catch_up
+    from migrator.engine import catch_up
     from migrator.engine.migration import Phase
 
     prep = prepare_converged(fleet, (4,))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from migrator.engine.catch_up.applier import classify
+from migrator.engine.catch_up.statements import classify
 from migrator.engine.catch_up.streamer import Statement
 
 MOVING = {"db00001", "db00002"}

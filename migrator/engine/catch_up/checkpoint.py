@@ -1,0 +1,181 @@
+"""The catch-up checkpoint of a migration: where its binlog tail resumes.
+
+The resume contract: the ``catchup`` progress node of the migration record
+(ZooKeeper) holds ``gtid``, and every transaction up to it is applied on the
+target. It is written by compare-and-set after each committed batch, so a
+second catch-up worker on the same migration loses a CAS and steps aside
+(:class:`CatchUpConflict`). Before the first pass there is no ``gtid`` yet: the
+tail starts at the earliest ``start_gtid`` (per replication domain) that the
+copy recorded for its tables (:func:`copy_start`). Replaying from any earlier
+position is harmless because apply is idempotent by key.
+
+:func:`open_tailer` is how every user gets a tailer for a migration: catch-up
+passes, verify's drains and the cutover's drain under its fence.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from kazoo.exceptions import BadVersionError
+
+from migrator.engine.catch_up.tailer import CatchUpError, Tailer
+from migrator.engine.migration import MigrationStore, Spec
+from migrator.fleet import config as config_mod
+from migrator.fleet import zk as zk_mod
+from migrator.fleet.config import Config, Credentials
+from migrator.fleet.gtid import GtidPos, earliest
+from migrator.fleet.model import Host
+from migrator.fleet.shard_map import HostRegistry
+
+CHECKPOINT_KEY = "catchup"
+COPY_PREFIX = "copy"
+
+
+class CatchUpConflict(CatchUpError):
+    """Someone else wrote the checkpoint meanwhile: two catch-up workers run."""
+
+    exit_code = 3
+
+
+class Checkpoint:
+    """The ``catchup`` progress node of one migration, written by compare-and-set.
+
+    Holds ``gtid`` (every transaction up to it is applied on the target), the
+    pass table, and the convergence verdict. A lost CAS means a second
+    catch-up worker writes it too: that raises :class:`CatchUpConflict`.
+    """
+
+    def __init__(self, store: MigrationStore, migration_id: str):
+        self.store = store
+        self.mid = migration_id
+        data, version = store.get_progress(migration_id, CHECKPOINT_KEY)
+        self.data: dict[str, Any] = data or {"gtid": None, "passes": []}
+        self.version = version
+
+    @property
+    def gtid(self) -> GtidPos | None:
+        g = self.data.get("gtid")
+        return None if g is None else GtidPos.parse(g)
+
+    def save(self, **fields: Any) -> None:
+        self.data.update(fields)
+        self.data["updated_at"] = time.time()
+        try:
+            self.version = self.store.put_progress(self.mid, CHECKPOINT_KEY, self.data, version=self.version)
+        except BadVersionError:
+            raise CatchUpConflict(
+                f"migration {self.mid}: the catch-up checkpoint was written by someone else meanwhile; "
+                "only one catch-up worker may run per migration (check `rq info` and stop the other one)"
+            ) from None
+
+    def set_gtid(self, pos: GtidPos) -> None:
+        self.save(gtid=str(pos))
+
+
+def copy_start(store: MigrationStore, migration_id: str) -> tuple[GtidPos, list[str]]:
+    """The earliest ``start_gtid`` (per domain) of the copy's table nodes, and those
+    still not done. Raises when the copy recorded nothing."""
+    keys = store.progress_keys(migration_id, COPY_PREFIX)
+    starts, unfinished = [], []
+    for key in keys:
+        node, _ = store.get_progress(migration_id, f"{COPY_PREFIX}/{key}")
+        if not node or node.get("start_gtid") is None:
+            unfinished.append(key)
+            continue
+        starts.append(GtidPos.parse(node["start_gtid"]))
+        if not node.get("done"):
+            unfinished.append(key)
+    if not starts:
+        raise CatchUpError(
+            f"migration {migration_id}: the copy recorded no start position (no copy/<db>.<table> node with "
+            "start_gtid); run the copy first (`migrator copy ID`)"
+        )
+    return earliest(starts), unfinished
+
+
+def _hosts(zk: zk_mod.ZK, spec: Spec) -> tuple[Host, Host]:
+    reg = HostRegistry(zk)
+    return reg.get(spec.source_master), reg.get(spec.target_master)
+
+
+def moving_tables(spec: Spec) -> set[str] | None:
+    """Table filter of a migration: the queue partition's tables, or None (whole shards)."""
+    if spec.kind == "queue_partition":
+        if not spec.tables:
+            raise CatchUpError(f"migration {spec.id}: a queue_partition migration names no tables")
+        return set(spec.tables)
+    return set(spec.tables) if spec.tables else None
+
+
+class Session:
+    """ZooKeeper + credentials for one call; closes what it opened."""
+
+    def __init__(self, config_or_zk: Config | zk_mod.ZK, credentials: Credentials | None):
+        self.own_zk = False
+        if isinstance(config_or_zk, zk_mod.ZK):
+            self.zk = config_or_zk
+            creds = credentials or config_or_zk.credentials
+        else:
+            creds = credentials or config_mod.load_credentials(config_or_zk)
+            self.zk = zk_mod.connect(config_or_zk, creds)
+            self.own_zk = True
+        if creds is None:
+            raise CatchUpError("no credentials: pass them, or a ZK connected with them")
+        self.credentials: Credentials = creds
+        self.store = MigrationStore(self.zk)
+
+    def close(self) -> None:
+        if self.own_zk:
+            self.zk.close()
+
+
+def open_tailer(
+    config_or_zk: Config | zk_mod.ZK,
+    migration_id: str,
+    *,
+    credentials: Credentials | None = None,
+    batch_events: int = 2000,
+    batch_ms: float = 200.0,
+    freeze_schema: bool = True,
+) -> Tailer:
+    """A :class:`Tailer` for a migration, from its checkpoint (or the copy's
+    earliest start), checkpointing into its ``catchup`` node. The cutover opens
+    one before its freeze and calls :meth:`Tailer.drain_to` under the fence.
+    The caller closes it (``tailer.close()``; also closes its ZooKeeper
+    session when it opened one)."""
+    sess = Session(config_or_zk, credentials)
+    try:
+        spec = sess.store.spec(migration_id)
+        ckpt = Checkpoint(sess.store, migration_id)
+        start = ckpt.gtid
+        if start is None:
+            start, unfinished = copy_start(sess.store, migration_id)
+            if unfinished:
+                raise CatchUpError(
+                    f"migration {migration_id}: the copy of {', '.join(unfinished[:5])} is not finished; "
+                    "catch-up starts once every table is copied"
+                )
+            ckpt.save(gtid=str(start), start_gtid=str(start), source=spec.source_master,
+                      target=spec.target_master, passes=ckpt.data.get("passes", []))
+        source, target = _hosts(sess.zk, spec)
+        tailer = Tailer(
+            source, target, sess.credentials, start=start,
+            schema_map={db: db for db in spec.databases}, tables=moving_tables(spec),
+            on_checkpoint=ckpt.set_gtid, batch_events=batch_events, batch_ms=batch_ms,
+            freeze_schema=freeze_schema,
+        )
+    except BaseException:
+        sess.close()
+        raise
+    tailer.checkpoint_node = ckpt  # type: ignore[attr-defined]
+    tailer.spec = spec  # type: ignore[attr-defined]
+    inner_close = tailer.close
+
+    def close() -> None:
+        inner_close()
+        sess.close()
+
+    tailer.close = close  # type: ignore[method-assign]
+    return tailer

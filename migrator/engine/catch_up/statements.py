@@ -1,0 +1,186 @@
+"""What catch-up does with a statement (DDL) that reaches the binlog of a moving schema.
+
+Runs in the catch-up worker, for every statement the streamer hands over
+(the streamer already dropped statements that cannot concern the moving
+schemas). :func:`classify` parses just enough of the statement to decide:
+
+* **apply**: the queue's partition maintenance (``DROP/REORGANIZE/ADD/TRUNCATE
+  PARTITION`` and the other partition operations), ``TRUNCATE TABLE`` and
+  non-unique index changes on a moving table. They reach the binlog as
+  statements, not row events, so a tailer that read only rows would leave
+  purged rows on the target. They are replayed on the target, rewritten onto
+  the target schema (:meth:`Decision.render`).
+* **unsafe**: anything else that changes a moving table's shape, a unique
+  index (it could reject rows), ``DROP`` or ``RENAME`` of a moving table, a
+  new table in a moving shard, ``DROP/ALTER DATABASE`` of a moving schema, and
+  any statement it does not recognise that names one. The migration stops with
+  the statement named; nothing guesses.
+* **ignore**: statements about other schemas and tables, and harmless ones
+  (ANALYZE, GRANT, CREATE DATABASE, ...).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from migrator.engine.catch_up.streamer import Statement
+from migrator.fleet.mysql import qualified
+
+_NAME = r"(?:`(?:[^`]|``)+`|[A-Za-z0-9_$]+)"
+_REF = rf"(?P<ref>{_NAME}(?:\s*\.\s*{_NAME})?)"
+_COMMENT = re.compile(r"^\s*(?:/\*.*?\*/\s*|--[^\n]*\n\s*|#[^\n]*\n\s*)*", re.S)
+_ALTER = re.compile(rf"^ALTER\s+(?:ONLINE\s+)?(?:IGNORE\s+)?TABLE\s+(?:IF\s+EXISTS\s+)?{_REF}\s*(?P<rest>.*)$", re.S | re.I)
+_PARTITION_OPS = re.compile(
+    r"^(?:(?:ALGORITHM|LOCK)\s*=?\s*\w+\s*,\s*)*"
+    r"(?:DROP|REORGANIZE|ADD|TRUNCATE|COALESCE|REBUILD|OPTIMIZE|ANALYZE|CHECK|REPAIR)\s+PARTITION\b",
+    re.I,
+)
+_INDEX_CLAUSE = re.compile(r"^(?:ADD|DROP)\s+(?:INDEX|KEY)\b", re.I)
+_DROP_TABLE = re.compile(r"^DROP\s+(?:TEMPORARY\s+)?TABLE\s+(?:IF\s+EXISTS\s+)?(?P<refs>.*?)(?:\s+(?:RESTRICT|CASCADE))?\s*$", re.S | re.I)
+_TRUNCATE = re.compile(rf"^TRUNCATE\s+(?:TABLE\s+)?{_REF}\s*$", re.S | re.I)
+_RENAME = re.compile(r"^RENAME\s+TABLES?\s+(?P<refs>.*)$", re.S | re.I)
+_CREATE_TABLE = re.compile(rf"^CREATE\s+(?:OR\s+REPLACE\s+)?(?:TEMPORARY\s+)?TABLE\s+(?:IF\s+NOT\s+EXISTS\s+)?{_REF}", re.S | re.I)
+_INDEX_STMT = re.compile(
+    rf"^(?:CREATE\s+(?:OR\s+REPLACE\s+)?(?:UNIQUE\s+|FULLTEXT\s+|SPATIAL\s+)?INDEX|DROP\s+INDEX)\s+(?:IF\s+(?:NOT\s+)?EXISTS\s+)?{_NAME}\s+ON\s+{_REF}\s*(?P<rest>.*)$",
+    re.S | re.I,
+)
+_DB_STMT = re.compile(rf"^(?:DROP|ALTER)\s+(?:DATABASE|SCHEMA)\s+(?:IF\s+EXISTS\s+)?(?P<db>{_NAME})", re.S | re.I)
+_HARMLESS = re.compile(r"^(?:ANALYZE|OPTIMIZE|CHECK|REPAIR|FLUSH|GRANT|REVOKE|CREATE\s+USER|DROP\s+USER|ALTER\s+USER|SET\s+PASSWORD|CREATE\s+DATABASE|CREATE\s+SCHEMA)\b", re.I)
+
+
+def _unquote(name: str) -> str:
+    name = name.strip()
+    if name.startswith("`") and name.endswith("`"):
+        return name[1:-1].replace("``", "`")
+    return name
+
+
+def _split_ref(ref: str, default_schema: str) -> tuple[str, str]:
+    parts = re.findall(_NAME, ref)
+    if len(parts) == 2:
+        return _unquote(parts[0]), _unquote(parts[1])
+    return default_schema, _unquote(parts[0])
+
+
+def short(q: str, n: int = 160) -> str:
+    q = " ".join(q.split())
+    return q if len(q) <= n else q[: n - 3] + "..."
+
+
+@dataclass
+class Decision:
+    action: str  # "ignore" | "apply" | "unsafe"
+    reason: str = ""
+    schema: str = ""
+    table: str = ""
+    #: the statement with its table reference cut out: rendered as f"{head} `db`.`t` {rest}"
+    head: str = ""
+    rest: str = ""
+
+    def render(self, target_schema: Any) -> str:
+        return f"{self.head} {qualified(target_schema(self.schema), self.table)} {self.rest}".strip()
+
+
+def classify(st: Statement, moving_schemas: set[str], tables: set[str] | None = None) -> Decision:
+    """Decide what catch-up does with one binlog statement (see the module docstring)."""
+    q = _COMMENT.sub("", st.query, count=1).strip().rstrip(";")
+
+    def moving(schema: str, table: str | None) -> bool:
+        return schema in moving_schemas and (tables is None or table is None or table in tables)
+
+    def unsafe(what: str, schema: str, table: str) -> Decision:
+        return Decision(
+            "unsafe", schema=schema, table=table,
+            reason=(f"{what} on moving table {schema}.{table} during catch-up cannot be carried over safely: "
+                    f"`{short(q)}`. The migration is stopped; abort it (`migrator abort ID`), and plan it again "
+                    "once the schema change is done"),
+        )
+
+    m = _ALTER.match(q)
+    if m:
+        schema, table = _split_ref(m.group("ref"), st.schema)
+        if not moving(schema, table):
+            return Decision("ignore")
+        rest = m.group("rest").strip()
+        if _PARTITION_OPS.match(rest) or _index_only(rest):
+            return Decision("apply", schema=schema, table=table, head="ALTER TABLE", rest=rest)
+        return unsafe("ALTER TABLE", schema, table)
+    m = _INDEX_STMT.match(q)
+    if m:
+        schema, table = _split_ref(m.group("ref"), st.schema)
+        if not moving(schema, table):
+            return Decision("ignore")
+        if q.upper().startswith("CREATE") and re.match(r"^CREATE\s+(?:OR\s+REPLACE\s+)?UNIQUE", q, re.I):
+            return unsafe("CREATE UNIQUE INDEX", schema, table)
+        head = q[: m.start("ref")].strip()
+        return Decision("apply", schema=schema, table=table, head=head, rest=m.group("rest").strip())
+    m = _TRUNCATE.match(q)
+    if m:
+        schema, table = _split_ref(m.group("ref"), st.schema)
+        if not moving(schema, table):
+            return Decision("ignore")
+        return Decision("apply", schema=schema, table=table, head="TRUNCATE TABLE", rest="")
+    m = _DROP_TABLE.match(q)
+    if m:
+        for ref in _split_list(m.group("refs")):
+            schema, table = _split_ref(ref, st.schema)
+            if moving(schema, table):
+                return unsafe("DROP TABLE", schema, table)
+        return Decision("ignore")
+    m = _RENAME.match(q)
+    if m:
+        for ref in re.split(r"\s*,\s*|\s+TO\s+", m.group("refs"), flags=re.I):
+            if not ref.strip():
+                continue
+            schema, table = _split_ref(ref, st.schema)
+            if moving(schema, table):
+                return unsafe("RENAME TABLE", schema, table)
+        return Decision("ignore")
+    m = _CREATE_TABLE.match(q)
+    if m:
+        schema, table = _split_ref(m.group("ref"), st.schema)
+        if schema in moving_schemas and tables is None:
+            return unsafe("CREATE TABLE (a new table in a moving shard)", schema, table)
+        return Decision("ignore")
+    m = _DB_STMT.match(q)
+    if m:
+        db = _unquote(m.group("db"))
+        if db in moving_schemas:
+            return unsafe("DROP/ALTER DATABASE", db, "*")
+        return Decision("ignore")
+    if _HARMLESS.match(q):
+        return Decision("ignore")
+    # an unknown statement: unsafe when it names a moving schema (or, for a
+    # table-level migration, a moving table inside one)
+    low = q.lower()
+    for schema in sorted(moving_schemas):
+        named = re.search(rf"\b{re.escape(schema.lower())}\b", low) is not None
+        if tables is None:
+            if named:
+                return unsafe("an unrecognised statement", schema, "*")
+        elif (named or st.schema == schema) and any(re.search(rf"\b{re.escape(t.lower())}\b", low) for t in tables):
+            return unsafe("an unrecognised statement", schema, "*")
+    return Decision("ignore")
+
+
+def _index_only(rest: str) -> bool:
+    """``ADD INDEX ... , DROP KEY ...`` and nothing else (no UNIQUE: it could reject rows)."""
+    clauses, depth, cur = [], 0, []
+    for ch in rest:
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        if ch == "," and depth == 0:
+            clauses.append("".join(cur).strip())
+            cur = []
+        else:
+            cur.append(ch)
+    clauses.append("".join(cur).strip())
+    return bool(rest) and all(_INDEX_CLAUSE.match(c) for c in clauses) and "UNIQUE" not in rest.upper()
+
+
+def _split_list(refs: str) -> list[str]:
+    return [r for r in (x.strip() for x in refs.split(",")) if r]
