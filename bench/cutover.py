@@ -224,7 +224,7 @@ def move(cfg: config_mod.Config, target: str, window: dict[str, float],
     from migrator.ops import command
     from migrator.engine.cleanup import cleanup
     from migrator.engine.cutover.run import CutoverAborted, CutoverHooks, FreezeBudgetExceeded, cutover
-    from migrator.engine.verify.checksums import verify_migration
+    from migrator.engine.verify.run import verify_migration
 
     plan = command.plan_move(cfg, list(MOVING), target)
     mid = plan.spec.id

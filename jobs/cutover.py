@@ -31,7 +31,7 @@ def _meta(key: str, value: dict[str, Any]) -> Any:
 
 def verify(migration_id: str, config_path: str | None = None, repair: bool = True) -> dict[str, Any]:
     """Chunked checksums source vs target; re-copy what differs."""
-    from migrator.engine.verify.checksums import verify_migration
+    from migrator.engine.verify.run import verify_migration
 
     rep = verify_migration(config_mod.load(config_path), migration_id, repair=repair)
     summary = {"migration": migration_id, "chunks": rep.chunks, "mismatched": len(rep.mismatched_chunks),

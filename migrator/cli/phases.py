@@ -22,7 +22,7 @@ from migrator.engine.catch_up.passes import PassResult, run_passes
 from migrator.engine.cleanup import cleanup
 from migrator.engine.cutover.run import cutover
 from migrator.engine.rollback import rollback
-from migrator.engine.verify.checksums import verify_migration
+from migrator.engine.verify.run import verify_migration
 from migrator.errors import MigratorError
 from migrator.ops.steps import enqueue_passes
 

@@ -34,14 +34,14 @@ from kazoo.exceptions import BadVersionError, NoNodeError
 
 from migrator.fleet import zk as zk_mod
 from migrator.fleet.config import Config, Credentials, load_credentials
-from migrator.engine.cutover.run import tomb_db
+from migrator.engine.names import tomb_db
 from migrator.errors import MigratorError
 from migrator.fleet.model import Host
 from migrator.engine.migration import MigrationStore, Phase, Spec
 from migrator.fleet.mysql import connect as mysql_connect
 from migrator.fleet.mysql import ident, qualified, query, scalar, tag
 from migrator.fleet.shard_map import HostRegistry
-from migrator.engine.verify.checksums import SENTINEL_TABLE
+from migrator.engine.names import SENTINEL_TABLE
 from migrator.fleet.zk import ZK
 
 TAG = tag("cleanup")

@@ -56,7 +56,7 @@ from migrator.errors import MigratorError
 from migrator.fleet.model import Host
 from migrator.engine.inspector import TableInfo, quoted_columns
 from migrator.engine.migration import MigrationStore, Phase, Spec
-from migrator.fleet.mysql import ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT, connect, ident, qualified, tag
+from migrator.fleet.mysql import binlog_pos, ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT, connect, ident, qualified, tag
 from migrator.engine.plan import hold_maintenance_pause, moving_tables, store_rate
 from migrator.fleet.shard_map import HostRegistry
 from migrator.engine.throttler import ChunkSizer, Throttler
@@ -423,7 +423,7 @@ def copy_table(
         nkey = len(info.key)
         if prog.get("start_gtid") is None:
             # recorded before the first chunk read: catch-up replays from here
-            prog["start_gtid"] = inspector.gtid_binlog_pos(src)
+            prog["start_gtid"] = binlog_pos(src)
             prog["started_at"] = time.time()
             try:
                 version = store.put_progress(spec.id, key, prog, version)

@@ -127,12 +127,6 @@ def auto_increment(conn: pymysql.connections.Connection, db: str, table: str) ->
     return int(v) if v is not None else None
 
 
-def gtid_binlog_pos(conn: pymysql.connections.Connection) -> str:
-    """The server's ``@@gtid_binlog_pos``: where a binlog tail that wants
-    everything from now on starts (empty on a server that never logged)."""
-    return str(scalar(conn, T + "SELECT @@gtid_binlog_pos") or "")
-
-
 def global_variables(conn: pymysql.connections.Connection, names: list[str]) -> dict[str, Any]:
     marks = ",".join(["%s"] * len(names))
     rows = query(conn, T + f"SELECT variable_name, variable_value FROM information_schema.global_variables "

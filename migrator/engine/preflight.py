@@ -34,7 +34,7 @@ from migrator.errors import MigratorError, MySQLUnavailable
 from migrator.fleet.model import Host
 from migrator.fleet.ids import shard_db
 from migrator.engine.migration import Phase, Spec
-from migrator.fleet.mysql import connect, query, tag
+from migrator.fleet.mysql import binlog_pos, connect, query, tag
 from migrator.engine.plan import estimate, moving_tables
 from migrator.fleet.shard_map import HostRegistry, ShardMapStore
 from migrator.fleet.zk import ZK
@@ -247,7 +247,7 @@ def _check_binlog(src: pymysql.connections.Connection, spec: Spec, res: Prefligh
     if not bad:
         res.add("binlog", True, "ROW format, FULL row image and metadata, log_slave_updates on the source")
     try:
-        pos = inspector.gtid_binlog_pos(src)
+        pos = binlog_pos(src)
         query(src, T + "SHOW BINARY LOGS")
         res.add("gtid", True, f"source position {pos or '(empty)'} readable")
     except pymysql.err.MySQLError as exc:

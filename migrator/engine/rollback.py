@@ -6,7 +6,7 @@ the tombstones still exist on the old master.
 The old master's tombstones (``_tomb_<suffix>_dbNNNNN``) hold the rows as they
 were at the flip. Since then clients wrote to the new master. So:
 
-1. **Reverse tail**: the catch-up :class:`~migrator.engine.catch_up.passes.Tailer` reads the
+1. **Reverse tail**: the catch-up :class:`~migrator.engine.catch_up.tailer.Tailer` reads the
    new master's binlog from the position recorded under the cutover fence
    (``cutover`` progress node, ``target_gtid``) and applies the moving
    schemas' events to the old master with a schema mapping ``dbNNNNN ->
@@ -36,19 +36,8 @@ from typing import Any
 
 from migrator.fleet import zk as zk_mod
 from migrator.fleet.config import Config, Credentials, load_credentials
-from migrator.engine.cutover.run import (
-    FIXED_FREEZE_MS,
-    CutoverError,
-    CutoverHooks,
-    CutoverResult,
-    CutoverRun,
-    Direction,
-    FlipUnknown,
-    FreezeBudgetExceeded,
-    ensure_sentinel,
-    passive_of,
-    tomb_db,
-)
+from migrator.engine.cutover.run import FIXED_FREEZE_MS, CutoverError, CutoverHooks, CutoverResult, CutoverRun, Direction, FlipUnknown, FreezeBudgetExceeded, ensure_sentinel, passive_of
+from migrator.engine.names import tomb_db
 from migrator.errors import MigratorError
 from migrator.fleet.model import Host
 from migrator.fleet.gtid import GtidPos
@@ -56,7 +45,11 @@ from migrator.engine.migration import MigrationStore, Phase, Spec
 from migrator.fleet.mysql import connect as mysql_connect
 from migrator.fleet.mysql import qualified, tag
 from migrator.fleet.shard_map import HostRegistry
-from migrator.engine.verify.checksums import SENTINEL_TABLE, Drainer, KeyCollector, binlog_pos, moving_tables
+from migrator.engine.names import SENTINEL_TABLE
+from migrator.engine.verify.drainers import Drainer
+from migrator.engine.verify.changes import KeyCollector
+from migrator.fleet.mysql import binlog_pos
+from migrator.engine.verify.checksums import moving_tables
 
 TAG = tag("rollback")
 TAIL_NODE = "rollback_tail"
@@ -67,7 +60,7 @@ class RollbackError(CutoverError):
 
 
 class ReverseDrainer(KeyCollector):
-    """:class:`~migrator.engine.verify.checksums.Drainer` tailing the new master back into the old master's tombstones."""
+    """:class:`~migrator.engine.verify.drainers.Drainer` tailing the new master back into the old master's tombstones."""
 
     def __init__(self, store: MigrationStore, spec: Spec, new_master: Host, old_master: Host,
                  credentials: Credentials, start: str):

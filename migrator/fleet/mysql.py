@@ -101,5 +101,12 @@ def scalar(conn: pymysql.connections.Connection, sql: str, args: Any = None) -> 
     return rows[0][0] if rows else None
 
 
+def binlog_pos(conn: pymysql.connections.Connection) -> str:
+    """The server's ``@@gtid_binlog_pos``: every transaction it has binlogged, so
+    where a binlog tail that wants everything from now on starts (empty on a
+    server that never logged). Parse it with :meth:`migrator.fleet.gtid.GtidPos.parse`."""
+    return str(scalar(conn, tag("gtid") + "SELECT @@gtid_binlog_pos") or "")
+
+
 def databases(conn: pymysql.connections.Connection) -> list[str]:
     return [r[0] for r in query(conn, "SHOW DATABASES")]

@@ -330,7 +330,7 @@ def catchup(config: Config, mid: str, *, passes: int | None = None) -> dict[str,
 
 def verify(config: Config, mid: str, *, repair: bool = True) -> dict[str, Any]:
     """Chunked checksums source vs target; mismatched chunks re-checked and re-copied."""
-    from migrator.engine.verify.checksums import verify_migration
+    from migrator.engine.verify.run import verify_migration
 
     rep = verify_migration(config, mid, repair=repair)
     # Rows that still differ while writes go on are rows in flight: the cutover re-checks every row

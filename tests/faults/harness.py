@@ -68,14 +68,15 @@ from pathlib import Path
 from typing import Any
 
 from migrator.ops import command
-from migrator.engine.cutover.run import tomb_db
+from migrator.engine.names import tomb_db
 from migrator.fleet.model import Host
 from migrator.fleet.gtid import Gtid, GtidPos
 from migrator.engine.migration import MigrationStore, Options, Phase, Spec, State
 from migrator.fleet.mysql import connect as mysql_connect
 from migrator.fleet.mysql import qualified
 from migrator.fleet.shard_map import ShardMapStore
-from migrator.engine.verify.checksums import SENTINEL_TABLE, binlog_pos
+from migrator.engine.names import SENTINEL_TABLE
+from migrator.fleet.mysql import binlog_pos
 
 QUEUE = "faults"
 #: options for cells: a freeze budget with room for a 2-core CI box, small copy chunks

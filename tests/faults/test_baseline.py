@@ -7,7 +7,7 @@ import pytest
 
 from migrator.ops import command
 from migrator.ops.command import CommandError
-from migrator.engine.cutover.run import tomb_db
+from migrator.engine.names import tomb_db
 from migrator.engine.migration import Phase
 
 from .harness import FaultRun, compare_moved, tombstone_writes

@@ -99,7 +99,7 @@ def test_kill_worker_during_cutover_after_the_flip(fleet, tmp_path):
 
 def _tombstoned(run) -> int:
     """How many source tables the dead cutover's queued RENAME moved (it may run once the lock dies)."""
-    from migrator.engine.cutover.run import tomb_db
+    from migrator.engine.names import tomb_db
     from migrator.fleet.mysql import connect as mysql_connect
 
     with mysql_connect(run.fleet.hosts[run.spec.source_master], run.creds) as c, c.cursor() as cur:

@@ -55,6 +55,6 @@ def test_queue_names_are_checked(name):
 
 
 def test_tombstone_schema_names_are_identifiers():
-    from migrator.engine.cutover.run import tomb_db
+    from migrator.engine.names import tomb_db
 
     assert ident(tomb_db("m-20261122-155024-7e9460", "db00003"))

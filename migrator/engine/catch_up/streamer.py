@@ -316,12 +316,3 @@ def _mentions(statements: list[Statement], schemas: set[str]) -> bool:
         if any(s.lower() in lowered for s in schemas):
             return True
     return False
-
-
-def binlog_pos(conn: object) -> GtidPos:
-    """``@@gtid_binlog_pos`` of a connection's server."""
-    with conn.cursor() as cur:  # type: ignore[attr-defined]
-        cur.execute("/* migrator:catchup */ SELECT @@GLOBAL.gtid_binlog_pos")
-        row = cur.fetchone()
-    value = row[0] if not isinstance(row, dict) else next(iter(row.values()))
-    return GtidPos.parse(value or "")

@@ -20,9 +20,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from migrator.engine.catch_up.applier import Applier, UnsafeStatement
-from migrator.engine.catch_up.streamer import BinlogStreamer, binlog_pos
+from migrator.engine.catch_up.streamer import BinlogStreamer
 from migrator.errors import MigratorError
 from migrator.fleet import mysql
+from migrator.fleet.mysql import binlog_pos
 from migrator.fleet.config import Credentials
 from migrator.fleet.gtid import GtidPos
 from migrator.fleet.model import Host
@@ -125,7 +126,7 @@ class Tailer:
             try:
                 if self._source_conn is None or not self._source_conn.open:
                     self._source_conn = mysql.connect(self.source, self._credentials)
-                return binlog_pos(self._source_conn)
+                return GtidPos.parse(binlog_pos(self._source_conn))
             except MigratorError:
                 raise
             except Exception as exc:  # noqa: BLE001 - a dropped connection is retried once

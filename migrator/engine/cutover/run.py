@@ -10,7 +10,7 @@ catch-up has converged. It reads like the runbook:
    both sides (:func:`prepare_sentinels` made it before the copy), the
    tombstone schemas exist on the source, a full verify has recorded
    ``verified_gtid`` and the rows changed since then are re-checked
-   (:mod:`migrator.engine.verify.checksums`), and the fence connections are open.
+   (:mod:`migrator.engine.verify`), and the fence connections are open.
 3. **Freeze** the moving ranges in the shard map (one CAS). Well-behaved
    clients now wait (``ShardRouter.wait_unfrozen``). A watchdog timer of the
    freeze budget starts: if it fires before the flip it undoes everything by
@@ -60,7 +60,6 @@ to reason about and to audit.
 
 from __future__ import annotations
 
-import hashlib
 import threading
 import time
 import uuid
@@ -80,26 +79,17 @@ from migrator.engine.cutover.passive_gate import PassiveGate, wait_applied
 from migrator.fleet.model import Host, ShardMap
 from migrator.fleet.gtid import GtidPos
 from migrator.engine.migration import MigrationStore, Phase, Spec
+from migrator.engine.names import tomb_db, tomb_suffix
 from migrator.fleet.mysql import connect as mysql_connect
 from migrator.fleet.mysql import ident, qualified, query, scalar, tag
 from migrator.fleet.shard_map import HostRegistry, ShardMapStore
-from migrator.engine.verify.checksums import (
-    SENTINEL_TABLE,
-    VERIFY_NODE,
-    CatchUpDrainer,
-    ChangeTracker,
-    Drainer,
-    Side,
-    TableInfo,
-    binlog_pos,
-    changed_keys,
-    check_chunk,
-    check_rows,
-    default_drainer,
-    load_tables,
-    prepare_session,
-    verify_migration,
-)
+from migrator.engine.names import SENTINEL_TABLE
+from migrator.engine.verify.run import VERIFY_NODE, verify_migration
+from migrator.engine.verify.drainers import CatchUpDrainer, Drainer, default_drainer
+from migrator.engine.verify.changes import ChangeTracker, changed_keys
+from migrator.engine.verify.checksums import Side, TableInfo, load_tables, prepare_session
+from migrator.fleet.mysql import binlog_pos
+from migrator.engine.verify.repair import check_chunk, check_rows
 from migrator.fleet.zk import ZK
 
 TAG = tag("cutover")
@@ -133,17 +123,6 @@ class FlipUnknown(CutoverError):
 
 
 # -- names ---------------------------------------------------------------------------------
-
-def tomb_suffix(migration_id: str) -> str:
-    return hashlib.sha1(migration_id.encode()).hexdigest()[:8]
-
-
-def tomb_db(migration_id: str, db: str) -> str:
-    """The tombstone schema of ``db`` for this migration: ``_tomb_<8 hex>_db00005``."""
-    name = f"_tomb_{tomb_suffix(migration_id)}_{db}"
-    ident(name)
-    return name
-
 
 SENTINEL_DDL = (
     "CREATE TABLE IF NOT EXISTS {table} ("

@@ -26,7 +26,8 @@ from migrator.fleet.gtid import Gtid, GtidPos
 from migrator.engine.migration import MigrationStore, Options, Phase, Spec, new_id
 from migrator.fleet.mysql import ER_BAD_DB_ERROR, ER_NO_SUCH_TABLE, qualified
 from migrator.fleet.mysql import connect as mysql_connect
-from migrator.engine.verify.checksums import binlog_pos, moving_tables
+from migrator.fleet.mysql import binlog_pos
+from migrator.engine.verify.checksums import moving_tables
 
 
 def real_catch_up() -> bool:
@@ -181,7 +182,7 @@ def prepare_converged(fleet: Any, shards: tuple[int, ...] = (2, 3), *, options: 
     copy_dbs(source, target, creds, spec.databases, spec.tables)
     real = real_catch_up()
     if real:
-        from migrator.engine.verify.checksums import CatchUpDrainer
+        from migrator.engine.verify.drainers import CatchUpDrainer
 
         store.put_progress(spec.id, "catchup", {"gtid": start})
         drainer: Any = CatchUpDrainer(fleet.config, spec.id)

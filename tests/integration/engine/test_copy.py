@@ -6,10 +6,9 @@ import pytest
 
 from migrator.ops import command
 from migrator.engine.copy import table_progress
-from migrator.engine.inspector import gtid_binlog_pos
 from migrator.engine.migration import MigrationStore, Options, Phase
 from migrator.engine.plan import maintenance_paused
-from migrator.fleet.mysql import qualified
+from migrator.fleet.mysql import binlog_pos, qualified
 
 from tests.conftest import SEED
 from tests.integration.engine.support import Writer, gtid_seqs, missing_or_different, snapshot_dbs, strip_auto_increment
@@ -25,7 +24,7 @@ def test_split_copies_every_untouched_row_while_writes_go_on(fleet, conns):
         assert maintenance_paused(fleet.zk, s) == spec.id
     src = conns("MySQL001A")
     before = snapshot_dbs(src, spec.databases)
-    gtid_before = gtid_binlog_pos(src)
+    gtid_before = binlog_pos(src)
     writer = Writer(fleet.hosts["MySQL001A"], fleet.credentials, list(spec.shards), SEED).start()
     try:
         out = command.run_copy(fleet.config, spec.id)

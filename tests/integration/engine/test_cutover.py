@@ -6,14 +6,8 @@ import time
 
 import pytest
 
-from migrator.engine.cutover.run import (
-    CutoverAborted,
-    CutoverHooks,
-    FreezeBudgetExceeded,
-    NotConverged,
-    cutover,
-    tomb_db,
-)
+from migrator.engine.cutover.run import CutoverAborted, CutoverHooks, FreezeBudgetExceeded, NotConverged, cutover
+from migrator.engine.names import tomb_db
 from migrator.engine.migration import Options, Phase
 from migrator.fleet.mysql import connect as mysql_connect
 from migrator.fleet.router import ShardRouter

@@ -9,7 +9,8 @@ from __future__ import annotations
 import threading
 import time
 
-from migrator.engine.cutover.run import CutoverAborted, CutoverHooks, cutover, reconcile, tomb_db, tomb_suffix
+from migrator.engine.cutover.run import CutoverAborted, CutoverHooks, cutover, reconcile
+from migrator.engine.names import tomb_db, tomb_suffix
 from migrator.engine.migration import Options, Phase
 from migrator.fleet.mysql import connect as mysql_connect
 from migrator.engine.cutover.passive_gate import PassiveGate

@@ -15,7 +15,7 @@ from migrator.fleet.mysql import connect as mysql_connect
 from migrator.engine.rollback import rollback
 from migrator.fleet.router import ShardRouter
 from migrator.fleet.shard_map import ShardMapStore
-from migrator.engine.verify.checksums import verify_migration
+from migrator.engine.verify.run import verify_migration
 
 from .cutover_setup import Writer
 

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 import pymysql
 import pytest
 
-from migrator.engine.cutover.run import CutoverHooks, FreezeBudgetExceeded, cutover, tomb_db
+from migrator.engine.cutover.run import CutoverHooks, FreezeBudgetExceeded, cutover
+from migrator.engine.names import tomb_db
 from migrator.engine.migration import Options, Phase
 from migrator.fleet.mysql import connect as mysql_connect
 from migrator.engine.cutover.passive_gate import GATE_SCHEMA, TRIGGER_PREFIX

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import time
 
-from migrator.engine.cutover.run import cutover, tomb_db
+from migrator.engine.cutover.run import cutover
+from migrator.engine.names import tomb_db
 from migrator.engine.migration import Options, Phase
 from migrator.fleet.mysql import connect as mysql_connect
 from migrator.engine.rollback import rollback

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from migrator.fleet.mysql import connect as mysql_connect
-from migrator.engine.verify.checksums import VERIFY_NODE, verify_migration
+from migrator.engine.verify.run import VERIFY_NODE, verify_migration
 
 from .cutover_setup import prepare_converged
 

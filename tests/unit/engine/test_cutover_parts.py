@@ -5,7 +5,8 @@ from __future__ import annotations
 import threading
 import time
 
-from migrator.engine.cutover.run import Watchdog, tomb_db, tomb_suffix
+from migrator.engine.cutover.run import Watchdog
+from migrator.engine.names import tomb_db, tomb_suffix
 from migrator.engine.cutover.fence import Fence, Move
 from migrator.fleet.model import Host
 from migrator.fleet.mysql import IDENT_RE

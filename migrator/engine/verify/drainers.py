@@ -1,0 +1,99 @@
+"""Drainers: how verify and the cutover get the target to a source binlog position.
+
+Runs in the verify pass and in the cutover (before its freeze, and under its
+fence for the final drain to the sentinel position). While catch-up passes run
+in their own worker, which owns the ``catchup`` checkpoint, a drainer waits for
+that checkpoint (:class:`CheckpointWaiter`); once the passes have stopped, it
+tails the binlog itself (:class:`CatchUpDrainer`).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Protocol
+
+from migrator.engine.catch_up.checkpoint import open_tailer
+from migrator.engine.migration import MigrationStore, Phase
+from migrator.engine.names import SENTINEL_TABLE
+from migrator.engine.verify.changes import KeyCollector
+from migrator.engine.verify.checksums import VerifyError
+from migrator.fleet import zk as zk_mod
+from migrator.fleet.config import Config, load_credentials
+from migrator.fleet.gtid import GtidPos
+
+
+class Drainer(Protocol):
+    """Applies the source binlog to the target up to a GTID position (catch-up)."""
+
+    def drain_to(self, gtid: str, timeout: float) -> None: ...
+
+
+def default_drainer(config: Config, migration_id: str, phase: Any = None) -> Drainer:
+    """How to get the target to a source position, given the migration's phase.
+
+    While copy or catch-up passes run (their worker owns the ``catchup``
+    checkpoint), wait for that worker's checkpoint: a second tailer would
+    fight it for the checkpoint. Once converged (passes stopped), tail
+    ourselves.
+    """
+    if phase in (Phase.COPYING, Phase.CATCHING_UP):
+        return CheckpointWaiter(config, migration_id)
+    return CatchUpDrainer(config, migration_id)
+
+
+class CheckpointWaiter:
+    """:class:`Drainer` that waits for the running catch-up worker's checkpoint to pass a position."""
+
+    def __init__(self, config: Config, migration_id: str, poll_s: float = 0.1):
+        self.config = config
+        self.migration_id = migration_id
+        self.poll_s = poll_s
+
+    def drain_to(self, gtid: str, timeout: float) -> None:
+        target = GtidPos.parse(gtid)
+        deadline = time.monotonic() + timeout
+        with zk_mod.connect(self.config, load_credentials(self.config)) as zk:
+            store = MigrationStore(zk)
+            while True:
+                node, _ = store.get_progress(self.migration_id, "catchup")
+                at = GtidPos.parse((node or {}).get("gtid") or "")
+                if at.contains(target):
+                    return
+                if time.monotonic() > deadline:
+                    raise VerifyError(f"catch-up of {self.migration_id} did not reach {gtid} within {timeout:.0f}s "
+                                      f"(its checkpoint is at {at or 'nothing'}); is the catch-up job running? "
+                                      "(`migrator status ID`)", phase="verify")
+                time.sleep(self.poll_s)
+
+    def close(self) -> None:
+        pass
+
+
+class CatchUpDrainer(KeyCollector):
+    """:class:`Drainer` over a catch-up :class:`~migrator.engine.catch_up.tailer.Tailer`, opened
+    on first use and kept open (the cutover warms it before its freeze, so no
+    connection is opened inside the freeze budget)."""
+
+    def __init__(self, config: Config, migration_id: str):
+        self.config = config
+        self.migration_id = migration_id
+        self._tailer: Any = None
+
+    def open(self) -> CatchUpDrainer:
+        if self._tailer is None:
+            self._tailer = open_tailer(self.config, self.migration_id)
+            # A queue-partition tail keeps only the partition's tables; the cutover's
+            # sentinel row lives beside them in the same db and must come through too.
+            streamer = self._tailer.streamer
+            if streamer.tables is not None and SENTINEL_TABLE not in streamer.tables:
+                streamer.tables = sorted({*streamer.tables, SENTINEL_TABLE})
+        return self
+
+    def drain_to(self, gtid: str, timeout: float) -> None:
+        self.open()
+        self._tailer.drain_to(gtid, timeout)
+
+    def close(self) -> None:
+        if self._tailer is not None:
+            self._tailer.close()
+            self._tailer = None

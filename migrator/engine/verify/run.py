@@ -1,0 +1,212 @@
+"""Verify: the full check of a migration, source against target.
+
+Runs in the migration worker (``migrator verify ID``, the verify job) while
+catch-up keeps the target following the source, and again inside the cutover
+freeze for the rows changed since the last full check.
+
+The runbook of a check (:func:`verify_migration`):
+
+1. record the source position the pass starts from (``verified_gtid``) and
+   drain the target to it;
+2. checksum every chunk of every moving table on both sides
+   (:mod:`.checksums`);
+3. drain again, then diff the differing chunks row by row; a row the source
+   changed since the pass began is in flight (:mod:`.changes`), every other
+   differing row is re-copied (:mod:`.repair`);
+4. record the result; chunks that still differ are *suspect* and the cutover
+   checks them again under its fence.
+
+Progress node ``verify`` of the migration record holds the last full check:
+``{"verified_gtid", "suspect_chunks", "at", "chunks", "mismatched", "repaired"}``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from migrator.engine.migration import MigrationStore, Phase
+from migrator.engine.verify.changes import changed_keys
+from migrator.engine.verify.checksums import (
+    ChunkResult,
+    Key,
+    RowDiff,
+    Side,
+    TableInfo,
+    VerifyError,
+    _plain,
+    compare_chunks,
+    diff_hashes,
+    load_tables,
+    prepare_session,
+    row_hashes,
+)
+from migrator.engine.verify.drainers import Drainer, default_drainer
+from migrator.engine.verify.repair import check_rows, repair_rows
+from migrator.fleet import zk as zk_mod
+from migrator.fleet.config import Config, load_credentials
+from migrator.fleet.mysql import binlog_pos
+from migrator.fleet.mysql import connect as mysql_connect
+from migrator.fleet.shard_map import HostRegistry
+
+VERIFY_NODE = "verify"
+
+
+@dataclass
+class VerifyReport:
+    """What a check found and did."""
+
+    migration_id: str
+    verified_gtid: str | None = None
+    tables: int = 0
+    chunks: int = 0
+    rows_checked: int = 0
+    mismatched_chunks: list[dict[str, Any]] = field(default_factory=list)
+    differing_rows: list[RowDiff] = field(default_factory=list)
+    repaired_rows: int = 0
+    #: rows that differed only because the source changed them during the pass (checked again at cutover)
+    in_flight_rows: int = 0
+    #: chunks that still differed after repair (a live write, re-checked in the freeze)
+    suspect_chunks: list[dict[str, Any]] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return not self.suspect_chunks and (not self.differing_rows or self.repaired_rows >= len(self.differing_rows))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "migration_id": self.migration_id,
+            "verified_gtid": self.verified_gtid,
+            "tables": self.tables,
+            "chunks": self.chunks,
+            "rows_checked": self.rows_checked,
+            "mismatched_chunks": self.mismatched_chunks,
+            "differing_rows": [d.to_dict() for d in self.differing_rows],
+            "repaired_rows": self.repaired_rows,
+            "in_flight_rows": self.in_flight_rows,
+            "suspect_chunks": self.suspect_chunks,
+            "seconds": round(self.seconds, 3),
+            "ok": self.ok,
+        }
+
+
+def verify_migration(config: Config, migration_id: str, *, repair: bool = True, chunk_rows: int | None = None,
+                     drainer: Drainer | None = None, drain_timeout: float = 60.0,
+                     record: bool = True) -> VerifyReport:
+    """Checksum every moving table source vs target; re-check and re-copy differing chunks.
+
+    With a ``drainer`` (catch-up), the target is drained to the source head
+    before the pass and again before each re-check. Without one (catch-up not
+    running) the re-check happens at once. The result is stored in the
+    migration's ``verify`` progress node (unless ``record`` is False).
+    """
+    creds = load_credentials(config)
+    t0 = time.monotonic()
+    with zk_mod.connect(config, creds) as zk:
+        store = MigrationStore(zk)
+        spec = store.spec(migration_id)
+        state, _ = store.state(migration_id)
+        if state.phase in (Phase.CUTOVER, Phase.DONE, Phase.ROLLED_BACK, Phase.CLEANED, Phase.ABORTED):
+            raise VerifyError(f"migration {migration_id} is {state.phase.value}: verify compares the source with "
+                              "the target before the cutover (a rollback verifies the tombstones itself)",
+                              phase="verify")
+        reg = HostRegistry(zk)
+        src_host, dst_host = reg.get(spec.source_master), reg.get(spec.target_master)
+        own_drainer = drainer is None
+        if drainer is None:
+            drainer = default_drainer(config, migration_id, state.phase)
+        src = mysql_connect(src_host, creds, read_timeout=600)
+        dst = mysql_connect(dst_host, creds, read_timeout=600)
+        try:
+            prepare_session(src)
+            prepare_session(dst)
+            tables = load_tables(src, spec.databases, spec.tables)
+
+            def changes(since: str, until: str) -> dict[str, set[Key]]:
+                return changed_keys(src_host, creds, tables, since, until, timeout=drain_timeout)
+
+            report = run_full_check(Side(src), Side(dst), tables, migration_id, changes=changes,
+                                    step=chunk_rows or spec.options.chunk_rows, repair=repair,
+                                    drainer=drainer, drain_timeout=drain_timeout)
+        finally:
+            src.close()
+            dst.close()
+            if own_drainer and drainer is not None and hasattr(drainer, "close"):
+                drainer.close()
+        report.seconds = time.monotonic() - t0
+        if record:
+            store.put_progress(migration_id, VERIFY_NODE, {
+                "verified_gtid": report.verified_gtid,
+                "suspect_chunks": report.suspect_chunks,
+                "at": time.time(),
+                "chunks": report.chunks,
+                "mismatched": len(report.mismatched_chunks),
+                "repaired": report.repaired_rows,
+            })
+    return report
+
+
+ChangesFn = Callable[[str, str], dict[str, set[Key]]]
+
+
+def run_full_check(src: Side, dst: Side, tables: Sequence[TableInfo], migration_id: str, *, step: int,
+                   repair: bool, drainer: Drainer | None, drain_timeout: float,
+                   changes: ChangesFn | None = None) -> VerifyReport:
+    """The full pass on open connections (what :func:`verify_migration` runs).
+
+    ``changes(since, until)`` gives the keys the source binlog touched between
+    two positions; with it, a row that differs only because the source changed
+    it after the pass began (a live write catch-up has not applied yet) is
+    counted as in flight, not repaired: the cutover checks it again under its
+    fence. Every other difference is real and is re-copied.
+    """
+    report = VerifyReport(migration_id, tables=len(tables))
+    start = report.verified_gtid = binlog_pos(src.conn)
+    if drainer is not None:
+        drainer.drain_to(start, drain_timeout)
+    by_name = {t.name: t for t in tables}
+    results, rows = compare_chunks(src, dst, tables, step)
+    report.chunks, report.rows_checked = len(results), rows
+    bad = [r for r in results if not r.equal]
+    report.mismatched_chunks = [_chunk_dict(r) for r in bad]
+    if not bad:
+        return report
+    if drainer is not None:
+        drainer.drain_to(binlog_pos(src.conn), drain_timeout)
+    per_chunk: list[tuple[ChunkResult, list[RowDiff]]] = []
+    for r in bad:
+        t = by_name[r.table]
+        s_t, d_t = t.on(src.db_of(t.db)), t.on(dst.db_of(t.db))
+        diffs = diff_hashes(t.name, row_hashes(src.conn, s_t, r.lo, r.hi), row_hashes(dst.conn, d_t, r.lo, r.hi))
+        if diffs:
+            per_chunk.append((r, diffs))
+    moved: dict[str, set[Key]] = {}
+    if per_chunk and changes is not None:
+        moved = changes(start, binlog_pos(src.conn))  # read after the diffs: covers every write they saw
+    for r, diffs in per_chunk:
+        t = by_name[r.table]
+        real = [d for d in diffs if d.key not in moved.get(t.name, set())]
+        report.in_flight_rows += len(diffs) - len(real)
+        report.differing_rows.extend(real)
+        if not real:
+            continue
+        s_t, d_t = t.on(src.db_of(t.db)), t.on(dst.db_of(t.db))
+        if repair:
+            report.repaired_rows += repair_rows(src.conn, dst.conn, s_t, d_t, real)
+        left = check_rows(src, dst, t, [d.key for d in real], repair=False)[0] if repair else real
+        if left:
+            report.suspect_chunks.append(_chunk_dict(r))
+    return report
+
+
+def _chunk_dict(r: ChunkResult) -> dict[str, Any]:
+    return {
+        "table": r.table,
+        "lo": None if r.lo is None else [_plain(v) for v in r.lo],
+        "hi": None if r.hi is None else [_plain(v) for v in r.hi],
+        "source_rows": r.source[0],
+        "target_rows": r.target[0],
+    }
