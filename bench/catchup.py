@@ -6,7 +6,7 @@
    changes that change the primary key, deletes, pin updates) writes to two
    moving shards on MySQL001A for ``--seconds``: its rate is the highest write
    rate it reaches on this machine.
-2. The catch-up :class:`migrator.engine.catch_up.passes.Tailer` applies exactly that binlog
+2. The catch-up :class:`migrator.engine.catch_up.tailer.Tailer` applies exactly that binlog
    range (start -> end GTID) to MySQL003A (starting from a copy of the rows at
    the start position): with the defaults, without ``freeze_schema``, and
    with the background writer (``pipeline``); each the best of two runs.

@@ -223,7 +223,9 @@ def move(cfg: config_mod.Config, target: str, window: dict[str, float],
     from migrator.engine import catch_up
     from migrator.ops import command
     from migrator.engine.cleanup import cleanup
-    from migrator.engine.cutover.run import CutoverAborted, CutoverHooks, FreezeBudgetExceeded, cutover
+    from migrator.engine.cutover.errors import CutoverAborted, FreezeBudgetExceeded
+    from migrator.engine.cutover.run import CutoverHooks
+    from migrator.engine.cutover import cutover
     from migrator.engine.verify.run import verify_migration
 
     plan = command.plan_move(cfg, list(MOVING), target)

@@ -43,7 +43,7 @@ def verify(migration_id: str, config_path: str | None = None, repair: bool = Tru
 
 def cutover(migration_id: str, config_path: str | None = None, schedule_cleanup: bool = True) -> dict[str, Any]:
     """The fenced cutover; on success, cleanup is scheduled for the end of the retention."""
-    from migrator.engine.cutover import run as cutover_mod
+    from migrator.engine import cutover as cutover_mod
     from migrator.engine.migration import MigrationStore
 
     cfg = config_mod.load(config_path)

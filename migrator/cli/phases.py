@@ -20,7 +20,7 @@ from rich.table import Table
 
 from migrator.engine.catch_up.passes import PassResult, run_passes
 from migrator.engine.cleanup import cleanup
-from migrator.engine.cutover.run import cutover
+from migrator.engine.cutover import cutover
 from migrator.engine.rollback import rollback
 from migrator.engine.verify.run import verify_migration
 from migrator.errors import MigratorError

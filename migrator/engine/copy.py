@@ -262,7 +262,7 @@ def begin(zk: ZK, spec: Spec, creds: Credentials) -> list[tuple[str, str]]:
                         "(`migrator status ID`)", phase="copy")
     # The cutover's sentinel table must exist before any table records its start position: the copy
     # then carries it like any table, and catch-up never meets its CREATE TABLE.
-    from migrator.engine.cutover.run import prepare_sentinels
+    from migrator.engine.cutover.sentinel import prepare_sentinels
 
     prepare_sentinels(zk, spec, creds)
     return prepare(zk, spec, creds)

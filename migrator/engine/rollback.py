@@ -16,7 +16,7 @@ were at the flip. Since then clients wrote to the new master. So:
    changed on the new master since ``target_gtid``. They are compared (and
    re-copied) before the freeze, and again inside it for the last few.
 3. **Flip back with the same protocol** (:class:`migrator.engine.cutover.run.CutoverRun`
-   with the reverse :class:`~migrator.engine.cutover.run.Direction`): freeze, fence the
+   with the reverse :class:`~migrator.engine.cutover.direction.Direction`): freeze, fence the
    new master's tables (they become its tombstones), sentinel through the
    reverse tail, compare, then, still under the fence, rename the old master's
    tombstones back to ``dbNNNNN`` and flip the ranges back in one CAS. If the
@@ -36,7 +36,11 @@ from typing import Any
 
 from migrator.fleet import zk as zk_mod
 from migrator.fleet.config import Config, Credentials, load_credentials
-from migrator.engine.cutover.run import FIXED_FREEZE_MS, CutoverError, CutoverHooks, CutoverResult, CutoverRun, Direction, FlipUnknown, FreezeBudgetExceeded, ensure_sentinel, passive_of
+from migrator.engine.cutover.gate import FIXED_FREEZE_MS
+from migrator.engine.cutover.errors import CutoverError, FlipUnknown, FreezeBudgetExceeded
+from migrator.engine.cutover.run import CutoverHooks, CutoverResult, CutoverRun
+from migrator.engine.cutover.direction import Direction, passive_of
+from migrator.engine.cutover.sentinel import ensure_sentinel
 from migrator.engine.names import tomb_db
 from migrator.errors import MigratorError
 from migrator.fleet.model import Host

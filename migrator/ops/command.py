@@ -341,7 +341,7 @@ def verify(config: Config, mid: str, *, repair: bool = True) -> dict[str, Any]:
 
 def cutover(config: Config, mid: str, *, freeze_budget_ms: int | None = None) -> dict[str, Any]:
     """The fenced cutover (freeze, fence, drain to the sentinel, verify, flip, unfreeze)."""
-    from migrator.engine.cutover import run as cutover_mod
+    from migrator.engine import cutover as cutover_mod
 
     if freeze_budget_ms is not None:
         _set_budget(config, mid, freeze_budget_ms)

@@ -22,7 +22,7 @@ import time
 from typing import Any
 
 from migrator.fleet import config as config_mod
-from migrator.engine.cutover import run as cutover_mod
+from migrator.engine import cutover as cutover_mod
 from migrator.fleet import zk as zk_mod
 from migrator.fleet.shard_map import ShardMapStore
 

@@ -1,0 +1,154 @@
+"""Cutover: the short write freeze that moves the moving ranges to the target pair.
+
+Runs in the migration worker (``migrator cutover ID``, ``jobs.cutover``) once
+catch-up has converged. It reads like the runbook:
+
+1. **Gate.** The migration is ``converged`` and the predicted freeze
+   (``State.predicted_freeze_ms``, else a timed drain to the source head plus
+   the fixed cost) fits ``Options.freeze_budget_ms``.
+2. **Prepare** (no freeze yet): the sentinel table exists in every moving db on
+   both sides (:func:`prepare_sentinels` made it before the copy), the
+   tombstone schemas exist on the source, a full verify has recorded
+   ``verified_gtid`` and the rows changed since then are re-checked
+   (:mod:`migrator.engine.verify`), and the fence connections are open.
+3. **Freeze** the moving ranges in the shard map (one CAS). Well-behaved
+   clients now wait (``ShardRouter.wait_unfrozen``). A watchdog timer of the
+   freeze budget starts: if it fires before the flip it undoes everything by
+   itself (kills the pending RENAMEs, releases the lock, unfreezes). The
+   budget bounds the time to the flip decision; once the flip CAS is under
+   way nothing is undone, so a slow release can push ``freeze_ms`` past it.
+4. **Fence** the source tables (:class:`migrator.engine.cutover.fence.Fence`): LOCK TABLES
+   ... WRITE on connection A, one RENAME per table to the tombstones queued on
+   B1..Bn (one per table: see the fence module for why).
+5. **Sentinel**: under the lock, A writes a unique row to ``_migrator_sentinel``
+   in each moving db and reads ``@@gtid_binlog_pos``; catch-up drains to that
+   exact position and the row must be on the target. This proves the target has
+   every write the source accepted (idea: gh-ost's ``waitForEventsUpToLock``).
+6. **Compare** the rows changed since the last check (their keys are those the
+   drain applied since ``verified_gtid``, trusted only if the sentinel row is
+   among them; else a background binlog reader's, else the binlog segment read
+   then) and the chunks the full check left suspect; re-copy any difference
+   (the source is fenced, so this is exact) and require a clean second look.
+7. **Flip** the ranges to the target pair and unfreeze them in one CAS on the
+   epoch of our freeze. A conflict aborts; it is never retried.
+8. **Release**: UNLOCK on A; each table's RENAME runs before the writers queued
+   on it, which then get 1146 and refresh the map. The source tables are
+   tombstones. Partition maintenance may run again on the moved shards.
+9. Record ``freeze_ms`` (from the commit of the freeze CAS to the end of the
+   release; the CAS itself, ``steps_ms["freeze_cas"]``, is not in it), the flipped
+   epoch, the tombstone suffix and ``cleanup_after``; phase ``done``.
+
+Any failure before the flip leaves the source serving and the ranges unfrozen.
+A ZooKeeper connection loss during the flip CAS is resolved by re-reading the
+map after reconnecting: the flip is one CAS, so it either landed (finish) or
+did not (undo the fence). A cutover that died midway (phase still
+``cutover``) is reconciled the same way by the next ``cutover`` call.
+
+Queue-partition moves
+---------------------
+The shard map routes by shard, and the queue service resolves a partition to
+its shard and then to that shard's master. So a queue partition moves by moving
+its shard: the partition's shard must be wholly owned by the partition. The
+cutover checks it (every other table of that shard db on the source is empty)
+and refuses otherwise, then fences only ``Spec.tables`` (the partition's jobs
+table; the sentinel lives in the same db) and flips the shard in the shard map
+exactly like a shard move. A per-partition host override in the queue record
+would need a second routing source and a two-node atomic flip, and every reader
+of the shard db would have to know about it; one source of routing is simpler
+to reason about and to audit.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_fixed
+
+from migrator.engine.cutover.direction import Direction, forward, passive_of
+from migrator.engine.cutover.errors import (
+    ZK_LOST,
+    CutoverAborted,
+    CutoverError,
+    FlipUnknown,
+    FreezeBudgetExceeded,
+    NotConverged,
+)
+from migrator.engine.cutover.gate import FIXED_FREEZE_MS, check_budget, predict_freeze_ms
+from migrator.engine.cutover.reconcile import reconcile
+from migrator.engine.cutover.run import CutoverHooks, CutoverResult, CutoverRun
+from migrator.engine.cutover.sentinel import prepare_sentinels
+from migrator.engine.migration import MigrationStore, Phase
+from migrator.engine.names import tomb_suffix
+from migrator.engine.plan import release_maintenance_pause
+from migrator.engine.verify.drainers import Drainer, default_drainer
+from migrator.errors import MigratorError
+from migrator.fleet import zk as zk_mod
+from migrator.fleet.config import Config, load_credentials
+
+__all__ = [
+    "FIXED_FREEZE_MS", "CutoverAborted", "CutoverError", "CutoverHooks", "CutoverResult", "CutoverRun", "Direction",
+    "FlipUnknown", "FreezeBudgetExceeded", "NotConverged", "cutover", "forward", "passive_of", "predict_freeze_ms",
+    "prepare_sentinels", "reconcile",
+]
+
+
+def cutover(config: Config, migration_id: str, *, drainer: Drainer | None = None,
+            hooks: CutoverHooks | None = None, now: Callable[[], float] = time.time) -> CutoverResult:
+    """Freeze, fence, drain to the sentinel, compare, flip and release (see the module doc).
+
+    Raises :class:`NotConverged` before anything is touched when the migration
+    is not ready, and :class:`CutoverAborted` / :class:`FreezeBudgetExceeded`
+    when it stopped before the flip (source serving, ranges unfrozen).
+    """
+    creds = load_credentials(config)
+    hooks = hooks or CutoverHooks()
+    with zk_mod.connect(config, creds) as zk:
+        store = MigrationStore(zk)
+        spec = store.spec(migration_id)
+        state, _ = store.state(migration_id)
+        if state.phase == Phase.CUTOVER:
+            reconcile(config, migration_id, zk=zk)
+            state, _ = store.state(migration_id)
+            if state.phase == Phase.DONE:
+                raise CutoverError(f"migration {migration_id} had already flipped; it is done", phase="cutover")
+        if state.phase != Phase.CONVERGED:
+            raise NotConverged(f"migration {migration_id} is {state.phase.value}, not converged: "
+                               "wait for catch-up to converge (`migrator status ID`)", phase="cutover")
+        own_drainer = drainer is None
+        drainer = drainer or default_drainer(config, migration_id, state.phase)
+        run = CutoverRun(config, zk, creds, spec, drainer)
+        try:
+            run.prepare()
+            predicted = check_budget(run, state.predicted_freeze_ms)
+            run.refresh_verified_gtid()
+            store.set_phase(migration_id, Phase.CUTOVER, predicted_freeze_ms=predicted)
+            try:
+                result = run.run(hooks)
+            except FlipUnknown:
+                raise  # phase stays "cutover": the next call reconciles
+            except BaseException as exc:
+                msg = exc.message if isinstance(exc, MigratorError) else f"{type(exc).__name__}: {exc}"
+                if run.flipped_epoch is not None:
+                    # flipped, but the release did not complete: reconcile finishes it
+                    store.set_phase(migration_id, Phase.CUTOVER, error=f"flipped; release failed: {msg}")
+                    raise CutoverError(f"the ranges flipped to {spec.target_master} but releasing the fence failed "
+                                       f"({msg}); run `migrator cutover {migration_id}` again to finish",
+                                       phase="cutover") from None
+                store.set_phase(migration_id, Phase.CONVERGED, error=f"cutover aborted: {msg}")
+                raise
+            retention = spec.options.retention_s
+            # the flip landed: record it even across a ZooKeeper session loss (each write is idempotent)
+            for attempt in Retrying(stop=stop_after_delay(60), wait=wait_fixed(0.2),
+                                    retry=retry_if_exception_type(ZK_LOST), reraise=True):
+                with attempt:
+                    store.set_phase(migration_id, Phase.DONE, freeze_ms=result.freeze_ms,
+                                    flipped_epoch=result.flipped_epoch, tombstone_db_suffix=tomb_suffix(migration_id),
+                                    cleanup_after=now() + retention)
+                    store.put_progress(migration_id, "cutover", result.to_dict())
+                    release_maintenance_pause(zk, spec)
+            return result
+        finally:
+            run.close()
+            if own_drainer and hasattr(drainer, "close"):
+                drainer.close()

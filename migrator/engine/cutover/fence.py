@@ -52,8 +52,8 @@ from dataclasses import dataclass
 
 import pymysql
 
-from migrator.fleet.config import Credentials
 from migrator.errors import MigratorError
+from migrator.fleet.config import Credentials
 from migrator.fleet.model import Host
 from migrator.fleet.mysql import connect as mysql_connect
 from migrator.fleet.mysql import qualified, query, scalar, tag

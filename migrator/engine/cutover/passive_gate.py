@@ -60,11 +60,11 @@ from collections.abc import Sequence
 
 import pymysql
 
-from migrator.fleet.config import Credentials
-from migrator.errors import MigratorError
 from migrator.engine.cutover.fence import Fence, Move
-from migrator.fleet.model import Host
+from migrator.errors import MigratorError
+from migrator.fleet.config import Credentials
 from migrator.fleet.gtid import GtidPos
+from migrator.fleet.model import Host
 from migrator.fleet.mysql import connect as mysql_connect
 from migrator.fleet.mysql import ident, qualified, query, scalar, tag
 

@@ -1,61 +1,11 @@
-"""Cutover: the short write freeze that moves the moving ranges to the target pair.
+"""One cutover attempt: freeze -> fence -> sentinel -> drain -> compare -> flip -> release.
 
-Runs in the migration worker (``migrator cutover ID``, ``jobs.cutover``) once
-catch-up has converged. It reads like the runbook:
-
-1. **Gate.** The migration is ``converged`` and the predicted freeze
-   (``State.predicted_freeze_ms``, else a timed drain to the source head plus
-   the fixed cost) fits ``Options.freeze_budget_ms``.
-2. **Prepare** (no freeze yet): the sentinel table exists in every moving db on
-   both sides (:func:`prepare_sentinels` made it before the copy), the
-   tombstone schemas exist on the source, a full verify has recorded
-   ``verified_gtid`` and the rows changed since then are re-checked
-   (:mod:`migrator.engine.verify`), and the fence connections are open.
-3. **Freeze** the moving ranges in the shard map (one CAS). Well-behaved
-   clients now wait (``ShardRouter.wait_unfrozen``). A watchdog timer of the
-   freeze budget starts: if it fires before the flip it undoes everything by
-   itself (kills the pending RENAMEs, releases the lock, unfreezes). The
-   budget bounds the time to the flip decision; once the flip CAS is under
-   way nothing is undone, so a slow release can push ``freeze_ms`` past it.
-4. **Fence** the source tables (:class:`migrator.engine.cutover.fence.Fence`): LOCK TABLES
-   ... WRITE on connection A, one RENAME per table to the tombstones queued on
-   B1..Bn (one per table: see the fence module for why).
-5. **Sentinel**: under the lock, A writes a unique row to ``_migrator_sentinel``
-   in each moving db and reads ``@@gtid_binlog_pos``; catch-up drains to that
-   exact position and the row must be on the target. This proves the target has
-   every write the source accepted (idea: gh-ost's ``waitForEventsUpToLock``).
-6. **Compare** the rows changed since the last check (their keys are those the
-   drain applied since ``verified_gtid``, trusted only if the sentinel row is
-   among them; else a background binlog reader's, else the binlog segment read
-   then) and the chunks the full check left suspect; re-copy any difference
-   (the source is fenced, so this is exact) and require a clean second look.
-7. **Flip** the ranges to the target pair and unfreeze them in one CAS on the
-   epoch of our freeze. A conflict aborts; it is never retried.
-8. **Release**: UNLOCK on A; each table's RENAME runs before the writers queued
-   on it, which then get 1146 and refresh the map. The source tables are
-   tombstones. Partition maintenance may run again on the moved shards.
-9. Record ``freeze_ms`` (from the commit of the freeze CAS to the end of the
-   release; the CAS itself, ``steps_ms["freeze_cas"]``, is not in it), the flipped
-   epoch, the tombstone suffix and ``cleanup_after``; phase ``done``.
-
-Any failure before the flip leaves the source serving and the ranges unfrozen.
-A ZooKeeper connection loss during the flip CAS is resolved by re-reading the
-map after reconnecting: the flip is one CAS, so it either landed (finish) or
-did not (undo the fence). A cutover that died midway (phase still
-``cutover``) is reconciled the same way by the next ``cutover`` call.
-
-Queue-partition moves
----------------------
-The shard map routes by shard, and the queue service resolves a partition to
-its shard and then to that shard's master. So a queue partition moves by moving
-its shard: the partition's shard must be wholly owned by the partition. The
-cutover checks it (every other table of that shard db on the source is empty)
-and refuses otherwise, then fences only ``Spec.tables`` (the partition's jobs
-table; the sentinel lives in the same db) and flips the shard in the shard map
-exactly like a shard move. A per-partition host override in the queue record
-would need a second routing source and a two-node atomic flip, and every reader
-of the shard db would have to know about it; one source of routing is simpler
-to reason about and to audit.
+Runs in the cutover process (and in a rollback, with the reverse
+:class:`~migrator.engine.cutover.direction.Direction`). :class:`CutoverRun`
+holds the state of one attempt, which is what the hooks see;
+:meth:`CutoverRun.run` is steps 3 to 8 of the runbook in
+:mod:`migrator.engine.cutover`, and :meth:`CutoverRun.undo` puts everything
+back as long as the flip has not been made.
 """
 
 from __future__ import annotations
@@ -68,101 +18,42 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pymysql
-from kazoo.exceptions import ConnectionLoss, OperationTimeoutError, SessionExpiredError
 from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_fixed
 
-from migrator.fleet import zk as zk_mod
-from migrator.fleet.config import Config, Credentials, load_credentials
-from migrator.errors import MigratorError, ShardMapConflict
+from migrator.engine.cutover.direction import Direction, forward
+from migrator.engine.cutover.errors import (
+    ZK_LOST,
+    CutoverAborted,
+    CutoverError,
+    FlipUnknown,
+    FreezeBudgetExceeded,
+)
 from migrator.engine.cutover.fence import Fence, Move
 from migrator.engine.cutover.passive_gate import PassiveGate, wait_applied
-from migrator.fleet.model import Host, ShardMap
-from migrator.fleet.gtid import GtidPos
-from migrator.engine.migration import MigrationStore, Phase, Spec
-from migrator.engine.names import tomb_db, tomb_suffix
-from migrator.fleet.mysql import connect as mysql_connect
-from migrator.fleet.mysql import ident, qualified, query, scalar, tag
-from migrator.fleet.shard_map import HostRegistry, ShardMapStore
-from migrator.engine.names import SENTINEL_TABLE
-from migrator.engine.verify.run import VERIFY_NODE, verify_migration
-from migrator.engine.verify.drainers import CatchUpDrainer, Drainer, default_drainer
+from migrator.engine.cutover.sentinel import ensure_sentinel, has_sentinel
+from migrator.engine.cutover.watchdog import Watchdog
+from migrator.engine.migration import MigrationStore, Spec
+from migrator.engine.names import SENTINEL_TABLE, tomb_db, tomb_suffix
 from migrator.engine.verify.changes import ChangeTracker, changed_keys
-from migrator.engine.verify.checksums import Side, TableInfo, load_tables, prepare_session
-from migrator.fleet.mysql import binlog_pos
+from migrator.engine.verify.checksums import (
+    Side,
+    TableInfo,
+    load_tables,
+    prepare_session,
+)
+from migrator.engine.verify.drainers import Drainer
 from migrator.engine.verify.repair import check_chunk, check_rows
+from migrator.engine.verify.run import VERIFY_NODE, verify_migration
+from migrator.errors import MigratorError, ShardMapConflict
+from migrator.fleet.config import Config, Credentials
+from migrator.fleet.model import Host, ShardMap
+from migrator.fleet.mysql import binlog_pos, ident, qualified, query, scalar, tag
+from migrator.fleet.mysql import connect as mysql_connect
+from migrator.fleet.shard_map import ShardMapStore
 from migrator.fleet.zk import ZK
 
 TAG = tag("cutover")
-#: what a freeze costs besides the drain (two CAS, lock, sentinel, compare), for the prediction
-FIXED_FREEZE_MS = 60.0
-ZK_LOST = (ConnectionLoss, SessionExpiredError, OperationTimeoutError)
 
-
-class CutoverError(MigratorError):
-    component = "cutover"
-
-
-class NotConverged(CutoverError):
-    exit_code = 3
-
-
-class FreezeBudgetExceeded(CutoverError):
-    exit_code = 3
-
-
-class CutoverAborted(CutoverError):
-    """The cutover stopped before the flip; the source still serves."""
-
-    exit_code = 3
-
-
-class FlipUnknown(CutoverError):
-    """ZooKeeper stayed unreachable after the flip CAS: run ``cutover ID`` again to reconcile."""
-
-    exit_code = 4
-
-
-# -- names ---------------------------------------------------------------------------------
-
-SENTINEL_DDL = (
-    "CREATE TABLE IF NOT EXISTS {table} ("
-    " token VARCHAR(64) NOT NULL PRIMARY KEY,"
-    " migration_id VARCHAR(100) NOT NULL,"
-    " created_at DATETIME(6) NOT NULL DEFAULT NOW(6)"
-    ") ENGINE=InnoDB DEFAULT CHARSET=utf8mb4"
-)
-
-
-def ensure_sentinel(conn: pymysql.connections.Connection, db: str) -> None:
-    """Create ``db._migrator_sentinel`` (idempotent: an existing table is not even binlogged)."""
-    with conn.cursor() as cur:
-        cur.execute(TAG + SENTINEL_DDL.format(table=qualified(db, SENTINEL_TABLE)))
-
-
-def has_sentinel(conn: pymysql.connections.Connection, db: str) -> bool:
-    return bool(scalar(conn, "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s "
-                             "AND TABLE_NAME = %s", (db, SENTINEL_TABLE)))
-
-
-def prepare_sentinels(zk: ZK, spec: Spec, credentials: Credentials) -> list[str]:
-    """Create the sentinel table in every moving db on the source master.
-
-    Call it before the copy (plan or copy preparation): the copy then carries
-    the table over like any other, and catch-up never meets its CREATE TABLE
-    (which it would rightly refuse as a schema change in a moving shard).
-    Returns the dbs where it was created.
-    """
-    source = HostRegistry(zk).get(spec.source_master)
-    made = []
-    with mysql_connect(source, credentials) as conn:
-        for db in spec.databases:
-            if not has_sentinel(conn, db):
-                ensure_sentinel(conn, db)
-                made.append(db)
-    return made
-
-
-# -- hooks and results ---------------------------------------------------------------------
 
 Hook = Callable[["CutoverRun"], None]
 
@@ -194,94 +85,6 @@ class CutoverResult:
         return {k: getattr(self, k) for k in ("migration_id", "freeze_ms", "flipped_epoch", "fence_gtid",
                                                "target_gtid", "rows_checked", "rows_repaired", "steps_ms",
                                                "keys_from")}
-
-
-class Watchdog:
-    """Aborts a freeze that overruns its budget, from a timer thread.
-
-    The main thread must :meth:`claim` the flip: once claimed the watchdog no
-    longer acts; once fired the flip is refused. The lock makes the two exclusive.
-    """
-
-    def __init__(self, budget_s: float, on_fire: Callable[[], None]):
-        self._lock = threading.Lock()
-        self.state = "armed"
-        self.error: BaseException | None = None
-        self._on_fire = on_fire
-        self._timer = threading.Timer(budget_s, self._fire)
-        self._timer.daemon = True
-
-    def start(self) -> Watchdog:
-        self._timer.start()
-        return self
-
-    def _fire(self) -> None:
-        with self._lock:
-            if self.state != "armed":
-                return
-            self.state = "fired"
-            try:
-                self._on_fire()
-            except BaseException as exc:  # reported by the main thread
-                self.error = exc
-
-    def claim(self) -> bool:
-        """Take over from the watchdog; False if it already fired (and undid the freeze)."""
-        with self._lock:
-            self._timer.cancel()
-            if self.state == "armed":
-                self.state = "claimed"
-                return True
-            return False
-
-    @property
-    def fired(self) -> bool:
-        return self.state == "fired"
-
-
-# -- one run -----------------------------------------------------------------------------------
-
-@dataclass
-class Direction:
-    """Which way a freeze moves the ranges: forward (cutover) or back (rollback).
-
-    ``source`` is the host that gets fenced (its tables become tombstones),
-    ``target`` the host whose tables must hold every row; on the target the
-    tables live in ``target_db_of(db)`` (the tombstone schema for a rollback).
-    ``pre_flip``/``undo_pre_flip`` run under the fence just before the flip
-    CAS, and to undo it if the flip does not land.
-    """
-
-    label: str
-    source: Host
-    target: Host
-    from_master: str
-    to_master: str
-    to_slave: str
-    #: the source's pair partner, closed by a :class:`PassiveGate` (None: not fenced)
-    passive: Host | None = None
-    verify_node: str = VERIFY_NODE
-    target_db_of: Callable[[str], str] = lambda db: db
-    pre_flip: Callable[[CutoverRun], None] | None = None
-    undo_pre_flip: Callable[[CutoverRun], None] | None = None
-
-
-def forward(zk: ZK, spec: Spec) -> Direction:
-    reg = HostRegistry(zk)
-    return Direction("cutover", reg.get(spec.source_master), reg.get(spec.target_master),
-                     spec.source_master, spec.target_master, spec.target_slave,
-                     passive=passive_of(reg, spec.source_master, spec.source_slave, spec))
-
-
-def passive_of(reg: HostRegistry, master: str, slave: str, spec: Spec) -> Host | None:
-    """The pair partner to gate while ``master`` is fenced, or None when the option turns it off."""
-    if not spec.options.fence_passive:
-        return None
-    host = reg.get(slave)
-    if host.partner != master:
-        raise CutoverError(f"{slave} is not registered as the pair partner of {master} (its partner is "
-                           f"{host.partner}): fix the host registry before the cutover", phase="cutover")
-    return host
 
 
 class CutoverRun:
@@ -349,7 +152,7 @@ class CutoverRun:
                 if not has_sentinel(src, db):
                     raise CutoverError(
                         f"{db}.{SENTINEL_TABLE} is missing on {self.source.name}: it must exist before the copy "
-                        "(migrator.engine.cutover.run.prepare_sentinels), so that the copy carries it and catch-up never "
+                        "(migrator.engine.cutover.sentinel.prepare_sentinels), so that the copy carries it and catch-up never "
                         "sees its CREATE TABLE; abort this migration and plan it again", phase=self.direction.label)
                 with src.cursor() as cur:
                     cur.execute(f"{TAG}CREATE DATABASE IF NOT EXISTS {ident(self.tomb(db))}")
@@ -701,248 +504,3 @@ def unfreeze_ranges(maps: ShardMapStore, ranges: list[tuple[int, int]], *, reaso
             continue
     raise CutoverError(f"could not unfreeze {ranges} after {attempts} tries: unfreeze them with "
                        "`migrator topology` by hand", phase="cutover")
-
-
-# -- the command ---------------------------------------------------------------------------------
-
-def predict_freeze_ms(run: CutoverRun) -> float:
-    """Time a drain to the current source head and add the fixed cost of a freeze."""
-    conn = mysql_connect(run.source, run.creds)
-    try:
-        head = binlog_pos(conn)
-    finally:
-        conn.close()
-    t0 = time.monotonic()
-    run.drainer.drain_to(head, 30)
-    return (time.monotonic() - t0) * 1000 + FIXED_FREEZE_MS
-
-
-def cutover(config: Config, migration_id: str, *, drainer: Drainer | None = None,
-            hooks: CutoverHooks | None = None, now: Callable[[], float] = time.time) -> CutoverResult:
-    """Freeze, fence, drain to the sentinel, compare, flip and release (see the module doc).
-
-    Raises :class:`NotConverged` before anything is touched when the migration
-    is not ready, and :class:`CutoverAborted` / :class:`FreezeBudgetExceeded`
-    when it stopped before the flip (source serving, ranges unfrozen).
-    """
-    creds = load_credentials(config)
-    hooks = hooks or CutoverHooks()
-    with zk_mod.connect(config, creds) as zk:
-        store = MigrationStore(zk)
-        spec = store.spec(migration_id)
-        state, _ = store.state(migration_id)
-        if state.phase == Phase.CUTOVER:
-            reconcile(config, migration_id, zk=zk)
-            state, _ = store.state(migration_id)
-            if state.phase == Phase.DONE:
-                raise CutoverError(f"migration {migration_id} had already flipped; it is done", phase="cutover")
-        if state.phase != Phase.CONVERGED:
-            raise NotConverged(f"migration {migration_id} is {state.phase.value}, not converged: "
-                               "wait for catch-up to converge (`migrator status ID`)", phase="cutover")
-        own_drainer = drainer is None
-        drainer = drainer or default_drainer(config, migration_id, state.phase)
-        if drainer is None:
-            raise CutoverError("no catch-up available to drain the binlog (migrator.engine.catch_up.passes is missing)",
-                               phase="cutover")
-        run = CutoverRun(config, zk, creds, spec, drainer)
-        budget = spec.options.freeze_budget_ms
-        try:
-            run.prepare()
-            predicted = state.predicted_freeze_ms
-            if predicted is None:
-                predicted = predict_freeze_ms(run)
-            if predicted > budget:
-                raise FreezeBudgetExceeded(
-                    f"predicted freeze {predicted:.0f} ms exceeds the budget of {budget} ms: let catch-up converge "
-                    "further (lower write load) or raise freeze_budget_ms", phase="cutover")
-            run.refresh_verified_gtid()
-            store.set_phase(migration_id, Phase.CUTOVER, predicted_freeze_ms=predicted)
-            try:
-                result = run.run(hooks)
-            except FlipUnknown:
-                raise  # phase stays "cutover": the next call reconciles
-            except BaseException as exc:
-                msg = exc.message if isinstance(exc, MigratorError) else f"{type(exc).__name__}: {exc}"
-                if run.flipped_epoch is not None:
-                    # flipped, but the release did not complete: reconcile finishes it
-                    store.set_phase(migration_id, Phase.CUTOVER, error=f"flipped; release failed: {msg}")
-                    raise CutoverError(f"the ranges flipped to {spec.target_master} but releasing the fence failed "
-                                       f"({msg}); run `migrator cutover {migration_id}` again to finish",
-                                       phase="cutover") from None
-                store.set_phase(migration_id, Phase.CONVERGED, error=f"cutover aborted: {msg}")
-                raise
-            retention = spec.options.retention_s
-            # the flip landed: record it even across a ZooKeeper session loss (each write is idempotent)
-            for attempt in Retrying(stop=stop_after_delay(60), wait=wait_fixed(0.2),
-                                    retry=retry_if_exception_type(ZK_LOST), reraise=True):
-                with attempt:
-                    store.set_phase(migration_id, Phase.DONE, freeze_ms=result.freeze_ms,
-                                    flipped_epoch=result.flipped_epoch, tombstone_db_suffix=tomb_suffix(migration_id),
-                                    cleanup_after=now() + retention)
-                    store.put_progress(migration_id, "cutover", result.to_dict())
-                    _release_maintenance_pause(zk, spec)
-            return result
-        finally:
-            run.close()
-            if own_drainer and hasattr(drainer, "close"):
-                drainer.close()
-
-
-def _release_maintenance_pause(zk: ZK, spec: Spec) -> None:
-    """Partition maintenance may run again on the moved shards (now on the target)."""
-    try:
-        from migrator.engine.plan import release_maintenance_pause
-    except ImportError:
-        return
-    release_maintenance_pause(zk, spec)
-
-
-# -- an interrupted cutover ---------------------------------------------------------------------
-
-def reconcile(config: Config, migration_id: str, *, zk: ZK | None = None) -> Phase:
-    """Settle a cutover that died midway (phase ``cutover``) wholly before or after the flip.
-
-    The flip is one CAS, so the map says which: if our shards are on the target,
-    finish (tables to the tombstones, unfreeze, phase done); otherwise undo
-    (tables back from the tombstones, unfreeze, phase converged).
-    """
-    creds = load_credentials(config)
-    own = zk is None
-    zk = zk or zk_mod.connect(config, creds)
-    try:
-        store = MigrationStore(zk)
-        spec = store.spec(migration_id)
-        state, _ = store.state(migration_id)
-        if state.phase != Phase.CUTOVER:
-            return state.phase
-        maps = ShardMapStore(zk)
-        smap = reread_map(maps)
-        reg = HostRegistry(zk)
-        source = reg.get(spec.source_master)
-        passive = passive_of(reg, spec.source_master, spec.source_slave, spec)
-        landed = all(smap.master_of(s) == spec.target_master for s in spec.shards)
-        moving = _settle_source(source, creds, spec, landed=landed, logged=passive is None)
-        if passive is not None and moving:
-            gate = PassiveGate(passive, creds, moving, tomb_suffix(migration_id),
-                               {db: tomb_db(migration_id, db) for db in spec.databases}).open()
-            try:
-                if landed:
-                    if gate.gate_exists():
-                        gate.close(timeout=30)
-                    with mysql_connect(source, creds) as conn:
-                        head = binlog_pos(conn)
-                    gate.finish(head, timeout=120)
-                else:
-                    gate.reopen()
-                    gate.remove()
-            finally:
-                gate.close_connection()
-        if not landed and passive is None:
-            skip_tombstone_renames(config, zk, creds, spec, source)
-        unfreeze_ranges(maps, spec.ranges(), reason=f"cutover {migration_id}: reconcile after interruption")
-        if landed:
-            store.set_phase(migration_id, Phase.DONE, flipped_epoch=smap.epoch,
-                            tombstone_db_suffix=tomb_suffix(migration_id),
-                            cleanup_after=time.time() + spec.options.retention_s,
-                            error="cutover was interrupted after the flip; finished by reconcile")
-            _release_maintenance_pause(zk, spec)
-            return Phase.DONE
-        store.set_phase(migration_id, Phase.CONVERGED,
-                        error="cutover was interrupted before the flip; undone by reconcile")
-        return Phase.CONVERGED
-    finally:
-        if own:
-            zk.close()
-
-
-def _settle_source(source: Host, creds: Credentials, spec: Spec, *, landed: bool,
-                   logged: bool) -> list[tuple[str, str]]:
-    """Put the source master's moving tables wholly on one side of the flip; returns them all.
-
-    Landed: the tables still live go to the tombstones with the fence's own
-    protocol (a stale writer may still be at them). Not landed: tombstones go
-    back to their live names (nobody writes a tombstone).
-    """
-    moving: list[tuple[str, str]] = []
-    todo_fence: list[Move] = []
-    with mysql_connect(source, creds) as conn:
-        with conn.cursor() as cur:
-            for db in spec.databases:  # binlogged: the partner gets the tombstone schemas too
-                cur.execute(f"{TAG}CREATE DATABASE IF NOT EXISTS {ident(tomb_db(spec.id, db))}")
-            if not logged:
-                cur.execute(f"{TAG}SET SESSION sql_log_bin = 0")
-        for db in spec.databases:
-            tomb = tomb_db(spec.id, db)
-            live = {r[0] for r in query(conn, "SELECT TABLE_NAME FROM information_schema.TABLES "
-                                              "WHERE TABLE_SCHEMA = %s", (db,))}
-            dead = {r[0] for r in query(conn, "SELECT TABLE_NAME FROM information_schema.TABLES "
-                                              "WHERE TABLE_SCHEMA = %s", (tomb,))}
-            names = list(spec.tables) or sorted((live | dead) - {SENTINEL_TABLE})
-            moving += [(db, t) for t in names]
-            if landed:
-                todo_fence += [Move(db, t, tomb) for t in names if t in live and t not in dead]
-            else:
-                back = [t for t in names if t in dead and t not in live]
-                if back:
-                    with conn.cursor() as cur:
-                        cur.execute(f"{TAG}RENAME TABLE " + ", ".join(
-                            f"{qualified(tomb, t)} TO {qualified(db, t)}" for t in back))
-    if todo_fence:
-        fence = Fence(source, creds, todo_fence, log_renames=logged, lock_wait_timeout=30).open()
-        try:
-            fence.lock()
-            fence.queue_rename(timeout=30)
-            fence.release(timeout=60)
-        except BaseException:
-            fence.abort()
-            raise
-        finally:
-            fence.close()
-    return moving
-
-
-def skip_tombstone_renames(config: Config, zk: ZK, creds: Credentials, spec: Spec, source: Host) -> str | None:
-    """Step catch-up over the fence's RENAMEs (to the tombstones and back) of an undone cutover.
-
-    Only for a cutover whose renames were binlogged (no passive gate,
-    ``fence_passive=false``); with a gate they are not, and catch-up never sees them.
-
-    Catch-up refuses a RENAME of a moving table, rightly in general; these
-    ones changed nothing (no client could write the tables while they had
-    the tombstone names). So: drain up to just before the first of them, then
-    move the checkpoint to just after the last. Returns the new checkpoint, or
-    None when there was nothing to skip.
-    """
-    from migrator.engine import catch_up
-    from migrator.engine.catch_up.streamer import BinlogStreamer
-
-    store = MigrationStore(zk)
-    node, _ = store.get_progress(spec.id, catch_up.CHECKPOINT_KEY)
-    if not node or not node.get("gtid"):
-        return None
-    marker = f"_tomb_{tomb_suffix(spec.id)}_"
-    with mysql_connect(source, creds) as conn:
-        head = GtidPos.parse(binlog_pos(conn))
-    first: GtidPos | None = None
-    last: GtidPos | None = None
-    with BinlogStreamer(source, creds, start=GtidPos.parse(node["gtid"]), schemas=spec.databases) as st:
-        for txn in st.transactions(head, deadline=time.monotonic() + 120):
-            if txn is None:
-                continue
-            if any("RENAME TABLE" in x.query.upper() and marker in x.query for x in txn.statements):
-                if first is None:
-                    first = st.position_before(txn)
-                last = st.position
-    if first is None or last is None:
-        return None
-    drainer = CatchUpDrainer(config, spec.id)
-    try:
-        drainer.drain_to(str(first), 120)
-    finally:
-        drainer.close()
-    node, version = store.get_progress(spec.id, catch_up.CHECKPOINT_KEY)
-    assert node is not None
-    node["gtid"] = str(last)
-    node["skipped_tombstone_renames"] = {"from": str(first), "to": str(last), "at": time.time()}
-    store.put_progress(spec.id, catch_up.CHECKPOINT_KEY, node, version=version)
-    return str(last)

@@ -20,7 +20,7 @@ from typing import Any
 import pymysql
 
 from migrator.fleet.config import Credentials
-from migrator.engine.cutover.run import ensure_sentinel
+from migrator.engine.cutover.sentinel import ensure_sentinel
 from migrator.fleet.model import Host
 from migrator.fleet.gtid import Gtid, GtidPos
 from migrator.engine.migration import MigrationStore, Options, Phase, Spec, new_id

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from migrator.engine.cleanup import RetentionNotOver, cleanup
-from migrator.engine.cutover.run import cutover
+from migrator.engine.cutover import cutover
 from migrator.engine.names import tomb_db
 from migrator.engine.migration import Options, Phase
 from migrator.engine.plan import hold_maintenance_pause, maintenance_paused

@@ -9,7 +9,10 @@ from __future__ import annotations
 import threading
 import time
 
-from migrator.engine.cutover.run import CutoverAborted, CutoverHooks, cutover, reconcile
+from migrator.engine.cutover.errors import CutoverAborted
+from migrator.engine.cutover.run import CutoverHooks
+from migrator.engine.cutover import cutover
+from migrator.engine.cutover.reconcile import reconcile
 from migrator.engine.names import tomb_db, tomb_suffix
 from migrator.engine.migration import Options, Phase
 from migrator.fleet.mysql import connect as mysql_connect

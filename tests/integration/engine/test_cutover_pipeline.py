@@ -9,7 +9,7 @@ import time
 from migrator.engine import catch_up
 from migrator.ops import command
 from migrator.engine.cleanup import cleanup
-from migrator.engine.cutover.run import cutover
+from migrator.engine.cutover import cutover
 from migrator.engine.migration import MigrationStore, Options, Phase
 from migrator.fleet.mysql import connect as mysql_connect
 from migrator.engine.rollback import rollback

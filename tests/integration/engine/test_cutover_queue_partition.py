@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from migrator.engine.cutover.run import CutoverError, cutover
+from migrator.engine.cutover.errors import CutoverError
+from migrator.engine.cutover import cutover
 from migrator.engine.names import tomb_db
 from migrator.engine.migration import Options, Phase
 from migrator.fleet.mysql import connect as mysql_connect

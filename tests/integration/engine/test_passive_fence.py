@@ -16,7 +16,9 @@ from dataclasses import dataclass, field
 import pymysql
 import pytest
 
-from migrator.engine.cutover.run import CutoverHooks, FreezeBudgetExceeded, cutover
+from migrator.engine.cutover.run import CutoverHooks
+from migrator.engine.cutover.errors import FreezeBudgetExceeded
+from migrator.engine.cutover import cutover
 from migrator.engine.names import tomb_db
 from migrator.engine.migration import Options, Phase
 from migrator.fleet.mysql import connect as mysql_connect

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from migrator.engine.cutover.run import cutover
+from migrator.engine.cutover import cutover
 from migrator.engine.names import tomb_db
 from migrator.engine.migration import Options, Phase
 from migrator.fleet.mysql import connect as mysql_connect
@@ -91,7 +91,8 @@ def test_rollback_flips_back_with_every_write(fleet):
 
 
 def test_rollback_map_conflict_keeps_the_new_master_serving(fleet):
-    from migrator.engine.cutover.run import CutoverAborted, CutoverHooks
+    from migrator.engine.cutover.errors import CutoverAborted
+    from migrator.engine.cutover.run import CutoverHooks
 
     prep = prepare_converged(fleet, (4,), options=Options(freeze_budget_ms=2000))
     spec = prep.spec

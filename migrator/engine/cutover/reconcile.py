@@ -1,0 +1,182 @@
+"""An interrupted cutover, settled wholly before or after the flip.
+
+Runs at the start of the next ``migrator cutover ID`` when a cutover died
+midway (phase still ``cutover``: a killed worker, a lost ZooKeeper session
+after the flip CAS). The flip is one CAS, so the shard map says which side
+it is on: if the shards are on the target, finish (tables to the tombstones,
+unfreeze, phase done); otherwise undo (tables back from the tombstones,
+unfreeze, phase converged). Never a split brain: until it runs, stale writers
+get "table doesn't exist" on the source.
+"""
+
+from __future__ import annotations
+
+import time
+
+from migrator.engine.cutover.direction import passive_of
+from migrator.engine.cutover.fence import Fence, Move
+from migrator.engine.cutover.passive_gate import PassiveGate
+from migrator.engine.cutover.run import reread_map, unfreeze_ranges
+from migrator.engine.migration import MigrationStore, Phase, Spec
+from migrator.engine.names import SENTINEL_TABLE, tomb_db, tomb_suffix
+from migrator.engine.plan import release_maintenance_pause
+from migrator.engine.verify.drainers import CatchUpDrainer
+from migrator.fleet import zk as zk_mod
+from migrator.fleet.config import Config, Credentials, load_credentials
+from migrator.fleet.gtid import GtidPos
+from migrator.fleet.model import Host
+from migrator.fleet.mysql import binlog_pos, ident, qualified, query, tag
+from migrator.fleet.mysql import connect as mysql_connect
+from migrator.fleet.shard_map import HostRegistry, ShardMapStore
+from migrator.fleet.zk import ZK
+
+TAG = tag("cutover")
+
+
+def reconcile(config: Config, migration_id: str, *, zk: ZK | None = None) -> Phase:
+    """Settle a cutover that died midway (phase ``cutover``) wholly before or after the flip.
+
+    The flip is one CAS, so the map says which: if our shards are on the target,
+    finish (tables to the tombstones, unfreeze, phase done); otherwise undo
+    (tables back from the tombstones, unfreeze, phase converged).
+    """
+    creds = load_credentials(config)
+    own = zk is None
+    zk = zk or zk_mod.connect(config, creds)
+    try:
+        store = MigrationStore(zk)
+        spec = store.spec(migration_id)
+        state, _ = store.state(migration_id)
+        if state.phase != Phase.CUTOVER:
+            return state.phase
+        maps = ShardMapStore(zk)
+        smap = reread_map(maps)
+        reg = HostRegistry(zk)
+        source = reg.get(spec.source_master)
+        passive = passive_of(reg, spec.source_master, spec.source_slave, spec)
+        landed = all(smap.master_of(s) == spec.target_master for s in spec.shards)
+        moving = _settle_source(source, creds, spec, landed=landed, logged=passive is None)
+        if passive is not None and moving:
+            gate = PassiveGate(passive, creds, moving, tomb_suffix(migration_id),
+                               {db: tomb_db(migration_id, db) for db in spec.databases}).open()
+            try:
+                if landed:
+                    if gate.gate_exists():
+                        gate.close(timeout=30)
+                    with mysql_connect(source, creds) as conn:
+                        head = binlog_pos(conn)
+                    gate.finish(head, timeout=120)
+                else:
+                    gate.reopen()
+                    gate.remove()
+            finally:
+                gate.close_connection()
+        if not landed and passive is None:
+            skip_tombstone_renames(config, zk, creds, spec, source)
+        unfreeze_ranges(maps, spec.ranges(), reason=f"cutover {migration_id}: reconcile after interruption")
+        if landed:
+            store.set_phase(migration_id, Phase.DONE, flipped_epoch=smap.epoch,
+                            tombstone_db_suffix=tomb_suffix(migration_id),
+                            cleanup_after=time.time() + spec.options.retention_s,
+                            error="cutover was interrupted after the flip; finished by reconcile")
+            release_maintenance_pause(zk, spec)
+            return Phase.DONE
+        store.set_phase(migration_id, Phase.CONVERGED,
+                        error="cutover was interrupted before the flip; undone by reconcile")
+        return Phase.CONVERGED
+    finally:
+        if own:
+            zk.close()
+
+
+def _settle_source(source: Host, creds: Credentials, spec: Spec, *, landed: bool,
+                   logged: bool) -> list[tuple[str, str]]:
+    """Put the source master's moving tables wholly on one side of the flip; returns them all.
+
+    Landed: the tables still live go to the tombstones with the fence's own
+    protocol (a stale writer may still be at them). Not landed: tombstones go
+    back to their live names (nobody writes a tombstone).
+    """
+    moving: list[tuple[str, str]] = []
+    todo_fence: list[Move] = []
+    with mysql_connect(source, creds) as conn:
+        with conn.cursor() as cur:
+            for db in spec.databases:  # binlogged: the partner gets the tombstone schemas too
+                cur.execute(f"{TAG}CREATE DATABASE IF NOT EXISTS {ident(tomb_db(spec.id, db))}")
+            if not logged:
+                cur.execute(f"{TAG}SET SESSION sql_log_bin = 0")
+        for db in spec.databases:
+            tomb = tomb_db(spec.id, db)
+            live = {r[0] for r in query(conn, "SELECT TABLE_NAME FROM information_schema.TABLES "
+                                              "WHERE TABLE_SCHEMA = %s", (db,))}
+            dead = {r[0] for r in query(conn, "SELECT TABLE_NAME FROM information_schema.TABLES "
+                                              "WHERE TABLE_SCHEMA = %s", (tomb,))}
+            names = list(spec.tables) or sorted((live | dead) - {SENTINEL_TABLE})
+            moving += [(db, t) for t in names]
+            if landed:
+                todo_fence += [Move(db, t, tomb) for t in names if t in live and t not in dead]
+            else:
+                back = [t for t in names if t in dead and t not in live]
+                if back:
+                    with conn.cursor() as cur:
+                        cur.execute(f"{TAG}RENAME TABLE " + ", ".join(
+                            f"{qualified(tomb, t)} TO {qualified(db, t)}" for t in back))
+    if todo_fence:
+        fence = Fence(source, creds, todo_fence, log_renames=logged, lock_wait_timeout=30).open()
+        try:
+            fence.lock()
+            fence.queue_rename(timeout=30)
+            fence.release(timeout=60)
+        except BaseException:
+            fence.abort()
+            raise
+        finally:
+            fence.close()
+    return moving
+
+
+def skip_tombstone_renames(config: Config, zk: ZK, creds: Credentials, spec: Spec, source: Host) -> str | None:
+    """Step catch-up over the fence's RENAMEs (to the tombstones and back) of an undone cutover.
+
+    Only for a cutover whose renames were binlogged (no passive gate,
+    ``fence_passive=false``); with a gate they are not, and catch-up never sees them.
+
+    Catch-up refuses a RENAME of a moving table, rightly in general; these
+    ones changed nothing (no client could write the tables while they had
+    the tombstone names). So: drain up to just before the first of them, then
+    move the checkpoint to just after the last. Returns the new checkpoint, or
+    None when there was nothing to skip.
+    """
+    from migrator.engine import catch_up
+    from migrator.engine.catch_up.streamer import BinlogStreamer
+
+    store = MigrationStore(zk)
+    node, _ = store.get_progress(spec.id, catch_up.CHECKPOINT_KEY)
+    if not node or not node.get("gtid"):
+        return None
+    marker = f"_tomb_{tomb_suffix(spec.id)}_"
+    with mysql_connect(source, creds) as conn:
+        head = GtidPos.parse(binlog_pos(conn))
+    first: GtidPos | None = None
+    last: GtidPos | None = None
+    with BinlogStreamer(source, creds, start=GtidPos.parse(node["gtid"]), schemas=spec.databases) as st:
+        for txn in st.transactions(head, deadline=time.monotonic() + 120):
+            if txn is None:
+                continue
+            if any("RENAME TABLE" in x.query.upper() and marker in x.query for x in txn.statements):
+                if first is None:
+                    first = st.position_before(txn)
+                last = st.position
+    if first is None or last is None:
+        return None
+    drainer = CatchUpDrainer(config, spec.id)
+    try:
+        drainer.drain_to(str(first), 120)
+    finally:
+        drainer.close()
+    node, version = store.get_progress(spec.id, catch_up.CHECKPOINT_KEY)
+    assert node is not None
+    node["gtid"] = str(last)
+    node["skipped_tombstone_renames"] = {"from": str(first), "to": str(last), "at": time.time()}
+    store.put_progress(spec.id, catch_up.CHECKPOINT_KEY, node, version=version)
+    return str(last)
