@@ -13,7 +13,7 @@ from typing import Any
 from rq import get_current_job
 
 from migrator.fleet import config as config_mod
-from migrator.ops.playbook import runner as playbook
+from migrator.ops import playbook as playbook
 from migrator.fleet import zk as zk_mod
 from migrator.ops.steps import enqueue_playbook
 

@@ -9,7 +9,7 @@ from typing import Optional
 
 import typer
 
-from migrator.ops.playbook import runner as pbm
+from migrator.ops import playbook as pbm
 
 playbook_app = typer.Typer(help="Runbook playbooks: runs, their steps, approvals.", no_args_is_help=True)
 

@@ -15,7 +15,7 @@ import time
 import pytest
 
 from migrator.fleet import config as config_mod
-from migrator.ops.playbook import runner as pbm
+from migrator.ops import playbook as pbm
 
 from .cli_helpers import run_cli
 

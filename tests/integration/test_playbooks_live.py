@@ -18,7 +18,7 @@ import pytest
 
 from migrator.ops import command
 from migrator.fleet import config as config_mod
-from migrator.ops.playbook import runner as pbm
+from migrator.ops import playbook as pbm
 from migrator.engine.migration import MigrationStore, Phase
 from migrator.fleet.shard_map import ShardMapStore
 

@@ -26,8 +26,8 @@ from redis import Redis
 
 from migrator.ops import command
 from migrator.engine.migration import LOCKS, MigrationStore
-from migrator.ops.playbook.runner import RunStore
-from migrator.ops.playbook.runner import load as load_playbook
+from migrator.ops.playbook import RunStore
+from migrator.ops.playbook import load as load_playbook
 from migrator.engine.plan import MAINTENANCE_PAUSED
 from migrator.fleet.shard_map import ShardMapStore
 

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from migrator.ops.playbook import runner as pbm
-from migrator.ops.playbook.runner import Gate, PlaybookError
+from migrator.ops import playbook as pbm
+from migrator.ops.playbook import Gate, PlaybookError
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,0 +1,94 @@
+"""Gates: conditions a playbook step waits on before it runs.
+
+A gate is ``approval`` (``migrator approve RUN STEP``) or a condition on a
+metric of the migration's catch-up passes, such as ``"lag_s < 1 for 3
+passes"`` or ``"predicted_freeze_ms < 300"``. The runner reads the metrics
+from the migration record (:func:`gate_metrics`, through
+``migrator.ops.command.status``) while the step waits, running its
+``wait_with`` step (a catch-up pass) between looks.
+"""
+
+from __future__ import annotations
+
+import operator
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from migrator.ops import command
+
+# -- gates -----------------------------------------------------------------------
+
+#: gate metrics, read from the migration record by :func:`gate_metrics`
+GATE_METRICS = {"lag_s", "pass_events", "predicted_freeze_ms", "apply_rate", "write_rate",
+                "verify_mismatches", "passes"}
+GATE_RE = re.compile(
+    r"^\s*(?P<metric>[a-z_]+)\s*(?P<op><=|>=|<|>|==|!=)\s*(?P<value>\d+(?:\.\d+)?)\s*(?P<unit>ms|s)?"
+    r"(?:\s+for\s+(?P<n>\d+)\s+passes?)?\s*$"
+)
+OPS = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "==": operator.eq,
+       "!=": operator.ne}
+
+
+@dataclass(frozen=True)
+class Gate:
+    text: str
+    approval: bool = False
+    metric: str = ""
+    op: str = ""
+    value: float = 0.0
+    passes: int = 1
+
+    @classmethod
+    def parse(cls, raw: Any) -> Gate:
+        if raw == "approval" or raw == {"approval": True}:
+            return cls(text="approval", approval=True)
+        if not isinstance(raw, str):
+            raise ValueError(f"a gate is a condition string or 'approval', got {raw!r}")
+        m = GATE_RE.match(raw)
+        if not m:
+            raise ValueError(f"cannot read gate {raw!r}: write e.g. 'lag_s < 1 for 3 passes'")
+        metric = m.group("metric")
+        if metric not in GATE_METRICS:
+            raise ValueError(f"unknown gate metric {metric!r}; known: {', '.join(sorted(GATE_METRICS))}")
+        value = float(m.group("value"))
+        unit = m.group("unit")
+        if unit == "ms" and metric.endswith("_s"):
+            value /= 1000
+        if unit == "s" and metric.endswith("_ms"):
+            value *= 1000
+        return cls(text=raw, metric=metric, op=m.group("op"), value=value, passes=int(m.group("n") or 1))
+
+    def holds(self, metrics: dict[str, Any], history: list[dict[str, Any]], approved: bool) -> bool:
+        if self.approval:
+            return approved
+        if self.passes > 1:
+            recent = history[-self.passes:]
+            if len(recent) < self.passes:
+                return False
+            return all(r.get(self.metric) is not None and OPS[self.op](r[self.metric], self.value)
+                       for r in recent)
+        v = metrics.get(self.metric)
+        return v is not None and OPS[self.op](v, self.value)
+
+
+def gate_metrics(config: Any, migration_id: str | None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Current metrics and the catch-up pass table of a migration, for gates."""
+    if not migration_id:
+        return {}, []
+    status = command.status(config, migration_id)
+    passes = list(status.get("passes") or [])
+    last = passes[-1] if passes else {}
+    metrics = {
+        "lag_s": last.get("lag_s"),
+        "pass_events": last.get("events"),
+        "apply_rate": last.get("apply_rate"),
+        "write_rate": last.get("write_rate"),
+        "predicted_freeze_ms": status.get("predicted_freeze_ms"),
+        "verify_mismatches": status.get("verify_mismatches"),
+        "passes": len(passes),
+    }
+    hist = [{"lag_s": p.get("lag_s"), "pass_events": p.get("events"), "apply_rate": p.get("apply_rate"),
+             "write_rate": p.get("write_rate"), "predicted_freeze_ms": p.get("predicted_freeze_ms")}
+            for p in passes]
+    return metrics, hist

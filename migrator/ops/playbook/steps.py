@@ -1,0 +1,157 @@
+"""The steps a playbook may call, and the types of their parameters.
+
+Each entry of :data:`STEPS` names one plain function of
+:mod:`migrator.ops.command` (``"module:function"``): the same functions the CLI
+and the RQ jobs call. :func:`~migrator.ops.playbook.model.load` checks a
+playbook's ``call`` and ``with`` against this table before anything runs; the
+runner calls the function and uses ``done_in`` and ``honours_pause`` to skip
+work the migration record shows done and to wait while a migration is paused.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+# -- parameter types ------------------------------------------------------------
+
+def as_int(v: Any) -> int:
+    if isinstance(v, bool):
+        raise ValueError("expected an integer")
+    if isinstance(v, int):
+        return v
+    if isinstance(v, str) and re.fullmatch(r"-?\d+", v.strip()):
+        return int(v)
+    raise ValueError("expected an integer")
+
+
+def as_float(v: Any) -> float:
+    if isinstance(v, bool):
+        raise ValueError("expected a number")
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        raise ValueError("expected a number") from None
+
+
+def as_bool(v: Any) -> bool:
+    if isinstance(v, bool):
+        return v
+    if isinstance(v, str) and v.lower() in ("true", "yes", "1", "false", "no", "0"):
+        return v.lower() in ("true", "yes", "1")
+    raise ValueError("expected true or false")
+
+
+def as_host(v: Any) -> str:
+    if not isinstance(v, str) or not re.fullmatch(r"[A-Za-z][A-Za-z0-9_.-]{0,62}", v):
+        raise ValueError("expected a host name such as MySQL001A")
+    return v
+
+
+def as_str(v: Any) -> str:
+    if not isinstance(v, (str, int)):
+        raise ValueError("expected a string")
+    return str(v)
+
+
+def as_shards(v: Any) -> str:
+    s = str(v)
+    if not re.fullmatch(r"\d+(-\d+)?(,\d+(-\d+)?)*", s):
+        raise ValueError("expected shards such as 4-7 or 1,3,5-6")
+    return s
+
+
+DURATION_RE = re.compile(r"^(\d+(?:\.\d+)?)\s*(ms|s|m|h)?$")
+
+
+def parse_duration(v: Any) -> float:
+    """'500ms', '30s', '5m', '2h' or a number of seconds -> seconds."""
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return float(v)
+    m = DURATION_RE.match(str(v).strip())
+    if not m:
+        raise ValueError("expected a duration such as 500ms, 30s, 5m or 2h")
+    n = float(m.group(1))
+    return n * {"ms": 0.001, "s": 1, "m": 60, "h": 3600, None: 1}[m.group(2)]
+
+
+TYPES: dict[str, Callable[[Any], Any]] = {
+    "int": as_int, "float": as_float, "bool": as_bool, "host": as_host, "str": as_str,
+    "shards": as_shards, "duration": parse_duration,
+}
+
+
+# -- the steps a playbook may call ----------------------------------------------------
+
+@dataclass(frozen=True)
+class StepDef:
+    """A callable step: ``target`` is "module:function", called as fn(config, [migration id,] **params)."""
+
+    target: str
+    params: dict[str, tuple[str, bool]] = field(default_factory=dict)  # name -> (type, required)
+    needs_migration: bool = True
+    #: the step's result is stored as the run's migration id
+    sets_migration: bool = False
+    doc: str = ""
+    #: while the migration is paused (``migrator pause ID``) the run waits before this step
+    honours_pause: bool = False
+    #: the migration phases in which this step's work is already done: a resumed run skips it
+    done_in: frozenset[str] = frozenset()
+
+
+_AFTER_COPY = frozenset({"catching_up", "converged", "verifying", "cutover", "done", "cleaned"})
+_AFTER_CUTOVER = frozenset({"done", "cleaned"})
+#: options a playbook may set on its migration (``set_options``), by their names in the spec
+OPTION_PARAMS = {"chunk_rows": ("int", False), "chunk_target_ms": ("int", False), "chunk_max_rows": ("int", False),
+                 "copy_workers": ("int", False), "max_standby_lag_s": ("float", False),
+                 "max_threads_running": ("int", False), "converge_lag_s": ("float", False),
+                 "freeze_budget_ms": ("int", False)}
+
+STEPS: dict[str, StepDef] = {
+    "plan_split": StepDef("migrator.ops.command:plan_split",
+                          {"source": ("host", True), "target": ("host", False)},
+                          needs_migration=False, sets_migration=True, doc="plan a host split"),
+    "plan_move": StepDef("migrator.ops.command:plan_move", {"shards": ("shards", True), "target": ("host", True)},
+                         needs_migration=False, sets_migration=True, doc="plan moving shards"),
+    "plan_move_partition": StepDef("migrator.ops.command:plan_move_partition",
+                                   {"queue": ("str", True), "partition": ("int", True), "target": ("host", True)},
+                                   needs_migration=False, sets_migration=True, doc="plan moving a queue partition"),
+    "use_migration": StepDef("migrator.ops.playbook.steps:use_migration", {"id": ("str", True)},
+                             needs_migration=False, sets_migration=True, doc="act on an existing migration"),
+    "set_options": StepDef("migrator.ops.command:set_options", dict(OPTION_PARAMS),
+                           doc="change the migration's throttle limits, chunk target or freeze budget"),
+    "preflight": StepDef("migrator.ops.command:preflight", doc="check source, target and grants",
+                         done_in=_AFTER_COPY | {"copying"}),
+    "copy": StepDef("migrator.ops.command:run_copy", doc="copy schema and rows (resumable)", honours_pause=True,
+                    done_in=_AFTER_COPY),
+    "catchup": StepDef("migrator.ops.command:catchup", {"passes": ("int", False)}, doc="binlog catch-up passes",
+                       honours_pause=True, done_in=frozenset({"verifying", "cutover"}) | _AFTER_CUTOVER),
+    "catchup_pass": StepDef("migrator.ops.command:catchup", {"passes": ("int", False)}, doc="one catch-up pass",
+                            honours_pause=True, done_in=frozenset({"verifying", "cutover"}) | _AFTER_CUTOVER),
+    "verify": StepDef("migrator.ops.command:verify", doc="chunked checksums, repair", honours_pause=True,
+                      done_in=_AFTER_CUTOVER),
+    "cutover": StepDef("migrator.ops.command:cutover", {"freeze_budget_ms": ("int", False)}, doc="fenced flip",
+                       honours_pause=True, done_in=_AFTER_CUTOVER),
+    "rollback": StepDef("migrator.ops.command:rollback", doc="flip back to the source",
+                        done_in=frozenset({"rolled_back"})),
+    "cleanup": StepDef("migrator.ops.command:cleanup", {"now": ("bool", False)}, doc="drop tombstones",
+                       done_in=frozenset({"cleaned"})),
+    "abort": StepDef("migrator.ops.command:abort", doc="stop, source keeps serving", done_in=frozenset({"aborted"})),
+    "approval": StepDef("migrator.ops.playbook.steps:noop", needs_migration=False, doc="wait for `migrator approve`"),
+    "sleep": StepDef("migrator.ops.playbook.steps:sleep", {"seconds": ("float", True)}, needs_migration=False, doc="pause"),
+}
+
+
+def use_migration(config: Any, id: str) -> str:  # noqa: A002 - the playbook's parameter name
+    return id
+
+
+def noop(config: Any) -> None:
+    return None
+
+
+def sleep(config: Any, seconds: float) -> None:
+    time.sleep(seconds)
