@@ -7,7 +7,7 @@ import decimal
 
 import pytest
 
-from migrator.engine.copy import (after_key_clause, create_table_sql, decode_key, encode_key, replace_statements)
+from migrator.engine.chunks import (after_key_clause, create_table_sql, decode_key, encode_key, replace_statements)
 from migrator.fleet.mysql import InvalidIdentifier
 
 
@@ -60,7 +60,7 @@ def test_replace_statements_split_by_size_and_keep_every_row():
 
 
 def test_chunk_select_renders_rows_on_the_source():
-    from migrator.engine.copy import chunk_select
+    from migrator.engine.chunks import chunk_select
     from migrator.engine.inspector import TableInfo
 
     info = TableInfo(db="d", table="t", columns=("id", "b", "f", "s", "k"), key=("id",), key_kind="primary",
