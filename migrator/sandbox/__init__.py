@@ -10,33 +10,52 @@ start empty: they are split targets.
 Everything the sandbox started is recorded in ``<dir>/state.json`` (process,
 port, pid) and stopped by pid. The settings mirror ``docker-compose.yml``; keep
 the two in step (``tests/unit/test_compose_in_step.py`` checks it).
+
+:mod:`.procs` starts nothing itself: it finds free ports and checks, and stops
+by pid, the processes the sandbox recorded. :mod:`.reset` gives every test a
+freshly seeded fleet on the shared sandbox.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pymysql
 
-from migrator.fleet import config as config_mod
-from migrator.fleet.config import Config, Credentials
 from migrator.errors import SandboxError
+from migrator.fleet import config as config_mod
+from migrator.fleet import zk as zk_mod
+from migrator.fleet.config import Config, Credentials
 from migrator.fleet.model import Host, ShardMap, even_layout, pair_names
+from migrator.fleet.shard_map import HostRegistry, ShardMapStore
+from migrator.fleet.topology import create_shards
+from migrator.sandbox.procs import (
+    ZK_JAR_DIR,
+    Proc,
+    SandboxState,
+    check_binaries,
+    find_base_port,
+    four_letter,
+    pid_alive,
+    port_free,
+    reap,
+    redis_ping,
+    stop_pid,
+)
+from migrator.sandbox.reset import reset_fleet
+
+__all__ = ["MARIADB_FLAGS", "MIGRATOR_GRANTS", "Sandbox", "find_base_port", "port_free", "reset_fleet", "stop_pid"]
 
 DEFAULT_DIR = Path(".sandbox")
 DEFAULT_BASE_PORT = 33100
-ZK_JAR_DIR = Path("/usr/share/java")
 
 #: mariadbd settings every pair member gets (docker-compose.yml repeats them)
 MARIADB_FLAGS: dict[str, str | None] = {
@@ -65,101 +84,6 @@ MIGRATOR_GRANTS = (
     "CREATE TEMPORARY TABLES, RELOAD, PROCESS, REPLICATION SLAVE, BINLOG MONITOR, "
     "SLAVE MONITOR, REPLICATION SLAVE ADMIN, CONNECTION ADMIN, TRIGGER, BINLOG ADMIN"
 )
-
-
-@dataclass
-class Proc:
-    """One process the sandbox started."""
-
-    name: str
-    kind: str  # mariadb | zookeeper | redis
-    port: int
-    pid: int | None = None
-    datadir: str = ""
-    server_id: int | None = None
-    partner: str | None = None
-    offset: int | None = None
-    spare: bool = False
-
-    @property
-    def marker(self) -> str:
-        """What this process's command line shows: redis-server rewrites its title to host:port."""
-        return f"127.0.0.1:{self.port}" if self.kind == "redis" else self.datadir
-
-    def alive(self) -> bool:
-        return pid_alive(self.pid, self.marker)
-
-
-@dataclass
-class SandboxState:
-    dir: str
-    base_port: int
-    pairs: int
-    spare_pairs: int
-    shards: int
-    rows: int
-    procs: dict[str, Proc] = field(default_factory=dict)
-    seeded: bool = False
-
-    def to_json(self) -> str:
-        d = asdict(self)
-        return json.dumps(d, indent=2)
-
-    @classmethod
-    def from_json(cls, text: str) -> SandboxState:
-        d = json.loads(text)
-        procs = {k: Proc(**v) for k, v in d.pop("procs").items()}
-        return cls(**d, procs=procs)
-
-
-def pid_alive(pid: int | None, marker: str = "") -> bool:
-    """True if ``pid`` runs and (when given) its command line mentions ``marker``.
-
-    The marker (our data dir) guards against a recycled pid: we never signal a
-    process we did not start.
-    """
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except (ProcessLookupError, PermissionError):
-        return False
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        if stat.rsplit(")", 1)[1].split()[0] == "Z":
-            return False
-        if marker:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            if marker not in cmdline:
-                return False
-    except OSError:
-        return False
-    return True
-
-
-def port_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def find_base_port(count: int, start: int = 34000, stop: int = 60000, step: int = 100) -> int:
-    """A base port with ``count`` consecutive free ports (tests use this).
-
-    Starts at a random slot so concurrent test sessions rarely race for one range.
-    """
-    import random
-
-    slots = list(range(start, stop, step))
-    first = random.randrange(len(slots))
-    for base in slots[first:] + slots[:first]:
-        if all(port_free(base + i) for i in range(count)):
-            return base
-    raise SandboxError("no free port range found for a sandbox")
 
 
 class Sandbox:
@@ -457,9 +381,6 @@ class Sandbox:
 
     # -- fleet seeding ---------------------------------------------------------------
     def _seed_fleet(self, zk_root: str, log: Any) -> None:
-        from migrator.fleet import zk as zk_mod
-        from migrator.fleet.shard_map import HostRegistry, ShardMapStore
-
         assert self.state
         cfg = self.config()
         creds = config_mod.load_credentials(cfg)
@@ -476,8 +397,6 @@ class Sandbox:
         self.wait_pairs_converged()
 
     def seed_shards(self, smap: ShardMap, hosts: dict[str, Host], creds: Credentials, *, rows: int) -> None:
-        from migrator.fleet.topology import create_shards
-
         create_shards(smap, hosts, creds, rows=rows)
 
     def wait_pairs_converged(self, timeout: float = 60) -> None:
@@ -559,7 +478,7 @@ class Sandbox:
         if p.alive():
             if kill:
                 os.kill(p.pid, signal.SIGKILL)  # type: ignore[arg-type]
-                _reap(p.pid, 10)  # type: ignore[arg-type]
+                reap(p.pid, 10)  # type: ignore[arg-type]
             else:
                 stop_pid(p.pid, marker=p.marker)  # type: ignore[arg-type]
         p.pid = None
@@ -583,85 +502,3 @@ class Sandbox:
                         if line.startswith("VmRSS:"):
                             total += int(line.split()[1])
         return total / 1024
-
-
-def stop_pid(pid: int, *, timeout: float = 30, marker: str = "") -> None:
-    if not pid_alive(pid, marker):
-        return
-    try:
-        os.kill(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    if not _reap(pid, timeout):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            return
-        _reap(pid, 10)
-
-
-def _reap(pid: int, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            done, _ = os.waitpid(pid, os.WNOHANG)
-            if done:
-                return True
-        except ChildProcessError:
-            pass
-        if not pid_alive(pid):
-            return True
-        time.sleep(0.05)
-    return False
-
-
-def four_letter(port: int, cmd: str, timeout: float = 1.0) -> str:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
-            s.sendall(cmd.encode())
-            chunks = []
-            while True:
-                b = s.recv(4096)
-                if not b:
-                    break
-                chunks.append(b)
-            return b"".join(chunks).decode(errors="replace").strip()
-    except OSError:
-        return ""
-
-
-def redis_ping(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
-            s.sendall(b"PING\r\n")
-            return s.recv(64).startswith(b"+PONG")
-    except OSError:
-        return False
-
-
-def check_binaries() -> None:
-    missing = [b for b in ("mariadbd", "mariadb-install-db", "redis-server", "java") if not shutil.which(b)]
-    if not (ZK_JAR_DIR / "zookeeper.jar").exists():
-        missing.append("zookeeper (Debian package)")
-    if missing:
-        raise SandboxError(
-            f"missing: {', '.join(missing)}; run scripts/setup (apt-get install mariadb-server zookeeper redis-server default-jre-headless)"
-        )
-
-
-SYSTEM_SCHEMAS = frozenset({"mysql", "information_schema", "performance_schema", "sys"})
-
-
-def reset_fleet(sandbox: Sandbox, smap: ShardMap, *, rows: int) -> None:
-    """Drop every user database on every host (unlogged, each host itself), then
-    recreate and seed the shards of ``smap`` on their masters. Tests use this for
-    per-test isolation on the shared sandbox."""
-    for p in sandbox.mariadb_procs():
-        with sandbox.root_conn(p.name) as c, c.cursor() as cur:
-            cur.execute("SET sql_log_bin=0")
-            cur.execute("SHOW DATABASES")
-            for (db,) in cur.fetchall():
-                if db not in SYSTEM_SCHEMAS:
-                    cur.execute(f"DROP DATABASE `{db}`")
-    sandbox.seed_shards(smap, sandbox.hosts(), sandbox.credentials(), rows=rows)
-    sandbox.wait_pairs_converged()
