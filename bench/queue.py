@@ -32,16 +32,16 @@ from urllib.parse import urlparse, urlunparse
 
 from migrator.fleet import config as config_mod
 from migrator.fleet import zk as zk_mod
-from migrator.fleet.model import even_layout
 from migrator.fleet.ids import shard_db
+from migrator.fleet.model import even_layout
 from migrator.fleet.mysql import qualified
+from migrator.fleet.shard_map import HostRegistry, ShardMapStore
 from migrator.queue import maintenance as mt
-from migrator.queue import storage as st
+from migrator.queue import schema
 from migrator.queue.model import AckItem, EnqueueJob, QueueConfig
 from migrator.queue.partitioning import jobs_policy
 from migrator.queue.service import QueueService
 from migrator.sandbox import Sandbox, find_base_port, reset_fleet
-from migrator.fleet.shard_map import HostRegistry, ShardMapStore
 
 DAY = 86400
 
@@ -127,8 +127,8 @@ def bench_disk(svc: QueueService, shard: int, cycles: int, rows: int) -> tuple[t
     conn = svc.router.connect(shard)
     try:
         for t in (drop_t, del_t):
-            st.create_partition_tables(conn, db, t, policy)
-        now = st.db_now(conn)
+            schema.create_partition_tables(conn, db, t, policy)
+        now = schema.db_now(conn)
         for c in range(cycles):
             # DROP PARTITION: each cycle's rows land in the current OK bucket of a clock two days on;
             # maintenance splits FUTURE ahead, and drops the bucket once it is past the OK retention
@@ -148,7 +148,7 @@ def bench_disk(svc: QueueService, shard: int, cycles: int, rows: int) -> tuple[t
                 assert cur.fetchone()[0] == 0
         return table_bytes(conn, db, drop_t), table_bytes(conn, db, del_t)
     finally:
-        st.drop_partition_tables(conn, db, [drop_t, st.dedupe_table_name(drop_t), del_t, st.dedupe_table_name(del_t)])
+        schema.drop_partition_tables(conn, db, [drop_t, schema.dedupe_table_name(drop_t), del_t, schema.dedupe_table_name(del_t)])
         conn.close()
 
 

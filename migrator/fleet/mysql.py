@@ -101,6 +101,14 @@ def scalar(conn: pymysql.connections.Connection, sql: str, args: Any = None) -> 
     return rows[0][0] if rows else None
 
 
+def rollback_quietly(conn: pymysql.connections.Connection) -> None:
+    """Roll back after an error, ignoring a connection that is already gone (the first error is the one to report)."""
+    try:
+        conn.rollback()
+    except pymysql.err.MySQLError:
+        pass
+
+
 def binlog_pos(conn: pymysql.connections.Connection) -> str:
     """The server's ``@@gtid_binlog_pos``: every transaction it has binlogged, so
     where a binlog tail that wants everything from now on starts (empty on a

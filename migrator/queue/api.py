@@ -27,8 +27,17 @@ from migrator.errors import MigratorError
 from migrator.queue import metrics
 from migrator.queue.errors import QueueError
 from migrator.queue.model import (
-    MAX_BATCH, AckItem, CheckpointItem, EnqueueJob, EnqueueResult, JobDescriptor, JobFilter, JobInfo,
-    QueueConfig, QueueConfigUpdate, QueueRecord,
+    MAX_BATCH,
+    AckItem,
+    CheckpointItem,
+    EnqueueJob,
+    EnqueueResult,
+    JobDescriptor,
+    JobFilter,
+    JobInfo,
+    QueueConfig,
+    QueueConfigUpdate,
+    QueueRecord,
 )
 from migrator.queue.service import QueueService
 

@@ -49,7 +49,12 @@ from migrator.fleet.ids import shard_db
 from migrator.queue import metrics
 from migrator.queue import storage as st
 from migrator.queue.errors import QueueError, UnknownQueue, from_wire
-from migrator.queue.model import JobDescriptor, PartitionRecord, QueueRecord, split_job_id
+from migrator.queue.model import (
+    JobDescriptor,
+    PartitionRecord,
+    QueueRecord,
+    split_job_id,
+)
 
 BASE = "queue_brokers"
 #: brokers in this process, by id (a directory calls them without HTTP)

@@ -20,9 +20,9 @@ from collections.abc import Callable
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
+from migrator.fleet.zk import ZK
 from migrator.queue.errors import QueueExists, UnknownQueue
 from migrator.queue.model import QueueRecord, check_queue_name
-from migrator.fleet.zk import ZK
 
 QUEUES = "queues"
 

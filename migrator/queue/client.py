@@ -19,8 +19,17 @@ import httpx
 
 from migrator.queue.errors import QueueError, ShardUnavailable, from_wire
 from migrator.queue.model import (
-    AckItem, CheckpointItem, EnqueueJob, EnqueueResult, JobDescriptor, JobFilter, JobInfo, JobState,
-    QueueConfig, QueueConfigUpdate, QueueRecord,
+    AckItem,
+    CheckpointItem,
+    EnqueueJob,
+    EnqueueResult,
+    JobDescriptor,
+    JobFilter,
+    JobInfo,
+    JobState,
+    QueueConfig,
+    QueueConfigUpdate,
+    QueueRecord,
 )
 
 

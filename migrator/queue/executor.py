@@ -27,15 +27,26 @@ from typing import TypeVar
 
 import pymysql
 from pymysql.constants import CLIENT
-from tenacity import RetryError, Retrying, retry_if_exception_type, stop_after_delay, wait_exponential
+from tenacity import (
+    RetryError,
+    Retrying,
+    retry_if_exception_type,
+    stop_after_delay,
+    wait_exponential,
+)
 
-from migrator.fleet.config import Credentials
 from migrator.errors import MySQLUnavailable, ShardFrozen, ShardMapError
+from migrator.fleet.config import Credentials
 from migrator.fleet.model import Host
-from migrator.fleet.mysql import ER_BAD_DB_ERROR, ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT, ER_NO_SUCH_TABLE
+from migrator.fleet.mysql import (
+    ER_BAD_DB_ERROR,
+    ER_LOCK_DEADLOCK,
+    ER_LOCK_WAIT_TIMEOUT,
+    ER_NO_SUCH_TABLE,
+)
 from migrator.fleet.mysql import connect as mysql_connect
-from migrator.queue.errors import ShardUnavailable
 from migrator.fleet.router import ShardRouter
+from migrator.queue.errors import ShardUnavailable
 
 R = TypeVar("R")
 

@@ -48,11 +48,16 @@ from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from migrator.fleet.ids import shard_db
 from migrator.fleet.mysql import ER_LOCK_WAIT_TIMEOUT, ident, qualified, tag
-from migrator.queue import storage as st
-from migrator.queue.partitioning import (
-    LOG_POLICY, TablePolicy, parse_bucket, partition_clause, plan_maintenance, reorganize_sql,
-)
 from migrator.fleet.zk import ZK
+from migrator.queue import schema
+from migrator.queue.partitioning import (
+    LOG_POLICY,
+    TablePolicy,
+    parse_bucket,
+    partition_clause,
+    plan_maintenance,
+    reorganize_sql,
+)
 
 T = tag("maintenance")
 PAUSED = "maintenance/paused"
@@ -130,7 +135,7 @@ def maintain_table(conn: pymysql.connections.Connection, shard: int, table: str,
     if not names:
         rep.skipped = "table missing or not partitioned"
         return rep
-    now = st.db_now(conn) + dt.timedelta(seconds=advance_seconds)
+    now = schema.db_now(conn) + dt.timedelta(seconds=advance_seconds)
     plan = plan_maintenance(policy, names, now)
     rep.dropped = list(plan.drops)
     rep.added = [d.name for s in plan.splits for d in s.into if parse_bucket(d.name)]
@@ -160,7 +165,7 @@ def maintain_table(conn: pymysql.connections.Connection, shard: int, table: str,
 def trim_dedupe(conn: pymysql.connections.Connection, shard: int, table: str, keep_seconds: int,
                 *, advance_seconds: float = 0.0, chunk: int = 1000, max_chunks: int = 100) -> int:
     """Forget dedupe keys older than the NEW retention (small-chunk DELETE on the side table)."""
-    t = qualified(shard_db(shard), st.dedupe_table_name(table))
+    t = qualified(shard_db(shard), schema.dedupe_table_name(table))
     n = 0
     with conn.cursor() as cur:
         for _ in range(max_chunks):
@@ -176,7 +181,7 @@ def trim_dedupe(conn: pymysql.connections.Connection, shard: int, table: str, ke
 
 def create_log_table(conn: pymysql.connections.Connection, shard: int, table: str = "logs") -> None:
     """The seed's log table, partitioned by day on ``ts`` (maintained by :data:`LOG_POLICY`)."""
-    now = st.db_now(conn)
+    now = schema.db_now(conn)
     with conn.cursor() as cur:
         cur.execute(
             f"{T}CREATE TABLE IF NOT EXISTS {qualified(shard_db(shard), table)} (\n"

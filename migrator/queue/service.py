@@ -32,20 +32,33 @@ from typing import Any, Protocol
 from migrator.fleet import zk as zk_mod
 from migrator.fleet.config import Config, Credentials, load_credentials
 from migrator.fleet.ids import shard_db
-from migrator.queue import metrics
+from migrator.fleet.router import ShardRouter
+from migrator.fleet.zk import ZK
+from migrator.queue import admin, metrics, schema
 from migrator.queue import storage as st
 from migrator.queue.catalog import QueueCatalog
 from migrator.queue.errors import InvalidArgument, JobNotFound, QueuePaused, RateLimited
 from migrator.queue.executor import ShardExecutor
 from migrator.queue.model import (
-    MAX_BATCH, AckItem, CheckpointItem, EnqueueJob, EnqueueResult, JobDescriptor, JobFilter, JobInfo,
-    JobState, PartitionRecord, QueueConfig, QueueConfigUpdate, QueueRecord, check_queue_name, job_id,
+    MAX_BATCH,
+    AckItem,
+    CheckpointItem,
+    EnqueueJob,
+    EnqueueResult,
+    JobDescriptor,
+    JobFilter,
+    JobInfo,
+    JobState,
+    PartitionRecord,
+    QueueConfig,
+    QueueConfigUpdate,
+    QueueRecord,
+    check_queue_name,
+    job_id,
     split_job_id,
 )
 from migrator.queue.pacing import TokenBucket, backoff_seconds
 from migrator.queue.partitioning import jobs_policy
-from migrator.fleet.router import ShardRouter
-from migrator.fleet.zk import ZK
 
 REAP_EVERY = 1.0
 
@@ -101,15 +114,15 @@ class QueueService:
         shards = self._place(name, config.partitions)
         parts = []
         for i, shard in enumerate(shards):
-            table = st.jobs_table_name(name, i)
+            table = schema.jobs_table_name(name, i)
             from migrator.fleet.mysql import ident
 
             ident(table)  # the name must make a valid identifier (64 chars)
             parts.append(PartitionRecord(index=i, shard=shard, table=table,
-                                         tables=[table, st.dedupe_table_name(table)]))
+                                         tables=[table, schema.dedupe_table_name(table)]))
         policy = policy_for(config)
         for p in parts:
-            self.executor.run(p.shard, lambda c, p=p: st.create_partition_tables(c, shard_db(p.shard), p.table, policy),
+            self.executor.run(p.shard, lambda c, p=p: schema.create_partition_tables(c, shard_db(p.shard), p.table, policy),
                               what=f"create {p.table}")
         rec = QueueRecord(name=name, config=config, partitions=parts, created_at=time.time())
         return self.catalog.create(rec)
@@ -160,7 +173,7 @@ class QueueService:
         self.catalog.delete(name)
         for p in rec.partitions:
             tables = p.tables or [p.table]
-            self.executor.run(p.shard, lambda c, p=p, tables=tables: st.drop_partition_tables(c, shard_db(p.shard), tables),
+            self.executor.run(p.shard, lambda c, p=p, tables=tables: schema.drop_partition_tables(c, shard_db(p.shard), tables),
                               what=f"drop {p.table}")
 
     # -- enqueue --------------------------------------------------------------------
@@ -209,7 +222,7 @@ class QueueService:
         run_after = None
         delay_us = 0
         if j.run_after is not None:
-            run_after = st.from_epoch(j.run_after)
+            run_after = schema.from_epoch(j.run_after)
         elif j.delay_seconds:
             delay_us = int(j.delay_seconds * 1e6)
         return st.NewJob(body=j.body, priority=j.priority, attempts=j.attempts or rec.config.default_attempts,
@@ -292,7 +305,7 @@ class QueueService:
             queue=rec.name, id=job_id(part.shard, r.local_id), partition=part.index, body=r.body,
             priority=r.priority, claim=r.claim.encode(), attempt=r.claim.attempt,
             attempts_allowed=r.attempts_allowed, attempts_left=r.attempts_left, custom_status=r.custom_status,
-            lease_until=st.to_epoch(r.lease_until) or 0.0, created_at=st.to_epoch(r.created_at) or 0.0,
+            lease_until=schema.to_epoch(r.lease_until) or 0.0, created_at=schema.to_epoch(r.created_at) or 0.0,
         )
 
     def _run(self, rec: QueueRecord, shard: int, fn: Callable[[Any], Any], **kw: Any) -> Any:
@@ -372,7 +385,7 @@ class QueueService:
                 it = items[pos]
                 cps.append(st.Checkpoint(
                     split_job_id(it.id)[1], st.Claim.parse(it.claim), it.body, it.to_pending,
-                    st.from_epoch(it.run_after) if it.run_after is not None else None,
+                    schema.from_epoch(it.run_after) if it.run_after is not None else None,
                     int((it.delay_seconds or 0) * 1e6), it.attempts, it.custom_status,
                 ))
             res = self._run(rec, part.shard,
@@ -389,7 +402,7 @@ class QueueService:
         rec = self.catalog.get(queue)
         shard, local = split_job_id(job)
         for part in rec.partitions_for_shard(shard):
-            row = self._run(rec, part.shard, lambda c, part=part: st.lookup_job(c, shard_db(part.shard), part.table, local),
+            row = self._run(rec, part.shard, lambda c, part=part: admin.lookup_job(c, shard_db(part.shard), part.table, local),
                                     write=False, what=f"lookup in {part.table}")
             if row is not None:
                 return self._info(rec, part, row)
@@ -410,7 +423,7 @@ class QueueService:
         out: dict[int, str] = {}
         for shard, locals_ in by_shard.items():
             for part in rec.partitions_for_shard(shard):
-                got = self._run(rec, part.shard, lambda c, part=part, locals_=locals_: st.states_by_ids(
+                got = self._run(rec, part.shard, lambda c, part=part, locals_=locals_: admin.states_by_ids(
                     c, shard_db(part.shard), part.table, locals_), write=False, what=f"states in {part.table}")
                 out.update({job_id(shard, k): v for k, v in got.items()})
         return out
@@ -419,7 +432,7 @@ class QueueService:
         rec = self.catalog.get(queue)
         total = {s.name: 0 for s in JobState}
         for part in rec.partitions:
-            c = self._run(rec, part.shard, lambda conn, part=part: st.count_states(conn, shard_db(part.shard), part.table),
+            c = self._run(rec, part.shard, lambda conn, part=part: admin.count_states(conn, shard_db(part.shard), part.table),
                                   write=False, what=f"count {part.table}")
             for k, v in c.items():
                 total[k] += v
@@ -452,7 +465,7 @@ class QueueService:
             if pf is False:
                 continue
             a = after if part.index == start_part else 0
-            rows = self._run(rec, part.shard, lambda c, part=part, a=a, pf=pf: st.scan_jobs(
+            rows = self._run(rec, part.shard, lambda c, part=part, a=a, pf=pf: admin.scan_jobs(
                 c, shard_db(part.shard), part.table, state, a, limit - len(out), pf),  # type: ignore[arg-type]
                 write=False, what=f"scan {part.table}")
             out.extend(self._info(rec, part, r) for r in rows)
@@ -504,7 +517,7 @@ class QueueService:
                 continue
             while n < limit:
                 chunk = min(1000, limit - n)
-                moved = self._run(rec, part.shard, lambda c, part=part, chunk=chunk, pf=pf: st.move_state(
+                moved = self._run(rec, part.shard, lambda c, part=part, chunk=chunk, pf=pf: admin.move_state(
                     c, shard_db(part.shard), part.table, frm, to, chunk, pf, attempts=attempts,  # type: ignore[arg-type]
                     custom_status=custom_status), what=f"move jobs in {part.table}")
                 n += moved
@@ -535,7 +548,7 @@ class QueueService:
             pf = self._filter_for(part, filter, by_shard)
             if pf is False:
                 continue
-            n += self._run(rec, part.shard, lambda c, part=part, pf=pf: st.delete_jobs(
+            n += self._run(rec, part.shard, lambda c, part=part, pf=pf: admin.delete_jobs(
                 c, shard_db(part.shard), part.table, state, limit - n, pf),  # type: ignore[arg-type]
                 what=f"delete from {part.table}")
             if n >= limit:

@@ -1,39 +1,10 @@
-"""Storage of the queue service: where a queue lives and the SQL on one partition.
+"""Storage of the queue service: the life of a job in one partition's jobs table, in SQL.
 
 Runs inside whatever process serves the queue (API server, broker, load
 generator); every function here takes an open PyMySQL connection to the
 partition's current master (see :mod:`migrator.queue.executor` for routing).
-
-Where a queue lives (contract with the migration engine)
---------------------------------------------------------
-Each queue is recorded in ZooKeeper at ``<root>/queues/<name>`` (protected
-ACL: world-readable, writable by the migrator identity) as JSON::
-
-    {"name": "emails",
-     "config": {"max_jobs_per_second": 0, "lease_seconds": 30, "default_attempts": 3,
-                "retention": {"new": ..., "ipr": ..., "ok": ..., "fail": ...},
-                "partitions": 2, "fifo": false, "paused": false},
-     "partitions": [{"index": 0, "shard": 5, "table": "jobs_emails_p0",
-                     "tables": ["jobs_emails_p0", "jobs_emails_p0_dedupe"]}, ...],
-     "created_at": 1790000000.0}
-
-A partition's tables live in database ``db%05d`` of its shard (``db00005``),
-on whichever pair the shard map names for that shard: routing is by shard via
-:class:`migrator.fleet.router.ShardRouter`, never by host. ``tables`` lists every
-table of the partition (the jobs table and its dedupe side table); a mover
-copies them all. The partitions of one queue are on distinct shards, so a job
-id (shard, TYPE_JOB, local id; see :mod:`migrator.fleet.ids`) names exactly one
-partition of its queue.
-
-The jobs table
---------------
-Partitioned ``RANGE COLUMNS(state, updated_at)`` with per-state time buckets,
-a ``*_FUTURE`` partition per state and ``p_CATCHALL`` (see
-:mod:`migrator.queue.partitioning`); ``updated_at`` is ``DATETIME(6)`` set from
-database time, so a state change moves the row to another partition and
-purging is ``DROP PARTITION``. The primary key ``(local_id, state,
-updated_at)`` holds every partitioning column, so uniqueness of dedupe keys
-lives in the side table ``<table>_dedupe`` (``dedupe_key`` primary key).
+Where a queue's tables live and their DDL: :mod:`migrator.queue.schema`;
+operator reads and bulk changes: :mod:`migrator.queue.admin`.
 
 States: 0 NEW, 1 IPR, 2 OK, 3 FAIL. A claim sets state 1, ``updated_at`` to
 the database's now, a random ``claim_token`` and ``lease_until``; the claim
@@ -53,97 +24,14 @@ from typing import Any
 
 import pymysql
 
-from migrator.fleet.mysql import ident, qualified, tag
+from migrator.fleet.mysql import qualified, rollback_quietly, tag
+from migrator.queue import schema
 from migrator.queue.errors import InvalidArgument
-from migrator.queue.model import JobFilter, JobState
-from migrator.queue.partitioning import TablePolicy, partition_clause
 
 T = tag("queue")
-EPOCH = dt.datetime(1970, 1, 1)
 
 JOB_COLUMNS = ("local_id, state, updated_at, created_at, run_after, priority, attempts_allowed, "
                "attempts_left, claim_token, lease_until, custom_status, dedupe_key, body")
-
-
-def jobs_table_name(queue: str, index: int) -> str:
-    return f"jobs_{queue}_p{index}"
-
-
-def dedupe_table_name(table: str) -> str:
-    return f"{table}_dedupe"
-
-
-def to_epoch(value: dt.datetime | None) -> float | None:
-    if value is None:
-        return None
-    return (value - EPOCH).total_seconds()
-
-
-def from_epoch(value: float) -> dt.datetime:
-    return EPOCH + dt.timedelta(seconds=value)
-
-
-# -- DDL ----------------------------------------------------------------------------
-
-def jobs_ddl(db: str, table: str, policy: TablePolicy, now: dt.datetime) -> str:
-    return (
-        f"{T}CREATE TABLE IF NOT EXISTS {qualified(db, table)} (\n"
-        "  local_id BIGINT UNSIGNED NOT NULL AUTO_INCREMENT,\n"
-        "  state TINYINT NOT NULL,\n"
-        "  updated_at DATETIME(6) NOT NULL,\n"
-        "  created_at DATETIME(6) NOT NULL,\n"
-        "  run_after DATETIME(6) NOT NULL,\n"
-        "  priority TINYINT NOT NULL,\n"
-        "  attempts_allowed SMALLINT NOT NULL,\n"
-        "  attempts_left SMALLINT NOT NULL,\n"
-        "  claim_token CHAR(32) NULL,\n"
-        "  lease_until DATETIME(6) NULL,\n"
-        "  custom_status VARCHAR(1000) NOT NULL DEFAULT '',\n"
-        "  dedupe_key VARCHAR(191) NULL,\n"
-        "  body MEDIUMTEXT NOT NULL,\n"
-        "  PRIMARY KEY (local_id, state, updated_at),\n"
-        "  KEY ready (state, priority, run_after),\n"
-        "  KEY lease (state, lease_until)\n"
-        ") ENGINE=InnoDB DEFAULT CHARSET=utf8mb4\n"
-        f"{partition_clause(policy, now)}"
-    )
-
-
-def dedupe_ddl(db: str, table: str) -> str:
-    return (
-        f"{T}CREATE TABLE IF NOT EXISTS {qualified(db, dedupe_table_name(table))} (\n"
-        "  dedupe_key VARCHAR(191) NOT NULL PRIMARY KEY,\n"
-        "  local_id BIGINT UNSIGNED NOT NULL,\n"
-        "  created_at DATETIME(6) NOT NULL,\n"
-        "  KEY created (created_at)\n"
-        ") ENGINE=InnoDB DEFAULT CHARSET=utf8mb4"
-    )
-
-
-def db_now(conn: pymysql.connections.Connection) -> dt.datetime:
-    with conn.cursor() as cur:
-        cur.execute(f"{T}SELECT NOW(6)")
-        return cur.fetchone()[0]
-
-
-def create_partition_tables(conn: pymysql.connections.Connection, db: str, table: str,
-                            policy: TablePolicy) -> None:
-    """Create the database (if new), the jobs table and its dedupe table.
-
-    Only queue creation calls this. An error that says a table is missing
-    (1146) must never lead here: it means the table moved.
-    """
-    now = db_now(conn)
-    with conn.cursor() as cur:
-        cur.execute(f"{T}CREATE DATABASE IF NOT EXISTS {ident(db)}")
-        cur.execute(jobs_ddl(db, table, policy, now))
-        cur.execute(dedupe_ddl(db, table))
-
-
-def drop_partition_tables(conn: pymysql.connections.Connection, db: str, tables: list[str]) -> None:
-    with conn.cursor() as cur:
-        for t in tables:
-            cur.execute(f"{T}DROP TABLE IF EXISTS {qualified(db, t)}")
 
 
 # -- claims ---------------------------------------------------------------------------
@@ -190,7 +78,7 @@ def insert_jobs(conn: pymysql.connections.Connection, db: str, table: str,
     deadlocks or waits and the caller's retry resolves it).
     """
     t = qualified(db, table)
-    dt_name = qualified(db, dedupe_table_name(table))
+    dt_name = qualified(db, schema.dedupe_table_name(table))
     out: list[tuple[int, bool] | None] = [None] * len(jobs)
     conn.begin()
     try:
@@ -230,7 +118,7 @@ def insert_jobs(conn: pymysql.connections.Connection, db: str, table: str,
                     )
         conn.commit()
     except BaseException:
-        _rollback(conn)
+        rollback_quietly(conn)
         raise
     return out  # type: ignore[return-value]
 
@@ -267,13 +155,6 @@ def _args_of(j: NewJob) -> list[Any]:
 def _insert_one(cur: Any, sql: str, args: list[Any]) -> int:
     cur.execute(sql, args)
     return int(cur.lastrowid)
-
-
-def _rollback(conn: pymysql.connections.Connection) -> None:
-    try:
-        conn.rollback()
-    except pymysql.err.MySQLError:
-        pass
 
 
 # -- dequeue ------------------------------------------------------------------------
@@ -326,7 +207,7 @@ def claim_jobs(conn: pymysql.connections.Connection, db: str, table: str, limit:
             rows = {int(r[0]): r for r in cur.fetchall()}
         conn.commit()
     except BaseException:
-        _rollback(conn)
+        rollback_quietly(conn)
         raise
     out = []
     for local in ids:  # keep the dequeue order
@@ -381,7 +262,7 @@ def finish_jobs(conn: pymysql.connections.Connection, db: str, table: str,
                 out.append(cur.rowcount == 1)
         conn.commit()
     except BaseException:
-        _rollback(conn)
+        rollback_quietly(conn)
         raise
     return out
 
@@ -408,7 +289,7 @@ def _fenced_updates(conn: pymysql.connections.Connection, sql: str, rows: list[t
                 out.append(cur.rowcount == 1)
         conn.commit()
     except BaseException:
-        _rollback(conn)
+        rollback_quietly(conn)
         raise
     return out
 
@@ -461,7 +342,7 @@ def checkpoint_jobs(conn: pymysql.connections.Connection, db: str, table: str,
                 out.append(cur.rowcount == 1)
         conn.commit()
     except BaseException:
-        _rollback(conn)
+        rollback_quietly(conn)
         raise
     return out
 
@@ -501,142 +382,9 @@ def reap_expired(conn: pymysql.connections.Connection, db: str, table: str, limi
                         failed += 1
         conn.commit()
     except BaseException:
-        _rollback(conn)
+        rollback_quietly(conn)
         raise
     return pending, failed
-
-
-# -- reads ---------------------------------------------------------------------------------
-
-SELECT_INFO = ("local_id, state, updated_at, created_at, run_after, priority, attempts_allowed, attempts_left, "
-               "lease_until, custom_status, dedupe_key, body")
-
-
-def row_info(r: tuple[Any, ...]) -> dict[str, Any]:
-    return {
-        "local_id": int(r[0]), "state": JobState(int(r[1])).name, "updated_at": to_epoch(r[2]),
-        "created_at": to_epoch(r[3]), "run_after": to_epoch(r[4]), "priority": int(r[5]),
-        "attempts_allowed": int(r[6]), "attempts_left": int(r[7]), "lease_until": to_epoch(r[8]),
-        "custom_status": r[9], "dedupe_key": r[10], "body": r[11],
-    }
-
-
-def lookup_job(conn: pymysql.connections.Connection, db: str, table: str, local_id: int) -> dict[str, Any] | None:
-    with conn.cursor() as cur:
-        cur.execute(f"{T}SELECT {SELECT_INFO} FROM {qualified(db, table)} "
-                    "WHERE local_id = %s AND state IN (0, 1, 2, 3)", (local_id,))
-        rows = cur.fetchall()
-    if not rows:
-        return None
-    return row_info(rows[0])
-
-
-def count_states(conn: pymysql.connections.Connection, db: str, table: str) -> dict[str, int]:
-    out = {s.name: 0 for s in JobState}
-    with conn.cursor() as cur:
-        for s in JobState:
-            cur.execute(f"{T}SELECT COUNT(*) FROM {qualified(db, table)} WHERE state = %s", (int(s),))
-            out[s.name] = int(cur.fetchone()[0])
-    return out
-
-
-def filter_sql(f: JobFilter | None) -> tuple[str, list[Any]]:
-    """Extra ``AND`` conditions with bound arguments (no value is interpolated)."""
-    if f is None:
-        return "", []
-    parts: list[str] = []
-    args: list[Any] = []
-    if f.priority is not None:
-        parts.append("priority = %s")
-        args.append(f.priority)
-    if f.custom_status is not None:
-        parts.append("custom_status = %s")
-        args.append(f.custom_status)
-    if f.created_before is not None:
-        parts.append("created_at < %s")
-        args.append(from_epoch(f.created_before))
-    if f.created_after is not None:
-        parts.append("created_at >= %s")
-        args.append(from_epoch(f.created_after))
-    if f.ids is not None:
-        if not f.ids:
-            parts.append("FALSE")
-        else:
-            parts.append(f"local_id IN ({','.join(['%s'] * len(f.ids))})")
-            args.extend(f.ids)
-    return "".join(f" AND {p}" for p in parts), args
-
-
-def scan_jobs(conn: pymysql.connections.Connection, db: str, table: str, state: JobState, after: int,
-              limit: int, f: JobFilter | None) -> list[dict[str, Any]]:
-    extra, args = filter_sql(f)
-    with conn.cursor() as cur:
-        cur.execute(
-            f"{T}SELECT {SELECT_INFO} FROM {qualified(db, table)} WHERE state = %s AND local_id > %s{extra} "
-            "ORDER BY local_id LIMIT %s",
-            (int(state), after, *args, limit),
-        )
-        return [row_info(r) for r in cur.fetchall()]
-
-
-def move_state(conn: pymysql.connections.Connection, db: str, table: str, from_state: JobState,
-               to_state: JobState, limit: int, f: JobFilter | None, *, attempts: int | None = None,
-               custom_status: str | None = None) -> int:
-    """Move up to ``limit`` jobs from one state to another (retry failed: FAIL -> NEW; cancel: NEW -> FAIL)."""
-    t = qualified(db, table)
-    extra, args = filter_sql(f)
-    conn.begin()
-    try:
-        with conn.cursor() as cur:
-            cur.execute(
-                f"{T}SELECT local_id FROM {t} WHERE state = %s{extra} ORDER BY local_id LIMIT %s FOR UPDATE",
-                (int(from_state), *args, limit),
-            )
-            ids = [int(r[0]) for r in cur.fetchall()]
-            if ids:
-                marks = ",".join(["%s"] * len(ids))
-                cur.execute(
-                    f"{T}UPDATE {t} SET state = %s, updated_at = NOW(6), run_after = NOW(6), claim_token = NULL, "
-                    "lease_until = NULL, attempts_left = COALESCE(%s, attempts_allowed), "
-                    "attempts_allowed = GREATEST(attempts_allowed, COALESCE(%s, 0)), "
-                    f"custom_status = COALESCE(%s, custom_status) WHERE local_id IN ({marks}) AND state = %s",
-                    (int(to_state), attempts, attempts, custom_status, *ids, int(from_state)),
-                )
-                n = cur.rowcount
-            else:
-                n = 0
-        conn.commit()
-    except BaseException:
-        _rollback(conn)
-        raise
-    return n
-
-
-def delete_jobs(conn: pymysql.connections.Connection, db: str, table: str, state: JobState, limit: int,
-                f: JobFilter | None) -> int:
-    """Delete up to ``limit`` jobs of one state matching the filter (an operator action;
-    routine purging is DROP PARTITION by maintenance)."""
-    extra, args = filter_sql(f)
-    with conn.cursor() as cur:
-        cur.execute(
-            f"{T}DELETE FROM {qualified(db, table)} WHERE state = %s{extra} ORDER BY local_id LIMIT %s",
-            (int(state), *args, limit),
-        )
-        return int(cur.rowcount)
-
-
-def states_by_ids(conn: pymysql.connections.Connection, db: str, table: str, ids: list[int]) -> dict[int, str]:
-    """State name of each existing local id (bulk lookup for the ledger check)."""
-    out: dict[int, str] = {}
-    with conn.cursor() as cur:
-        for i in range(0, len(ids), 1000):
-            chunk = ids[i:i + 1000]
-            marks = ",".join(["%s"] * len(chunk))
-            cur.execute(f"{T}SELECT local_id, state FROM {qualified(db, table)} "
-                        f"WHERE local_id IN ({marks}) AND state IN (0, 1, 2, 3)", chunk)
-            for local, state in cur.fetchall():
-                out[int(local)] = JobState(int(state)).name
-    return out
 
 
 def release_jobs(conn: pymysql.connections.Connection, db: str, table: str,
