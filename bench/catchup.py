@@ -36,10 +36,10 @@ from typing import Any
 
 import pymysql
 
-from migrator.fleet import mysql
 from migrator.engine.catch_up.tailer import Tailer
-from migrator.fleet.model import even_layout
+from migrator.fleet import mysql
 from migrator.fleet.gtid import GtidPos
+from migrator.fleet.model import even_layout
 from migrator.sandbox import MARIADB_FLAGS, Sandbox, find_base_port, port_free, reset_fleet, stop_pid
 
 SOURCE, TARGET = "MySQL001A", "MySQL003A"

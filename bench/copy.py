@@ -29,14 +29,14 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from migrator.ops import command
+from migrator.engine.migration import Options
 from migrator.fleet import config as config_mod
 from migrator.fleet import zk as zk_mod
 from migrator.fleet.model import even_layout
-from migrator.engine.migration import Options
 from migrator.fleet.mysql import connect, ident, qualified
-from migrator.sandbox import Sandbox, find_base_port, reset_fleet
 from migrator.fleet.shard_map import HostRegistry, ShardMapStore
+from migrator.ops import command
+from migrator.sandbox import Sandbox, find_base_port, reset_fleet
 
 
 def _env(creds: Any) -> dict[str, str]:
@@ -125,7 +125,8 @@ def run_load_data(src: Any, tgt: Any, creds: Any, dbs: list[str], tmp: Path) -> 
                     files.append((db, t, path))
             t1 = time.perf_counter()
             for db, t, path in files:
-                tc.execute(f"LOAD DATA LOCAL INFILE %s INTO TABLE {qualified(db, t)} CHARACTER SET utf8mb4", (str(path),))
+                tc.execute(f"LOAD DATA LOCAL INFILE %s INTO TABLE {qualified(db, t)} CHARACTER SET utf8mb4",
+                           (str(path),))
         return time.perf_counter() - t0, time.perf_counter() - t1
     finally:
         sconn.close()

@@ -48,8 +48,8 @@ from migrator.fleet.model import even_layout
 from migrator.fleet.mysql import ER_BAD_DB_ERROR, ER_NO_SUCH_TABLE
 from migrator.fleet.mysql import connect as mysql_connect
 from migrator.fleet.router import ShardRouter
-from migrator.sandbox import Sandbox, find_base_port, reset_fleet
 from migrator.fleet.shard_map import HostRegistry, ShardMapStore
+from migrator.sandbox import Sandbox, find_base_port, reset_fleet
 
 MOVING = (2, 3)
 STAYING = 1
@@ -221,12 +221,12 @@ def move(cfg: config_mod.Config, target: str, window: dict[str, float],
     recorded with how long writes waited in it.
     """
     from migrator.engine import catch_up
-    from migrator.ops import command
     from migrator.engine.cleanup import cleanup
+    from migrator.engine.cutover import cutover
     from migrator.engine.cutover.errors import CutoverAborted, FreezeBudgetExceeded
     from migrator.engine.cutover.run import CutoverHooks
-    from migrator.engine.cutover import cutover
     from migrator.engine.verify.run import verify_migration
+    from migrator.ops import command
 
     plan = command.plan_move(cfg, list(MOVING), target)
     mid = plan.spec.id
@@ -286,7 +286,8 @@ def main(argv: list[str] | None = None) -> int:
     time.sleep(1.0)
 
     rows: list[dict[str, Any]] = []
-    table = Table(title=f"cutover freeze under load ({args.rounds} cutovers of shards {MOVING}, ~{args.rate:.0f} writes/s)")
+    table = Table(title=f"cutover freeze under load ({args.rounds} cutovers of shards {MOVING}, "
+                        f"~{args.rate:.0f} writes/s)")
     for col in ("#", "to", "freeze ms", "cas", "fence", "sent.", "drain", "keys", "compare", "flip", "release",
                 "rows", "writes", "worst ms", "retries"):
         table.add_column(col, justify="right")
@@ -359,7 +360,8 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"aborted before the flip ({a['why']}), writes waited {a['freeze_ms']:.0f} ms; "
                       f"steps so far: {a['steps']}; retried after one more catch-up pass")
     worst = [r["worst_ms"] for r in rows]
-    console.print(f"write latency of calls overlapping a freeze: p50 {pct(worst, 50):.0f} ms, max {max(worst, default=0):.0f} ms")
+    console.print(f"write latency of calls overlapping a freeze: p50 {pct(worst, 50):.0f} ms, "
+                  f"max {max(worst, default=0):.0f} ms")
     print(f"cutovers={len(freezes)} aborted={len(aborts)} errors={len(load.errors)} "
           f"freeze_p50_ms={pct(freezes, 50):.1f} freeze_p99_ms={pct(freezes, 99):.1f} "
           f"freeze_max_ms={max(freezes) if freezes else 0:.1f} lost={lost}")

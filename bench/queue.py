@@ -148,7 +148,8 @@ def bench_disk(svc: QueueService, shard: int, cycles: int, rows: int) -> tuple[t
                 assert cur.fetchone()[0] == 0
         return table_bytes(conn, db, drop_t), table_bytes(conn, db, del_t)
     finally:
-        schema.drop_partition_tables(conn, db, [drop_t, schema.dedupe_table_name(drop_t), del_t, schema.dedupe_table_name(del_t)])
+        schema.drop_partition_tables(conn, db,
+                                     [drop_t, schema.dedupe_table_name(drop_t), del_t, schema.dedupe_table_name(del_t)])
         conn.close()
 
 
@@ -202,7 +203,8 @@ def main() -> None:
         print(f"\n{'enqueue+dequeue+ack of no-op jobs':<40} {'jobs':>7} {'seconds':>9} {'jobs/s':>10}")
         for name, n, s in rows:
             print(f"{name:<40} {n:>7} {s:>9.2f} {n / s:>10,.0f}")
-        print(f"\n{'jobs table after ' + str(args.cycles) + ' fill+purge cycles':<40} {'.ibd files':>10} {'MB on disk':>11}")
+        after = f"jobs table after {args.cycles} fill+purge cycles"
+        print(f"\n{after:<40} {'.ibd files':>10} {'MB on disk':>11}")
         print(f"{'purged by DROP PARTITION (maintenance)':<40} {drop_files:>10} {drop_b / 1e6:>11.2f}")
         print(f"{'purged by DELETE':<40} {del_files:>10} {del_b / 1e6:>11.2f}")
         qps, rqps = args.jobs / q_batch, args.jobs / rq_s

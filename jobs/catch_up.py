@@ -90,8 +90,8 @@ def run_passes(
 def _record_error(cfg: config_mod.Config, migration_id: str, exc: BaseException) -> None:
     """Put the failure in the migration record, where `migrator status ID` shows it (the RQ job's
     traceback is only in Redis). Best effort: the original error is what the job raises."""
-    from migrator.fleet import zk as zk_mod
     from migrator.engine.migration import MigrationStore
+    from migrator.fleet import zk as zk_mod
 
     message = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
 
@@ -108,8 +108,8 @@ def _record_error(cfg: config_mod.Config, migration_id: str, exc: BaseException)
 
 def _paused(cfg: config_mod.Config, migration_id: str) -> bool:
     """Whether an operator paused the migration (``migrator pause ID``)."""
-    from migrator.fleet import zk as zk_mod
     from migrator.engine.migration import MigrationStore
+    from migrator.fleet import zk as zk_mod
 
     with zk_mod.connect(cfg, config_mod.load_credentials(cfg)) as zk:
         st, _ = MigrationStore(zk).state(migration_id)
@@ -118,8 +118,8 @@ def _paused(cfg: config_mod.Config, migration_id: str) -> bool:
 
 def _autopilot(cfg: config_mod.Config, migration_id: str) -> bool:
     """Whether the RQ pipeline drives this migration on to verify and cutover (``split --yes``)."""
-    from migrator.fleet import zk as zk_mod
     from migrator.engine.migration import MigrationStore
+    from migrator.fleet import zk as zk_mod
 
     with zk_mod.connect(cfg, config_mod.load_credentials(cfg)) as zk:
         st, _ = MigrationStore(zk).state(migration_id)
@@ -127,8 +127,8 @@ def _autopilot(cfg: config_mod.Config, migration_id: str) -> bool:
 
 
 def _k(cfg: config_mod.Config, migration_id: str) -> int:
-    from migrator.fleet import zk as zk_mod
     from migrator.engine.migration import MigrationStore
+    from migrator.fleet import zk as zk_mod
 
     with zk_mod.connect(cfg, config_mod.load_credentials(cfg)) as zk:
         return MigrationStore(zk).spec(migration_id).options.not_converging_passes

@@ -21,10 +21,11 @@ from typing import Any
 from redis import Redis
 from rq import get_current_job
 
-from migrator.ops import command
 from migrator.engine import copy as copy_mod
 from migrator.engine.migration import MigrationStore
+from migrator.ops import command
 from migrator.ops.steps import SLICE_S, enqueue_catch_up, enqueue_table
+
 
 def _queue_args() -> tuple[Redis, str]:
     job = get_current_job()
@@ -50,7 +51,8 @@ def start(mid: str, config_path: str | None = None, slice_s: float = SLICE_S) ->
     return {"migration": mid, "table_jobs": ids, "catch_up_job": caught_up}
 
 
-def table_job(mid: str, db: str, table: str, config_path: str | None = None, slice_s: float = SLICE_S) -> dict[str, Any]:
+def table_job(mid: str, db: str, table: str, config_path: str | None = None,
+              slice_s: float = SLICE_S) -> dict[str, Any]:
     """Copy one table for up to ``slice_s`` seconds from its checkpoint."""
     redis, queue = _queue_args()
     job = get_current_job()
@@ -78,7 +80,8 @@ def table_job(mid: str, db: str, table: str, config_path: str | None = None, sli
                                       on_progress=on_progress)
         except Exception as exc:
             # the record says what broke; `migrator resume ID` continues from the checkpoint
-            MigrationStore(zk).update(mid, lambda st: _with_error(st, f"copy {db}.{table}: {exc}"))
+            message = f"copy {db}.{table}: {exc}"
+            MigrationStore(zk).update(mid, lambda st: _with_error(st, message))
             raise
         out: dict[str, Any] = {"migration": mid, "table": f"{db}.{table}", "status": res.status,
                                "rows": res.rows, "bytes": res.bytes, "seconds": round(res.seconds, 3)}

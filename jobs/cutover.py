@@ -59,7 +59,7 @@ def cutover(migration_id: str, config_path: str | None = None, schedule_cleanup:
         with zk_mod.connect(cfg, creds) as zk:
             st, _ = MigrationStore(zk).state(migration_id)
         if st.cleanup_after is not None:
-            when = dt.datetime.fromtimestamp(st.cleanup_after, tz=dt.timezone.utc)
+            when = dt.datetime.fromtimestamp(st.cleanup_after, tz=dt.UTC)
             Queue(job.origin, connection=job.connection).enqueue_at(
                 when, cleanup, migration_id, config_path=config_path,
                 job_id=f"cleanup-{migration_id}-{uuid.uuid4().hex[:6]}",

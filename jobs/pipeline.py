@@ -19,9 +19,9 @@ from typing import Any
 
 from rq import get_current_job
 
-from migrator.ops import command
-from migrator.fleet import config as config_mod
 from migrator.engine.migration import MigrationStore, Phase
+from migrator.fleet import config as config_mod
+from migrator.ops import command
 from migrator.ops.steps import enqueue_finish
 
 MAX_ATTEMPTS = 5

@@ -13,9 +13,10 @@ from typing import Any
 from rq import get_current_job
 
 from migrator.fleet import config as config_mod
-from migrator.ops import playbook as playbook
 from migrator.fleet import zk as zk_mod
+from migrator.ops import playbook as playbook
 from migrator.ops.steps import enqueue_playbook
+
 
 def advance(run_id: str, config_path: str | None = None, wait_budget_s: float = 20.0) -> dict[str, Any]:
     cfg = config_mod.load(config_path)

@@ -105,8 +105,8 @@ def fleet(sandbox, tmp_path, request):
     from migrator.fleet import config as config_mod
     from migrator.fleet import zk as zk_mod
     from migrator.fleet.model import even_layout
-    from migrator.sandbox import reset_fleet
     from migrator.fleet.shard_map import HostRegistry, ShardMapStore
+    from migrator.sandbox import reset_fleet
 
     rows = getattr(request, "param", None) or 20
     ensure_healthy(sandbox)

@@ -10,15 +10,15 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
+from migrator.errors import MigratorError
 from migrator.fleet import config as config_mod
 from migrator.fleet import ids
-from migrator.errors import MigratorError
 
 app = typer.Typer(
     help="Shard migration and rebalancing for sharded MySQL/MariaDB fleets.",
@@ -39,7 +39,7 @@ err_console = Console(stderr=True)
 
 
 class State:
-    config_path: Optional[str] = None
+    config_path: str | None = None
 
 
 state = State()
@@ -47,7 +47,7 @@ state = State()
 
 @app.callback()
 def _root(
-    config: Optional[str] = typer.Option(
+    config: str | None = typer.Option(
         None, "--config", "-c", help="Config file (else $MIGRATOR_CONFIG, else .sandbox/migrator.toml)."
     ),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Log library chatter (ZooKeeper, RQ) too."),
@@ -111,7 +111,8 @@ def id_mod_shard(key: str, shards: int = typer.Option(4096, "--shards")) -> None
 
 @topology_app.command("show")
 def topology_show(as_json: bool = typer.Option(False, "--json"),
-                  sizes: bool = typer.Option(True, "--sizes/--no-sizes", help="Ask each master for data size.")) -> None:
+                  sizes: bool = typer.Option(True, "--sizes/--no-sizes",
+                                             help="Ask each master for data size.")) -> None:
     """Ranges -> pairs, with shard counts and data size."""
     from migrator.fleet import topology
 
@@ -135,7 +136,7 @@ def topology_show(as_json: bool = typer.Option(False, "--json"),
 
 @topology_app.command("init")
 def topology_init(from_file: Path = typer.Option(..., "--from", help="A JSON map file (seed format)."),
-                  hosts_file: Optional[Path] = typer.Option(None, "--hosts",
+                  hosts_file: Path | None = typer.Option(None, "--hosts",
                                                             help="JSON list of hosts to register first.")) -> None:
     """Store a first shard map (validated) in ZooKeeper."""
     from migrator.fleet import topology
@@ -172,7 +173,8 @@ def sandbox_up(
     shards: int = typer.Option(16, "--shards"),
     rows: int = typer.Option(100, "--rows", help="Seed pins per shard."),
     directory: Path = typer.Option(Path(".sandbox"), "--dir"),
-    base_port: int = typer.Option(33100, "--base-port", help="Ports base+1.. (MariaDB), base+81 (ZK), base+91 (Redis)."),
+    base_port: int = typer.Option(33100, "--base-port",
+                                  help="Ports base+1.. (MariaDB), base+81 (ZK), base+91 (Redis)."),
 ) -> None:
     """Start the sandbox fleet (a no-op when it already runs)."""
     from migrator.sandbox import Sandbox

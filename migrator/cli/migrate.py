@@ -12,15 +12,15 @@ after these.
 from __future__ import annotations
 
 import json
-from typing import Any, Optional
+from typing import Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from migrator.cli import phases
-from migrator.ops import command
 from migrator.engine.migration import Options
+from migrator.ops import command
 
 console = Console()
 err_console = Console(stderr=True)
@@ -47,8 +47,8 @@ def _duration(s: float) -> str:
     return f"{h}h{m:02d}m{sec:02d}s" if h else (f"{m}m{sec:02d}s" if m else f"{sec}s")
 
 
-def _options(chunk_rows: Optional[int], chunk_target_ms: Optional[int], workers: Optional[int],
-             max_lag: Optional[float]) -> Options:
+def _options(chunk_rows: int | None, chunk_target_ms: int | None, workers: int | None,
+             max_lag: float | None) -> Options:
     given = {k: v for k, v in {"chunk_rows": chunk_rows, "chunk_target_ms": chunk_target_ms,
                                "copy_workers": workers, "max_standby_lag_s": max_lag}.items() if v is not None}
     try:
@@ -111,13 +111,13 @@ def register(app: typer.Typer) -> None:
     @app.command("split")
     def split(
         source: str = typer.Argument(..., help="The master whose ranges split, e.g. MySQL001A."),
-        to: Optional[str] = typer.Option(None, "--to", help="Target pair (its master); default: a spare pair."),
+        to: str | None = typer.Option(None, "--to", help="Target pair (its master); default: a spare pair."),
         dry_run: bool = typer.Option(False, "--dry-run", help="Print shards, tables, rows, bytes, ETA; store nothing."),
         as_json: bool = typer.Option(False, "--json"),
-        chunk_rows: Optional[int] = typer.Option(None, "--chunk-rows", help="First chunk size (adapts after)."),
-        chunk_target_ms: Optional[int] = typer.Option(None, "--chunk-target-ms", help="Time target per chunk."),
-        workers: Optional[int] = typer.Option(None, "--workers", help="Tables copied at once by --sync."),
-        max_lag: Optional[float] = typer.Option(None, "--max-lag", help="Throttle above this target standby lag (s)."),
+        chunk_rows: int | None = typer.Option(None, "--chunk-rows", help="First chunk size (adapts after)."),
+        chunk_target_ms: int | None = typer.Option(None, "--chunk-target-ms", help="Time target per chunk."),
+        workers: int | None = typer.Option(None, "--workers", help="Tables copied at once by --sync."),
+        max_lag: float | None = typer.Option(None, "--max-lag", help="Throttle above this target standby lag (s)."),
         yes: bool = typer.Option(False, "--yes", "-y", help="Run the whole migration on RQ workers now."),
         detach: bool = typer.Option(False, "--detach", help="With --yes: do not follow progress."),
     ) -> None:
@@ -136,10 +136,10 @@ def register(app: typer.Typer) -> None:
         to: str = typer.Option(..., "--to", help="Target pair (its master)."),
         dry_run: bool = typer.Option(False, "--dry-run"),
         as_json: bool = typer.Option(False, "--json"),
-        chunk_rows: Optional[int] = typer.Option(None, "--chunk-rows"),
-        chunk_target_ms: Optional[int] = typer.Option(None, "--chunk-target-ms"),
-        workers: Optional[int] = typer.Option(None, "--workers"),
-        max_lag: Optional[float] = typer.Option(None, "--max-lag"),
+        chunk_rows: int | None = typer.Option(None, "--chunk-rows"),
+        chunk_target_ms: int | None = typer.Option(None, "--chunk-target-ms"),
+        workers: int | None = typer.Option(None, "--workers"),
+        max_lag: float | None = typer.Option(None, "--max-lag"),
         yes: bool = typer.Option(False, "--yes", "-y", help="Run the whole migration on RQ workers now."),
         detach: bool = typer.Option(False, "--detach"),
     ) -> None:
@@ -181,7 +181,7 @@ def register(app: typer.Typer) -> None:
     def copy(
         migration_id: str = typer.Argument(...),
         sync: bool = typer.Option(False, "--sync", help="Copy in this process instead of RQ workers."),
-        workers: Optional[int] = typer.Option(None, "--workers", help="Threads for --sync."),
+        workers: int | None = typer.Option(None, "--workers", help="Threads for --sync."),
         queue: str = typer.Option("migrator", "--queue", help="RQ queue (run `rq worker QUEUE`)."),
     ) -> None:
         """Preflight, then copy schema and rows (RQ jobs; --sync runs here)."""
@@ -202,11 +202,11 @@ def register(app: typer.Typer) -> None:
 
     @app.command("status")
     def status(
-        migration_id: Optional[str] = typer.Argument(None),
+        migration_id: str | None = typer.Argument(None),
         as_json: bool = typer.Option(False, "--json", help="Everything as JSON (for scripts)."),
         watch_: bool = typer.Option(False, "--watch", "-w", help="Redraw live (until a final phase, or Ctrl-C)."),
         interval: float = typer.Option(1.0, "--interval", help="Seconds between redraws with --watch."),
-        timeout: Optional[float] = typer.Option(None, "--timeout", help="Stop watching after this many seconds."),
+        timeout: float | None = typer.Option(None, "--timeout", help="Stop watching after this many seconds."),
     ) -> None:
         """Every migration's phase and the live workers; with an ID: per-shard copy progress, copy rate and
         ETA, the catch-up pass table, predicted and last freeze, and the workers."""
@@ -266,12 +266,12 @@ def register(app: typer.Typer) -> None:
     @app.command("set")
     def set_(
         migration_id: str = typer.Argument(...),
-        max_lag: Optional[float] = typer.Option(None, "--max-lag",
+        max_lag: float | None = typer.Option(None, "--max-lag",
                                                 help="Throttle the copy above this standby lag (s)."),
-        max_threads_running: Optional[int] = typer.Option(None, "--max-threads-running",
+        max_threads_running: int | None = typer.Option(None, "--max-threads-running",
                                                           help="Throttle the copy while the source is this busy."),
-        chunk_target_ms: Optional[int] = typer.Option(None, "--chunk-target-ms", help="Time target per chunk."),
-        freeze_budget_ms: Optional[int] = typer.Option(None, "--freeze-budget-ms",
+        chunk_target_ms: int | None = typer.Option(None, "--chunk-target-ms", help="Time target per chunk."),
+        freeze_budget_ms: int | None = typer.Option(None, "--freeze-budget-ms",
                                                        help="Longest write freeze allowed."),
         as_json: bool = typer.Option(False, "--json"),
     ) -> None:

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-from typing import Optional
 
 import typer
 
@@ -13,13 +12,13 @@ def register(app: typer.Typer) -> None:
     from migrator.cli.main import load_config
 
     @app.command("history")
-    def history(migration_id: Optional[str] = typer.Argument(None, help="Only this migration."),
+    def history(migration_id: str | None = typer.Argument(None, help="Only this migration."),
                 limit: int = typer.Option(200, "--limit"),
                 as_json: bool = typer.Option(False, "--json")) -> None:
         """Every shard-map change and migration state change: who, when, epochs."""
-        from migrator.ops import audit
         from migrator.fleet import config as config_mod
         from migrator.fleet import zk as zk_mod
+        from migrator.ops import audit
 
         cfg = load_config()
         with zk_mod.connect(cfg, config_mod.load_credentials(cfg)) as zk:
@@ -37,8 +36,8 @@ def register(app: typer.Typer) -> None:
         import time
 
         from migrator.fleet import config as config_mod
-        from migrator.ops import metrics
         from migrator.fleet import zk as zk_mod
+        from migrator.ops import metrics
 
         cfg = load_config()
         metrics.serve(zk_mod.connect(cfg, config_mod.load_credentials(cfg)), port, addr)
@@ -80,8 +79,8 @@ def register(app: typer.Typer) -> None:
     def worker(
         queues: list[str] = typer.Option(["migrator"], "--queue", "-q", help="RQ queues to serve; repeatable."),
         burst: bool = typer.Option(False, "--burst", help="Exit when the queues are empty."),
-        name: Optional[str] = typer.Option(None, "--name"),
-        metrics_port: Optional[int] = typer.Option(None, "--metrics-port",
+        name: str | None = typer.Option(None, "--name"),
+        metrics_port: int | None = typer.Option(None, "--metrics-port",
                                                    help="Serve Prometheus /metrics of migrations on this port."),
     ) -> None:
         """Run one RQ worker (with the scheduler) for migration and playbook jobs."""
@@ -96,8 +95,8 @@ def register(app: typer.Typer) -> None:
         # jobs find the fleet through the same config file
         os.environ.setdefault(config_mod.ENV_CONFIG, str(cfg.path))
         if metrics_port:
-            from migrator.ops import metrics
             from migrator.fleet import zk as zk_mod
+            from migrator.ops import metrics
 
             metrics.serve(zk_mod.connect(cfg, config_mod.load_credentials(cfg)), metrics_port)
         conn = redis.Redis.from_url(cfg.redis.url)

@@ -45,7 +45,8 @@ def register_catchup(app: Any) -> None:
     @app.command("catchup")
     def catchup(
         migration_id: str = typer.Argument(..., help="The migration id."),
-        passes: int | None = typer.Option(None, "--passes", "-n", help="Run exactly N passes (default: until converged)."),
+        passes: int | None = typer.Option(None, "--passes", "-n",
+                                          help="Run exactly N passes (default: until converged)."),
         enqueue: bool = typer.Option(False, "--enqueue", help="Run the passes as RQ jobs instead of in this process."),
         queue: str = typer.Option("migrator", "--queue", help="RQ queue for --enqueue."),
     ) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -104,7 +103,7 @@ def _create(cfg: object, pb: pbm.Playbook, params: dict) -> str:
         return pbm.RunStore(zk).create(pb, params)
 
 
-def _enqueue(cfg: object, run_id: str, config_path: Optional[str], name: Optional[str] = None) -> None:
+def _enqueue(cfg: object, run_id: str, config_path: str | None, name: str | None = None) -> None:
     import redis
 
     from migrator.fleet import config as config_mod
@@ -123,7 +122,8 @@ def _drive(cfg: object, run_id: str) -> None:
         last = None
         while True:
             out = pbm.advance(cfg, zk, run_id, wait_budget_s=5)
-            msg = f"{out.status}" + (f" at {out.step}" if out.step else "") + (f": {out.message}" if out.message else "")
+            msg = (f"{out.status}" + (f" at {out.step}" if out.step else "")
+                   + (f": {out.message}" if out.message else ""))
             if msg != last:
                 print(msg, flush=True)
                 last = msg

@@ -14,7 +14,7 @@ import socket
 import threading
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -59,11 +59,12 @@ def _print(obj: Any) -> None:
 # -- servers ----------------------------------------------------------------------------
 
 @queue_app.command("serve")
-def serve(listen: Optional[str] = typer.Option(None, "--listen", help="HOST:PORT (default: [queue] listen)."),
+def serve(listen: str | None = typer.Option(None, "--listen", help="HOST:PORT (default: [queue] listen)."),
           broker: bool = typer.Option(False, "--broker/--no-broker",
                                       help="Also run a dequeue broker in this process."),
           reap_every: float = typer.Option(1.0, "--reap-every", help="Seconds between lease reaper passes."),
-          frozen_wait: float = typer.Option(10.0, "--frozen-wait", help="Max seconds a write waits on a frozen shard.")) -> None:
+          frozen_wait: float = typer.Option(10.0, "--frozen-wait",
+                                            help="Max seconds a write waits on a frozen shard.")) -> None:
     """Serve the HTTP/JSON API (OpenAPI at /docs) and Prometheus /metrics."""
     import uvicorn
 
@@ -100,9 +101,10 @@ def serve(listen: Optional[str] = typer.Option(None, "--listen", help="HOST:PORT
 
 
 @queue_app.command("broker")
-def broker_cmd(listen: str = typer.Option("127.0.0.1:0", "--listen", help="HOST:PORT for broker dequeues (0: any free port)."),
+def broker_cmd(listen: str = typer.Option("127.0.0.1:0", "--listen",
+                                          help="HOST:PORT for broker dequeues (0: any free port)."),
                buffer: int = typer.Option(200, "--buffer", help="Jobs buffered per owned partition."),
-               broker_id: Optional[str] = typer.Option(None, "--id")) -> None:
+               broker_id: str | None = typer.Option(None, "--id")) -> None:
     """Run a dequeue broker: own queue partitions (assigned through ZooKeeper) and serve them from memory."""
     import uvicorn
 
@@ -131,9 +133,9 @@ def broker_cmd(listen: str = typer.Option("127.0.0.1:0", "--listen", help="HOST:
 def worker_cmd(queue: str = typer.Option(..., "--queue", "-q"),
                handler: str = typer.Option(..., "--handler", help="package.module:function taking a job."),
                concurrency: int = typer.Option(1, "--concurrency", "-n"),
-               lease: Optional[float] = typer.Option(None, "--lease", help="Lease seconds (default: the queue's)."),
-               url: Optional[str] = typer.Option(None, "--url", help="Use a queue server instead of the fleet directly."),
-               max_jobs: Optional[int] = typer.Option(None, "--max-jobs")) -> None:
+               lease: float | None = typer.Option(None, "--lease", help="Lease seconds (default: the queue's)."),
+               url: str | None = typer.Option(None, "--url", help="Use a queue server instead of the fleet directly."),
+               max_jobs: int | None = typer.Option(None, "--max-jobs")) -> None:
     """Run HANDLER on jobs of QUEUE with lease heartbeats; SIGTERM/SIGINT stop it gracefully."""
     from migrator.queue.worker import load_handler, run_worker
 
@@ -165,7 +167,8 @@ def load_cmd(queue: str = typer.Option("load", "--queue", "-q"),
              partitions: int = typer.Option(2, "--partitions", help="Partitions if the queue is created."),
              consumers: int = typer.Option(2, "--consumers"),
              producers: int = typer.Option(1, "--producers"),
-             url: Optional[str] = typer.Option(None, "--url", help="Load a queue server instead of the fleet directly.")) -> None:
+             url: str | None = typer.Option(None, "--url",
+                                            help="Load a queue server instead of the fleet directly.")) -> None:
     """Enqueue, dequeue and ack at a target rate, recording everything in a ledger."""
     from migrator.fleet.config import load_credentials
     from migrator.queue.load import run_load
@@ -235,9 +238,9 @@ def show(name: str) -> None:
 
 
 @queue_app.command("update")
-def update(name: str, lease: Optional[float] = typer.Option(None, "--lease"),
-           attempts: Optional[int] = typer.Option(None, "--attempts"),
-           max_rate: Optional[float] = typer.Option(None, "--max-rate")) -> None:
+def update(name: str, lease: float | None = typer.Option(None, "--lease"),
+           attempts: int | None = typer.Option(None, "--attempts"),
+           max_rate: float | None = typer.Option(None, "--max-rate")) -> None:
     """Change lease, default attempts or the dequeue rate limit."""
     from migrator.queue.model import QueueConfigUpdate
 
@@ -277,9 +280,9 @@ def delete(name: str, yes: bool = typer.Option(False, "--yes", help="Really drop
 
 @queue_app.command("enqueue")
 def enqueue(name: str, bodies: list[str] = typer.Argument(..., help="Job bodies."),
-            priority: int = typer.Option(2, "--priority"), delay: Optional[float] = typer.Option(None, "--delay"),
-            attempts: Optional[int] = typer.Option(None, "--attempts"),
-            dedupe: Optional[str] = typer.Option(None, "--dedupe-key")) -> None:
+            priority: int = typer.Option(2, "--priority"), delay: float | None = typer.Option(None, "--delay"),
+            attempts: int | None = typer.Option(None, "--attempts"),
+            dedupe: str | None = typer.Option(None, "--dedupe-key")) -> None:
     """Enqueue jobs (one per BODY)."""
     from migrator.queue.model import EnqueueJob
 
@@ -308,18 +311,19 @@ def lookup(name: str, job_id: str) -> None:
 
 @queue_app.command("scan")
 def scan(name: str, state: str = typer.Option("NEW", "--state"), limit: int = typer.Option(20, "--limit"),
-         cursor: Optional[str] = typer.Option(None, "--cursor")) -> None:
+         cursor: str | None = typer.Option(None, "--cursor")) -> None:
     """A page of jobs in a state (keyset pagination: pass --cursor from the last page)."""
     with _service() as svc:
         jobs, nxt = svc.scan(name, state, limit, cursor)
     for j in jobs:
-        print(f"{j.id}  p{j.partition}  prio {j.priority}  left {j.attempts_left}  {j.custom_status!r}  {j.body[:60]!r}")
+        print(f"{j.id}  p{j.partition}  prio {j.priority}  left {j.attempts_left}  {j.custom_status!r}  "
+              f"{j.body[:60]!r}")
     print(f"next cursor: {nxt}" if nxt else "(end)")
 
 
 @queue_app.command("retry")
 def retry(name: str, limit: int = typer.Option(1000, "--limit"),
-          attempts: Optional[int] = typer.Option(None, "--attempts")) -> None:
+          attempts: int | None = typer.Option(None, "--attempts")) -> None:
     """Move failed jobs back to pending."""
     with _service() as svc:
         print(f"{svc.retry_failed(name, limit, attempts)} job(s) back to NEW")
@@ -336,7 +340,7 @@ def purge(name: str, state: str = typer.Option(..., "--state"), limit: int = typ
 
 @partitions_app.command("maintain")
 def maintain(dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan; change nothing."),
-             queue: Optional[list[str]] = typer.Option(None, "--queue", help="Only these queues."),
+             queue: list[str] | None = typer.Option(None, "--queue", help="Only these queues."),
              lock_wait: int = typer.Option(2, "--lock-wait", help="lock_wait_timeout (s) for each DDL."),
              pretend_later: float = typer.Option(0.0, "--pretend-later", hidden=True,
                                                  help="Pretend the clock is this many seconds later.")) -> None:

@@ -32,16 +32,15 @@ from typing import Any
 import pymysql
 from kazoo.exceptions import BadVersionError, NoNodeError
 
+from migrator.engine.migration import MigrationStore, Phase, Spec
+from migrator.engine.names import SENTINEL_TABLE, tomb_db
+from migrator.errors import MigratorError
 from migrator.fleet import zk as zk_mod
 from migrator.fleet.config import Config, Credentials, load_credentials
-from migrator.engine.names import tomb_db
-from migrator.errors import MigratorError
 from migrator.fleet.model import Host
-from migrator.engine.migration import MigrationStore, Phase, Spec
 from migrator.fleet.mysql import connect as mysql_connect
 from migrator.fleet.mysql import ident, qualified, query, scalar, tag
 from migrator.fleet.shard_map import HostRegistry
-from migrator.engine.names import SENTINEL_TABLE
 from migrator.fleet.zk import ZK
 
 TAG = tag("cleanup")
@@ -135,7 +134,8 @@ def cleanup(config: Config, migration_id: str, *, now: bool = False,
         if not now and state.cleanup_after is not None and clock() < state.cleanup_after:
             left = state.cleanup_after - clock()
             raise RetentionNotOver(
-                f"the tombstones are kept for rollback until {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(state.cleanup_after))} "
+                f"the tombstones are kept for rollback until "
+                f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(state.cleanup_after))} "
                 f"({left / 3600:.1f} h from now); run cleanup then, or with --now to drop them anyway",
                 phase="cleanup")
         reg = HostRegistry(zk)

@@ -26,11 +26,11 @@ from typing import Any
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
-from migrator.fleet.config import Credentials
-from migrator.errors import MigratorError, ShardMapError, UnknownHost
-from migrator.fleet.model import Host, ShardMap
-from migrator.fleet.ids import shard_db
 from migrator.engine.migration import MigrationStore, Options, Spec, new_id
+from migrator.errors import MigratorError, ShardMapError, UnknownHost
+from migrator.fleet.config import Credentials
+from migrator.fleet.ids import shard_db
+from migrator.fleet.model import Host, ShardMap
 from migrator.fleet.mysql import connect, ident, qualified, tag
 from migrator.fleet.shard_map import HostRegistry, ShardMapStore
 from migrator.fleet.zk import ZK
@@ -153,7 +153,8 @@ def plan_split(zk: ZK, source: str, target: str | None = None, *, options: Optio
     if target is None:
         spare = spare_pairs(hosts, smap)
         if not spare:
-            raise PlanError("no spare pair (registered hosts holding no range): register a new pair, or name one with --to")
+            raise PlanError("no spare pair (registered hosts holding no range): register a new pair, "
+                            "or name one with --to")
         target = spare[0][0]
     tgt = target_pair(hosts, smap, src, target)
     return _spec(mid, "shards", src, tgt, shards, options)

@@ -29,13 +29,13 @@ from typing import Any
 import pymysql
 
 from migrator.engine import inspector
-from migrator.fleet.config import Credentials
-from migrator.errors import MigratorError, MySQLUnavailable
-from migrator.fleet.model import Host
-from migrator.fleet.ids import shard_db
 from migrator.engine.migration import Phase, Spec
-from migrator.fleet.mysql import binlog_pos, connect, query, tag
 from migrator.engine.plan import estimate, moving_tables
+from migrator.errors import MigratorError, MySQLUnavailable
+from migrator.fleet.config import Credentials
+from migrator.fleet.ids import shard_db
+from migrator.fleet.model import Host
+from migrator.fleet.mysql import binlog_pos, connect, query, tag
 from migrator.fleet.shard_map import HostRegistry, ShardMapStore
 from migrator.fleet.zk import ZK
 

@@ -33,27 +33,24 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-
+from migrator.engine.cutover.direction import Direction, passive_of
+from migrator.engine.cutover.errors import CutoverError, FlipUnknown, FreezeBudgetExceeded
+from migrator.engine.cutover.gate import FIXED_FREEZE_MS
+from migrator.engine.cutover.run import CutoverHooks, CutoverResult, CutoverRun
+from migrator.engine.cutover.sentinel import ensure_sentinel
+from migrator.engine.migration import MigrationStore, Phase, Spec
+from migrator.engine.names import SENTINEL_TABLE, tomb_db
+from migrator.engine.verify.changes import KeyCollector
+from migrator.engine.verify.checksums import moving_tables
+from migrator.engine.verify.drainers import Drainer
+from migrator.errors import MigratorError
 from migrator.fleet import zk as zk_mod
 from migrator.fleet.config import Config, Credentials, load_credentials
-from migrator.engine.cutover.gate import FIXED_FREEZE_MS
-from migrator.engine.cutover.errors import CutoverError, FlipUnknown, FreezeBudgetExceeded
-from migrator.engine.cutover.run import CutoverHooks, CutoverResult, CutoverRun
-from migrator.engine.cutover.direction import Direction, passive_of
-from migrator.engine.cutover.sentinel import ensure_sentinel
-from migrator.engine.names import tomb_db
-from migrator.errors import MigratorError
-from migrator.fleet.model import Host
 from migrator.fleet.gtid import GtidPos
-from migrator.engine.migration import MigrationStore, Phase, Spec
+from migrator.fleet.model import Host
+from migrator.fleet.mysql import binlog_pos, qualified, tag
 from migrator.fleet.mysql import connect as mysql_connect
-from migrator.fleet.mysql import qualified, tag
 from migrator.fleet.shard_map import HostRegistry
-from migrator.engine.names import SENTINEL_TABLE
-from migrator.engine.verify.drainers import Drainer
-from migrator.engine.verify.changes import KeyCollector
-from migrator.fleet.mysql import binlog_pos
-from migrator.engine.verify.checksums import moving_tables
 
 TAG = tag("rollback")
 TAIL_NODE = "rollback_tail"
@@ -64,7 +61,8 @@ class RollbackError(CutoverError):
 
 
 class ReverseDrainer(KeyCollector):
-    """:class:`~migrator.engine.verify.drainers.Drainer` tailing the new master back into the old master's tombstones."""
+    """:class:`~migrator.engine.verify.drainers.Drainer` tailing the new master back into the old
+    master's tombstones."""
 
     def __init__(self, store: MigrationStore, spec: Spec, new_master: Host, old_master: Host,
                  credentials: Credentials, start: str):

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 import pymysql
 
-from migrator.errors import MigratorError
 from migrator.engine.inspector import global_status, slave_status
+from migrator.errors import MigratorError
 
 
 class ThrottleTimeout(MigratorError):

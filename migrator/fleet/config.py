@@ -170,7 +170,8 @@ def load_credentials(config: Config) -> Credentials:
     if path is not None:
         if not path.exists():
             raise CredentialsError(
-                f"credentials file {path} does not exist; create it or set MIGRATOR_MYSQL_USER and MIGRATOR_MYSQL_PASSWORD"
+                f"credentials file {path} does not exist; create it or set MIGRATOR_MYSQL_USER and "
+                "MIGRATOR_MYSQL_PASSWORD"
             )
         try:
             file_data = tomllib.loads(path.read_text())

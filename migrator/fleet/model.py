@@ -186,7 +186,8 @@ class ShardMap(BaseModel):
                 )
             if r.lo > expect:
                 raise ShardMapError(
-                    f"shards {expect}..{r.lo - 1} are not covered by any range: the map must cover 0..{self.num_shards - 1}"
+                    f"shards {expect}..{r.lo - 1} are not covered by any range: the map must cover "
+                    f"0..{self.num_shards - 1}"
                 )
             expect = r.hi + 1
         if expect != self.num_shards:
@@ -195,7 +196,8 @@ class ShardMap(BaseModel):
                     f"ranges reach shard {expect - 1} but num_shards is {self.num_shards}"
                 )
             raise ShardMapError(
-                f"shards {expect}..{self.num_shards - 1} are not covered by any range: the map must cover 0..{self.num_shards - 1}"
+                f"shards {expect}..{self.num_shards - 1} are not covered by any range: the map must cover "
+                f"0..{self.num_shards - 1}"
             )
         for lo, hi in self.frozen:
             if lo > hi or lo < 0 or hi >= self.num_shards:

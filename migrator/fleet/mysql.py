@@ -12,8 +12,8 @@ from typing import Any
 import pymysql
 import pymysql.cursors
 
-from migrator.fleet.config import Credentials
 from migrator.errors import MigratorError, MySQLUnavailable
+from migrator.fleet.config import Credentials
 from migrator.fleet.model import Host
 
 IDENT_RE = re.compile(r"^[A-Za-z0-9_]{1,64}$")

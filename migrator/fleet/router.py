@@ -18,10 +18,10 @@ from collections.abc import Callable
 
 import pymysql
 
-from migrator.fleet.config import Credentials
 from migrator.errors import ShardFrozen, ShardMapError, UnknownHost
-from migrator.fleet.model import Host, ShardMap
+from migrator.fleet.config import Credentials
 from migrator.fleet.ids import decode, shard_db
+from migrator.fleet.model import Host, ShardMap
 from migrator.fleet.mysql import connect as mysql_connect
 from migrator.fleet.shard_map import HostRegistry, ShardMapStore
 from migrator.fleet.zk import ZK

@@ -124,7 +124,8 @@ class ShardMapStore:
         self._raise_tx(results, existing_msg=f"a shard map already exists at {self.path}")
         return smap.model_copy(update={"epoch": 0})
 
-    def cas(self, new: ShardMap, expected_epoch: int, *, reason: str, details: dict[str, Any] | None = None) -> ShardMap:
+    def cas(self, new: ShardMap, expected_epoch: int, *, reason: str,
+            details: dict[str, Any] | None = None) -> ShardMap:
         """Replace the map iff its epoch is still ``expected_epoch``; returns the stored map."""
         new.validate_layout()
         hosts = HostRegistry(self.zk).all()

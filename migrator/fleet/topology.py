@@ -12,11 +12,11 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from migrator.errors import MigratorError, ShardMapError
 from migrator.fleet import zk as zk_mod
 from migrator.fleet.config import Config, load_credentials
-from migrator.errors import MigratorError, ShardMapError
-from migrator.fleet.model import Host, ShardMap
 from migrator.fleet.ids import TYPE_BOARD, TYPE_PIN, encode, shard_db
+from migrator.fleet.model import Host, ShardMap
 from migrator.fleet.mysql import connect as mysql_connect
 from migrator.fleet.mysql import ident
 from migrator.fleet.shard_map import HostRegistry, ShardMapStore
@@ -155,11 +155,13 @@ def seed_rows(cur: Any, shard: int, rows: int) -> None:
     if rows <= 0:
         return
     cur.executemany("INSERT INTO users (data) VALUES (%s)",
-                    [(json.dumps({"username": f"user{shard}_{i}", "email": f"u{i}@example.com"}),) for i in range(max(1, rows // 10))])
+                    [(json.dumps({"username": f"user{shard}_{i}",
+                                  "email": f"u{i}@example.com"}),) for i in range(max(1, rows // 10))])
     cur.executemany("INSERT INTO boards (data) VALUES (%s)",
                     [(json.dumps({"name": f"board {i}", "shard": shard}),) for i in range(max(1, rows // 10))])
     cur.executemany("INSERT INTO pins (data) VALUES (%s)",
-                    [(json.dumps({"details": f"pin {i} ✓", "link": f"http://example.com/{shard}/{i}"}),) for i in range(rows)])
+                    [(json.dumps({"details": f"pin {i} ✓",
+                                  "link": f"http://example.com/{shard}/{i}"}),) for i in range(rows)])
     cur.execute("SELECT local_id FROM boards ORDER BY local_id")
     boards = [r[0] for r in cur.fetchall()]
     cur.execute("SELECT local_id FROM pins ORDER BY local_id")
@@ -174,5 +176,5 @@ def history(config: Config, limit: int = 20) -> list[dict[str, Any]]:
     with zk_mod.connect(config) as zk:
         recs = ShardMapStore(zk).history(limit)
     for r in recs:
-        r["when_iso"] = dt.datetime.fromtimestamp(r["when"], dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+        r["when_iso"] = dt.datetime.fromtimestamp(r["when"], dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
     return recs

@@ -18,8 +18,8 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import KazooRetry
 from kazoo.security import READ_ACL_UNSAFE, make_digest_acl
 
-from migrator.fleet.config import Config, Credentials
 from migrator.errors import CredentialsError, NotAuthorized, ZooKeeperUnavailable
+from migrator.fleet.config import Config, Credentials
 
 
 class ZK:

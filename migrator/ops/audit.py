@@ -54,5 +54,5 @@ def history(zk: ZK, *, migration_id: str | None = None, limit: int = 200) -> lis
                             "detail": f"epoch {rec['old_epoch']} -> {rec['new_epoch']}: {rec['reason']}"})
     out.sort(key=lambda r: r["when"])
     for r in out:
-        r["when_iso"] = dt.datetime.fromtimestamp(r["when"], dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+        r["when_iso"] = dt.datetime.fromtimestamp(r["when"], dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
     return out[-limit:]

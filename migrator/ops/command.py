@@ -19,16 +19,16 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from migrator.fleet import config as config_mod
 from migrator.engine import copy as copy_mod
 from migrator.engine import plan as plan_mod
 from migrator.engine import preflight as preflight_mod
-from migrator.ops import steps
+from migrator.engine.migration import MigrationStore, Options, Phase, Spec
+from migrator.errors import MigratorError
+from migrator.fleet import config as config_mod
 from migrator.fleet import zk as zk_mod
 from migrator.fleet.config import Config, Credentials
-from migrator.errors import MigratorError
-from migrator.engine.migration import MigrationStore, Options, Phase, Spec
 from migrator.fleet.zk import ZK
+from migrator.ops import steps
 
 #: phases after which abort no longer applies (the map flipped: roll back instead)
 NOT_ABORTABLE = (Phase.CUTOVER, Phase.DONE, Phase.ROLLED_BACK, Phase.CLEANED)

@@ -29,8 +29,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from migrator.ops import command, watch
 from migrator.errors import MigratorError
+from migrator.ops import command, watch
 from migrator.sandbox import Sandbox, stop_pid
 
 
@@ -153,8 +153,9 @@ def print_report(r: DemoReport, console: Console) -> None:
     console.print(f"copied {r.rows_copied:,} rows ({r.bytes_copied:,} bytes) in {r.tables} tables")
     if r.passes:
         console.print(watch.pass_table(r.passes, last=len(r.passes)))
+    predicted = r.predicted_freeze_ms if r.predicted_freeze_ms is None else round(r.predicted_freeze_ms)
     console.print(f"write freeze: {r.freeze_ms if r.freeze_ms is None else round(r.freeze_ms, 1)} ms "
-                  f"(predicted {r.predicted_freeze_ms if r.predicted_freeze_ms is None else round(r.predicted_freeze_ms)} ms)")
+                  f"(predicted {predicted} ms)")
     if r.load:
         console.print(f"queue load: {r.load['enqueued']:,} enqueued, {r.load['acked_ok']:,} acked OK, "
                       f"errors {r.load['errors'] or 'none'}")

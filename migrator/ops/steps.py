@@ -118,7 +118,7 @@ def enqueue_finish(redis: Any, mid: str, config_path: str | None, *, queue: str 
 def enqueue_cleanup_at(redis: Redis, mid: str, when: float, config_path: str | None = None,
                        queue: str = QUEUE) -> Job:
     """Drop the tombstones at ``when`` (epoch seconds; needs a worker with the scheduler)."""
-    at = dt.datetime.fromtimestamp(when, tz=dt.timezone.utc)
+    at = dt.datetime.fromtimestamp(when, tz=dt.UTC)
     return Queue(queue, connection=redis).enqueue_at(
         at, CLEANUP_JOB, mid, config_path=config_path, job_id=job_id("cleanup", mid),
         description=f"drop the tombstones of migration {mid}", meta={"migration": mid, "step": "cleanup"})

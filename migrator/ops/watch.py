@@ -19,8 +19,8 @@ from rich.live import Live
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from migrator.ops import command
 from migrator.fleet.config import Config
+from migrator.ops import command
 
 FINAL = {"done", "cleaned", "aborted", "rolled_back", "failed"}
 

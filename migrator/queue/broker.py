@@ -273,7 +273,8 @@ class Broker:
         metrics.BROKER_BUFFERED.labels(buf.rec.name, str(buf.part.index)).set(len(buf.items))
 
     # -- serving ------------------------------------------------------------------------
-    def take(self, queue: str, index: int, limit: int, lease_seconds: float | None = None) -> list[JobDescriptor] | None:
+    def take(self, queue: str, index: int, limit: int,
+             lease_seconds: float | None = None) -> list[JobDescriptor] | None:
         """Up to ``limit`` buffered jobs of a partition; None if this broker does not own it."""
         with self._lock:
             buf = self._buffers.get((queue, index))

@@ -183,7 +183,8 @@ class ShardExecutor:
                     guard()
                 if self.router.epoch == epoch:
                     # fenced but not flipped yet: wait (bounded) for the new map
-                    self.router.wait_for_epoch((epoch or 0) + 1, timeout=max(0.0, min(1.0, deadline - time.monotonic())))
+                    self.router.wait_for_epoch((epoch or 0) + 1,
+                                               timeout=max(0.0, min(1.0, deadline - time.monotonic())))
                 raise _Retry(f"{host.name}: {exc.args[-1]} (table moved; map refreshed)") from None
             if code in RETRY_CODES:
                 self.pool.release(host, conn) if _usable(conn) else _close(conn)

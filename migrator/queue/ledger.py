@@ -204,7 +204,7 @@ def check_ledger(config: Config, ledger_path: str | Path, *, service: Any = None
         finally:
             if own:
                 service.close()
-        for key, jid in unknown.items():
+        for _key, jid in unknown.items():
             s = states.get(jid)
             if s is None:
                 rep.lost += 1

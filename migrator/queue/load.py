@@ -90,7 +90,7 @@ class _Run:
             keys = [uuid.uuid4().hex for _ in range(batch)]
             jobs = [EnqueueJob(body=json.dumps({"k": k}), dedupe_key=k) for k in keys]
             t_call = time.time()
-            res = self._with_retry(lambda: self.api.enqueue(self.queue, jobs), until=deadline + 10)
+            res = self._with_retry(lambda jobs=jobs: self.api.enqueue(self.queue, jobs), until=deadline + 10)
             if res is None:
                 continue
             t_ack = time.time()
@@ -115,7 +115,8 @@ class _Run:
                 if self.handler is not None:
                     self.handler(d)
             items = [AckItem(id=d.id, claim=d.claim) for d in got]
-            answers = self._with_retry(lambda: self.api.ack(self.queue, items), until=time.monotonic() + 30)
+            answers = self._with_retry(lambda items=items: self.api.ack(self.queue, items),
+                                       until=time.monotonic() + 30)
             t_done = time.time()
             rows = []
             for i, d in enumerate(got):

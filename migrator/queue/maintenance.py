@@ -229,14 +229,14 @@ def maintain(service: Any, *, advance_seconds: float = 0.0, lock_wait_timeout: i
         policy = policy_for(rec.config)
         for part in rec.partitions:
             if is_paused(zk, part.shard):
-                reports.append(TableReport(part.shard, part.table, policy.kind,
-                                           skipped=f"maintenance paused on shard {part.shard} ({pause_path(zk, part.shard)})"))
+                why = f"maintenance paused on shard {part.shard} ({pause_path(zk, part.shard)})"
+                reports.append(TableReport(part.shard, part.table, policy.kind, skipped=why))
                 continue
-            r = service.executor.run(part.shard, lambda c, part=part: maintain_table(
+            r = service.executor.run(part.shard, lambda c, part=part, policy=policy: maintain_table(
                 c, part.shard, part.table, policy, advance_seconds=advance_seconds,
                 lock_wait_timeout=lock_wait_timeout, dry_run=dry_run), what=f"maintain {part.table}")
             if not dry_run and r.skipped is None:
-                r.trimmed = service.executor.run(part.shard, lambda c, part=part: trim_dedupe(
+                r.trimmed = service.executor.run(part.shard, lambda c, part=part, rec=rec: trim_dedupe(
                     c, part.shard, part.table, rec.config.retention.new, advance_seconds=advance_seconds),
                     what=f"trim {part.table} dedupe")
             reports.append(r)

@@ -122,7 +122,8 @@ class QueueService:
                                          tables=[table, schema.dedupe_table_name(table)]))
         policy = policy_for(config)
         for p in parts:
-            self.executor.run(p.shard, lambda c, p=p: schema.create_partition_tables(c, shard_db(p.shard), p.table, policy),
+            self.executor.run(p.shard,
+                              lambda c, p=p: schema.create_partition_tables(c, shard_db(p.shard), p.table, policy),
                               what=f"create {p.table}")
         rec = QueueRecord(name=name, config=config, partitions=parts, created_at=time.time())
         return self.catalog.create(rec)
@@ -173,7 +174,8 @@ class QueueService:
         self.catalog.delete(name)
         for p in rec.partitions:
             tables = p.tables or [p.table]
-            self.executor.run(p.shard, lambda c, p=p, tables=tables: schema.drop_partition_tables(c, shard_db(p.shard), tables),
+            self.executor.run(p.shard,
+                              lambda c, p=p, tables=tables: schema.drop_partition_tables(c, shard_db(p.shard), tables),
                               what=f"drop {p.table}")
 
     # -- enqueue --------------------------------------------------------------------
@@ -197,7 +199,8 @@ class QueueService:
             part = rec.partition(idx)
             new = [self._new_job(rec, jobs[i], now) for i in members]
             ids = self._run(rec, part.shard,
-                                    lambda c, part=part, new=new: st.insert_jobs(c, shard_db(part.shard), part.table, new),
+                                    lambda c, part=part, new=new: st.insert_jobs(c, shard_db(part.shard), part.table,
+                                                                                 new),
                                     what=f"enqueue into {part.table}")
             for i, (local, dup) in zip(members, ids):
                 out[i] = EnqueueResult(id=job_id(part.shard, local), partition=idx, deduplicated=dup)
@@ -347,7 +350,8 @@ class QueueService:
                 claim = st.Claim.parse(it.claim)
                 delay = it.retry_delay_seconds if it.retry_delay_seconds is not None else backoff_seconds(claim.attempt)
                 fin.append(st.Finish(split_job_id(it.id)[1], claim, it.success, int(delay * 1e6), it.custom_status))
-            res = self._run(rec, part.shard, lambda c, part=part, fin=fin: st.finish_jobs(c, shard_db(part.shard), part.table, fin),
+            res = self._run(rec, part.shard,
+                            lambda c, part=part, fin=fin: st.finish_jobs(c, shard_db(part.shard), part.table, fin),
                                     what=f"ack in {part.table}")
             for pos, ok in zip(positions, res):
                 out[pos] = "OK" if ok else "STALE_CLAIM"
@@ -369,7 +373,8 @@ class QueueService:
             part = rec.partition(idx)
             args = [(split_job_id(items[p][0])[1], st.Claim.parse(items[p][1])) for p in positions]
             res = self._run(rec, part.shard,
-                                    lambda c, part=part, args=args: st.extend_leases(c, shard_db(part.shard), part.table, args, int(lease * 1e6)),
+                                    lambda c, part=part, args=args: st.extend_leases(
+                                        c, shard_db(part.shard), part.table, args, int(lease * 1e6)),
                                     what=f"extend lease in {part.table}")
             for pos, ok in zip(positions, res):
                 out[pos] = "OK" if ok else "STALE_CLAIM"
@@ -389,7 +394,8 @@ class QueueService:
                     int((it.delay_seconds or 0) * 1e6), it.attempts, it.custom_status,
                 ))
             res = self._run(rec, part.shard,
-                                    lambda c, part=part, cps=cps: st.checkpoint_jobs(c, shard_db(part.shard), part.table, cps),
+                                    lambda c, part=part, cps=cps: st.checkpoint_jobs(c, shard_db(part.shard),
+                                                                                     part.table, cps),
                                     what=f"checkpoint in {part.table}")
             for pos, ok in zip(positions, res):
                 out[pos] = "OK" if ok else "STALE_CLAIM"
@@ -402,7 +408,8 @@ class QueueService:
         rec = self.catalog.get(queue)
         shard, local = split_job_id(job)
         for part in rec.partitions_for_shard(shard):
-            row = self._run(rec, part.shard, lambda c, part=part: admin.lookup_job(c, shard_db(part.shard), part.table, local),
+            row = self._run(rec, part.shard,
+                            lambda c, part=part: admin.lookup_job(c, shard_db(part.shard), part.table, local),
                                     write=False, what=f"lookup in {part.table}")
             if row is not None:
                 return self._info(rec, part, row)
@@ -432,7 +439,8 @@ class QueueService:
         rec = self.catalog.get(queue)
         total = {s.name: 0 for s in JobState}
         for part in rec.partitions:
-            c = self._run(rec, part.shard, lambda conn, part=part: admin.count_states(conn, shard_db(part.shard), part.table),
+            c = self._run(rec, part.shard,
+                          lambda conn, part=part: admin.count_states(conn, shard_db(part.shard), part.table),
                                   write=False, what=f"count {part.table}")
             for k, v in c.items():
                 total[k] += v
@@ -455,7 +463,8 @@ class QueueService:
                 a, b = cursor.split(":")
                 start_part, after = int(a), int(b)
             except ValueError:
-                raise InvalidArgument(f"cursor {cursor!r} is malformed; pass the next_cursor of a previous page") from None
+                raise InvalidArgument(f"cursor {cursor!r} is malformed; pass the next_cursor of a previous "
+                                      "page") from None
         f = self._local_filter(rec, filter)
         out: list[JobInfo] = []
         for part in sorted(rec.partitions, key=lambda p: p.index):
@@ -548,7 +557,7 @@ class QueueService:
             pf = self._filter_for(part, filter, by_shard)
             if pf is False:
                 continue
-            n += self._run(rec, part.shard, lambda c, part=part, pf=pf: admin.delete_jobs(
+            n += self._run(rec, part.shard, lambda c, part=part, pf=pf, n=n: admin.delete_jobs(
                 c, shard_db(part.shard), part.table, state, limit - n, pf),  # type: ignore[arg-type]
                 what=f"delete from {part.table}")
             if n >= limit:

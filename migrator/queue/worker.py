@@ -95,7 +95,7 @@ def run_worker(api: Any, queue: str, handler: Handler, *, concurrency: int = 1, 
             except QueueError:
                 stats.add(errors=1)
                 continue
-            for j, r in zip(jobs, res):
+            for _job, r in zip(jobs, res):
                 if r != "OK":
                     stats.add(stale=1)
 

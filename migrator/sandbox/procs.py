@@ -178,5 +178,6 @@ def check_binaries() -> None:
         missing.append("zookeeper (Debian package)")
     if missing:
         raise SandboxError(
-            f"missing: {', '.join(missing)}; run scripts/setup (apt-get install mariadb-server zookeeper redis-server default-jre-headless)"
+            f"missing: {', '.join(missing)}; run scripts/setup "
+            "(apt-get install mariadb-server zookeeper redis-server default-jre-headless)"
         )

@@ -21,8 +21,8 @@ import signal
 import time
 from typing import Any
 
-from migrator.fleet import config as config_mod
 from migrator.engine import cutover as cutover_mod
+from migrator.fleet import config as config_mod
 from migrator.fleet import zk as zk_mod
 from migrator.fleet.shard_map import ShardMapStore
 

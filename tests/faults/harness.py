@@ -67,16 +67,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from migrator.ops import command
-from migrator.engine.names import tomb_db
-from migrator.fleet.model import Host
-from migrator.fleet.gtid import Gtid, GtidPos
 from migrator.engine.migration import MigrationStore, Options, Phase, Spec, State
+from migrator.engine.names import SENTINEL_TABLE, tomb_db
+from migrator.fleet.gtid import Gtid, GtidPos
+from migrator.fleet.model import Host
+from migrator.fleet.mysql import binlog_pos, qualified
 from migrator.fleet.mysql import connect as mysql_connect
-from migrator.fleet.mysql import qualified
 from migrator.fleet.shard_map import ShardMapStore
-from migrator.engine.names import SENTINEL_TABLE
-from migrator.fleet.mysql import binlog_pos
+from migrator.ops import command
 
 QUEUE = "faults"
 #: options for cells: a freeze budget with room for a 2-core CI box, small copy chunks
@@ -334,7 +332,8 @@ class FaultRun:
 
 # -- binlog and table comparisons ----------------------------------------------------------------
 
-def row_events(host: Host, creds: Any, since: str, keep: Callable[[str, str], bool]) -> list[tuple[str, str, str, list]]:
+def row_events(host: Host, creds: Any, since: str,
+               keep: Callable[[str, str], bool]) -> list[tuple[str, str, str, list]]:
     """(schema, table, event, rows) of every row event in ``host``'s binlog after ``since`` up to its
     head now, for which ``keep(schema, table)``."""
     from pymysqlreplication import BinLogStreamReader

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from migrator.engine.migration import Phase
+from migrator.engine.names import tomb_db
 from migrator.ops import command
 from migrator.ops.command import CommandError
-from migrator.engine.names import tomb_db
-from migrator.engine.migration import Phase
 
 from .harness import FaultRun, compare_moved, tombstone_writes
 

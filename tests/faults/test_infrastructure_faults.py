@@ -7,11 +7,11 @@ import time
 import pytest
 from redis import Redis
 
-from migrator.ops import command
 from migrator.engine.cutover.errors import CutoverError
 from migrator.engine.migration import Phase
 from migrator.fleet.mysql import connect as mysql_connect
 from migrator.fleet.shard_map import ShardMapStore
+from migrator.ops import command
 
 from .harness import HOLD_CATCH_UP, FaultRun
 

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import time
 
-from migrator.ops import command
 from migrator.engine.migration import MigrationStore, Phase
 from migrator.fleet.shard_map import ShardMapStore
-
+from migrator.ops import command
 from tests.integration.cli_helpers import run_cli
 
 from .harness import HOLD_CATCH_UP, FaultRun

@@ -3,8 +3,8 @@ under load, and the RQ worker is killed during its catch-up."""
 
 from __future__ import annotations
 
-from migrator.fleet.ids import shard_db
 from migrator.engine.migration import Phase
+from migrator.fleet.ids import shard_db
 from migrator.fleet.mysql import connect as mysql_connect
 
 from .harness import HOLD_CATCH_UP, FaultRun

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from migrator.ops import command
-from migrator.ops.command import CommandError
 from migrator.engine.migration import Phase
 from migrator.fleet.shard_map import ShardMapStore
+from migrator.ops import command
+from migrator.ops.command import CommandError
 
 from .harness import HOLD_CATCH_UP, FaultRun
 

@@ -10,10 +10,10 @@ from rq import Queue, SimpleWorker
 from rq.job import Job
 from rq.registry import FinishedJobRegistry
 
-from migrator.ops import command
 from migrator.engine.migration import MigrationStore, Options
 from migrator.fleet.mysql import connect as mysql_connect
 from migrator.fleet.mysql import qualified
+from migrator.ops import command
 
 QUEUE = "migrator"
 

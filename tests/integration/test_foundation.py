@@ -11,8 +11,8 @@ import pytest
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
 
-from migrator.fleet import zk as zk_mod
 from migrator.errors import ShardMapConflict
+from migrator.fleet import zk as zk_mod
 from migrator.fleet.router import ShardRouter
 from migrator.fleet.shard_map import HostRegistry, ShardMapStore
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import json
 
-from migrator.ops import command
 from migrator.engine.migration import MigrationStore
+from migrator.ops import command
 
 from .cli_helpers import run_cli
 from .operator_support import planned

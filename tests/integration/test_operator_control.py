@@ -4,17 +4,14 @@ slice, a postponed cutover, and abort back to the source serving."""
 
 from __future__ import annotations
 
-from migrator.ops import command
+from jobs import pipeline
 from migrator.engine import plan as plan_mod
 from migrator.engine.migration import MigrationStore
 from migrator.fleet.shard_map import ShardMapStore
-
-from jobs import copy as copy_jobs
-from jobs import pipeline
+from migrator.ops import command
 
 from .cli_helpers import run_cli
-from .operator_support import (copied, count, finished_jobs, insert_pins, phase, planned, queued, redis_of,
-                               work)
+from .operator_support import copied, count, finished_jobs, insert_pins, phase, planned, queued, redis_of, work
 
 
 def catchup_passes(fleet, mid: str) -> list[dict]:

@@ -12,8 +12,6 @@ import subprocess
 import sys
 import time
 
-import pytest
-
 from migrator.fleet import config as config_mod
 from migrator.ops import playbook as pbm
 

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from migrator.ops import command
-from migrator.fleet import config as config_mod
-from migrator.ops import playbook as pbm
 from migrator.engine.migration import MigrationStore, Phase
+from migrator.fleet import config as config_mod
 from migrator.fleet.shard_map import ShardMapStore
+from migrator.ops import command
+from migrator.ops import playbook as pbm
 
 from .cli_helpers import run_cli
 from .operator_support import count, host_conn, insert_pins, wait_for

@@ -24,12 +24,12 @@ from kazoo.exceptions import NoAuthError
 from kazoo.security import Permissions
 from redis import Redis
 
-from migrator.ops import command
 from migrator.engine.migration import LOCKS, MigrationStore
-from migrator.ops.playbook import RunStore
-from migrator.ops.playbook import load as load_playbook
 from migrator.engine.plan import MAINTENANCE_PAUSED
 from migrator.fleet.shard_map import ShardMapStore
+from migrator.ops import command
+from migrator.ops.playbook import RunStore
+from migrator.ops.playbook import load as load_playbook
 
 from .cli_helpers import assert_one_line_error, run_cli
 
@@ -102,9 +102,8 @@ def test_records_cannot_be_changed_by_anonymous_or_wrong_identity(fleet):
 def test_every_znode_is_protected_and_holds_no_secret_after_a_real_run(fleet, tmp_path):
     """A whole split under queue load on RQ workers; then every znode, every Redis key and value
     (RQ job data and meta included, decompressed) and every worker log is searched."""
-    from tests.faults.harness import FaultRun
-
     from migrator.engine.migration import Phase
+    from tests.faults.harness import FaultRun
 
     run = FaultRun(fleet, tmp_path).start()
     try:

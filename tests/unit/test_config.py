@@ -1,7 +1,7 @@
 import pytest
 
-from migrator.fleet import config as config_mod
 from migrator.errors import ConfigError, CredentialsError
+from migrator.fleet import config as config_mod
 
 
 def write(tmp_path, text, name="migrator.toml"):

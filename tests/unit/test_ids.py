@@ -1,7 +1,7 @@
 import pytest
 
-from migrator.fleet import ids
 from migrator.errors import InvalidIdError
+from migrator.fleet import ids
 
 
 def test_seed_worked_example():

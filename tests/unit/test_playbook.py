@@ -24,7 +24,8 @@ def bad(text):
 
 
 def test_unknown_step_names_line():
-    msg = bad("name: x\nsteps:\n  - id: plan\n    call: plan_split\n    with: {source: A1}\n  - id: y\n    call: teleport\n")
+    msg = bad("name: x\nsteps:\n  - id: plan\n    call: plan_split\n    with: {source: A1}\n"
+              "  - id: y\n    call: teleport\n")
     assert "bad.yaml:7" in msg and "unknown call 'teleport'" in msg
 
 

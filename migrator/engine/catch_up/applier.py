@@ -42,10 +42,10 @@ from pymysqlreplication.constants import FIELD_TYPE
 from pymysqlreplication.row_event import DeleteRowsEvent, RowsEvent, UpdateRowsEvent, WriteRowsEvent
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
-from migrator.errors import MigratorError
-from migrator.fleet.mysql import ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT, ident, qualified, tag
 from migrator.engine.catch_up.statements import classify, short
 from migrator.engine.catch_up.streamer import Statement
+from migrator.errors import MigratorError
+from migrator.fleet.mysql import ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT, ident, qualified, tag
 
 log = logging.getLogger(__name__)
 
@@ -176,7 +176,7 @@ class Applier:
             retry=retry_if_exception(_retryable),
             reraise=True,
         )
-        self.conn  # connect now: a wrong target fails early
+        self.conn  # noqa: B018 - the property connects now: a wrong target fails early
 
     @property
     def conn(self) -> pymysql.connections.Connection:

@@ -203,7 +203,8 @@ def not_converging_message(migration_id: str, result: PassResult, k: int) -> str
     return (
         f"migration {migration_id} is not converging: for {k} passes the apply rate stayed below the source "
         f"write rate (last pass: apply {result.apply_rate:.0f} events/s < write {result.write_rate:.0f} events/s). "
-        "Reduce the write load on the moving shards (or move fewer shards at once), then run `migrator catchup ID` again"
+        "Reduce the write load on the moving shards (or move fewer shards at once), "
+        "then run `migrator catchup ID` again"
     )
 
 

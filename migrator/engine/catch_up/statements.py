@@ -31,23 +31,27 @@ from migrator.fleet.mysql import qualified
 _NAME = r"(?:`(?:[^`]|``)+`|[A-Za-z0-9_$]+)"
 _REF = rf"(?P<ref>{_NAME}(?:\s*\.\s*{_NAME})?)"
 _COMMENT = re.compile(r"^\s*(?:/\*.*?\*/\s*|--[^\n]*\n\s*|#[^\n]*\n\s*)*", re.S)
-_ALTER = re.compile(rf"^ALTER\s+(?:ONLINE\s+)?(?:IGNORE\s+)?TABLE\s+(?:IF\s+EXISTS\s+)?{_REF}\s*(?P<rest>.*)$", re.S | re.I)
+_ALTER = re.compile(rf"^ALTER\s+(?:ONLINE\s+)?(?:IGNORE\s+)?TABLE\s+(?:IF\s+EXISTS\s+)?{_REF}\s*(?P<rest>.*)$",
+                    re.S | re.I)
 _PARTITION_OPS = re.compile(
     r"^(?:(?:ALGORITHM|LOCK)\s*=?\s*\w+\s*,\s*)*"
     r"(?:DROP|REORGANIZE|ADD|TRUNCATE|COALESCE|REBUILD|OPTIMIZE|ANALYZE|CHECK|REPAIR)\s+PARTITION\b",
     re.I,
 )
 _INDEX_CLAUSE = re.compile(r"^(?:ADD|DROP)\s+(?:INDEX|KEY)\b", re.I)
-_DROP_TABLE = re.compile(r"^DROP\s+(?:TEMPORARY\s+)?TABLE\s+(?:IF\s+EXISTS\s+)?(?P<refs>.*?)(?:\s+(?:RESTRICT|CASCADE))?\s*$", re.S | re.I)
+_DROP_TABLE = re.compile(r"^DROP\s+(?:TEMPORARY\s+)?TABLE\s+(?:IF\s+EXISTS\s+)?(?P<refs>.*?)"
+                         r"(?:\s+(?:RESTRICT|CASCADE))?\s*$", re.S | re.I)
 _TRUNCATE = re.compile(rf"^TRUNCATE\s+(?:TABLE\s+)?{_REF}\s*$", re.S | re.I)
 _RENAME = re.compile(r"^RENAME\s+TABLES?\s+(?P<refs>.*)$", re.S | re.I)
-_CREATE_TABLE = re.compile(rf"^CREATE\s+(?:OR\s+REPLACE\s+)?(?:TEMPORARY\s+)?TABLE\s+(?:IF\s+NOT\s+EXISTS\s+)?{_REF}", re.S | re.I)
+_CREATE_TABLE = re.compile(rf"^CREATE\s+(?:OR\s+REPLACE\s+)?(?:TEMPORARY\s+)?TABLE\s+(?:IF\s+NOT\s+EXISTS\s+)?{_REF}",
+                           re.S | re.I)
 _INDEX_STMT = re.compile(
     rf"^(?:CREATE\s+(?:OR\s+REPLACE\s+)?(?:UNIQUE\s+|FULLTEXT\s+|SPATIAL\s+)?INDEX|DROP\s+INDEX)\s+(?:IF\s+(?:NOT\s+)?EXISTS\s+)?{_NAME}\s+ON\s+{_REF}\s*(?P<rest>.*)$",
     re.S | re.I,
 )
 _DB_STMT = re.compile(rf"^(?:DROP|ALTER)\s+(?:DATABASE|SCHEMA)\s+(?:IF\s+EXISTS\s+)?(?P<db>{_NAME})", re.S | re.I)
-_HARMLESS = re.compile(r"^(?:ANALYZE|OPTIMIZE|CHECK|REPAIR|FLUSH|GRANT|REVOKE|CREATE\s+USER|DROP\s+USER|ALTER\s+USER|SET\s+PASSWORD|CREATE\s+DATABASE|CREATE\s+SCHEMA)\b", re.I)
+_HARMLESS = re.compile(r"^(?:ANALYZE|OPTIMIZE|CHECK|REPAIR|FLUSH|GRANT|REVOKE|CREATE\s+USER|DROP\s+USER|ALTER\s+USER"
+                       r"|SET\s+PASSWORD|CREATE\s+DATABASE|CREATE\s+SCHEMA)\b", re.I)
 
 
 def _unquote(name: str) -> str:

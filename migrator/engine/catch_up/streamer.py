@@ -52,10 +52,10 @@ from pymysqlreplication.event import (
 )
 from pymysqlreplication.row_event import DeleteRowsEvent, RowsEvent, UpdateRowsEvent, WriteRowsEvent
 
-from migrator.fleet.config import Credentials
 from migrator.errors import MigratorError
-from migrator.fleet.model import Host
+from migrator.fleet.config import Credentials
 from migrator.fleet.gtid import Gtid, GtidPos
+from migrator.fleet.model import Host
 
 log = logging.getLogger(__name__)
 

@@ -23,10 +23,10 @@ from migrator.engine.catch_up.applier import Applier, UnsafeStatement
 from migrator.engine.catch_up.streamer import BinlogStreamer
 from migrator.errors import MigratorError
 from migrator.fleet import mysql
-from migrator.fleet.mysql import binlog_pos
 from migrator.fleet.config import Credentials
 from migrator.fleet.gtid import GtidPos
 from migrator.fleet.model import Host
+from migrator.fleet.mysql import binlog_pos
 
 log = logging.getLogger(__name__)
 

@@ -317,7 +317,8 @@ class PassiveGate:
         assert self.conn is not None
         dbs = sorted({db for db, _ in self.tables})
         marks = ", ".join(["%s"] * len(dbs))
-        return {(r[0], r[1]) for r in query(self.conn, f"SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES "
+        return {(r[0], r[1]) for r in query(self.conn,
+                                            f"SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES "
                                                        f"WHERE TABLE_SCHEMA IN ({marks})", dbs)}
 
     # -- removal --------------------------------------------------------------------------

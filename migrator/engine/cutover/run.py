@@ -152,8 +152,9 @@ class CutoverRun:
                 if not has_sentinel(src, db):
                     raise CutoverError(
                         f"{db}.{SENTINEL_TABLE} is missing on {self.source.name}: it must exist before the copy "
-                        "(migrator.engine.cutover.sentinel.prepare_sentinels), so that the copy carries it and catch-up never "
-                        "sees its CREATE TABLE; abort this migration and plan it again", phase=self.direction.label)
+                        "(migrator.engine.cutover.sentinel.prepare_sentinels), so that the copy carries it and "
+                        "catch-up never sees its CREATE TABLE; abort this migration and plan it again",
+                        phase=self.direction.label)
                 with src.cursor() as cur:
                     cur.execute(f"{TAG}CREATE DATABASE IF NOT EXISTS {ident(self.tomb(db))}")
             self.tables = load_tables(src, spec.databases, spec.tables)
@@ -340,8 +341,8 @@ class CutoverRun:
             assert a is not None
             with a.cursor() as cur:
                 for db in self.spec.databases:
-                    cur.execute(f"{TAG}INSERT INTO {qualified(db, SENTINEL_TABLE)} (token, migration_id) VALUES (%s, %s)",
-                                (token, self.spec.id))
+                    cur.execute(f"{TAG}INSERT INTO {qualified(db, SENTINEL_TABLE)} (token, migration_id) "
+                                "VALUES (%s, %s)", (token, self.spec.id))
             self.fence_gtid = binlog_pos(a)
             t = self._step("sentinel", t)
             self.drainer.drain_to(self.fence_gtid, self.remaining_s())
@@ -460,7 +461,8 @@ class CutoverRun:
         except ShardMapConflict as exc:
             raise CutoverAborted(f"the shard map changed during the freeze (epoch {self.frozen_epoch} expected): "
                                  f"{exc.message} The flip was not made and the source still serves; "
-                                 "look at `migrator topology history`, then retry the cutover", phase="cutover") from None
+                                 "look at `migrator topology history`, then retry the cutover",
+                                 phase="cutover") from None
         except ZK_LOST:
             try:
                 smap = reread_map(self.maps)

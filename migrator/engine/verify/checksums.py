@@ -251,7 +251,8 @@ def prepare_session(conn: pymysql.connections.Connection) -> None:
         cur.execute(TAG + "SET SESSION time_zone = '+00:00'")
 
 
-def chunk_bounds(conn: pymysql.connections.Connection, t: TableInfo, step: int) -> Iterator[tuple[Key | None, Key | None]]:
+def chunk_bounds(conn: pymysql.connections.Connection, t: TableInfo,
+                 step: int) -> Iterator[tuple[Key | None, Key | None]]:
     """Walk the source key in chunks of ``step`` rows: yields ``(lo, hi]`` pairs."""
     lo: Key | None = None
     n = len(t.pk)
@@ -266,7 +267,8 @@ def chunk_bounds(conn: pymysql.connections.Connection, t: TableInfo, step: int) 
         lo = hi
 
 
-def checksum(conn: pymysql.connections.Connection, t: TableInfo, lo: Key | None, hi: Key | None) -> tuple[int, int, int]:
+def checksum(conn: pymysql.connections.Connection, t: TableInfo, lo: Key | None,
+             hi: Key | None) -> tuple[int, int, int]:
     sql, args = chunk_checksum_sql(t, lo, hi)
     row = query(conn, sql, args)[0]
     return int(row[0]), int(row[1]), int(row[2])
@@ -278,7 +280,8 @@ def row_hashes(conn: pymysql.connections.Connection, t: TableInfo, lo: Key | Non
     return {_key(r, n): int(r[n]) for r in query(conn, sql, args)}
 
 
-def row_hashes_for(conn: pymysql.connections.Connection, t: TableInfo, keys: Sequence[Key], batch: int = 200) -> dict[Key, int]:
+def row_hashes_for(conn: pymysql.connections.Connection, t: TableInfo, keys: Sequence[Key],
+                   batch: int = 200) -> dict[Key, int]:
     out: dict[Key, int] = {}
     n = len(t.pk)
     pk = ", ".join(ident(c) for c in t.pk)

@@ -28,6 +28,7 @@ from migrator.ops.playbook.steps import STEPS, StepDef, parse_duration
 
 __all__ = [
     "STEPS", "Gate", "Outcome", "Playbook", "PlaybookError", "PlaybookRunError", "RunStore", "Step", "StepDef",
-    "StepTimeout", "advance", "bind_params", "check_result", "dry_run", "gate_metrics", "load", "parse_duration", "parse_sets",
+    "StepTimeout", "advance", "bind_params", "check_result", "dry_run", "gate_metrics", "load", "parse_duration",
+    "parse_sets",
     "resolve_args",
 ]

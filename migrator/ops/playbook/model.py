@@ -221,7 +221,8 @@ def load(path: str | Path, source: str | None = None) -> Playbook:
         setters = [s for s in steps[: steps.index(first_needing)] if STEPS[s.call].sets_migration]
         if not setters:
             raise PlaybookError(f"{name}:{first_needing.line}: step {first_needing.id} acts on a migration, "
-                                "but no earlier step plans one (plan_split, plan_move, plan_move_partition, use_migration)")
+                                "but no earlier step plans one (plan_split, plan_move, plan_move_partition, "
+                                "use_migration)")
     return Playbook(str(data.get("name") or p.stem), params, steps, handlers, source)
 
 

@@ -141,7 +141,8 @@ STEPS: dict[str, StepDef] = {
                        done_in=frozenset({"cleaned"})),
     "abort": StepDef("migrator.ops.command:abort", doc="stop, source keeps serving", done_in=frozenset({"aborted"})),
     "approval": StepDef("migrator.ops.playbook.steps:noop", needs_migration=False, doc="wait for `migrator approve`"),
-    "sleep": StepDef("migrator.ops.playbook.steps:sleep", {"seconds": ("float", True)}, needs_migration=False, doc="pause"),
+    "sleep": StepDef("migrator.ops.playbook.steps:sleep", {"seconds": ("float", True)}, needs_migration=False,
+                     doc="pause"),
 }
 
 

@@ -17,8 +17,8 @@ from typing import Any
 
 import pymysql
 
-from migrator.fleet import mysql
 from migrator.engine.migration import MigrationStore, Options, Phase, Spec, new_id
+from migrator.fleet import mysql
 
 SOURCE, SOURCE_SLAVE = "MySQL001A", "MySQL001B"
 TARGET, TARGET_SLAVE = "MySQL003A", "MySQL003B"
@@ -107,8 +107,10 @@ def edge_row(rnd: random.Random, k1: int) -> tuple[Any, ...]:
     bl = None if rnd.random() < 0.2 else bytes(rnd.randrange(256) for _ in range(rnd.randrange(0, 300)))
     n = None if rnd.random() < 0.3 else rnd.randrange(-1000, 1000)
     j = None if rnd.random() < 0.2 else json.dumps({"a": rnd.randrange(100), "s": "✓ ü", "l": [1, None, True]})
-    at = None if rnd.random() < 0.2 else BASE_TIME + dt.timedelta(seconds=rnd.randrange(10**7), microseconds=rnd.randrange(10**6))
-    ts = None if rnd.random() < 0.2 else dt.datetime(2021, 1, 1) + dt.timedelta(seconds=rnd.randrange(10**7), microseconds=rnd.randrange(10**6))
+    at = None if rnd.random() < 0.2 else BASE_TIME + dt.timedelta(seconds=rnd.randrange(10**7),
+                                                                  microseconds=rnd.randrange(10**6))
+    ts = None if rnd.random() < 0.2 else dt.datetime(2021, 1, 1) + dt.timedelta(seconds=rnd.randrange(10**7),
+                                                                                microseconds=rnd.randrange(10**6))
     d = None if rnd.random() < 0.2 else f"{rnd.randrange(-10**6, 10**6)}.{rnd.randrange(1000):03d}"
     flags = rnd.choice([None, "", "a", "a,c", "a,b,c"])
     kind = rnd.choice([None, "x", "y"])
@@ -121,7 +123,8 @@ def edge_insert(rnd: random.Random, k1: int) -> tuple[str, tuple[Any, ...]]:
 
 def job_insert(rnd: random.Random) -> tuple[str, tuple[Any, ...]]:
     at = BASE_TIME + dt.timedelta(seconds=rnd.randrange(30 * 86400), microseconds=rnd.randrange(10**6))
-    return ("INSERT INTO jobs (state, updated_at, body) VALUES (0, %s, %s)", (at, b"job\0" + bytes([rnd.randrange(256)])))
+    return ("INSERT INTO jobs (state, updated_at, body) VALUES (0, %s, %s)",
+            (at, b"job\0" + bytes([rnd.randrange(256)])))
 
 
 # -- the migration record and a simple copy ------------------------------------------------

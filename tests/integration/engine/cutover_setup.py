@@ -19,15 +19,14 @@ from typing import Any
 
 import pymysql
 
-from migrator.fleet.config import Credentials
 from migrator.engine.cutover.sentinel import ensure_sentinel
-from migrator.fleet.model import Host
-from migrator.fleet.gtid import Gtid, GtidPos
 from migrator.engine.migration import MigrationStore, Options, Phase, Spec, new_id
-from migrator.fleet.mysql import ER_BAD_DB_ERROR, ER_NO_SUCH_TABLE, qualified
-from migrator.fleet.mysql import connect as mysql_connect
-from migrator.fleet.mysql import binlog_pos
 from migrator.engine.verify.checksums import moving_tables
+from migrator.fleet.config import Credentials
+from migrator.fleet.gtid import Gtid, GtidPos
+from migrator.fleet.model import Host
+from migrator.fleet.mysql import ER_BAD_DB_ERROR, ER_NO_SUCH_TABLE, binlog_pos, qualified
+from migrator.fleet.mysql import connect as mysql_connect
 
 
 def real_catch_up() -> bool:
@@ -205,7 +204,7 @@ def row_events_after(host: Host, creds: Credentials, since: str, schemas: list[s
     """(schema, table, event type) of every row event in ``host``'s binlog after ``since``
     that touches one of ``schemas`` (read up to the head at call time)."""
     from pymysqlreplication import BinLogStreamReader
-    from pymysqlreplication.event import MariadbGtidEvent, XidEvent, QueryEvent
+    from pymysqlreplication.event import MariadbGtidEvent, QueryEvent, XidEvent
     from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
     with mysql_connect(host, creds) as c:
@@ -298,7 +297,7 @@ class Writer:
         data = json.dumps({"w": rng.random()})
         mine = [k for k in self.acks if k[0] == shard]
         update = mine and rng.random() < 0.4
-        for attempt in range(50):
+        for _attempt in range(50):
             conn, hname = self._conn(shard)
             try:
                 with conn.cursor() as cur:

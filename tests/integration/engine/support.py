@@ -12,8 +12,8 @@ from typing import Any
 
 import pymysql
 
-from migrator.fleet.model import Host
 from migrator.fleet.ids import TYPE_BOARD, TYPE_PIN, encode, shard_db
+from migrator.fleet.model import Host
 from migrator.fleet.mysql import connect, qualified
 
 

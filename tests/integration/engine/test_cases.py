@@ -12,11 +12,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from migrator.ops import command
 from migrator.engine.copy import table_progress
 from migrator.engine.migration import Options
 from migrator.fleet.mysql import qualified
-
+from migrator.ops import command
 from tests.conftest import SEED
 from tests.integration.engine.support import Writer, snapshot, strip_auto_increment
 

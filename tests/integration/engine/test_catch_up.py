@@ -10,8 +10,8 @@ import time
 import pytest
 
 from migrator.engine import catch_up
-from migrator.fleet.gtid import GtidPos
 from migrator.engine.migration import MigrationStore, Phase
+from migrator.fleet.gtid import GtidPos
 from tests.conftest import SEED
 from tests.integration.engine import catchup_helpers as h
 

@@ -14,8 +14,8 @@ import redis
 from rq import Queue, SimpleWorker
 
 from migrator.engine import catch_up
-from migrator.fleet.gtid import GtidPos
 from migrator.engine.migration import MigrationStore, Phase
+from migrator.fleet.gtid import GtidPos
 from migrator.ops import steps
 from tests.conftest import SEED
 from tests.integration.engine import catchup_helpers as h

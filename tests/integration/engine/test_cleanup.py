@@ -8,8 +8,8 @@ import pytest
 
 from migrator.engine.cleanup import RetentionNotOver, cleanup
 from migrator.engine.cutover import cutover
-from migrator.engine.names import tomb_db
 from migrator.engine.migration import Options, Phase
+from migrator.engine.names import tomb_db
 from migrator.engine.plan import hold_maintenance_pause, maintenance_paused
 from migrator.engine.rollback import rollback
 

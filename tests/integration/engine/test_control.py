@@ -12,12 +12,12 @@ import redis as redis_mod
 from rq import Queue, SimpleWorker
 from rq.registry import FinishedJobRegistry
 
-from migrator.ops import command
 from migrator.engine.copy import table_progress
-from migrator.errors import MigratorError
 from migrator.engine.migration import MigrationStore, Options, Phase
-from migrator.fleet.mysql import qualified
 from migrator.engine.plan import maintenance_paused
+from migrator.errors import MigratorError
+from migrator.fleet.mysql import qualified
+from migrator.ops import command
 
 MIGRATOR = str(Path(sys.executable).with_name("migrator"))
 
@@ -121,7 +121,8 @@ def test_dry_run_estimates_and_touches_nothing(fleet):
 
 def test_move_partition_copies_only_the_partition_table(fleet, conns):
     with conns("MySQL002A").cursor() as cur:
-        cur.execute("CREATE TABLE db00005.jobs_mail_p1 (local_id BIGINT NOT NULL AUTO_INCREMENT, state TINYINT NOT NULL, "
+        cur.execute("CREATE TABLE db00005.jobs_mail_p1 (local_id BIGINT NOT NULL AUTO_INCREMENT, "
+                    "state TINYINT NOT NULL, "
                     "updated_at DATETIME(6) NOT NULL, body BLOB, PRIMARY KEY (local_id, state, updated_at)) "
                     "PARTITION BY RANGE COLUMNS (state, updated_at) (PARTITION pNEW VALUES LESS THAN (0, MAXVALUE), "
                     "PARTITION p_CATCHALL VALUES LESS THAN (MAXVALUE, MAXVALUE))")

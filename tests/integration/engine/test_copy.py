@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from migrator.ops import command
 from migrator.engine.copy import table_progress
 from migrator.engine.migration import MigrationStore, Options, Phase
 from migrator.engine.plan import maintenance_paused
 from migrator.fleet.mysql import binlog_pos, qualified
-
+from migrator.ops import command
 from tests.conftest import SEED
 from tests.integration.engine.support import Writer, gtid_seqs, missing_or_different, snapshot_dbs, strip_auto_increment
 

@@ -7,15 +7,15 @@ from __future__ import annotations
 import time
 
 from migrator.engine import catch_up
-from migrator.ops import command
 from migrator.engine.cleanup import cleanup
 from migrator.engine.cutover import cutover
 from migrator.engine.migration import MigrationStore, Options, Phase
-from migrator.fleet.mysql import connect as mysql_connect
 from migrator.engine.rollback import rollback
+from migrator.engine.verify.run import verify_migration
+from migrator.fleet.mysql import connect as mysql_connect
 from migrator.fleet.router import ShardRouter
 from migrator.fleet.shard_map import ShardMapStore
-from migrator.engine.verify.run import verify_migration
+from migrator.ops import command
 
 from .cutover_setup import Writer
 

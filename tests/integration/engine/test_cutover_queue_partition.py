@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from migrator.engine.cutover.errors import CutoverError
 from migrator.engine.cutover import cutover
-from migrator.engine.names import tomb_db
+from migrator.engine.cutover.errors import CutoverError
 from migrator.engine.migration import Options, Phase
+from migrator.engine.names import tomb_db
 from migrator.fleet.mysql import connect as mysql_connect
 from migrator.fleet.shard_map import ShardMapStore
 

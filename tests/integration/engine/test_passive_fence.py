@@ -16,13 +16,13 @@ from dataclasses import dataclass, field
 import pymysql
 import pytest
 
-from migrator.engine.cutover.run import CutoverHooks
-from migrator.engine.cutover.errors import FreezeBudgetExceeded
 from migrator.engine.cutover import cutover
-from migrator.engine.names import tomb_db
-from migrator.engine.migration import Options, Phase
-from migrator.fleet.mysql import connect as mysql_connect
+from migrator.engine.cutover.errors import FreezeBudgetExceeded
 from migrator.engine.cutover.passive_gate import GATE_SCHEMA, TRIGGER_PREFIX
+from migrator.engine.cutover.run import CutoverHooks
+from migrator.engine.migration import Options, Phase
+from migrator.engine.names import tomb_db
+from migrator.fleet.mysql import connect as mysql_connect
 from migrator.fleet.router import ShardRouter
 
 from .cutover_setup import Writer, prepare_converged

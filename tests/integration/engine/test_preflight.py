@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from migrator.ops import command
-from migrator.errors import UnknownHost
 from migrator.engine.migration import MigrationStore, Phase, ShardsBusy
 from migrator.engine.plan import PlanError
 from migrator.engine.preflight import PreflightFailed
+from migrator.errors import UnknownHost
 from migrator.fleet.shard_map import ShardMapStore
+from migrator.ops import command
 
 
 def _fails(result, name: str, *words: str) -> list[str]:

@@ -21,10 +21,9 @@ from pathlib import Path
 import pytest
 import redis as redis_mod
 
-from migrator.ops import command
 from migrator.engine.copy import table_progress
 from migrator.engine.migration import MigrationStore, Options, Phase
-
+from migrator.ops import command
 from tests.conftest import SEED
 from tests.integration.engine.support import Writer, missing_or_different, snapshot_dbs
 
@@ -127,7 +126,8 @@ def test_kill9_all_workers_mid_copy_then_resume_from_zookeeper(fleet, conns, tmp
     # (the one in flight at the kill) is copied twice, never the whole prefix
     copied_rows = sum(p["rows"] for p in final.values())
     at_kill_rows = sum(p["rows"] for p in at_kill.values())
-    print(f"rows: before {total}, at kill {at_kill_rows}, copied in all {copied_rows}, writer inserted {writer.inserted}")
+    print(f"rows: before {total}, at kill {at_kill_rows}, copied in all {copied_rows}, "
+          f"writer inserted {writer.inserted}")
     assert copied_rows <= total + writer.inserted + opts.chunk_max_rows * len(partial), (copied_rows, total)
     assert partial, "no table was mid-copy at the kill"
     problems = missing_or_different(before, conns("MySQL003A"), writer.touched)

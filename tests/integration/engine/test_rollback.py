@@ -5,10 +5,10 @@ from __future__ import annotations
 import time
 
 from migrator.engine.cutover import cutover
-from migrator.engine.names import tomb_db
 from migrator.engine.migration import Options, Phase
-from migrator.fleet.mysql import connect as mysql_connect
+from migrator.engine.names import tomb_db
 from migrator.engine.rollback import rollback
+from migrator.fleet.mysql import connect as mysql_connect
 from migrator.fleet.router import ShardRouter
 from migrator.fleet.shard_map import ShardMapStore
 
@@ -68,7 +68,7 @@ def test_rollback_flips_back_with_every_write(fleet):
     # data matches: the old master's live tables == the new master's tombstones, written after the flip back
     # only by the writer; compare while the writer is stopped, after the last writes
     with new.cursor() as cur:
-        cur.execute("SELECT data FROM `%s`.users WHERE local_id = 1" % tomb_db(spec.id, "db00002"))
+        cur.execute(f"SELECT data FROM `{tomb_db(spec.id, 'db00002')}`.users WHERE local_id = 1")
         assert cur.fetchone()[0] == '{"renamed": true}'
     with old.cursor() as cur:
         cur.execute("SELECT data FROM db00002.users WHERE local_id = 1")

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from migrator.fleet.mysql import connect as mysql_connect
 from migrator.engine.verify.run import VERIFY_NODE, verify_migration
+from migrator.fleet.mysql import connect as mysql_connect
 
 from .cutover_setup import prepare_converged
 

@@ -70,7 +70,8 @@ def test_bad_input_gets_4xx_with_a_clear_message(http, qs):
     assert r.status_code == 400 and r.json()["error"]["code"] == "INVALID_ARGUMENT"
     assert "priority" in r.json()["error"]["message"]
 
-    r = http.post("/v1/queues/bad/jobs", content=b'{"jobs": [{"body": ', headers={**AUTH, "content-type": "application/json"})
+    r = http.post("/v1/queues/bad/jobs", content=b'{"jobs": [{"body": ',
+                  headers={**AUTH, "content-type": "application/json"})
     assert r.status_code == 400 and "not valid JSON" in r.json()["error"]["message"]
 
     r = http.post("/v1/queues/bad/jobs", json={"jobs": [{"body": "x", "colour": "red"}]}, headers=AUTH)

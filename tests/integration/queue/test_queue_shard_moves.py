@@ -11,10 +11,10 @@ import time
 import pytest
 
 from migrator.fleet.ids import shard_db
+from migrator.fleet.shard_map import ShardMapStore
 from migrator.queue.errors import ShardUnavailable
 from migrator.queue.model import AckItem, EnqueueJob, QueueConfig
 from migrator.queue.service import QueueService
-from migrator.fleet.shard_map import ShardMapStore
 
 
 def _move_partition_with_fence(fleet, shard: int, tables: list[str], target: tuple[str, str]) -> None:

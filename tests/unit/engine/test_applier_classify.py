@@ -16,7 +16,8 @@ def decide(query, schema="db00001", tables=None):
 
 @pytest.mark.parametrize("query", [
     "ALTER TABLE jobs DROP PARTITION pOK_2020010100",
-    "ALTER TABLE `db00001`.`jobs` REORGANIZE PARTITION pNEW_FUTURE INTO (PARTITION a VALUES LESS THAN (0, '2020-02-01'), PARTITION pNEW_FUTURE VALUES LESS THAN (0, MAXVALUE))",
+    "ALTER TABLE `db00001`.`jobs` REORGANIZE PARTITION pNEW_FUTURE INTO (PARTITION a VALUES LESS THAN "
+    "(0, '2020-02-01'), PARTITION pNEW_FUTURE VALUES LESS THAN (0, MAXVALUE))",
     "/* maint */ ALTER TABLE db00001.jobs ADD PARTITION (PARTITION p9 VALUES LESS THAN (9, MAXVALUE))",
     "ALTER TABLE jobs TRUNCATE PARTITION p1",
     "ALTER TABLE pins ADD INDEX ts_idx (ts, local_id), DROP KEY other",
@@ -30,7 +31,8 @@ def test_safe_statements_are_applied(query):
 
 def test_rendering_rewrites_the_schema():
     d = decide("ALTER TABLE `db00001`.jobs DROP PARTITION p1, p2")
-    assert d.render(lambda s: {"db00001": "db00001_tomb"}[s]) == "ALTER TABLE `db00001_tomb`.`jobs` DROP PARTITION p1, p2"
+    assert d.render(lambda s: {"db00001": "db00001_tomb"}[s]) == \
+        "ALTER TABLE `db00001_tomb`.`jobs` DROP PARTITION p1, p2"
     d = decide("ALTER TABLE jobs DROP PARTITION p1", schema="db00002")
     assert d.render(lambda s: s) == "ALTER TABLE `db00002`.`jobs` DROP PARTITION p1"
     d = decide("CREATE INDEX i ON pins (ts)")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from migrator.engine.throttler import ChunkSizer, ThrottleReading, Throttler, ThrottleTimeout
+from migrator.engine.throttler import ChunkSizer, Throttler, ThrottleReading, ThrottleTimeout
 
 
 def test_chunk_grows_toward_the_time_target_at_most_doubling():

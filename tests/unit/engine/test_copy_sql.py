@@ -7,7 +7,7 @@ import decimal
 
 import pytest
 
-from migrator.engine.chunks import (after_key_clause, create_table_sql, decode_key, encode_key, replace_statements)
+from migrator.engine.chunks import after_key_clause, create_table_sql, decode_key, encode_key, replace_statements
 from migrator.fleet.mysql import InvalidIdentifier
 
 
@@ -69,7 +69,8 @@ def test_chunk_select_renders_rows_on_the_source():
     sql, args = chunk_select(info, (3,), 100)
     assert sql == ("/* migrator:copy */ SELECT `id`, CONCAT('(', CONVERT(QUOTE(`id`) USING utf8mb4), ',', "
                    "IF(`b` IS NULL, 'NULL', CONCAT('X''', HEX(`b`), '''')), ',', QUOTE(CAST(`f` AS DOUBLE)), ',', "
-                   "CONVERT(QUOTE(`s`) USING utf8mb4), ',', IF(`k` IS NULL, 'NULL', CONCAT('b''', BIN(`k` + 0), '''')), "
+                   "CONVERT(QUOTE(`s`) USING utf8mb4), ',', "
+                   "IF(`k` IS NULL, 'NULL', CONCAT('b''', BIN(`k` + 0), '''')), "
                    "')') FROM `d`.`t` WHERE `id` >= %s AND ((`id` > %s)) ORDER BY `id` LIMIT %s")
     assert args == [3, 3, 100]
 
@@ -77,5 +78,5 @@ def test_chunk_select_renders_rows_on_the_source():
 def test_create_table_is_made_idempotent():
     assert create_table_sql("CREATE TABLE `t` (\n  `a` int\n)") == \
         "/* migrator:copy */ CREATE TABLE IF NOT EXISTS `t` (\n  `a` int\n)"
-    with pytest.raises(Exception):
+    with pytest.raises(Exception):  # noqa: B017 - any refusal will do
         create_table_sql("CREATE VIEW v AS SELECT 1")

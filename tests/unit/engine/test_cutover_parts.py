@@ -5,9 +5,9 @@ from __future__ import annotations
 import threading
 import time
 
+from migrator.engine.cutover.fence import Fence, Move
 from migrator.engine.cutover.watchdog import Watchdog
 from migrator.engine.names import tomb_db, tomb_suffix
-from migrator.engine.cutover.fence import Fence, Move
 from migrator.fleet.model import Host
 from migrator.fleet.mysql import IDENT_RE
 

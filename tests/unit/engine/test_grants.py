@@ -14,7 +14,8 @@ def test_sandbox_grants_are_exactly_what_preflight_requires():
 
 def test_parse_global_grants_ignores_db_grants_and_password():
     rows = [
-        "GRANT SELECT, INSERT, REPLICATION CLIENT, REPLICA MONITOR, SUPER ON *.* TO `m`@`%` IDENTIFIED BY PASSWORD '*AB'",
+        "GRANT SELECT, INSERT, REPLICATION CLIENT, REPLICA MONITOR, SUPER ON *.* TO `m`@`%` "
+        "IDENTIFIED BY PASSWORD '*AB'",
         "GRANT ALL PRIVILEGES ON `db00001`.* TO `m`@`%`",
         "GRANT USAGE ON *.* TO `x`@`%`",
     ]
@@ -25,5 +26,5 @@ def test_parse_global_grants_ignores_db_grants_and_password():
 
 
 def test_all_privileges_is_enough_but_more_than_needed():
-    assert grant_findings(parse_global_grants(["GRANT ALL PRIVILEGES ON *.* TO `root`@`localhost` WITH GRANT OPTION"])) \
-        == ([], ["ALL PRIVILEGES"])
+    grants = ["GRANT ALL PRIVILEGES ON *.* TO `root`@`localhost` WITH GRANT OPTION"]
+    assert grant_findings(parse_global_grants(grants)) == ([], ["ALL PRIVILEGES"])

@@ -4,10 +4,18 @@ from __future__ import annotations
 
 import pytest
 
+from migrator.engine.plan import (
+    PlanError,
+    eta_seconds,
+    parse_shards,
+    source_pair,
+    spare_pairs,
+    split_shards,
+    target_pair,
+    upper_half,
+)
 from migrator.errors import UnknownHost
 from migrator.fleet.model import Host, ShardMap, ShardRange
-from migrator.engine.plan import (PlanError, eta_seconds, parse_shards, source_pair, spare_pairs, split_shards,
-                           target_pair, upper_half)
 
 
 def _map(*ranges: tuple[int, int, str, str]) -> ShardMap:

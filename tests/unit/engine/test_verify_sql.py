@@ -12,8 +12,17 @@ import sqlite3
 
 import pytest
 
+from migrator.engine.verify.checksums import (
+    RowDiff,
+    TableInfo,
+    boundary_sql,
+    chunk_checksum_sql,
+    diff_hashes,
+    keys_where,
+    range_where,
+    row_image_sql,
+)
 from migrator.fleet.mysql import InvalidIdentifier
-from migrator.engine.verify.checksums import RowDiff, TableInfo, boundary_sql, chunk_checksum_sql, diff_hashes, keys_where, range_where, row_image_sql
 
 
 def test_row_image_separates_null_from_empty_and_binds_lengths():

@@ -6,8 +6,16 @@ import datetime as dt
 
 import pytest
 
-from migrator.queue.errors import BodyTooLarge, InvalidArgument, from_wire, RateLimited
-from migrator.queue.model import MAX_BODY_BYTES, EnqueueJob, JobState, QueueConfig, check_queue_name, job_id, split_job_id
+from migrator.queue.errors import BodyTooLarge, InvalidArgument, RateLimited, from_wire
+from migrator.queue.model import (
+    MAX_BODY_BYTES,
+    EnqueueJob,
+    JobState,
+    QueueConfig,
+    check_queue_name,
+    job_id,
+    split_job_id,
+)
 from migrator.queue.pacing import BACKOFF_CAP, TokenBucket, backoff_seconds
 from migrator.queue.storage import Claim
 

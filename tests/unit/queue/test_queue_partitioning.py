@@ -5,8 +5,16 @@ from __future__ import annotations
 import datetime as dt
 
 from migrator.queue.partitioning import (
-    CATCHALL, LOG_POLICY, bucket_name, floor_time, initial_partitions, jobs_policy, parse_bucket,
-    partition_clause, plan_maintenance, reorganize_sql,
+    CATCHALL,
+    LOG_POLICY,
+    bucket_name,
+    floor_time,
+    initial_partitions,
+    jobs_policy,
+    parse_bucket,
+    partition_clause,
+    plan_maintenance,
+    reorganize_sql,
 )
 
 NOW = dt.datetime(2026, 11, 22, 15, 37, 12)
