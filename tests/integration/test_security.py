@@ -2,8 +2,8 @@
 store and log after a real migration under load, identifiers refused before SQL (through
 the CLI), the queue API's token, and preflight's report of excess MySQL grants.
 
-Elsewhere: the shard map and host registry ACL (``test_foundation.py``), unit tests of
-``ident`` and the host-name check (``tests/unit/test_identifiers.py``), grant parsing
+Elsewhere: the shard map and host registry ACL (``tests/integration/fleet/test_foundation.py``), unit tests of
+``ident`` and the host-name check (``tests/unit/fleet/test_identifiers.py``), grant parsing
 (``tests/unit/engine/test_grants.py``).
 """
 

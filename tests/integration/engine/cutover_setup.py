@@ -2,8 +2,7 @@
 
 ``prepare_converged`` stores a migration record, copies the moving shard dbs to
 the target master (schema and rows, the sentinel table included) and returns
-a drainer. The drainer is the catch-up module's (``migrator.engine.catch_up.passes``) when it
-is installed; only without it does a small local binlog applier stand in.
+a drainer: catch-up's own (:class:`~migrator.engine.verify.drainers.CatchUpDrainer`).
 Also: a background writer that routes through :class:`ShardRouter` and records
 every acknowledged write.
 """
@@ -22,98 +21,12 @@ import pymysql
 from migrator.engine.cutover.sentinel import ensure_sentinel
 from migrator.engine.migration import MigrationStore, Options, Phase, Spec, new_id
 from migrator.engine.verify.checksums import moving_tables
+from migrator.engine.verify.drainers import CatchUpDrainer
 from migrator.fleet.config import Credentials
 from migrator.fleet.gtid import Gtid, GtidPos
 from migrator.fleet.model import Host
 from migrator.fleet.mysql import ER_BAD_DB_ERROR, ER_NO_SUCH_TABLE, binlog_pos, qualified
 from migrator.fleet.mysql import connect as mysql_connect
-
-
-def real_catch_up() -> bool:
-    try:
-        from migrator.engine import catch_up  # noqa: F401
-    except ImportError:
-        return False
-    return hasattr(catch_up, "drain_to")
-
-
-class LocalDrainer:
-    """Stand-in for catch-up (only when migrator.engine.catch_up.passes is absent): applies row
-    events of the moving schemas from the source binlog to the target by primary key."""
-
-    def __init__(self, source: Host, target: Host, creds: Credentials, schemas: list[str], start: str,
-                 schema_map: dict[str, str] | None = None):
-        self.source, self.target, self.creds = source, target, creds
-        self.schemas = schemas
-        self.pos = GtidPos.parse(start)
-        self.schema_map = schema_map or {}
-        self._pk: dict[tuple[str, str], tuple[str, ...]] = {}
-
-    def _pk_of(self, conn: pymysql.connections.Connection, db: str, table: str) -> tuple[str, ...]:
-        if (db, table) not in self._pk:
-            with conn.cursor() as cur:
-                cur.execute("SELECT COLUMN_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA=%s "
-                            "AND TABLE_NAME=%s AND INDEX_NAME='PRIMARY' ORDER BY SEQ_IN_INDEX", (db, table))
-                self._pk[(db, table)] = tuple(r[0] for r in cur.fetchall())
-        return self._pk[(db, table)]
-
-    def drain_to(self, gtid: str, timeout: float) -> None:
-        from pymysqlreplication import BinLogStreamReader
-        from pymysqlreplication.event import MariadbGtidEvent, QueryEvent, XidEvent
-        from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
-
-        target = GtidPos.parse(gtid)
-        if self.pos.contains(target):
-            return
-        stream = BinLogStreamReader(
-            connection_settings={"host": self.source.address, "port": self.source.port,
-                                 "user": self.creds.mysql_user, "password": self.creds.mysql_password},
-            server_id=random.randint(10_000_000, 1_000_000_000), is_mariadb=True, auto_position=str(self.pos),
-            blocking=True, slave_heartbeat=0.2, only_schemas=self.schemas,
-            only_events=[MariadbGtidEvent, XidEvent, QueryEvent, WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent])
-        dst = mysql_connect(self.target, self.creds, autocommit=False)
-        deadline = time.monotonic() + timeout
-        pending: Gtid | None = None
-        try:
-            with dst.cursor() as cur:
-                cur.execute("SET SESSION time_zone='+00:00'")
-                for ev in stream:
-                    if isinstance(ev, MariadbGtidEvent):
-                        pending = Gtid(ev.domain_id, ev.server_id, ev.gtid_seq_no)
-                        continue
-                    if isinstance(ev, (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)):
-                        db = self.schema_map.get(ev.schema, ev.schema)
-                        pk = self._pk_of(dst, db, ev.table)
-                        for row in ev.rows:
-                            if isinstance(ev, DeleteRowsEvent):
-                                self._delete(cur, db, ev.table, pk, row["values"])
-                                continue
-                            after = row["values"] if isinstance(ev, WriteRowsEvent) else row["after_values"]
-                            if isinstance(ev, UpdateRowsEvent):
-                                before = row["before_values"]
-                                if any(before[c] != after[c] for c in pk):
-                                    self._delete(cur, db, ev.table, pk, before)
-                            cols = list(after)
-                            cur.execute(f"REPLACE INTO {qualified(db, ev.table)} ({', '.join(f'`{c}`' for c in cols)}) "
-                                        f"VALUES ({', '.join(['%s'] * len(cols))})", [after[c] for c in cols])
-                        continue
-                    if isinstance(ev, XidEvent) or (isinstance(ev, QueryEvent) and ev.query.strip().upper() != "BEGIN"):
-                        dst.commit()
-                        if pending is not None:
-                            self.pos = self.pos.with_gtid(pending)
-                            pending = None
-                        if self.pos.contains(target):
-                            return
-                    if time.monotonic() > deadline:
-                        raise TimeoutError(f"local drain to {gtid} timed out at {self.pos}")
-        finally:
-            stream.close()
-            dst.close()
-
-    @staticmethod
-    def _delete(cur: Any, db: str, table: str, pk: tuple[str, ...], values: dict[str, Any]) -> None:
-        cur.execute(f"DELETE FROM {qualified(db, table)} WHERE " + " AND ".join(f"`{c}` = %s" for c in pk),
-                    [values[c] for c in pk])
 
 
 def copy_dbs(source: Host, target: Host, creds: Credentials, dbs: list[str], tables: tuple[str, ...] = ()) -> None:
@@ -149,7 +62,6 @@ class Prepared:
     drainer: Any
     source: Host
     target: Host
-    real_catch_up: bool
 
 
 def prepare_converged(fleet: Any, shards: tuple[int, ...] = (2, 3), *, options: Options | None = None,
@@ -179,14 +91,8 @@ def prepare_converged(fleet: Any, shards: tuple[int, ...] = (2, 3), *, options: 
     finally:
         conn.close()
     copy_dbs(source, target, creds, spec.databases, spec.tables)
-    real = real_catch_up()
-    if real:
-        from migrator.engine.verify.drainers import CatchUpDrainer
-
-        store.put_progress(spec.id, "catchup", {"gtid": start})
-        drainer: Any = CatchUpDrainer(fleet.config, spec.id)
-    else:
-        drainer = LocalDrainer(source, target, creds, spec.databases, start)
+    store.put_progress(spec.id, "catchup", {"gtid": start})
+    drainer = CatchUpDrainer(fleet.config, spec.id)
     for ph in (Phase.COPYING, Phase.CATCHING_UP, Phase.CONVERGED):
         store.set_phase(spec.id, ph)
     conn = mysql_connect(source, creds)
@@ -194,10 +100,9 @@ def prepare_converged(fleet: Any, shards: tuple[int, ...] = (2, 3), *, options: 
         drainer.drain_to(binlog_pos(conn), 30)
     finally:
         conn.close()
-    if real:
-        drainer.close()  # one tailer at a time writes the checkpoint; the next opens on first use
-        drainer = CatchUpDrainer(fleet.config, spec.id)
-    return Prepared(spec, store, drainer, source, target, real)
+    drainer.close()  # one tailer at a time writes the checkpoint; the next opens on first use
+    drainer = CatchUpDrainer(fleet.config, spec.id)
+    return Prepared(spec, store, drainer, source, target)
 
 
 def row_events_after(host: Host, creds: Credentials, since: str, schemas: list[str]) -> list[tuple[str, str, str]]:

@@ -42,21 +42,3 @@ def test_fence_locks_every_table_and_the_sentinel():
     sql = f.lock_sql()
     assert sql.endswith("LOCK TABLES `db00002`.`pins` WRITE, `db00002`.`boards` WRITE, "
                         "`db00002`.`_migrator_sentinel` WRITE")
-
-
-def test_cli_helpers_register_their_commands():
-    import typer
-    from typer.testing import CliRunner
-
-    from migrator.cli import phases
-
-    app = typer.Typer()
-    for register in (phases.register_verify, phases.register_cutover, phases.register_rollback,
-                     phases.register_cleanup):
-        register(app)
-    runner = CliRunner()
-    for cmd, needle in (("verify", "--no-repair"), ("cutover", "--json"), ("rollback", "back"),
-                        ("cleanup", "--now")):
-        res = runner.invoke(app, [cmd, "--help"])
-        assert res.exit_code == 0, res.output
-        assert needle in res.output

@@ -9,8 +9,8 @@ from migrator.engine import plan as plan_mod
 from migrator.engine.migration import MigrationStore
 from migrator.fleet.shard_map import ShardMapStore
 from migrator.ops import command
+from tests.integration.cli_helpers import run_cli
 
-from .cli_helpers import run_cli
 from .operator_support import copied, count, finished_jobs, insert_pins, phase, planned, queued, redis_of, work
 
 

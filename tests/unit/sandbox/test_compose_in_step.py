@@ -6,7 +6,7 @@ import yaml
 
 from migrator.sandbox import MARIADB_FLAGS
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_every_mariadb_service_has_the_sandbox_flags():

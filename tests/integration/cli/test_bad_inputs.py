@@ -17,8 +17,7 @@ import pytest
 from migrator.engine.migration import LOCKS, MigrationStore, Phase
 from migrator.fleet.mysql import connect as mysql_connect
 from migrator.fleet.shard_map import ShardMapStore
-
-from .cli_helpers import assert_one_line_error, run_cli
+from tests.integration.cli_helpers import assert_one_line_error, run_cli
 
 
 def fleet_state(fleet) -> tuple:

@@ -14,8 +14,7 @@ import time
 
 from migrator.fleet import config as config_mod
 from migrator.ops import playbook as pbm
-
-from .cli_helpers import run_cli
+from tests.integration.cli_helpers import run_cli
 
 PB_APPROVAL = """name: gated
 params:
@@ -162,7 +161,7 @@ def test_playbook_runs_on_an_rq_worker(zk_root, tmp_path):
     assert len(Queue("migrator", connection=r)) == 1
     worker = subprocess.run([os.path.join(os.path.dirname(sys.executable), "rq"), "worker", "--burst", "--url",
                              cfg.redis.url, "migrator"], capture_output=True, text=True, timeout=120,
-                            cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+                            cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__)))))
     assert worker.returncode == 0, worker.stderr
     assert run_state(zk, run_id)["status"] == "done"
     status = run_cli("playbook", "status", run_id, config=cfg_path)

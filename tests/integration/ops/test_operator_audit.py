@@ -8,8 +8,8 @@ import json
 
 from migrator.engine.migration import MigrationStore
 from migrator.ops import command
+from tests.integration.cli_helpers import run_cli
 
-from .cli_helpers import run_cli
 from .operator_support import planned
 
 

@@ -7,7 +7,7 @@ import pytest
 from migrator.ops import playbook as pbm
 from migrator.ops.playbook import Gate, PlaybookError
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.mark.parametrize("name", ["split-host", "move-shards", "move-queue-partition", "rollback"])

@@ -21,11 +21,11 @@ from migrator.fleet import config as config_mod
 from migrator.fleet.shard_map import ShardMapStore
 from migrator.ops import command
 from migrator.ops import playbook as pbm
+from tests.integration.cli_helpers import run_cli
 
-from .cli_helpers import run_cli
 from .operator_support import count, host_conn, insert_pins, wait_for
 
-PLAYBOOKS = Path(__file__).resolve().parents[2] / "playbooks"
+PLAYBOOKS = Path(__file__).resolve().parents[3] / "playbooks"
 SHIPPED = ("split-host", "move-shards", "move-queue-partition", "rollback")
 SEED_TABLES = ("pins", "boards", "users", "board_has_pins", "user_has_boards")
 

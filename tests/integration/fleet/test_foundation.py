@@ -15,8 +15,7 @@ from migrator.errors import ShardMapConflict
 from migrator.fleet import zk as zk_mod
 from migrator.fleet.router import ShardRouter
 from migrator.fleet.shard_map import HostRegistry, ShardMapStore
-
-from .cli_helpers import assert_one_line_error, run_cli
+from tests.integration.cli_helpers import assert_one_line_error, run_cli
 
 
 def test_each_pair_replicates_both_ways(sandbox):

@@ -16,8 +16,8 @@ import uuid
 import pymysql
 
 from migrator.ops import command
+from tests.integration.cli_helpers import run_cli
 
-from .cli_helpers import run_cli
 from .operator_support import finished_jobs, host_conn, planned, wait_for
 
 
