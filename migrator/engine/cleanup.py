@@ -30,10 +30,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pymysql
-from kazoo.exceptions import BadVersionError, NoNodeError
 
 from migrator.engine.migration import MigrationStore, Phase, Spec
 from migrator.engine.names import SENTINEL_TABLE, tomb_db
+from migrator.engine.plan import release_maintenance_pause
 from migrator.errors import MigratorError
 from migrator.fleet import zk as zk_mod
 from migrator.fleet.config import Config, Credentials, load_credentials
@@ -44,7 +44,6 @@ from migrator.fleet.shard_map import HostRegistry
 from migrator.fleet.zk import ZK
 
 TAG = tag("cleanup")
-MAINTENANCE_PAUSED = "maintenance/paused"
 
 
 class CleanupError(MigratorError):
@@ -107,16 +106,7 @@ def release_bookkeeping(zk: ZK, store: MigrationStore, spec: Spec) -> tuple[int,
     locks = len(store.holders(spec.shards))
     store.release_locks(spec)
     locks -= len(store.holders(spec.shards))
-    pauses = 0
-    base = zk.path(MAINTENANCE_PAUSED)
-    for s in spec.shards:
-        try:
-            data, stat = zk.client.get(f"{base}/{s}")
-            if data.decode() == spec.id:
-                zk.client.delete(f"{base}/{s}", version=stat.version)
-                pauses += 1
-        except (NoNodeError, BadVersionError):
-            pass
+    pauses = release_maintenance_pause(zk, spec)
     return locks, pauses
 
 

@@ -237,16 +237,20 @@ def hold_maintenance_pause(zk: ZK, spec: Spec) -> None:
             pass  # ours from an earlier try, or another holder's: removing it is theirs to do
 
 
-def release_maintenance_pause(zk: ZK, spec: Spec) -> None:
-    """Remove the pause nodes this migration created (cutover and abort call this)."""
+def release_maintenance_pause(zk: ZK, spec: Spec) -> int:
+    """Remove the pause nodes this migration created (cutover, abort and cleanup call this);
+    returns how many it removed."""
     base = zk.path(MAINTENANCE_PAUSED)
+    removed = 0
     for s in spec.shards:
         try:
             data, stat = zk.client.get(f"{base}/{s}")
             if data.decode() == spec.id:
                 zk.client.delete(f"{base}/{s}", version=stat.version)
+                removed += 1
         except (NoNodeError, BadVersionError):
             pass
+    return removed
 
 
 def maintenance_paused(zk: ZK, shard: int) -> str | None:

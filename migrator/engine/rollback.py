@@ -33,6 +33,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from migrator.engine.catch_up.checkpoint import moving_tables as tail_tables
+from migrator.engine.catch_up.tailer import Tailer
 from migrator.engine.cutover.direction import Direction, passive_of
 from migrator.engine.cutover.errors import CutoverError, FlipUnknown, FreezeBudgetExceeded
 from migrator.engine.cutover.gate import FIXED_FREEZE_MS
@@ -40,9 +42,8 @@ from migrator.engine.cutover.run import CutoverHooks, CutoverResult, CutoverRun
 from migrator.engine.cutover.sentinel import ensure_sentinel
 from migrator.engine.migration import MigrationStore, Phase, Spec
 from migrator.engine.names import SENTINEL_TABLE, tomb_db
-from migrator.engine.verify.changes import KeyCollector
 from migrator.engine.verify.checksums import moving_tables
-from migrator.engine.verify.drainers import Drainer
+from migrator.engine.verify.drainers import Drainer, TailDrainer
 from migrator.errors import MigratorError
 from migrator.fleet import zk as zk_mod
 from migrator.fleet.config import Config, Credentials, load_credentials
@@ -60,7 +61,7 @@ class RollbackError(CutoverError):
     component = "rollback"
 
 
-class ReverseDrainer(KeyCollector):
+class ReverseDrainer(TailDrainer):
     """:class:`~migrator.engine.verify.drainers.Drainer` tailing the new master back into the old
     master's tombstones."""
 
@@ -76,9 +77,6 @@ class ReverseDrainer(KeyCollector):
 
     def open(self) -> ReverseDrainer:
         if self._tailer is None:
-            from migrator.engine.catch_up.checkpoint import moving_tables as tail_tables
-            from migrator.engine.catch_up.tailer import Tailer
-
             node, _ = self.store.get_progress(self.spec.id, TAIL_NODE)
             start = (node or {}).get("gtid") or self.start
 
@@ -91,15 +89,6 @@ class ReverseDrainer(KeyCollector):
                 tables=_with_sentinel(tail_tables(self.spec)), on_checkpoint=checkpoint,
             )
         return self
-
-    def drain_to(self, gtid: str, timeout: float) -> None:
-        self.open()
-        self._tailer.drain_to(gtid, timeout)
-
-    def close(self) -> None:
-        if self._tailer is not None:
-            self._tailer.close()
-            self._tailer = None
 
 
 def _with_sentinel(tables: set[str] | None) -> set[str] | None:

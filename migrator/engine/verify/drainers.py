@@ -69,7 +69,26 @@ class CheckpointWaiter:
         pass
 
 
-class CatchUpDrainer(KeyCollector):
+class TailDrainer(KeyCollector):
+    """A :class:`Drainer` that owns a catch-up :class:`~migrator.engine.catch_up.tailer.Tailer`:
+    :meth:`open` makes it on first use, and it stays open until :meth:`close`."""
+
+    _tailer: Any = None
+
+    def open(self) -> TailDrainer:
+        raise NotImplementedError
+
+    def drain_to(self, gtid: str, timeout: float) -> None:
+        self.open()
+        self._tailer.drain_to(gtid, timeout)
+
+    def close(self) -> None:
+        if self._tailer is not None:
+            self._tailer.close()
+            self._tailer = None
+
+
+class CatchUpDrainer(TailDrainer):
     """:class:`Drainer` over a catch-up :class:`~migrator.engine.catch_up.tailer.Tailer`, opened
     on first use and kept open (the cutover warms it before its freeze, so no
     connection is opened inside the freeze budget)."""
@@ -88,12 +107,3 @@ class CatchUpDrainer(KeyCollector):
             if streamer.tables is not None and SENTINEL_TABLE not in streamer.tables:
                 streamer.tables = sorted({*streamer.tables, SENTINEL_TABLE})
         return self
-
-    def drain_to(self, gtid: str, timeout: float) -> None:
-        self.open()
-        self._tailer.drain_to(gtid, timeout)
-
-    def close(self) -> None:
-        if self._tailer is not None:
-            self._tailer.close()
-            self._tailer = None
