@@ -1,7 +1,9 @@
 """RQ jobs of the verify, cutover, rollback and cleanup steps.
 
-Thin: each loads the config, calls the plain function of :mod:`migrator`, and
-puts a small summary in ``job.meta``. Every connection (ZooKeeper, MySQL, the
+Thin: each loads the config, calls the command function of
+:mod:`migrator.ops.command` (verify and cleanup call the engine for the
+fuller summary and the refusal they report), and puts a small summary in
+``job.meta``. Every connection (ZooKeeper, MySQL, the
 binlog) is opened inside the job, never at import time; arguments are ids and
 paths only, never credentials.
 
@@ -12,11 +14,14 @@ operator runs ``migrator cleanup ID`` after the retention.
 
 from __future__ import annotations
 
-import datetime as dt
-import uuid
 from typing import Any
 
+from migrator.engine import cleanup as cleanup_mod
+from migrator.engine.migration import MigrationStore, Phase
+from migrator.engine.verify.run import verify_migration
 from migrator.fleet import config as config_mod
+from migrator.ops import command
+from migrator.ops.steps import enqueue_cleanup_at
 
 
 def _meta(key: str, value: dict[str, Any]) -> Any:
@@ -31,8 +36,6 @@ def _meta(key: str, value: dict[str, Any]) -> Any:
 
 def verify(migration_id: str, config_path: str | None = None, repair: bool = True) -> dict[str, Any]:
     """Chunked checksums source vs target; re-copy what differs."""
-    from migrator.engine.verify.run import verify_migration
-
     rep = verify_migration(config_mod.load(config_path), migration_id, repair=repair)
     summary = {"migration": migration_id, "chunks": rep.chunks, "mismatched": len(rep.mismatched_chunks),
                "differing_rows": len(rep.differing_rows), "repaired": rep.repaired_rows, "ok": rep.ok,
@@ -43,49 +46,27 @@ def verify(migration_id: str, config_path: str | None = None, repair: bool = Tru
 
 def cutover(migration_id: str, config_path: str | None = None, schedule_cleanup: bool = True) -> dict[str, Any]:
     """The fenced cutover; on success, cleanup is scheduled for the end of the retention."""
-    from migrator.engine import cutover as cutover_mod
-    from migrator.engine.migration import MigrationStore
-
     cfg = config_mod.load(config_path)
-    res = cutover_mod.cutover(cfg, migration_id)
-    summary = res.to_dict()
+    summary = command.cutover(cfg, migration_id)
     job = _meta("cutover", summary)
     if schedule_cleanup and job is not None:
-        from rq import Queue
-
-        from migrator.fleet import zk as zk_mod
-
-        creds = config_mod.load_credentials(cfg)
-        with zk_mod.connect(cfg, creds) as zk:
+        with command.session(cfg) as (zk, _):
             st, _ = MigrationStore(zk).state(migration_id)
         if st.cleanup_after is not None:
-            when = dt.datetime.fromtimestamp(st.cleanup_after, tz=dt.UTC)
-            Queue(job.origin, connection=job.connection).enqueue_at(
-                when, cleanup, migration_id, config_path=config_path,
-                job_id=f"cleanup-{migration_id}-{uuid.uuid4().hex[:6]}",
-                description=f"drop the tombstones of migration {migration_id}",
-                meta={"migration": migration_id, "step": "cleanup"})
+            enqueue_cleanup_at(job.connection, migration_id, st.cleanup_after, config_path, queue=job.origin)
     return summary
 
 
 def rollback(migration_id: str, config_path: str | None = None) -> dict[str, Any]:
-    from migrator.engine import rollback as rollback_mod
-
-    res = rollback_mod.rollback(config_mod.load(config_path), migration_id)
-    summary = res.to_dict()
+    summary = command.rollback(config_mod.load(config_path), migration_id)
     _meta("rollback", summary)
     return summary
 
 
 def cleanup(migration_id: str, config_path: str | None = None, now: bool = False) -> dict[str, Any]:
     """Drop the tombstones (refuses before the retention unless ``now``)."""
-    from migrator.engine import cleanup as cleanup_mod
-    from migrator.engine.migration import MigrationStore, Phase
-    from migrator.fleet import zk as zk_mod
-
     cfg = config_mod.load(config_path)
-    creds = config_mod.load_credentials(cfg)
-    with zk_mod.connect(cfg, creds) as zk:
+    with command.session(cfg) as (zk, _):
         st, _ = MigrationStore(zk).state(migration_id)
     if st.phase not in (Phase.DONE, Phase.ROLLED_BACK):
         return {"migration": migration_id, "skipped": f"phase is {st.phase.value}"}
