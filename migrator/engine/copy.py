@@ -53,9 +53,12 @@ from migrator.engine.chunks import (
     encode_key,
     replace_statements,
 )
+from migrator.engine.cutover.sentinel import prepare_sentinels
 from migrator.engine.inspector import TableInfo
 from migrator.engine.migration import MigrationStore, Phase, Spec
 from migrator.engine.plan import hold_maintenance_pause, moving_tables, store_rate
+from migrator.engine.preflight import PreflightFailed
+from migrator.engine.preflight import run as run_preflight
 from migrator.engine.throttler import ChunkSizer, Throttler
 from migrator.fleet.config import Credentials
 from migrator.fleet.model import Host
@@ -117,9 +120,6 @@ def _target_conn(host: Host, creds: Credentials) -> pymysql.connections.Connecti
 def begin(zk: ZK, spec: Spec, creds: Credentials) -> list[tuple[str, str]]:
     """Start or resume the copy: preflight (first time only), phase COPYING,
     schema and progress nodes. Returns the tables still to copy."""
-    from migrator.engine.preflight import PreflightFailed
-    from migrator.engine.preflight import run as run_preflight
-
     store = MigrationStore(zk)
     st, _ = store.state(spec.id)
     if st.phase in (Phase.PLANNED, Phase.PREFLIGHT):
@@ -134,8 +134,6 @@ def begin(zk: ZK, spec: Spec, creds: Credentials) -> list[tuple[str, str]]:
                         "(`migrator status ID`)", phase="copy")
     # The cutover's sentinel table must exist before any table records its start position: the copy
     # then carries it like any table, and catch-up never meets its CREATE TABLE.
-    from migrator.engine.cutover.sentinel import prepare_sentinels
-
     prepare_sentinels(zk, spec, creds)
     return prepare(zk, spec, creds)
 

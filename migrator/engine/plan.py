@@ -26,6 +26,7 @@ from typing import Any
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
+from migrator.engine.inspector import copy_key, describe, list_tables
 from migrator.engine.migration import MigrationStore, Options, Spec, new_id
 from migrator.errors import MigratorError, ShardMapError, UnknownHost
 from migrator.fleet.config import Credentials
@@ -309,8 +310,6 @@ def eta_seconds(rows: int, read_rows_per_s: float, workers: int, tables: int,
 
 
 def moving_tables(conn: Any, spec: Spec) -> list[tuple[str, str]]:
-    from migrator.engine.inspector import list_tables
-
     if spec.kind == "queue_partition":
         return [(shard_db(spec.shards[0]), t) for t in spec.tables]
     return [(db, t) for db in spec.databases for t in list_tables(conn, db)]
@@ -318,8 +317,6 @@ def moving_tables(conn: Any, spec: Spec) -> list[tuple[str, str]]:
 
 def estimate(zk: ZK, spec: Spec, credentials: Credentials) -> Estimate:
     """Rows, bytes and a copy rate for the moving tables (reads the source only)."""
-    from migrator.engine.inspector import copy_key, describe
-
     hosts = HostRegistry(zk).all()
     conn = connect(hosts[spec.source_master], credentials)
     try:

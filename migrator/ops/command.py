@@ -19,10 +19,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from migrator.engine import catch_up
+from migrator.engine import cleanup as cleanup_mod
 from migrator.engine import copy as copy_mod
+from migrator.engine import cutover as cutover_mod
 from migrator.engine import plan as plan_mod
 from migrator.engine import preflight as preflight_mod
-from migrator.engine.migration import MigrationStore, Options, Phase, Spec
+from migrator.engine import rollback as rollback_mod
+from migrator.engine.migration import MigrationStore, Options, Phase, ShardsBusy, Spec
+from migrator.engine.verify.run import verify_migration
 from migrator.errors import MigratorError
 from migrator.fleet import config as config_mod
 from migrator.fleet import zk as zk_mod
@@ -88,8 +93,6 @@ def _finish_plan(zk: ZK, creds: Credentials, spec: Spec, dry_run: bool) -> PlanR
     holders = MigrationStore(zk).holders(spec.shards)
     if holders:  # a clear message before trying (create() re-checks atomically)
         desc = ", ".join(f"shard {s} by {m}" for s, m in sorted(holders.items()))
-        from migrator.engine.migration import ShardsBusy
-
         raise ShardsBusy(f"shards already moving: {desc}; wait for it, or abort it with `migrator abort ID`")
     plan_mod.store(zk, spec)
     return PlanResult(spec, stored=True)
@@ -317,8 +320,6 @@ def restart_copy(config: Config, mid: str, *, queue: str = "migrator", settle_s:
 
 def catchup(config: Config, mid: str, *, passes: int | None = None) -> dict[str, Any]:
     """Run catch-up passes in this process (until converged, or ``passes``)."""
-    from migrator.engine import catch_up
-
     results = catch_up.run_passes(config, mid, passes)
     last = results[-1] if results else None
     return {"migration": mid, "passes": len(results),
@@ -330,8 +331,6 @@ def catchup(config: Config, mid: str, *, passes: int | None = None) -> dict[str,
 
 def verify(config: Config, mid: str, *, repair: bool = True) -> dict[str, Any]:
     """Chunked checksums source vs target; mismatched chunks re-checked and re-copied."""
-    from migrator.engine.verify.run import verify_migration
-
     rep = verify_migration(config, mid, repair=repair)
     # Rows that still differ while writes go on are rows in flight: the cutover re-checks every row
     # changed since this check (and the suspect chunks) under its write fence, where nothing moves.
@@ -341,8 +340,6 @@ def verify(config: Config, mid: str, *, repair: bool = True) -> dict[str, Any]:
 
 def cutover(config: Config, mid: str, *, freeze_budget_ms: int | None = None) -> dict[str, Any]:
     """The fenced cutover (freeze, fence, drain to the sentinel, verify, flip, unfreeze)."""
-    from migrator.engine import cutover as cutover_mod
-
     if freeze_budget_ms is not None:
         _set_budget(config, mid, freeze_budget_ms)
     return cutover_mod.cutover(config, mid).to_dict()
@@ -361,15 +358,11 @@ def _set_budget(config: Config, mid: str, budget_ms: int) -> None:
 
 def rollback(config: Config, mid: str) -> dict[str, Any]:
     """Tail the new master back into the tombstones and flip back."""
-    from migrator.engine import rollback as rollback_mod
-
     return rollback_mod.rollback(config, mid).to_dict()
 
 
 def cleanup(config: Config, mid: str, *, now: bool = False) -> dict[str, Any]:
     """Drop the tombstones after the retention; before it, schedule that and return."""
-    from migrator.engine import cleanup as cleanup_mod
-
     try:
         return cleanup_mod.cleanup(config, mid, now=now).to_dict()
     except cleanup_mod.RetentionNotOver:

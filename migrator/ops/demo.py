@@ -31,6 +31,8 @@ from rich.table import Table
 
 from migrator.errors import MigratorError
 from migrator.ops import command, watch
+from migrator.queue.ledger import check_ledger
+from migrator.queue.load import run_load
 from migrator.sandbox import Sandbox, stop_pid
 
 
@@ -94,8 +96,6 @@ def run_demo(*, directory: str | Path = ".sandbox-demo", base_port: int = 33300,
         ledger_path.unlink()
 
     def load() -> None:
-        from migrator.queue.load import run_load
-
         try:
             res = run_load(cfg, "demo", rate, 24 * 3600, ledger_path, stop, partitions=4, consumers=2)
             load_out["result"] = res
@@ -132,8 +132,6 @@ def run_demo(*, directory: str | Path = ".sandbox-demo", base_port: int = 33300,
     if res is not None:
         report.load = {"enqueued": res.enqueued, "executed": res.executed, "acked_ok": res.acked_ok,
                        "stale_acks": res.stale_acks, "errors": dict(res.errors), "seconds": round(res.duration, 1)}
-    from migrator.queue.ledger import check_ledger
-
     report.ledger = check_ledger(cfg, ledger_path).to_dict()
     report.seconds = round(time.monotonic() - t0, 1)
     (sb.dir / "demo-report.json").write_text(json.dumps(report.__dict__, indent=2, default=str))

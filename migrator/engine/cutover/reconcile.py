@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import time
 
+from migrator.engine.catch_up.checkpoint import CHECKPOINT_KEY
+from migrator.engine.catch_up.streamer import BinlogStreamer
 from migrator.engine.cutover.direction import passive_of
 from migrator.engine.cutover.fence import Fence, Move
 from migrator.engine.cutover.passive_gate import PassiveGate
@@ -147,11 +149,8 @@ def skip_tombstone_renames(config: Config, zk: ZK, creds: Credentials, spec: Spe
     move the checkpoint to just after the last. Returns the new checkpoint, or
     None when there was nothing to skip.
     """
-    from migrator.engine import catch_up
-    from migrator.engine.catch_up.streamer import BinlogStreamer
-
     store = MigrationStore(zk)
-    node, _ = store.get_progress(spec.id, catch_up.CHECKPOINT_KEY)
+    node, _ = store.get_progress(spec.id, CHECKPOINT_KEY)
     if not node or not node.get("gtid"):
         return None
     marker = f"_tomb_{tomb_suffix(spec.id)}_"
@@ -174,9 +173,9 @@ def skip_tombstone_renames(config: Config, zk: ZK, creds: Credentials, spec: Spe
         drainer.drain_to(str(first), 120)
     finally:
         drainer.close()
-    node, version = store.get_progress(spec.id, catch_up.CHECKPOINT_KEY)
+    node, version = store.get_progress(spec.id, CHECKPOINT_KEY)
     assert node is not None
     node["gtid"] = str(last)
     node["skipped_tombstone_renames"] = {"from": str(first), "to": str(last), "at": time.time()}
-    store.put_progress(spec.id, catch_up.CHECKPOINT_KEY, node, version=version)
+    store.put_progress(spec.id, CHECKPOINT_KEY, node, version=version)
     return str(last)
