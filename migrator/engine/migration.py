@@ -4,7 +4,8 @@ Resume contract
 ---------------
 Everything needed to continue a migration after any crash lives in ZooKeeper
 under ``<root>/migrations/<id>``; Redis/RQ only holds the *next step to run*
-and can be lost (``jobs.resume`` re-enqueues from the record).
+and can be lost (``migrator resume ID`` re-enqueues the current step from the
+record: :func:`migrator.ops.steps.enqueue_current_step`).
 
 * ``spec`` is immutable once created: source and target pairs, shards (or one
   queue partition), options. Changing what to move means a new migration.

@@ -9,7 +9,7 @@ start empty: they are split targets.
 
 Everything the sandbox started is recorded in ``<dir>/state.json`` (process,
 port, pid) and stopped by pid. The settings mirror ``docker-compose.yml``; keep
-the two in step (``tests/unit/test_compose_in_step.py`` checks it).
+the two in step (``tests/unit/sandbox/test_compose_in_step.py`` checks it).
 
 :mod:`.procs` starts nothing itself: it finds free ports and checks, and stops
 by pid, the processes the sandbox recorded. :mod:`.reset` gives every test a
