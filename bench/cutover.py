@@ -224,7 +224,7 @@ def move(cfg: config_mod.Config, target: str, window: dict[str, float],
     from migrator.engine.cleanup import cleanup
     from migrator.engine.cutover import cutover
     from migrator.engine.cutover.errors import CutoverAborted, FreezeBudgetExceeded
-    from migrator.engine.cutover.run import CutoverHooks
+    from migrator.engine.cutover.hooks import CutoverHooks
     from migrator.engine.verify.run import verify_migration
     from migrator.ops import command
 

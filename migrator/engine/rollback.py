@@ -38,7 +38,8 @@ from migrator.engine.catch_up.tailer import Tailer
 from migrator.engine.cutover.direction import Direction, passive_of
 from migrator.engine.cutover.errors import CutoverError, FlipUnknown, FreezeBudgetExceeded
 from migrator.engine.cutover.gate import FIXED_FREEZE_MS
-from migrator.engine.cutover.run import CutoverHooks, CutoverResult, CutoverRun
+from migrator.engine.cutover.hooks import CutoverHooks, CutoverResult
+from migrator.engine.cutover.run import CutoverRun
 from migrator.engine.cutover.sentinel import ensure_sentinel
 from migrator.engine.migration import MigrationStore, Phase, Spec
 from migrator.engine.names import SENTINEL_TABLE, tomb_db

@@ -75,8 +75,9 @@ from migrator.engine.cutover.errors import (
     NotConverged,
 )
 from migrator.engine.cutover.gate import FIXED_FREEZE_MS, check_budget, predict_freeze_ms
+from migrator.engine.cutover.hooks import CutoverHooks, CutoverResult
 from migrator.engine.cutover.reconcile import reconcile
-from migrator.engine.cutover.run import CutoverHooks, CutoverResult, CutoverRun
+from migrator.engine.cutover.run import CutoverRun
 from migrator.engine.cutover.sentinel import prepare_sentinels
 from migrator.engine.migration import MigrationStore, Phase
 from migrator.engine.names import tomb_suffix

@@ -13,8 +13,6 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import pymysql
@@ -29,6 +27,7 @@ from migrator.engine.cutover.errors import (
     FreezeBudgetExceeded,
 )
 from migrator.engine.cutover.fence import Fence, Move
+from migrator.engine.cutover.hooks import CutoverHooks, CutoverResult
 from migrator.engine.cutover.passive_gate import PassiveGate, wait_applied
 from migrator.engine.cutover.sentinel import ensure_sentinel, has_sentinel
 from migrator.engine.cutover.watchdog import Watchdog
@@ -53,38 +52,6 @@ from migrator.fleet.shard_map import ShardMapStore
 from migrator.fleet.zk import ZK
 
 TAG = tag("cutover")
-
-
-Hook = Callable[["CutoverRun"], None]
-
-
-@dataclass
-class CutoverHooks:
-    """Named points where tests (and playbooks) can act during a cutover."""
-
-    after_freeze: Hook | None = None
-    after_fence: Hook | None = None
-    before_flip: Hook | None = None
-    after_flip: Hook | None = None
-
-
-@dataclass
-class CutoverResult:
-    migration_id: str
-    freeze_ms: float
-    flipped_epoch: int
-    fence_gtid: str
-    target_gtid: str
-    rows_checked: int
-    rows_repaired: int
-    steps_ms: dict[str, float] = field(default_factory=dict)
-    #: where the changed keys compared in the freeze came from: drain | reader | binlog
-    keys_from: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in ("migration_id", "freeze_ms", "flipped_epoch", "fence_gtid",
-                                               "target_gtid", "rows_checked", "rows_repaired", "steps_ms",
-                                               "keys_from")}
 
 
 class CutoverRun:

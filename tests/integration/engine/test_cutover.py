@@ -8,7 +8,7 @@ import pytest
 
 from migrator.engine.cutover import cutover
 from migrator.engine.cutover.errors import CutoverAborted, FreezeBudgetExceeded, NotConverged
-from migrator.engine.cutover.run import CutoverHooks
+from migrator.engine.cutover.hooks import CutoverHooks
 from migrator.engine.migration import Options, Phase
 from migrator.engine.names import tomb_db
 from migrator.fleet.mysql import connect as mysql_connect

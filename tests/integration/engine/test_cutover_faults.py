@@ -11,9 +11,9 @@ import time
 
 from migrator.engine.cutover import cutover
 from migrator.engine.cutover.errors import CutoverAborted
+from migrator.engine.cutover.hooks import CutoverHooks
 from migrator.engine.cutover.passive_gate import PassiveGate
 from migrator.engine.cutover.reconcile import reconcile
-from migrator.engine.cutover.run import CutoverHooks
 from migrator.engine.migration import Options, Phase
 from migrator.engine.names import tomb_db, tomb_suffix
 from migrator.fleet.mysql import connect as mysql_connect

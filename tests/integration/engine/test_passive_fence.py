@@ -18,8 +18,8 @@ import pytest
 
 from migrator.engine.cutover import cutover
 from migrator.engine.cutover.errors import FreezeBudgetExceeded
+from migrator.engine.cutover.hooks import CutoverHooks
 from migrator.engine.cutover.passive_gate import GATE_SCHEMA, TRIGGER_PREFIX
-from migrator.engine.cutover.run import CutoverHooks
 from migrator.engine.migration import Options, Phase
 from migrator.engine.names import tomb_db
 from migrator.fleet.mysql import connect as mysql_connect

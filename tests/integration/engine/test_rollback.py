@@ -92,7 +92,7 @@ def test_rollback_flips_back_with_every_write(fleet):
 
 def test_rollback_map_conflict_keeps_the_new_master_serving(fleet):
     from migrator.engine.cutover.errors import CutoverAborted
-    from migrator.engine.cutover.run import CutoverHooks
+    from migrator.engine.cutover.hooks import CutoverHooks
 
     prep = prepare_converged(fleet, (4,), options=Options(freeze_budget_ms=2000))
     spec = prep.spec

@@ -1,0 +1,48 @@
+"""What a cutover shows the outside: named hook points while it runs, and its result.
+
+Tests (fault injection at a named step) and benchmarks pass
+:class:`CutoverHooks` to :func:`migrator.engine.cutover.cutover`; each hook is
+called with the :class:`~migrator.engine.cutover.run.CutoverRun` at that point
+of the freeze. :class:`CutoverResult` is what a finished cutover records in the
+migration's ``cutover`` progress node (a rollback, in ``rollback``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the run calls the hooks with itself
+    from migrator.engine.cutover.run import CutoverRun
+
+Hook = Callable[["CutoverRun"], None]
+
+
+@dataclass
+class CutoverHooks:
+    """Named points where tests (and playbooks) can act during a cutover."""
+
+    after_freeze: Hook | None = None
+    after_fence: Hook | None = None
+    before_flip: Hook | None = None
+    after_flip: Hook | None = None
+
+
+@dataclass
+class CutoverResult:
+    migration_id: str
+    freeze_ms: float
+    flipped_epoch: int
+    fence_gtid: str
+    target_gtid: str
+    rows_checked: int
+    rows_repaired: int
+    steps_ms: dict[str, float] = field(default_factory=dict)
+    #: where the changed keys compared in the freeze came from: drain | reader | binlog
+    keys_from: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in ("migration_id", "freeze_ms", "flipped_epoch", "fence_gtid",
+                                               "target_gtid", "rows_checked", "rows_repaired", "steps_ms",
+                                               "keys_from")}
