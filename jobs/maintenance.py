@@ -2,9 +2,10 @@
 
 ``run`` drops expired buckets and splits FUTURE partitions on every queue
 partition and log table (see :mod:`migrator.queue.maintenance`, which also
-documents the per-shard pause node the migration engine uses). ``schedule``
-enqueues it to repeat every ``interval`` seconds (rq ``Repeat``; a worker
-started with ``--with-scheduler`` runs the repeats).
+documents the per-shard pause node the migration engine uses).
+:func:`migrator.ops.steps.schedule_maintenance` enqueues it to repeat every
+``interval`` seconds (rq ``Repeat``; a worker started with ``--with-scheduler``
+runs the repeats).
 
 Workers fork per job: the ZooKeeper and MySQL connections are opened inside
 the job. Meta holds a one-line summary, never credentials.
@@ -14,11 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from redis import Redis
-from rq import Queue, Repeat, get_current_job
-from rq.job import Job
-
-QUEUE = "maintenance"
+from rq import get_current_job
 
 
 def run(config_path: str | None = None, lock_wait_timeout: int = 2) -> dict[str, Any]:
@@ -41,16 +38,3 @@ def run(config_path: str | None = None, lock_wait_timeout: int = 2) -> dict[str,
                                f"skipped {len(out['skipped'])}")
         job.save_meta()
     return out
-
-
-def enqueue(redis: Redis, config_path: str | None = None, queue: str = QUEUE) -> Job:
-    return Queue(queue, connection=redis).enqueue(
-        run, config_path=config_path, description="queue partition maintenance", job_timeout=600)
-
-
-def schedule(redis: Redis, interval: int = 3600, times: int = 24 * 365, config_path: str | None = None,
-             queue: str = QUEUE) -> Job:
-    """Run now, then every ``interval`` seconds (needs a worker ``--with-scheduler``)."""
-    return Queue(queue, connection=redis).enqueue(
-        run, config_path=config_path, description="queue partition maintenance (periodic)", job_timeout=600,
-        repeat=Repeat(times=times, interval=interval))

@@ -3,7 +3,8 @@
 Runs wherever a step is handed to the RQ workers: the command functions
 (``migrator copy``, ``resume``, ``cleanup``), the CLI, and the jobs themselves
 when one step enqueues the next (copy -> catch-up passes -> finish: verify and
-cutover -> cleanup scheduled).
+cutover -> cleanup scheduled). Playbook runs and the queue service's
+partition maintenance are enqueued here too.
 
 Every job is enqueued by the dotted path of its entry point in ``jobs/``
 (``"jobs.copy.start"``): RQ stores that string in Redis and the worker imports
@@ -27,7 +28,7 @@ import uuid
 from typing import Any
 
 from redis import Redis
-from rq import Queue
+from rq import Queue, Repeat
 from rq.job import Job
 
 from migrator.engine.migration import MigrationStore, Phase
@@ -49,6 +50,10 @@ FINISH_JOB = "jobs.pipeline.finish"
 CLEANUP_JOB = "jobs.cutover.cleanup"
 RESUME_JOB = "jobs.resume.resume"
 PLAYBOOK_JOB = "jobs.playbook.advance"
+MAINTENANCE_JOB = "jobs.maintenance.run"
+
+#: the RQ queue of the queue service's partition maintenance
+MAINTENANCE_QUEUE = "maintenance"
 
 
 def job_id(*parts: str) -> str:
@@ -172,3 +177,19 @@ def enqueue_playbook(run_id: str, config_path: str | None, *, connection: Any, p
     q = Queue(QUEUE, connection=connection)
     return q.enqueue(PLAYBOOK_JOB, run_id, config_path, job_timeout=-1, description=what,
                      meta={"run": run_id, "playbook": playbook_name, "migration": migration, "step": step})
+
+
+# -- partition maintenance of the queue service ------------------------------------------------------
+
+def enqueue_maintenance(redis: Redis, config_path: str | None = None, queue: str = MAINTENANCE_QUEUE) -> Job:
+    """One run of the queue service's partition maintenance."""
+    return Queue(queue, connection=redis).enqueue(
+        MAINTENANCE_JOB, config_path=config_path, description="queue partition maintenance", job_timeout=600)
+
+
+def schedule_maintenance(redis: Redis, interval: int = 3600, times: int = 24 * 365, config_path: str | None = None,
+                         queue: str = MAINTENANCE_QUEUE) -> Job:
+    """Run now, then every ``interval`` seconds (needs a worker ``--with-scheduler``)."""
+    return Queue(queue, connection=redis).enqueue(
+        MAINTENANCE_JOB, config_path=config_path, description="queue partition maintenance (periodic)",
+        job_timeout=600, repeat=Repeat(times=times, interval=interval))

@@ -121,11 +121,11 @@ def test_jobs_maintenance_rq_job(fleet):
     import redis
     from rq import Queue, SimpleWorker
 
-    from jobs import maintenance as job_mod
+    from migrator.ops.steps import enqueue_maintenance
 
     r = redis.Redis.from_url(fleet.config.redis.url)
     q = Queue("maintenance-test", connection=r)
-    job = job_mod.enqueue(r, config_path=str(fleet.config_path), queue=q.name)
+    job = enqueue_maintenance(r, config_path=str(fleet.config_path), queue=q.name)
     SimpleWorker([q], connection=r).work(burst=True)
     job.refresh()
     assert job.is_finished, job.latest_result()
