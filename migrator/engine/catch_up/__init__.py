@@ -2,12 +2,15 @@
 
 The path of a row change, one module each:
 
-- :mod:`.streamer` reads the source binlog (GTID-tracked, filtered to the
-  moving schemas before rows are decoded) and hands over whole transactions;
+- :mod:`migrator.engine.binlog` reads the source binlog in a process of its
+  own (GTID-tracked, other tables dropped at their table map, rows decoded
+  straight to SQL literals) and hands over whole transactions;
 - :mod:`.statements` decides what a DDL statement in a moving schema means
-  (replay it, ignore it, or stop the migration);
-- :mod:`.applier` writes row changes idempotently by primary key, in batches;
-- :mod:`.tailer` joins the two and checkpoints after each committed batch;
+  (replay it, ignore it, or stop the migration) and carries it over;
+- :mod:`.lanes` writes row changes idempotently by primary key, on several
+  connections at once, in rounds;
+- :mod:`.tailer` joins the reader and the lanes and checkpoints after each
+  round every lane committed;
 - :mod:`.checkpoint` is the resume contract (the ``catchup`` progress node)
   and opens a tailer for a migration;
 - :mod:`.passes` is the runbook: passes until converged, and the drain the

@@ -136,15 +136,14 @@ def open_tailer(
     migration_id: str,
     *,
     credentials: Credentials | None = None,
-    batch_events: int = 2000,
-    batch_ms: float = 200.0,
-    freeze_schema: bool = True,
+    extra_tables: tuple[str, ...] = (),
 ) -> Tailer:
     """A :class:`Tailer` for a migration, from its checkpoint (or the copy's
     earliest start), checkpointing into its ``catchup`` node. The cutover opens
     one before its freeze and calls :meth:`Tailer.drain_to` under the fence.
     The caller closes it (``tailer.close()``; also closes its ZooKeeper
-    session when it opened one)."""
+    session when it opened one). ``extra_tables``: more table names to follow when
+    the migration moves only some tables (the cutover's sentinel)."""
     sess = Session(config_or_zk, credentials)
     try:
         spec = sess.store.spec(migration_id)
@@ -160,11 +159,13 @@ def open_tailer(
             ckpt.save(gtid=str(start), start_gtid=str(start), source=spec.source_master,
                       target=spec.target_master, passes=ckpt.data.get("passes", []))
         source, target = _hosts(sess.zk, spec)
+        tables = moving_tables(spec)
+        if tables is not None:
+            tables |= set(extra_tables)
         tailer = Tailer(
             source, target, sess.credentials, start=start,
-            schema_map={db: db for db in spec.databases}, tables=moving_tables(spec),
-            on_checkpoint=ckpt.set_gtid, batch_events=batch_events, batch_ms=batch_ms,
-            freeze_schema=freeze_schema,
+            schema_map={db: db for db in spec.databases}, tables=tables,
+            on_checkpoint=ckpt.set_gtid,
         )
     except BaseException:
         sess.close()

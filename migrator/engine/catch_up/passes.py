@@ -37,8 +37,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from migrator.engine.catch_up.applier import UnsafeStatement
 from migrator.engine.catch_up.checkpoint import CHECKPOINT_KEY, Checkpoint, Session, open_tailer
+from migrator.engine.catch_up.statements import UnsafeStatement
 from migrator.engine.catch_up.tailer import CatchUpError, Tailer
 from migrator.engine.migration import Options, Phase, State
 from migrator.fleet import zk as zk_mod
@@ -119,7 +119,6 @@ def run_pass(
     credentials: Credentials | None = None,
     tailer: Tailer | None = None,
     timeout_s: float = 3600.0,
-    batch_events: int = 2000,
 ) -> PassResult:
     """One catch-up pass: from the checkpoint to the source head seen at its start."""
     sess = Session(config_or_zk, credentials)
@@ -130,7 +129,7 @@ def run_pass(
         state, _ = store.state(migration_id)
         _check_phase(state, migration_id)
         if tailer is None:
-            tailer = open_tailer(sess.zk, migration_id, credentials=sess.credentials, batch_events=batch_events)
+            tailer = open_tailer(sess.zk, migration_id, credentials=sess.credentials)
         ckpt: Checkpoint = tailer.checkpoint_node  # type: ignore[attr-defined]
         if state.phase == Phase.COPYING:
             store.set_phase(migration_id, Phase.CATCHING_UP)

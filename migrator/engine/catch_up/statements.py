@@ -1,8 +1,9 @@
 """What catch-up does with a statement (DDL) that reaches the binlog of a moving schema.
 
-Runs in the catch-up worker, for every statement the streamer hands over
-(the streamer already dropped statements that cannot concern the moving
-schemas). :func:`classify` parses just enough of the statement to decide:
+Runs in the catch-up worker, for every statement the binlog reader hands over
+(the reader already dropped statements that cannot concern the moving
+schemas), between rounds of row changes: everything before the statement is
+committed on the target first (:mod:`.tailer`). :func:`classify` parses just enough of the statement to decide:
 
 * **apply**: the queue's partition maintenance (``DROP/REORGANIZE/ADD/TRUNCATE
   PARTITION`` and the other partition operations), ``TRUNCATE TABLE`` and
@@ -21,12 +22,16 @@ schemas). :func:`classify` parses just enough of the statement to decide:
 
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass
 from typing import Any
 
-from migrator.engine.catch_up.streamer import Statement
-from migrator.fleet.mysql import qualified
+import pymysql
+
+from migrator.engine.binlog.reader import Statement
+from migrator.errors import MigratorError
+from migrator.fleet.mysql import qualified, tag
 
 _NAME = r"(?:`(?:[^`]|``)+`|[A-Za-z0-9_$]+)"
 _REF = rf"(?P<ref>{_NAME}(?:\s*\.\s*{_NAME})?)"
@@ -188,3 +193,55 @@ def _index_only(rest: str) -> bool:
 
 def _split_list(refs: str) -> list[str]:
     return [r for r in (x.strip() for x in refs.split(",")) if r]
+
+
+# -- carrying a statement over -------------------------------------------------------------------
+
+log = logging.getLogger(__name__)
+TAG = tag("catchup")
+
+#: target errors that mean "this DDL was applied already" (a replay after a crash)
+ALREADY_APPLIED = {
+    1507,  # ER_DROP_PARTITION_NON_EXISTENT: partition listed does not exist
+    1517,  # ER_SAME_NAME_PARTITION: duplicate partition name
+    1061,  # ER_DUP_KEYNAME
+    1091,  # ER_CANT_DROP_FIELD_OR_KEY
+}
+
+
+class ApplierError(MigratorError):
+    component = "applier"
+
+
+class UnsafeStatement(ApplierError):
+    """A statement on a moving table cannot be carried over to the target safely."""
+
+
+def apply_statement(conn: pymysql.connections.Connection, st: Statement, moving_schemas: set[str],
+                    tables: set[str] | None, target_schema: Any) -> str:
+    """Carry one statement over on ``conn`` (autocommit off: committed here).
+
+    Returns "applied", "skipped" (already applied: a replay) or "ignored" (not
+    about a moving table). Raises :class:`UnsafeStatement`, or :class:`ApplierError`
+    when the target refuses it.
+    """
+    decision = classify(st, moving_schemas, tables)
+    if decision.action == "ignore":
+        return "ignored"
+    if decision.action == "unsafe":
+        raise UnsafeStatement(decision.reason)
+    sql = decision.render(target_schema)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(TAG + sql)
+        conn.commit()
+    except pymysql.err.MySQLError as exc:
+        code = exc.args[0] if exc.args else None
+        if code in ALREADY_APPLIED:
+            log.info("statement already applied on the target (%s): %s", exc.args[-1], sql)
+            return "skipped"
+        raise ApplierError(
+            f"carrying over `{short(st.query)}` to the target failed: {exc.args[-1] if exc.args else exc}; "
+            "fix the target table by hand and resume, or abort the migration"
+        ) from None
+    return "applied"

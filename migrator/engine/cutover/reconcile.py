@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import time
 
+from migrator.engine.binlog.reader import LocalReader
 from migrator.engine.catch_up.checkpoint import CHECKPOINT_KEY
-from migrator.engine.catch_up.streamer import BinlogStreamer
 from migrator.engine.cutover.direction import passive_of
 from migrator.engine.cutover.fence import Fence, Move
 from migrator.engine.cutover.passive_gate import PassiveGate
@@ -158,14 +158,15 @@ def skip_tombstone_renames(config: Config, zk: ZK, creds: Credentials, spec: Spe
         head = GtidPos.parse(binlog_pos(conn))
     first: GtidPos | None = None
     last: GtidPos | None = None
-    with BinlogStreamer(source, creds, start=GtidPos.parse(node["gtid"]), schemas=spec.databases) as st:
-        for txn in st.transactions(head, deadline=time.monotonic() + 120):
+    with LocalReader(source.address, source.port, creds.mysql_user, creds.mysql_password, node["gtid"],
+                     spec.databases) as st:
+        for txn in st.transactions(str(head), deadline=time.monotonic() + 120):
             if txn is None:
                 continue
             if any("RENAME TABLE" in x.query.upper() and marker in x.query for x in txn.statements):
                 if first is None:
-                    first = st.position_before(txn)
-                last = st.position
+                    first = GtidPos.parse(st.position_before(txn))
+                last = GtidPos.parse(st.position)
     if first is None or last is None:
         return None
     drainer = CatchUpDrainer(config, spec.id)

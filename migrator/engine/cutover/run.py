@@ -18,6 +18,7 @@ from typing import Any
 import pymysql
 from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_fixed
 
+from migrator.engine.binlog.rows import string_literal
 from migrator.engine.cutover.direction import Direction, forward
 from migrator.engine.cutover.errors import (
     ZK_LOST,
@@ -379,7 +380,8 @@ class CutoverRun:
         if self.collecting and self.verified_from == verified:
             got = self.drainer.collected()  # type: ignore[attr-defined]
             # trust the set only if the sentinel row the drain applied is in it
-            if all((self.token,) in got.get((db, SENTINEL_TABLE), set()) for db in self.spec.databases):
+            mark = (string_literal(self.token),)
+            if all(mark in got.get((db, SENTINEL_TABLE), set()) for db in self.spec.databases):
                 keys = {t.name: got.get((t.db, t.table), set()) for t in self.tables}
                 self.keys_from = "drain"
         if keys is None and self.tracker is not None and self.tracker.since == verified:

@@ -7,92 +7,92 @@ Three ways to get those keys, cheapest first: a drainer that is a
 :class:`KeyCollector` hands over the keys its own drain applied (no second
 binlog reader); a :class:`ChangeTracker` started before the freeze keeps
 reading in the background; :func:`changed_keys` reads the segment at once.
+
+Keys from the binlog are :class:`~migrator.engine.verify.checksums.LiteralKey`
+tuples: the primary-key values as the SQL literals the binlog decoder renders
+(:mod:`migrator.engine.binlog.rows`), exact for every column type and character
+set. They select rows (``WHERE (pk) IN (...)``); the rows found come back as
+ordinary values. :func:`as_values` turns literal keys into those values.
 """
 
 from __future__ import annotations
 
-import random
 import threading
 import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from migrator.engine.verify.checksums import Key, TableInfo, VerifyError
+import pymysql
+
+from migrator.engine.binlog.reader import LocalReader
+from migrator.engine.verify.checksums import Key, LiteralKey, TableInfo, VerifyError, keys_of
 from migrator.fleet.config import Credentials
-from migrator.fleet.gtid import Gtid, GtidPos
+from migrator.fleet.gtid import GtidPos
 from migrator.fleet.model import Host
+
+
+def _reader(host: Host, creds: Credentials, tables: Sequence[TableInfo], since: str) -> LocalReader:
+    return LocalReader(host.address, host.port, creds.mysql_user, creds.mysql_password, since,
+                       sorted({t.db for t in tables}), sorted({t.table for t in tables}))
+
+
+def _note(out: dict[str, set[Key]], names: dict[tuple[str, str], str], shapes: Any, txn: Any) -> None:
+    for sid, _kind, key, old_key, _row in txn.changes:
+        sh = shapes[sid]
+        name = names.get((sh.schema, sh.table))
+        if name is not None:
+            out[name].add(LiteralKey(key))
+            if old_key is not None:
+                out[name].add(LiteralKey(old_key))
 
 
 def changed_keys(host: Host, creds: Credentials, tables: Sequence[TableInfo], since: str, until: str, *,
                  timeout: float = 10.0) -> dict[str, set[Key]]:
     """Primary keys of ``tables`` that row events touched in ``(since, until]`` of ``host``'s binlog.
 
-    Reads only that binlog segment (python-mysql-replication, blocking with a
-    heartbeat, stopping at the commit that reaches ``until``), so its cost
-    follows the writes since ``since``, not the table sizes.
+    Reads only that binlog segment, stopping at the commit that reaches
+    ``until``, so its cost follows the writes since ``since``, not the table sizes.
     """
-    from pymysqlreplication import BinLogStreamReader
-    from pymysqlreplication.event import MariadbGtidEvent, QueryEvent, XidEvent
-    from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
-
-    target = GtidPos.parse(until)
-    seen = GtidPos.parse(since)
     out: dict[str, set[Key]] = {t.name: set() for t in tables}
-    if seen.contains(target):
+    if not tables or GtidPos.parse(since).contains(GtidPos.parse(until)):
         return out
-    by_name = {(t.db, t.table): t for t in tables}
-    stream = BinLogStreamReader(
-        connection_settings={"host": host.address, "port": host.port, "user": creds.mysql_user,
-                             "password": creds.mysql_password},
-        server_id=random.randint(1_000_000, 2_000_000_000),
-        is_mariadb=True,
-        auto_position=since,
-        blocking=True,
-        slave_heartbeat=0.5,
-        only_schemas=sorted({t.db for t in tables}),
-        only_events=[MariadbGtidEvent, XidEvent, QueryEvent, WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent],
-    )
+    names = {(t.db, t.table): t.name for t in tables}
     deadline = time.monotonic() + timeout
-    pending: Gtid | None = None
-    try:
-        for ev in stream:
-            if isinstance(ev, MariadbGtidEvent):
-                pending = Gtid(ev.domain_id, ev.server_id, ev.gtid_seq_no)
-                continue
-            if isinstance(ev, (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)):
-                t = by_name.get((ev.schema, ev.table))
-                if t is not None:
-                    for row in ev.rows:
-                        for image in ("values", "before_values", "after_values"):
-                            if image in row:
-                                out[t.name].add(tuple(row[image][c] for c in t.pk))
-                continue
-            committed = isinstance(ev, XidEvent) or (
-                isinstance(ev, QueryEvent) and ev.query.strip().upper() not in ("BEGIN", "")
-            )
-            if committed and pending is not None:
-                seen = seen.with_gtid(pending)
-                pending = None
-                if seen.contains(target):
-                    break
-            if time.monotonic() > deadline:
-                raise VerifyError(f"reading the binlog of {host.name} up to {until} took over {timeout:.1f}s",
-                                  phase="verify")
-    finally:
-        stream.close()
+    with _reader(host, creds, tables, since) as rd:
+        shapes = _Shapes(rd)
+        for txn in rd.transactions(until, deadline=deadline):
+            if txn is not None:
+                _note(out, names, shapes, txn)
+        if not GtidPos.parse(rd.position).contains(GtidPos.parse(until)):
+            raise VerifyError(f"reading the binlog of {host.name} up to {until} took over {timeout:.1f}s",
+                              phase="verify")
     return out
+
+
+class _Shapes:
+    """Shape ids of a :class:`LocalReader` -> shapes (the reader registers each on first sight)."""
+
+    def __init__(self, rd: LocalReader):
+        self.rd = rd
+        self.by_id: dict[int, Any] = {}
+
+    def __getitem__(self, sid: int) -> Any:
+        sh = self.by_id.get(sid)
+        if sh is None:
+            for s in self.rd.reader.take_shapes():
+                self.by_id[s.id] = s
+            sh = self.by_id[sid]
+        return sh
 
 
 class ChangeTracker:
     """:func:`changed_keys` kept running: a binlog reader started before a freeze.
 
     Started from ``since`` on a thread of its own; it collects the primary keys
-    of row events of ``tables`` and the position read so far. Inside the freeze,
-    :meth:`keys_until` only waits for the reader to pass the fence position
-    (milliseconds), instead of opening a binlog connection and reading the
-    segment then. Uses ``freeze_schema`` (no schema lookups per table map): the
-    moving tables take no DDL during a cutover (catch-up refuses it and
-    partition maintenance is paused on moving shards).
+    of row changes of ``tables`` and the position read so far. Inside the
+    freeze, :meth:`keys_until` only waits for the reader to pass the fence
+    position (milliseconds), instead of opening a binlog connection and reading
+    the segment then.
     """
 
     def __init__(self, host: Host, creds: Credentials, tables: Sequence[TableInfo], since: str):
@@ -105,57 +105,29 @@ class ChangeTracker:
         self.error: BaseException | None = None
         self._cond = threading.Condition()
         self._stop = False
-        self._stream: Any = None
-        self._thread: Any = None
+        self._rd: LocalReader | None = None
+        self._thread: threading.Thread | None = None
 
     def start(self) -> ChangeTracker:
-        from pymysqlreplication import BinLogStreamReader
-        from pymysqlreplication.event import MariadbGtidEvent, QueryEvent, XidEvent
-        from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
-
-        self._stream = BinLogStreamReader(
-            connection_settings={"host": self.host.address, "port": self.host.port, "user": self.creds.mysql_user,
-                                 "password": self.creds.mysql_password},
-            server_id=random.randint(1_000_000, 2_000_000_000),
-            is_mariadb=True,
-            auto_position=self.since,
-            blocking=True,
-            slave_heartbeat=0.1,
-            freeze_schema=True,
-            only_schemas=sorted({t.db for t in self.tables}),
-            only_events=[MariadbGtidEvent, XidEvent, QueryEvent, WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent],
-        )
-        by_name = {(t.db, t.table): t for t in self.tables}
-        row_events = (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)
+        self._rd = _reader(self.host, self.creds, self.tables, self.since)
+        names = {(t.db, t.table): t.name for t in self.tables}
 
         def run() -> None:
-            pending: Gtid | None = None
+            assert self._rd is not None
+            shapes = _Shapes(self._rd)
             try:
-                for ev in self._stream:
+                for txn in self._rd.transactions(None):
                     if self._stop:
                         return
-                    if isinstance(ev, MariadbGtidEvent):
-                        pending = Gtid(ev.domain_id, ev.server_id, ev.gtid_seq_no)
-                        continue
-                    if isinstance(ev, row_events):
-                        t = by_name.get((ev.schema, ev.table))
-                        if t is not None:
-                            got = set()
-                            for row in ev.rows:
-                                for image in ("values", "before_values", "after_values"):
-                                    if image in row:
-                                        got.add(tuple(row[image][c] for c in t.pk))
-                            with self._cond:
-                                self.keys[t.name] |= got
-                        continue
-                    committed = isinstance(ev, XidEvent) or (
-                        isinstance(ev, QueryEvent) and ev.query.strip().upper() not in ("BEGIN", ""))
-                    if committed and pending is not None:
-                        with self._cond:
-                            self.pos = self.pos.with_gtid(pending)
-                            self._cond.notify_all()
-                        pending = None
-            except BaseException as exc:  # reported to the waiter
+                    got: dict[str, set[Key]] = {n: set() for n in self.keys}
+                    if txn is not None:
+                        _note(got, names, shapes, txn)
+                    with self._cond:
+                        for n, ks in got.items():
+                            self.keys[n] |= ks
+                        self.pos = GtidPos.parse(self._rd.position)
+                        self._cond.notify_all()
+            except BaseException as exc:  # noqa: BLE001 - reported to the waiter
                 if not self._stop:
                     with self._cond:
                         self.error = exc
@@ -179,17 +151,28 @@ class ChangeTracker:
 
     def stop(self) -> None:
         self._stop = True
-        if self._stream is not None:
-            try:
-                self._stream.close()
-            except Exception:  # closing under a blocked read
-                pass
+        if self._rd is not None:
+            self._rd.close()  # ends a blocked read
         if self._thread is not None:
             self._thread.join(timeout=2)
 
 
+def as_values(sides: Iterable[tuple[pymysql.connections.Connection, TableInfo]], keys: Iterable[Key]) -> set[Key]:
+    """Literal keys as the key values a query returns, looked up on every given (connection, table).
+
+    A row deleted on one side is found on the other; a key found on neither
+    side names no row at all, and no row can differ there.
+    """
+    lits = [k for k in keys if isinstance(k, LiteralKey)]
+    out: set[Key] = {k for k in keys if not isinstance(k, LiteralKey)}
+    if lits:
+        for conn, t in sides:
+            out |= keys_of(conn, t, lits)
+    return out
+
+
 class KeyCollector:
-    """Collects the primary keys of the row events a catch-up tailer applies.
+    """Collects the primary keys of the row changes a catch-up tailer applies.
 
     Mixed into the drainers that own a :class:`~migrator.engine.catch_up.tailer.Tailer`: the
     cutover starts collecting right after its last drain before the freeze,
@@ -199,7 +182,6 @@ class KeyCollector:
     """
 
     _tailer: Any
-    _collecting: dict[tuple[str, str], tuple[tuple[str, ...], set[Key]]] | None = None
 
     @property
     def position(self) -> str | None:
@@ -208,35 +190,12 @@ class KeyCollector:
 
     def collect(self, keys: dict[tuple[str, str], tuple[str, ...]]) -> bool:
         """Start collecting keys of ``{(schema, table): pk columns}``; False if not possible."""
-        applier = getattr(self._tailer, "applier", None)
-        if applier is None or not hasattr(applier, "add"):
+        if self._tailer is None:
             return False
-        self._collecting = {k: (pk, set()) for k, pk in keys.items()}
-        if not getattr(applier, "_keys_wrapped", False):
-            inner = applier.add
-
-            def add(events: Iterable[Any]) -> int:
-                events = list(events)
-                self._note(events)
-                return inner(events)
-
-            applier.add = add
-            applier._keys_wrapped = True
+        self._tailer.collect(keys)
         return True
 
-    def _note(self, events: list[Any]) -> None:
-        coll = self._collecting
-        if coll is None:
-            return
-        for ev in events:
-            entry = coll.get((ev.schema, ev.table))
-            if entry is None:
-                continue
-            pk, out = entry
-            for row in ev.rows:
-                for image in ("values", "before_values", "after_values"):
-                    if image in row:
-                        out.add(tuple(row[image][c] for c in pk))
-
     def collected(self) -> dict[tuple[str, str], set[Key]]:
-        return {k: set(v[1]) for k, v in (self._collecting or {}).items()}
+        if self._tailer is None:
+            return {}
+        return {k: {LiteralKey(x) for x in v} for k, v in self._tailer.collected().items()}

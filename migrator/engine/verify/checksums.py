@@ -210,6 +210,24 @@ def boundary_sql(t: TableInfo, after: Sequence[Any] | None, step: int) -> tuple[
 Key = tuple[Any, ...]
 
 
+class LiteralKey(tuple):  # type: ignore[type-arg]
+    """A primary key as SQL literals (``('42', "X'6869'")``), as the binlog decoder renders it.
+
+    Such keys are written into the statement as they are (never bound as
+    parameters): they are exact whatever the column's type and character set.
+    """
+
+    __slots__ = ()
+
+
+def literal_keys_where(pk: Sequence[str], keys: Sequence[LiteralKey]) -> str:
+    """``(pk) IN ((lit, ...), ...)`` for literal keys (row constructors use the primary key index)."""
+    if len(pk) == 1:
+        return f"{ident(pk[0])} IN ({','.join(k[0] for k in keys)})"
+    cols = "(" + ",".join(ident(c) for c in pk) + ")"
+    return f"{cols} IN (" + ",".join("(" + ",".join(k) + ")" for k in keys) + ")"
+
+
 @dataclass
 class ChunkResult:
     table: str
@@ -246,9 +264,10 @@ def _key(row: Sequence[Any], n: int) -> Key:
 
 
 def prepare_session(conn: pymysql.connections.Connection) -> None:
-    """Same TIMESTAMP rendering on both sides."""
+    """Same TIMESTAMP rendering on both sides; a repair keeps explicit zero ids."""
     with conn.cursor() as cur:
-        cur.execute(TAG + "SET SESSION time_zone = '+00:00'")
+        # explicit zero ids stay zero when a repair REPLACEs a row
+        cur.execute(TAG + "SET SESSION time_zone = '+00:00', sql_mode = 'NO_AUTO_VALUE_ON_ZERO,NO_ENGINE_SUBSTITUTION'")
 
 
 def chunk_bounds(conn: pymysql.connections.Connection, t: TableInfo,
@@ -280,18 +299,37 @@ def row_hashes(conn: pymysql.connections.Connection, t: TableInfo, lo: Key | Non
     return {_key(r, n): int(r[n]) for r in query(conn, sql, args)}
 
 
+def _select_keys(t: TableInfo, part: Sequence[Key]) -> tuple[str, list[Any] | None]:
+    """The WHERE of a batch of keys: literal keys inline, value keys as parameters."""
+    if part and isinstance(part[0], LiteralKey):
+        return literal_keys_where(t.pk, part), None  # type: ignore[arg-type]
+    return keys_where(t.pk, len(part)), [v for k in part for v in k]
+
+
 def row_hashes_for(conn: pymysql.connections.Connection, t: TableInfo, keys: Sequence[Key],
                    batch: int = 200) -> dict[Key, int]:
+    """Row hashes of the rows with these keys (value keys or :class:`LiteralKey`, not mixed),
+    keyed by the key values the query returns."""
     out: dict[Key, int] = {}
     n = len(t.pk)
     pk = ", ".join(ident(c) for c in t.pk)
     for i in range(0, len(keys), batch):
-        part = keys[i:i + batch]
-        args = [v for k in part for v in k]
-        sql = (f"{TAG}SELECT {pk}, {row_image_sql(t.columns)} FROM {qualified(t.db, t.table)} "
-               f"WHERE {keys_where(t.pk, len(part))}")
+        where, args = _select_keys(t, keys[i:i + batch])
+        sql = f"{TAG}SELECT {pk}, {row_image_sql(t.columns)} FROM {qualified(t.db, t.table)} WHERE {where}"
         for r in query(conn, sql, args):
             out[_key(r, n)] = int(r[n])
+    return out
+
+
+def keys_of(conn: pymysql.connections.Connection, t: TableInfo, keys: Sequence[Key], batch: int = 500) -> set[Key]:
+    """The key values of the rows these keys select (the rows that exist on this side)."""
+    out: set[Key] = set()
+    n = len(t.pk)
+    pk = ", ".join(ident(c) for c in t.pk)
+    for i in range(0, len(keys), batch):
+        where, args = _select_keys(t, keys[i:i + batch])
+        for r in query(conn, f"{TAG}SELECT {pk} FROM {qualified(t.db, t.table)} WHERE {where}", args):
+            out.add(_key(r, n))
     return out
 
 

@@ -100,10 +100,7 @@ class CatchUpDrainer(TailDrainer):
 
     def open(self) -> CatchUpDrainer:
         if self._tailer is None:
-            self._tailer = open_tailer(self.config, self.migration_id)
             # A queue-partition tail keeps only the partition's tables; the cutover's
             # sentinel row lives beside them in the same db and must come through too.
-            streamer = self._tailer.streamer
-            if streamer.tables is not None and SENTINEL_TABLE not in streamer.tables:
-                streamer.tables = sorted({*streamer.tables, SENTINEL_TABLE})
+            self._tailer = open_tailer(self.config, self.migration_id, extra_tables=(SENTINEL_TABLE,))
         return self

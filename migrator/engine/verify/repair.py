@@ -28,6 +28,7 @@ import pymysql
 from migrator.engine.verify.checksums import (
     TAG,
     Key,
+    LiteralKey,
     RowDiff,
     Side,
     TableInfo,
@@ -83,13 +84,18 @@ def check_chunk(src: Side, dst: Side, t: TableInfo, lo: Key | None, hi: Key | No
 
 def check_rows(src: Side, dst: Side, t: TableInfo, keys: Iterable[Key], *,
                repair: bool) -> tuple[list[RowDiff], int]:
-    """Compare (and optionally re-copy) the given rows by primary key."""
+    """Compare (and optionally re-copy) the given rows by primary key (key values, or
+    :class:`~migrator.engine.verify.checksums.LiteralKey` tuples from the binlog)."""
     keys = sorted(set(keys), key=repr)
     if not keys:
         return [], 0
     s_t, d_t = t.on(src.db_of(t.db)), t.on(dst.db_of(t.db))
-    s = row_hashes_for(src.conn, s_t, keys)
-    d = row_hashes_for(dst.conn, d_t, keys)
+    s: dict[Key, int] = {}
+    d: dict[Key, int] = {}
+    for group in ([k for k in keys if isinstance(k, LiteralKey)], [k for k in keys if not isinstance(k, LiteralKey)]):
+        if group:
+            s.update(row_hashes_for(src.conn, s_t, group))
+            d.update(row_hashes_for(dst.conn, d_t, group))
     diffs = diff_hashes(t.name, s, d)
     fixed = repair_rows(src.conn, dst.conn, s_t, d_t, diffs) if (repair and diffs) else 0
     return diffs, fixed

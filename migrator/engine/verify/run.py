@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from migrator.engine.migration import MigrationStore, Phase
-from migrator.engine.verify.changes import changed_keys
+from migrator.engine.verify.changes import as_values, changed_keys
 from migrator.engine.verify.checksums import (
     ChunkResult,
     Key,
@@ -186,9 +186,14 @@ def run_full_check(src: Side, dst: Side, tables: Sequence[TableInfo], migration_
     moved: dict[str, set[Key]] = {}
     if per_chunk and changes is not None:
         moved = changes(start, binlog_pos(src.conn))  # read after the diffs: covers every write they saw
+    moved_values: dict[str, set[Key]] = {}
     for r, diffs in per_chunk:
         t = by_name[r.table]
-        real = [d for d in diffs if d.key not in moved.get(t.name, set())]
+        if t.name not in moved_values:
+            # the binlog's keys are literals: look them up on both sides to get comparable values
+            sides = ((src.conn, t.on(src.db_of(t.db))), (dst.conn, t.on(dst.db_of(t.db))))
+            moved_values[t.name] = as_values(sides, moved.get(t.name, set()))
+        real = [d for d in diffs if d.key not in moved_values[t.name]]
         report.in_flight_rows += len(diffs) - len(real)
         report.differing_rows.extend(real)
         if not real:

@@ -7,13 +7,14 @@ import random
 
 import pytest
 
+from migrator.engine.catch_up.lanes import Pacer
 from migrator.engine.catch_up.tailer import Tailer
 from migrator.fleet.gtid import GtidPos
 from tests.integration.engine import catchup_helpers as h
 
 
-@pytest.mark.parametrize("pipeline", [False, True], ids=["inline", "pipelined"])
-def test_tailer_applies_into_a_renamed_schema(fleet, pipeline):
+@pytest.mark.parametrize("lanes", [1, 4], ids=["one-lane", "four-lanes"])
+def test_tailer_applies_into_a_renamed_schema(fleet, lanes):
     h.create_extra_tables(fleet, shards=(2,), rows=20)
     src_db, dst_db = "db00002", "tomb_db00002"
     with h.conn(fleet, h.SOURCE) as src, h.conn(fleet, h.TARGET) as dst, src.cursor() as sc, dst.cursor() as dc:
@@ -43,7 +44,7 @@ def test_tailer_applies_into_a_renamed_schema(fleet, pipeline):
         head = h.binlog_pos(src)
     hosts = fleet.hosts
     with Tailer(hosts[h.SOURCE], hosts[h.TARGET], fleet.credentials, start=GtidPos.parse(start),
-                schema_map={src_db: dst_db}, pipeline=pipeline, batch_events=50) as tailer:
+                schema_map={src_db: dst_db}, pacer=Pacer(lanes=lanes, round_rows=50, adapt=False)) as tailer:
         stats = tailer.apply_until(GtidPos.parse(head), timeout_s=30)
     assert stats.reached and stats.statements == 2
     with h.conn(fleet, h.SOURCE) as src, h.conn(fleet, h.TARGET) as dst:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from migrator.engine.binlog.reader import Statement
 from migrator.engine.catch_up.statements import classify
-from migrator.engine.catch_up.streamer import Statement
 
 MOVING = {"db00001", "db00002"}
 

@@ -1,0 +1,605 @@
+"""The binlog reader: whole source transactions of the moving tables, decoded, in binlog order.
+
+Runs in its own process during catch-up (:func:`start_reader`,
+:func:`run_reader`), so reading and decoding the binlog never waits for the
+target's commits, and in the calling process where a short segment or only
+keys are wanted (:class:`LocalReader`: verify, the cutover's compare).
+
+What it does with each event (see :mod:`.client` for the framing, :mod:`.rows`
+for the decoding):
+
+* a table-map event names a table: other schemas and tables are dropped right
+  there, so their row events are skipped without being decoded; the shape of
+  a kept table is cached by the exact bytes of its table map (an ALTER changes
+  them, so a reused table id can never decode with a stale shape);
+* row events of kept tables become :class:`Change` records: the key (SQL
+  literals of the primary-key columns), the full after image for inserts and
+  updates, and the old key when an update changed the key;
+* ``GTID`` opens a transaction, ``XID``/``COMMIT`` close it; a statement that
+  is not ``BEGIN``/``COMMIT`` is handed over as a :class:`Statement` (the
+  applier decides what DDL means); a stand-alone GTID group is one statement;
+* XA: a group that ends in ``XA PREPARE`` is held until its ``XA COMMIT``
+  (then applied, under the commit's GTID) or ``XA ROLLBACK`` (then dropped).
+  While a prepared transaction is unresolved the safe position of its domain
+  stays before it, so a restart reads it again.
+
+Position: :attr:`TxnReader.position` is the GTID position every transaction
+up to which has been read whole; it advances over transactions of other
+schemas too, so a target position is always reached.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from migrator.engine.binlog import client as bl
+from migrator.engine.binlog.rows import (
+    DELETE,
+    UPDATE,
+    WRITE,
+    RowFormatError,
+    TableMap,
+    decode_rows,
+    parse_table_map,
+    rows_header,
+)
+
+_MISSING = object()
+
+# GTID event flags2 (MariaDB)
+FL_STANDALONE = 0x01
+FL_GROUP_COMMIT_ID = 0x02
+FL_PREPARED_XA = 0x40
+FL_COMPLETED_XA = 0x80
+
+_KIND = {bl.WRITE_ROWS_V1: WRITE, bl.UPDATE_ROWS_V1: UPDATE, bl.DELETE_ROWS_V1: DELETE,
+         bl.WRITE_ROWS_V2: WRITE, bl.UPDATE_ROWS_V2: UPDATE, bl.DELETE_ROWS_V2: DELETE,
+         bl.WRITE_ROWS_COMPRESSED_V1: WRITE, bl.UPDATE_ROWS_COMPRESSED_V1: UPDATE,
+         bl.DELETE_ROWS_COMPRESSED_V1: DELETE}
+_V2 = frozenset({bl.WRITE_ROWS_V2, bl.UPDATE_ROWS_V2, bl.DELETE_ROWS_V2})
+_COMPRESSED = frozenset({bl.WRITE_ROWS_COMPRESSED_V1, bl.UPDATE_ROWS_COMPRESSED_V1, bl.DELETE_ROWS_COMPRESSED_V1})
+
+
+class ReaderError(Exception):
+    """The binlog cannot be followed (the message says why and what to do)."""
+
+    def __init__(self, message: str, code: int | None = None):
+        super().__init__(message)
+        self.code = code
+
+
+class Gtid(NamedTuple):
+    domain: int
+    server: int
+    seq: int
+
+    def __str__(self) -> str:
+        return f"{self.domain}-{self.server}-{self.seq}"
+
+
+def parse_pos(text: str) -> dict[int, Gtid]:
+    out: dict[int, Gtid] = {}
+    for part in (text or "").replace("\n", ",").split(","):
+        part = part.strip()
+        if part:
+            d, s, q = (int(x) for x in part.split("-"))
+            out[d] = Gtid(d, s, q)
+    return out
+
+
+def format_pos(pos: dict[int, Gtid]) -> str:
+    return ",".join(str(pos[d]) for d in sorted(pos))
+
+
+def contains(pos: dict[int, Gtid], want: dict[int, Gtid]) -> bool:
+    for d, g in want.items():
+        have = pos.get(d)
+        if have is None or have.seq < g.seq:
+            return False
+    return True
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """What the applier needs to know of a kept table (sent once per table-map shape)."""
+
+    id: int
+    schema: str
+    table: str
+    names: tuple[str, ...]
+    pk: tuple[int, ...]
+
+    @property
+    def key_names(self) -> tuple[str, ...]:
+        return tuple(self.names[i] for i in self.pk)
+
+
+#: one row change: (shape id, kind, key literals, old key literals or None, after-image literals or None)
+Change = tuple[int, str, tuple[str, ...], "tuple[str, ...] | None", "tuple[str, ...] | None"]
+
+
+class Statement(NamedTuple):
+    schema: str
+    query: str
+
+
+class Committed(NamedTuple):
+    """One committed source transaction, reduced to what concerns the moving tables (what the
+    reader process sends: a tuple, cheap to pickle)."""
+
+    gtid: Gtid
+    prev: Gtid | None
+    timestamp: int
+    changes: list[Change]
+    statements: list[Statement]
+    size: int
+
+
+@dataclass(slots=True)
+class Txn:
+    """A source transaction being read."""
+
+    gtid: Gtid
+    timestamp: int
+    prev: Gtid | None = None
+    changes: list[Change] = field(default_factory=list)
+    statements: list[Statement] = field(default_factory=list)
+    size: int = 0
+    xid: bytes | None = None
+
+    def done(self) -> Committed:
+        return Committed(self.gtid, self.prev, self.timestamp, self.changes, self.statements, self.size)
+
+
+def _query_text(body: bytes) -> tuple[str, str]:
+    """(schema, query) of a QUERY event body."""
+    db_len = body[8]
+    sv_len = body[11] | body[12] << 8
+    p = 13 + sv_len
+    schema = body[p:p + db_len].decode("utf-8", "replace")
+    return schema, body[p + db_len + 1:].decode("utf-8", "replace")
+
+
+def _gtid_xid(body: bytes, flags2: int) -> bytes | None:
+    p = 13
+    if flags2 & FL_GROUP_COMMIT_ID:
+        p += 8
+    if flags2 & (FL_PREPARED_XA | FL_COMPLETED_XA):
+        gl, ql = body[p + 4], body[p + 5]
+        return body[p:p + 6 + gl + ql]
+    return None
+
+
+class TxnReader:
+    """Turns framed events into :class:`Txn` records of the kept tables (no I/O of its own)."""
+
+    def __init__(self, start: str, schemas: Iterable[str], tables: Iterable[str] | None = None):
+        self.pos = parse_pos(start)
+        self.schemas = frozenset(schemas)
+        self.tables = frozenset(tables) if tables else None
+        self._maps: dict[int, TableMap | None] = {}
+        self._shapes: dict[bytes, tuple[TableMap, Shape] | None] = {}
+        self._by_table: dict[int, tuple[TableMap, Shape]] = {}
+        self.new_shapes: list[Shape] = []
+        self._txn: Txn | None = None
+        self._standalone = False
+        self._held: dict[bytes, Txn] = {}  # prepared XA groups, by xid
+        self.transactions_read = 0
+        self.last_ts = 0
+
+    # -- positions --------------------------------------------------------------------
+    @property
+    def position(self) -> dict[int, Gtid]:
+        """Every transaction up to here was read whole (capped before unresolved XA prepares)."""
+        if not self._held:
+            return dict(self.pos)
+        out = dict(self.pos)
+        for t in self._held.values():
+            d = t.gtid.domain
+            cap = t.prev
+            if cap is None:
+                out.pop(d, None)
+            elif d in out and out[d].seq > cap.seq:
+                out[d] = cap
+        return out
+
+    def keep_table(self, schema: str, table: str) -> bool:
+        return schema in self.schemas and (self.tables is None or table in self.tables)
+
+    # -- events -------------------------------------------------------------------------
+    def feed(self, ev: bl.Event) -> Committed | None:
+        """Take one event; return a transaction when one of kept rows or statements ended."""
+        t = ev.type
+        if t in _KIND:
+            txn = self._txn
+            if txn is None:
+                return None
+            body = ev.body
+            tid = int.from_bytes(body[0:6], "little")
+            entry = self._by_table.get(tid)
+            if entry is None:
+                return None  # a table we do not keep: never decoded
+            if t in _COMPRESSED:
+                body = bl.decompress(body, 8)
+            tm, shape = entry
+            _, _, p = rows_header(body, t in _V2)
+            kind = _KIND[t]
+            rows = decode_rows(body, tm, kind, p)
+            pk = tm.pk
+            ch = txn.changes
+            sid = shape.id
+            if kind == WRITE:
+                for r in rows:
+                    ch.append((sid, WRITE, tuple(r[i] for i in pk), None, r))  # type: ignore[index]
+            elif kind == DELETE:
+                for r in rows:
+                    ch.append((sid, DELETE, tuple(r[i] for i in pk), None, None))  # type: ignore[index]
+            else:
+                for before, after in rows:  # type: ignore[misc]
+                    kb = tuple(before[i] for i in pk)
+                    ka = tuple(after[i] for i in pk)
+                    ch.append((sid, UPDATE, ka, kb if kb != ka else None, after))
+            txn.size += len(ev.body)
+            return None
+        if t == bl.TABLE_MAP:
+            self._table_map(ev.body)
+            return None
+        if t == bl.GTID:
+            body = ev.body
+            seq = int.from_bytes(body[0:8], "little")
+            domain = int.from_bytes(body[8:12], "little")
+            flags2 = body[12]
+            self._txn = Txn(Gtid(domain, ev.server_id, seq), ev.timestamp)
+            self._standalone = bool(flags2 & FL_STANDALONE)
+            if flags2 & (FL_PREPARED_XA | FL_COMPLETED_XA):
+                self._txn.xid = _gtid_xid(body, flags2)
+            return None
+        if t == bl.XID:
+            return self._end()
+        if t in (bl.QUERY, bl.QUERY_COMPRESSED):
+            body = ev.body if t == bl.QUERY else _inflate_query(ev.body)
+            schema, q = _query_text(body)
+            head = q.lstrip()[:12].upper()
+            if head.startswith("BEGIN") or head.startswith("XA START") or head.startswith("XA END"):
+                return None
+            if head.startswith("COMMIT"):
+                return self._end()
+            if head.startswith("ROLLBACK"):
+                self._txn = None  # nothing of it reached the data
+                return None
+            if head.startswith("XA COMMIT") or head.startswith("XA ROLLBACK"):
+                return self._complete_xa(commit=head.startswith("XA COMMIT"))
+            txn = self._txn
+            if txn is not None and self._mentions(schema, q):
+                txn.statements.append(Statement(schema, q))
+            # a statement may change any table's shape: forget the table maps read so far
+            self._maps.clear()
+            self._by_table.clear()
+            if self._standalone:
+                return self._end()
+            return None
+        if t == bl.XA_PREPARE:
+            one_phase = ev.body[0]
+            if one_phase:
+                return self._end()
+            txn = self._txn
+            self._txn = None
+            if txn is None:
+                return None
+            self._advance(txn)
+            if txn.xid is None:
+                raise ReaderError(f"an XA PREPARE at {txn.gtid} carries no xid in its GTID event")
+            self._held[txn.xid] = txn
+            return None
+        if t == bl.ROTATE:
+            # a server restart reuses table ids and always starts a new binlog file
+            self._maps.clear()
+            self._by_table.clear()
+            return None
+        if t == bl.START_ENCRYPTION:
+            raise ReaderError("the source sent an encrypted binlog event stream; catch-up reads plain events")
+        return None
+
+    def _mentions(self, schema: str, q: str) -> bool:
+        if schema in self.schemas:
+            return True
+        low = q.lower()
+        return any(s.lower() in low for s in self.schemas)
+
+    def _table_map(self, body: bytes) -> None:
+        tid = int.from_bytes(body[0:6], "little")
+        key = body[6:]  # everything but the table id: the table and its shape
+        entry = self._shapes.get(key, _MISSING)
+        if entry is _MISSING:
+            entry = self._new_table_map(body, key)
+        if entry is None:
+            self._by_table.pop(tid, None)
+        else:
+            self._by_table[tid] = entry
+
+    def _new_table_map(self, body: bytes, key: bytes) -> tuple[TableMap, Shape] | None:
+        p = 8
+        sl = body[p]
+        schema = body[p + 1:p + 1 + sl].decode("utf-8")
+        p += 2 + sl
+        tl = body[p]
+        table = body[p + 1:p + 1 + tl].decode("utf-8")
+        if not self.keep_table(schema, table):
+            self._shapes[key] = None
+            return None
+        tm = parse_table_map(body)
+        try:
+            tm.check()
+            tm.decoder()
+        except RowFormatError as exc:
+            raise ReaderError(str(exc)) from None
+        shape = Shape(len(self._shapes) + 1, schema, table, tm.names, tm.pk)
+        self._shapes[key] = (tm, shape)
+        self.new_shapes.append(shape)
+        return (tm, shape)
+
+    def _advance(self, txn: Txn) -> None:
+        g = txn.gtid
+        txn.prev = self.pos.get(g.domain)
+        self.pos[g.domain] = g
+        self.transactions_read += 1
+        self.last_ts = txn.timestamp
+
+    def _end(self) -> Committed | None:
+        txn = self._txn
+        self._txn = None
+        if txn is None:
+            return None
+        self._advance(txn)
+        return txn.done() if (txn.changes or txn.statements) else None
+
+    def _complete_xa(self, *, commit: bool) -> Committed | None:
+        txn = self._txn
+        self._txn = None
+        if txn is None:
+            return None
+        self._advance(txn)
+        held = self._held.pop(txn.xid, None) if txn.xid is not None else None
+        if held is None:
+            if commit and txn.xid is not None:
+                raise ReaderError(
+                    f"XA COMMIT at {txn.gtid} ends a transaction prepared before catch-up's start position: its "
+                    "rows were neither in the copy nor in the binlog read; redo the copy (`migrator restart-copy "
+                    "ID`) once no XA transaction is left prepared on the source (XA RECOVER)")
+            return None
+        if not commit:
+            return None  # rolled back: nothing of it applies
+        txn.changes = held.changes
+        txn.statements = held.statements
+        txn.size = held.size
+        return txn.done() if (txn.changes or txn.statements) else None
+
+    def take_shapes(self) -> list[Shape]:
+        out, self.new_shapes = self.new_shapes, []
+        return out
+
+
+def _inflate_query(body: bytes) -> bytes:
+    sv_len = body[11] | body[12] << 8
+    db_len = body[8]
+    head = 13 + sv_len + db_len + 1
+    return bl.decompress(body, head)
+
+
+# -- the reader process ------------------------------------------------------------------------------
+
+@dataclass
+class ReaderSpec:
+    """Everything the reader process needs (sent over the spawn pipe, never on a command line)."""
+
+    host: str
+    port: int
+    user: str
+    password: str
+    start: str
+    schemas: tuple[str, ...]
+    tables: tuple[str, ...] | None
+    heartbeat_s: float = 0.25
+    batch_changes: int = 2000
+    batch_s: float = 0.02
+    tick_s: float = 0.1
+
+
+def run_reader(spec: ReaderSpec, conn: Any) -> None:
+    """Entry point of the reader process: read, decode and send batches until told to stop.
+
+    Messages sent: ``("shapes", [Shape...])``, ``("txns", [Txn...], position, last_ts)``,
+    ``("tick", position, last_ts)`` when idle, ``("error", message, code)`` before exiting
+    on an error. The parent's only message is ``"stop"`` (or closing the pipe).
+    """
+    _die_with_parent()
+    client = None
+    try:
+        client = bl.BinlogClient(spec.host, spec.port, spec.user, spec.password, spec.start,
+                                 heartbeat_s=spec.heartbeat_s)
+        rd = TxnReader(spec.start, spec.schemas, spec.tables)
+        batch: list[Committed] = []
+        nchanges = 0
+        started = last_tick = time.monotonic()
+        polls = 0
+        for ev in client.events():
+            txn = rd.feed(ev)
+            if rd.new_shapes:
+                conn.send(("shapes", rd.take_shapes()))
+            if txn is not None:
+                if not batch:
+                    started = time.monotonic()
+                batch.append(txn)
+                nchanges += len(txn.changes) + len(txn.statements)
+            now = time.monotonic()
+            if batch and (nchanges >= spec.batch_changes or now - started >= spec.batch_s
+                          or ev.type == bl.HEARTBEAT or txn is not None and txn.statements):
+                conn.send(("txns", batch, format_pos(rd.position), rd.last_ts))
+                batch, nchanges = [], 0
+                last_tick = now
+            elif not batch and now - last_tick >= spec.tick_s:
+                conn.send(("tick", format_pos(rd.position), rd.last_ts))
+                last_tick = now
+            polls += 1
+            if polls >= 512 or ev.type == bl.HEARTBEAT:
+                polls = 0
+                if conn.poll():
+                    msg = conn.recv()
+                    if msg == "stop":
+                        return
+    except (bl.BinlogError, ReaderError) as exc:
+        _send_error(conn, str(exc), getattr(exc, "code", None))
+    except (BrokenPipeError, EOFError, KeyboardInterrupt):
+        return
+    except BaseException as exc:  # noqa: BLE001 - reported to the parent, which raises it
+        _send_error(conn, f"{type(exc).__name__}: {exc}", None)
+    finally:
+        if client is not None:
+            client.close()
+
+
+class _Pipe:
+    """Both directions of a reader-process pipe as one object with send/recv/poll/close."""
+
+    def __init__(self, rfd: int, wfd: int):
+        from multiprocessing.connection import Connection
+
+        self._r = Connection(rfd, writable=False)
+        self._w = Connection(wfd, readable=False)
+
+    def send(self, obj: Any) -> None:
+        self._w.send(obj)
+
+    def recv(self) -> Any:
+        return self._r.recv()
+
+    def poll(self, timeout: float = 0.0) -> bool:
+        return self._r.poll(timeout)
+
+    def close(self) -> None:
+        for c in (self._r, self._w):
+            try:
+                c.close()
+            except OSError:
+                pass
+
+
+def start_reader(spec: ReaderSpec) -> tuple[Any, _Pipe]:
+    """Start the reader process (a fresh interpreter running this module) and send it ``spec``.
+
+    A plain subprocess rather than multiprocessing's spawn: spawn re-imports the
+    parent's ``__main__`` (an RQ worker, the CLI, pytest) in the child. The spec,
+    credentials included, goes through the pipe, never the command line or environment.
+    """
+    import subprocess
+    import sys
+
+    to_child_r, to_child_w = os.pipe()
+    to_parent_r, to_parent_w = os.pipe()
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    proc = subprocess.Popen([sys.executable, "-m", __name__, str(to_child_r), str(to_parent_w)],
+                            pass_fds=(to_child_r, to_parent_w), close_fds=True, env=env, stdin=subprocess.DEVNULL)
+    os.close(to_child_r)
+    os.close(to_parent_w)
+    pipe = _Pipe(to_parent_r, to_child_w)
+    pipe.send(spec)
+    return proc, pipe
+
+
+def main(argv: list[str]) -> None:
+    pipe = _Pipe(int(argv[1]), int(argv[2]))
+    try:
+        spec = pipe.recv()
+    except EOFError:
+        return
+    run_reader(spec, pipe)
+
+
+def _send_error(conn: Any, message: str, code: int | None) -> None:
+    try:
+        conn.send(("error", message, code))
+    except Exception:  # noqa: BLE001 - the parent is gone
+        pass
+
+
+def _die_with_parent() -> None:
+    """Ask Linux to kill this process when its parent dies (a kill -9 of the worker leaves no orphan)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        if os.getppid() == 1:
+            os._exit(1)
+    except Exception:  # noqa: BLE001 - not Linux: the closed pipe still ends us
+        pass
+
+
+class LocalReader:
+    """The reader in the calling process, for short segments and key collection (verify, the
+    cutover, write-rate samples): no process of its own, no decoding ahead.
+
+    ``transactions(until, deadline)`` yields kept transactions, and ``None`` at
+    least every ``tick_s`` so the caller can look at :attr:`position` and the time.
+    """
+
+    def __init__(self, address: str, port: int, user: str, password: str, start: str, schemas: Iterable[str],
+                 tables: Iterable[str] | None = None, *, heartbeat_s: float = 0.2):
+        self.client = bl.BinlogClient(address, port, user, password, start, heartbeat_s=heartbeat_s)
+        self.reader = TxnReader(start, schemas, tables)
+
+    @property
+    def position(self) -> str:
+        return format_pos(self.reader.position)
+
+    def position_before(self, txn: Committed) -> str:
+        """:attr:`position` as it was just before ``txn`` (the last one yielded)."""
+        before = dict(self.reader.position)
+        if txn.prev is None:
+            before.pop(txn.gtid.domain, None)
+        else:
+            before[txn.gtid.domain] = txn.prev
+        return format_pos(before)
+
+    def transactions(self, until: str | None = None, *, deadline: float | None = None,
+                     tick_s: float = 0.1) -> Iterator[Committed | None]:
+        want = parse_pos(until) if until is not None else None
+        if want is not None and contains(self.reader.position, want):
+            return
+        last = time.monotonic()
+        for ev in self.client.events():
+            txn = self.reader.feed(ev)
+            if txn is not None:
+                yield txn
+            if want is not None and contains(self.reader.position, want):
+                return
+            now = time.monotonic()
+            if now - last >= tick_s or ev.type == bl.HEARTBEAT:
+                last = now
+                yield None
+            if deadline is not None and now >= deadline:
+                return
+
+    def close(self) -> None:
+        self.client.close()
+
+    def __enter__(self) -> LocalReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+if __name__ == "__main__":
+    # run as `python -m <this module>`: import it under its real name, so what it
+    # pickles (Shape, Txn...) unpickles in the parent as the same classes
+    import importlib
+    import sys
+
+    importlib.import_module(__spec__.name).main(sys.argv)

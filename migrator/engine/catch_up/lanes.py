@@ -1,0 +1,399 @@
+"""Applier lanes: row changes written to the target on several connections at once, in rounds.
+
+Runs in the catch-up worker process, fed by the binlog reader process
+(:mod:`migrator.engine.binlog.reader`) through :mod:`.tailer`. Every row change
+goes to lane ``hash(table, key) % lanes``, so all changes of one key stay in one lane, in binlog order. Within a lane
+the changes of one *round* are collapsed per key (the last change of a key
+wins: ``REPLACE`` of its after image, or ``DELETE`` by key; an update that
+changes the key deletes the old key in the old key's lane), then written in
+one target transaction: one multi-row ``DELETE`` and one multi-row
+``REPLACE`` per table. Idempotent by key, so replaying from an earlier
+position converges.
+
+Rounds are the unit of progress: a round is every change read up to a
+position; each lane commits its part; once every lane has committed, the
+round's end position is the checkpoint. So the checkpoint is always the
+highest position that every lane has committed, and a kill -9 with lanes at
+different points of a round replays that round from the previous checkpoint,
+harmlessly. While the lanes write round *k*, round *k+1* is collected from the
+reader (:meth:`LaneSet.submit` returns at once; :meth:`LaneSet.wait` joins).
+
+Round size and lane count adapt (:class:`Pacer`): a round aims at
+``round_target_ms`` of writing; the lane count moves by one at a time toward
+whichever count gave the best measured row rate.
+
+Why lanes when one connection already outruns the decoder on small rows: a
+lane's round is a wait on the target server (parse, index maintenance, its
+binlog); several lanes keep several server threads busy while Python builds
+the next statements, which pays off on wide rows, on tables with many
+secondary indexes and on machines with more cores than this one.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pymysql
+from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
+
+from migrator.fleet.mysql import tag
+
+log = logging.getLogger(__name__)
+
+TAG = tag("catchup")
+MAX_ROWS_PER_STATEMENT = 1000
+MAX_BYTES_PER_STATEMENT = 4 << 20
+#: the target session: explicit zero ids stay zero, TIMESTAMP literals are UTC, no FK checks on replay
+SESSION = ("SET SESSION time_zone = '+00:00', foreign_key_checks = 0, "
+           "sql_mode = 'NO_AUTO_VALUE_ON_ZERO,NO_ENGINE_SUBSTITUTION'")
+
+
+@dataclass
+class Target:
+    """Where one table's rows go, and which of its columns a REPLACE may write."""
+
+    sql_table: str                  # `db`.`table` on the target
+    columns_sql: str                # the REPLACE column list
+    take: tuple[int, ...] | None    # indexes of the writable columns in the row image (None: all)
+    key_sql: tuple[str, ...]        # quoted key column names
+
+
+class LaneError(Exception):
+    pass
+
+
+# -- one lane's part of a round ---------------------------------------------------------------
+
+class Part:
+    """The collapsed changes of one round for one lane: per table, upserts and deletes by key."""
+
+    __slots__ = ("ups", "dels", "ops")
+
+    def __init__(self) -> None:
+        self.ups: dict[int, dict[tuple[str, ...], tuple[str, ...]]] = {}
+        self.dels: dict[int, dict[tuple[str, ...], None]] = {}
+        self.ops = 0
+
+    def upsert(self, tkey: int, key: tuple[str, ...], row: tuple[str, ...]) -> None:
+        d = self.dels.get(tkey)
+        if d:
+            d.pop(key, None)
+        u = self.ups.get(tkey)
+        if u is None:
+            u = self.ups[tkey] = {}
+        u[key] = row
+        self.ops += 1
+
+    def delete(self, tkey: int, key: tuple[str, ...]) -> None:
+        u = self.ups.get(tkey)
+        if u:
+            u.pop(key, None)
+        d = self.dels.get(tkey)
+        if d is None:
+            d = self.dels[tkey] = {}
+        d[key] = None
+        self.ops += 1
+
+    def __bool__(self) -> bool:
+        return self.ops > 0
+
+
+def _retryable(exc: BaseException) -> bool:
+    if isinstance(exc, pymysql.err.OperationalError):
+        return bool(exc.args) and exc.args[0] in (1213, 1205, 2006, 2013, 2003)
+    return isinstance(exc, pymysql.err.InterfaceError)
+
+
+#: fault injection for tests: lane i waits i times this long before it commits a round, so a kill
+#: can land while some lanes have committed the round and others have not
+STAGGER_ENV = "MIGRATOR_FAULT_LANE_STAGGER_MS"
+
+
+class Lane:
+    """One target connection and the thread that writes its parts."""
+
+    def __init__(self, index: int, connect: Callable[[], pymysql.connections.Connection],
+                 targets: Callable[[int], Target]):
+        self.index = index
+        self.stagger_s = index * float(os.environ.get(STAGGER_ENV, "0") or 0) / 1000
+        self._connect = connect
+        self._targets = targets
+        self._conn: pymysql.connections.Connection | None = None
+        self._work: Part | None = None
+        self._cv = threading.Condition()
+        self._busy = False
+        self._stop = False
+        self.error: BaseException | None = None
+        self.write_s = 0.0
+        self.rows = 0
+        self._retrying = Retrying(stop=stop_after_attempt(6), wait=wait_exponential(multiplier=0.05, max=2),
+                                  retry=retry_if_exception(_retryable), reraise=True)
+        self._thread = threading.Thread(target=self._run, name=f"catchup-lane-{index}", daemon=True)
+        self._thread.start()
+
+    @property
+    def conn(self) -> pymysql.connections.Connection:
+        if self._conn is None or not self._conn.open:
+            conn = self._connect()
+            conn.autocommit(False)
+            with conn.cursor() as cur:
+                cur.execute(TAG + SESSION)
+            conn.commit()
+            self._conn = conn
+        return self._conn
+
+    def give(self, part: Part) -> None:
+        with self._cv:
+            self._work = part
+            self._busy = True
+            self._cv.notify_all()
+
+    def join(self) -> None:
+        with self._cv:
+            self._cv.wait_for(lambda: not self._busy)
+        if self.error is not None:
+            err, self.error = self.error, None
+            raise err
+
+    def close(self) -> None:
+        with self._cv:
+            self._stop = True
+            self._cv.notify_all()
+        self._thread.join(timeout=30)
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            except Exception:  # noqa: BLE001 - already broken
+                pass
+            self._conn = None
+
+    def _run(self) -> None:
+        while True:
+            with self._cv:
+                self._cv.wait_for(lambda: self._work is not None or self._stop)
+                if self._stop:
+                    return
+                part, self._work = self._work, None
+            try:
+                t0 = time.monotonic()
+                for attempt in self._retrying:
+                    with attempt:
+                        self._write(part)  # type: ignore[arg-type]
+                self.write_s += time.monotonic() - t0
+                self.rows += part.ops  # type: ignore[union-attr]
+            except BaseException as exc:  # noqa: BLE001 - raised in the coordinator by join()
+                self.error = exc
+            finally:
+                with self._cv:
+                    self._busy = False
+                    self._cv.notify_all()
+
+    def _write(self, part: Part) -> None:
+        conn = self.conn
+        try:
+            with conn.cursor() as cur:
+                for tkey, keys in part.dels.items():
+                    if keys:
+                        t = self._targets(tkey)
+                        for sql in delete_statements(t, list(keys)):
+                            cur.execute(sql)
+                for tkey, rows in part.ups.items():
+                    if rows:
+                        t = self._targets(tkey)
+                        for sql in replace_statements(t, rows.values()):
+                            cur.execute(sql)
+            if self.stagger_s:
+                time.sleep(self.stagger_s)
+            conn.commit()
+        except BaseException:
+            try:
+                conn.rollback()
+            except Exception:  # noqa: BLE001 - the connection is gone: reconnect on retry
+                self._conn = None
+            raise
+
+
+def delete_statements(t: Target, keys: list[tuple[str, ...]]) -> list[str]:
+    out = []
+    head = f"{TAG}DELETE FROM {t.sql_table} WHERE "
+    if len(t.key_sql) == 1:
+        col = t.key_sql[0]
+        for i in range(0, len(keys), MAX_ROWS_PER_STATEMENT):
+            out.append(f"{head}{col} IN ({','.join(k[0] for k in keys[i:i + MAX_ROWS_PER_STATEMENT])})")
+    else:
+        cols = "(" + ",".join(t.key_sql) + ")"
+        for i in range(0, len(keys), MAX_ROWS_PER_STATEMENT):
+            vals = ",".join("(" + ",".join(k) + ")" for k in keys[i:i + MAX_ROWS_PER_STATEMENT])
+            out.append(f"{head}{cols} IN ({vals})")
+    return out
+
+
+def replace_statements(t: Target, rows: Any) -> list[str]:
+    head = f"{TAG}REPLACE INTO {t.sql_table} ({t.columns_sql}) VALUES "
+    take = t.take
+    out: list[str] = []
+    parts: list[str] = []
+    size = len(head)
+    for r in rows:
+        lit = "(" + ",".join(r if take is None else [r[i] for i in take]) + ")"
+        if parts and (len(parts) >= MAX_ROWS_PER_STATEMENT or size + len(lit) > MAX_BYTES_PER_STATEMENT):
+            out.append(head + ",".join(parts))
+            parts, size = [], len(head)
+        parts.append(lit)
+        size += len(lit) + 1
+    if parts:
+        out.append(head + ",".join(parts))
+    return out
+
+
+# -- pacing --------------------------------------------------------------------------------------
+
+@dataclass
+class Pacer:
+    """Round size and lane count from what the last rounds measured."""
+
+    lanes: int = 4
+    min_lanes: int = 1
+    max_lanes: int = 8
+    round_rows: int = 2000
+    min_round_rows: int = 200
+    max_round_rows: int = 50_000
+    round_target_ms: float = 150.0
+    adapt: bool = True
+    _rates: dict[int, float] = field(default_factory=dict)
+    _rounds_at_count: int = 0
+
+    def after_round(self, rows: int, write_ms: float, cut_by_size: bool) -> None:
+        if not self.adapt or rows < self.min_round_rows:
+            return
+        if cut_by_size and write_ms < self.round_target_ms / 2:
+            self.round_rows = min(self.max_round_rows, int(self.round_rows * 1.5))
+        elif write_ms > self.round_target_ms * 2:
+            self.round_rows = max(self.min_round_rows, int(self.round_rows / 1.5))
+        rate = rows / max(write_ms, 0.1)
+        old = self._rates.get(self.lanes)
+        self._rates[self.lanes] = rate if old is None else 0.7 * old + 0.3 * rate
+        self._rounds_at_count += 1
+        if self._rounds_at_count < 4:
+            return
+        self._rounds_at_count = 0
+        here = self._rates[self.lanes]
+        up, down = self.lanes + 1, self.lanes - 1
+        if up <= self.max_lanes and (up not in self._rates or self._rates[up] > here * 1.05):
+            self.lanes = up
+        elif down >= self.min_lanes and down in self._rates and self._rates[down] >= here * 0.98:
+            self.lanes = down
+
+
+# -- the set of lanes -------------------------------------------------------------------------------
+
+class LaneSet:
+    """The lanes, the round being collected and the round being written."""
+
+    def __init__(self, connect: Callable[[], pymysql.connections.Connection], targets: Callable[[int], Target],
+                 pacer: Pacer | None = None):
+        self._connect = connect
+        self._targets = targets
+        self.pacer = pacer or Pacer()
+        self._lanes: list[Lane] = []
+        self._ensure(self.pacer.lanes)
+        self.parts = [Part() for _ in range(self.pacer.lanes)]
+        self.rows = 0
+        self._inflight = False
+        self._inflight_rows = 0
+        self._inflight_started = 0.0
+        self._inflight_cut_by_size = False
+        self.rounds = 0
+        self.write_s = 0.0
+
+    def _ensure(self, n: int) -> None:
+        while len(self._lanes) < n:
+            self._lanes.append(Lane(len(self._lanes), self._connect, self._targets))
+
+    @property
+    def lanes(self) -> int:
+        return len(self.parts)
+
+    # -- collecting ------------------------------------------------------------------------------
+    def add(self, tkey: int, tname: Any, kind: str, key: tuple[str, ...], old_key: tuple[str, ...] | None,
+            row: tuple[str, ...] | None) -> None:
+        parts = self.parts
+        n = len(parts)
+        if old_key is not None:
+            parts[hash((tname, old_key)) % n].delete(tkey, old_key)
+        p = parts[hash((tname, key)) % n]
+        if row is None:
+            p.delete(tkey, key)
+        else:
+            p.upsert(tkey, key, row)
+        self.rows += 1
+
+    def pending(self) -> int:
+        return self.rows
+
+    # -- writing ----------------------------------------------------------------------------------
+    def submit(self, *, cut_by_size: bool = False) -> None:
+        """Hand the collected round to the lanes (after the previous one committed) and start a new one."""
+        self.wait()
+        parts = self.parts
+        n_rows = self.rows
+        if n_rows:
+            self._ensure(len(parts))
+            for lane, part in zip(self._lanes, parts):
+                if part:
+                    lane.give(part)
+            self._inflight = True
+            self._inflight_rows = n_rows
+            self._inflight_started = time.monotonic()
+            self._inflight_cut_by_size = cut_by_size
+        self.parts = [Part() for _ in range(self.pacer.lanes)]
+        self.rows = 0
+
+    def wait(self) -> bool:
+        """Wait for the round in flight; True if one was in flight (and is now committed)."""
+        if not self._inflight:
+            return False
+        self._inflight = False
+        errors = []
+        for lane in self._lanes:
+            try:
+                lane.join()
+            except BaseException as exc:  # noqa: BLE001 - the first one is raised below
+                errors.append(exc)
+        if errors:
+            raise errors[0]
+        ms = (time.monotonic() - self._inflight_started) * 1000
+        self.write_s += ms / 1000
+        self.rounds += 1
+        self.pacer.after_round(self._inflight_rows, ms, self._inflight_cut_by_size)
+        return True
+
+    def close(self) -> None:
+        for lane in self._lanes:
+            lane.close()
+        self._lanes = []
+
+    def lane_stats(self) -> list[dict[str, float]]:
+        return [{"lane": ln.index, "rows": ln.rows, "write_s": round(ln.write_s, 3)} for ln in self._lanes]
+
+
+def target_for(conn: pymysql.connections.Connection, schema: str, table: str, names: tuple[str, ...],
+               key_names: tuple[str, ...], quote: Callable[[str], str]) -> Target:
+    """The :class:`Target` of one table: generated columns (which take no value) left out."""
+    with conn.cursor() as cur:
+        cur.execute(TAG + "SELECT COLUMN_NAME, IS_GENERATED FROM information_schema.COLUMNS "
+                    "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s", (schema, table))
+        gen = {r[0] for r in cur.fetchall() if (r[1] or "NEVER") != "NEVER"}
+    if gen:
+        take: tuple[int, ...] | None = tuple(i for i, n in enumerate(names) if n not in gen)
+        cols = [names[i] for i in take]  # type: ignore[union-attr]
+    else:
+        take, cols = None, list(names)
+    return Target(f"{quote(schema)}.{quote(table)}", ",".join(quote(c) for c in cols), take,
+                  tuple(quote(k) for k in key_names))
