@@ -1,9 +1,10 @@
 """RQ job: catch-up passes of one migration.
 
-Runs in any ``rq worker`` (forking or not). Each job runs one pass
-(:func:`migrator.engine.catch_up.passes.run_pass`) and, unless the migration converged,
-is reported as not converging, or ran the requested number of passes,
-enqueues the next pass as a new job on the same queue. Everything it needs
+Runs in any ``rq worker`` (forking or not). Each job runs passes for a slice
+of time with one tailer (:func:`migrator.engine.catch_up.passes.run_passes`: the
+binlog reader process keeps reading ahead between passes) and, unless the
+migration converged, is reported as not converging, or ran the requested
+number of passes, enqueues the next slice as a new job on the same queue. Everything it needs
 to resume lives in the migration record (ZooKeeper): a killed job is simply
 enqueued again and continues from the checkpoint.
 
@@ -18,7 +19,10 @@ from typing import Any
 
 from migrator.engine import catch_up
 from migrator.fleet import config as config_mod
-from migrator.ops.steps import CATCH_UP_JOB, enqueue_finish
+from migrator.ops.steps import CATCH_UP_JOB, enqueue_finish, on_failure
+
+#: how long one catch-up job runs passes (one tailer) before it hands over to the next job
+SLICE_S = 120.0
 
 
 def run_passes(
@@ -27,19 +31,23 @@ def run_passes(
     passes: int | None = None,
     done: int = 0,
 ) -> dict[str, Any]:
-    """Run one pass; enqueue the next until converged (or ``passes`` ran)."""
+    """Run passes for a slice with one tailer; enqueue the next slice until converged (or
+    ``passes`` ran)."""
     from rq import get_current_job
 
     cfg = config_mod.load(config_path)
     if _paused(cfg, migration_id):
         # `migrator pause ID`: stop here; `migrator resume ID` enqueues the passes again from the record
         return {"migration": migration_id, "paused": True}
+    left = None if passes is None else max(1, passes - done)
     try:
-        result = catch_up.run_pass(cfg, migration_id)
+        results = catch_up.run_passes(cfg, migration_id, left, slice_s=SLICE_S)
     except catch_up.CatchUpConflict:
         # another chain of passes wrote the checkpoint first (a resume after Redis was lost, or a
-        # duplicate enqueue): it carries on; this one steps aside. Its applied batch was idempotent.
+        # duplicate enqueue): it carries on; this one steps aside. Its applied rounds were idempotent.
         return {"migration": migration_id, "superseded": True}
+    except catch_up.NotConverging:
+        raise  # the failure callback records the verdict and the next step
     except catch_up.CatchUpError as exc:
         if _paused(cfg, migration_id):  # paused between the check and the pass
             return {"migration": migration_id, "paused": True}
@@ -48,27 +56,19 @@ def run_passes(
     except Exception as exc:
         _record_error(cfg, migration_id, exc)
         raise
-    summary = {
-        "migration": migration_id,
-        "pass": result.number,
-        "events": result.events,
-        "apply_rate": result.apply_rate,
-        "write_rate": result.write_rate,
-        "lag_s": result.lag_s,
-        "converged": result.converged,
-        "not_converging": result.not_converging,
-    }
+    result = results[-1] if results else None
+    summary: dict[str, Any] = {"migration": migration_id, "passes": len(results)}
+    if result is not None:
+        summary.update({"pass": result.number, "events": result.events, "apply_rate": result.apply_rate,
+                        "write_rate": result.write_rate, "lag_s": result.lag_s, "converged": result.converged})
     job = get_current_job()
     if job is not None:
         job.meta["catchup"] = summary
         job.save_meta()
-    if result.not_converging:
-        raise catch_up.NotConverging(
-            catch_up.not_converging_message(migration_id, result, _k(cfg, migration_id))
-        )
-    done += 1
-    finished = result.converged if passes is None else done >= passes
-    if result.converged and job is not None and _autopilot(cfg, migration_id):
+    done += len(results)
+    converged = result is not None and result.converged
+    finished = converged if passes is None else done >= passes
+    if converged and job is not None and _autopilot(cfg, migration_id):
         summary["next_job"] = enqueue_finish(job.connection, migration_id, config_path, queue=job.origin).id
         return summary
     if not finished and job is not None and _paused(cfg, migration_id):
@@ -77,11 +77,13 @@ def run_passes(
     if not finished and job is not None:
         from rq import Queue
 
+        number = (result.number + 1) if result is not None else 1
         nxt = Queue(job.origin, connection=job.connection).enqueue(
             CATCH_UP_JOB, migration_id, config_path=config_path, passes=passes, done=done,
-            job_id=f"catchup-{migration_id}-{result.number + 1}-{uuid.uuid4().hex[:6]}", job_timeout=job.timeout,
-            description=f"catch-up pass {result.number + 1} of migration {migration_id}",
-            meta={"migration": migration_id, "step": "catch-up", "pass": result.number + 1},
+            job_id=f"catchup-{migration_id}-{number}-{uuid.uuid4().hex[:6]}", job_timeout=job.timeout,
+            description=f"catch-up passes of migration {migration_id} from pass {number}",
+            meta={"migration": migration_id, "step": "catch-up", "pass": number},
+            on_failure=on_failure(),
         )
         summary["next_job"] = nxt.id
     return summary
@@ -124,11 +126,3 @@ def _autopilot(cfg: config_mod.Config, migration_id: str) -> bool:
     with zk_mod.connect(cfg, config_mod.load_credentials(cfg)) as zk:
         st, _ = MigrationStore(zk).state(migration_id)
     return st.autopilot
-
-
-def _k(cfg: config_mod.Config, migration_id: str) -> int:
-    from migrator.engine.migration import MigrationStore
-    from migrator.fleet import zk as zk_mod
-
-    with zk_mod.connect(cfg, config_mod.load_credentials(cfg)) as zk:
-        return MigrationStore(zk).spec(migration_id).options.not_converging_passes

@@ -98,6 +98,11 @@ def _maybe_launch(res: command.PlanResult, yes: bool, detach: bool) -> None:
     if detach:
         return
     st = watch.follow(cfg, mid, console=console, until={"done", "cleaned", "aborted", "rolled_back", "failed"})
+    stopped = st.get("stopped")
+    if stopped and st["phase"] != "done":
+        console.print(f"{mid} stopped in {stopped.get('step')} (phase {st['phase']}): {stopped.get('reason')}\n"
+                      f"next: {stopped.get('next')}", markup=False, highlight=False)
+        raise typer.Exit(3)
     if st["phase"] != "done":
         console.print(f"{mid} ended in phase {st['phase']}: {st.get('error') or ''}", markup=False)
         raise typer.Exit(1)

@@ -153,6 +153,8 @@ class State(BaseModel):
     flipped_epoch: int | None = None
     tombstone_db_suffix: str | None = None
     cleanup_after: float | None = None
+    #: the pipeline gave up on a step: {"step", "reason", "next", "at"}; cleared when it is resumed
+    stopped: dict[str, Any] | None = None
 
 
 def new_id(prefix: str = "m") -> str:
@@ -270,6 +272,16 @@ class MigrationStore:
             st.error = error
             for k, v in fields.items():
                 setattr(st, k, v)
+            return st
+
+        return self.update(mid, change)
+
+    def record_stop(self, mid: str, step: str, reason: str, next_step: str) -> State:
+        """The pipeline gave up on ``step``: say why and what to do next, where ``status`` shows it."""
+
+        def change(st: State) -> State:
+            st.stopped = {"step": step, "reason": reason[:2000], "next": next_step, "at": time.time()}
+            st.error = f"{step}: {reason}"[:2000]
             return st
 
         return self.update(mid, change)

@@ -188,7 +188,7 @@ def pause(config: Config, mid: str) -> dict[str, Any]:
 def resume(config: Config, mid: str, *, queue: str = "migrator") -> dict[str, Any]:
     """Clear the pause flag and re-enqueue the current step from the ZooKeeper record."""
     with session(config) as (zk, _):
-        st = MigrationStore(zk).update(mid, lambda s: _set(s, paused=False))
+        st = MigrationStore(zk).update(mid, lambda s: _set(s, paused=False, stopped=None))
     if st.phase == Phase.CUTOVER:
         # no job to re-enqueue: a cutover that died midway must be settled wholly before or after the flip
         raise CommandError(f"migration {mid} is in its cutover (interrupted, or still running): run "
@@ -220,7 +220,7 @@ def status(config: Config, mid: str | None = None) -> dict[str, Any]:
                     continue
                 out.append({"id": m, "phase": st.phase.value, "kind": spec.kind, "shards": list(spec.shards),
                             "source": spec.source_master, "target": spec.target_master, "paused": st.paused,
-                            "error": st.error})
+                            "error": st.error, "stopped": st.stopped})
             return {"migrations": out}
         spec = store.spec(mid)
         st, _ = store.state(mid)
@@ -230,14 +230,16 @@ def status(config: Config, mid: str | None = None) -> dict[str, Any]:
         catchup, _ = store.get_progress(mid, "catchup")
         verify_node, _ = store.get_progress(mid, "verify")
         cut, _ = store.get_progress(mid, "cutover")
+        attempts, _ = store.get_progress(mid, "cutover_attempts")
         return {
-            "id": mid, "phase": st.phase.value, "paused": st.paused, "error": st.error,
+            "id": mid, "phase": st.phase.value, "paused": st.paused, "error": st.error, "stopped": st.stopped,
             "spec": spec.model_dump(mode="json"), "history": st.history,
             "passes": (catchup or {}).get("passes", []), "catchup_gtid": (catchup or {}).get("gtid"),
             "not_converging": (catchup or {}).get("not_converging"),
             "predicted_freeze_ms": st.predicted_freeze_ms, "freeze_ms": st.freeze_ms,
             "verify": verify_node, "verify_mismatches": (verify_node or {}).get("mismatched"),
-            "cutover": cut, "cleanup_after": st.cleanup_after, "postpone_cutover": st.postpone_cutover,
+            "cutover": cut, "cutover_attempts": (attempts or {}).get("attempts", []),
+            "cleanup_after": st.cleanup_after, "postpone_cutover": st.postpone_cutover,
             "copy": {"tables": len(tables), "done": sum(1 for t in tables if t.get("done")), "rows": rows,
                      "est_rows": est, "bytes": sum(int(t.get("bytes", 0)) for t in tables),
                      "start_gtids": copy_mod.earliest_start_gtids(zk, mid), "per_table": tables},

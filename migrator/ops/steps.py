@@ -28,7 +28,7 @@ import uuid
 from typing import Any
 
 from redis import Redis
-from rq import Queue, Repeat
+from rq import Callback, Queue, Repeat
 from rq.job import Job
 
 from migrator.engine.migration import MigrationStore, Phase
@@ -54,6 +54,35 @@ MAINTENANCE_JOB = "jobs.maintenance.run"
 
 #: the RQ queue of the queue service's partition maintenance
 MAINTENANCE_QUEUE = "maintenance"
+#: called by RQ when a migration step fails: the failure lands in the record (``status`` shows it)
+FAILURE_CALLBACK = "jobs.failure.record"
+
+
+def on_failure() -> Callback:
+    """The callback every migration step is enqueued with (RQ runs it in the worker)."""
+    return Callback(FAILURE_CALLBACK)
+
+
+#: what an operator does after a step gave up, by step (the reason itself says why)
+NEXT_STEPS = {
+    "copy-start": "fix what the reason names, then `migrator resume ID` (or `migrator abort ID`)",
+    "copy": "fix what the reason names, then `migrator resume ID`; `migrator restart-copy ID` redoes the copy",
+    "catch-up": "fix what the reason names, then `migrator resume ID` (or `migrator abort ID`)",
+    "finish": "`migrator status ID`, then `migrator cutover ID` by hand or `migrator resume ID` to let the "
+              "pipeline try again",
+    "cleanup": "fix what the reason names, then `migrator cleanup ID`",
+}
+NOT_CONVERGING_NEXT = ("reduce the write load on the moving shards (or move fewer shards at once), then "
+                       "`migrator resume ID`")
+
+
+def next_step(step: str, exc: BaseException | None, mid: str) -> str:
+    """What to do next after ``step`` failed with ``exc`` (the migration id filled in)."""
+    if type(exc).__name__ == "NotConverging":
+        text = NOT_CONVERGING_NEXT
+    else:
+        text = NEXT_STEPS.get(step, "fix what the reason names, then `migrator resume ID`")
+    return text.replace("ID", mid)
 
 
 def job_id(*parts: str) -> str:
@@ -70,7 +99,7 @@ def enqueue_start(redis: Redis, mid: str, config_path: str | None = None, queue:
     return Queue(queue, connection=redis).enqueue(
         COPY_START_JOB, mid, config_path=config_path, slice_s=slice_s, job_id=job_id("copy-start", mid),
         description=f"copy: preflight, schema and table jobs of migration {mid}", job_timeout=900,
-        meta={"migration": mid, "step": "copy-start"})
+        meta={"migration": mid, "step": "copy-start"}, on_failure=on_failure())
 
 
 def enqueue_table(redis: Redis, mid: str, db: str, table: str, config_path: str | None = None,
@@ -79,7 +108,8 @@ def enqueue_table(redis: Redis, mid: str, db: str, table: str, config_path: str 
     return Queue(queue, connection=redis).enqueue(
         COPY_TABLE_JOB, mid, db, table, config_path=config_path, slice_s=slice_s,
         job_id=job_id("copy", mid, db, table), description=f"copy {db}.{table} of migration {mid}",
-        job_timeout=TABLE_TIMEOUT_S + int(slice_s), meta={"migration": mid, "step": "copy", "table": f"{db}.{table}"})
+        job_timeout=TABLE_TIMEOUT_S + int(slice_s), meta={"migration": mid, "step": "copy", "table": f"{db}.{table}"},
+        on_failure=on_failure())
 
 
 # -- catch-up ----------------------------------------------------------------------------------------
@@ -89,7 +119,7 @@ def enqueue_catch_up(redis: Redis, mid: str, config_path: str | None = None, que
     return Queue(queue, connection=redis).enqueue(
         CATCH_UP_JOB, mid, config_path=config_path, job_id=job_id("catch_up", mid),
         description=f"catch-up passes of migration {mid}", job_timeout=24 * 3600,
-        meta={"migration": mid, "step": "catch-up"})
+        meta={"migration": mid, "step": "catch-up"}, on_failure=on_failure())
 
 
 def enqueue_passes(config: Config, migration_id: str, passes: int | None = None, *,
@@ -102,7 +132,7 @@ def enqueue_passes(config: Config, migration_id: str, passes: int | None = None,
         config_path=str(config.path) if config.path else None, passes=passes,
         job_id=f"catchup-{migration_id}-{uuid.uuid4().hex[:8]}", job_timeout=6 * 3600,
         description=f"catch-up passes of migration {migration_id}",
-        meta={"migration": migration_id, "step": "catch-up"},
+        meta={"migration": migration_id, "step": "catch-up"}, on_failure=on_failure(),
     )
     return job.id
 
@@ -114,7 +144,8 @@ def enqueue_finish(redis: Any, mid: str, config_path: str | None, *, queue: str 
     """Verify and cut over a converged migration driven by the pipeline (``split --yes``)."""
     q = Queue(queue, connection=redis)
     kwargs = dict(config_path=config_path, attempt=attempt, job_id=job_id("finish", mid), job_timeout=3600,
-                  description=f"verify and cut over migration {mid}", meta={"migration": mid, "step": "finish"})
+                  description=f"verify and cut over migration {mid}", meta={"migration": mid, "step": "finish"},
+                  on_failure=on_failure())
     if delay:
         return q.enqueue_in(dt.timedelta(seconds=delay), FINISH_JOB, mid, **kwargs)
     return q.enqueue(FINISH_JOB, mid, **kwargs)
@@ -126,7 +157,8 @@ def enqueue_cleanup_at(redis: Redis, mid: str, when: float, config_path: str | N
     at = dt.datetime.fromtimestamp(when, tz=dt.UTC)
     return Queue(queue, connection=redis).enqueue_at(
         at, CLEANUP_JOB, mid, config_path=config_path, job_id=job_id("cleanup", mid),
-        description=f"drop the tombstones of migration {mid}", meta={"migration": mid, "step": "cleanup"})
+        description=f"drop the tombstones of migration {mid}", meta={"migration": mid, "step": "cleanup"},
+        on_failure=on_failure())
 
 
 # -- resume from the record ----------------------------------------------------------------------------

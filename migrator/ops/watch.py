@@ -16,6 +16,7 @@ from typing import Any
 
 from rich.console import Console, Group
 from rich.live import Live
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
@@ -148,7 +149,8 @@ def migrations_table(migrations: list[dict[str, Any]]) -> Table:
     for col in ("phase", "kind", "shards", "source", "target", "note"):
         t.add_column(col)
     for m in migrations:
-        note = "paused" if m["paused"] else (m["error"] or "")[:60]
+        stopped = m.get("stopped")
+        note = "paused" if m["paused"] else (f"STOPPED in {stopped['step']}" if stopped else (m["error"] or ""))[:60]
         t.add_row(m["id"], m["phase"], m["kind"], ",".join(map(str, m["shards"])), m["source"], m["target"], note)
     return t
 
@@ -184,8 +186,12 @@ def render(st: dict[str, Any], progress: Progress, task: Any) -> Group:
         parts.append(f"predicted freeze {st['predicted_freeze_ms']:.0f} ms")
     if st.get("freeze_ms") is not None:
         parts.append(f"[green]last write freeze {st['freeze_ms']:.0f} ms[/]")
-    if st.get("error"):
-        parts.append(f"[yellow]note: {st['error']}[/]")
+    stopped = st.get("stopped")
+    if stopped:
+        parts.append(f"[bold red]stopped in {stopped.get('step')}:[/] {escape(str(stopped.get('reason')))}\n"
+                     f"[bold]next:[/] {escape(str(stopped.get('next')))}")
+    elif st.get("error"):
+        parts.append(f"[yellow]note: {escape(str(st['error']))}[/]")
     if "workers" in st:
         parts.append(worker_table(st["workers"]))
     return Group(*parts)
@@ -201,14 +207,15 @@ def render_listing(out: dict[str, Any]) -> Group:
 def follow(config: Config, mid: str, *, every: float = 0.5, timeout: float | None = None,
            console: Console | None = None, until: set[str] | None = None,
            with_workers: bool = False) -> dict[str, Any]:
-    """Render live until the migration reaches a phase in ``until`` (default: final ones)."""
+    """Render live until the migration reaches a phase in ``until`` (default: final ones), or the
+    pipeline stopped on a step (the record's ``stopped``: it will not go on by itself)."""
     until = until or FINAL
     console = console or Console()
     progress, task = new_progress(console)
     deadline = None if timeout is None else time.monotonic() + timeout
     st = overview(config, mid, with_workers=with_workers)
     with Live(render(st, progress, task), console=console, refresh_per_second=4, transient=False) as live:
-        while st["phase"] not in until:
+        while st["phase"] not in until and not st.get("stopped"):
             if deadline is not None and time.monotonic() > deadline:
                 break
             time.sleep(every)

@@ -215,17 +215,24 @@ def run_passes(
     credentials: Credentials | None = None,
     on_pass: Callable[[PassResult], None] | None = None,
     max_passes: int = 1000,
+    slice_s: float | None = None,
 ) -> list[PassResult]:
-    """Passes until converged (or ``passes`` of them). One :class:`Tailer` serves all.
-    Raises :class:`NotConverging` when the apply rate stays below the write rate."""
+    """Passes until converged (or ``passes`` of them, or for ``slice_s`` seconds). One
+    :class:`Tailer` serves all of them: its reader process keeps reading ahead between
+    passes, so a pass costs the rows it applies, not a new binlog connection. Stops
+    early, between passes, when the migration is paused. Raises :class:`NotConverging`
+    when the apply rate stays below the write rate."""
     sess = Session(config_or_zk, credentials)
     tailer: Tailer | None = None
     results: list[PassResult] = []
+    deadline = None if slice_s is None else time.monotonic() + slice_s
     try:
         limit = passes if passes is not None else max_passes
         for _ in range(limit):
+            state, _ = sess.store.state(migration_id)
+            if results and state.paused:
+                break
             if tailer is None:
-                state, _ = sess.store.state(migration_id)
                 _check_phase(state, migration_id)
                 tailer = open_tailer(sess.zk, migration_id, credentials=sess.credentials)
             res = run_pass(sess.zk, migration_id, credentials=sess.credentials, tailer=tailer)
@@ -236,6 +243,8 @@ def run_passes(
                 k = sess.store.spec(migration_id).options.not_converging_passes
                 raise NotConverging(not_converging_message(migration_id, res, k))
             if res.converged and passes is None:
+                break
+            if deadline is not None and time.monotonic() >= deadline:
                 break
         return results
     finally:
