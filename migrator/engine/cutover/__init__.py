@@ -94,6 +94,20 @@ __all__ = [
 ]
 
 
+#: cutover attempts kept in the record (progress node ``cutover_attempts``)
+ATTEMPTS_KEPT = 20
+
+
+def _record_attempt(store: MigrationStore, migration_id: str, attempt: dict) -> None:
+    """Every attempt's freeze and steps, aborted ones too: they count in the freeze a client saw."""
+    try:
+        node, version = store.get_progress(migration_id, "cutover_attempts")
+        attempts = list((node or {}).get("attempts", []))[-(ATTEMPTS_KEPT - 1):] + [attempt]
+        store.put_progress(migration_id, "cutover_attempts", {"attempts": attempts}, version=version)
+    except Exception:  # noqa: BLE001 - bookkeeping must not hide the cutover's own outcome
+        pass
+
+
 def cutover(config: Config, migration_id: str, *, drainer: Drainer | None = None,
             hooks: CutoverHooks | None = None, now: Callable[[], float] = time.time) -> CutoverResult:
     """Freeze, fence, drain to the sentinel, compare, flip and release (see the module doc).
@@ -137,6 +151,7 @@ def cutover(config: Config, migration_id: str, *, drainer: Drainer | None = None
                                        f"({msg}); run `migrator cutover {migration_id}` again to finish",
                                        phase="cutover") from None
                 store.set_phase(migration_id, Phase.CONVERGED, error=f"cutover aborted: {msg}")
+                _record_attempt(store, migration_id, run.attempt(f"aborted: {msg}"))
                 raise
             retention = spec.options.retention_s
             # the flip landed: record it even across a ZooKeeper session loss (each write is idempotent)
@@ -148,6 +163,7 @@ def cutover(config: Config, migration_id: str, *, drainer: Drainer | None = None
                                     cleanup_after=now() + retention)
                     store.put_progress(migration_id, "cutover", result.to_dict())
                     release_maintenance_pause(zk, spec)
+            _record_attempt(store, migration_id, run.attempt("flipped"))
             return result
         finally:
             run.close()

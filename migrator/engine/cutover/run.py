@@ -77,6 +77,8 @@ class CutoverRun:
         self.keys_from = ""
         self.verified_from = ""
         self.token = ""
+        #: the rounds of :meth:`refresh_verified_gtid` (rows re-checked, seconds), for the record
+        self.refresh_rounds: list[dict[str, float]] = []
         self._t_compare = 0.0
         self.ranges = spec.ranges()
         self.tables: list[TableInfo] = []
@@ -92,10 +94,20 @@ class CutoverRun:
         self.rows_repaired = 0
         self.watchdog: Watchdog | None = None
         self.t_freeze: float | None = None
+        self.t_released: float | None = None
         self._undo_lock = threading.Lock()
         self._undone = False
 
     # -- helpers ------------------------------------------------------------------------
+    def attempt(self, outcome: str) -> dict[str, Any]:
+        """What this attempt did, for the record (kept for aborted attempts too)."""
+        freeze_ms = None
+        if self.t_freeze is not None:
+            end = self.t_released if self.t_released is not None else time.monotonic()
+            freeze_ms = round((end - self.t_freeze) * 1000, 2)
+        return {"at": time.time(), "outcome": outcome[:500], "freeze_ms": freeze_ms, "steps_ms": dict(self.steps),
+                "refresh_rounds": list(self.refresh_rounds)}
+
     def _step(self, name: str, t0: float) -> float:
         now = time.monotonic()
         self.steps[name] = round((now - t0) * 1000, 2)
@@ -166,8 +178,19 @@ class CutoverRun:
                 f"tables {busy} hold rows and would be routed to the target by the flip; "
                 "give the partition a shard of its own first", phase="cutover")
 
-    def refresh_verified_gtid(self) -> str:
-        """Make the last full check recent: re-check rows changed since it (outside the freeze)."""
+    def refresh_verified_gtid(self, *, max_rounds: int = 8, quiet_s: float = 0.5, quiet_keys: int = 2000) -> str:
+        """Make the last full check recent: re-check the rows changed since it, outside the freeze.
+
+        Done in shrinking rounds, like catch-up passes: each round drains the
+        tail to the source head, re-checks (and re-copies) the rows changed since
+        the round before, and starts the next window exactly where the tail now
+        is. Under a heavy writer the first round is long (every write since the
+        full check); the last one covers only what came in while the one before
+        ran, so the compare under the fence looks at a few hundred rows, not at
+        everything written since verify. The keys of a window come from the
+        drain itself when the drainer collects them (no second binlog reader),
+        else from the binlog segment.
+        """
         key = self.direction.verify_node
         node, _ = self.store.get_progress(self.spec.id, key)
         if (not node or not node.get("verified_gtid")) and key == VERIFY_NODE:
@@ -177,32 +200,44 @@ class CutoverRun:
             raise CutoverError(f"no verified position in {key}: verify first (`migrator verify ID`)",
                                phase=self.direction.label)
         since = node["verified_gtid"]
-        src = mysql_connect(self.source, self.creds, read_timeout=600)
-        try:
-            prepare_session(src)
-            head = binlog_pos(src)
-            self.drainer.drain_to(head, 60)
-            # the tail may have gone past head in some domain: verify up to where it really is
-            head = getattr(self.drainer, "position", None) or head
-            keys = changed_keys(self.source, self.creds, self.tables, since, head, timeout=60)
-            for t in self.tables:
-                check_rows(Side(src), Side(self.target_conn, self.direction.target_db_of),  # type: ignore[arg-type]
-                           t, keys[t.name], repair=True)
-        finally:
-            src.close()
-        node["verified_gtid"] = head
-        node["at"] = time.time()
-        self.store.put_progress(self.spec.id, key, node)
-        # from here on, the keys changed are collected from the drain itself (the
-        # tail applies them anyway), else read by a background binlog reader
         want = {(t.db, t.table): t.pk for t in self.tables}
         want.update({(db, SENTINEL_TABLE): ("token",) for db in self.spec.databases})
         collect = getattr(self.drainer, "collect", None)
-        self.collecting = bool(collect and collect(want))
+        self.collecting = False
+        src = mysql_connect(self.source, self.creds, read_timeout=600)
+        try:
+            prepare_session(src)
+            dst = Side(self.target_conn, self.direction.target_db_of)  # type: ignore[arg-type]
+            for n in range(max_rounds):
+                t0 = time.monotonic()
+                self.drainer.drain_to(binlog_pos(src), 120)
+                # the tail may have gone past the head in some domain: the window ends where it really is
+                reached = getattr(self.drainer, "position", None) or binlog_pos(src)
+                if self.collecting:
+                    got = self.drainer.collected()  # type: ignore[attr-defined]
+                    keys = {t.name: got.get((t.db, t.table), set()) for t in self.tables}
+                else:
+                    keys = changed_keys(self.source, self.creds, self.tables, since, reached, timeout=120)
+                # the next window starts exactly here (the tail applies only inside drain_to)
+                self.collecting = bool(collect and collect(want))
+                for t in self.tables:
+                    check_rows(Side(src), dst, t, keys[t.name], repair=True)
+                since = reached
+                changed = sum(len(v) for v in keys.values())
+                self.refresh_rounds.append({"rows": changed, "s": round(time.monotonic() - t0, 3)})
+                if n and (time.monotonic() - t0 < quiet_s or changed < quiet_keys):
+                    break
+        finally:
+            src.close()
+        node["verified_gtid"] = since
+        node["at"] = time.time()
+        self.store.put_progress(self.spec.id, key, node)
+        # from here on the keys changed are collected from the drain itself (the tail
+        # applies them anyway), else read by a background binlog reader
         if not self.collecting:
-            self.tracker = ChangeTracker(self.source, self.creds, self.tables, head).start()
-        self.verified_from = head
-        return head
+            self.tracker = ChangeTracker(self.source, self.creds, self.tables, since).start()
+        self.verified_from = since
+        return since
 
     def close(self) -> None:
         if self.tracker is not None:
@@ -338,6 +373,7 @@ class CutoverRun:
             t = self._step("flip_cas", t)
             self.fence.release()
             t_end = self._step("release", t)
+            self.t_released = t_end
             freeze_ms = (t_end - self.t_freeze) * 1000
             if self.passive_gate is not None:
                 # outside the freeze: the passive member stays closed by its gate meanwhile
