@@ -132,11 +132,17 @@ def register_rollback(app: Any) -> None:
 
     @app.command("rollback")
     def rollback_cmd(migration_id: str = typer.Argument(..., help="The migration id.")) -> None:
-        """Tail the new master back into the tombstones, verify, and flip the ranges back."""
+        """Tail the new master back into the tombstones in converging passes, verify, and flip the ranges back
+        (retrying a stopped attempt): one command that finishes or says why it cannot."""
         from migrator.cli.main import fail, load_config
 
+        def show(p: Any) -> None:
+            print(f"reverse pass {p.number}: {p.events} events in {p.duration_s:.2f}s (apply {p.apply_rate:.0f}/s, "
+                  f"writes {p.write_rate:.0f}/s), predicted freeze {p.predicted_freeze_ms:.0f} ms"
+                  f"{' converged' if p.converged else ''}", flush=True)
+
         try:
-            res = rollback(load_config(), migration_id)
+            res = rollback(load_config(), migration_id, on_pass=show)
         except MigratorError as exc:
             fail(exc, exc.exit_code)
             return

@@ -10,7 +10,11 @@ were at the flip. Since then clients wrote to the new master. So:
    new master's binlog from the position recorded under the cutover fence
    (``cutover`` progress node, ``target_gtid``) and applies the moving
    schemas' events to the old master with a schema mapping ``dbNNNNN ->
-   _tomb_<suffix>_dbNNNNN``; its checkpoint lives in ``rollback_tail``.
+   _tomb_<suffix>_dbNNNNN``; its checkpoint lives in ``rollback_tail``. It
+   runs in converging passes, measured and judged like the forward catch-up's
+   (:func:`reverse_passes`, node ``rollback_passes``), until a pass predicts a
+   freeze inside the budget; a reverse tail that cannot keep up is reported as
+   not converging, with the rates.
 2. **Verify**: at the flip the tombstones equalled the new tables (the cutover
    proved it under its fence), so the rows that can differ are exactly those
    changed on the new master since ``target_gtid``. They are compared (and
@@ -22,6 +26,8 @@ were at the flip. Since then clients wrote to the new master. So:
    tombstones back to ``dbNNNNN`` and flip the ranges back in one CAS. If the
    flip does not land, the old master's tables go back to the tombstone names
    and the new master's fence is undone: the new master keeps serving.
+   An attempt stopped before the flip (budget overrun, drain timeout) is
+   followed by more passes and another attempt (:data:`MAX_ATTEMPTS`).
 
 Phase ``done`` -> ``rolled_back``. The new master's tables stay as tombstones
 (``_tomb_<suffix>_dbNNNNN`` on that host) until :func:`migrator.engine.cleanup.cleanup`.
@@ -31,10 +37,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import asdict
 from typing import Any
 
 from migrator.engine.catch_up.checkpoint import moving_tables as tail_tables
-from migrator.engine.catch_up.tailer import Tailer
+from migrator.engine.catch_up.passes import PassResult, judge, measure_pass
+from migrator.engine.catch_up.tailer import DrainTimeout, Tailer
 from migrator.engine.cutover.direction import Direction, passive_of
 from migrator.engine.cutover.errors import CutoverError, FlipUnknown, FreezeBudgetExceeded
 from migrator.engine.cutover.gate import FIXED_FREEZE_MS
@@ -116,9 +124,80 @@ def _renamer(old_master: Host, creds: Credentials, spec: Spec, tables: Callable[
     return run
 
 
+#: reverse passes before one attempt at most (each is judged like a forward catch-up pass)
+MAX_PASSES = 200
+#: fenced attempts to flip back before the command gives up (between two, more passes run)
+MAX_ATTEMPTS = 5
+#: the progress node holding the reverse passes and the attempts
+PASSES_NODE = "rollback_passes"
+#: passes kept in the record
+PASSES_KEPT = 30
+
+
+def reverse_passes(store: MigrationStore, spec: Spec, drainer: ReverseDrainer, *,
+                   on_pass: Callable[[PassResult], None] | None = None) -> PassResult:
+    """Converging reverse catch-up passes: tail the new master into the tombstones, each pass to
+    the head seen at its start, until a pass converges (delta and lag under the migration's
+    thresholds) with a predicted freeze inside the budget. The same measures and verdicts as the
+    forward catch-up (:func:`~migrator.engine.catch_up.passes.measure_pass`, :func:`judge`): when
+    the apply rate stays below the new master's write rate for ``not_converging_passes`` passes
+    it stops with :class:`RollbackError`. Every pass lands in the ``rollback_passes`` node."""
+    opts = spec.options
+    tailer = drainer.open()._tailer
+    node, _ = store.get_progress(spec.id, PASSES_NODE)
+    record = dict(node or {})
+    passes: list[dict[str, Any]] = list(record.get("passes", []))
+    prev_head_at: float | None = None
+    for _ in range(MAX_PASSES):
+        started_at = time.time()
+        head = tailer.source_head()
+        head_at = time.time()
+        stats = tailer.apply_until(head, timeout_s=3600)
+        if not stats.reached:
+            raise RollbackError(f"a reverse pass did not reach the new master's head {head} within an hour; "
+                                "run `migrator rollback ID` again (it resumes from its checkpoint)", phase="rollback")
+        res = measure_pass(stats, number=(passes[-1]["number"] + 1) if passes else 1, started_at=started_at,
+                           head=str(head), head_at=head_at, prev_head_at=prev_head_at)
+        prev_head_at = head_at
+        res.converged, res.not_converging = judge(res, passes, opts)
+        passes.append(asdict(res))
+        record["passes"] = passes[-PASSES_KEPT:]
+        store.put_progress(spec.id, PASSES_NODE, record)
+        if on_pass is not None:
+            on_pass(res)
+        if res.not_converging:
+            raise RollbackError(
+                f"rollback of {spec.id} is not converging: for {opts.not_converging_passes} reverse passes the "
+                f"apply rate stayed below the write rate on {spec.target_master} (last pass: apply "
+                f"{res.apply_rate:.0f} events/s < write {res.write_rate:.0f} events/s). Reduce the write load on "
+                f"the moved shards, then run `migrator rollback {spec.id}` again", phase="rollback")
+        if res.converged and res.predicted_freeze_ms + FIXED_FREEZE_MS <= opts.freeze_budget_ms:
+            return res
+    raise RollbackError(f"rollback of {spec.id}: {MAX_PASSES} reverse passes without a freeze predicted inside the "
+                        f"budget of {opts.freeze_budget_ms} ms; lower the write load or raise freeze_budget_ms "
+                        f"(`migrator set {spec.id} freeze_budget_ms=...`), then run `migrator rollback` again",
+                        phase="rollback")
+
+
+def _record_attempt(store: MigrationStore, migration_id: str, attempt: dict[str, Any]) -> None:
+    node, _ = store.get_progress(migration_id, PASSES_NODE)
+    record = dict(node or {})
+    record["attempts"] = list(record.get("attempts", []))[-(PASSES_KEPT - 1):] + [attempt]
+    store.put_progress(migration_id, PASSES_NODE, record)
+
+
 def rollback(config: Config, migration_id: str, *, drainer: Drainer | None = None,
-             hooks: CutoverHooks | None = None) -> CutoverResult:
-    """Flip a finished migration back to its old pair (see the module doc)."""
+             hooks: CutoverHooks | None = None, on_pass: Callable[[PassResult], None] | None = None,
+             max_attempts: int = MAX_ATTEMPTS) -> CutoverResult:
+    """Flip a finished migration back to its old pair (see the module doc).
+
+    One call finishes under any write load the forward catch-up converges under:
+    reverse passes run until the predicted freeze fits the budget, then the fenced
+    flip back is attempted; an attempt stopped before the flip (budget overrun,
+    drain timeout) is followed by more passes and another attempt, up to
+    ``max_attempts``. It stops with a plain reason when the reverse tail does not
+    converge or every attempt was stopped.
+    """
     creds = load_credentials(config)
     with zk_mod.connect(config, creds) as zk:
         store = MigrationStore(zk)
@@ -158,37 +237,65 @@ def rollback(config: Config, migration_id: str, *, drainer: Drainer | None = Non
             pre_flip=_renamer(old_master, creds, spec, lambda: moved, to_live=True),
             undo_pre_flip=_renamer(old_master, creds, spec, lambda: moved, to_live=False),
         )
-        run = CutoverRun(config, zk, creds, spec, drainer, direction)
         try:
-            run.prepare()
-            with mysql_connect(new_master, creds) as c:
-                head = binlog_pos(c)
-            t0 = time.monotonic()
-            drainer.drain_to(head, 120)
-            predicted = (time.monotonic() - t0) * 1000 + FIXED_FREEZE_MS
-            if predicted > spec.options.freeze_budget_ms:
-                raise FreezeBudgetExceeded(f"predicted freeze {predicted:.0f} ms exceeds the budget of "
-                                           f"{spec.options.freeze_budget_ms} ms: retry when the reverse tail keeps up",
-                                           phase="rollback")
-            run.refresh_verified_gtid()
-            try:
-                result = run.run(hooks or CutoverHooks())
-            except FlipUnknown:
-                raise
-            except BaseException as exc:
-                msg = exc.message if isinstance(exc, MigratorError) else f"{type(exc).__name__}: {exc}"
-                if run.flipped_epoch is not None:
-                    store.set_phase(migration_id, Phase.ROLLED_BACK, error=f"flipped back; release failed: {msg}")
-                    raise RollbackError(f"the ranges flipped back to {spec.source_master} but releasing the fence on "
-                                        f"{spec.target_master} failed ({msg}); check its tables and "
-                                        f"{tomb_db(migration_id, spec.databases[0])}", phase="rollback") from None
-                store.set_phase(migration_id, Phase.DONE, error=f"rollback aborted: {msg}")
-                raise
-            store.set_phase(migration_id, Phase.ROLLED_BACK, freeze_ms=result.freeze_ms,
-                            flipped_epoch=result.flipped_epoch)
-            store.put_progress(migration_id, "rollback", result.to_dict())
-            return result
+            for attempt in range(max_attempts):
+                if isinstance(drainer, ReverseDrainer):
+                    reverse_passes(store, spec, drainer, on_pass=on_pass)
+                else:
+                    _timed_gate(spec, drainer, new_master, creds)
+                try:
+                    return _attempt(config, zk, store, creds, spec, drainer, direction, hooks)
+                except (FreezeBudgetExceeded, DrainTimeout) as exc:  # timing: more passes, then again
+                    if attempt + 1 >= max_attempts:
+                        msg = exc.message if isinstance(exc, MigratorError) else str(exc)
+                        raise RollbackError(f"rollback of {migration_id}: {max_attempts} fenced attempts were stopped "
+                                            f"before the flip back (last: {msg}); {spec.target_master} keeps "
+                                            f"serving. Lower the write load or raise freeze_budget_ms, then run "
+                                            f"`migrator rollback {migration_id}` again", phase="rollback") from None
+            raise AssertionError("unreachable")
         finally:
-            run.close()
             if own_drainer and hasattr(drainer, "close"):
                 drainer.close()
+
+
+def _timed_gate(spec: Spec, drainer: Drainer, new_master: Host, creds: Credentials) -> None:
+    """For a drainer that is not the reverse tail (tests): one timed drain to the head as the gate."""
+    with mysql_connect(new_master, creds) as c:
+        head = binlog_pos(c)
+    t0 = time.monotonic()
+    drainer.drain_to(head, 120)
+    predicted = (time.monotonic() - t0) * 1000 + FIXED_FREEZE_MS
+    if predicted > spec.options.freeze_budget_ms:
+        raise FreezeBudgetExceeded(f"predicted freeze {predicted:.0f} ms exceeds the budget of "
+                                   f"{spec.options.freeze_budget_ms} ms", phase="rollback")
+
+
+def _attempt(config: Config, zk: Any, store: MigrationStore, creds: Credentials, spec: Spec, drainer: Drainer,
+             direction: Direction, hooks: CutoverHooks | None) -> CutoverResult:
+    """One fenced flip back (the cutover protocol in the reverse direction)."""
+    migration_id = spec.id
+    run = CutoverRun(config, zk, creds, spec, drainer, direction)
+    try:
+        run.prepare()
+        run.refresh_verified_gtid()
+        try:
+            result = run.run(hooks or CutoverHooks())
+        except FlipUnknown:
+            raise
+        except BaseException as exc:
+            msg = exc.message if isinstance(exc, MigratorError) else f"{type(exc).__name__}: {exc}"
+            if run.flipped_epoch is not None:
+                store.set_phase(migration_id, Phase.ROLLED_BACK, error=f"flipped back; release failed: {msg}")
+                raise RollbackError(f"the ranges flipped back to {spec.source_master} but releasing the fence on "
+                                    f"{spec.target_master} failed ({msg}); check its tables and "
+                                    f"{tomb_db(migration_id, spec.databases[0])}", phase="rollback") from None
+            store.set_phase(migration_id, Phase.DONE, error=f"rollback aborted: {msg}")
+            _record_attempt(store, migration_id, run.attempt(f"aborted: {msg}"))
+            raise
+        store.set_phase(migration_id, Phase.ROLLED_BACK, freeze_ms=result.freeze_ms,
+                        flipped_epoch=result.flipped_epoch)
+        store.put_progress(migration_id, "rollback", result.to_dict())
+        _record_attempt(store, migration_id, run.attempt("flipped back"))
+        return result
+    finally:
+        run.close()

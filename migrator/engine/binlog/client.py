@@ -18,7 +18,9 @@ session sets ``@master_binlog_checksum`` (events carry a CRC32, checked here),
 ``@mariadb_slave_capability=4`` (GTID events), ``@slave_connect_state`` (the
 start position), ``@slave_gtid_strict_mode`` and ``@master_heartbeat_period``
 (the master sends a heartbeat when idle, so a blocked read ends within
-``read_timeout`` only when the connection is really dead).
+``read_timeout`` only when the connection is really dead), and a long
+``net_write_timeout`` (a reader whose consumer is busy stops reading; the
+dump thread waits for it instead of closing the connection).
 
 Uses PyMySQL's packet reader (``_read_packet``/``_write_bytes``): PyMySQL is
 pinned exactly in pyproject.toml for that reason.
@@ -34,6 +36,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import pymysql
+
+#: how long the master waits for a reader that stopped reading before it drops the dump (seconds)
+NET_WRITE_TIMEOUT_S = 24 * 3600
 
 # event types (MariaDB 10.11)
 QUERY = 2
@@ -122,6 +127,9 @@ class BinlogClient:
             cur.execute("SET @slave_connect_state = %s", (self.start,))
             cur.execute("SET @slave_gtid_strict_mode = 1")
             cur.execute("SET @slave_gtid_ignore_duplicates = 0")
+            # the reader may stop reading for a while (its consumer is busy and the pipe is full):
+            # the master's dump thread must wait for it, not drop the connection after the default 60 s
+            cur.execute("SET SESSION net_write_timeout = %s", (NET_WRITE_TIMEOUT_S,))
         payload = struct.pack("<BIHI", COM_BINLOG_DUMP, 4, 0, self.server_id)  # pos 4, blocking, empty file name
         self.conn._next_seq_id = 0
         self.conn._write_bytes(struct.pack("<I", len(payload))[:3] + b"\x00" + payload)

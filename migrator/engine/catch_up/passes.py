@@ -39,7 +39,7 @@ from typing import Any
 
 from migrator.engine.catch_up.checkpoint import CHECKPOINT_KEY, Checkpoint, Session, open_tailer
 from migrator.engine.catch_up.statements import UnsafeStatement
-from migrator.engine.catch_up.tailer import CatchUpError, Tailer
+from migrator.engine.catch_up.tailer import CatchUpError, Tailer, TailStats
 from migrator.engine.migration import Options, Phase, State
 from migrator.fleet import zk as zk_mod
 from migrator.fleet.config import Config, Credentials
@@ -112,6 +112,32 @@ def _check_phase(state: State, migration_id: str) -> None:
         raise CatchUpError(f"migration {migration_id} is paused; resume it first (`migrator resume ID`)")
 
 
+def measure_pass(stats: TailStats, *, number: int, started_at: float, head: str, head_at: float,
+                 prev_head_at: float | None) -> PassResult:
+    """The pass table row of one tail to ``head`` (read at ``head_at``): the source's write rate
+    over the window since the previous pass read its head, the apply rate, the lag and the
+    predicted freeze (the writes of one pass, applied at this pass's rate). Shared by the
+    forward catch-up and the reverse passes of a rollback, so both are judged alike."""
+    if prev_head_at:
+        window = max(head_at - float(prev_head_at), 1e-3)
+    elif stats.first_ts:
+        window = max(head_at - stats.first_ts, 1.0)  # binlog timestamps have 1 s resolution
+    else:
+        window = 0.0
+    duration = max(stats.duration_s, 1e-6)
+    apply_rate = stats.events / duration if stats.events else 0.0
+    write_rate = stats.events / window if window > 0 and stats.events else 0.0
+    lag_s = stats.duration_s if stats.events else 0.0
+    predicted_ms = (write_rate * stats.duration_s / apply_rate * 1000.0) if apply_rate > 0 else 0.0
+    return PassResult(
+        number=number, started_at=started_at, head=head, from_gtid=stats.start, to_gtid=stats.end,
+        events=stats.events, transactions=stats.transactions, bytes=stats.bytes,
+        statements=stats.statements, duration_s=round(stats.duration_s, 4),
+        apply_rate=round(apply_rate, 1), write_rate=round(write_rate, 1), lag_s=round(lag_s, 4),
+        predicted_freeze_ms=round(predicted_ms, 1),
+    )
+
+
 def run_pass(
     config_or_zk: Config | zk_mod.ZK,
     migration_id: str,
@@ -148,26 +174,8 @@ def run_pass(
                 "it resumes from the checkpoint when run again"
             )
         passes: list[dict[str, Any]] = list(ckpt.data.get("passes", []))
-        prev_head_at = ckpt.data.get("head_at")
-        if prev_head_at:
-            window = max(head_at - float(prev_head_at), 1e-3)
-        elif stats.first_ts:
-            window = max(head_at - stats.first_ts, 1.0)  # binlog timestamps have 1 s resolution
-        else:
-            window = 0.0
-        duration = max(stats.duration_s, 1e-6)
-        apply_rate = stats.events / duration if stats.events else 0.0
-        write_rate = stats.events / window if window > 0 and stats.events else 0.0
-        lag_s = stats.duration_s if stats.events else 0.0
-        predicted_ms = (write_rate * stats.duration_s / apply_rate * 1000.0) if apply_rate > 0 else 0.0
-        result = PassResult(
-            number=(passes[-1]["number"] + 1) if passes else 1,
-            started_at=started_at, head=str(head), from_gtid=stats.start, to_gtid=stats.end,
-            events=stats.events, transactions=stats.transactions, bytes=stats.bytes,
-            statements=stats.statements, duration_s=round(stats.duration_s, 4),
-            apply_rate=round(apply_rate, 1), write_rate=round(write_rate, 1), lag_s=round(lag_s, 4),
-            predicted_freeze_ms=round(predicted_ms, 1),
-        )
+        result = measure_pass(stats, number=(passes[-1]["number"] + 1) if passes else 1, started_at=started_at,
+                              head=str(head), head_at=head_at, prev_head_at=ckpt.data.get("head_at"))
         result.converged, result.not_converging = judge(result, passes, opts)
         passes.append(asdict(result))
         verdict: dict[str, Any] = {"converged": result.converged, "not_converging": None}
