@@ -2,11 +2,15 @@
 
 Run with ``python -m bench.queue`` (not a test). In one run on one sandbox:
 
-* **throughput**: N no-op jobs enqueued, dequeued and acked through an
-  in-process :class:`QueueService` (batches of ``--batch``, and one at a time),
-  vs the same N no-op jobs through RQ on the sandbox's Redis (its own db
-  number): ``enqueue_many`` then a burst ``SimpleWorker`` (no fork). jobs/s =
-  N / (enqueue + dequeue + ack time).
+* **throughput, the headline** (:mod:`bench.queue_http`): N no-op jobs
+  enqueued over HTTP to ``migrator queue serve --broker``, then dequeued and
+  acknowledged by ``--workers`` separate worker processes, vs the same N no-op
+  RQ jobs enqueued on the sandbox's Redis and run by the same number of RQ
+  ``SimpleWorker`` processes. jobs/s = N / (first enqueue to last worker exit).
+  Medians of ``--repeat`` runs each, interleaved.
+* **throughput in process**: the same through an in-process
+  :class:`QueueService` (batches of ``--batch``, and one at a time), vs one RQ
+  burst ``SimpleWorker`` in the bench process.
 * **disk**: one jobs table (the queue's partitioned layout) goes through
   ``--cycles`` fill-and-purge cycles (``--fill`` rows of ~1 KB each, written as
   succeeded jobs): purged by maintenance (``DROP PARTITION`` of the expired OK
@@ -14,8 +18,9 @@ Run with ``python -m bench.queue`` (not a test). In one run on one sandbox:
   ``DELETE``. Disk is the bytes allocated to the table's ``.ibd`` files after
   the last purge.
 
-Prints a table and ends with ``queue_vs_rq=... disk_vs_delete=...``
-(``queue_vs_rq`` > 1: the queue is faster; ``disk_vs_delete`` < 1: dropping
+Prints a table and ends with ``queue_vs_rq=... queue_http_jobs_per_s=...
+queue_batched_jobs_per_s=... disk_vs_delete=...`` (``queue_vs_rq`` > 1: the queue
+over HTTP is faster than RQ with as many workers; ``disk_vs_delete`` < 1: dropping
 partitions leaves less on disk).
 """
 
@@ -23,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import statistics
 import tempfile
 import time
 import uuid
@@ -30,6 +36,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse, urlunparse
 
+from bench import queue_http as qh
 from migrator.fleet import config as config_mod
 from migrator.fleet import zk as zk_mod
 from migrator.fleet.ids import shard_db
@@ -84,7 +91,7 @@ def bench_rq(redis_url: str, n: int, db: int) -> float:
         q = Queue("bench", connection=r)
         t0 = time.perf_counter()
         for i in range(0, n, 500):
-            q.enqueue_many([Queue.prepare_data("bench.queue.noop", result_ttl=60) for _ in range(min(500, n - i))])
+            q.enqueue_many([Queue.prepare_data("bench.queue.noop", result_ttl=3600) for _ in range(min(500, n - i))])
         w = SimpleWorker([q], connection=r)
         w.work(burst=True, logging_level="WARNING")
         took = time.perf_counter() - t0
@@ -161,6 +168,8 @@ def main() -> None:
     ap.add_argument("--cycles", type=int, default=10, help="fill-and-purge cycles")
     ap.add_argument("--fill", type=int, default=20000, help="rows per fill")
     ap.add_argument("--redis-db", type=int, default=13, help="Redis db number for RQ")
+    ap.add_argument("--workers", type=int, default=3, help="worker processes on each side (HTTP and RQ)")
+    ap.add_argument("--repeat", type=int, default=3, help="HTTP and RQ runs each (medians)")
     ap.add_argument("--sandbox", help="reuse a running sandbox directory (its shard data is reset)")
     args = ap.parse_args()
 
@@ -183,6 +192,19 @@ def main() -> None:
             for h in hosts.values():
                 HostRegistry(zk).register(h)
             ShardMapStore(zk).init(smap, hosts, reason="bench")
+        server = qh.Server(cfg_path, creds.queue_token)
+        try:
+            qh.bench_http(server, 500, args.batch, args.workers, args.partitions)  # warm up
+            qh.bench_rq(cfg.redis.url, 500, args.batch, args.workers, args.redis_db)
+            http_s, rq_http_s = [], []
+            for i in range(args.repeat):
+                http_s.append(qh.bench_http(server, args.jobs, args.batch, args.workers, args.partitions))
+                rq_http_s.append(qh.bench_rq(cfg.redis.url, args.jobs, args.batch, args.workers, args.redis_db))
+                print(f"  run {i + 1}/{args.repeat}: HTTP {args.jobs / http_s[-1]:,.0f} jobs/s, "
+                      f"RQ {args.jobs / rq_http_s[-1]:,.0f} jobs/s", flush=True)
+        finally:
+            server.stop()
+        http_med, rq_med = statistics.median(http_s), statistics.median(rq_http_s)
         svc = QueueService(cfg, creds)
         try:
             bench_queue(svc, 500, args.batch, args.partitions)  # warm up
@@ -196,9 +218,11 @@ def main() -> None:
         finally:
             svc.close()
         rows = [
-            (f"queue service, batches of {args.batch}", args.jobs, q_batch),
-            ("queue service, one job at a time", single_n, q_single),
-            ("RQ (enqueue_many + SimpleWorker)", args.jobs, rq_s),
+            (f"HTTP, {args.workers} worker procs, batches of {args.batch}", args.jobs, http_med),
+            (f"RQ, {args.workers} SimpleWorker procs", args.jobs, rq_med),
+            (f"in process, batches of {args.batch}", args.jobs, q_batch),
+            ("in process, one job at a time", single_n, q_single),
+            ("RQ, one SimpleWorker in process", args.jobs, rq_s),
         ]
         print(f"\n{'enqueue+dequeue+ack of no-op jobs':<40} {'jobs':>7} {'seconds':>9} {'jobs/s':>10}")
         for name, n, s in rows:
@@ -208,9 +232,11 @@ def main() -> None:
         print(f"{'purged by DROP PARTITION (maintenance)':<40} {drop_files:>10} {drop_b / 1e6:>11.2f}")
         print(f"{'purged by DELETE':<40} {del_files:>10} {del_b / 1e6:>11.2f}")
         qps, rqps = args.jobs / q_batch, args.jobs / rq_s
-        print(f"\nqueue_vs_rq={qps / rqps:.2f} disk_vs_delete={drop_b / del_b:.3f} "
-              f"queue_single_vs_rq={(single_n / q_single) / rqps:.2f} queue_jobs_per_s={qps:.0f} "
-              f"rq_jobs_per_s={rqps:.0f} drop_mb={drop_b / 1e6:.2f} delete_mb={del_b / 1e6:.2f}")
+        hps, rq_hps = args.jobs / http_med, args.jobs / rq_med
+        print(f"\nqueue_vs_rq={hps / rq_hps:.2f} queue_http_jobs_per_s={hps:.0f} rq_jobs_per_s={rq_hps:.0f} "
+              f"queue_batched_jobs_per_s={qps:.0f} queue_batched_vs_rq={qps / rqps:.2f} "
+              f"queue_single_vs_rq={(single_n / q_single) / rqps:.2f} disk_vs_delete={drop_b / del_b:.3f} "
+              f"drop_mb={drop_b / 1e6:.2f} delete_mb={del_b / 1e6:.2f}")
     finally:
         if own:
             sb.down()

@@ -14,6 +14,7 @@ import os
 import random
 import shutil
 import tempfile
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +24,57 @@ import pytest
 SEED = int(os.environ.get("MIGRATOR_TEST_SEED", random.randrange(1 << 30)))
 #: why the shared sandbox was rebuilt during this session (shown in the summary)
 REBUILDS: list[str] = []
+
+
+#: test processes still running after a test ended (killed, and the test errors at teardown)
+LEAK_GRACE_S = float(os.environ.get("MIGRATOR_TEST_LEAK_GRACE_S", "15"))
+
+
+def _descendants() -> dict[int, str]:
+    import psutil
+
+    out = {}
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if p.status() != psutil.STATUS_ZOMBIE:
+                out[p.pid] = " ".join(p.cmdline())[:200]
+        except psutil.Error:
+            pass
+    return out
+
+
+def _sandbox_pids(request) -> set[int]:
+    """The shared sandbox's servers (started by the session, or rebuilt inside a test's setup)."""
+    if "sandbox" not in request.fixturenames:
+        return set()
+    sb = request.getfixturevalue("sandbox")
+    st = getattr(sb, "state", None)
+    return {p.pid for p in st.procs.values() if p.pid} if st else set()
+
+
+@pytest.fixture(autouse=True)
+def ends_its_processes(request):
+    """Every test ends the processes it started: checked after it (and its fixtures) finished.
+    A leftover is killed and reported, so it cannot load the box or hold ports for later tests."""
+    import psutil
+
+    before = set(_descendants())
+    yield
+    keep = before | _sandbox_pids(request)
+    deadline = time.monotonic() + LEAK_GRACE_S  # a process told to stop may take a moment
+    while True:
+        left = {pid: cmd for pid, cmd in _descendants().items() if pid not in keep}
+        if not left or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    for pid in left:
+        try:
+            psutil.Process(pid).kill()
+        except psutil.Error:
+            pass
+    if left:
+        pytest.fail("the test left processes running (killed now): "
+                    + "; ".join(f"{pid}: {cmd}" for pid, cmd in left.items()), pytrace=False)
 
 
 def pytest_report_header(config):  # noqa: ARG001
