@@ -77,9 +77,9 @@ def list_objects(conn: pymysql.connections.Connection, dbs: list[str]) -> list[S
         conn, T + f"SELECT TRIGGER_SCHEMA, TRIGGER_NAME, DEFINER, EVENT_OBJECT_TABLE FROM information_schema.TRIGGERS "
         f"WHERE TRIGGER_SCHEMA IN ({marks}) AND TRIGGER_NAME NOT LIKE '\\_mgate\\_%%' "
         "ORDER BY TRIGGER_SCHEMA, TRIGGER_NAME", dbs)]
+    # mysql.event, not information_schema.EVENTS: that shows events only to holders of EVENT
     out += [SchemaObject("EVENT", d, n, definer) for d, n, definer in query(
-        conn, T + f"SELECT EVENT_SCHEMA, EVENT_NAME, DEFINER FROM information_schema.EVENTS "
-        f"WHERE EVENT_SCHEMA IN ({marks}) ORDER BY EVENT_SCHEMA, EVENT_NAME", dbs)]
+        conn, T + f"SELECT db, name, definer FROM mysql.event WHERE db IN ({marks}) ORDER BY db, name", dbs)]
     return out
 
 
