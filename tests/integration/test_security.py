@@ -190,19 +190,20 @@ def test_hostile_table_name_in_a_moving_shard_is_one_quoted_identifier(fleet):
     table it is and runs nothing it spells."""
     hostile = "x`; DROP TABLE pins; --"
     quoted = "`" + hostile.replace("`", "``") + "`"
-    with fleet.sandbox.root_conn("MySQL001A") as c, c.cursor() as cur:
-        cur.execute(f"CREATE TABLE db00003.{quoted} (id INT PRIMARY KEY)")
-        cur.execute(f"INSERT INTO db00003.{quoted} VALUES (1), (2)")
-        cur.execute("SELECT COUNT(*) FROM db00003.pins")
-        pins = cur.fetchone()[0]
     spec = command.plan_split(fleet.config, "MySQL001A").spec
+    db = f"db{spec.shards[0]:05d}"
+    with fleet.sandbox.root_conn("MySQL001A") as c, c.cursor() as cur:
+        cur.execute(f"CREATE TABLE {db}.{quoted} (id INT PRIMARY KEY)")
+        cur.execute(f"INSERT INTO {db}.{quoted} VALUES (1), (2)")
+        cur.execute(f"SELECT COUNT(*) FROM {db}.pins")
+        pins = cur.fetchone()[0]
     res = run_cli("copy", spec.id, "--sync", config=fleet.config_path)
     assert res.returncode == 0, res.stderr
     for host in ("MySQL001A", "MySQL003A"):
         with fleet.sandbox.root_conn(host) as c, c.cursor() as cur:
-            cur.execute("SELECT COUNT(*) FROM db00003.pins")
+            cur.execute(f"SELECT COUNT(*) FROM {db}.pins")
             assert cur.fetchone()[0] == pins, host
-            cur.execute(f"SELECT COUNT(*) FROM db00003.{quoted}")
+            cur.execute(f"SELECT COUNT(*) FROM {db}.{quoted}")
             assert cur.fetchone()[0] == 2, host
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 import pymysql
 
 from migrator.engine import catch_up
+from migrator.engine.cleanup import cleanup
 from migrator.engine.copy import table_progress
 from migrator.engine.cutover import cutover
 from migrator.engine.migration import Options
@@ -178,3 +179,6 @@ def test_every_case_moves_identically(fleet, conns):
                 problems.append(f"view {v} reads other rows on the target")
     assert views, "no case made a view"
     assert not problems, "\n".join(problems)
+    # the old master's shard db held only the sentinel and the carried views by now: cleanup drops it
+    out = cleanup(fleet.config, spec.id, now=True)
+    assert f"MySQL001A:{db}" in out.dropped and f"MySQL001A:{tomb}" in out.dropped, out.dropped
