@@ -7,8 +7,8 @@ optional ``writes.sql`` runs again and again on the source (``@i`` holds the
 round number) beside a writer on the shard's seed tables, verify, and the
 fenced cutover. Every case table must then be identical on the target and in
 the source's tombstone (rows by key, CHECKSUM TABLE, DDL apart from
-AUTO_INCREMENT), and every case view must exist on the target and read the
-same rows.
+AUTO_INCREMENT), every case view must exist on the target and read the
+same rows, and the shard's stored routines must be there too.
 """
 
 from __future__ import annotations
@@ -130,7 +130,11 @@ def test_every_case_moves_identically(fleet, conns):
     assert cw.rounds >= 2
     catch_up.run_passes(fleet.config, spec.id)
     view_rows = {}
+    routines = "SELECT ROUTINE_TYPE, ROUTINE_NAME, ROUTINE_DEFINITION, DEFINER FROM information_schema.ROUTINES " \
+               "WHERE ROUTINE_SCHEMA = %s ORDER BY 1, 2"
     with src.cursor() as cur:
+        cur.execute(routines, (db,))
+        src_routines = cur.fetchall()
         for v in views:  # the writers are stopped: what the views read now is final
             cur.execute(f"SELECT * FROM {qualified(db, v)} ORDER BY 1")
             view_rows[v] = cur.fetchall()
@@ -177,7 +181,13 @@ def test_every_case_moves_identically(fleet, conns):
             cur.execute(f"SELECT * FROM {qualified(db, v)} ORDER BY 1")
             if cur.fetchall() != view_rows[v]:
                 problems.append(f"view {v} reads other rows on the target")
-    assert views, "no case made a view"
+    with tgt.cursor() as cur:
+        cur.execute(routines, (db,))
+        if cur.fetchall() != src_routines:
+            problems.append(f"the routines on the target differ from the source's {src_routines}")
+        cur.execute(f"SELECT {qualified(db, 'view_double')}(21)")
+        assert cur.fetchone()[0] == 42
+    assert views and src_routines, "no case made a view or a routine"
     assert not problems, "\n".join(problems)
     # the old master's shard db held only the sentinel and the carried views by now: cleanup drops it
     out = cleanup(fleet.config, spec.id, now=True)
