@@ -8,8 +8,9 @@ sure no rollback will be needed).
 * After a cutover (phase ``done``) the tombstones are on the old master:
   ``_tomb_<suffix>_dbNNNNN``. Each is dropped (``DROP DATABASE``, binlogged so
   the old standby drops its copy too), then the source ``dbNNNNN``, which only
-  holds the sentinel table by now, unless other tables still live there (a
-  queue-partition move: only the sentinel goes).
+  holds the sentinel table (and the views and routines the copy carried) by
+  now, unless other tables still live there (a queue-partition move: only the
+  sentinel goes).
 * After a rollback (phase ``rolled_back``) the tombstones are the new
   master's copies: the same names on the target host; the target's
   ``dbNNNNN`` (sentinel only) goes too, and the emptied tombstone schemas on the
@@ -72,8 +73,9 @@ def _schema_bytes(conn: pymysql.connections.Connection, db: str) -> int:
 
 
 def _tables(conn: pymysql.connections.Connection, db: str) -> list[str]:
-    return [r[0] for r in query(conn, "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s",
-                                (db,))]
+    """Base tables only: the views (and routines) of a moved shard were carried with it and go too."""
+    return [r[0] for r in query(conn, "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s "
+                                "AND TABLE_TYPE = 'BASE TABLE'", (db,))]
 
 
 def _exists(conn: pymysql.connections.Connection, db: str) -> bool:

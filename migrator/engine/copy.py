@@ -39,12 +39,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote
 
 import pymysql
 from kazoo.exceptions import BadVersionError
 from tenacity import retry, retry_if_exception, stop_after_attempt, wait_exponential
 
-from migrator.engine import inspector
+from migrator.engine import inspector, objects
 from migrator.engine.chunks import (
     CopyError,
     chunk_select,
@@ -83,7 +84,13 @@ SOURCE_SESSION = "SET SESSION time_zone = '+00:00'"
 
 
 def progress_key(db: str, table: str) -> str:
-    return f"{PREFIX}/{db}.{table}"
+    """The table's progress node: names percent-encoded, so a legal name holding ``/`` or ``.``
+    (or any non-ASCII character) is still one node, distinct from every other table's."""
+    return f"{PREFIX}/{_node_name(db)}.{_node_name(table)}"
+
+
+def _node_name(name: str) -> str:
+    return quote(name, safe="").replace(".", "%2E")
 
 
 # -- hosts -------------------------------------------------------------------------------------
@@ -175,6 +182,8 @@ def prepare(zk: ZK, spec: Spec, creds: Credentials) -> list[tuple[str, str]]:
                 "est_bytes": info.data_bytes,
             })
             infos.append(info)
+        if spec.kind == "shards":  # views and routines, once every table they may read is there
+            objects.carry(src, tgt, list(spec.databases))
     finally:
         src.close()
         tgt.close()

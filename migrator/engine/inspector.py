@@ -90,7 +90,9 @@ def copy_key(conn: pymysql.connections.Connection, db: str, table: str) -> tuple
             (int(r["Seq_in_index"]), r["Column_name"], bool(int(r["Non_unique"])), r["Null"] == "YES"))
     if "PRIMARY" in indexes:
         return tuple(c for _, c, _, _ in sorted(indexes["PRIMARY"])), "primary"
-    for name in sorted(indexes):
+    # in SHOW INDEX order (the server's key order): the first NOT NULL unique key is the one
+    # InnoDB clusters by and the binlog's table map names as the primary key
+    for name in indexes:
         cols = sorted(indexes[name])
         if not cols[0][2] and not any(n for _, _, _, n in cols):
             return tuple(c for _, c, _, _ in cols), "unique"

@@ -13,6 +13,9 @@ Checks (source = the source pair's master, target = the target pair):
 * distinct ``server_id`` on the four hosts; GTID position readable;
 * binlog retention longer than the estimated copy;
 * every moving table has a primary key (or a NOT NULL unique key);
+* no trigger or event in the moving shards (they are not carried), and the
+  views and routines (which the copy carries) can be created on the target:
+  privileges, DEFINER accounts (:mod:`migrator.engine.objects`);
 * the target pair replicates both ways with lag under the threshold;
 * the target holds none of the moving databases (or, for a partition move,
   not the moving table);
@@ -28,7 +31,7 @@ from typing import Any
 
 import pymysql
 
-from migrator.engine import inspector
+from migrator.engine import inspector, objects
 from migrator.engine.migration import Phase, Spec
 from migrator.engine.plan import estimate, moving_tables
 from migrator.errors import MigratorError, MySQLUnavailable
@@ -149,7 +152,8 @@ def grant_findings(privs: set[str]) -> tuple[list[str], list[str]]:
     if "ALL PRIVILEGES" in privs:
         return [], ["ALL PRIVILEGES"]
     missing = [p for p in REQUIRED_GRANTS if p not in privs]
-    extra = sorted(privs - set(REQUIRED_GRANTS))
+    # the grants views and routines need are checked with them (migrator.engine.objects)
+    extra = sorted(privs - set(REQUIRED_GRANTS) - set(objects.OBJECT_GRANTS))
     return missing, extra
 
 
@@ -188,6 +192,8 @@ def run(zk: ZK, spec: Spec, creds: Credentials, *, phase: Phase = Phase.PLANNED)
         for role in ("source master", "target master"):
             if role in conns:
                 _check_grants(conns[role], roles[role], res)
+        if src is not None:
+            _check_objects(src, conns.get("target master"), spec, res)
     finally:
         for c in conns.values():
             try:
@@ -369,6 +375,21 @@ def _check_target_empty(conns: dict[str, pymysql.connections.Connection], spec: 
                 "another target")
     if not found:
         res.add("target empty", True, "the target holds none of the moving data")
+
+
+def _check_objects(src: pymysql.connections.Connection, tgt: pymysql.connections.Connection | None, spec: Spec,
+                   res: PreflightResult) -> None:
+    if spec.kind == "queue_partition":
+        dbs = [shard_db(spec.shards[0])]
+        tables: set[tuple[str, str]] | None = {(dbs[0], t) for t in spec.tables}
+    else:
+        dbs, tables = [db for db in spec.databases if inspector.database_exists(src, db)], None
+    privs = parse_global_grants([r[0] for r in query(tgt, T + "SHOW GRANTS")]) if tgt is not None else set()
+    problems = objects.findings(src, tgt, dbs, tables, privs)
+    for p in problems:
+        res.add("schema objects", False, p)
+    if not problems:
+        res.add("schema objects", True, "no trigger or event; views and routines can be created on the target")
 
 
 def _check_grants(c: pymysql.connections.Connection, name: str, res: PreflightResult) -> None:

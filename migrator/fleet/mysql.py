@@ -16,7 +16,10 @@ from migrator.errors import MigratorError, MySQLUnavailable
 from migrator.fleet.config import Credentials
 from migrator.fleet.model import Host
 
+#: a plain name (needs no quoting anywhere: ZooKeeper nodes, job ids, file names)
 IDENT_RE = re.compile(r"^[A-Za-z0-9_]{1,64}$")
+#: what MariaDB refuses in a back-quoted identifier: NUL, and characters outside the BMP
+_ILLEGAL_IN_IDENT = re.compile("[\x00\U00010000-\U0010ffff]")
 
 # MySQL error codes migrator reacts to
 ER_NO_SUCH_TABLE = 1146
@@ -35,13 +38,18 @@ def ident(name: str) -> str:
     """Validate a database/table/column name and return it back-quoted.
 
     Identifiers cannot be bound as parameters; every one that reaches SQL
-    passes here first. Only ``[A-Za-z0-9_]`` is allowed.
+    passes here first. Every name MariaDB accepts between backticks is
+    accepted (spaces, reserved words, Unicode of the BMP, backticks, which
+    are doubled): 1-64 characters, no NUL, no character outside the BMP, no
+    trailing space.
     """
-    if not isinstance(name, str) or not IDENT_RE.fullmatch(name):
+    if not isinstance(name, str) or not 1 <= len(name) <= 64 or _ILLEGAL_IN_IDENT.search(name) \
+            or name.endswith(" "):
         raise InvalidIdentifier(
-            f"identifier {name!r} is not allowed: use 1-64 letters, digits or underscores"
+            f"identifier {name!r} is not a legal MariaDB name: use 1-64 characters, without NUL, characters "
+            "outside the Basic Multilingual Plane (emoji) or a trailing space"
         )
-    return f"`{name}`"
+    return "`" + name.replace("`", "``") + "`"
 
 
 def qualified(db: str, table: str) -> str:

@@ -184,20 +184,27 @@ def test_malicious_names_through_the_cli_are_refused(fleet, args, needle):
         assert cur.fetchone()[0] == 2
 
 
-def test_malicious_table_name_in_a_moving_shard_stops_before_sql(fleet):
-    """A table whose name is not a plain identifier (created by someone else in a moving
-    shard) is refused by ``ident`` before any statement names it."""
-    with fleet.sandbox.root_conn("MySQL001A") as c, c.cursor() as cur:
-        cur.execute("CREATE TABLE db00003.`x; DROP TABLE pins` (id INT PRIMARY KEY)")
+def test_hostile_table_name_in_a_moving_shard_is_one_quoted_identifier(fleet):
+    """A legal but hostile name (created by someone else in a moving shard) is quoted
+    with backticks doubled wherever it reaches SQL: the copy carries it as the one
+    table it is and runs nothing it spells."""
+    hostile = "x`; DROP TABLE pins; --"
+    quoted = "`" + hostile.replace("`", "``") + "`"
     spec = command.plan_split(fleet.config, "MySQL001A").spec
-    res = run_cli("copy", spec.id, "--sync", config=fleet.config_path)
-    assert_one_line_error(res, "x; DROP TABLE pins")
+    db = f"db{spec.shards[0]:05d}"
     with fleet.sandbox.root_conn("MySQL001A") as c, c.cursor() as cur:
-        cur.execute("SELECT COUNT(*) FROM db00003.pins")
-        assert cur.fetchone()[0] > 0
-    with fleet.sandbox.root_conn("MySQL003A") as c, c.cursor() as cur:
-        cur.execute("SELECT COUNT(*) FROM information_schema.schemata WHERE schema_name = 'db00003'")
-        assert cur.fetchone()[0] == 0
+        cur.execute(f"CREATE TABLE {db}.{quoted} (id INT PRIMARY KEY)")
+        cur.execute(f"INSERT INTO {db}.{quoted} VALUES (1), (2)")
+        cur.execute(f"SELECT COUNT(*) FROM {db}.pins")
+        pins = cur.fetchone()[0]
+    res = run_cli("copy", spec.id, "--sync", config=fleet.config_path)
+    assert res.returncode == 0, res.stderr
+    for host in ("MySQL001A", "MySQL003A"):
+        with fleet.sandbox.root_conn(host) as c, c.cursor() as cur:
+            cur.execute(f"SELECT COUNT(*) FROM {db}.pins")
+            assert cur.fetchone()[0] == pins, host
+            cur.execute(f"SELECT COUNT(*) FROM {db}.{quoted}")
+            assert cur.fetchone()[0] == 2, host
 
 
 # -- queue API token ---------------------------------------------------------------------------------

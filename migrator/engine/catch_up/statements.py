@@ -14,16 +14,23 @@ committed on the target first (:mod:`.tailer`). :func:`classify` parses just eno
 * **unsafe**: anything else that changes a moving table's shape, a unique
   index (it could reject rows), ``DROP`` or ``RENAME`` of a moving table, a
   new table in a moving shard, ``DROP/ALTER DATABASE`` of a moving schema, and
-  any statement it does not recognise that names one. The migration stops with
-  the statement named; nothing guesses.
-* **ignore**: statements about other schemas and tables, and harmless ones
-  (ANALYZE, GRANT, CREATE DATABASE, ...).
+  any statement it does not recognise that names one or runs with one as its
+  default schema (a view, trigger or routine created during the migration
+  would not be carried, a statement-logged DML would be lost). The migration
+  stops with the statement named; nothing guesses.
+* **ignore**: statements about other schemas and tables, and known harmless
+  ones (ANALYZE, GRANT, CREATE DATABASE, SAVEPOINT, DROP TEMPORARY TABLE, ...).
+
+A statement the target refuses with an "already applied" error (a replay after
+a crash) counts as applied only when the target table's definition then equals
+the source's; otherwise catch-up stops and names both.
 """
 
 from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,6 +51,7 @@ _PARTITION_OPS = re.compile(
     re.I,
 )
 _INDEX_CLAUSE = re.compile(r"^(?:ADD|DROP)\s+(?:INDEX|KEY)\b", re.I)
+_DROP_TEMPORARY = re.compile(r"^DROP\s+TEMPORARY\s+TABLE\b", re.I)
 _DROP_TABLE = re.compile(r"^DROP\s+(?:TEMPORARY\s+)?TABLE\s+(?:IF\s+EXISTS\s+)?(?P<refs>.*?)"
                          r"(?:\s+(?:RESTRICT|CASCADE))?\s*$", re.S | re.I)
 _TRUNCATE = re.compile(rf"^TRUNCATE\s+(?:TABLE\s+)?{_REF}\s*$", re.S | re.I)
@@ -56,7 +64,13 @@ _INDEX_STMT = re.compile(
 )
 _DB_STMT = re.compile(rf"^(?:DROP|ALTER)\s+(?:DATABASE|SCHEMA)\s+(?:IF\s+EXISTS\s+)?(?P<db>{_NAME})", re.S | re.I)
 _HARMLESS = re.compile(r"^(?:ANALYZE|OPTIMIZE|CHECK|REPAIR|FLUSH|GRANT|REVOKE|CREATE\s+USER|DROP\s+USER|ALTER\s+USER"
-                       r"|SET\s+PASSWORD|CREATE\s+DATABASE|CREATE\s+SCHEMA)\b", re.I)
+                       r"|SET\s+PASSWORD|CREATE\s+DATABASE|CREATE\s+SCHEMA|CREATE\s+ROLE|DROP\s+ROLE|SAVEPOINT"
+                       r"|ROLLBACK\s+(?:WORK\s+)?TO|RELEASE\s+SAVEPOINT)\b", re.I)
+
+
+#: the key that stands for "every row of the table": a statement removed rows without row events
+#: (never a real key: the binlog decoder renders no comment as a literal)
+WHOLE_TABLE: tuple[str, ...] = ("/* whole table */",)
 
 
 def _unquote(name: str) -> str:
@@ -131,6 +145,8 @@ def classify(st: Statement, moving_schemas: set[str], tables: set[str] | None = 
         if not moving(schema, table):
             return Decision("ignore")
         return Decision("apply", schema=schema, table=table, head="TRUNCATE TABLE", rest="")
+    if _DROP_TEMPORARY.match(q):
+        return Decision("ignore")  # a session's temporary table: never a moving table
     m = _DROP_TABLE.match(q)
     if m:
         for ref in _split_list(m.group("refs")):
@@ -161,15 +177,16 @@ def classify(st: Statement, moving_schemas: set[str], tables: set[str] | None = 
         return Decision("ignore")
     if _HARMLESS.match(q):
         return Decision("ignore")
-    # an unknown statement: unsafe when it names a moving schema (or, for a
-    # table-level migration, a moving table inside one)
+    # an unknown statement: unsafe when it names a moving schema or runs in one
+    # (or, for a table-level migration, names a moving table inside one)
     low = q.lower()
     for schema in sorted(moving_schemas):
-        named = re.search(rf"\b{re.escape(schema.lower())}\b", low) is not None
+        named = re.search(rf"(?<!\w){re.escape(schema.lower())}(?!\w)", low) is not None
         if tables is None:
-            if named:
+            if named or st.schema == schema:
                 return unsafe("an unrecognised statement", schema, "*")
-        elif (named or st.schema == schema) and any(re.search(rf"\b{re.escape(t.lower())}\b", low) for t in tables):
+        elif (named or st.schema == schema) and any(re.search(rf"(?<!\w){re.escape(t.lower())}(?!\w)", low)
+                                                    for t in tables):
             return unsafe("an unrecognised statement", schema, "*")
     return Decision("ignore")
 
@@ -218,12 +235,15 @@ class UnsafeStatement(ApplierError):
 
 
 def apply_statement(conn: pymysql.connections.Connection, st: Statement, moving_schemas: set[str],
-                    tables: set[str] | None, target_schema: Any) -> str:
+                    tables: set[str] | None, target_schema: Any,
+                    source_definition: Callable[[str, str], str | None] | None = None) -> str:
     """Carry one statement over on ``conn`` (autocommit off: committed here).
 
     Returns "applied", "skipped" (already applied: a replay) or "ignored" (not
     about a moving table). Raises :class:`UnsafeStatement`, or :class:`ApplierError`
-    when the target refuses it.
+    when the target refuses it. ``source_definition(schema, table)`` gives the
+    source's ``SHOW CREATE TABLE``: an "already applied" error counts as such
+    only when the target's definition equals it (without it, never).
     """
     decision = classify(st, moving_schemas, tables)
     if decision.action == "ignore":
@@ -238,10 +258,46 @@ def apply_statement(conn: pymysql.connections.Connection, st: Statement, moving_
     except pymysql.err.MySQLError as exc:
         code = exc.args[0] if exc.args else None
         if code in ALREADY_APPLIED:
-            log.info("statement already applied on the target (%s): %s", exc.args[-1], sql)
-            return "skipped"
+            conn.rollback()
+            mine = _definition(conn, target_schema(decision.schema), decision.table)
+            theirs = source_definition(decision.schema, decision.table) if source_definition else None
+            if mine is not None and theirs is not None and same_definition(mine, theirs):
+                log.info("statement already applied on the target (%s): %s", exc.args[-1], sql)
+                return "skipped"
+            raise ApplierError(
+                f"carrying over `{short(st.query)}` to the target failed with {code} ({exc.args[-1]}), and the "
+                f"target's definition of {decision.schema}.{decision.table} differs from the source's, so it "
+                "was not simply applied before: compare SHOW CREATE TABLE on both, fix the target table by "
+                "hand and resume, or abort the migration"
+            ) from None
         raise ApplierError(
             f"carrying over `{short(st.query)}` to the target failed: {exc.args[-1] if exc.args else exc}; "
             "fix the target table by hand and resume, or abort the migration"
         ) from None
     return "applied"
+
+
+_AUTO_INC = re.compile(r"\s+AUTO_INCREMENT=\d+")
+
+
+def same_definition(a: str, b: str) -> bool:
+    """Two ``SHOW CREATE TABLE`` texts define the same table (the AUTO_INCREMENT counter aside)."""
+    return _AUTO_INC.sub("", a) == _AUTO_INC.sub("", b)
+
+
+def _definition(conn: pymysql.connections.Connection, schema: str, table: str) -> str | None:
+    try:
+        with conn.cursor() as cur:
+            cur.execute(TAG + f"SHOW CREATE TABLE {qualified(schema, table)}")
+            row = cur.fetchone()
+        conn.commit()
+    except pymysql.err.MySQLError:
+        return None
+    return row[1] if row else None
+
+
+def source_definitions(conn_of: Callable[[], pymysql.connections.Connection]) -> Callable[[str, str], str | None]:
+    """``source_definition`` for :func:`apply_statement`, reading through ``conn_of()``."""
+    def get(schema: str, table: str) -> str | None:
+        return _definition(conn_of(), schema, table)
+    return get

@@ -37,7 +37,7 @@ import pymysql
 
 from migrator.engine.binlog import reader as rd
 from migrator.engine.catch_up.lanes import LaneSet, Pacer, Target, target_for
-from migrator.engine.catch_up.statements import apply_statement
+from migrator.engine.catch_up.statements import WHOLE_TABLE, apply_statement, classify, source_definitions
 from migrator.errors import MigratorError
 from migrator.fleet import mysql
 from migrator.fleet.config import Credentials
@@ -154,6 +154,11 @@ class Tailer:
                 cur.execute("/* migrator:catchup */ SET SESSION time_zone = '+00:00'")
             self._stmt_conn = conn
         return self._stmt_conn
+
+    def _source(self) -> pymysql.connections.Connection:
+        if self._source_conn is None or not self._source_conn.open:
+            self._source_conn = mysql.connect(self.source, self._credentials)
+        return self._source_conn
 
     def source_head(self) -> GtidPos:
         """The source's ``@@gtid_binlog_pos`` now (one query on a kept connection)."""
@@ -337,8 +342,15 @@ class Tailer:
         self._settle(rounds, stats)
         for st in txn.statements:
             if apply_statement(self._statement_conn(), st, set(self.schema_map), self.tables,
-                               self.target_schema) != "ignored":
+                               self.target_schema, source_definitions(self._source)) != "ignored":
                 stats.statements += 1
+                if self._collect is not None:
+                    # rows a statement removed (DROP/TRUNCATE PARTITION, TRUNCATE) have no row
+                    # events: the whole table must be compared again
+                    d = classify(st, set(self.schema_map), self.tables)
+                    got = self._collect.get((d.schema, d.table))
+                    if got is not None:
+                        got.add(WHOLE_TABLE)
         self._targets.clear()  # a statement may have changed the tables' shapes
 
     def _add_rows(self, changes: list[rd.Change], stats: TailStats) -> None:

@@ -8,6 +8,11 @@ Three ways to get those keys, cheapest first: a drainer that is a
 binlog reader); a :class:`ChangeTracker` started before the freeze keeps
 reading in the background; :func:`changed_keys` reads the segment at once.
 
+A statement in the window that changes rows without row events (``DROP`` or
+``TRUNCATE PARTITION``, ``TRUNCATE TABLE``) adds the key
+:data:`~migrator.engine.catch_up.statements.WHOLE_TABLE` to its table's set:
+:func:`~migrator.engine.verify.repair.check_rows` then compares that table whole.
+
 Keys from the binlog are :class:`~migrator.engine.verify.checksums.LiteralKey`
 tuples: the primary-key values as the SQL literals the binlog decoder renders
 (:mod:`migrator.engine.binlog.rows`), exact for every column type and character
@@ -25,6 +30,7 @@ from typing import Any
 import pymysql
 
 from migrator.engine.binlog.reader import LocalReader
+from migrator.engine.catch_up.statements import WHOLE_TABLE, classify
 from migrator.engine.verify.checksums import Key, LiteralKey, TableInfo, VerifyError, keys_of
 from migrator.fleet.config import Credentials
 from migrator.fleet.gtid import GtidPos
@@ -37,6 +43,16 @@ def _reader(host: Host, creds: Credentials, tables: Sequence[TableInfo], since: 
 
 
 def _note(out: dict[str, set[Key]], names: dict[tuple[str, str], str], shapes: Any, txn: Any) -> None:
+    if txn.statements:
+        schemas = {s for s, _ in names}
+        for st in txn.statements:
+            # rows removed by a statement (DROP/TRUNCATE PARTITION, TRUNCATE TABLE) leave no row
+            # events: such a table is compared whole (:data:`WHOLE_TABLE`)
+            d = classify(st, schemas)
+            if d.action != "ignore":
+                for (schema, table), name in names.items():
+                    if schema == d.schema and d.table in (table, "*"):
+                        out[name].add(LiteralKey(WHOLE_TABLE))
     for sid, _kind, key, old_key, _row in txn.changes:
         sh = shapes[sid]
         name = names.get((sh.schema, sh.table))

@@ -31,6 +31,7 @@ from typing import Any
 
 import pymysql
 
+from migrator.engine.inspector import copy_key
 from migrator.engine.names import SENTINEL_TABLE
 from migrator.errors import MigratorError
 from migrator.fleet.mysql import ident, qualified, query, tag
@@ -65,7 +66,7 @@ class TableInfo:
 
 
 def table_info(conn: pymysql.connections.Connection, db: str, table: str) -> TableInfo:
-    """Read columns and primary key from information_schema."""
+    """Read columns (information_schema) and the key (:func:`~migrator.engine.inspector.copy_key`)."""
     cols = query(
         conn,
         TAG + "SELECT COLUMN_NAME, IS_GENERATED FROM information_schema.COLUMNS "
@@ -74,19 +75,17 @@ def table_info(conn: pymysql.connections.Connection, db: str, table: str) -> Tab
     )
     if not cols:
         raise VerifyError(f"table {db}.{table} does not exist on the source", phase="verify")
-    pk = query(
-        conn,
-        TAG + "SELECT COLUMN_NAME FROM information_schema.STATISTICS "
-        "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s AND INDEX_NAME = 'PRIMARY' ORDER BY SEQ_IN_INDEX",
-        (db, table),
-    )
+    # the same key the copy pages by and catch-up applies by: PRIMARY, else the first NOT NULL
+    # unique key (which InnoDB, and the binlog's table map, treat as the primary key)
+    pk, _ = copy_key(conn, db, table)
     if not pk:
-        raise VerifyError(f"table {db}.{table} has no primary key; it cannot be verified by chunks", phase="verify")
+        raise VerifyError(f"table {db}.{table} has no primary key nor NOT NULL unique key; it cannot be verified "
+                          "by chunks", phase="verify")
     columns = tuple(c[0] for c in cols)
     for c in columns:
         ident(c)
     writable = tuple(c[0] for c in cols if (c[1] or "NEVER") == "NEVER")
-    return TableInfo(db, table, columns, tuple(p[0] for p in pk), writable)
+    return TableInfo(db, table, columns, tuple(pk), writable)
 
 
 def moving_tables(conn: pymysql.connections.Connection, db: str, only: Sequence[str] = ()) -> list[str]:

@@ -25,6 +25,7 @@ from collections.abc import Iterable, Sequence
 
 import pymysql
 
+from migrator.engine.catch_up.statements import WHOLE_TABLE
 from migrator.engine.verify.checksums import (
     TAG,
     Key,
@@ -85,10 +86,14 @@ def check_chunk(src: Side, dst: Side, t: TableInfo, lo: Key | None, hi: Key | No
 def check_rows(src: Side, dst: Side, t: TableInfo, keys: Iterable[Key], *,
                repair: bool) -> tuple[list[RowDiff], int]:
     """Compare (and optionally re-copy) the given rows by primary key (key values, or
-    :class:`~migrator.engine.verify.checksums.LiteralKey` tuples from the binlog)."""
+    :class:`~migrator.engine.verify.checksums.LiteralKey` tuples from the binlog). The key
+    :data:`~migrator.engine.catch_up.statements.WHOLE_TABLE` among them (a statement removed
+    rows without row events) makes it compare, and re-copy, the whole table."""
     keys = sorted(set(keys), key=repr)
     if not keys:
         return [], 0
+    if WHOLE_TABLE in keys:
+        return check_chunk(src, dst, t, None, None, repair=repair)
     s_t, d_t = t.on(src.db_of(t.db)), t.on(dst.db_of(t.db))
     s: dict[Key, int] = {}
     d: dict[Key, int] = {}

@@ -74,3 +74,42 @@ def test_table_level_migration_only_cares_about_its_tables():
     assert decide("ALTER TABLE jobs_q1 ADD COLUMN x INT", tables=tables).action == "unsafe"
     assert decide("ALTER TABLE jobs_q1 DROP PARTITION p1", tables=tables).action == "apply"
     assert decide("CREATE TABLE other (id INT PRIMARY KEY)", tables=tables).action == "ignore"
+
+
+@pytest.mark.parametrize("query", [
+    "CREATE VIEW v AS SELECT * FROM pins",
+    "CREATE DEFINER=`root`@`localhost` TRIGGER t BEFORE INSERT ON pins FOR EACH ROW SET NEW.a = 1",
+    "CREATE PROCEDURE p() SELECT 1",
+    "DROP VIEW v",
+    "CREATE EVENT e ON SCHEDULE EVERY 1 HOUR DO DELETE FROM pins",
+    "INSERT INTO pins VALUES (1)",  # statement-logged DML: its rows would be lost
+    "SOMETHING NEW pins",
+])
+def test_an_unrecognised_statement_run_in_a_moving_schema_stops(query):
+    d = decide(query, schema="db00002")
+    assert d.action == "unsafe" and "unrecognised" in d.reason and "abort" in d.reason
+
+
+@pytest.mark.parametrize("query", [
+    "SAVEPOINT `sp1`",
+    "ROLLBACK TO SAVEPOINT sp1",
+    "RELEASE SAVEPOINT sp1",
+    "DROP TEMPORARY TABLE IF EXISTS `pins`",
+    "GRANT SELECT ON db00001.* TO x",
+    "CREATE ROLE r",
+])
+def test_known_harmless_statements_in_a_moving_schema_are_ignored(query):
+    assert decide(query, schema="db00001").action == "ignore"
+
+
+def test_an_unrecognised_statement_elsewhere_is_ignored_unless_it_names_a_moving_schema():
+    assert decide("CREATE VIEW v AS SELECT 1", schema="db00009").action == "ignore"
+    assert decide("CREATE VIEW v AS SELECT * FROM db00002.pins", schema="db00009").action == "unsafe"
+    # a prefix of another schema's name is not a mention
+    assert decide("CREATE VIEW v AS SELECT * FROM db000011.pins", schema="db00009").action == "ignore"
+
+
+def test_the_whole_table_key_is_no_literal_the_decoder_renders():
+    from migrator.engine.catch_up.statements import WHOLE_TABLE
+
+    assert WHOLE_TABLE[0].startswith("/*")

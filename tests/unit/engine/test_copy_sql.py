@@ -32,9 +32,10 @@ def test_keyset_clause_is_exactly_the_rows_after_the_key():
     assert [r for r in rows if eval(expr, {}, {"a": r[0], "b": r[1]})] == [r for r in rows if r > last]
 
 
-def test_keyset_clause_validates_identifiers_and_arity():
+def test_keyset_clause_quotes_identifiers_and_checks_arity():
+    assert "`a; DROP``x`" in after_key_clause(("a; DROP`x",), (1,))[0]
     with pytest.raises(InvalidIdentifier):
-        after_key_clause(("a; DROP",), (1,))
+        after_key_clause(("a\x00",), (1,))
     with pytest.raises(Exception, match="key values"):
         after_key_clause(("a", "b"), (1,))
 

@@ -51,12 +51,12 @@ def test_boundary_sql_offsets_to_the_chunk_end():
     assert sql.endswith("ORDER BY `local_id` LIMIT 1 OFFSET 49") and args == [100]
 
 
-def test_identifiers_are_validated():
-    with pytest.raises(InvalidIdentifier):
-        row_image_sql(["ok", "bad`name"])
+def test_identifiers_are_quoted_and_validated():
+    assert "`odd``name`" in row_image_sql(["ok", "odd`name"])
     t = TableInfo("db00001", "pins; DROP TABLE x", ("a",), ("a",))
+    assert "`db00001`.`pins; DROP TABLE x`" in chunk_checksum_sql(t, None, None)[0]
     with pytest.raises(InvalidIdentifier):
-        chunk_checksum_sql(t, None, None)
+        chunk_checksum_sql(TableInfo("db00001", "bad\x00", ("a",), ("a",)), None, None)
 
 
 @pytest.mark.parametrize("width", [1, 2, 3])

@@ -1,0 +1,3 @@
+INSERT INTO view_base
+WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 50)
+SELECT i, i % 5, i * 3 FROM n;

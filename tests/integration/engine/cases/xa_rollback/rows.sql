@@ -1,0 +1,1 @@
+INSERT INTO xa_rows VALUES (1, 'seed'), (2, 'seed');
