@@ -241,7 +241,8 @@ def register(module: Any) -> None:
 def _load_plugins() -> None:
     import importlib
 
-    for name in ("migrator.cli.queue", "migrator.cli.migrate", "migrator.cli.playbook", "migrator.cli.ops"):
+    for name in ("migrator.cli.queue", "migrator.cli.migrate", "migrator.cli.playbook", "migrator.cli.ops",
+                 "migrator.cli.rebalance"):
         try:
             mod = importlib.import_module(name)
         except ModuleNotFoundError as exc:
