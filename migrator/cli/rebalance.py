@@ -22,7 +22,7 @@ from migrator.ops.rebalance import command as rebalance
 from migrator.ops.rebalance.planner import OBJECTIVES
 
 console = Console()
-BAR_WIDTH = 40
+BAR_WIDTH = 24
 
 
 def _cfg() -> Any:
