@@ -18,11 +18,12 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
+from migrator.engine.migration import Options
 from migrator.ops.rebalance import command as rebalance
 from migrator.ops.rebalance.planner import OBJECTIVES
 
 console = Console()
-BAR_WIDTH = 24
+BAR_WIDTH = 16
 
 
 def _cfg() -> Any:
@@ -163,6 +164,9 @@ def register(app: typer.Typer) -> None:
         max_moves_per_pair: int = typer.Option(1, "--max-moves-per-pair",
                                                help="Moves a pair takes part in at once."),
         max_concurrent: int | None = typer.Option(None, "--max-concurrent", help="Moves running at once."),
+        freeze_budget_ms: int | None = typer.Option(None, "--freeze-budget-ms",
+                                                    help="Write-freeze budget of each move's cutover."),
+        workers: int | None = typer.Option(None, "--workers", help="Tables each move copies at once."),
         window: float = typer.Option(5.0, "--window", help="Seconds of binlog to sample write rates from."),
         dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan; store nothing."),
         yes: bool = typer.Option(False, "--yes", help="Run the plan on RQ workers and follow it."),
@@ -190,7 +194,13 @@ def register(app: typer.Typer) -> None:
         if not live.plan.moves:
             console.print("every pair is within the threshold: nothing to do", markup=False)
             return
-        rid = rebalance.start(cfg, live, max_concurrent=max_concurrent)
+        given = {k: v for k, v in {"freeze_budget_ms": freeze_budget_ms, "copy_workers": workers}.items()
+                 if v is not None}
+        try:
+            options = Options(**given)
+        except ValueError as exc:  # pydantic's message names the bad option
+            raise typer.BadParameter(str(exc).splitlines()[-1]) from None
+        rid = rebalance.start(cfg, live, max_concurrent=max_concurrent, options=options)
         console.print(f"rebalance {rid} started on RQ workers (start them with `migrator worker`); "
                       f"`migrator status {rid}`, `migrator pause|resume|abort {rid}`", markup=False)
         if detach:

@@ -188,10 +188,11 @@ def chain_of(config: Config, rid: str) -> str | None:
 
 # -- control ------------------------------------------------------------------------------------
 
-def _running_migrations(config: Config, rid: str) -> list[str]:
+def _running_migrations(config: Config, rid: str, *, with_failed: bool = False) -> list[str]:
+    states = ("running", "failed") if with_failed else ("running",)
     with command.session(config) as (zk, _):
         rec, _ = rec_mod.RecordStore(zk).get(rid)
-    return [m["migration"] for m in rec["moves"] if m["state"] == "running"]
+    return [m["migration"] for m in rec["moves"] if m["state"] in states]
 
 
 def pause(config: Config, rid: str) -> dict[str, Any]:
@@ -210,12 +211,17 @@ def pause(config: Config, rid: str) -> dict[str, Any]:
 
 def resume(config: Config, rid: str) -> dict[str, Any]:
     """Resume the paused moves (from their records) and the schedule."""
+    def change(r: dict[str, Any]) -> None:
+        r["paused"] = False
+        if r["phase"] == "stopped":
+            r["phase"] = "running"
+
     with command.session(config) as (zk, _):
-        rec = rec_mod.RecordStore(zk).update(rid, lambda r: r.__setitem__("paused", False))
+        rec = rec_mod.RecordStore(zk).update(rid, change)
     if rec["phase"] != "running":
         raise MigratorError(f"rebalance {rid} is {rec['phase']}: nothing to resume")
     resumed = []
-    for mid in _running_migrations(config, rid):
+    for mid in _running_migrations(config, rid, with_failed=True):
         try:
             command.resume(config, mid, queue=rec.get("queue") or steps.QUEUE)
             resumed.append(mid)
@@ -232,12 +238,13 @@ def abort(config: Config, rid: str) -> dict[str, Any]:
     with command.session(config) as (zk, _):
         rec = rec_mod.RecordStore(zk).update(rid, lambda r: r.update(phase="aborted"))
     aborted, kept = [], []
-    for mid in [m["migration"] for m in rec["moves"] if m["state"] == "running"]:
+    for mid in [m["migration"] for m in rec["moves"] if m["state"] in ("running", "failed")]:
         try:
-            command.abort(config, mid)
-            aborted.append(mid)
+            out = command.abort(config, mid)
+            if out["was"] != Phase.ABORTED.value:
+                aborted.append(mid)
         except MigratorError:
-            kept.append(mid)
+            kept.append(mid)  # past its flip (it finishes), or never stored
 
     def mark(r: dict[str, Any]) -> None:
         for m in r["moves"]:

@@ -94,23 +94,29 @@ def busy_pairs(rec: dict[str, Any]) -> set[str]:
 
 
 def refresh(zk: ZK, rec: dict[str, Any]) -> None:
-    """Mark running moves whose migration finished (done or failed)."""
+    """Mark running moves whose migration finished (done or failed), and failed moves that an
+    operator resumed (``migrator resume MIGRATION``) as running again. A running move whose
+    migration is not stored yet was claimed by an advance that has not stored it (or crashed
+    first): :func:`start_move` stores it."""
     store = MigrationStore(zk)
     for m in rec["moves"]:
-        if m["state"] != "running":
+        if m["state"] not in ("running", "failed"):
             continue
         try:
             st, _ = store.state(m["migration"])
         except MigrationNotFound:
-            m["state"], m["error"] = "failed", "its migration record is gone"
             continue
         if st.phase in DONE_PHASES:
-            m["state"] = "done"
+            m["state"], m["error"] = "done", None
             m["freeze_ms"] = st.freeze_ms
             m["finished_at"] = time.time()
         elif st.phase in FAILED_PHASES or st.stopped:
             m["state"] = "failed"
             m["error"] = (st.stopped or {}).get("reason") or st.error or f"migration ended {st.phase.value}"
+        elif m["state"] == "failed":
+            m["state"], m["error"] = "running", None
+    if rec["phase"] == "stopped" and any(m["state"] == "running" for m in rec["moves"]):
+        rec["phase"] = "running"
 
 
 def startable(rec: dict[str, Any]) -> list[dict[str, Any]]:
