@@ -109,3 +109,50 @@ def test_rebalance_yes_evens_out_the_fleet_with_moves_at_once(fleet4, tmp_path):
     # a second plan finds nothing to do
     again = rebalance.plan_live(cfg, threshold=THRESHOLD, window_s=0.5)
     assert again.plan.moves == [] or again.plan.bytes_moved < 0.05 * sum(load.values())
+
+
+def test_added_pair_and_control_of_a_whole_rebalance(fleet4):
+    """`sandbox add-pair` registers an empty pair; a rebalance onto it, started detached (no workers),
+    is paused, resumed and aborted as a whole by its id."""
+    from migrator.sandbox.grow import add_pair
+
+    sb = fleet4
+    cfg_path = sb.config_file
+    cfg = config_mod.load(cfg_path)
+    creds = config_mod.load_credentials(cfg)
+    a, _ = add_pair(sb, log=lambda *_: None)
+    with zk_mod.connect(cfg, creds) as zk:
+        assert a in HostRegistry(zk).all()
+        epoch = ShardMapStore(zk).read().epoch
+    bad = cli(cfg_path, "rebalance", "--add-pair", "MySQL099A", "--dry-run", "--window", "0")
+    assert bad.returncode != 0 and "MySQL099A" in bad.stderr and "register" in bad.stderr
+
+    run = cli(cfg_path, "rebalance", "--add-pair", a, "--yes", "--detach", "--window", "0")
+    assert run.returncode == 0, run.stdout + run.stderr
+    rid = next(w for w in run.stdout.split() if w.startswith("rb-"))
+    out = rebalance.status(cfg, rid)
+    assert out["phase"] == "running" and out["running"] >= 1, out
+    running = [m["migration"] for m in out["record"]["moves"] if m["state"] == "running"]
+    pairs = [p for m in out["record"]["moves"] if m["state"] == "running" for p in (m["source"], m["target"])]
+    assert len(pairs) == len(set(pairs)), "a pair in two running moves"
+
+    assert cli(cfg_path, "pause", rid).returncode == 0
+    with zk_mod.connect(cfg, creds) as zk:
+        assert all(MigrationStore(zk).state(m)[0].paused for m in running)
+    assert rebalance.advance(cfg, rid)["paused"] is True
+    res = cli(cfg_path, "resume", rid)
+    assert res.returncode == 0, res.stderr
+    with zk_mod.connect(cfg, creds) as zk:
+        assert not any(MigrationStore(zk).state(m)[0].paused for m in running)
+
+    ab = cli(cfg_path, "abort", rid, "--yes")
+    assert ab.returncode == 0, ab.stderr
+    out = rebalance.status(cfg, rid)
+    assert out["phase"] == "aborted" and out["running"] == 0 and out["waiting"] == 0, out
+    with zk_mod.connect(cfg, creds) as zk:
+        store = MigrationStore(zk)
+        assert all(store.state(m)[0].phase.value == "aborted" for m in running)
+        assert store.holders(list(range(24))) == {}
+        assert ShardMapStore(zk).read().epoch == epoch  # nothing flipped
+    listing = cli(cfg_path, "status")
+    assert rid in listing.stdout
