@@ -146,11 +146,22 @@ def advance(config: Config, rid: str) -> dict[str, Any]:
 
         rec = store.update(rid, change)
         # launch what this step claimed, and what a crashed step claimed but never launched
-        to_launch = []
+        to_launch, refused = [], {}
         for m in rec["moves"]:
             if m["state"] == "running" and (m in claimed or _unlaunched(zk, m["migration"])):
-                if rec_mod.start_move(zk, rec, m):
-                    to_launch.append(m["migration"])
+                try:
+                    if rec_mod.start_move(zk, rec, m):
+                        to_launch.append(m["migration"])
+                except MigratorError as exc:  # shards busy, the map moved on, a pair gone: the move stops
+                    refused[m["index"]] = str(exc)
+        if refused:
+            def fail(r: dict[str, Any]) -> None:
+                for m in r["moves"]:
+                    if m["index"] in refused:
+                        m["state"], m["error"] = "failed", refused[m["index"]]
+                rec_mod.finish_phase(r)
+
+            rec = store.update(rid, fail)
     for mid in to_launch:
         command.launch(config, mid, queue=rec.get("queue") or steps.QUEUE)
     return rec_mod.summary(rec)
