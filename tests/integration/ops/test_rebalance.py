@@ -152,7 +152,7 @@ def test_added_pair_and_control_of_a_whole_rebalance(fleet4):
     with zk_mod.connect(cfg, creds) as zk:
         store = MigrationStore(zk)
         assert all(store.state(m)[0].phase.value == "aborted" for m in running)
-        assert store.holders(list(range(24))) == {}
+        assert not set(store.holders(list(range(24))).values()) & set(running)  # its shard locks released
         assert ShardMapStore(zk).read().epoch == epoch  # nothing flipped
     listing = cli(cfg_path, "status")
     assert rid in listing.stdout
