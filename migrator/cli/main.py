@@ -213,6 +213,15 @@ def sandbox_status(directory: Path = typer.Option(Path(".sandbox"), "--dir"),
     console.print(f"memory (RSS): {sb.memory_rss_mb():.0f} MB")
 
 
+@sandbox_app.command("add-pair")
+def sandbox_add_pair(directory: Path = typer.Option(Path(".sandbox"), "--dir")) -> None:
+    """Start one more master-master pair, empty, and register it (a target for rebalance --add-pair)."""
+    from migrator.sandbox import Sandbox
+    from migrator.sandbox.grow import add_pair
+
+    add_pair(Sandbox(directory))
+
+
 @sandbox_app.command("down")
 def sandbox_down(directory: Path = typer.Option(Path(".sandbox"), "--dir"),
                  purge: bool = typer.Option(False, "--purge", help="Also delete the data dirs.")) -> None:
@@ -241,7 +250,8 @@ def register(module: Any) -> None:
 def _load_plugins() -> None:
     import importlib
 
-    for name in ("migrator.cli.queue", "migrator.cli.migrate", "migrator.cli.playbook", "migrator.cli.ops"):
+    for name in ("migrator.cli.queue", "migrator.cli.migrate", "migrator.cli.playbook", "migrator.cli.ops",
+                 "migrator.cli.rebalance"):
         try:
             mod = importlib.import_module(name)
         except ModuleNotFoundError as exc:

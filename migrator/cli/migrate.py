@@ -19,8 +19,10 @@ from rich.console import Console
 from rich.table import Table
 
 from migrator.cli import phases
+from migrator.cli import rebalance as rebalance_cli
 from migrator.engine.migration import Options
 from migrator.ops import command
+from migrator.ops.rebalance import command as rebalance_cmd
 
 console = Console()
 err_console = Console(stderr=True)
@@ -218,6 +220,9 @@ def register(app: typer.Typer) -> None:
         from migrator.ops import watch
 
         cfg = _cfg()
+        if migration_id is not None and rebalance_cmd.is_rebalance_id(migration_id):
+            rebalance_cli.show_status(cfg, migration_id, as_json)
+            return
         if watch_ and not as_json:
             if migration_id is None:
                 try:
@@ -236,6 +241,8 @@ def register(app: typer.Typer) -> None:
             return
         if migration_id is None:
             console.print(watch.render_listing(out))
+            if rebalance_cmd.status(cfg)["rebalances"]:
+                rebalance_cli.show_status(cfg, None, False)
             return
         progress, task = watch.new_progress(console)
         console.print(watch.render(out, progress, task))
@@ -246,14 +253,25 @@ def register(app: typer.Typer) -> None:
 
     @app.command("pause")
     def pause(migration_id: str = typer.Argument(...)) -> None:
-        """Copy workers stop between chunks (resume with `migrator resume ID`)."""
+        """Copy workers stop between chunks (resume with `migrator resume ID`); a rebalance id pauses
+        all its moves and starts no new one."""
+        if rebalance_cmd.is_rebalance_id(migration_id):
+            out = rebalance_cmd.pause(_cfg(), migration_id)
+            console.print(f"{migration_id} paused ({len(out['migrations'])} running moves paused)", markup=False)
+            return
         out = command.pause(_cfg(), migration_id)
         console.print(f"{migration_id} paused in phase {out['phase']}", markup=False)
 
     @app.command("resume")
     def resume(migration_id: str = typer.Argument(...),
                queue: str = typer.Option("migrator", "--queue")) -> None:
-        """Clear the pause flag and re-enqueue the current step from the ZooKeeper record."""
+        """Clear the pause flag and re-enqueue the current step from the ZooKeeper record (a rebalance id:
+        all its paused moves, and its schedule)."""
+        if rebalance_cmd.is_rebalance_id(migration_id):
+            out = rebalance_cmd.resume(_cfg(), migration_id)
+            console.print(f"{migration_id} resumed: {out['running']} running, {out['waiting']} waiting",
+                          markup=False)
+            return
         out = command.resume(_cfg(), migration_id, queue=queue)
         console.print(f"{migration_id} in phase {out['phase']}: " +
                       (f"enqueued {out['job']}" if out["job"] else "no queued step for this phase"), markup=False)
@@ -264,6 +282,11 @@ def register(app: typer.Typer) -> None:
         """Stop a migration before cutover: drop the target copies, release the locks."""
         if not yes and not typer.confirm(f"abort {migration_id} and drop its copies on the target?"):
             raise typer.Exit(1)
+        if rebalance_cmd.is_rebalance_id(migration_id):
+            out = rebalance_cmd.abort(_cfg(), migration_id)
+            console.print(f"{migration_id} aborted: {len(out['aborted'])} moves aborted, "
+                          f"{len(out['left_running'])} past their flip left to finish", markup=False)
+            return
         out = command.abort(_cfg(), migration_id)
         console.print(f"{migration_id} aborted (was {out['was']}); dropped on the target: "
                       f"{', '.join(out['dropped']) or 'nothing'}", markup=False, highlight=False)

@@ -1,0 +1,212 @@
+"""``migrator rebalance``: measure the fleet, plan moves that even it out, print the plan, run it.
+
+The plan: each move (shards, bytes, ETA, predicted freeze), the ranges in the map
+before and after, and a bar chart of the objective per pair before and after.
+``--yes`` stores the rebalance and follows it; ``migrator status | pause | resume |
+abort REBALANCE_ID`` act on all its moves (the dispatch is in
+:mod:`migrator.cli.migrate`, which calls :func:`show_status` and the ops functions).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import typer
+from rich.console import Console, Group
+from rich.table import Table
+from rich.text import Text
+
+from migrator.engine.migration import Options
+from migrator.ops.rebalance import command as rebalance
+from migrator.ops.rebalance.planner import OBJECTIVES
+
+console = Console()
+BAR_WIDTH = 16
+
+
+def _cfg() -> Any:
+    from migrator.cli.main import load_config
+
+    return load_config()
+
+
+def _fmt(objective: str, v: float) -> str:
+    from migrator.cli.main import human_bytes
+
+    if objective == "bytes":
+        return human_bytes(v)
+    if objective == "rows":
+        return f"{v:,.0f} rows"
+    return f"{v:,.1f}/s"
+
+
+def _runs(runs: list[Any]) -> str:
+    return ",".join(f"{lo}-{hi}" if lo != hi else str(lo) for lo, hi in runs)
+
+
+def _duration(s: float) -> str:
+    from migrator.cli.migrate import _duration as d
+
+    return d(s)
+
+
+def bars(plan: dict[str, Any]) -> Table:
+    """Per pair: the objective before and after, as bars against the band around the mean."""
+    obj, mean, t = plan["objective"], plan["mean"], plan["threshold"]
+    before, after = plan["load_before"], plan["load_after"]
+    top = max([*before.values(), *after.values(), mean * (1 + t)]) or 1.0
+    tab = Table(title=f"{obj} per pair (mean {_fmt(obj, mean)}, band ±{t:.0%}; | marks the band)", box=None)
+    tab.add_column("pair")
+    tab.add_column("before", justify="right")
+    tab.add_column("")
+    tab.add_column("after", justify="right")
+    tab.add_column("")
+    lo_mark, hi_mark = int(mean * (1 - t) / top * BAR_WIDTH), int(mean * (1 + t) / top * BAR_WIDTH)
+
+    def bar(v: float, ok: bool) -> Text:
+        n = int(round(v / top * BAR_WIDTH))
+        cells = ["█" if i < n else " " for i in range(BAR_WIDTH + 1)]
+        for m in (lo_mark, hi_mark):
+            if cells[m] == " ":
+                cells[m] = "|"
+        return Text("".join(cells), style="green" if ok else "red")
+
+    for p in plan["pairs"]:
+        drained = p in plan["drain"]
+        lo, hi = (0.0, 0.0) if drained else (mean * (1 - t), mean * (1 + t))
+        ok_b = lo - 1e-6 * mean <= before[p] <= hi + 1e-6 * mean
+        ok_a = lo - 1e-6 * mean <= after[p] <= hi + 1e-6 * mean
+        name = p + (" (drain)" if drained else " (new)" if p in plan["add"] else "")
+        tab.add_row(name, _fmt(obj, before[p]), bar(before[p], ok_b), _fmt(obj, after[p]), bar(after[p], ok_a))
+    return tab
+
+
+def render_plan(out: dict[str, Any]) -> Group:
+    from migrator.cli.main import human_bytes
+
+    moves = Table(title="moves (a wave: moves that run at once, one per pair)")
+    for col in ("#", "wave", "from", "to", "shards", "bytes", "ETA", "freeze"):
+        moves.add_column(col, justify="right" if col in ("#", "wave", "bytes", "ETA", "freeze") else "left")
+    for i, m in enumerate(out["moves"]):
+        moves.add_row(str(i), str(m["wave"]), m["source"], m["target"], f"{_runs(m['runs'])} ({m['shards']})",
+                      human_bytes(m["bytes"]), _duration(m["eta_s"]), f"{m['freeze_ms']:.0f} ms")
+    lines = [
+        Text(f"imbalance (max/mean of {out['objective']}) {out['imbalance_before']:.3f} -> "
+             f"{out['imbalance_after']:.3f}; {len(out['moves'])} moves in {out['waves']} waves, "
+             f"{human_bytes(out['bytes_moved'])} to copy; ranges in the map {len(out['ranges_before'])} -> "
+             f"{len(out['ranges_after'])}; total ETA {_duration(out['total_s'])} (rates: {out['rate_source']}); "
+             f"planned in {out['plan_s']:.2f} s"),
+    ]
+    if out["unbalanced"]:
+        lines.append(Text(f"still outside the band after the plan: {', '.join(out['unbalanced'])} "
+                          "(a shard too big to place, or a pair with nothing at its range edges)", style="yellow"))
+    ranges = Table(title="ranges after", box=None)
+    for col in ("range", "pair"):
+        ranges.add_column(col)
+    for lo, hi, p in out["ranges_after"]:
+        ranges.add_row(f"{lo}-{hi}" if lo != hi else str(lo), p)
+    return Group(moves, ranges, bars(out), *lines)
+
+
+def show_status(cfg: Any, rid: str | None, as_json: bool) -> None:
+    from migrator.cli.main import human_bytes
+
+    out = rebalance.status(cfg, rid)
+    if as_json:
+        print(json.dumps(out, indent=2, default=str))
+        return
+    rows = out["rebalances"] if rid is None else [out]
+    tab = Table(title="rebalances")
+    for col in ("id", "phase", "done", "running", "waiting", "failed", "bytes done", "max at once"):
+        tab.add_column(col)
+    for s in rows:
+        tab.add_row(s["id"], s["phase"] + (" (paused)" if s["paused"] else ""), str(s["done"]), str(s["running"]),
+                    str(s["waiting"]), str(s["failed"]),
+                    f"{human_bytes(s['bytes_done'])} / {human_bytes(s['bytes'])}", str(s["max_running"]))
+    console.print(tab)
+    if rid is not None:
+        mt = Table(title="moves")
+        for col in ("#", "migration", "from", "to", "shards", "bytes", "state"):
+            mt.add_column(col)
+        for m in out["record"]["moves"]:
+            mt.add_row(str(m["index"]), m["migration"], m["source"], m["target"], _runs(m["runs"]),
+                       human_bytes(m["bytes"]), m["state"] + (f": {m['error']}" if m.get("error") else ""))
+        console.print(mt)
+
+
+def follow(cfg: Any, rid: str, *, every: float = 2.0, timeout: float | None = None) -> dict[str, Any]:
+    """Advance and print until the rebalance ends (the RQ chain advances it too)."""
+    t0 = time.monotonic()
+    last = None
+    while True:
+        out = rebalance.advance(cfg, rid)
+        line = (f"{rid}: {out['phase']}{' (paused)' if out['paused'] else ''}: {out['done']} done, "
+                f"{out['running']} running, {out['waiting']} waiting, {out['failed']} failed")
+        if line != last:
+            console.print(line, markup=False, highlight=False)
+            last = line
+        if out["phase"] != "running" or out["paused"]:
+            return out
+        if timeout is not None and time.monotonic() - t0 > timeout:
+            return out
+        time.sleep(every)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("rebalance")
+    def rebalance_cmd(
+        objective: str = typer.Option("bytes", "--objective", help=f"What to even out: {', '.join(OBJECTIVES)}."),
+        threshold: float = typer.Option(0.10, "--threshold", help="Every pair within this share of the mean."),
+        add_pair: list[str] = typer.Option([], "--add-pair", help="A new, empty registered pair to fill."),
+        drain: list[str] = typer.Option([], "--drain", help="A pair to empty."),
+        max_moves_per_pair: int = typer.Option(1, "--max-moves-per-pair",
+                                               help="Moves a pair takes part in at once."),
+        max_concurrent: int | None = typer.Option(None, "--max-concurrent", help="Moves running at once."),
+        freeze_budget_ms: int | None = typer.Option(None, "--freeze-budget-ms",
+                                                    help="Write-freeze budget of each move's cutover."),
+        workers: int | None = typer.Option(None, "--workers", help="Tables each move copies at once."),
+        window: float = typer.Option(5.0, "--window", help="Seconds of binlog to sample write rates from."),
+        dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan; store nothing."),
+        yes: bool = typer.Option(False, "--yes", help="Run the plan on RQ workers and follow it."),
+        detach: bool = typer.Option(False, "--detach", help="With --yes: start it and return."),
+        as_json: bool = typer.Option(False, "--json", help="The plan as JSON."),
+    ) -> None:
+        """Measure each shard (bytes, rows, writes/s), plan moves that bring every pair within the threshold
+        of the mean, moving few bytes and keeping the map compact; print the plan; with --yes run it."""
+        if objective not in OBJECTIVES:
+            raise typer.BadParameter(f"--objective must be one of {', '.join(OBJECTIVES)}")
+        cfg = _cfg()
+        live = rebalance.plan_live(cfg, objective=objective, threshold=threshold, add_pairs=list(add_pair),
+                                   drain=list(drain), max_moves_per_pair=max_moves_per_pair,
+                                   max_concurrent=max_concurrent, window_s=window)
+        out = live.as_dict()
+        if as_json:
+            print(json.dumps(out, indent=2, default=str))
+        else:
+            console.print(render_plan(out))
+        if not yes or dry_run:
+            if not as_json:
+                console.print("dry run: nothing was stored; run it with --yes" if dry_run or not yes else "",
+                              markup=False)
+            return
+        if not live.plan.moves:
+            console.print("every pair is within the threshold: nothing to do", markup=False)
+            return
+        given = {k: v for k, v in {"freeze_budget_ms": freeze_budget_ms, "copy_workers": workers}.items()
+                 if v is not None}
+        try:
+            options = Options(**given)
+        except ValueError as exc:  # pydantic's message names the bad option
+            raise typer.BadParameter(str(exc).splitlines()[-1]) from None
+        rid = rebalance.start(cfg, live, max_concurrent=max_concurrent, options=options)
+        console.print(f"rebalance {rid} started on RQ workers (start them with `migrator worker`); "
+                      f"`migrator status {rid}`, `migrator pause|resume|abort {rid}`", markup=False)
+        if detach:
+            return
+        end = follow(cfg, rid)
+        if end["phase"] != "done":
+            console.print(f"{rid} ended {end['phase']}: see `migrator status {rid}`", markup=False)
+            raise typer.Exit(3)
+        console.print(f"{rid} done: {end['done']} moves, at most {end['max_running']} at once", markup=False)

@@ -1,0 +1,1 @@
+"""Fleet rebalancing: measure shard costs, plan moves, run them as migrations."""

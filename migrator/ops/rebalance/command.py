@@ -1,0 +1,280 @@
+"""``migrator rebalance`` and the control of a running rebalance, one plain function each.
+
+:func:`plan_live` measures the fleet and plans; :func:`start` stores the
+rebalance record and hands it to the RQ workers; :func:`advance` moves it on
+(see :mod:`migrator.ops.rebalance.record`); :func:`pause`, :func:`resume`,
+:func:`abort` and :func:`status` act on the whole rebalance. None of them prints.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from rq import Queue
+
+from migrator.engine import plan as plan_mod
+from migrator.engine.migration import MigrationStore, Options, Phase
+from migrator.errors import MigratorError
+from migrator.fleet.config import Config
+from migrator.fleet.shard_map import HostRegistry, ShardMapStore
+from migrator.ops import command, steps
+from migrator.ops.rebalance import record as rec_mod
+from migrator.ops.rebalance.measure import measure
+from migrator.ops.rebalance.planner import Plan, RebalanceError, ShardCost, plan
+from migrator.ops.rebalance.schedule import Rates, simulate
+
+ADVANCE_JOB = "jobs.rebalance.advance"
+ADVANCE_EVERY_S = 3.0
+ID_PREFIX = "rb-"
+
+
+def is_rebalance_id(text: str) -> bool:
+    return text.startswith(ID_PREFIX)
+
+
+@dataclass
+class LivePlan:
+    plan: Plan
+    costs: list[ShardCost]
+    slaves: dict[str, str]
+    rates: Rates
+    rate_source: str
+    eta_s: dict[int, float] = field(default_factory=dict)  # by move index
+    freeze_ms: dict[int, float] = field(default_factory=dict)
+    total_s: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        out = self.plan.as_dict()
+        for i, m in enumerate(out["moves"]):
+            m["eta_s"], m["freeze_ms"] = self.eta_s[i], self.freeze_ms[i]
+        out["total_s"], out["rate_source"] = self.total_s, self.rate_source
+        return out
+
+
+def _rates(zk: Any) -> tuple[Rates, str]:
+    stored = plan_mod.stored_rate(zk)
+    if stored and stored.get("bytes_per_s", 0) > 0:
+        return Rates(copy_bytes_per_s=float(stored["bytes_per_s"]), copy_streams=1), "measured by the last copy"
+    return Rates(), "defaults measured by bench.copy and bench.catchup"
+
+
+def plan_live(config: Config, *, objective: str = "bytes", threshold: float = 0.10, add_pairs: list[str] = (),
+              drain: list[str] = (), max_moves_per_pair: int = 1, max_concurrent: int | None = None,
+              window_s: float = 5.0) -> LivePlan:
+    """Measure every shard on the live fleet and plan the moves."""
+    with command.session(config) as (zk, creds):
+        smap = ShardMapStore(zk).read()
+        hosts = HostRegistry(zk).all()
+        if smap.frozen:
+            raise RebalanceError(f"shards {smap.frozen} are frozen for a cutover: wait for it to finish")
+        busy = [m for m in MigrationStore(zk).list() if _active(zk, m)]
+        if busy:
+            raise RebalanceError(f"migrations {', '.join(busy)} are under way: let them finish (or abort them) "
+                                 "before planning a rebalance")
+        spare = {a for a, _ in plan_mod.spare_pairs(hosts, smap)} | {b for _, b in plan_mod.spare_pairs(hosts, smap)}
+        for p in add_pairs:
+            if p not in hosts:
+                raise RebalanceError(f"--add-pair {p}: no such host in the registry; register the pair first "
+                                     "(`migrator sandbox add-pair` in a sandbox)")
+            if p not in spare:
+                raise RebalanceError(f"--add-pair {p}: it is not an empty registered pair (it holds shards, or "
+                                     "its partner is missing)")
+        slaves = {r.master: r.slave for r in smap.ranges}
+        slaves.update({p: hosts[p].partner for p in add_pairs})
+        costs = measure(smap, hosts, creds, window_s=window_s)
+        rates, source = _rates(zk)
+    p = plan([(r.lo, r.hi, r.master) for r in smap], costs, objective=objective, threshold=threshold,
+             add_pairs=add_pairs, drain=drain, max_moves_per_pair=max_moves_per_pair, max_concurrent=max_concurrent)
+    live = LivePlan(p, costs, slaves, rates, source)
+    for i, m in enumerate(p.moves):
+        live.eta_s[i] = rates.duration_s(m.bytes, m.writes)
+        live.freeze_ms[i] = rates.freeze_ms(m.writes)
+    live.total_s = simulate(p.moves, max_concurrent or len(p.moves) or 1, rates)
+    return live
+
+
+def _active(zk: Any, mid: str) -> bool:
+    try:
+        st, _ = MigrationStore(zk).state(mid)
+    except MigratorError:
+        return False
+    return not st.phase.terminal and st.phase not in (Phase.DONE, Phase.FAILED)
+
+
+def start(config: Config, live: LivePlan, *, max_concurrent: int | None = None,
+          options: Options | None = None, queue: str = steps.QUEUE) -> str:
+    """Store the rebalance record, start the first moves and hand it to the RQ workers."""
+    if not live.plan.moves:
+        raise RebalanceError("nothing to move: every pair is within the threshold")
+    rid = f"{ID_PREFIX}{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+    moves = []
+    for i, m in enumerate(live.plan.moves):
+        moves.append({"index": i, "source": m.source, "source_slave": live.slaves[m.source], "target": m.target,
+                      "target_slave": live.slaves[m.target], "runs": [list(r) for r in m.runs], "bytes": m.bytes,
+                      "rows": m.rows, "writes": m.writes, "wave": m.wave, "eta_s": live.eta_s[i],
+                      "migration": rec_mod.migration_id(rid, i), "state": "waiting", "error": None})
+    rec = {"id": rid, "phase": "running", "paused": False, "created_at": time.time(),
+           "objective": live.plan.objective, "threshold": live.plan.threshold,
+           "max_concurrent": max_concurrent, "options": (options or Options()).model_dump(), "moves": moves,
+           "eta_s": live.total_s, "max_running": 0, "chain": None, "queue": queue}
+    with command.session(config) as (zk, _):
+        rec_mod.RecordStore(zk).create(rec)
+    advance(config, rid)
+    enqueue_advance(config, rid)
+    return rid
+
+
+def advance(config: Config, rid: str) -> dict[str, Any]:
+    """One step: mark finished moves, start the moves that may start now. Safe to run twice at once."""
+    with command.session(config) as (zk, _):
+        store = rec_mod.RecordStore(zk)
+        claimed: list[dict[str, Any]] = []
+
+        def change(rec: dict[str, Any]) -> None:
+            claimed.clear()
+            rec_mod.refresh(zk, rec)
+            for m in rec_mod.startable(rec):
+                m["state"], m["started_at"] = "running", time.time()
+                claimed.append(m)
+            rec["max_running"] = max(rec.get("max_running", 0),
+                                     sum(1 for m in rec["moves"] if m["state"] == "running"))
+            rec_mod.finish_phase(rec)
+
+        rec = store.update(rid, change)
+        # launch what this step claimed, and what a crashed step claimed but never launched
+        to_launch, refused = [], {}
+        for m in rec["moves"]:
+            if m["state"] == "running" and (m in claimed or _unlaunched(zk, m["migration"])):
+                try:
+                    if rec_mod.start_move(zk, rec, m):
+                        to_launch.append(m["migration"])
+                except MigratorError as exc:  # shards busy, the map moved on, a pair gone: the move stops
+                    refused[m["index"]] = str(exc)
+        if refused:
+            def fail(r: dict[str, Any]) -> None:
+                for m in r["moves"]:
+                    if m["index"] in refused:
+                        m["state"], m["error"] = "failed", refused[m["index"]]
+                rec_mod.finish_phase(r)
+
+            rec = store.update(rid, fail)
+    for mid in to_launch:
+        command.launch(config, mid, queue=rec.get("queue") or steps.QUEUE)
+    return rec_mod.summary(rec)
+
+
+def _unlaunched(zk: Any, mid: str) -> bool:
+    try:
+        st, _ = MigrationStore(zk).state(mid)
+    except MigratorError:
+        return True
+    return st.phase == Phase.PLANNED and not st.autopilot
+
+
+def enqueue_advance(config: Config, rid: str, *, delay: float = 0.0) -> str:
+    """Queue the next advance of ``rid`` (the job re-queues itself while the rebalance runs);
+    the record names the one chain of advances that counts."""
+    jid = steps.job_id("rebalance", rid)
+    with command.session(config) as (zk, _):
+        rec = rec_mod.RecordStore(zk).update(rid, lambda r: r.__setitem__("chain", jid))
+    q = Queue(rec.get("queue") or steps.QUEUE, connection=command._redis(config))
+    kwargs = dict(config_path=str(config.path) if config.path else None, job_id=jid, job_timeout=600,
+                  description=f"advance rebalance {rid}", meta={"rebalance": rid, "step": "rebalance"})
+    if delay:
+        q.enqueue_in(dt.timedelta(seconds=delay), ADVANCE_JOB, rid, **kwargs)
+    else:
+        q.enqueue(ADVANCE_JOB, rid, **kwargs)
+    return jid
+
+
+def chain_of(config: Config, rid: str) -> str | None:
+    with command.session(config) as (zk, _):
+        rec, _ = rec_mod.RecordStore(zk).get(rid)
+    return rec.get("chain")
+
+
+# -- control ------------------------------------------------------------------------------------
+
+def _running_migrations(config: Config, rid: str, *, with_failed: bool = False) -> list[str]:
+    states = ("running", "failed") if with_failed else ("running",)
+    with command.session(config) as (zk, _):
+        rec, _ = rec_mod.RecordStore(zk).get(rid)
+    return [m["migration"] for m in rec["moves"] if m["state"] in states]
+
+
+def pause(config: Config, rid: str) -> dict[str, Any]:
+    """No new move starts; the running ones pause (copy workers stop between chunks)."""
+    with command.session(config) as (zk, _):
+        rec_mod.RecordStore(zk).update(rid, lambda r: r.__setitem__("paused", True))
+    paused = []
+    for mid in _running_migrations(config, rid):
+        try:
+            command.pause(config, mid)
+            paused.append(mid)
+        except MigratorError:
+            pass  # not yet stored (started by the next advance) or already finished
+    return {"rebalance": rid, "paused": True, "migrations": paused}
+
+
+def resume(config: Config, rid: str) -> dict[str, Any]:
+    """Resume the paused moves (from their records) and the schedule."""
+    def change(r: dict[str, Any]) -> None:
+        r["paused"] = False
+        if r["phase"] == "stopped":
+            r["phase"] = "running"
+
+    with command.session(config) as (zk, _):
+        rec = rec_mod.RecordStore(zk).update(rid, change)
+    if rec["phase"] != "running":
+        raise MigratorError(f"rebalance {rid} is {rec['phase']}: nothing to resume")
+    resumed = []
+    for mid in _running_migrations(config, rid, with_failed=True):
+        try:
+            command.resume(config, mid, queue=rec.get("queue") or steps.QUEUE)
+            resumed.append(mid)
+        except MigratorError:
+            pass  # launched by the advance below, or settled by hand (a cutover)
+    out = advance(config, rid)
+    enqueue_advance(config, rid, delay=ADVANCE_EVERY_S)
+    return {"rebalance": rid, "resumed": resumed, **out}
+
+
+def abort(config: Config, rid: str) -> dict[str, Any]:
+    """Stop the rebalance: waiting moves never start, running ones are aborted (those already
+    past their flip finish as they are)."""
+    with command.session(config) as (zk, _):
+        rec = rec_mod.RecordStore(zk).update(rid, lambda r: r.update(phase="aborted"))
+    aborted, kept = [], []
+    for mid in [m["migration"] for m in rec["moves"] if m["state"] in ("running", "failed")]:
+        try:
+            out = command.abort(config, mid)
+            if out["was"] != Phase.ABORTED.value:
+                aborted.append(mid)
+        except MigratorError:
+            kept.append(mid)  # past its flip (it finishes), or never stored
+
+    def mark(r: dict[str, Any]) -> None:
+        for m in r["moves"]:
+            if m["state"] == "waiting":
+                m["state"] = "cancelled"
+            elif m["migration"] in aborted:
+                m["state"] = "failed"
+                m["error"] = "aborted"
+
+    with command.session(config) as (zk, _):
+        rec_mod.RecordStore(zk).update(rid, mark)
+    return {"rebalance": rid, "aborted": aborted, "left_running": kept}
+
+
+def status(config: Config, rid: str | None = None) -> dict[str, Any]:
+    """Every rebalance's summary, or one rebalance with its moves."""
+    with command.session(config) as (zk, _):
+        store = rec_mod.RecordStore(zk)
+        if rid is None:
+            return {"rebalances": [rec_mod.summary(store.get(r)[0]) for r in store.list()]}
+        rec, _ = store.get(rid)
+        return {**rec_mod.summary(rec), "record": rec}

@@ -1,0 +1,175 @@
+"""The rebalance record in ZooKeeper and the step that advances it.
+
+``<root>/rebalances/<id>`` holds the whole plan and where each move is::
+
+    {"id": "rb-...", "phase": "running" | "done" | "aborted" | "stopped",
+     "paused": false, "max_concurrent": 4, "objective": "bytes", ...,
+     "moves": [{"index": 0, "source": "MySQL001A", "source_slave": "MySQL001B",
+                "target": ..., "target_slave": ..., "runs": [[lo, hi], ...], "bytes": ...,
+                "migration": "rb-...-m000", "state": "waiting" | "running" | "done" | "failed",
+                "error": null}, ...]}
+
+Each move is a normal migration (``plan_move`` + ``launch``: the RQ pipeline)
+whose id is derived from the rebalance's id and the move's index, so
+:func:`advance` can be run again after any crash and finds what it already
+started. :func:`advance` reads every running move's migration, marks the
+finished ones, and starts waiting moves while neither of their pairs is busy
+(one active migration per pair, as source or target) and fewer than
+``max_concurrent`` run. It is called by the RQ job ``jobs.rebalance.advance``
+(every few seconds, through the worker's scheduler) and by the CLI while it
+follows a rebalance; both are safe at once (every write is a compare-and-set).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+
+from migrator.engine import plan as plan_mod
+from migrator.engine.migration import MigrationNotFound, MigrationStore, Options, Phase
+from migrator.errors import MigratorError
+from migrator.fleet.zk import ZK
+
+REBALANCES = "rebalances"
+#: migration phases that end a move well / badly
+DONE_PHASES = (Phase.DONE, Phase.CLEANED)
+FAILED_PHASES = (Phase.FAILED, Phase.ABORTED, Phase.ROLLED_BACK)
+
+
+class RebalanceNotFound(MigratorError):
+    component = "rebalance"
+    exit_code = 2
+
+
+class RecordStore:
+    def __init__(self, zk: ZK):
+        self.zk = zk
+        self.base = zk.path(REBALANCES)
+
+    def create(self, rec: dict[str, Any]) -> None:
+        self.zk.ensure(self.base)
+        try:
+            self.zk.client.create(f"{self.base}/{rec['id']}", json.dumps(rec).encode(), acl=self.zk.protected_acl())
+        except NodeExistsError:
+            raise MigratorError(f"rebalance {rec['id']} already exists") from None
+
+    def get(self, rid: str) -> tuple[dict[str, Any], int]:
+        try:
+            data, stat = self.zk.client.get(f"{self.base}/{rid}")
+        except NoNodeError:
+            raise RebalanceNotFound(f"no rebalance {rid!r} (see `migrator status`)") from None
+        return json.loads(data), stat.version
+
+    def put(self, rec: dict[str, Any], version: int) -> None:
+        self.zk.client.set(f"{self.base}/{rec['id']}", json.dumps(rec).encode(), version=version)
+
+    def list(self) -> list[str]:
+        try:
+            return sorted(self.zk.client.get_children(self.base))
+        except NoNodeError:
+            return []
+
+    def update(self, rid: str, change: Any, attempts: int = 20) -> dict[str, Any]:
+        for _ in range(attempts):
+            rec, version = self.get(rid)
+            change(rec)
+            try:
+                self.put(rec, version)
+                return rec
+            except BadVersionError:
+                continue
+        raise MigratorError(f"rebalance {rid}: the record kept changing under us; try again")
+
+
+def migration_id(rid: str, index: int) -> str:
+    return f"{rid}-m{index:03d}"
+
+
+def busy_pairs(rec: dict[str, Any]) -> set[str]:
+    """Pairs in a running move, or in a failed one (left for an operator to look at)."""
+    return {p for m in rec["moves"] if m["state"] in ("running", "failed") for p in (m["source"], m["target"])}
+
+
+def refresh(zk: ZK, rec: dict[str, Any]) -> None:
+    """Mark running moves whose migration finished (done or failed), and failed moves that an
+    operator resumed (``migrator resume MIGRATION``) as running again. A running move whose
+    migration is not stored yet was claimed by an advance that has not stored it (or crashed
+    first): :func:`start_move` stores it."""
+    store = MigrationStore(zk)
+    for m in rec["moves"]:
+        if m["state"] not in ("running", "failed"):
+            continue
+        try:
+            st, _ = store.state(m["migration"])
+        except MigrationNotFound:
+            continue
+        if st.phase in DONE_PHASES:
+            m["state"], m["error"] = "done", None
+            m["freeze_ms"] = st.freeze_ms
+            m["finished_at"] = time.time()
+        elif st.phase in FAILED_PHASES or st.stopped:
+            m["state"] = "failed"
+            m["error"] = (st.stopped or {}).get("reason") or st.error or f"migration ended {st.phase.value}"
+        elif m["state"] == "failed":
+            m["state"], m["error"] = "running", None
+    if rec["phase"] == "stopped" and any(m["state"] == "running" for m in rec["moves"]):
+        rec["phase"] = "running"
+
+
+def startable(rec: dict[str, Any]) -> list[dict[str, Any]]:
+    """Waiting moves that may start now, in plan order."""
+    if rec["phase"] != "running" or rec.get("paused"):
+        return []
+    busy = busy_pairs(rec)
+    running = sum(1 for m in rec["moves"] if m["state"] == "running")
+    cap = rec.get("max_concurrent") or len(rec["moves"])
+    out = []
+    for m in rec["moves"]:
+        if running + len(out) >= cap:
+            break
+        if m["state"] != "waiting" or m["source"] in busy or m["target"] in busy:
+            continue
+        out.append(m)
+        busy.update((m["source"], m["target"]))
+    return out
+
+
+def start_move(zk: ZK, rec: dict[str, Any], m: dict[str, Any]) -> bool:
+    """Store the move's migration (idempotent: a crash after this finds it); True when it is new or
+    still has to be launched."""
+    mid = migration_id(rec["id"], m["index"])
+    store = MigrationStore(zk)
+    try:
+        st, _ = store.state(mid)
+        return st.phase == Phase.PLANNED and not st.autopilot
+    except MigrationNotFound:
+        pass
+    shards = [s for lo, hi in m["runs"] for s in range(lo, hi + 1)]
+    opts = Options(**rec.get("options", {}))
+    spec = plan_mod.plan_move(zk, shards, m["target"], options=opts, mid=mid)
+    plan_mod.store(zk, spec)
+    return True
+
+
+def finish_phase(rec: dict[str, Any]) -> None:
+    states = [m["state"] for m in rec["moves"]]
+    if rec["phase"] != "running":
+        return
+    if all(s == "done" for s in states):
+        rec["phase"] = "done"
+        rec["finished_at"] = time.time()
+    elif "running" not in states and not startable(rec) and "failed" in states:
+        rec["phase"] = "stopped"
+
+
+def summary(rec: dict[str, Any]) -> dict[str, Any]:
+    moves = rec["moves"]
+    count = {s: sum(1 for m in moves if m["state"] == s) for s in ("done", "running", "waiting", "failed")}
+    return {"id": rec["id"], "phase": rec["phase"], "paused": rec.get("paused", False), **count,
+            "moves": len(moves), "bytes": sum(m["bytes"] for m in moves),
+            "bytes_done": sum(m["bytes"] for m in moves if m["state"] == "done"),
+            "max_running": rec.get("max_running", 0), "eta_s": rec.get("eta_s"),
+            "created_at": rec.get("created_at")}

@@ -1,0 +1,42 @@
+"""The rebalance record's scheduling rules (no servers)."""
+
+from __future__ import annotations
+
+from migrator.ops.rebalance import record
+
+
+def rec(moves, **kw):
+    base = {"id": "rb-x", "phase": "running", "paused": False, "max_concurrent": None}
+    base.update(kw)
+    base["moves"] = [{"index": i, "source": s, "target": t, "state": st, "bytes": 10, "migration": f"m{i}"}
+                     for i, (s, t, st) in enumerate(moves)]
+    return base
+
+
+def test_a_pair_is_in_one_running_move_at_a_time():
+    r = rec([("A", "E", "waiting"), ("B", "E", "waiting"), ("C", "F", "waiting"), ("A", "G", "waiting")])
+    assert [m["index"] for m in record.startable(r)] == [0, 2]
+    r["moves"][0]["state"] = "running"
+    assert [m["index"] for m in record.startable(r)] == [2]
+    r["moves"][0]["state"] = "done"
+    assert [m["index"] for m in record.startable(r)] == [1, 2, 3]
+
+
+def test_the_cap_pause_and_failed_moves_hold_starts():
+    r = rec([("A", "E", "waiting"), ("B", "F", "waiting"), ("C", "G", "waiting")], max_concurrent=2)
+    assert len(record.startable(r)) == 2
+    r["paused"] = True
+    assert record.startable(r) == []
+    r = rec([("A", "E", "failed"), ("A", "F", "waiting"), ("B", "G", "waiting")])
+    assert [m["index"] for m in record.startable(r)] == [2]  # a failed move's pairs stay busy
+
+
+def test_phases():
+    r = rec([("A", "E", "done"), ("B", "F", "done")])
+    record.finish_phase(r)
+    assert r["phase"] == "done"
+    r = rec([("A", "E", "failed"), ("A", "F", "waiting")])
+    record.finish_phase(r)
+    assert r["phase"] == "stopped"
+    s = record.summary(rec([("A", "E", "done"), ("B", "F", "running"), ("C", "G", "waiting")]))
+    assert (s["done"], s["running"], s["waiting"], s["bytes"], s["bytes_done"]) == (1, 1, 1, 30, 10)
