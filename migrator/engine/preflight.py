@@ -32,6 +32,7 @@ from typing import Any
 import pymysql
 
 from migrator.engine import inspector, objects
+from migrator.engine.cutover.fence import MAX_TABLES as FENCE_MAX_TABLES
 from migrator.engine.migration import Phase, Spec
 from migrator.engine.plan import estimate, moving_tables
 from migrator.errors import MigratorError, MySQLUnavailable
@@ -279,6 +280,10 @@ def _check_keys(src: pymysql.connections.Connection, spec: Spec, res: PreflightR
             res.add("tables", False, f"database {db} does not exist on source {spec.source_master}")
     if not bad:
         res.add("primary keys", True, f"all {len(tables)} moving tables have a key")
+    # what the cutover would refuse, refused now, before any copy
+    if len(tables) > FENCE_MAX_TABLES:
+        res.add("fence", False, f"{len(tables)} moving tables: the cutover fences at most {FENCE_MAX_TABLES} tables "
+                "(one fence connection each); move fewer shards per migration (`migrator move` with a shard range)")
 
 
 def _check_retention(zk: ZK, src: pymysql.connections.Connection, spec: Spec, creds: Credentials,

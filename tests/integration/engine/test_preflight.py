@@ -108,3 +108,13 @@ def test_unknown_target_host_is_refused(fleet):
     with pytest.raises(UnknownHost, match="Nope"):
         command.plan_split(fleet.config, "Nope")
     assert MigrationStore(fleet.zk).list() == []
+
+
+def test_more_tables_than_the_fence_takes_fail_before_any_copy(fleet, conns, monkeypatch):
+    from migrator.engine import preflight
+
+    # the split moves 2 shards x 5 seed tables: a fence limit below that must be refused up front
+    monkeypatch.setattr(preflight, "FENCE_MAX_TABLES", 8)
+    spec = command.plan_split(fleet.config, "MySQL001A").spec
+    res = command.preflight(fleet.config, spec.id)
+    _fails(res, "fence", "10 moving tables", "at most 8", "move fewer shards")
