@@ -34,7 +34,6 @@ import time
 import uuid
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse, urlunparse
 
 from bench import queue_http as qh
 from migrator.fleet import config as config_mod
@@ -78,29 +77,6 @@ def bench_queue(svc: QueueService, n: int, batch: int, partitions: int) -> float
         return took
     finally:
         svc.delete_queue(name)
-
-
-def bench_rq(redis_url: str, n: int, db: int) -> float:
-    import redis
-    from rq import Queue, SimpleWorker
-
-    u = urlparse(redis_url)
-    r = redis.Redis.from_url(urlunparse(u._replace(path=f"/{db}")))
-    r.flushdb()
-    try:
-        q = Queue("bench", connection=r)
-        t0 = time.perf_counter()
-        for i in range(0, n, 500):
-            q.enqueue_many([Queue.prepare_data("bench.queue.noop", result_ttl=3600) for _ in range(min(500, n - i))])
-        w = SimpleWorker([q], connection=r)
-        w.work(burst=True, logging_level="WARNING")
-        took = time.perf_counter() - t0
-        finished, failed = q.finished_job_registry.count, q.failed_job_registry.count
-        assert finished == n and failed == 0, (finished, failed)
-        return took
-    finally:
-        r.flushdb()
-        r.close()
 
 
 # -- disk -------------------------------------------------------------------------------------
@@ -211,8 +187,8 @@ def main() -> None:
             q_batch = bench_queue(svc, args.jobs, args.batch, args.partitions)
             single_n = max(200, args.jobs // 10)
             q_single = bench_queue(svc, single_n, 1, args.partitions)
-            bench_rq(cfg.redis.url, 500, args.redis_db)  # warm up
-            rq_s = bench_rq(cfg.redis.url, args.jobs, args.redis_db)
+            qh.bench_rq(cfg.redis.url, 500, 500, 0, args.redis_db)  # warm up
+            rq_s = qh.bench_rq(cfg.redis.url, args.jobs, 500, 0, args.redis_db)
             print(f"disk: {args.cycles} cycles of {args.fill} rows ...", flush=True)
             (drop_files, drop_b), (del_files, del_b) = bench_disk(svc, 1, args.cycles, args.fill)
         finally:

@@ -101,7 +101,8 @@ def bench_http(server: Server, n: int, batch: int, workers: int, partitions: int
 
 
 def bench_rq(redis_url: str, n: int, batch: int, workers: int, db: int) -> float:
-    """Seconds for N no-op RQ jobs: enqueue_many, then ``workers`` burst SimpleWorker processes."""
+    """Seconds for N no-op RQ jobs: enqueue_many, then ``workers`` burst SimpleWorker processes
+    (0: one SimpleWorker in this process)."""
     import redis
     from rq import Queue
 
@@ -113,13 +114,18 @@ def bench_rq(redis_url: str, n: int, batch: int, workers: int, db: int) -> float
         t0 = time.perf_counter()
         for i in range(0, n, batch):
             q.enqueue_many([Queue.prepare_data("bench.queue.noop", result_ttl=3600) for _ in range(min(batch, n - i))])
-        rq_bin = str(Path(sys.executable).with_name("rq"))
-        procs = [subprocess.Popen([rq_bin, "worker", "--burst", "--worker-class", "rq.worker.SimpleWorker",
-                                   "--url", url, "--logging_level", "WARNING", "bench"], cwd=ROOT,
-                                  stdout=subprocess.DEVNULL) for _ in range(workers)]
-        codes = [p.wait() for p in procs]
+        if workers == 0:  # one SimpleWorker in this process
+            from rq import SimpleWorker
+
+            SimpleWorker([q], connection=r).work(burst=True, logging_level="WARNING")
+        else:
+            rq_bin = str(Path(sys.executable).with_name("rq"))
+            procs = [subprocess.Popen([rq_bin, "worker", "--burst", "--worker-class", "rq.worker.SimpleWorker",
+                                       "--url", url, "--logging_level", "WARNING", "bench"], cwd=ROOT,
+                                      stdout=subprocess.DEVNULL) for _ in range(workers)]
+            codes = [p.wait() for p in procs]
+            assert codes == [0] * workers, codes
         took = time.perf_counter() - t0
-        assert codes == [0] * workers, codes
         finished, failed = q.finished_job_registry.count, q.failed_job_registry.count
         assert finished == n and failed == 0, (finished, failed)
         return took

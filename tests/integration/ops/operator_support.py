@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import time
 from typing import Any
 
@@ -91,3 +92,13 @@ def wait_for(pred, timeout: float = 30.0, every: float = 0.1):
             return v
         time.sleep(every)
     raise AssertionError("condition not met in time")
+
+
+def stop_process(proc: subprocess.Popen, timeout: float = 10) -> None:
+    """TERM a process a test started, KILL it if it does not go within ``timeout``."""
+    proc.terminate()
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()

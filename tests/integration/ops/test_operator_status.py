@@ -18,7 +18,7 @@ import pymysql
 from migrator.ops import command
 from tests.integration.cli_helpers import run_cli
 
-from .operator_support import finished_jobs, host_conn, planned, wait_for
+from .operator_support import finished_jobs, host_conn, planned, stop_process, wait_for
 
 
 def writer(fleet, stop: threading.Event, counts: dict) -> None:
@@ -110,12 +110,7 @@ def test_status_of_a_live_split_with_workers(fleet):
         assert all("password" not in json.dumps(j.meta, default=str).lower() for j in jobs)
     finally:
         stop.set()
-        worker.terminate()
-        try:
-            worker.wait(10)
-        except subprocess.TimeoutExpired:
-            worker.kill()
-            worker.wait()
+        stop_process(worker)
 
 
 def test_copy_sync_shows_progress_and_finishes(fleet):

@@ -15,7 +15,7 @@ import time
 from migrator.engine.migration import MigrationStore, Phase
 from migrator.ops import command
 from tests.integration.cli_helpers import run_cli
-from tests.integration.ops.operator_support import host_conn
+from tests.integration.ops.operator_support import host_conn, stop_process
 
 
 def test_a_failed_step_is_recorded_and_split_exits_at_once(fleet):
@@ -30,12 +30,7 @@ def test_a_failed_step_is_recorded_and_split_exits_at_once(fleet):
         res = run_cli("move", "--shards", "2-3", "--to", "MySQL003A", "--yes", config=fleet.config_path, timeout=120)
         took = time.monotonic() - t0
     finally:
-        worker.terminate()
-        try:
-            worker.wait(10)
-        except subprocess.TimeoutExpired:
-            worker.kill()
-            worker.wait()
+        stop_process(worker)
     assert res.returncode == 3, (res.stdout, res.stderr)
     assert "stopped in copy-start" in res.stdout and "next:" in res.stdout, res.stdout
     assert took < 60
