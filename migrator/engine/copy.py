@@ -45,18 +45,13 @@ from kazoo.exceptions import BadVersionError
 from tenacity import retry, retry_if_exception, stop_after_attempt, wait_exponential
 
 from migrator.engine import inspector
-from migrator.engine.chunks import (
-    CopyError,
-    chunk_select,
-    create_table_sql,
-    decode_key,
-    encode_key,
-    replace_statements,
-)
+from migrator.engine.chunks import CopyError, create_table_sql, decode_key, encode_key
+from migrator.engine.copy_load import Chunk, Links, ReadAhead, load_chunk
 from migrator.engine.cutover.sentinel import prepare_sentinels
+from migrator.engine.eta import store_rate
 from migrator.engine.inspector import TableInfo
 from migrator.engine.migration import MigrationStore, Phase, Spec
-from migrator.engine.plan import hold_maintenance_pause, moving_tables, store_rate
+from migrator.engine.plan import hold_maintenance_pause, moving_tables
 from migrator.engine.preflight import PreflightFailed
 from migrator.engine.preflight import run as run_preflight
 from migrator.engine.throttler import ChunkSizer, Throttler
@@ -108,7 +103,7 @@ def _source_conn(host: Host, creds: Credentials) -> pymysql.connections.Connecti
 
 
 def _target_conn(host: Host, creds: Credentials) -> pymysql.connections.Connection:
-    conn = connect(host, creds, autocommit=False, read_timeout=600)
+    conn = connect(host, creds, autocommit=False, read_timeout=600, local_infile=True)
     with conn.cursor() as cur:
         cur.execute(TARGET_SESSION)
     conn.commit()
@@ -228,6 +223,23 @@ def control_check(zk: ZK, mid: str) -> Callable[[], str | None]:
     return check
 
 
+def open_links(ep: Endpoints, creds: Credentials, opts: Any) -> Links:
+    """The connections (and throttler) one copy worker uses for every chunk of every table it copies."""
+    opened: list[Any] = []
+    try:
+        for make in (lambda: _source_conn(ep.source, creds), lambda: _source_conn(ep.source, creds),
+                     lambda: _target_conn(ep.target, creds), lambda: connect(ep.target_slave, creds)):
+            opened.append(make())
+        links = Links(*opened)
+    except BaseException:
+        for c in opened:
+            c.close()
+        raise
+    links.throttler = Throttler(links.slave, links.source, max_lag_s=opts.max_standby_lag_s,
+                                max_threads_running=opts.max_threads_running)
+    return links
+
+
 def _transient(exc: BaseException) -> bool:
     return isinstance(exc, pymysql.err.OperationalError) and bool(exc.args) and exc.args[0] in (
         ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT)
@@ -235,20 +247,9 @@ def _transient(exc: BaseException) -> bool:
 
 @retry(retry=retry_if_exception(_transient), stop=stop_after_attempt(5),
        wait=wait_exponential(multiplier=0.05, max=2), reraise=True)
-def write_chunk(tgt: pymysql.connections.Connection, info: TableInfo, tuples: list[str]) -> None:
-    """REPLACE the chunk's rows in one target transaction (retried whole on a deadlock)."""
-    try:
-        tgt.begin()
-        with tgt.cursor() as cur:
-            for sql in replace_statements(info.db, info.table, info.columns, tuples):
-                cur.execute(sql)
-        tgt.commit()
-    except BaseException:
-        try:
-            tgt.rollback()
-        except pymysql.err.MySQLError:
-            pass
-        raise
+def write_chunk(links: Links, info: TableInfo, chunk: Chunk) -> None:
+    """Load the chunk in one target transaction (retried whole on a deadlock)."""
+    load_chunk(links.target, info, chunk, links.file)
 
 
 def copy_table(
@@ -263,9 +264,12 @@ def copy_table(
     on_progress: Callable[[dict[str, Any]], None] | None = None,
     control_interval_s: float = 0.25,
     after_chunk: Callable[[dict[str, Any]], None] | None = None,
+    links: Links | None = None,
+    pipeline: bool = True,
 ) -> TableResult:
     """Copy ``db.table`` from its checkpoint until done, the ``deadline``
-    (time.monotonic) passes, or ``control`` says stop."""
+    (time.monotonic) passes, or ``control`` says stop. ``links``: connections
+    kept across tables by the caller (opened and closed here when absent)."""
     store = MigrationStore(zk)
     key = progress_key(db, table)
     prog, version = store.get_progress(spec.id, key)
@@ -281,66 +285,59 @@ def copy_table(
         result.status = reason
         return result
     opts = spec.options
-    ep = endpoints(zk, spec)
-    src = _source_conn(ep.source, creds)
-    tgt = _target_conn(ep.target, creds)
-    slave = connect(ep.target_slave, creds)
+    own = links is None
+    if links is None:
+        links = open_links(endpoints(zk, spec), creds, opts)
     t_start = time.monotonic()
+    reader: ReadAhead | None = None
     try:
+        src, throttler = links.source, links.throttler
         info = inspector.describe(src, db, table)
         if not info.key:
             raise CopyError(f"{db}.{table} has no usable key", phase="copy")
-        nkey = len(info.key)
         if prog.get("start_gtid") is None:
-            # recorded before the first chunk read: catch-up replays from here
-            prog["start_gtid"] = binlog_pos(src)
-            prog["started_at"] = time.time()
-            try:
-                version = store.put_progress(spec.id, key, prog, version)
-            except BadVersionError:
-                result.status = "superseded"
-                return result
+            # read before the first chunk, recorded with its checkpoint: catch-up replays from here
+            prog = dict(prog, start_gtid=binlog_pos(src), started_at=time.time())
         sizer = ChunkSizer(prog.get("chunk_rows") or opts.chunk_rows, opts.chunk_target_ms / 1000.0,
                            min_rows=min(10, opts.chunk_max_rows), max_rows=opts.chunk_max_rows)
-        throttler = Throttler(slave, src, max_lag_s=opts.max_standby_lag_s,
-                              max_threads_running=opts.max_threads_running)
-        last = decode_key(prog.get("last_key"))
-        last_control = float("-inf")
+        reader = ReadAhead(links, info, decode_key(prog.get("last_key")), lambda: sizer.rows, pipeline=pipeline)
+        last_control = time.monotonic()
+        wall_before = float(prog.get("wall_s", 0.0))
         chunks_this_call = 0
+        throttled_before = throttler.throttled_s
+        t_prev = time.monotonic()
         while True:
             # at least one chunk per call: a slice shorter than the setup above must still progress
             if deadline is not None and chunks_this_call and time.monotonic() >= deadline:
                 result.status = "sliced"
                 break
-            if time.monotonic() - last_control >= control_interval_s:
+            if chunks_this_call and time.monotonic() - last_control >= control_interval_s:
                 last_control = time.monotonic()
                 reason = control()
                 if reason:
                     result.status = reason
                     break
             throttler.wait(should_stop=lambda: control() is not None)
-            limit = sizer.rows
-            t0 = time.monotonic()
-            sql, args = chunk_select(info, last, limit)
-            with src.cursor() as cur:
-                cur.execute(sql, args)
-                rows = list(cur.fetchall())
-            tuples = [r[nkey] for r in rows]
-            if rows:
-                write_chunk(tgt, info, tuples)
-            took = time.monotonic() - t0
-            n, nbytes = len(rows), sum(len(t) for t in tuples)
-            done = n < limit
-            if rows:
-                last = tuple(rows[-1][:nkey])
+            chunk = reader.next()
+            t_load = time.monotonic()
+            if chunk.rows:
+                write_chunk(links, info, chunk)
+            now = time.monotonic()
+            took, t_prev = now - t_prev, now
+            n, nbytes = chunk.rows, len(chunk.blob)
+            done = n < chunk.asked
             new = dict(prog)
-            new.update(last_key=encode_key(last), rows=prog.get("rows", 0) + n, bytes=prog.get("bytes", 0) + nbytes,
+            new.update(last_key=encode_key(chunk.last if n else decode_key(prog.get("last_key"))),
+                       rows=prog.get("rows", 0) + n, bytes=prog.get("bytes", 0) + nbytes,
                        chunks=prog.get("chunks", 0) + (1 if n else 0), chunk_rows=sizer.observe(n, took),
                        copy_s=round(prog.get("copy_s", 0.0) + took, 3),
-                       throttled_s=round(prog.get("throttled_s", 0.0) + throttler.throttled_s, 3))
-            throttler.throttled_s = 0.0
+                       wall_s=round(wall_before + time.monotonic() - t_start, 3),
+                       read_s=round(prog.get("read_s", 0.0) + chunk.read_s, 3),
+                       load_s=round(prog.get("load_s", 0.0) + now - t_load, 3),
+                       throttled_s=round(prog.get("throttled_s", 0.0) + throttler.throttled_s - throttled_before, 3))
+            throttled_before = throttler.throttled_s
             if done:
-                carry_auto_increment(src, tgt, info)
+                carry_auto_increment(src, links.target, info)
                 new.update(done=True, finished_at=time.time())
             try:
                 version = store.put_progress(spec.id, key, new, version)
@@ -361,11 +358,10 @@ def copy_table(
                 break
     finally:
         result.seconds = time.monotonic() - t_start
-        for c in (src, tgt, slave):
-            try:
-                c.close()
-            except Exception:  # a dead connection after a failure: nothing to close
-                pass
+        if reader is not None:
+            reader.close()
+        if own:
+            links.close()
     return result
 
 
@@ -424,7 +420,7 @@ def finish_if_complete(zk: ZK, mid: str) -> bool:
     store.update(mid, change)
     if moved:
         c = moved[-1]
-        store_rate(zk, mid, c["rows"], c["bytes"], c["seconds"])
+        store_rate(zk, mid, progress, c["seconds"])  # the next dry run's ETA is fitted to this copy
     return bool(moved)
 
 

@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from migrator.engine import catch_up
+from migrator.engine import catch_up, copy_groups
 from migrator.engine import cleanup as cleanup_mod
 from migrator.engine import copy as copy_mod
 from migrator.engine import cutover as cutover_mod
@@ -160,14 +160,15 @@ def run_copy(config: Config, mid: str, *, workers: int | None = None,
         t0 = time.monotonic()
         pending = copy_mod.begin(zk, spec, creds)
         n = workers or spec.options.copy_workers
-        results: list[copy_mod.TableResult] = []
+        want = set(pending)
+        groups = copy_groups.plan_groups([p for p in copy_mod.table_progress(zk, mid)
+                                          if (p["db"], p["table"]) in want], n)
 
-        def one(item: tuple[str, str]) -> copy_mod.TableResult:
-            return copy_mod.copy_table(zk, spec, item[0], item[1], creds, on_progress=on_progress,
-                                       after_chunk=after_chunk)
+        def one(group: list[tuple[str, str]]) -> list[copy_mod.TableResult]:
+            return copy_groups.copy_tables(zk, spec, group, creds, on_progress=on_progress, after_chunk=after_chunk)
 
         with ThreadPoolExecutor(max_workers=max(1, n), thread_name_prefix="copy") as pool:
-            results = list(pool.map(one, pending))
+            results = [r for rs in pool.map(one, groups) for r in rs]
         finished = copy_mod.finish_if_complete(zk, mid)
         st, _ = MigrationStore(zk).state(mid)
         return {"migration": mid, "phase": st.phase.value, "tables": len(pending), "finished": finished,

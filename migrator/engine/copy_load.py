@@ -1,0 +1,306 @@
+"""How a chunk travels: rendered by the source as one LOAD DATA blob, loaded with ``LOAD DATA LOCAL INFILE``.
+
+The source does all the per-value work. One statement reads a chunk (keyset
+pagination after the last key) and returns one row: the row count, the last
+key of the chunk, and every row as a line of the LOAD DATA text format joined
+by ``GROUP_CONCAT`` into one binary string. Python never sees a row: it writes
+the blob into an in-memory file (``memfd``) and the target reads it with
+``LOAD DATA LOCAL INFILE ... REPLACE`` in one transaction (REPLACE keeps a
+chunk idempotent: a chunk redone after a crash changes nothing).
+
+The text format, value by value (lines end with ``\\n``, fields with ``\\t``,
+the file is loaded ``CHARACTER SET binary`` so no byte is converted):
+
+* every value is cast to its own bytes (``CAST(.. AS BINARY)``: a latin1
+  column stays latin1, binary data stays raw), then ``\\``, TAB and newline are
+  escaped; NULL is ``\\N``, so NULL and the empty string stay apart;
+* numbers, dates and times travel as their text (DECIMAL exact, DATETIME(6)
+  with its fraction, FLOAT widened to DOUBLE so its value survives);
+* BIT travels as its integer and GEOMETRY as hex, each through a user
+  variable and a ``SET`` clause (LOAD DATA cannot read either directly);
+* generated columns are not in the column list (the target computes them).
+
+The target session keeps explicit zero ids (``NO_AUTO_VALUE_ON_ZERO``); a
+load that raises any warning (a value changed on the way) fails the chunk.
+Hex literals (``X'5C'``) make the read independent of the source's sql_mode.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import pymysql
+
+from migrator.engine.chunks import BINARY_TYPES, CopyError, after_key_clause, key_expr
+from migrator.engine.inspector import TableInfo
+from migrator.fleet.mysql import ident, qualified, tag
+
+T = tag("copy")
+GEOMETRY_TYPES = BINARY_TYPES - {"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"}
+#: types whose text never holds a backslash, a TAB or a newline: no escaping needed
+PLAIN_TYPES = frozenset({"tinyint", "smallint", "mediumint", "int", "bigint", "decimal", "double", "float",
+                         "date", "datetime", "timestamp", "time", "year"})
+#: a chunk's blob stays under this share of the source's max_allowed_packet
+PACKET_SHARE = 0.5
+#: session of the reading connection: GROUP_CONCAT may return a whole chunk
+READ_SESSION = "SET SESSION time_zone = '+00:00', group_concat_max_len = %d"
+
+
+def _escaped(expr: str) -> str:
+    return f"REPLACE(REPLACE(REPLACE({expr}, X'5C', X'5C5C'), X'09', X'5C74'), X'0A', X'5C6E')"
+
+
+def field_expr(column: str, data_type: str) -> str:
+    """SQL rendering ``column`` as one LOAD DATA field (bytes, escaped, ``\\N`` for NULL)."""
+    c = ident(column)
+    if data_type in GEOMETRY_TYPES:
+        value = f"HEX({c})"
+    elif data_type == "bit":
+        value = f"CAST({c} + 0 AS BINARY)"
+    elif data_type == "float":
+        value = f"CAST(CAST({c} AS DOUBLE) AS BINARY)"
+    elif data_type in PLAIN_TYPES:
+        value = f"CAST({c} AS BINARY)"
+    else:
+        value = _escaped(f"CAST({c} AS BINARY)")
+    return f"IFNULL({value}, X'5C4E')"
+
+
+def line_expr(info: TableInfo) -> str:
+    return "CONCAT_WS(X'09', " + ", ".join(field_expr(c, info.types.get(c, "")) for c in info.columns) + ")"
+
+
+def chunk_read_sql(info: TableInfo, last: tuple[Any, ...] | None, limit: int) -> tuple[str, list[Any]]:
+    """One statement: (rows, last key values..., blob) of the next ``limit`` rows after ``last``.
+
+    A one-column key's last value is ``MAX(key)``; a composite key's is taken
+    with ``LAST_VALUE`` over the chunk in key order (a per-column MAX is not
+    the last tuple).
+    """
+    where, params = after_key_clause(info.key, last)
+    order = ", ".join(ident(c) for c in info.key)
+    keys = ", ".join(f"{key_expr(info, c)} AS _k{i}" for i, c in enumerate(info.key))
+    inner = (f"SELECT {keys}, {line_expr(info)} AS _line FROM {qualified(info.db, info.table)} "
+             f"WHERE {where} ORDER BY {order} LIMIT %s")
+    blob = "GROUP_CONCAT(_line SEPARATOR X'0A')"
+    if len(info.key) == 1:
+        sql = f"SELECT COUNT(*), MAX(_k0), {blob} FROM ({inner}) AS _chunk"
+    else:
+        n = len(info.key)
+        korder = ", ".join(f"_k{i}" for i in range(n))
+        lasts = ", ".join(f"LAST_VALUE(_k{i}) OVER _w AS _l{i}" for i in range(n))
+        sql = (f"SELECT COUNT(*), {', '.join(f'MAX(_l{i})' for i in range(n))}, {blob} FROM ("
+               f"SELECT _line, {lasts} FROM ({inner}) AS _chunk "
+               f"WINDOW _w AS (ORDER BY {korder} ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING)"
+               f") AS _lasts")
+    return T + sql, [*params, int(limit)]
+
+
+def load_sql(info: TableInfo, path: str) -> str:
+    """``LOAD DATA LOCAL INFILE path REPLACE`` of the fields :func:`line_expr` renders."""
+    targets: list[str] = []
+    sets: list[str] = []
+    for i, c in enumerate(info.columns):
+        dtype = info.types.get(c, "")
+        if dtype in GEOMETRY_TYPES:
+            targets.append(f"@v{i}")
+            sets.append(f"{ident(c)} = UNHEX(@v{i})")
+        elif dtype == "bit":
+            targets.append(f"@v{i}")
+            sets.append(f"{ident(c)} = CAST(@v{i} AS UNSIGNED)")
+        else:
+            targets.append(ident(c))
+    sql = (T + f"LOAD DATA LOCAL INFILE {pymysql.converters.escape_string(path)!r} REPLACE INTO TABLE "
+           f"{qualified(info.db, info.table)} CHARACTER SET binary "
+           f"FIELDS TERMINATED BY '\\t' ENCLOSED BY '' ESCAPED BY '\\\\' LINES TERMINATED BY '\\n' "
+           f"({', '.join(targets)})")
+    if sets:
+        sql += " SET " + ", ".join(sets)
+    return sql
+
+
+# -- reading ---------------------------------------------------------------------------------------
+
+@dataclass
+class Chunk:
+    rows: int
+    last: tuple[Any, ...] | None  # the chunk's last key (None when empty)
+    blob: bytes
+    asked: int  # rows asked for: fewer means the table ends here
+    read_s: float = 0.0  # the read statement's time
+
+
+def prepare_reader(conn: pymysql.connections.Connection) -> int:
+    """Session settings of a reading connection; returns the largest blob it may return."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT @@max_allowed_packet")
+        packet = int(cur.fetchone()[0])
+        cur.execute(READ_SESSION % packet)
+    return int(packet * PACKET_SHARE)
+
+
+def read_chunk(conn: pymysql.connections.Connection, info: TableInfo, last: tuple[Any, ...] | None,
+               limit: int, max_bytes: int) -> Chunk:
+    """Read the next chunk; a chunk too large for one packet is read again with fewer rows."""
+    t0 = time.perf_counter()
+    while True:
+        sql, args = chunk_read_sql(info, last, limit)
+        with conn.cursor() as cur:
+            cur.execute(sql, args)
+            row = cur.fetchone()
+        n = int(row[0])
+        blob = row[-1] or b""
+        if len(blob) < max_bytes:
+            break
+        if limit <= 1:
+            raise CopyError(f"{info.name}: one row renders to {len(blob)} bytes, more than the copy can carry "
+                            f"({max_bytes}); raise max_allowed_packet on the source", phase="copy")
+        limit = max(1, limit // 4)
+    lines = blob.count(b"\n") + 1 if n else 0
+    if lines != n:
+        raise CopyError(f"{info.name}: a chunk of {n} rows rendered {lines} lines", phase="copy")
+    last_key = tuple(row[1:-1]) if n else None
+    return Chunk(n, last_key, bytes(blob), limit, time.perf_counter() - t0)
+
+
+# -- writing ---------------------------------------------------------------------------------------
+
+class LoadFile:
+    """An in-memory file the target's ``LOAD DATA LOCAL`` reads one chunk from."""
+
+    def __init__(self) -> None:
+        if hasattr(os, "memfd_create"):
+            self.fd = os.memfd_create("migrator-chunk", os.MFD_CLOEXEC)
+            self.path = f"/proc/{os.getpid()}/fd/{self.fd}"
+            self._tmp = None
+        else:  # pragma: no cover - platforms without memfd
+            self._tmp = tempfile.NamedTemporaryFile(prefix="migrator-chunk-")
+            self.fd, self.path = self._tmp.fileno(), self._tmp.name
+
+    def write(self, data: bytes) -> None:
+        os.ftruncate(self.fd, 0)
+        view = memoryview(data)
+        done = 0
+        while done < len(view):
+            done += os.pwrite(self.fd, view[done:], done)
+
+    def close(self) -> None:
+        if self._tmp is not None:
+            self._tmp.close()
+        else:
+            os.close(self.fd)
+
+
+def load_chunk(tgt: pymysql.connections.Connection, info: TableInfo, chunk: Chunk, file: LoadFile) -> None:
+    """Load the chunk in one target transaction; any warning (a changed value) fails it."""
+    file.write(chunk.blob)
+    try:
+        tgt.begin()
+        with tgt.cursor() as cur:
+            cur.execute(load_sql(info, file.path))
+            if cur.warning_count:
+                cur.execute("SHOW WARNINGS LIMIT 3")
+                warnings = "; ".join(f"{w[2]}" for w in cur.fetchall())
+                raise CopyError(f"{info.name}: the target changed values while loading a chunk: {warnings}",
+                                phase="copy")
+        tgt.commit()
+    except BaseException:
+        try:
+            tgt.rollback()
+        except pymysql.err.MySQLError:
+            pass
+        raise
+
+
+# -- connections and read-ahead ------------------------------------------------------------------
+
+class Links:
+    """The connections a copy worker keeps across chunks and tables (a connection costs a handshake,
+    with TLS a context too): ``source`` for metadata and the throttler, ``reader`` for chunk reads
+    (its own, so reads run ahead of loads), ``target`` with LOCAL INFILE, ``slave`` for the lag."""
+
+    def __init__(self, source: Any, reader: Any, target: Any, slave: Any) -> None:
+        self.source, self.reader, self.target, self.slave = source, reader, target, slave
+        self.max_bytes = prepare_reader(reader)
+        self.file = LoadFile()
+        self.throttler: Any = None
+
+    def close(self) -> None:
+        for c in (self.source, self.reader, self.target, self.slave):
+            try:
+                c.close()
+            except Exception:  # a dead connection after a failure: nothing to close
+                pass
+        self.file.close()
+
+
+class ReadAhead:
+    """Chunks of one table in key order, the next one read on ``links.reader`` while the
+    caller loads the current one. The first chunk is read in the caller's thread, so a table
+    of one chunk (most tables of a virtual-shard fleet) starts no thread at all."""
+
+    def __init__(self, links: Links, info: TableInfo, last: tuple[Any, ...] | None,
+                 rows: Any, pipeline: bool = True) -> None:
+        self.links, self.info, self.last, self.rows, self.pipeline = links, info, last, rows, pipeline
+        self._queue: queue.Queue[Chunk | BaseException] = queue.Queue(maxsize=1)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._ended = False
+        self.avg_line = 0.0
+
+    def _limit(self) -> int:
+        limit = int(self.rows())
+        if self.avg_line:  # keep a blob well under the packet limit
+            limit = min(limit, max(1, int(self.links.max_bytes / 2 / self.avg_line)))
+        return limit
+
+    def _read(self) -> Chunk:
+        chunk = read_chunk(self.links.reader, self.info, self.last, self._limit(), self.links.max_bytes)
+        if chunk.rows:
+            self.last = chunk.last
+            self.avg_line = len(chunk.blob) / chunk.rows
+        self._ended = chunk.rows < chunk.asked
+        return chunk
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set() and not self._ended:
+                chunk = self._read()
+                while not self._stop.is_set():
+                    try:
+                        self._queue.put(chunk, timeout=0.2)
+                        break
+                    except queue.Full:
+                        continue
+        except BaseException as exc:  # handed to the caller, raised there
+            self._queue.put(exc)
+
+    def next(self) -> Chunk:
+        if self._thread is None:
+            chunk = self._read()
+            if not self._ended and self.pipeline:
+                self._thread = threading.Thread(target=self._run, name=f"read-{self.info.name}", daemon=True)
+                self._thread.start()
+            return chunk
+        if not self.pipeline:
+            return self._read()
+        item = self._queue.get()
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            while self._thread.is_alive():
+                try:  # unblock a reader waiting to hand over a chunk
+                    self._queue.get(timeout=0.05)
+                except queue.Empty:
+                    pass
+            self._thread.join()
