@@ -106,7 +106,11 @@ def _source_bytes(host: Any, creds: Any, dbs: list[str]) -> int:
         conn.close()
 
 
-def run_migrator(cfg: Any, workers: int) -> float:
+#: what undoes the last migrator run once its copy was checked
+ABORT: list[Callable[[], Any]] = []
+
+
+def run_migrator(cfg: Any, workers: int, pipeline: bool = True) -> float:
     spec = command.plan_split(cfg, "MySQL001A", options=Options(copy_workers=workers)).spec
     res = command.preflight(cfg, spec.id)  # before the clock: preflight is not copy work
     if not res.ok:
@@ -114,10 +118,10 @@ def run_migrator(cfg: Any, workers: int) -> float:
     with zk_mod.connect(cfg, config_mod.load_credentials(cfg)) as zk:
         MigrationStore(zk).set_phase(spec.id, Phase.COPYING)
     t0 = time.perf_counter()
-    out = command.run_copy(cfg, spec.id)
+    out = command.run_copy(cfg, spec.id, pipeline=pipeline)
     took = time.perf_counter() - t0
     assert out["finished"], out
-    command.abort(cfg, spec.id, settle_s=0)  # releases locks; drops the copy for the next method
+    ABORT.append(lambda: command.abort(cfg, spec.id, settle_s=0))  # after the check: locks and the copy go
     return took
 
 
@@ -165,6 +169,8 @@ def checked(name: str, fn: Callable[[], float], sb: Sandbox, tgt: Any, creds: An
     if got != want:
         bad = sorted(k for k in set(want) | set(got) if want.get(k) != got.get(k))
         raise SystemExit(f"{name}: CHECKSUM TABLE differs from the source for {bad[:5]}")
+    while ABORT:
+        ABORT.pop()()
     sb.wait_pairs_converged()
     _drop_target(sb, dbs)
     return took
@@ -181,6 +187,8 @@ def fresh_config(sb: Sandbox, tmp: Path) -> tuple[Any, Any]:
 
 
 METHODS = ("migrator copy", "mariadb-dump | mariadb", "SELECT INTO OUTFILE + LOAD DATA")
+#: ``--ablate`` adds: the same copy with each chunk read only after the previous one loaded
+NO_READ_AHEAD = "migrator, no read-ahead"
 
 
 def main() -> None:
@@ -190,6 +198,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3, help="runs of each method per size (the median counts)")
     ap.add_argument("--workers", type=int, default=4, help="tables copied at once by the migrator copy")
     ap.add_argument("--sandbox", help="reuse a running sandbox directory (its data is reset)")
+    ap.add_argument("--ablate", action="store_true", help="also run the copy without read-ahead")
     args = ap.parse_args()
     sizes = [args.rows] if args.rows else [int(x) for x in args.sizes.split(",") if x.strip()]
 
@@ -215,16 +224,18 @@ def main() -> None:
                 ShardMapStore(zk).init(smap, hosts, reason="bench")
             rows, nbytes = _rows(src, creds, dbs), _source_bytes(src, creds, dbs)
             want = checksums(src, creds, dbs)
-            runs: dict[str, list[float]] = {m: [] for m in METHODS}
+            methods = METHODS + ((NO_READ_AHEAD,) if args.ablate else ())
+            runs: dict[str, list[float]] = {m: [] for m in methods}
             fns: dict[str, Callable[[], float]] = {
                 METHODS[0]: lambda cfg=cfg: run_migrator(cfg, args.workers),
                 METHODS[1]: lambda creds=creds: run_dump(src, tgt, creds, dbs),
                 METHODS[2]: lambda: run_load_data(sb, dbs, tmp),
+                NO_READ_AHEAD: lambda cfg=cfg: run_migrator(cfg, args.workers, pipeline=False),
             }
             for i in range(args.runs):  # interleaved: a slow moment of the machine hits every method alike
-                for m in METHODS:
+                for m in methods:
                     runs[m].append(checked(m, fns[m], sb, tgt, creds, dbs, want))
-                print(f"  run {i + 1}: " + "  ".join(f"{m}={runs[m][-1]:.2f}s" for m in METHODS), flush=True)
+                print(f"  run {i + 1}: " + "  ".join(f"{m}={runs[m][-1]:.2f}s" for m in methods), flush=True)
             table.append((size, rows, nbytes, {m: statistics.median(v) for m, v in runs.items()}))
 
         print(f"\nmedian of {args.runs} runs per method; rows = all rows of the two moving shards\n")
@@ -235,6 +246,9 @@ def main() -> None:
             print(f"{size:>10,} {rows:>9,} {nbytes / 1e6:>6.1f}  "
                   + "  ".join(f"{med[m]:>21.2f}s" for m in METHODS)
                   + f"  {med[METHODS[1]] / c:>7.2f} {med[METHODS[2]] / c:>7.2f} {rows / c:>11,.0f}")
+        if args.ablate:
+            print("\nread-ahead: " + "  ".join(f"{size:,} pins/shard: {med[NO_READ_AHEAD] / med[METHODS[0]]:.2f}x"
+                                                for size, _, _, med in table))
         size, rows, _, med = table[-1]
         c = med[METHODS[0]]
         print(f"\ncopy_vs_dump={med[METHODS[1]] / c:.2f} copy_vs_load_data={med[METHODS[2]] / c:.2f} "

@@ -6,7 +6,8 @@ and tests). One unit of work is one table: its chunks are read in key order
 table's whole checkpoint is one key, and tables copy in parallel across
 workers. Virtual shards keep tables small and numerous (4096 shards x a few
 tables), so table-level parallelism fills every worker without splitting a
-table into key ranges.
+table into key ranges; small tables share a job and its connections
+(:mod:`migrator.engine.copy_groups`).
 
 Per table, in this order (the resume contract of :mod:`migrator.engine.migration`):
 
@@ -19,7 +20,9 @@ Per table, in this order (the resume contract of :mod:`migrator.engine.migration
    stored as the table's ``start_gtid``; catch-up tails from the earliest.
    No global lock: replaying the binlog from before a chunk's read over the
    chunk converges, because apply is idempotent by key.
-3. Each chunk is written with ``REPLACE`` in one target transaction; only
+3. Each chunk is loaded with ``LOAD DATA LOCAL INFILE ... REPLACE`` in one
+   target transaction (the next chunk is read meanwhile on a second source
+   connection: :mod:`migrator.engine.copy_load`); only
    after the commit is ``last_key`` recorded, by compare-and-set on the
    progress node. A crash between the two redoes one chunk, harmlessly. Two
    workers on the same table (a duplicate enqueue after a resume) cannot both
@@ -30,7 +33,8 @@ Per table, in this order (the resume contract of :mod:`migrator.engine.migration
 Between chunks the worker obeys the pause flag and the phase (an abort stops
 it), and the :class:`~migrator.engine.throttler.Throttler`.
 
-How a chunk is read, written and checkpointed is in :mod:`migrator.engine.chunks`.
+How a chunk is read and loaded is in :mod:`migrator.engine.copy_load`; its key
+and checkpoint encoding in :mod:`migrator.engine.chunks`.
 """
 
 from __future__ import annotations
@@ -296,8 +300,16 @@ def copy_table(
         if not info.key:
             raise CopyError(f"{db}.{table} has no usable key", phase="copy")
         if prog.get("start_gtid") is None:
-            # read before the first chunk, recorded with its checkpoint: catch-up replays from here
-            prog = dict(prog, start_gtid=binlog_pos(src), started_at=time.time())
+            # recorded before the first chunk read: catch-up replays from here. (Recording it only with
+            # the first checkpoint would lose it when a worker dies between that chunk's load and its
+            # checkpoint: the retry's later position would skip deletes the loaded rows still need.)
+            prog["start_gtid"] = binlog_pos(src)
+            prog["started_at"] = time.time()
+            try:
+                version = store.put_progress(spec.id, key, prog, version)
+            except BadVersionError:
+                result.status = "superseded"
+                return result
         sizer = ChunkSizer(prog.get("chunk_rows") or opts.chunk_rows, opts.chunk_target_ms / 1000.0,
                            min_rows=min(10, opts.chunk_max_rows), max_rows=opts.chunk_max_rows)
         reader = ReadAhead(links, info, decode_key(prog.get("last_key")), lambda: sizer.rows, pipeline=pipeline)

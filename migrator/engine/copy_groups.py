@@ -79,6 +79,7 @@ def copy_tables(
     links: Links | None = None,
     on_progress: Callable[[dict[str, Any]], None] | None = None,
     after_chunk: Callable[[dict[str, Any]], None] | None = None,
+    pipeline: bool = True,
 ) -> list[TableResult]:
     """Copy ``tables`` one after another on one set of connections until all are done, the
     ``deadline`` passes or the migration is paused or stopped. Results only for tables this
@@ -93,7 +94,7 @@ def copy_tables(
             if results and deadline is not None and time.monotonic() >= deadline:
                 break
             res = copy_table(zk, spec, db, table, creds, deadline=deadline, control=control,
-                             on_progress=on_progress, after_chunk=after_chunk, links=links)
+                             on_progress=on_progress, after_chunk=after_chunk, links=links, pipeline=pipeline)
             results.append(res)
             if res.status in ("paused", "stopped", "sliced"):
                 break

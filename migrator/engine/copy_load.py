@@ -16,8 +16,8 @@ the file is loaded ``CHARACTER SET binary`` so no byte is converted):
   escaped; NULL is ``\\N``, so NULL and the empty string stay apart;
 * numbers, dates and times travel as their text (DECIMAL exact, DATETIME(6)
   with its fraction, FLOAT widened to DOUBLE so its value survives);
-* BIT travels as its integer and GEOMETRY as hex, each through a user
-  variable and a ``SET`` clause (LOAD DATA cannot read either directly);
+* BIT and GEOMETRY travel as their stored bytes, escaped like any binary
+  value (no ``SET`` clause: see :func:`load_sql`);
 * generated columns are not in the column list (the target computes them).
 
 The target session keeps explicit zero ids (``NO_AUTO_VALUE_ON_ZERO``); a
@@ -37,12 +37,11 @@ from typing import Any
 
 import pymysql
 
-from migrator.engine.chunks import BINARY_TYPES, CopyError, after_key_clause, key_expr
+from migrator.engine.chunks import CopyError, after_key_clause, key_expr
 from migrator.engine.inspector import TableInfo
 from migrator.fleet.mysql import ident, qualified, tag
 
 T = tag("copy")
-GEOMETRY_TYPES = BINARY_TYPES - {"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"}
 #: types whose text never holds a backslash, a TAB or a newline: no escaping needed
 PLAIN_TYPES = frozenset({"tinyint", "smallint", "mediumint", "int", "bigint", "decimal", "double", "float",
                          "date", "datetime", "timestamp", "time", "year"})
@@ -59,15 +58,11 @@ def _escaped(expr: str) -> str:
 def field_expr(column: str, data_type: str) -> str:
     """SQL rendering ``column`` as one LOAD DATA field (bytes, escaped, ``\\N`` for NULL)."""
     c = ident(column)
-    if data_type in GEOMETRY_TYPES:
-        value = f"HEX({c})"
-    elif data_type == "bit":
-        value = f"CAST({c} + 0 AS BINARY)"
-    elif data_type == "float":
+    if data_type == "float":
         value = f"CAST(CAST({c} AS DOUBLE) AS BINARY)"
     elif data_type in PLAIN_TYPES:
         value = f"CAST({c} AS BINARY)"
-    else:
+    else:  # text in its own character set, and raw bytes: BLOBs, BIT, GEOMETRY's stored form
         value = _escaped(f"CAST({c} AS BINARY)")
     return f"IFNULL({value}, X'5C4E')"
 
@@ -103,26 +98,17 @@ def chunk_read_sql(info: TableInfo, last: tuple[Any, ...] | None, limit: int) ->
 
 
 def load_sql(info: TableInfo, path: str) -> str:
-    """``LOAD DATA LOCAL INFILE path REPLACE`` of the fields :func:`line_expr` renders."""
-    targets: list[str] = []
-    sets: list[str] = []
-    for i, c in enumerate(info.columns):
-        dtype = info.types.get(c, "")
-        if dtype in GEOMETRY_TYPES:
-            targets.append(f"@v{i}")
-            sets.append(f"{ident(c)} = UNHEX(@v{i})")
-        elif dtype == "bit":
-            targets.append(f"@v{i}")
-            sets.append(f"{ident(c)} = CAST(@v{i} AS UNSIGNED)")
-        else:
-            targets.append(ident(c))
-    sql = (T + f"LOAD DATA LOCAL INFILE {pymysql.converters.escape_string(path)!r} REPLACE INTO TABLE "
-           f"{qualified(info.db, info.table)} CHARACTER SET binary "
-           f"FIELDS TERMINATED BY '\\t' ENCLOSED BY '' ESCAPED BY '\\\\' LINES TERMINATED BY '\\n' "
-           f"({', '.join(targets)})")
-    if sets:
-        sql += " SET " + ", ".join(sets)
-    return sql
+    """``LOAD DATA LOCAL INFILE path REPLACE`` of the fields :func:`line_expr` renders.
+
+    Every column is loaded straight from its field, with no ``SET`` clause: a
+    ``SET`` clause makes MariaDB 10.11 give an explicit AUTO_INCREMENT id 0 a
+    new id despite ``NO_AUTO_VALUE_ON_ZERO``. BIT and GEOMETRY fields carry
+    their stored bytes, which LOAD DATA stores as they are.
+    """
+    return (T + f"LOAD DATA LOCAL INFILE {pymysql.converters.escape_string(path)!r} REPLACE INTO TABLE "
+            f"{qualified(info.db, info.table)} CHARACTER SET binary "
+            f"FIELDS TERMINATED BY '\\t' ENCLOSED BY '' ESCAPED BY '\\\\' LINES TERMINATED BY '\\n' "
+            f"({', '.join(ident(c) for c in info.columns)})")
 
 
 # -- reading ---------------------------------------------------------------------------------------

@@ -149,8 +149,10 @@ def start_copy(config: Config, mid: str, *, queue: str = "migrator", slice_s: fl
 
 def run_copy(config: Config, mid: str, *, workers: int | None = None,
              on_progress: Callable[[dict[str, Any]], None] | None = None,
-             after_chunk: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+             after_chunk: Callable[[dict[str, Any]], None] | None = None,
+             pipeline: bool = True) -> dict[str, Any]:
     """Copy in this process (threads), from the checkpoints, to the end.
+    ``pipeline=False`` reads each chunk only after the previous one loaded (for ``bench.copy``).
 
     Moves the migration to CATCHING_UP when every table is done; enqueues
     nothing (the caller runs the next phase).
@@ -165,7 +167,8 @@ def run_copy(config: Config, mid: str, *, workers: int | None = None,
                                           if (p["db"], p["table"]) in want], n)
 
         def one(group: list[tuple[str, str]]) -> list[copy_mod.TableResult]:
-            return copy_groups.copy_tables(zk, spec, group, creds, on_progress=on_progress, after_chunk=after_chunk)
+            return copy_groups.copy_tables(zk, spec, group, creds, on_progress=on_progress, after_chunk=after_chunk,
+                                           pipeline=pipeline)
 
         with ThreadPoolExecutor(max_workers=max(1, n), thread_name_prefix="copy") as pool:
             results = [r for rs in pool.map(one, groups) for r in rs]
