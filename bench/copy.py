@@ -176,6 +176,16 @@ def checked(name: str, fn: Callable[[], float], sb: Sandbox, tgt: Any, creds: An
     return took
 
 
+def add_small_tables(sb: Sandbox, dbs: list[str], n: int) -> None:
+    """``n`` near-empty tables (3 rows each) spread over the moving databases: the fixed cost per table."""
+    with sb.root_conn("MySQL001A") as c, c.cursor() as cur:
+        for i in range(n):
+            t = qualified(dbs[i % len(dbs)], f"small_{i:05d}")
+            cur.execute(f"CREATE TABLE {t} (id INT NOT NULL PRIMARY KEY, v VARCHAR(20)) ENGINE=InnoDB")
+            cur.execute(f"INSERT INTO {t} VALUES (1, 'a'), (2, NULL), (3, '')")
+    sb.wait_pairs_converged()
+
+
 def fresh_config(sb: Sandbox, tmp: Path) -> tuple[Any, Any]:
     """The sandbox's config under a ZooKeeper root of its own (a fresh map per size)."""
     cfg = sb.config().with_root(f"/bench{uuid.uuid4().hex[:8]}")
@@ -199,6 +209,8 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=4, help="tables copied at once by the migrator copy")
     ap.add_argument("--sandbox", help="reuse a running sandbox directory (its data is reset)")
     ap.add_argument("--ablate", action="store_true", help="also run the copy without read-ahead")
+    ap.add_argument("--small-tables", type=int, default=0,
+                    help="add this many near-empty tables to the moving shards (fixed costs per table)")
     args = ap.parse_args()
     sizes = [args.rows] if args.rows else [int(x) for x in args.sizes.split(",") if x.strip()]
 
@@ -217,6 +229,8 @@ def main() -> None:
         for size in sizes:
             print(f"seeding {size} pins per shard ...", flush=True)
             reset_fleet(sb, smap, rows=size)
+            if args.small_tables:
+                add_small_tables(sb, dbs, args.small_tables)
             cfg, creds = fresh_config(sb, tmp)
             with zk_mod.connect(cfg, creds) as zk:
                 for h in hosts.values():
@@ -238,7 +252,8 @@ def main() -> None:
                 print(f"  run {i + 1}: " + "  ".join(f"{m}={runs[m][-1]:.2f}s" for m in methods), flush=True)
             table.append((size, rows, nbytes, {m: statistics.median(v) for m, v in runs.items()}))
 
-        print(f"\nmedian of {args.runs} runs per method; rows = all rows of the two moving shards\n")
+        extra = f", plus {args.small_tables} near-empty tables" if args.small_tables else ""
+        print(f"\nmedian of {args.runs} runs per method; rows = all rows of the two moving shards{extra}\n")
         print(f"{'pins/shard':>10} {'rows':>9} {'MB':>6}  " + "  ".join(f"{m[:22]:>22}" for m in METHODS)
               + f"  {'vs_dump':>7} {'vs_load':>7} {'copy rows/s':>11}")
         for size, rows, nbytes, med in table:

@@ -154,6 +154,7 @@ def prepare(zk: ZK, spec: Spec, creds: Credentials) -> list[tuple[str, str]]:
     try:
         tables = moving_tables(src, spec)
         infos = []
+        created: dict[tuple[str, str], bool] = {}
         for db in sorted({db for db, _ in tables} | (set(spec.databases) if spec.kind == "shards" else set())):
             charset, collation = inspector.database_charset(src, db)
             with tgt.cursor() as cur:
@@ -168,7 +169,7 @@ def prepare(zk: ZK, spec: Spec, creds: Credentials) -> list[tuple[str, str]]:
                 cur.execute(T + f"USE {ident(db)}")
                 cur.execute(create_table_sql(info.create_sql))
             tgt.commit()
-            store.create_progress(spec.id, progress_key(db, table), {
+            created[(db, table)] = store.create_progress(spec.id, progress_key(db, table), {
                 "db": db, "table": table, "key": list(info.key), "done": False, "last_key": None,
                 "start_gtid": None, "rows": 0, "bytes": 0, "chunks": 0, "est_rows": info.est_rows,
                 "est_bytes": info.data_bytes,
@@ -179,6 +180,9 @@ def prepare(zk: ZK, spec: Spec, creds: Credentials) -> list[tuple[str, str]]:
         tgt.close()
     pending = []
     for info in sorted(infos, key=lambda i: -i.data_bytes):
+        if created[(info.db, info.table)]:  # a node this call created is not done: no need to read it
+            pending.append((info.db, info.table))
+            continue
         prog, _ = store.get_progress(spec.id, progress_key(info.db, info.table))
         if prog and not prog.get("done"):
             pending.append((info.db, info.table))
@@ -391,7 +395,10 @@ def progress_view(prog: dict[str, Any], elapsed: float, result: TableResult) -> 
 def carry_auto_increment(src: pymysql.connections.Connection, tgt: pymysql.connections.Connection,
                          info: TableInfo) -> None:
     """Raise the target table's AUTO_INCREMENT to the source's, so the new pair
-    never reuses ids (InnoDB ignores a value below max(key)+1)."""
+    never reuses ids (InnoDB ignores a value below max(key)+1). A table without
+    an AUTO_INCREMENT column (``info`` has no counter) costs no query."""
+    if info.auto_increment is None:
+        return
     cur_src = inspector.auto_increment(src, info.db, info.table)
     if cur_src is None:
         return

@@ -19,10 +19,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from migrator.engine.copy import TableResult, control_check, copy_table, endpoints, open_links
+from migrator.engine.copy import TableResult, control_check, copy_table, endpoints, open_links, progress_key
 from migrator.engine.copy_load import Links
-from migrator.engine.migration import Spec
+from migrator.engine.migration import MigrationStore, Spec
 from migrator.fleet.config import Credentials
+from migrator.fleet.mysql import binlog_pos
 from migrator.fleet.zk import ZK
 
 #: a table estimated above this many bytes gets a job of its own
@@ -90,6 +91,7 @@ def copy_tables(
         links = open_links(endpoints(zk, spec), creds, spec.options)
     results: list[TableResult] = []
     try:
+        stamp_start(zk, spec.id, tables, links)
         for db, table in tables:
             if results and deadline is not None and time.monotonic() >= deadline:
                 break
@@ -102,6 +104,31 @@ def copy_tables(
         if own:
             links.close()
     return results
+
+
+#: progress nodes written per ZooKeeper transaction (a request stays far below jute.maxbuffer)
+STAMP_BATCH = 200
+
+
+def stamp_start(zk: ZK, mid: str, tables: list[tuple[str, str]], links: Links) -> None:
+    """Give every table of the group that has none a ``start_gtid``: one source position read
+    now, before any of their chunks, written in a few transactions instead of one write per table.
+    (Any position before a table's first read is a valid start; catch-up starts at the earliest.)
+    A batch that loses a race is left alone: :func:`copy_table` stamps those tables itself."""
+    store = MigrationStore(zk)
+    pos = binlog_pos(links.source)
+    now = time.time()
+    batch: list[tuple[str, dict[str, Any], int]] = []
+    for db, table in tables:
+        key = progress_key(db, table)
+        prog, version = store.get_progress(mid, key)
+        if prog is None or version is None or prog.get("done") or prog.get("start_gtid") is not None:
+            continue
+        batch.append((key, dict(prog, start_gtid=pos, started_at=now), version))
+        if len(batch) >= STAMP_BATCH:
+            store.put_progress_many(mid, batch)
+            batch = []
+    store.put_progress_many(mid, batch)
 
 
 def remaining(tables: list[tuple[str, str]], results: list[TableResult]) -> list[tuple[str, str]]:

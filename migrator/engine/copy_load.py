@@ -170,11 +170,15 @@ class LoadFile:
             self.fd, self.path = self._tmp.fileno(), self._tmp.name
 
     def write(self, data: bytes) -> None:
+        """The chunk's lines, the last one terminated too: LOAD DATA drops an empty last field at
+        the end of a file without a line terminator (``Row N doesn't contain data for all columns``)."""
         os.ftruncate(self.fd, 0)
         view = memoryview(data)
         done = 0
         while done < len(view):
             done += os.pwrite(self.fd, view[done:], done)
+        if done:
+            os.pwrite(self.fd, b"\n", done)
 
     def close(self) -> None:
         if self._tmp is not None:

@@ -14,3 +14,8 @@ CREATE TABLE escapes (
   e ENUM('', 'a\tb', 'x') NULL,
   j JSON NULL
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4;
+-- every row ends with an empty field: so does every chunk's last line
+CREATE TABLE trailing_empty (
+  id INT NOT NULL PRIMARY KEY,
+  v VARCHAR(10) NOT NULL DEFAULT ''
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4;

@@ -12,3 +12,6 @@ INSERT INTO escapes (t, l, b, f, d, dt6, b1, b64, e, j)
 WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 40)
 SELECT CONCAT('r', i, CHAR(9), REPEAT('\\', i % 3), CHAR(10)), CONCAT('é', i), UNHEX(MD5(i)), i / 7, i / 3,
        NOW(6) - INTERVAL i SECOND, i % 2, i * 1000003, IF(i % 2, 'x', ''), JSON_OBJECT('i', i) FROM n;
+INSERT INTO trailing_empty (id)
+WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 30)
+SELECT i FROM n;
