@@ -239,6 +239,7 @@ def main() -> None:
             rows, nbytes = _rows(src, creds, dbs), _source_bytes(src, creds, dbs)
             want = checksums(src, creds, dbs)
             methods = METHODS + ((NO_READ_AHEAD,) if args.ablate else ())
+            etas: dict[str, float] = {}
             runs: dict[str, list[float]] = {m: [] for m in methods}
             fns: dict[str, Callable[[], float]] = {
                 METHODS[0]: lambda cfg=cfg: run_migrator(cfg, args.workers),
@@ -247,10 +248,17 @@ def main() -> None:
                 NO_READ_AHEAD: lambda cfg=cfg: run_migrator(cfg, args.workers, pipeline=False),
             }
             for i in range(args.runs):  # interleaved: a slow moment of the machine hits every method alike
+                if i < 2:  # the dry run's ETA: sampled before the first copy, fitted to it before the second
+                    est = command.plan_split(cfg, "MySQL001A", dry_run=True).estimate
+                    assert est is not None
+                    etas[est.rate_source] = est.eta_s
                 for m in methods:
                     runs[m].append(checked(m, fns[m], sb, tgt, creds, dbs, want))
                 print(f"  run {i + 1}: " + "  ".join(f"{m}={runs[m][-1]:.2f}s" for m in methods), flush=True)
             table.append((size, rows, nbytes, {m: statistics.median(v) for m, v in runs.items()}))
+            actual = statistics.median(runs[METHODS[0]])
+            print("  dry-run ETA vs the copy's median: " + "  ".join(
+                f"{how} {eta:.1f}s ({eta / actual:.2f}x)" for how, eta in etas.items()), flush=True)
 
         extra = f", plus {args.small_tables} near-empty tables" if args.small_tables else ""
         print(f"\nmedian of {args.runs} runs per method; rows = all rows of the two moving shards{extra}\n")

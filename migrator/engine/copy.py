@@ -161,6 +161,7 @@ def prepare(zk: ZK, spec: Spec, creds: Credentials) -> list[tuple[str, str]]:
                 cur.execute(T + f"CREATE DATABASE IF NOT EXISTS {ident(db)} "
                             f"CHARACTER SET {ident(charset)} COLLATE {ident(collation)}")
         for db, table in tables:
+            t0 = time.monotonic()
             info = inspector.describe(src, db, table)
             if not info.key:
                 raise CopyError(f"{db}.{table} has no primary key and no NOT NULL unique key: the copy cannot "
@@ -172,7 +173,7 @@ def prepare(zk: ZK, spec: Spec, creds: Credentials) -> list[tuple[str, str]]:
             created[(db, table)] = store.create_progress(spec.id, progress_key(db, table), {
                 "db": db, "table": table, "key": list(info.key), "done": False, "last_key": None,
                 "start_gtid": None, "rows": 0, "bytes": 0, "chunks": 0, "est_rows": info.est_rows,
-                "est_bytes": info.data_bytes,
+                "est_bytes": info.data_bytes, "prepare_s": round(time.monotonic() - t0, 4),
             })
             infos.append(info)
     finally:

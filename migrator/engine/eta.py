@@ -2,13 +2,14 @@
 
 The copy's time on a fleet is modelled as
 
-    eta = (tables x per_table_s + est_bytes / stream_bytes_per_s) / streams
+    eta = tables x prepare_s + (tables x per_table_s + est_bytes / stream_bytes_per_s) / streams
 
 where ``est_bytes`` is the tables' ``data_length + index_length`` (what the
 dry run can see without reading), ``streams`` is how many tables copy at once
 (``min(copy_workers, tables)``), ``stream_bytes_per_s`` what one copy stream
-moves and ``per_table_s`` what a table costs besides its bytes (metadata, the
-checkpoints, carrying AUTO_INCREMENT over).
+moves, ``per_table_s`` what a table costs besides its bytes (metadata, the
+checkpoints, carrying AUTO_INCREMENT over) and ``prepare_s`` what creating
+its schema and progress node costs (done one table after another, first).
 
 Where the two rates come from, best first (``Estimate.method`` says which, in
 words the dry run prints):
@@ -18,8 +19,8 @@ words the dry run prints):
 * ``sampled``: one chunk of the largest moving table is read with the copy's
   own read statement (the source renders it exactly as the copy would), and
   the load, which the copy overlaps with the next read, is taken to cost
-  ``LOAD_COST_FACTOR`` reads; ``per_table_s`` is ``DEFAULT_TABLE_S``. Both
-  constants were measured with ``python -m bench.copy`` on the 2-core
+  ``LOAD_COST_FACTOR`` reads; ``per_table_s`` and ``prepare_s`` are
+  ``DEFAULT_TABLE_S`` and ``DEFAULT_PREPARE_S``. The constants were measured with ``python -m bench.copy`` on the 2-core
   development box (see docs/performance.md).
 """
 
@@ -38,9 +39,11 @@ from migrator.fleet.zk import ZK
 
 COPY_RATE = "stats/copy_rate"
 #: a chunk's LOAD DATA on the target master (with its binlog and the standby) per read of it
-LOAD_COST_FACTOR = 2.0
+LOAD_COST_FACTOR = 3.0
 #: seconds a table costs besides its bytes when no finished copy measured it
-DEFAULT_TABLE_S = 0.02
+DEFAULT_TABLE_S = 0.03
+#: seconds the schema and progress node of a table cost when no finished copy measured it
+DEFAULT_PREPARE_S = 0.04
 #: rows the sampled read asks for
 SAMPLE_ROWS = 5000
 
@@ -58,6 +61,7 @@ class Estimate:
     tables: list[TableEstimate] = field(default_factory=list)
     stream_bytes_per_s: float = 0.0
     per_table_s: float = DEFAULT_TABLE_S
+    prepare_s: float = DEFAULT_PREPARE_S
     streams: int = 1
     rate_source: str = ""  # "stored" (a finished copy measured it) or "sampled" (a timed chunk read)
     method: str = ""  # how the estimate was made, in words
@@ -72,7 +76,8 @@ class Estimate:
 
     @property
     def eta_s(self) -> float:
-        return copy_eta(len(self.tables), self.bytes, self.stream_bytes_per_s, self.per_table_s, self.streams)
+        return copy_eta(len(self.tables), self.bytes, self.stream_bytes_per_s, self.per_table_s, self.streams,
+                        prepare_s=self.prepare_s)
 
     @property
     def rows_per_s(self) -> float:
@@ -86,18 +91,20 @@ class Estimate:
         return {"tables": [asdict(t) for t in self.tables], "rows": self.rows, "bytes": self.bytes,
                 "rows_per_s": round(self.rows_per_s, 1), "bytes_per_s": round(self.bytes_per_s, 1),
                 "stream_bytes_per_s": round(self.stream_bytes_per_s, 1), "per_table_s": round(self.per_table_s, 4),
-                "streams": self.streams, "eta_s": round(self.eta_s, 1), "rate_source": self.rate_source,
+                "prepare_s": round(self.prepare_s, 4), "streams": self.streams, "eta_s": round(self.eta_s, 1),
+                "rate_source": self.rate_source,
                 "method": self.method}
 
 
-def copy_eta(tables: int, est_bytes: int, stream_bytes_per_s: float, per_table_s: float, streams: int) -> float:
+def copy_eta(tables: int, est_bytes: int, stream_bytes_per_s: float, per_table_s: float, streams: int,
+             prepare_s: float = 0.0) -> float:
     """The model above; ``inf`` when there are bytes but no rate."""
     if tables <= 0:
         return 0.0
     if est_bytes > 0 and stream_bytes_per_s <= 0:
         return float("inf")
     work = tables * per_table_s + (est_bytes / stream_bytes_per_s if est_bytes > 0 else 0.0)
-    return work / max(1, min(streams, tables))
+    return tables * prepare_s + work / max(1, min(streams, tables))
 
 
 def _mb(n: float) -> str:
@@ -111,11 +118,12 @@ def fill(est: Estimate, zk: ZK, conn: Any, infos: list[TableInfo], workers: int)
     if stored and stored.get("stream_bytes_per_s"):
         est.stream_bytes_per_s = float(stored["stream_bytes_per_s"])
         est.per_table_s = float(stored.get("per_table_s", DEFAULT_TABLE_S))
+        est.prepare_s = float(stored.get("prepare_s", DEFAULT_PREPARE_S))
         est.rate_source = "stored"
         est.method = (f"fitted to the last finished copy on this fleet (migration {stored.get('migration')}: "
                       f"{stored.get('tables')} tables, {_mb(stored.get('est_bytes', 0))}): "
                       f"{_mb(est.stream_bytes_per_s)}/s per stream, {est.per_table_s * 1000:.0f} ms per table, "
-                      f"{est.streams} streams at once")
+                      f"{est.prepare_s * 1000:.0f} ms of schema per table, {est.streams} streams at once")
         return est
     est.rate_source = "sampled"
     sample = max(infos, key=lambda i: i.data_bytes, default=None)
@@ -138,7 +146,8 @@ def fill(est: Estimate, zk: ZK, conn: Any, infos: list[TableInfo], workers: int)
     est.stream_bytes_per_s = read_rate / LOAD_COST_FACTOR
     est.method = (f"sampled: {got} rows of {sample.name} read with the copy's own statement in "
                   f"{took * 1000:.0f} ms ({_mb(read_rate)}/s), the load taken as {LOAD_COST_FACTOR:g}x the "
-                  f"read, {est.per_table_s * 1000:.0f} ms per table, {est.streams} streams at once "
+                  f"read, {est.per_table_s * 1000:.0f} ms per table and {est.prepare_s * 1000:.0f} ms of schema "
+                  f"per table (measured by bench.copy), {est.streams} streams at once "
                   "(no finished copy on this fleet to fit the model to yet)")
     return est
 
@@ -165,6 +174,7 @@ def store_rate(zk: ZK, mid: str, progress: list[dict[str, Any]], seconds: float)
     rec = json.dumps({"rows_per_s": rows / seconds, "bytes_per_s": est_bytes / seconds, "rows": rows,
                       "est_bytes": est_bytes, "tables": len(progress), "seconds": seconds,
                       "stream_bytes_per_s": est_bytes / copy_s, "per_table_s": fixed_s / max(1, len(progress)),
+                      "prepare_s": sum(float(p.get("prepare_s", 0.0)) for p in progress) / max(1, len(progress)),
                       "read_s": round(sum(float(p.get("read_s", 0.0)) for p in progress), 3),
                       "load_s": round(sum(float(p.get("load_s", 0.0)) for p in progress), 3),
                       "migration": mid, "at": time.time()}).encode()
