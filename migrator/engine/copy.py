@@ -41,16 +41,24 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 import pymysql
 from kazoo.exceptions import BadVersionError
-from tenacity import retry, retry_if_exception, stop_after_attempt, wait_exponential
 
 from migrator.engine import inspector
 from migrator.engine.chunks import CopyError, create_table_sql, decode_key, encode_key
-from migrator.engine.copy_load import Chunk, Links, ReadAhead, load_chunk
+from migrator.engine.copy_load import (
+    PREPARE_THREADS,
+    Links,
+    ReadAhead,
+    open_links,
+    source_conn,
+    target_conn,
+    write_chunk,
+)
 from migrator.engine.cutover.sentinel import prepare_sentinels
 from migrator.engine.eta import store_rate
 from migrator.engine.inspector import TableInfo
@@ -58,12 +66,10 @@ from migrator.engine.migration import MigrationStore, Phase, Spec
 from migrator.engine.plan import hold_maintenance_pause, moving_tables
 from migrator.engine.preflight import PreflightFailed
 from migrator.engine.preflight import run as run_preflight
-from migrator.engine.throttler import ChunkSizer, Throttler
+from migrator.engine.throttler import ChunkSizer
 from migrator.fleet.config import Credentials
 from migrator.fleet.model import Host
 from migrator.fleet.mysql import (
-    ER_LOCK_DEADLOCK,
-    ER_LOCK_WAIT_TIMEOUT,
     binlog_pos,
     connect,
     ident,
@@ -75,10 +81,6 @@ from migrator.fleet.zk import ZK
 
 T = tag("copy")
 PREFIX = "copy"
-#: session settings of the writing connection: keep explicit zero ids, write what was read
-TARGET_SESSION = ("SET SESSION sql_mode = 'NO_AUTO_VALUE_ON_ZERO,NO_ENGINE_SUBSTITUTION', "
-                  "time_zone = '+00:00', foreign_key_checks = 0")
-SOURCE_SESSION = "SET SESSION time_zone = '+00:00'"
 
 
 def progress_key(db: str, table: str) -> str:
@@ -97,21 +99,6 @@ class Endpoints:
 def endpoints(zk: ZK, spec: Spec) -> Endpoints:
     reg = HostRegistry(zk)
     return Endpoints(reg.get(spec.source_master), reg.get(spec.target_master), reg.get(spec.target_slave))
-
-
-def _source_conn(host: Host, creds: Credentials) -> pymysql.connections.Connection:
-    conn = connect(host, creds, read_timeout=600)
-    with conn.cursor() as cur:
-        cur.execute(SOURCE_SESSION)
-    return conn
-
-
-def _target_conn(host: Host, creds: Credentials) -> pymysql.connections.Connection:
-    conn = connect(host, creds, autocommit=False, read_timeout=600, local_infile=True)
-    with conn.cursor() as cur:
-        cur.execute(TARGET_SESSION)
-    conn.commit()
-    return conn
 
 
 # -- begin: preflight, phase, prepare ------------------------------------------------------------
@@ -149,8 +136,8 @@ def prepare(zk: ZK, spec: Spec, creds: Credentials) -> list[tuple[str, str]]:
         raise CopyError(f"migration {spec.id} is in phase {st.phase.value}, not copying", phase="copy")
     ep = endpoints(zk, spec)
     hold_maintenance_pause(zk, spec)
-    src = _source_conn(ep.source, creds)
-    tgt = _target_conn(ep.target, creds)
+    src = source_conn(ep.source, creds)
+    tgt = target_conn(ep.target, creds)
     try:
         tables = moving_tables(src, spec)
         infos = []
@@ -160,22 +147,17 @@ def prepare(zk: ZK, spec: Spec, creds: Credentials) -> list[tuple[str, str]]:
             with tgt.cursor() as cur:
                 cur.execute(T + f"CREATE DATABASE IF NOT EXISTS {ident(db)} "
                             f"CHARACTER SET {ident(charset)} COLLATE {ident(collation)}")
-        for db, table in tables:
-            t0 = time.monotonic()
-            info = inspector.describe(src, db, table)
-            if not info.key:
-                raise CopyError(f"{db}.{table} has no primary key and no NOT NULL unique key: the copy cannot "
-                                "page it; add a primary key, then `migrator copy ID` again", phase="copy")
-            with tgt.cursor() as cur:
-                cur.execute(T + f"USE {ident(db)}")
-                cur.execute(create_table_sql(info.create_sql))
-            tgt.commit()
-            created[(db, table)] = store.create_progress(spec.id, progress_key(db, table), {
-                "db": db, "table": table, "key": list(info.key), "done": False, "last_key": None,
-                "start_gtid": None, "rows": 0, "bytes": 0, "chunks": 0, "est_rows": info.est_rows,
-                "est_bytes": info.data_bytes, "prepare_s": round(time.monotonic() - t0, 4),
-            })
-            infos.append(info)
+        slices = [tables[i::PREPARE_THREADS] for i in range(PREPARE_THREADS) if tables[i::PREPARE_THREADS]]
+
+        def make(part: list[tuple[str, str]]) -> list[tuple[TableInfo, bool]]:
+            return _prepare_tables(store, spec, ep, creds, part)
+
+        # DDL waits on the disk, not the CPU: a few connections create the tables side by side
+        with ThreadPoolExecutor(max_workers=max(1, len(slices)), thread_name_prefix="prepare") as pool:
+            for made in pool.map(make, slices):
+                for info, was_created in made:
+                    infos.append(info)
+                    created[(info.db, info.table)] = was_created
     finally:
         src.close()
         tgt.close()
@@ -188,6 +170,35 @@ def prepare(zk: ZK, spec: Spec, creds: Credentials) -> list[tuple[str, str]]:
         if prog and not prog.get("done"):
             pending.append((info.db, info.table))
     return pending
+
+
+def _prepare_tables(store: MigrationStore, spec: Spec, ep: Endpoints, creds: Credentials,
+                    tables: list[tuple[str, str]]) -> list[tuple[TableInfo, bool]]:
+    """Describe, create on the target and give a progress node to each of ``tables``."""
+    src = source_conn(ep.source, creds)
+    tgt = target_conn(ep.target, creds)
+    out = []
+    try:
+        for db, table in tables:
+            t0 = time.monotonic()
+            info = inspector.describe(src, db, table)
+            if not info.key:
+                raise CopyError(f"{db}.{table} has no primary key and no NOT NULL unique key: the copy cannot "
+                                "page it; add a primary key, then `migrator copy ID` again", phase="copy")
+            with tgt.cursor() as cur:
+                cur.execute(T + f"USE {ident(db)}")
+                cur.execute(create_table_sql(info.create_sql))
+            tgt.commit()
+            was_created = store.create_progress(spec.id, progress_key(db, table), {
+                "db": db, "table": table, "key": list(info.key), "done": False, "last_key": None,
+                "start_gtid": None, "rows": 0, "bytes": 0, "chunks": 0, "est_rows": info.est_rows,
+                "est_bytes": info.data_bytes, "prepare_s": round(time.monotonic() - t0, 4),
+            })
+            out.append((info, was_created))
+    finally:
+        src.close()
+        tgt.close()
+    return out
 
 
 def table_progress(zk: ZK, mid: str) -> list[dict[str, Any]]:
@@ -230,35 +241,6 @@ def control_check(zk: ZK, mid: str) -> Callable[[], str | None]:
         return None
 
     return check
-
-
-def open_links(ep: Endpoints, creds: Credentials, opts: Any) -> Links:
-    """The connections (and throttler) one copy worker uses for every chunk of every table it copies."""
-    opened: list[Any] = []
-    try:
-        for make in (lambda: _source_conn(ep.source, creds), lambda: _source_conn(ep.source, creds),
-                     lambda: _target_conn(ep.target, creds), lambda: connect(ep.target_slave, creds)):
-            opened.append(make())
-        links = Links(*opened)
-    except BaseException:
-        for c in opened:
-            c.close()
-        raise
-    links.throttler = Throttler(links.slave, links.source, max_lag_s=opts.max_standby_lag_s,
-                                max_threads_running=opts.max_threads_running)
-    return links
-
-
-def _transient(exc: BaseException) -> bool:
-    return isinstance(exc, pymysql.err.OperationalError) and bool(exc.args) and exc.args[0] in (
-        ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT)
-
-
-@retry(retry=retry_if_exception(_transient), stop=stop_after_attempt(5),
-       wait=wait_exponential(multiplier=0.05, max=2), reraise=True)
-def write_chunk(links: Links, info: TableInfo, chunk: Chunk) -> None:
-    """Load the chunk in one target transaction (retried whole on a deadlock)."""
-    load_chunk(links.target, info, chunk, links.file)
 
 
 def copy_table(

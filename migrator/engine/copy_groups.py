@@ -19,8 +19,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from migrator.engine.copy import TableResult, control_check, copy_table, endpoints, open_links, progress_key
-from migrator.engine.copy_load import Links
+from migrator.engine.copy import TableResult, control_check, copy_table, endpoints, progress_key
+from migrator.engine.copy_load import Links, open_links
 from migrator.engine.migration import MigrationStore, Spec
 from migrator.fleet.config import Credentials
 from migrator.fleet.mysql import binlog_pos

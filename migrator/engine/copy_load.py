@@ -36,10 +36,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import pymysql
+from tenacity import retry, retry_if_exception, stop_after_attempt, wait_exponential
 
 from migrator.engine.chunks import CopyError, after_key_clause, key_expr
 from migrator.engine.inspector import TableInfo
-from migrator.fleet.mysql import ident, qualified, tag
+from migrator.engine.throttler import Throttler
+from migrator.fleet.config import Credentials
+from migrator.fleet.model import Host
+from migrator.fleet.mysql import ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT, connect, ident, qualified, tag
 
 T = tag("copy")
 #: types whose text never holds a backslash, a TAB or a newline: no escaping needed
@@ -294,3 +298,58 @@ class ReadAhead:
                 except queue.Empty:
                     pass
             self._thread.join()
+
+
+# -- the connections of a copy worker ------------------------------------------------------------
+
+#: session settings of the writing connection: keep explicit zero ids, write what was read
+TARGET_SESSION = ("SET SESSION sql_mode = 'NO_AUTO_VALUE_ON_ZERO,NO_ENGINE_SUBSTITUTION', "
+                  "time_zone = '+00:00', foreign_key_checks = 0")
+SOURCE_SESSION = "SET SESSION time_zone = '+00:00'"
+#: connections that create a migration's tables on the target side by side (the copy's prepare)
+PREPARE_THREADS = 4
+
+
+def source_conn(host: Host, creds: Credentials) -> pymysql.connections.Connection:
+    conn = connect(host, creds, read_timeout=600)
+    with conn.cursor() as cur:
+        cur.execute(SOURCE_SESSION)
+    return conn
+
+
+def target_conn(host: Host, creds: Credentials) -> pymysql.connections.Connection:
+    conn = connect(host, creds, autocommit=False, read_timeout=600, local_infile=True)
+    with conn.cursor() as cur:
+        cur.execute(TARGET_SESSION)
+    conn.commit()
+    return conn
+
+
+def open_links(ep: Any, creds: Credentials, opts: Any) -> Links:
+    """The connections (and throttler) one copy worker uses for every chunk of every table it copies
+    (``ep``: the migration's hosts, ``source``, ``target`` and ``target_slave``)."""
+    opened: list[Any] = []
+    try:
+        for make in (lambda: source_conn(ep.source, creds), lambda: source_conn(ep.source, creds),
+                     lambda: target_conn(ep.target, creds), lambda: connect(ep.target_slave, creds)):
+            opened.append(make())
+        links = Links(*opened)
+    except BaseException:
+        for c in opened:
+            c.close()
+        raise
+    links.throttler = Throttler(links.slave, links.source, max_lag_s=opts.max_standby_lag_s,
+                                max_threads_running=opts.max_threads_running)
+    return links
+
+
+def _transient(exc: BaseException) -> bool:
+    return isinstance(exc, pymysql.err.OperationalError) and bool(exc.args) and exc.args[0] in (
+        ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT)
+
+
+@retry(retry=retry_if_exception(_transient), stop=stop_after_attempt(5),
+       wait=wait_exponential(multiplier=0.05, max=2), reraise=True)
+def write_chunk(links: Links, info: TableInfo, chunk: Chunk) -> None:
+    """Load the chunk in one target transaction (retried whole on a deadlock)."""
+    load_chunk(links.target, info, chunk, links.file)

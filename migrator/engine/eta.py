@@ -2,14 +2,14 @@
 
 The copy's time on a fleet is modelled as
 
-    eta = tables x prepare_s + (tables x per_table_s + est_bytes / stream_bytes_per_s) / streams
+    eta = tables x prepare_s / PREPARE_THREADS + (tables x per_table_s + est_bytes / stream_bytes_per_s) / streams
 
 where ``est_bytes`` is the tables' ``data_length + index_length`` (what the
 dry run can see without reading), ``streams`` is how many tables copy at once
 (``min(copy_workers, tables)``), ``stream_bytes_per_s`` what one copy stream
 moves, ``per_table_s`` what a table costs besides its bytes (metadata, the
 checkpoints, carrying AUTO_INCREMENT over) and ``prepare_s`` what creating
-its schema and progress node costs (done one table after another, first).
+its schema and progress node costs (done first, ``PREPARE_THREADS`` tables at a time).
 
 Where the two rates come from, best first (``Estimate.method`` says which, in
 words the dry run prints):
@@ -33,7 +33,7 @@ from typing import Any
 
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
-from migrator.engine.copy_load import chunk_read_sql, prepare_reader
+from migrator.engine.copy_load import PREPARE_THREADS, chunk_read_sql, prepare_reader
 from migrator.engine.inspector import TableInfo
 from migrator.fleet.zk import ZK
 
@@ -104,7 +104,7 @@ def copy_eta(tables: int, est_bytes: int, stream_bytes_per_s: float, per_table_s
     if est_bytes > 0 and stream_bytes_per_s <= 0:
         return float("inf")
     work = tables * per_table_s + (est_bytes / stream_bytes_per_s if est_bytes > 0 else 0.0)
-    return tables * prepare_s + work / max(1, min(streams, tables))
+    return tables * prepare_s / PREPARE_THREADS + work / max(1, min(streams, tables))
 
 
 def _mb(n: float) -> str:
