@@ -13,11 +13,11 @@ the file is loaded ``CHARACTER SET binary`` so no byte is converted):
 
 * every value is cast to its own bytes (``CAST(.. AS BINARY)``: a latin1
   column stays latin1, binary data stays raw), then ``\\``, TAB and newline are
-  escaped; NULL is ``\\N``, so NULL and the empty string stay apart;
+  escaped (values over ``ESCAPE_MAX_BYTES`` travel as hex instead); NULL is
+  ``\\N``, so NULL and the empty string stay apart;
 * numbers, dates and times travel as their text (DECIMAL exact, DATETIME(6)
   with its fraction, FLOAT widened to DOUBLE so its value survives);
-* BIT and GEOMETRY travel as their stored bytes, escaped like any binary
-  value (no ``SET`` clause: see :func:`load_sql`);
+* BIT and GEOMETRY travel as their stored bytes, like any binary value;
 * generated columns are not in the column list (the target computes them).
 
 The target session keeps explicit zero ids (``NO_AUTO_VALUE_ON_ZERO``); a
@@ -52,6 +52,8 @@ PLAIN_TYPES = frozenset({"tinyint", "smallint", "mediumint", "int", "bigint", "d
 #: a chunk's blob stays under this share of the source's max_allowed_packet
 PACKET_SHARE = 0.5
 #: session of the reading connection: GROUP_CONCAT may return a whole chunk
+#: longer string values travel as hex (see :func:`field_expr`)
+ESCAPE_MAX_BYTES = 4096
 READ_SESSION = "SET SESSION time_zone = '+00:00', group_concat_max_len = %d"
 
 
@@ -59,16 +61,29 @@ def _escaped(expr: str) -> str:
     return f"REPLACE(REPLACE(REPLACE({expr}, X'5C', X'5C5C'), X'09', X'5C74'), X'0A', X'5C6E')"
 
 
+def escaped_type(data_type: str) -> bool:
+    """Whether values of this type are strings that need escaping (and may be long)."""
+    return data_type not in PLAIN_TYPES
+
+
 def field_expr(column: str, data_type: str) -> str:
-    """SQL rendering ``column`` as one LOAD DATA field (bytes, escaped, ``\\N`` for NULL)."""
+    """SQL rendering ``column`` as LOAD DATA fields (bytes, escaped, ``\\N`` for NULL).
+
+    A string value travels escaped when at most ``ESCAPE_MAX_BYTES`` long and
+    as hex in a second field when longer (MariaDB's REPLACE() moves the rest
+    of the string at every match: escaping a 3 MB blob took minutes). So a
+    string column is two fields, ``raw`` and ``hex``, one of them ``\\N``.
+    """
     c = ident(column)
     if data_type == "float":
-        value = f"CAST(CAST({c} AS DOUBLE) AS BINARY)"
-    elif data_type in PLAIN_TYPES:
-        value = f"CAST({c} AS BINARY)"
-    else:  # text in its own character set, and raw bytes: BLOBs, BIT, GEOMETRY's stored form
-        value = _escaped(f"CAST({c} AS BINARY)")
-    return f"IFNULL({value}, X'5C4E')"
+        return f"IFNULL(CAST(CAST({c} AS DOUBLE) AS BINARY), X'5C4E')"
+    if not escaped_type(data_type):
+        return f"IFNULL(CAST({c} AS BINARY), X'5C4E')"
+    # text in its own character set, and raw bytes: BLOBs, BIT, GEOMETRY's stored form
+    value = f"CAST({c} AS BINARY)"
+    long = f"LENGTH({value}) > {ESCAPE_MAX_BYTES}"
+    return (f"IFNULL(IF({long}, NULL, {_escaped(value)}), X'5C4E'), "
+            f"IFNULL(IF({long}, HEX({value}), NULL), X'5C4E')")
 
 
 def line_expr(info: TableInfo) -> str:
@@ -104,15 +119,27 @@ def chunk_read_sql(info: TableInfo, last: tuple[Any, ...] | None, limit: int) ->
 def load_sql(info: TableInfo, path: str) -> str:
     """``LOAD DATA LOCAL INFILE path REPLACE`` of the fields :func:`line_expr` renders.
 
-    Every column is loaded straight from its field, with no ``SET`` clause: a
-    ``SET`` clause makes MariaDB 10.11 give an explicit AUTO_INCREMENT id 0 a
-    new id despite ``NO_AUTO_VALUE_ON_ZERO``. BIT and GEOMETRY fields carry
-    their stored bytes, which LOAD DATA stores as they are.
+    With string columns every field goes to a user variable and every column
+    is set from one: a ``SET`` clause that leaves the AUTO_INCREMENT column
+    out makes MariaDB 10.11 give an explicit id 0 a new id despite
+    ``NO_AUTO_VALUE_ON_ZERO``; setting it too keeps the 0. BIT and GEOMETRY
+    carry their stored bytes, which are stored as they are.
     """
-    return (T + f"LOAD DATA LOCAL INFILE {pymysql.converters.escape_string(path)!r} REPLACE INTO TABLE "
+    head = (T + f"LOAD DATA LOCAL INFILE {pymysql.converters.escape_string(path)!r} REPLACE INTO TABLE "
             f"{qualified(info.db, info.table)} CHARACTER SET binary "
-            f"FIELDS TERMINATED BY '\\t' ENCLOSED BY '' ESCAPED BY '\\\\' LINES TERMINATED BY '\\n' "
-            f"({', '.join(ident(c) for c in info.columns)})")
+            f"FIELDS TERMINATED BY '\\t' ENCLOSED BY '' ESCAPED BY '\\\\' LINES TERMINATED BY '\\n' ")
+    if not any(escaped_type(info.types.get(c, "")) for c in info.columns):
+        return head + f"({', '.join(ident(c) for c in info.columns)})"
+    fields: list[str] = []
+    sets: list[str] = []
+    for i, c in enumerate(info.columns):
+        if escaped_type(info.types.get(c, "")):
+            fields += [f"@r{i}", f"@h{i}"]
+            sets.append(f"{ident(c)} = IF(@h{i} IS NULL, @r{i}, UNHEX(@h{i}))")
+        else:
+            fields.append(f"@v{i}")
+            sets.append(f"{ident(c)} = @v{i}")
+    return head + f"({', '.join(fields)}) SET " + ", ".join(sets)
 
 
 # -- reading ---------------------------------------------------------------------------------------

@@ -38,8 +38,10 @@ from migrator.engine.inspector import TableInfo
 from migrator.fleet.zk import ZK
 
 COPY_RATE = "stats/copy_rate"
-#: a chunk's LOAD DATA on the target master (with its binlog and the standby) per read of it
-LOAD_COST_FACTOR = 3.0
+#: one stream's time per chunk against the sampled read of it alone: the LOAD DATA on the target
+#: master (with its binlog) costs about 3 reads, and the streams share the hosts' cores
+#: (bench.copy on the 2-core box: 4 streams moved about half of 4x one stream's rate)
+LOAD_COST_FACTOR = 6.0
 #: seconds a table costs besides its bytes when no finished copy measured it
 DEFAULT_TABLE_S = 0.03
 #: seconds the schema and progress node of a table cost when no finished copy measured it

@@ -64,9 +64,10 @@ def test_a_chunk_is_read_as_one_blob_of_escaped_binary_fields():
 
     sql, args = chunk_read_sql(_info(), (3,), 100)
     esc = "REPLACE(REPLACE(REPLACE(CAST(`{0}` AS BINARY), X'5C', X'5C5C'), X'09', X'5C74'), X'0A', X'5C6E')"
-    line = ("CONCAT_WS(X'09', IFNULL(CAST(`id` AS BINARY), X'5C4E'), IFNULL(" + esc.format("b") + ", X'5C4E'), "
-            "IFNULL(CAST(CAST(`f` AS DOUBLE) AS BINARY), X'5C4E'), IFNULL(" + esc.format("s") + ", X'5C4E'), "
-            "IFNULL(" + esc.format("k") + ", X'5C4E'))")
+    two = ("IFNULL(IF(LENGTH(CAST(`{0}` AS BINARY)) > 4096, NULL, " + esc + "), X'5C4E'), "
+           "IFNULL(IF(LENGTH(CAST(`{0}` AS BINARY)) > 4096, HEX(CAST(`{0}` AS BINARY)), NULL), X'5C4E')")
+    line = ("CONCAT_WS(X'09', IFNULL(CAST(`id` AS BINARY), X'5C4E'), " + two.format("b") + ", "
+            "IFNULL(CAST(CAST(`f` AS DOUBLE) AS BINARY), X'5C4E'), " + two.format("s") + ", " + two.format("k") + ")")
     assert sql == ("/* migrator:copy */ SELECT COUNT(*), MAX(_k0), GROUP_CONCAT(_line SEPARATOR X'0A') FROM ("
                    f"SELECT `id` AS _k0, {line} AS _line FROM `d`.`t` "
                    "WHERE `id` >= %s AND ((`id` > %s)) ORDER BY `id` LIMIT %s) AS _chunk")
@@ -82,13 +83,18 @@ def test_a_composite_key_takes_the_last_tuple_not_a_max_per_column():
     assert args == [10]
 
 
-def test_the_load_names_every_column_and_no_set_clause():
+def test_the_load_sets_every_column_when_any_travels_as_two_fields():
     from migrator.engine.copy_load import load_sql
 
-    sql = load_sql(_info(), "/proc/1/fd/3")
-    assert sql == ("/* migrator:copy */ LOAD DATA LOCAL INFILE '/proc/1/fd/3' REPLACE INTO TABLE `d`.`t` "
-                   "CHARACTER SET binary FIELDS TERMINATED BY '\\t' ENCLOSED BY '' ESCAPED BY '\\\\' "
-                   "LINES TERMINATED BY '\\n' (`id`, `b`, `f`, `s`, `k`)")
+    head = ("/* migrator:copy */ LOAD DATA LOCAL INFILE '/proc/1/fd/3' REPLACE INTO TABLE `d`.`t` "
+            "CHARACTER SET binary FIELDS TERMINATED BY '\\t' ENCLOSED BY '' ESCAPED BY '\\\\' "
+            "LINES TERMINATED BY '\\n' ")
+    assert load_sql(_info(), "/proc/1/fd/3") == head + (
+        "(@v0, @r1, @h1, @v2, @r3, @h3, @r4, @h4) SET `id` = @v0, `b` = IF(@h1 IS NULL, @r1, UNHEX(@h1)), "
+        "`f` = @v2, `s` = IF(@h3 IS NULL, @r3, UNHEX(@h3)), `k` = IF(@h4 IS NULL, @r4, UNHEX(@h4))")
+    # numbers only: the fields go straight to their columns
+    plain = _info(columns=("id", "n"), types={"id": "int", "n": "decimal"})
+    assert load_sql(plain, "/proc/1/fd/3") == head + "(`id`, `n`)"
 
 
 def test_create_table_is_made_idempotent():

@@ -15,3 +15,6 @@ SELECT CONCAT('r', i, CHAR(9), REPEAT('\\', i % 3), CHAR(10)), CONCAT('é', i), 
 INSERT INTO trailing_empty (id)
 WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 30)
 SELECT i FROM n;
+INSERT INTO escapes (t, l, b, j) VALUES
+  (REPEAT('long\ttext\\with\nescapes ', 400), REPEAT('\\', 40), REPEAT(0x5C090A00, 10), JSON_ARRAY(REPEAT('x\ty\n', 2000))),
+  (REPEAT('\n', 4097), '', '', '""');
