@@ -118,10 +118,19 @@ def begin(zk: ZK, spec: Spec, creds: Credentials) -> list[tuple[str, str]]:
     elif st.phase != Phase.COPYING:
         raise CopyError(f"migration {spec.id} is in phase {st.phase.value}: there is nothing to copy "
                         "(`migrator status ID`)", phase="copy")
+    if getattr(st, "copy_began_at", None) is None:  # the copy's whole time, for the next dry run's ETA
+        now = time.time()
+        store.update(spec.id, lambda s: _began(s, now))
     # The cutover's sentinel table must exist before any table records its start position: the copy
     # then carries it like any table, and catch-up never meets its CREATE TABLE.
     prepare_sentinels(zk, spec, creds)
     return prepare(zk, spec, creds)
+
+
+def _began(st: Any, now: float) -> Any:
+    if getattr(st, "copy_began_at", None) is None:
+        st.copy_began_at = now
+    return st
 
 
 # -- prepare: schema + progress nodes -------------------------------------------------------------
@@ -416,13 +425,15 @@ def finish_if_complete(zk: ZK, mid: str) -> bool:
         started = min((p.get("started_at") or time.time()) for p in progress)
         finished = max((p.get("finished_at") or time.time()) for p in progress)
         st.copy = {"rows": rows, "bytes": nbytes, "tables": len(progress), "seconds": round(finished - started, 3)}
-        moved.append(st.copy)
+        began = getattr(st, "copy_began_at", None)
+        moved.append(dict(st.copy, total_s=finished - began if began else None))
         return st
 
     store.update(mid, change)
     if moved:
         c = moved[-1]
-        store_rate(zk, mid, progress, c["seconds"])  # the next dry run's ETA is fitted to this copy
+        # the next dry run's ETA is fitted to this copy
+        store_rate(zk, mid, progress, c["seconds"], total_s=c["total_s"], streams=store.spec(mid).options.copy_workers)
     return bool(moved)
 
 

@@ -2,14 +2,17 @@
 
 The copy's time on a fleet is modelled as
 
-    eta = tables x prepare_s / PREPARE_THREADS + (tables x per_table_s + est_bytes / stream_bytes_per_s) / streams
+    eta = overhead_s + tables x prepare_s / PREPARE_THREADS
+          + (tables x per_table_s + est_bytes / stream_bytes_per_s) / streams
 
 where ``est_bytes`` is the tables' ``data_length + index_length`` (what the
 dry run can see without reading), ``streams`` is how many tables copy at once
 (``min(copy_workers, tables)``), ``stream_bytes_per_s`` what one copy stream
 moves, ``per_table_s`` what a table costs besides its bytes (metadata, the
 checkpoints, carrying AUTO_INCREMENT over) and ``prepare_s`` what creating
-its schema and progress node costs (done first, ``PREPARE_THREADS`` tables at a time).
+its schema and progress node costs (done first, ``PREPARE_THREADS`` tables at a time);
+``overhead_s`` is what a copy costs once (its sessions, connections, the
+sentinel tables, the phase changes).
 
 Where the two rates come from, best first (``Estimate.method`` says which, in
 words the dry run prints):
@@ -46,6 +49,8 @@ LOAD_COST_FACTOR = 6.0
 DEFAULT_TABLE_S = 0.03
 #: seconds the schema and progress node of a table cost when no finished copy measured it
 DEFAULT_PREPARE_S = 0.04
+#: seconds a copy costs once, when no finished copy measured it
+DEFAULT_OVERHEAD_S = 0.8
 #: rows the sampled read asks for
 SAMPLE_ROWS = 5000
 
@@ -64,6 +69,7 @@ class Estimate:
     stream_bytes_per_s: float = 0.0
     per_table_s: float = DEFAULT_TABLE_S
     prepare_s: float = DEFAULT_PREPARE_S
+    overhead_s: float = DEFAULT_OVERHEAD_S
     streams: int = 1
     rate_source: str = ""  # "stored" (a finished copy measured it) or "sampled" (a timed chunk read)
     method: str = ""  # how the estimate was made, in words
@@ -79,7 +85,7 @@ class Estimate:
     @property
     def eta_s(self) -> float:
         return copy_eta(len(self.tables), self.bytes, self.stream_bytes_per_s, self.per_table_s, self.streams,
-                        prepare_s=self.prepare_s)
+                        prepare_s=self.prepare_s, overhead_s=self.overhead_s)
 
     @property
     def rows_per_s(self) -> float:
@@ -94,19 +100,19 @@ class Estimate:
                 "rows_per_s": round(self.rows_per_s, 1), "bytes_per_s": round(self.bytes_per_s, 1),
                 "stream_bytes_per_s": round(self.stream_bytes_per_s, 1), "per_table_s": round(self.per_table_s, 4),
                 "prepare_s": round(self.prepare_s, 4), "streams": self.streams, "eta_s": round(self.eta_s, 1),
-                "rate_source": self.rate_source,
+                "overhead_s": round(self.overhead_s, 3), "rate_source": self.rate_source,
                 "method": self.method}
 
 
 def copy_eta(tables: int, est_bytes: int, stream_bytes_per_s: float, per_table_s: float, streams: int,
-             prepare_s: float = 0.0) -> float:
+             prepare_s: float = 0.0, overhead_s: float = 0.0) -> float:
     """The model above; ``inf`` when there are bytes but no rate."""
     if tables <= 0:
         return 0.0
     if est_bytes > 0 and stream_bytes_per_s <= 0:
         return float("inf")
     work = tables * per_table_s + (est_bytes / stream_bytes_per_s if est_bytes > 0 else 0.0)
-    return tables * prepare_s / PREPARE_THREADS + work / max(1, min(streams, tables))
+    return overhead_s + tables * prepare_s / PREPARE_THREADS + work / max(1, min(streams, tables))
 
 
 def _mb(n: float) -> str:
@@ -121,11 +127,13 @@ def fill(est: Estimate, zk: ZK, conn: Any, infos: list[TableInfo], workers: int)
         est.stream_bytes_per_s = float(stored["stream_bytes_per_s"])
         est.per_table_s = float(stored.get("per_table_s", DEFAULT_TABLE_S))
         est.prepare_s = float(stored.get("prepare_s", DEFAULT_PREPARE_S))
+        est.overhead_s = float(stored.get("overhead_s", DEFAULT_OVERHEAD_S))
         est.rate_source = "stored"
         est.method = (f"fitted to the last finished copy on this fleet (migration {stored.get('migration')}: "
                       f"{stored.get('tables')} tables, {_mb(stored.get('est_bytes', 0))}): "
                       f"{_mb(est.stream_bytes_per_s)}/s per stream, {est.per_table_s * 1000:.0f} ms per table, "
-                      f"{est.prepare_s * 1000:.0f} ms of schema per table, {est.streams} streams at once")
+                      f"{est.prepare_s * 1000:.0f} ms of schema per table, {est.overhead_s:.1f} s once, "
+                      f"{est.streams} streams at once")
         return est
     est.rate_source = "sampled"
     sample = max(infos, key=lambda i: i.data_bytes, default=None)
@@ -149,7 +157,7 @@ def fill(est: Estimate, zk: ZK, conn: Any, infos: list[TableInfo], workers: int)
     est.method = (f"sampled: {got} rows of {sample.name} read with the copy's own statement in "
                   f"{took * 1000:.0f} ms ({_mb(read_rate)}/s), the load taken as {LOAD_COST_FACTOR:g}x the "
                   f"read, {est.per_table_s * 1000:.0f} ms per table and {est.prepare_s * 1000:.0f} ms of schema "
-                  f"per table (measured by bench.copy), {est.streams} streams at once "
+                  f"per table and {est.overhead_s:.1f} s once (measured by bench.copy), {est.streams} streams at once "
                   "(no finished copy on this fleet to fit the model to yet)")
     return est
 
@@ -165,18 +173,30 @@ def stored_rate(zk: ZK) -> dict[str, Any] | None:
     return None
 
 
-def store_rate(zk: ZK, mid: str, progress: list[dict[str, Any]], seconds: float) -> None:
-    """Fit the model to a finished copy's progress records and keep it for the next dry run."""
+def store_rate(zk: ZK, mid: str, progress: list[dict[str, Any]], seconds: float, *,
+               total_s: float | None = None, streams: int = 1) -> None:
+    """Fit the model to a finished copy's progress records and keep it for the next dry run
+    (``total_s``: the copy's whole time from its first job, which sets ``overhead_s``)."""
     rows = sum(int(p.get("rows", 0)) for p in progress)
     est_bytes = sum(int(p.get("est_bytes", 0)) for p in progress)
     copy_s = sum(float(p.get("copy_s", 0.0)) for p in progress)
     fixed_s = sum(max(0.0, float(p.get("wall_s", 0.0)) - float(p.get("copy_s", 0.0))) for p in progress)
     if rows <= 0 or seconds <= 0 or copy_s <= 0:
         return
+    tables = len(progress)
+    per_table_s = fixed_s / max(1, tables)
+    prepare_s = sum(float(p.get("prepare_s", 0.0)) for p in progress) / max(1, tables)
+    rate = est_bytes / copy_s
+    overhead_s = DEFAULT_OVERHEAD_S
+    if total_s:
+        model = copy_eta(tables, est_bytes, rate, per_table_s, streams, prepare_s=prepare_s)
+        fitted = max(0.0, total_s - model)
+        if fitted <= max(5.0, model):  # more means the copy was paused or resumed later: not a cost
+            overhead_s = fitted
     rec = json.dumps({"rows_per_s": rows / seconds, "bytes_per_s": est_bytes / seconds, "rows": rows,
-                      "est_bytes": est_bytes, "tables": len(progress), "seconds": seconds,
-                      "stream_bytes_per_s": est_bytes / copy_s, "per_table_s": fixed_s / max(1, len(progress)),
-                      "prepare_s": sum(float(p.get("prepare_s", 0.0)) for p in progress) / max(1, len(progress)),
+                      "est_bytes": est_bytes, "tables": tables, "seconds": seconds, "total_s": total_s,
+                      "stream_bytes_per_s": rate, "per_table_s": per_table_s, "prepare_s": prepare_s,
+                      "overhead_s": overhead_s,
                       "read_s": round(sum(float(p.get("read_s", 0.0)) for p in progress), 3),
                       "load_s": round(sum(float(p.get("load_s", 0.0)) for p in progress), 3),
                       "migration": mid, "at": time.time()}).encode()
