@@ -32,7 +32,7 @@ def test_small_tables_share_a_few_jobs_and_keep_per_table_checkpoints(fleet, con
     q = Queue("migrator", connection=r)
     w = SimpleWorker([q], connection=r)
     for _ in range(50):
-        if MigrationStore(fleet.zk).state(spec.id)[0].phase != Phase.COPYING:
+        if MigrationStore(fleet.zk).state(spec.id)[0].phase == Phase.CATCHING_UP:
             break
         if not w.work(burst=True, max_jobs=1):
             break
