@@ -21,8 +21,7 @@ Per table, in this order (the resume contract of :mod:`migrator.engine.migration
    No global lock: replaying the binlog from before a chunk's read over the
    chunk converges, because apply is idempotent by key.
 3. Each chunk is loaded with ``LOAD DATA LOCAL INFILE ... REPLACE`` in one
-   target transaction (the next chunk is read meanwhile on a second source
-   connection: :mod:`migrator.engine.copy_load`); only
+   target transaction (:mod:`migrator.engine.copy_load`); only
    after the commit is ``last_key`` recorded, by compare-and-set on the
    progress node. A crash between the two redoes one chunk, harmlessly. Two
    workers on the same table (a duplicate enqueue after a resume) cannot both
@@ -265,7 +264,7 @@ def copy_table(
     control_interval_s: float = 0.25,
     after_chunk: Callable[[dict[str, Any]], None] | None = None,
     links: Links | None = None,
-    pipeline: bool = True,
+    pipeline: bool = False,
 ) -> TableResult:
     """Copy ``db.table`` from its checkpoint until done, the ``deadline``
     (time.monotonic) passes, or ``control`` says stop. ``links``: connections

@@ -80,7 +80,7 @@ def copy_tables(
     links: Links | None = None,
     on_progress: Callable[[dict[str, Any]], None] | None = None,
     after_chunk: Callable[[dict[str, Any]], None] | None = None,
-    pipeline: bool = True,
+    pipeline: bool = False,
 ) -> list[TableResult]:
     """Copy ``tables`` one after another on one set of connections until all are done, the
     ``deadline`` passes or the migration is paused or stopped. Results only for tables this
