@@ -78,11 +78,7 @@ def table_job(mid: str, db: str, table: str, config_path: str | None = None,
         # the spec is read afresh for every slice: `migrator set ID ...` takes effect at the next slice
         spec = command.spec_of(zk, mid)
         if job is not None:
-            o = spec.options
-            job.meta["options"] = {"max_standby_lag_s": o.max_standby_lag_s,
-                                   "max_threads_running": o.max_threads_running,
-                                   "chunk_target_ms": o.chunk_target_ms, "chunk_max_rows": o.chunk_max_rows}
-            job.save_meta()
+            _show_options(job, spec)
         try:
             res = copy_mod.copy_table(zk, spec, db, table, creds, deadline=time.monotonic() + slice_s,
                                       on_progress=on_progress)
@@ -121,6 +117,8 @@ def group_job(mid: str, tables: list[str], config_path: str | None = None,
 
     with command.session(command.load_config(config_path)) as (zk, creds):
         spec = command.spec_of(zk, mid)  # afresh for every slice: `migrator set ID ...` applies at the next
+        if job is not None:
+            _show_options(job, spec)
         try:
             results = copy_tables(zk, spec, group, creds, deadline=time.monotonic() + slice_s,
                                   on_progress=on_progress)
@@ -142,6 +140,14 @@ def group_job(mid: str, tables: list[str], config_path: str | None = None,
         job.meta["status"] = status
         job.save_meta()
     return out
+
+
+def _show_options(job: Any, spec: Any) -> None:
+    """The throttle and chunk options this slice runs with, in the job's meta."""
+    o = spec.options
+    job.meta["options"] = {"max_standby_lag_s": o.max_standby_lag_s, "max_threads_running": o.max_threads_running,
+                           "chunk_target_ms": o.chunk_target_ms, "chunk_max_rows": o.chunk_max_rows}
+    job.save_meta()
 
 
 def _with_error(st: Any, message: str) -> Any:
