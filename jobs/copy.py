@@ -1,9 +1,13 @@
 """RQ jobs of the copy phase.
 
 ``start`` runs preflight (first time), prepares schema and progress nodes, and
-enqueues one ``table`` job per table still to copy. A ``table`` job copies for
-at most a time slice, then re-enqueues itself: workers interleave tables, a
-job never needs a long RQ timeout, and a pause takes effect between chunks.
+enqueues one ``group`` job per group of tables still to copy (a large table is
+a group of its own, small tables share one: see
+:mod:`migrator.engine.copy_groups`). A group job copies its tables one after
+another for at most a time slice, then re-enqueues itself with the tables
+left: workers interleave, a job never needs a long RQ timeout, and a pause
+takes effect between chunks. ``table_job`` (one table) stays for jobs queued
+before groups existed.
 The last table to finish moves the migration to CATCHING_UP and enqueues
 ``jobs.catch_up.run_passes`` by name (:mod:`migrator.ops.steps` enqueues every step).
 
@@ -22,9 +26,10 @@ from redis import Redis
 from rq import get_current_job
 
 from migrator.engine import copy as copy_mod
+from migrator.engine.copy_groups import copy_tables, plan_groups, remaining
 from migrator.engine.migration import MigrationStore
 from migrator.ops import command
-from migrator.ops.steps import SLICE_S, enqueue_catch_up, enqueue_table
+from migrator.ops.steps import SLICE_S, enqueue_catch_up, enqueue_group, enqueue_table
 
 
 def _queue_args() -> tuple[Redis, str]:
@@ -35,12 +40,15 @@ def _queue_args() -> tuple[Redis, str]:
 
 
 def start(mid: str, config_path: str | None = None, slice_s: float = SLICE_S) -> dict[str, Any]:
-    """Preflight + prepare, then one table job per pending table."""
+    """Preflight + prepare, then one group job per group of pending tables."""
     redis, queue = _queue_args()
     with command.session(command.load_config(config_path)) as (zk, creds):
         spec = command.spec_of(zk, mid)
         pending = copy_mod.begin(zk, spec, creds)
-        ids = [enqueue_table(redis, mid, db, t, config_path, queue, slice_s).id for db, t in pending]
+        want = set(pending)
+        groups = plan_groups([p for p in copy_mod.table_progress(zk, mid) if (p["db"], p["table"]) in want],
+                             spec.options.copy_workers)
+        ids = [enqueue_group(redis, mid, g, config_path, queue, slice_s).id for g in groups]
         caught_up = None
         if not pending and copy_mod.finish_if_complete(zk, mid):
             caught_up = enqueue_catch_up(redis, mid, config_path, queue).id
@@ -48,7 +56,7 @@ def start(mid: str, config_path: str | None = None, slice_s: float = SLICE_S) ->
     if job is not None:
         job.meta.update({"tables": len(pending)})
         job.save_meta()
-    return {"migration": mid, "table_jobs": ids, "catch_up_job": caught_up}
+    return {"migration": mid, "group_jobs": ids, "catch_up_job": caught_up}
 
 
 def table_job(mid: str, db: str, table: str, config_path: str | None = None,
@@ -70,11 +78,7 @@ def table_job(mid: str, db: str, table: str, config_path: str | None = None,
         # the spec is read afresh for every slice: `migrator set ID ...` takes effect at the next slice
         spec = command.spec_of(zk, mid)
         if job is not None:
-            o = spec.options
-            job.meta["options"] = {"max_standby_lag_s": o.max_standby_lag_s,
-                                   "max_threads_running": o.max_threads_running,
-                                   "chunk_target_ms": o.chunk_target_ms, "chunk_max_rows": o.chunk_max_rows}
-            job.save_meta()
+            _show_options(job, spec)
         try:
             res = copy_mod.copy_table(zk, spec, db, table, creds, deadline=time.monotonic() + slice_s,
                                       on_progress=on_progress)
@@ -93,6 +97,57 @@ def table_job(mid: str, db: str, table: str, config_path: str | None = None,
         job.meta["status"] = res.status
         job.save_meta()
     return out
+
+
+def group_job(mid: str, tables: list[str], config_path: str | None = None,
+              slice_s: float = SLICE_S) -> dict[str, Any]:
+    """Copy a group of tables, one after another from their checkpoints, for up to ``slice_s``."""
+    redis, queue = _queue_args()
+    job = get_current_job()
+    last_save = [0.0]
+    group = [(name.split(".", 1)[0], name.split(".", 1)[1]) for name in tables]
+
+    def on_progress(view: dict[str, Any]) -> None:
+        if job is None or time.monotonic() - last_save[0] < 1.0:
+            return
+        last_save[0] = time.monotonic()
+        job.meta.update(view)
+        job.meta["status"] = "copying"
+        job.save_meta()
+
+    with command.session(command.load_config(config_path)) as (zk, creds):
+        spec = command.spec_of(zk, mid)  # afresh for every slice: `migrator set ID ...` applies at the next
+        if job is not None:
+            _show_options(job, spec)
+        try:
+            results = copy_tables(zk, spec, group, creds, deadline=time.monotonic() + slice_s,
+                                  on_progress=on_progress)
+        except Exception as exc:
+            message = f"copy of {len(group)} table(s) from {tables[0]}: {exc}"
+            MigrationStore(zk).update(mid, lambda st: _with_error(st, message))
+            raise
+        left = remaining(group, results)
+        status = results[-1].status if results else "done"
+        out: dict[str, Any] = {"migration": mid, "tables": len(group), "status": status,
+                               "done": sum(1 for r in results if r.status == "done"),
+                               "rows": sum(r.rows for r in results), "bytes": sum(r.bytes for r in results),
+                               "seconds": round(sum(r.seconds for r in results), 3)}
+        if left and status not in ("paused", "stopped"):
+            out["next_job"] = enqueue_group(redis, mid, left, config_path, queue, slice_s).id
+        elif not left and copy_mod.finish_if_complete(zk, mid):
+            out["catch_up_job"] = enqueue_catch_up(redis, mid, config_path, queue).id
+    if job is not None:
+        job.meta["status"] = status
+        job.save_meta()
+    return out
+
+
+def _show_options(job: Any, spec: Any) -> None:
+    """The throttle and chunk options this slice runs with, in the job's meta."""
+    o = spec.options
+    job.meta["options"] = {"max_standby_lag_s": o.max_standby_lag_s, "max_threads_running": o.max_threads_running,
+                           "chunk_target_ms": o.chunk_target_ms, "chunk_max_rows": o.chunk_max_rows}
+    job.save_meta()
 
 
 def _with_error(st: Any, message: str) -> Any:

@@ -82,6 +82,7 @@ def _print_plan(result: command.PlanResult, as_json: bool) -> None:
         console.print(f"copy rate {est.rows_per_s:,.0f} rows/s, {_human_bytes(est.bytes_per_s)}/s "
                       f"({est.rate_source}); ETA {_duration(est.eta_s)}. Nothing was stored or locked.",
                       markup=False, highlight=False)
+        console.print(f"ETA {est.method}.", markup=False, highlight=False)
     else:
         console.print(f"next: `migrator preflight {spec.id}`, then `migrator copy {spec.id}`",
                       markup=False, highlight=False)

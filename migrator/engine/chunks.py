@@ -1,12 +1,8 @@
-"""A chunk of the copy: the SQL that reads it, the SQL that writes it, and its checkpoint key.
+"""A chunk of the copy: where it starts (the WHERE after the last key) and its checkpoint key.
 
 Pure functions (unit-tested without a server), used by the copy
-(:mod:`migrator.engine.copy`) in the RQ copy jobs.
-
-Rows never pass through Python values: the source renders each row as a SQL
-``(...)`` tuple (QUOTE(), hex for binary, FLOAT widened to DOUBLE; see
-:func:`literal_expr`) and the tuples are joined into the REPLACE. Decoding
-and re-escaping every value in pure Python was the copy's bottleneck.
+(:mod:`migrator.engine.copy`) in the RQ copy jobs. How a chunk's rows are
+rendered and loaded is in :mod:`migrator.engine.copy_load`.
 
 A chunk starts after the last key copied (keyset pagination:
 ``WHERE key > last_key ORDER BY key LIMIT n``); that key is the table's whole
@@ -20,13 +16,11 @@ import datetime as dt
 import decimal
 from typing import Any
 
-from migrator.engine.inspector import TableInfo, quoted_columns
+from migrator.engine.inspector import TableInfo
 from migrator.errors import MigratorError
-from migrator.fleet.mysql import ident, qualified, tag
+from migrator.fleet.mysql import ident, tag
 
 T = tag("copy")
-#: one REPLACE statement carries at most this many bytes of row data (max_allowed_packet is 16 MiB by default)
-MAX_STATEMENT_BYTES = 4 * 1024 * 1024
 
 
 class CopyError(MigratorError):
@@ -96,65 +90,8 @@ def after_key_clause(key: tuple[str, ...], last: tuple[Any, ...] | None) -> tupl
     return f"{cols[0]} >= %s AND (" + " OR ".join(ors) + ")", params
 
 
-#: types whose values travel as hex literals (X'..'): raw bytes never pass through a text literal
-BINARY_TYPES = frozenset({"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob", "geometry", "point",
-                          "linestring", "polygon", "multipoint", "multilinestring", "multipolygon",
-                          "geometrycollection"})
-
-
-def literal_expr(column: str, data_type: str) -> str:
-    """SQL that makes the *source* render ``column`` as a ready SQL literal.
-
-    The copy never decodes and re-escapes row values in Python (the slow part
-    of a client-side copy): the source returns each row as one ``(...)``
-    VALUES tuple, built with QUOTE() (``NULL`` for NULL), hex for binary
-    types, and FLOAT widened to DOUBLE so its value survives the text form.
-    """
-    c = ident(column)
-    if data_type in BINARY_TYPES:
-        return f"IF({c} IS NULL, 'NULL', CONCAT('X''', HEX({c}), ''''))"
-    if data_type == "bit":  # b'0101': HEX of a BIT value can have an odd number of digits
-        return f"IF({c} IS NULL, 'NULL', CONCAT('b''', BIN({c} + 0), ''''))"
-    if data_type == "float":
-        return f"QUOTE(CAST({c} AS DOUBLE))"
-    # one character set for the whole tuple: columns in two non-Unicode
-    # character sets (latin1 and cp1251, say) cannot be concatenated as they are
-    return f"CONVERT(QUOTE({c}) USING utf8mb4)"
-
-
 def key_expr(info: TableInfo, column: str) -> str:
     return f"CAST({ident(column)} AS DOUBLE)" if column in info.float_columns else ident(column)
-
-
-def chunk_select(info: TableInfo, last: tuple[Any, ...] | None, limit: int) -> tuple[str, list[Any]]:
-    """The next chunk: its key columns (for the checkpoint) and each row as a
-    rendered VALUES tuple, in key order after ``last``."""
-    where, params = after_key_clause(info.key, last)
-    order = ", ".join(ident(c) for c in info.key)
-    row = "CONCAT('(', " + ", ',', ".join(literal_expr(c, info.types.get(c, "")) for c in info.columns) + ", ')')"
-    keys = ", ".join(key_expr(info, c) for c in info.key)
-    sql = (T + f"SELECT {keys}, {row} FROM {qualified(info.db, info.table)} "
-           f"WHERE {where} ORDER BY {order} LIMIT %s")
-    return sql, [*params, int(limit)]
-
-
-def replace_statements(db: str, table: str, columns: tuple[str, ...], tuples: list[str],
-                       max_bytes: int = MAX_STATEMENT_BYTES) -> list[str]:
-    """Multi-row ``REPLACE`` statements of rendered ``(...)`` tuples, each under
-    ``max_bytes`` (max_allowed_packet is 16 MiB by default)."""
-    head = T + f"REPLACE INTO {qualified(db, table)} ({quoted_columns(columns)}) VALUES "
-    out: list[str] = []
-    batch: list[str] = []
-    size = 0
-    for t in tuples:
-        if batch and size + len(t) > max_bytes:
-            out.append(head + ",".join(batch))
-            batch, size = [], 0
-        batch.append(t)
-        size += len(t) + 1
-    if batch:
-        out.append(head + ",".join(batch))
-    return out
 
 
 def create_table_sql(create_sql: str) -> str:

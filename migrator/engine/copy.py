@@ -6,7 +6,8 @@ and tests). One unit of work is one table: its chunks are read in key order
 table's whole checkpoint is one key, and tables copy in parallel across
 workers. Virtual shards keep tables small and numerous (4096 shards x a few
 tables), so table-level parallelism fills every worker without splitting a
-table into key ranges.
+table into key ranges; small tables share a job and its connections
+(:mod:`migrator.engine.copy_groups`).
 
 Per table, in this order (the resume contract of :mod:`migrator.engine.migration`):
 
@@ -19,7 +20,8 @@ Per table, in this order (the resume contract of :mod:`migrator.engine.migration
    stored as the table's ``start_gtid``; catch-up tails from the earliest.
    No global lock: replaying the binlog from before a chunk's read over the
    chunk converges, because apply is idempotent by key.
-3. Each chunk is written with ``REPLACE`` in one target transaction; only
+3. Each chunk is loaded with ``LOAD DATA LOCAL INFILE ... REPLACE`` in one
+   target transaction (:mod:`migrator.engine.copy_load`); only
    after the commit is ``last_key`` recorded, by compare-and-set on the
    progress node. A crash between the two redoes one chunk, harmlessly. Two
    workers on the same table (a duplicate enqueue after a resume) cannot both
@@ -30,42 +32,44 @@ Per table, in this order (the resume contract of :mod:`migrator.engine.migration
 Between chunks the worker obeys the pause flag and the phase (an abort stops
 it), and the :class:`~migrator.engine.throttler.Throttler`.
 
-How a chunk is read, written and checkpointed is in :mod:`migrator.engine.chunks`.
+How a chunk is read and loaded is in :mod:`migrator.engine.copy_load`; its key
+and checkpoint encoding in :mod:`migrator.engine.chunks`.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
 import pymysql
 from kazoo.exceptions import BadVersionError
-from tenacity import retry, retry_if_exception, stop_after_attempt, wait_exponential
 
 from migrator.engine import inspector, objects
-from migrator.engine.chunks import (
-    CopyError,
-    chunk_select,
-    create_table_sql,
-    decode_key,
-    encode_key,
-    replace_statements,
+from migrator.engine.chunks import CopyError, create_table_sql, decode_key, encode_key
+from migrator.engine.copy_load import (
+    PREPARE_THREADS,
+    Links,
+    ReadAhead,
+    open_links,
+    source_conn,
+    target_conn,
+    write_chunk,
 )
 from migrator.engine.cutover.sentinel import prepare_sentinels
+from migrator.engine.eta import store_rate
 from migrator.engine.inspector import TableInfo
 from migrator.engine.migration import MigrationStore, Phase, Spec
-from migrator.engine.plan import hold_maintenance_pause, moving_tables, store_rate
+from migrator.engine.plan import hold_maintenance_pause, moving_tables
 from migrator.engine.preflight import PreflightFailed
 from migrator.engine.preflight import run as run_preflight
-from migrator.engine.throttler import ChunkSizer, Throttler
+from migrator.engine.throttler import ChunkSizer
 from migrator.fleet.config import Credentials
 from migrator.fleet.model import Host
 from migrator.fleet.mysql import (
-    ER_LOCK_DEADLOCK,
-    ER_LOCK_WAIT_TIMEOUT,
     binlog_pos,
     connect,
     ident,
@@ -77,10 +81,6 @@ from migrator.fleet.zk import ZK
 
 T = tag("copy")
 PREFIX = "copy"
-#: session settings of the writing connection: keep explicit zero ids, write what was read
-TARGET_SESSION = ("SET SESSION sql_mode = 'NO_AUTO_VALUE_ON_ZERO,NO_ENGINE_SUBSTITUTION', "
-                  "time_zone = '+00:00', foreign_key_checks = 0")
-SOURCE_SESSION = "SET SESSION time_zone = '+00:00'"
 
 
 def progress_key(db: str, table: str) -> str:
@@ -107,21 +107,6 @@ def endpoints(zk: ZK, spec: Spec) -> Endpoints:
     return Endpoints(reg.get(spec.source_master), reg.get(spec.target_master), reg.get(spec.target_slave))
 
 
-def _source_conn(host: Host, creds: Credentials) -> pymysql.connections.Connection:
-    conn = connect(host, creds, read_timeout=600)
-    with conn.cursor() as cur:
-        cur.execute(SOURCE_SESSION)
-    return conn
-
-
-def _target_conn(host: Host, creds: Credentials) -> pymysql.connections.Connection:
-    conn = connect(host, creds, autocommit=False, read_timeout=600)
-    with conn.cursor() as cur:
-        cur.execute(TARGET_SESSION)
-    conn.commit()
-    return conn
-
-
 # -- begin: preflight, phase, prepare ------------------------------------------------------------
 
 def begin(zk: ZK, spec: Spec, creds: Credentials) -> list[tuple[str, str]]:
@@ -139,10 +124,19 @@ def begin(zk: ZK, spec: Spec, creds: Credentials) -> list[tuple[str, str]]:
     elif st.phase != Phase.COPYING:
         raise CopyError(f"migration {spec.id} is in phase {st.phase.value}: there is nothing to copy "
                         "(`migrator status ID`)", phase="copy")
+    if getattr(st, "copy_began_at", None) is None:  # the copy's whole time, for the next dry run's ETA
+        now = time.time()
+        store.update(spec.id, lambda s: _began(s, now))
     # The cutover's sentinel table must exist before any table records its start position: the copy
     # then carries it like any table, and catch-up never meets its CREATE TABLE.
     prepare_sentinels(zk, spec, creds)
     return prepare(zk, spec, creds)
+
+
+def _began(st: Any, now: float) -> Any:
+    if getattr(st, "copy_began_at", None) is None:
+        st.copy_began_at = now
+    return st
 
 
 # -- prepare: schema + progress nodes -------------------------------------------------------------
@@ -157,17 +151,53 @@ def prepare(zk: ZK, spec: Spec, creds: Credentials) -> list[tuple[str, str]]:
         raise CopyError(f"migration {spec.id} is in phase {st.phase.value}, not copying", phase="copy")
     ep = endpoints(zk, spec)
     hold_maintenance_pause(zk, spec)
-    src = _source_conn(ep.source, creds)
-    tgt = _target_conn(ep.target, creds)
+    src = source_conn(ep.source, creds)
+    tgt = target_conn(ep.target, creds)
     try:
         tables = moving_tables(src, spec)
         infos = []
+        created: dict[tuple[str, str], bool] = {}
         for db in sorted({db for db, _ in tables} | (set(spec.databases) if spec.kind == "shards" else set())):
             charset, collation = inspector.database_charset(src, db)
             with tgt.cursor() as cur:
                 cur.execute(T + f"CREATE DATABASE IF NOT EXISTS {ident(db)} "
                             f"CHARACTER SET {ident(charset)} COLLATE {ident(collation)}")
+        slices = [tables[i::PREPARE_THREADS] for i in range(PREPARE_THREADS) if tables[i::PREPARE_THREADS]]
+
+        def make(part: list[tuple[str, str]]) -> list[tuple[TableInfo, bool]]:
+            return _prepare_tables(store, spec, ep, creds, part)
+
+        # DDL waits on the disk, not the CPU: a few connections create the tables side by side
+        with ThreadPoolExecutor(max_workers=max(1, len(slices)), thread_name_prefix="prepare") as pool:
+            for made in pool.map(make, slices):
+                for info, was_created in made:
+                    infos.append(info)
+                    created[(info.db, info.table)] = was_created
+        if spec.kind == "shards":  # views and routines, once every table they may read is there
+            objects.carry(src, tgt, list(spec.databases))
+    finally:
+        src.close()
+        tgt.close()
+    pending = []
+    for info in sorted(infos, key=lambda i: -i.data_bytes):
+        if created[(info.db, info.table)]:  # a node this call created is not done: no need to read it
+            pending.append((info.db, info.table))
+            continue
+        prog, _ = store.get_progress(spec.id, progress_key(info.db, info.table))
+        if prog and not prog.get("done"):
+            pending.append((info.db, info.table))
+    return pending
+
+
+def _prepare_tables(store: MigrationStore, spec: Spec, ep: Endpoints, creds: Credentials,
+                    tables: list[tuple[str, str]]) -> list[tuple[TableInfo, bool]]:
+    """Describe, create on the target and give a progress node to each of ``tables``."""
+    src = source_conn(ep.source, creds)
+    tgt = target_conn(ep.target, creds)
+    out = []
+    try:
         for db, table in tables:
+            t0 = time.monotonic()
             info = inspector.describe(src, db, table)
             if not info.key:
                 raise CopyError(f"{db}.{table} has no primary key and no NOT NULL unique key: the copy cannot "
@@ -176,23 +206,16 @@ def prepare(zk: ZK, spec: Spec, creds: Credentials) -> list[tuple[str, str]]:
                 cur.execute(T + f"USE {ident(db)}")
                 cur.execute(create_table_sql(info.create_sql))
             tgt.commit()
-            store.create_progress(spec.id, progress_key(db, table), {
+            was_created = store.create_progress(spec.id, progress_key(db, table), {
                 "db": db, "table": table, "key": list(info.key), "done": False, "last_key": None,
                 "start_gtid": None, "rows": 0, "bytes": 0, "chunks": 0, "est_rows": info.est_rows,
-                "est_bytes": info.data_bytes,
+                "est_bytes": info.data_bytes, "prepare_s": round(time.monotonic() - t0, 4),
             })
-            infos.append(info)
-        if spec.kind == "shards":  # views and routines, once every table they may read is there
-            objects.carry(src, tgt, list(spec.databases))
+            out.append((info, was_created))
     finally:
         src.close()
         tgt.close()
-    pending = []
-    for info in sorted(infos, key=lambda i: -i.data_bytes):
-        prog, _ = store.get_progress(spec.id, progress_key(info.db, info.table))
-        if prog and not prog.get("done"):
-            pending.append((info.db, info.table))
-    return pending
+    return out
 
 
 def table_progress(zk: ZK, mid: str) -> list[dict[str, Any]]:
@@ -237,29 +260,6 @@ def control_check(zk: ZK, mid: str) -> Callable[[], str | None]:
     return check
 
 
-def _transient(exc: BaseException) -> bool:
-    return isinstance(exc, pymysql.err.OperationalError) and bool(exc.args) and exc.args[0] in (
-        ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT)
-
-
-@retry(retry=retry_if_exception(_transient), stop=stop_after_attempt(5),
-       wait=wait_exponential(multiplier=0.05, max=2), reraise=True)
-def write_chunk(tgt: pymysql.connections.Connection, info: TableInfo, tuples: list[str]) -> None:
-    """REPLACE the chunk's rows in one target transaction (retried whole on a deadlock)."""
-    try:
-        tgt.begin()
-        with tgt.cursor() as cur:
-            for sql in replace_statements(info.db, info.table, info.columns, tuples):
-                cur.execute(sql)
-        tgt.commit()
-    except BaseException:
-        try:
-            tgt.rollback()
-        except pymysql.err.MySQLError:
-            pass
-        raise
-
-
 def copy_table(
     zk: ZK,
     spec: Spec,
@@ -272,9 +272,12 @@ def copy_table(
     on_progress: Callable[[dict[str, Any]], None] | None = None,
     control_interval_s: float = 0.25,
     after_chunk: Callable[[dict[str, Any]], None] | None = None,
+    links: Links | None = None,
+    pipeline: bool = False,
 ) -> TableResult:
     """Copy ``db.table`` from its checkpoint until done, the ``deadline``
-    (time.monotonic) passes, or ``control`` says stop."""
+    (time.monotonic) passes, or ``control`` says stop. ``links``: connections
+    kept across tables by the caller (opened and closed here when absent)."""
     store = MigrationStore(zk)
     key = progress_key(db, table)
     prog, version = store.get_progress(spec.id, key)
@@ -290,18 +293,20 @@ def copy_table(
         result.status = reason
         return result
     opts = spec.options
-    ep = endpoints(zk, spec)
-    src = _source_conn(ep.source, creds)
-    tgt = _target_conn(ep.target, creds)
-    slave = connect(ep.target_slave, creds)
+    own = links is None
+    if links is None:
+        links = open_links(endpoints(zk, spec), creds, opts)
     t_start = time.monotonic()
+    reader: ReadAhead | None = None
     try:
+        src, throttler = links.source, links.throttler
         info = inspector.describe(src, db, table)
         if not info.key:
             raise CopyError(f"{db}.{table} has no usable key", phase="copy")
-        nkey = len(info.key)
         if prog.get("start_gtid") is None:
-            # recorded before the first chunk read: catch-up replays from here
+            # recorded before the first chunk read: catch-up replays from here. (Recording it only with
+            # the first checkpoint would lose it when a worker dies between that chunk's load and its
+            # checkpoint: the retry's later position would skip deletes the loaded rows still need.)
             prog["start_gtid"] = binlog_pos(src)
             prog["started_at"] = time.time()
             try:
@@ -311,45 +316,44 @@ def copy_table(
                 return result
         sizer = ChunkSizer(prog.get("chunk_rows") or opts.chunk_rows, opts.chunk_target_ms / 1000.0,
                            min_rows=min(10, opts.chunk_max_rows), max_rows=opts.chunk_max_rows)
-        throttler = Throttler(slave, src, max_lag_s=opts.max_standby_lag_s,
-                              max_threads_running=opts.max_threads_running)
-        last = decode_key(prog.get("last_key"))
-        last_control = float("-inf")
+        reader = ReadAhead(links, info, decode_key(prog.get("last_key")), lambda: sizer.rows, pipeline=pipeline)
+        last_control = time.monotonic()
+        wall_before = float(prog.get("wall_s", 0.0))
         chunks_this_call = 0
+        throttled_before = throttler.throttled_s
+        t_prev = time.monotonic()
         while True:
             # at least one chunk per call: a slice shorter than the setup above must still progress
             if deadline is not None and chunks_this_call and time.monotonic() >= deadline:
                 result.status = "sliced"
                 break
-            if time.monotonic() - last_control >= control_interval_s:
+            if chunks_this_call and time.monotonic() - last_control >= control_interval_s:
                 last_control = time.monotonic()
                 reason = control()
                 if reason:
                     result.status = reason
                     break
             throttler.wait(should_stop=lambda: control() is not None)
-            limit = sizer.rows
-            t0 = time.monotonic()
-            sql, args = chunk_select(info, last, limit)
-            with src.cursor() as cur:
-                cur.execute(sql, args)
-                rows = list(cur.fetchall())
-            tuples = [r[nkey] for r in rows]
-            if rows:
-                write_chunk(tgt, info, tuples)
-            took = time.monotonic() - t0
-            n, nbytes = len(rows), sum(len(t) for t in tuples)
-            done = n < limit
-            if rows:
-                last = tuple(rows[-1][:nkey])
+            chunk = reader.next()
+            t_load = time.monotonic()
+            if chunk.rows:
+                write_chunk(links, info, chunk)
+            now = time.monotonic()
+            took, t_prev = now - t_prev, now
+            n, nbytes = chunk.rows, len(chunk.blob)
+            done = n < chunk.asked
             new = dict(prog)
-            new.update(last_key=encode_key(last), rows=prog.get("rows", 0) + n, bytes=prog.get("bytes", 0) + nbytes,
+            new.update(last_key=encode_key(chunk.last if n else decode_key(prog.get("last_key"))),
+                       rows=prog.get("rows", 0) + n, bytes=prog.get("bytes", 0) + nbytes,
                        chunks=prog.get("chunks", 0) + (1 if n else 0), chunk_rows=sizer.observe(n, took),
                        copy_s=round(prog.get("copy_s", 0.0) + took, 3),
-                       throttled_s=round(prog.get("throttled_s", 0.0) + throttler.throttled_s, 3))
-            throttler.throttled_s = 0.0
+                       wall_s=round(wall_before + time.monotonic() - t_start, 3),
+                       read_s=round(prog.get("read_s", 0.0) + chunk.read_s, 3),
+                       load_s=round(prog.get("load_s", 0.0) + now - t_load, 3),
+                       throttled_s=round(prog.get("throttled_s", 0.0) + throttler.throttled_s - throttled_before, 3))
+            throttled_before = throttler.throttled_s
             if done:
-                carry_auto_increment(src, tgt, info)
+                carry_auto_increment(src, links.target, info)
                 new.update(done=True, finished_at=time.time())
             try:
                 version = store.put_progress(spec.id, key, new, version)
@@ -370,11 +374,10 @@ def copy_table(
                 break
     finally:
         result.seconds = time.monotonic() - t_start
-        for c in (src, tgt, slave):
-            try:
-                c.close()
-            except Exception:  # a dead connection after a failure: nothing to close
-                pass
+        if reader is not None:
+            reader.close()
+        if own:
+            links.close()
     return result
 
 
@@ -392,7 +395,10 @@ def progress_view(prog: dict[str, Any], elapsed: float, result: TableResult) -> 
 def carry_auto_increment(src: pymysql.connections.Connection, tgt: pymysql.connections.Connection,
                          info: TableInfo) -> None:
     """Raise the target table's AUTO_INCREMENT to the source's, so the new pair
-    never reuses ids (InnoDB ignores a value below max(key)+1)."""
+    never reuses ids (InnoDB ignores a value below max(key)+1). A table without
+    an AUTO_INCREMENT column (``info`` has no counter) costs no query."""
+    if info.auto_increment is None:
+        return
     cur_src = inspector.auto_increment(src, info.db, info.table)
     if cur_src is None:
         return
@@ -427,13 +433,15 @@ def finish_if_complete(zk: ZK, mid: str) -> bool:
         started = min((p.get("started_at") or time.time()) for p in progress)
         finished = max((p.get("finished_at") or time.time()) for p in progress)
         st.copy = {"rows": rows, "bytes": nbytes, "tables": len(progress), "seconds": round(finished - started, 3)}
-        moved.append(st.copy)
+        began = getattr(st, "copy_began_at", None)
+        moved.append(dict(st.copy, total_s=finished - began if began else None))
         return st
 
     store.update(mid, change)
     if moved:
         c = moved[-1]
-        store_rate(zk, mid, c["rows"], c["bytes"], c["seconds"])
+        # the next dry run's ETA is fitted to this copy
+        store_rate(zk, mid, progress, c["seconds"], total_s=c["total_s"], streams=store.spec(mid).options.copy_workers)
     return bool(moved)
 
 

@@ -314,6 +314,16 @@ class MigrationStore:
         except NoNodeError:
             return []
 
+    def put_progress_many(self, mid: str, items: list[tuple[str, dict[str, Any], int]]) -> bool:
+        """Write several progress nodes at once, each by compare-and-set on its version; all or
+        none (False when any node changed meanwhile)."""
+        if not items:
+            return True
+        tx = self.zk.client.transaction()
+        for key, value, version in items:
+            tx.set_data(self._node(mid, key), json.dumps(value, default=str).encode(), version=version)
+        return not any(isinstance(r, Exception) for r in tx.commit())
+
     def create_progress(self, mid: str, key: str, value: dict[str, Any]) -> bool:
         """Create a progress node unless it exists; True if this call created it."""
         try:

@@ -20,29 +20,25 @@ from __future__ import annotations
 
 import json
 import re
-import time
-from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
-from migrator.engine.inspector import copy_key, describe, list_tables
+from migrator.engine.eta import Estimate, TableEstimate
+from migrator.engine.eta import fill as fill_estimate
+from migrator.engine.inspector import describe, list_tables
 from migrator.engine.migration import MigrationStore, Options, Spec, new_id
 from migrator.errors import MigratorError, ShardMapError, UnknownHost
 from migrator.fleet.config import Credentials
 from migrator.fleet.ids import shard_db
 from migrator.fleet.model import Host, ShardMap
-from migrator.fleet.mysql import connect, ident, qualified, tag
+from migrator.fleet.mysql import connect, ident
 from migrator.fleet.shard_map import HostRegistry, ShardMapStore
 from migrator.fleet.zk import ZK
 
 QUEUES = "queues"
 QUEUE_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,200}$")
 MAINTENANCE_PAUSED = "maintenance/paused"
-COPY_RATE = "stats/copy_rate"
-#: without a stored rate, the dry run times a chunk read and assumes writing
-#: (REPLACE on the target master plus its replication) costs this many reads
-WRITE_COST_FACTOR = 3.0
 
 
 class PlanError(MigratorError):
@@ -264,51 +260,6 @@ def maintenance_paused(zk: ZK, shard: int) -> str | None:
 
 # -- estimate (dry run, preflight's retention check) --------------------------------------------
 
-@dataclass
-class TableEstimate:
-    db: str
-    table: str
-    rows: int
-    bytes: int
-
-
-@dataclass
-class Estimate:
-    tables: list[TableEstimate] = field(default_factory=list)
-    rows_per_s: float = 0.0
-    bytes_per_s: float = 0.0
-    rate_source: str = ""  # "stored" (a finished copy measured it) or "sampled" (a timed chunk read)
-
-    @property
-    def rows(self) -> int:
-        return sum(t.rows for t in self.tables)
-
-    @property
-    def bytes(self) -> int:
-        return sum(t.bytes for t in self.tables)
-
-    @property
-    def eta_s(self) -> float:
-        return self.rows / self.rows_per_s if self.rows_per_s > 0 else 0.0
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"tables": [asdict(t) for t in self.tables], "rows": self.rows, "bytes": self.bytes,
-                "rows_per_s": round(self.rows_per_s, 1), "bytes_per_s": round(self.bytes_per_s, 1),
-                "eta_s": round(self.eta_s, 1), "rate_source": self.rate_source}
-
-
-def eta_seconds(rows: int, read_rows_per_s: float, workers: int, tables: int,
-                write_factor: float = WRITE_COST_FACTOR) -> float:
-    """Copy time from a sampled read rate: writes cost ``write_factor`` reads,
-    and at most min(workers, tables) tables copy at once."""
-    if rows <= 0:
-        return 0.0
-    if read_rows_per_s <= 0:
-        return float("inf")
-    parallel = max(1, min(workers, tables))
-    return rows * write_factor / (read_rows_per_s * parallel)
-
-
 def moving_tables(conn: Any, spec: Spec) -> list[tuple[str, str]]:
     if spec.kind == "queue_partition":
         return [(shard_db(spec.shards[0]), t) for t in spec.tables]
@@ -316,7 +267,8 @@ def moving_tables(conn: Any, spec: Spec) -> list[tuple[str, str]]:
 
 
 def estimate(zk: ZK, spec: Spec, credentials: Credentials) -> Estimate:
-    """Rows, bytes and a copy rate for the moving tables (reads the source only)."""
+    """Rows, bytes and the copy's ETA for the moving tables (reads the source only; the model
+    and where its rates come from are in :mod:`migrator.engine.eta`)."""
     hosts = HostRegistry(zk).all()
     conn = connect(hosts[spec.source_master], credentials)
     try:
@@ -326,60 +278,9 @@ def estimate(zk: ZK, spec: Spec, credentials: Credentials) -> Estimate:
             info = describe(conn, db, t)
             infos.append(info)
             est.tables.append(TableEstimate(db, t, info.est_rows, info.data_bytes))
-        stored = stored_rate(zk)
-        if stored:
-            est.rows_per_s, est.bytes_per_s, est.rate_source = stored["rows_per_s"], stored["bytes_per_s"], "stored"
-            return est
-        sample = max(infos, key=lambda i: i.est_rows, default=None)
-        if sample is None or not sample.est_rows:
-            est.rate_source = "sampled"
-            return est
-        key, _ = copy_key(conn, sample.db, sample.table)
-        order = ", ".join(ident(c) for c in key) if key else "1"
-        n = spec.options.chunk_rows
-        t0 = time.perf_counter()
-        with conn.cursor() as cur:
-            cur.execute(tag("plan") + f"SELECT {', '.join(ident(c) for c in sample.columns)} "
-                        f"FROM {qualified(sample.db, sample.table)} ORDER BY {order} LIMIT %s", (n,))
-            got = len(cur.fetchall())
-        took = max(time.perf_counter() - t0, 1e-4)
-        read_rate = got / took
-        eta = eta_seconds(est.rows, read_rate, spec.options.copy_workers, len(infos))
-        est.rows_per_s = est.rows / eta if eta and eta != float("inf") else 0.0
-        avg = est.bytes / est.rows if est.rows else 0
-        est.bytes_per_s = est.rows_per_s * avg
-        est.rate_source = "sampled"
-        return est
+        return fill_estimate(est, zk, conn, infos, spec.options.copy_workers)
     finally:
         conn.close()
-
-
-def stored_rate(zk: ZK) -> dict[str, Any] | None:
-    try:
-        data, _ = zk.client.get(zk.path(COPY_RATE))
-        rec = json.loads(data)
-        if rec.get("rows_per_s", 0) > 0:
-            return rec
-    except (NoNodeError, ValueError):
-        pass
-    return None
-
-
-def store_rate(zk: ZK, mid: str, rows: int, nbytes: int, seconds: float) -> None:
-    """Remember a finished copy's aggregate rate for the next dry run's ETA."""
-    if rows <= 0 or seconds <= 0:
-        return
-    rec = json.dumps({"rows_per_s": rows / seconds, "bytes_per_s": nbytes / seconds, "rows": rows,
-                      "migration": mid, "at": time.time()}).encode()
-    path = zk.path(COPY_RATE)
-    try:
-        zk.client.set(path, rec)
-    except NoNodeError:
-        zk.ensure(zk.path("stats"))
-        try:
-            zk.client.create(path, rec, acl=zk.protected_acl())
-        except NodeExistsError:
-            zk.client.set(path, rec)
 
 
 def check_against_map(smap: ShardMap, spec: Spec) -> None:

@@ -190,6 +190,8 @@ def run(zk: ZK, spec: Spec, creds: Credentials, *, phase: Phase = Phase.PLANNED)
                 if role in conns:
                     _check_passive_gate(conns[role], roles[role], res)
         _check_target_empty(conns, spec, res, phase)
+        if "target master" in conns:
+            _check_local_infile(conns["target master"], spec.target_master, res)
         for role in ("source master", "target master"):
             if role in conns:
                 _check_grants(conns[role], roles[role], res)
@@ -395,6 +397,16 @@ def _check_objects(src: pymysql.connections.Connection, tgt: pymysql.connections
         res.add("schema objects", False, p)
     if not problems:
         res.add("schema objects", True, "no trigger or event; views and routines can be created on the target")
+
+
+def _check_local_infile(c: pymysql.connections.Connection, name: str, res: PreflightResult) -> None:
+    """The copy loads chunks with LOAD DATA LOCAL INFILE: the target master must allow it."""
+    value = str(query(c, T + "SELECT @@global.local_infile")[0][0])
+    if value not in ("1", "ON"):
+        res.add("local_infile", False, f"{name} refuses LOAD DATA LOCAL (local_infile=OFF), which the copy loads "
+                f"chunks with; SET GLOBAL local_infile = ON on {name} (and in its config file)")
+    else:
+        res.add("local_infile", True, f"{name} accepts LOAD DATA LOCAL")
 
 
 def _check_grants(c: pymysql.connections.Connection, name: str, res: PreflightResult) -> None:

@@ -45,6 +45,7 @@ TABLE_TIMEOUT_S = 1800
 # the entry points in jobs/, by the dotted path RQ stores
 COPY_START_JOB = "jobs.copy.start"
 COPY_TABLE_JOB = "jobs.copy.table_job"
+COPY_GROUP_JOB = "jobs.copy.group_job"
 CATCH_UP_JOB = "jobs.catch_up.run_passes"
 FINISH_JOB = "jobs.pipeline.finish"
 CLEANUP_JOB = "jobs.cutover.cleanup"
@@ -110,6 +111,19 @@ def enqueue_table(redis: Redis, mid: str, db: str, table: str, config_path: str 
         job_id=job_id("copy", mid, db, table), description=f"copy {db}.{table} of migration {mid}",
         job_timeout=TABLE_TIMEOUT_S + int(slice_s), meta={"migration": mid, "step": "copy", "table": f"{db}.{table}"},
         on_failure=on_failure())
+
+
+def enqueue_group(redis: Redis, mid: str, tables: list[tuple[str, str]], config_path: str | None = None,
+                  queue: str = QUEUE, slice_s: float = SLICE_S) -> Job:
+    """One slice of a group of tables copied one after another on one set of connections (the
+    job re-enqueues itself with the tables left until all are done)."""
+    names = [f"{db}.{t}" for db, t in tables]
+    first = names[0] if len(names) == 1 else f"{names[0]}-and-{len(names) - 1}"
+    return Queue(queue, connection=redis).enqueue(
+        COPY_GROUP_JOB, mid, names, config_path=config_path, slice_s=slice_s,
+        job_id=job_id("copy", mid, first), description=f"copy {first} of migration {mid}",
+        job_timeout=TABLE_TIMEOUT_S + int(slice_s),
+        meta={"migration": mid, "step": "copy", "table": first, "tables": len(names)}, on_failure=on_failure())
 
 
 # -- catch-up ----------------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ def test_clean_split_passes_every_check(fleet):
     assert res.ok, res.lines()
     names = {c.name for c in res.checks if c.ok}
     assert {"hosts", "binlog", "gtid", "primary keys", "server ids", "target replication", "target empty",
-            "source is master", "grants", "binlog retention"} <= names
+            "source is master", "grants", "binlog retention", "local_infile"} <= names
     assert not res.warnings, res.lines()
 
 
@@ -55,6 +55,17 @@ def test_statement_binlog_on_the_source_fails(fleet):
         finally:
             cur.execute("SET GLOBAL binlog_format = 'ROW'")
     _fails(res, "binlog", "binlog_format is STATEMENT", "MySQL001A")
+
+
+def test_target_refusing_load_data_local_fails(fleet):
+    spec = command.plan_split(fleet.config, "MySQL001A").spec
+    with fleet.sandbox.root_conn("MySQL003A") as root, root.cursor() as cur:
+        cur.execute("SET GLOBAL local_infile = OFF")
+        try:
+            res = command.preflight(fleet.config, spec.id)
+        finally:
+            cur.execute("SET GLOBAL local_infile = ON")
+    _fails(res, "local_infile", "MySQL003A", "LOAD DATA LOCAL", "SET GLOBAL local_infile = ON")
 
 
 def test_source_that_became_the_passive_side_fails(fleet):

@@ -7,7 +7,7 @@ import decimal
 
 import pytest
 
-from migrator.engine.chunks import after_key_clause, create_table_sql, decode_key, encode_key, replace_statements
+from migrator.engine.chunks import after_key_clause, create_table_sql, decode_key, encode_key
 from migrator.fleet.mysql import InvalidIdentifier
 
 
@@ -50,30 +50,52 @@ def test_key_encoding_round_trips_every_key_type():
     assert encode_key(None) is None and decode_key(None) is None
 
 
-def test_replace_statements_split_by_size_and_keep_every_row():
-    tuples = [f"({i},'{'x' * 100}')" for i in range(10)]
-    stmts = replace_statements("db00001", "t", ("id", "body"), tuples, max_bytes=350)
-    assert len(stmts) == 4  # 3 + 3 + 3 + 1 tuples of ~106 bytes
-    head = "/* migrator:copy */ REPLACE INTO `db00001`.`t` (`id`, `body`) VALUES "
-    assert all(s.startswith(head) for s in stmts)
-    assert ",".join(s[len(head):] for s in stmts) == ",".join(tuples)
-    assert replace_statements("d", "t", ("a",), []) == []
-
-
-def test_chunk_select_renders_rows_on_the_source():
-    from migrator.engine.chunks import chunk_select
+def _info(**kw):
     from migrator.engine.inspector import TableInfo
 
-    info = TableInfo(db="d", table="t", columns=("id", "b", "f", "s", "k"), key=("id",), key_kind="primary",
-                     create_sql="", float_columns=("f",),
-                     types={"id": "bigint", "b": "varbinary", "f": "float", "s": "varchar", "k": "bit"})
-    sql, args = chunk_select(info, (3,), 100)
-    assert sql == ("/* migrator:copy */ SELECT `id`, CONCAT('(', CONVERT(QUOTE(`id`) USING utf8mb4), ',', "
-                   "IF(`b` IS NULL, 'NULL', CONCAT('X''', HEX(`b`), '''')), ',', QUOTE(CAST(`f` AS DOUBLE)), ',', "
-                   "CONVERT(QUOTE(`s`) USING utf8mb4), ',', "
-                   "IF(`k` IS NULL, 'NULL', CONCAT('b''', BIN(`k` + 0), '''')), "
-                   "')') FROM `d`.`t` WHERE `id` >= %s AND ((`id` > %s)) ORDER BY `id` LIMIT %s")
+    base = dict(db="d", table="t", columns=("id", "b", "f", "s", "k"), key=("id",), key_kind="primary",
+                create_sql="", float_columns=("f",),
+                types={"id": "bigint", "b": "varbinary", "f": "float", "s": "varchar", "k": "bit"})
+    base.update(kw)
+    return TableInfo(**base)
+
+
+def test_a_chunk_is_read_as_one_blob_of_escaped_binary_fields():
+    from migrator.engine.copy_load import chunk_read_sql
+
+    sql, args = chunk_read_sql(_info(), (3,), 100)
+    esc = "REPLACE(REPLACE(REPLACE(CAST(`{0}` AS BINARY), X'5C', X'5C5C'), X'09', X'5C74'), X'0A', X'5C6E')"
+    two = ("IFNULL(IF(LENGTH(CAST(`{0}` AS BINARY)) > 4096, NULL, " + esc + "), X'5C4E'), "
+           "IFNULL(IF(LENGTH(CAST(`{0}` AS BINARY)) > 4096, HEX(CAST(`{0}` AS BINARY)), NULL), X'5C4E')")
+    line = ("CONCAT_WS(X'09', IFNULL(CAST(`id` AS BINARY), X'5C4E'), " + two.format("b") + ", "
+            "IFNULL(CAST(CAST(`f` AS DOUBLE) AS BINARY), X'5C4E'), " + two.format("s") + ", " + two.format("k") + ")")
+    assert sql == ("/* migrator:copy */ SELECT COUNT(*), MAX(_k0), GROUP_CONCAT(_line SEPARATOR X'0A') FROM ("
+                   f"SELECT `id` AS _k0, {line} AS _line FROM `d`.`t` "
+                   "WHERE `id` >= %s AND ((`id` > %s)) ORDER BY `id` LIMIT %s) AS _chunk")
     assert args == [3, 3, 100]
+
+
+def test_a_composite_key_takes_the_last_tuple_not_a_max_per_column():
+    from migrator.engine.copy_load import chunk_read_sql
+
+    sql, args = chunk_read_sql(_info(key=("id", "s")), None, 10)
+    assert "MAX(_l0), MAX(_l1)" in sql and "LAST_VALUE(_k1) OVER _w" in sql
+    assert "WINDOW _w AS (ORDER BY _k0, _k1 ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING)" in sql
+    assert args == [10]
+
+
+def test_the_load_sets_every_column_when_any_travels_as_two_fields():
+    from migrator.engine.copy_load import load_sql
+
+    head = ("/* migrator:copy */ LOAD DATA LOCAL INFILE '/proc/1/fd/3' REPLACE INTO TABLE `d`.`t` "
+            "CHARACTER SET binary FIELDS TERMINATED BY '\\t' ENCLOSED BY '' ESCAPED BY '\\\\' "
+            "LINES TERMINATED BY '\\n' ")
+    assert load_sql(_info(), "/proc/1/fd/3") == head + (
+        "(@v0, @r1, @h1, @v2, @r3, @h3, @r4, @h4) SET `id` = @v0, `b` = IF(@h1 IS NULL, @r1, UNHEX(@h1)), "
+        "`f` = @v2, `s` = IF(@h3 IS NULL, @r3, UNHEX(@h3)), `k` = IF(@h4 IS NULL, @r4, UNHEX(@h4))")
+    # numbers only: the fields go straight to their columns
+    plain = _info(columns=("id", "n"), types={"id": "int", "n": "decimal"})
+    assert load_sql(plain, "/proc/1/fd/3") == head + "(`id`, `n`)"
 
 
 def test_create_table_is_made_idempotent():

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from migrator.engine.eta import copy_eta
 from migrator.engine.plan import (
     PlanError,
-    eta_seconds,
     parse_shards,
     source_pair,
     spare_pairs,
@@ -88,10 +88,14 @@ def test_target_pair_checks():
         target_pair(hosts, m, ("A1", "B1"), "A9")
 
 
-def test_eta_from_a_sampled_read_rate():
-    # 1M rows, reads at 10k rows/s, writes cost 3 reads, 4 tables on 4 workers: 75 s
-    assert eta_seconds(1_000_000, 10_000, workers=4, tables=4) == pytest.approx(75.0)
-    # parallelism is bounded by the number of tables
-    assert eta_seconds(1_000_000, 10_000, workers=8, tables=2) == pytest.approx(150.0)
-    assert eta_seconds(0, 10_000, workers=1, tables=1) == 0.0
-    assert eta_seconds(10, 0, workers=1, tables=1) == float("inf")
+def test_eta_is_a_fixed_cost_per_table_plus_bytes_at_a_stream_rate():
+    # 4 tables of 10 MB at 1 MB/s per stream, 0.5 s per table, 4 streams: (4 * 0.5 + 40) / 4
+    assert copy_eta(4, 40_000_000, 1e6, 0.5, streams=4) == pytest.approx(10.5)
+    # streams are bounded by the number of tables
+    assert copy_eta(2, 20_000_000, 1e6, 0.0, streams=8) == pytest.approx(10.0)
+    # thousands of empty tables cost their fixed cost, not nothing
+    assert copy_eta(1000, 0, 1e6, 0.02, streams=2) == pytest.approx(10.0)
+    assert copy_eta(0, 0, 1e6, 0.5, streams=1) == 0.0
+    assert copy_eta(1, 10, 0.0, 0.5, streams=1) == float("inf")
+    # the schema is created first, PREPARE_THREADS (4) tables at a time
+    assert copy_eta(100, 0, 1e6, 0.0, streams=4, prepare_s=0.2) == pytest.approx(5.0)
