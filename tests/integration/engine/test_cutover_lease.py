@@ -1,0 +1,136 @@
+"""A cutover is never orphaned: kill -9 of the worker at each step of the freeze, a live worker settles it.
+
+Two real ``migrator worker`` processes; one runs the cutover (an RQ job) and
+kills itself and its worker with SIGKILL right after a named step. The other
+worker's settler must, within the bound, leave the migration wholly before the
+flip (fence undone on both members, ranges unfrozen, phase converged: and a
+retried cutover then succeeds) or wholly after it (tables in the tombstones on
+both members, unfrozen, phase done). A writer routes through the shard map the
+whole time: every write it saw acknowledged is on the final owner.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from migrator.engine.cutover import cutover
+from migrator.engine.cutover.lease import CUTOVERS, CutoverLease, CutoverRunning
+from migrator.engine.cutover.reconcile import reconcile
+from migrator.engine.migration import Options, Phase
+from migrator.engine.names import tomb_db
+from migrator.fleet.mysql import connect as mysql_connect
+from migrator.fleet.router import ShardRouter
+from migrator.fleet.shard_map import ShardMapStore
+
+from .cutover_setup import Workers, Writer, gate_leftovers, pair_synced, prepare_converged, replicating, tables_in
+
+MOVING = (2, 3)
+SEED_TABLES = {"pins", "boards", "users", "board_has_pins", "user_has_boards"}
+BEFORE_FLIP = ["freeze_cas", "passive_close", "passive_sync", "fence", "sentinel", "drain", "compare"]
+AFTER_FLIP = ["flip_cas", "release", "passive_finish"]
+#: from the death of the holder to a settled cutover (lease timeout 4 s + the settle), on a busy box
+BOUND_S = 15.0
+
+
+def _settled(fleet, mid: str) -> bool:
+    smap = ShardMapStore(fleet.zk).read()
+    st_node = fleet.zk.client.exists(fleet.zk.path(CUTOVERS, mid))
+    from migrator.engine.migration import MigrationStore
+
+    phase = MigrationStore(fleet.zk).state(mid)[0].phase
+    return not smap.frozen and st_node is None and phase != Phase.CUTOVER
+
+
+def _sides(fleet, spec) -> str:
+    """'before' or 'after': the map, the source master and the passive member all agree."""
+    smap = ShardMapStore(fleet.zk).read()
+    assert not smap.frozen, smap.frozen
+    masters = {smap.master_of(s) for s in MOVING}
+    assert len(masters) == 1, masters
+    where = "after" if masters == {spec.target_master} else "before"
+    assert where == "after" or masters == {spec.source_master}
+    for name in (spec.source_master, spec.source_slave):
+        with mysql_connect(fleet.hosts[name], fleet.credentials) as c:
+            for db in spec.databases:
+                live, dead = tables_in(c, db), tables_in(c, tomb_db(spec.id, db))
+                if where == "after":
+                    assert not (live & SEED_TABLES) and SEED_TABLES <= dead, (name, db, live, dead)
+                else:
+                    assert SEED_TABLES <= live and not (dead & SEED_TABLES), (name, db, live, dead)
+            assert gate_leftovers(c) == [], name  # no trigger nor gate left on either member
+    with mysql_connect(fleet.hosts[spec.target_master], fleet.credentials) as t:
+        for db in spec.databases:
+            assert SEED_TABLES <= tables_in(t, db)
+    return where
+
+
+@pytest.mark.parametrize("step", BEFORE_FLIP + AFTER_FLIP)
+def test_worker_killed_at_a_step_of_the_freeze_is_settled_by_a_live_worker(fleet, tmp_path, step):
+    prep = prepare_converged(fleet, MOVING, options=Options(freeze_budget_ms=20000))
+    prep.drainer.close()  # the worker's cutover drains with its own tailer
+    spec = prep.spec
+    router = ShardRouter(fleet.zk, fleet.credentials).start()
+    writer = Writer(router, shards=MOVING, patience_s=60).start()
+    workers = Workers(fleet.config_path, tmp_path).start(2)
+    try:
+        time.sleep(0.5)
+        workers.enqueue(fleet.config, "tests.faults.fault_jobs.cutover_with_fault", spec.id,
+                        str(fleet.config_path), "kill", f"step:{step}")
+        deadline = time.monotonic() + 120
+        while not workers.dead():
+            assert time.monotonic() < deadline, f"no worker died at {step}\n{workers.logs()}"
+            time.sleep(0.05)
+        t_dead = time.monotonic()
+        assert len(workers.dead()) == 1
+        while not _settled(fleet, spec.id):
+            assert time.monotonic() - t_dead < 60, f"not settled after 60 s\n{workers.logs()}"
+            time.sleep(0.1)
+        took = time.monotonic() - t_dead
+        print(f"{step}: settled {took:.1f} s after the kill")
+        assert took < BOUND_S, f"settled after {took:.1f} s (bound {BOUND_S} s)\n{workers.logs()}"
+        where = _sides(fleet, spec)
+        assert where == ("after" if step in AFTER_FLIP else "before"), where
+        phase = prep.store.state(spec.id)[0].phase
+        assert phase == (Phase.DONE if where == "after" else Phase.CONVERGED)
+        if where == "before":
+            time.sleep(0.5)  # the writer is back on the source
+            result = cutover(fleet.config, spec.id)  # the migration goes on: a retry cuts over
+            assert result.flipped_epoch == ShardMapStore(fleet.zk).read().epoch
+            assert _sides(fleet, spec) == "after"
+        time.sleep(0.5)  # and the writer is on the target
+    finally:
+        writer.stop()
+        workers.stop()
+    assert not writer.errors, writer.errors[:5]  # each write waited out the settle, then went through
+    assert writer.hosts_used.get(spec.target_master), writer.hosts_used
+    with mysql_connect(prep.target, fleet.credentials) as t, t.cursor() as cur:
+        for (shard, lid), data in writer.acks.items():
+            cur.execute(f"SELECT data FROM db{shard:05d}.pins WHERE local_id = %s", (lid,))
+            row = cur.fetchone()
+            assert row is not None and row[0] == data, (shard, lid, row, data)
+    with mysql_connect(prep.source, fleet.credentials) as a, \
+            mysql_connect(fleet.hosts[spec.source_slave], fleet.credentials) as b:
+        pair_synced(a, b)
+        replicating(a)
+        replicating(b)
+
+
+def test_a_live_lease_is_never_settled(fleet):
+    """While a holder's lease lives, neither a settler nor a second cutover touches the cutover."""
+    prep = prepare_converged(fleet, MOVING)
+    prep.drainer.close()
+    spec = prep.spec
+    lease = CutoverLease(fleet.config, fleet.credentials, spec.id).acquire()
+    try:
+        prep.store.set_phase(spec.id, Phase.CUTOVER)
+        with pytest.raises(CutoverRunning, match="running in"):
+            reconcile(fleet.config, spec.id)
+        with pytest.raises(CutoverRunning, match="already running"):
+            cutover(fleet.config, spec.id)
+        assert prep.store.state(spec.id)[0].phase == Phase.CUTOVER
+    finally:
+        lease.release()  # the holder goes away with the phase still "cutover": an orphan now
+    assert reconcile(fleet.config, spec.id) == Phase.CONVERGED
+    assert not fleet.zk.client.exists(fleet.zk.path(CUTOVERS, spec.id))
