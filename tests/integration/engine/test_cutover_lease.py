@@ -66,55 +66,90 @@ def _sides(fleet, spec) -> str:
     return where
 
 
-@pytest.mark.parametrize("step", BEFORE_FLIP + AFTER_FLIP)
-def test_worker_killed_at_a_step_of_the_freeze_is_settled_by_a_live_worker(fleet, tmp_path, step):
-    prep = prepare_converged(fleet, MOVING, options=Options(freeze_budget_ms=20000))
-    prep.drainer.close()  # the worker's cutover drains with its own tailer
-    spec = prep.spec
-    router = ShardRouter(fleet.zk, fleet.credentials).start()
-    writer = Writer(router, shards=MOVING, patience_s=60).start()
-    workers = Workers(fleet.config_path, tmp_path).start(2)
-    try:
-        time.sleep(0.5)
+class KillRun:
+    """A converged migration, a routed writer, and two ``migrator worker`` processes."""
+
+    def __init__(self, fleet, tmp_path):
+        self.fleet = fleet
+        self.prep = prepare_converged(fleet, MOVING, options=Options(freeze_budget_ms=20000))
+        self.prep.drainer.close()  # the worker's cutover drains with its own tailer
+        self.spec = self.prep.spec
+        self.writer = Writer(ShardRouter(fleet.zk, fleet.credentials).start(), shards=MOVING, patience_s=60).start()
+        self.workers = Workers(fleet.config_path, tmp_path).start(2)
+        self.took: dict[str, float] = {}
+
+    def kill_at(self, step: str) -> str:
+        """Run the cutover in a worker that dies with SIGKILL right after ``step``; wait until settled.
+
+        Returns 'before' or 'after' (the flip), checked against the map and both members."""
+        fleet, spec, workers = self.fleet, self.spec, self.workers
+        dead = len(workers.dead())
         workers.enqueue(fleet.config, "tests.faults.fault_jobs.cutover_with_fault", spec.id,
                         str(fleet.config_path), "kill", f"step:{step}")
-        deadline = time.monotonic() + 120
-        while not workers.dead():
+        deadline = time.monotonic() + 180
+        while len(workers.dead()) == dead:
             assert time.monotonic() < deadline, f"no worker died at {step}\n{workers.logs()}"
             time.sleep(0.05)
         t_dead = time.monotonic()
-        assert len(workers.dead()) == 1
+        assert len(workers.dead()) == dead + 1
+        workers.start(1)  # two live workers again for the next round
         while not _settled(fleet, spec.id):
-            assert time.monotonic() - t_dead < 60, f"not settled after 60 s\n{workers.logs()}"
+            assert time.monotonic() - t_dead < 60, f"{step}: not settled after 60 s\n{workers.logs()}"
             time.sleep(0.1)
-        took = time.monotonic() - t_dead
-        print(f"{step}: settled {took:.1f} s after the kill")
-        assert took < BOUND_S, f"settled after {took:.1f} s (bound {BOUND_S} s)\n{workers.logs()}"
+        took = self.took[step] = round(time.monotonic() - t_dead, 1)
+        print(f"{spec.id}: killed after {step}, settled {took} s later")
+        assert took < BOUND_S, f"{step}: settled after {took} s (bound {BOUND_S} s)\n{workers.logs()}"
         where = _sides(fleet, spec)
-        assert where == ("after" if step in AFTER_FLIP else "before"), where
-        phase = prep.store.state(spec.id)[0].phase
-        assert phase == (Phase.DONE if where == "after" else Phase.CONVERGED)
-        if where == "before":
-            time.sleep(0.5)  # the writer is back on the source
-            result = cutover(fleet.config, spec.id)  # the migration goes on: a retry cuts over
-            assert result.flipped_epoch == ShardMapStore(fleet.zk).read().epoch
-            assert _sides(fleet, spec) == "after"
-        time.sleep(0.5)  # and the writer is on the target
+        assert where == ("after" if step in AFTER_FLIP else "before"), (step, where)
+        phase = self.prep.store.state(spec.id)[0].phase
+        assert phase == (Phase.DONE if where == "after" else Phase.CONVERGED), (step, phase)
+        time.sleep(0.3)  # the writer goes on where the map says
+        return where
+
+    def end(self) -> None:
+        """Stop everything; every acknowledged write is on the target, the old pair replicates."""
+        fleet, spec, writer = self.fleet, self.spec, self.writer
+        self.stop()
+        assert not writer.errors, writer.errors[:5]  # each write waited out a settle, then went through
+        assert writer.hosts_used.get(spec.target_master), writer.hosts_used
+        with mysql_connect(self.prep.target, fleet.credentials) as t, t.cursor() as cur:
+            for (shard, lid), data in writer.acks.items():
+                cur.execute(f"SELECT data FROM db{shard:05d}.pins WHERE local_id = %s", (lid,))
+                row = cur.fetchone()
+                assert row is not None and row[0] == data, (shard, lid, row, data)
+        with mysql_connect(self.prep.source, fleet.credentials) as a, \
+                mysql_connect(fleet.hosts[spec.source_slave], fleet.credentials) as b:
+            pair_synced(a, b)
+            replicating(a)
+            replicating(b)
+        print(f"{spec.id}: settle seconds by step {self.took}; {len(writer.acks)} acknowledged writes")
+
+    def stop(self) -> None:
+        self.writer.stop()
+        self.workers.stop()
+
+
+def test_killed_at_each_step_before_the_flip_is_undone_and_the_retry_goes_on(fleet, tmp_path):
+    """One migration; its cutover dies at each step before the flip in turn (each retry gets one step
+    further), then right after the flip CAS: undone each time, finished the last."""
+    run = KillRun(fleet, tmp_path)
+    try:
+        for step in BEFORE_FLIP:
+            assert run.kill_at(step) == "before"
+        assert run.kill_at("flip_cas") == "after"
+        run.end()
     finally:
-        writer.stop()
-        workers.stop()
-    assert not writer.errors, writer.errors[:5]  # each write waited out the settle, then went through
-    assert writer.hosts_used.get(spec.target_master), writer.hosts_used
-    with mysql_connect(prep.target, fleet.credentials) as t, t.cursor() as cur:
-        for (shard, lid), data in writer.acks.items():
-            cur.execute(f"SELECT data FROM db{shard:05d}.pins WHERE local_id = %s", (lid,))
-            row = cur.fetchone()
-            assert row is not None and row[0] == data, (shard, lid, row, data)
-    with mysql_connect(prep.source, fleet.credentials) as a, \
-            mysql_connect(fleet.hosts[spec.source_slave], fleet.credentials) as b:
-        pair_synced(a, b)
-        replicating(a)
-        replicating(b)
+        run.stop()
+
+
+@pytest.mark.parametrize("step", ["release", "passive_finish"])
+def test_killed_after_the_flip_is_finished(fleet, tmp_path, step):
+    run = KillRun(fleet, tmp_path)
+    try:
+        assert run.kill_at(step) == "after"
+        run.end()
+    finally:
+        run.stop()
 
 
 def test_a_live_lease_is_never_settled(fleet):
