@@ -127,6 +127,7 @@ def cutover(config: Config, migration_id: str, *, drainer: Drainer | None = None
     with zk_mod.connect(config, creds) as zk:
         # held from before the phase is "cutover" until it is settled; if this process dies,
         # a `migrator worker` settles the cutover (module migrator.engine.cutover.settle)
+        MigrationStore(zk).spec(migration_id)  # an unknown id is refused before anything is written
         lease = CutoverLease(config, creds, migration_id).acquire()
         try:
             return _cutover(config, zk, creds, migration_id, lease, drainer, hooks, now)

@@ -34,7 +34,7 @@ from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError, NotEm
 from kazoo.recipe.lock import Lock
 
 from migrator.engine.cutover.errors import CutoverError
-from migrator.engine.migration import MigrationStore, Phase
+from migrator.engine.migration import MigrationNotFound, MigrationStore, Phase
 from migrator.fleet import zk as zk_mod
 from migrator.fleet.config import Config, Credentials
 from migrator.fleet.zk import ZK
@@ -184,8 +184,11 @@ class CutoverLease:
             return
         try:
             self._drop_lease()
-            state, _ = MigrationStore(self.zk).state(self.migration_id)
-            if state.phase != Phase.CUTOVER:
+            try:
+                settled = MigrationStore(self.zk).state(self.migration_id)[0].phase != Phase.CUTOVER
+            except MigrationNotFound:
+                settled = True
+            if settled:
                 drop_record(self.zk, self.migration_id)
         except KazooException:
             pass  # the session ends below: a settler finds the record and settles it
