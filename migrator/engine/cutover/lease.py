@@ -14,11 +14,11 @@ Nodes, under ``<root>/cutovers/<migration id>``:
   session expires) or when the holder is done.
 
 A record without a lease is an **orphan**: its holder died. Any settler may
-settle it, under the settle lock (``<root>/cutover_settle/<id>``, a kazoo
-``Lock``): two settlers never both act, and a settler never acts while a lease
-exists. The holder's flip CAS is guarded by its lease (checked in the same
-ZooKeeper transaction), so once the lease is gone the holder can no longer
-flip: a settler that found no lease and undid the fence cannot be overtaken by
+settle it, under the settle lock (``<root>/cutover_settle/<id>``, an ephemeral
+node: :class:`SettleLock`): two settlers never both act, and a settler never
+acts while a lease exists. The holder's flip CAS is guarded by its lease
+(checked in the same ZooKeeper transaction), so once the lease is gone the
+holder can no longer flip: a settler that found no lease and undid the fence cannot be overtaken by
 a holder that was merely cut off from ZooKeeper.
 """
 
@@ -31,7 +31,6 @@ import time
 from typing import Any
 
 from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError, NotEmptyError
-from kazoo.recipe.lock import Lock
 
 from migrator.engine.cutover.errors import CutoverError
 from migrator.engine.migration import MigrationNotFound, MigrationStore, Phase
@@ -76,9 +75,45 @@ def holder_text(rec: dict[str, Any] | None) -> str:
     return f"{rec.get('holder', '?')} (step {rec.get('step') or 'prepare'})"
 
 
-def settle_lock(zk: ZK, migration_id: str) -> Lock:
+class SettleLock:
+    """An exclusive lock: an ephemeral node (protected ACL) of the settler's session.
+
+    Not kazoo's ``Lock`` recipe: its contender nodes take the client's default
+    (world-writable) ACL, and anyone could then delete the holder's node. The
+    node goes with its session, so a settler that dies frees the lock.
+    """
+
+    def __init__(self, zk: ZK, migration_id: str):
+        self.zk = zk
+        self.path = zk.path(SETTLE, migration_id)
+        self.held = False
+
+    def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
+        self.zk.ensure(self.zk.path(SETTLE))
+        data = json.dumps({"holder": f"{socket.gethostname()}:{os.getpid()}", "since": time.time()}).encode()
+        deadline = time.monotonic() + (timeout if timeout is not None else 1e9)
+        while True:
+            try:
+                self.zk.client.create(self.path, data, acl=self.zk.protected_acl(), ephemeral=True)
+                self.held = True
+                return True
+            except NodeExistsError:
+                if not blocking or time.monotonic() > deadline:
+                    return False
+                time.sleep(0.2)
+
+    def release(self) -> None:
+        if self.held:
+            self.held = False
+            try:
+                self.zk.client.delete(self.path)
+            except NoNodeError:
+                pass
+
+
+def settle_lock(zk: ZK, migration_id: str) -> SettleLock:
     """The lock every settler (and a holder settling a previous attempt) takes before acting."""
-    return zk.client.Lock(zk.path(SETTLE, migration_id), identifier=f"{socket.gethostname()}:{os.getpid()}")
+    return SettleLock(zk, migration_id)
 
 
 def drop_record(zk: ZK, migration_id: str) -> bool:
@@ -89,10 +124,6 @@ def drop_record(zk: ZK, migration_id: str) -> bool:
         return True
     except NotEmptyError:
         return False
-    try:
-        zk.client.delete(zk.path(SETTLE, migration_id))
-    except (NoNodeError, NotEmptyError):
-        pass
     return True
 
 

@@ -16,10 +16,11 @@ import time
 import pytest
 
 from migrator.engine.cutover import cutover
-from migrator.engine.cutover.lease import CUTOVERS, CutoverLease, CutoverRunning
+from migrator.engine.cutover.lease import CUTOVERS, CutoverLease, CutoverRunning, SettleLock
 from migrator.engine.cutover.reconcile import reconcile
 from migrator.engine.migration import Options, Phase
 from migrator.engine.names import tomb_db
+from migrator.fleet import zk as zk_mod
 from migrator.fleet.mysql import connect as mysql_connect
 from migrator.fleet.router import ShardRouter
 from migrator.fleet.shard_map import ShardMapStore
@@ -153,7 +154,8 @@ def test_killed_after_the_flip_is_finished(fleet, tmp_path, step):
 
 
 def test_a_live_lease_is_never_settled(fleet):
-    """While a holder's lease lives, neither a settler nor a second cutover touches the cutover."""
+    """While a holder's lease lives, neither a settler nor a second cutover touches the cutover;
+    while one settler holds the settle lock, no other acts."""
     prep = prepare_converged(fleet, MOVING)
     prep.drainer.close()
     spec = prep.spec
@@ -167,5 +169,15 @@ def test_a_live_lease_is_never_settled(fleet):
         assert prep.store.state(spec.id)[0].phase == Phase.CUTOVER
     finally:
         lease.release()  # the holder goes away with the phase still "cutover": an orphan now
+    other = zk_mod.connect(fleet.config, fleet.credentials)  # another settler, already at it
+    try:
+        lock = SettleLock(other, spec.id)
+        assert lock.acquire(blocking=False)
+        assert not SettleLock(fleet.zk, spec.id).acquire(blocking=False)
+        with pytest.raises(CutoverRunning, match="another process is settling"):
+            reconcile(fleet.config, spec.id, blocking=False)
+        assert prep.store.state(spec.id)[0].phase == Phase.CUTOVER
+    finally:
+        other.close()  # a settler that dies frees the lock with its session
     assert reconcile(fleet.config, spec.id) == Phase.CONVERGED
     assert not fleet.zk.client.exists(fleet.zk.path(CUTOVERS, spec.id))
