@@ -27,8 +27,8 @@ from migrator.engine.cutover.lease import (
     read_record,
     settle_lock,
 )
+from migrator.engine.cutover.maps import reread_map, unfreeze_ranges
 from migrator.engine.cutover.passive_gate import PassiveGate
-from migrator.engine.cutover.run import reread_map, unfreeze_ranges
 from migrator.engine.migration import MigrationNotFound, MigrationStore, Phase, Spec
 from migrator.engine.names import SENTINEL_TABLE, tomb_db, tomb_suffix
 from migrator.engine.plan import release_maintenance_pause

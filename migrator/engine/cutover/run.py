@@ -16,7 +16,6 @@ import uuid
 from typing import Any
 
 import pymysql
-from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_fixed
 
 from migrator.engine.binlog.rows import string_literal
 from migrator.engine.cutover.direction import Direction, forward
@@ -30,6 +29,7 @@ from migrator.engine.cutover.errors import (
 from migrator.engine.cutover.fence import Fence, Move
 from migrator.engine.cutover.hooks import CutoverHooks, CutoverResult
 from migrator.engine.cutover.lease import CutoverLease
+from migrator.engine.cutover.maps import reread_map, unfreeze_ranges
 from migrator.engine.cutover.passive_gate import PassiveGate, wait_applied
 from migrator.engine.cutover.sentinel import ensure_sentinel, has_sentinel
 from migrator.engine.cutover.watchdog import Watchdog
@@ -340,6 +340,10 @@ class CutoverRun:
         suspect = (node or {}).get("suspect_chunks") or []
         budget_s = self.spec.options.freeze_budget_ms / 1000
 
+        if self.lease is not None and not self.lease.alive:
+            # a worker may be settling this cutover already: never start a freeze without the lease
+            raise CutoverAborted("this process lost the cutover's lease in ZooKeeper before the freeze (its session "
+                                 "expired); nothing was frozen; retry the cutover", phase="cutover")
         t = time.monotonic()
         self.freeze()
         # the freeze starts when the frozen map is committed: from here clients wait
@@ -511,33 +515,3 @@ class CutoverRun:
                 return True
             raise CutoverAborted("lost ZooKeeper during the flip and the flip did not land; the fence was undone "
                                  "and the source still serves; retry the cutover", phase="cutover") from None
-
-
-def reread_map(maps: ShardMapStore, timeout: float = 60.0) -> ShardMap:
-    """Read the map after a connection loss, waiting for the session to come back."""
-    for attempt in Retrying(stop=stop_after_delay(timeout), wait=wait_fixed(0.2),
-                            retry=retry_if_exception_type(ZK_LOST), reraise=True):
-        with attempt:
-            return maps.read()
-    raise AssertionError("unreachable")
-
-
-def unfreeze_ranges(maps: ShardMapStore, ranges: list[tuple[int, int]], *, reason: str, attempts: int = 5) -> None:
-    """Remove our frozen ranges. Re-reads on a conflict: it only undoes our own freeze."""
-    for _ in range(attempts):
-        cur = reread_map(maps)
-        new = cur
-        for lo, hi in ranges:
-            new = new.without_frozen(lo, hi)
-        if new.frozen == cur.frozen:
-            return
-        assert cur.epoch is not None
-        try:
-            maps.cas(new, cur.epoch, reason=reason)
-            return
-        except ShardMapConflict:
-            continue
-        except ZK_LOST:
-            continue
-    raise CutoverError(f"could not unfreeze {ranges} after {attempts} tries: unfreeze them with "
-                       "`migrator topology` by hand", phase="cutover")
