@@ -27,7 +27,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from kazoo.exceptions import KazooException, NoNodeError
+from kazoo.exceptions import NoNodeError
 from kazoo.recipe.watchers import ChildrenWatch
 
 from migrator.engine.cutover.lease import CUTOVERS, CutoverRunning, leases, read_record
@@ -92,20 +92,17 @@ class Settler:
     def _on_records(self, ids: list[str]) -> bool:
         if self._stop.is_set():
             return False
+        self._watched &= set(ids)  # a record that went and comes back gets a new watch
         for mid in set(ids) - self._watched:
             self._watched.add(mid)
-            ChildrenWatch(self.zk.client, self.zk.path(CUTOVERS, mid), self._lease_watch(mid))  # type: ignore[union-attr]
+            # fires when a lease comes or goes; ends by itself when the record is deleted
+            ChildrenWatch(self.zk.client, self.zk.path(CUTOVERS, mid), self._on_leases)  # type: ignore[union-attr]
         self._kick.set()
         return True
 
-    def _lease_watch(self, mid: str) -> Callable[[list[str]], bool]:
-        def on_change(_kids: list[str]) -> bool:
-            self._kick.set()
-            if self.zk is not None and not self.zk.client.exists(self.zk.path(CUTOVERS, mid)):
-                self._watched.discard(mid)
-                return False
-            return not self._stop.is_set()
-        return on_change
+    def _on_leases(self, _kids: list[str]) -> bool:
+        self._kick.set()
+        return not self._stop.is_set()
 
     # -- the settling thread ------------------------------------------------------------------
     def _loop(self) -> None:
@@ -128,7 +125,7 @@ class Settler:
                 continue
             try:
                 what = settle_one(self.config, self.zk, mid)
-            except (MigratorError, KazooException, OSError, Exception) as exc:  # noqa: BLE001 - retried
+            except Exception as exc:  # noqa: BLE001 - logged and retried with backoff
                 _, n = self._retry_at.get(mid, (0.0, 0))
                 wait = min(60.0, 2.0 ** n)
                 self._retry_at[mid] = (time.monotonic() + wait, n + 1)
