@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from migrator.engine.cutover import cutover
+from migrator.engine.cutover import CutoverAborted, CutoverHooks, cutover
 from migrator.engine.cutover.lease import CUTOVERS, CutoverLease, CutoverRunning, SettleLock
 from migrator.engine.cutover.reconcile import reconcile
 from migrator.engine.migration import Options, Phase
@@ -181,3 +181,18 @@ def test_a_live_lease_is_never_settled(fleet):
         other.close()  # a settler that dies frees the lock with its session
     assert reconcile(fleet.config, spec.id) == Phase.CONVERGED
     assert not fleet.zk.client.exists(fleet.zk.path(CUTOVERS, spec.id))
+
+
+def test_a_holder_that_lost_its_lease_does_not_flip(fleet):
+    """The flip CAS is guarded by the lease: once it is gone (a settler may be at work) the flip is refused."""
+    prep = prepare_converged(fleet, MOVING, options=Options(freeze_budget_ms=20000))
+    spec = prep.spec
+
+    def lose_lease(run):  # as a session expiry would: the ephemeral node goes
+        run.lease.zk.client.delete(run.lease.path)
+
+    with pytest.raises(CutoverAborted, match="lost the cutover's lease"):
+        cutover(fleet.config, spec.id, drainer=prep.drainer, hooks=CutoverHooks(before_flip=lose_lease))
+    prep.drainer.close()
+    assert _sides(fleet, spec) == "before"
+    assert prep.store.state(spec.id)[0].phase == Phase.CONVERGED
