@@ -54,6 +54,10 @@ class ShardMapConflict(MigratorError):
     exit_code = 3
 
 
+class ShardMapGuardLost(ShardMapConflict):
+    """A guarded compare-and-set was refused: its guard node (a lease) is gone."""
+
+
 class ZooKeeperUnavailable(MigratorError):
     component = "zookeeper"
     exit_code = 4

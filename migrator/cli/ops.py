@@ -82,8 +82,11 @@ def register(app: typer.Typer) -> None:
         name: str | None = typer.Option(None, "--name"),
         metrics_port: int | None = typer.Option(None, "--metrics-port",
                                                    help="Serve Prometheus /metrics of migrations on this port."),
+        settle: bool = typer.Option(True, "--settle/--no-settle",
+                                    help="Settle cutovers whose process died (undo before the flip, finish after)."),
     ) -> None:
-        """Run one RQ worker (with the scheduler) for migration and playbook jobs."""
+        """Run one RQ worker (with the scheduler) for migration and playbook jobs. It also settles, within
+        seconds, any cutover whose process died (module migrator.engine.cutover.settle)."""
         import os
 
         import redis
@@ -99,6 +102,10 @@ def register(app: typer.Typer) -> None:
             from migrator.ops import metrics
 
             metrics.serve(zk_mod.connect(cfg, config_mod.load_credentials(cfg)), metrics_port)
+        if settle:
+            from migrator.engine.cutover.settle import Settler
+
+            Settler(cfg).start()  # a daemon thread of this process, not of the work-horses it forks
         conn = redis.Redis.from_url(cfg.redis.url)
         w = Worker([Queue(q, connection=conn) for q in queues], connection=conn, name=name)
         w.work(burst=burst, with_scheduler=True)

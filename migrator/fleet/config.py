@@ -39,6 +39,9 @@ class ZooKeeperSettings(BaseModel):
     hosts: str = "127.0.0.1:2181"
     root: str = "/migrator"
     session_timeout: float = Field(default=10.0, gt=0)
+    #: session of a running cutover's lease: when its process dies the lease ends after this long and
+    #: a live worker settles the cutover (the server bounds it by its min/maxSessionTimeout)
+    lease_timeout: float = Field(default=4.0, gt=0)
 
     @field_validator("root")
     @classmethod

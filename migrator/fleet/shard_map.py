@@ -23,7 +23,7 @@ from typing import Any
 
 from kazoo.exceptions import BadVersionError, NoAuthError, NodeExistsError, NoNodeError
 
-from migrator.errors import NotAuthorized, ShardMapConflict, ShardMapError, UnknownHost
+from migrator.errors import NotAuthorized, ShardMapConflict, ShardMapError, ShardMapGuardLost, UnknownHost
 from migrator.fleet.model import Host, ShardMap, check_host_name
 from migrator.fleet.zk import ZK
 
@@ -125,13 +125,19 @@ class ShardMapStore:
         return smap.model_copy(update={"epoch": 0})
 
     def cas(self, new: ShardMap, expected_epoch: int, *, reason: str,
-            details: dict[str, Any] | None = None) -> ShardMap:
-        """Replace the map iff its epoch is still ``expected_epoch``; returns the stored map."""
+            details: dict[str, Any] | None = None, guard: str | None = None) -> ShardMap:
+        """Replace the map iff its epoch is still ``expected_epoch``; returns the stored map.
+
+        ``guard``: a znode that must still exist for the change to commit (checked in
+        the same transaction), e.g. the ephemeral lease of the process making it.
+        """
         new.validate_layout()
         hosts = HostRegistry(self.zk).all()
         new.validate_hosts(hosts)
         self.zk.ensure(self.audit_base)
         tx = self.zk.client.transaction()
+        if guard is not None:
+            tx.check(guard, -1)
         tx.set_data(self.path, new.to_json(), version=expected_epoch)
         tx.create(
             f"{self.audit_base}/entry-",
@@ -140,6 +146,11 @@ class ShardMapStore:
             sequence=True,
         )
         results = tx.commit()
+        if guard is not None:
+            if isinstance(results[0], NoNodeError):
+                raise ShardMapGuardLost(f"{guard} is gone, so the shard map was not changed: "
+                                        "the process that held it lost its claim")
+            results = results[1:]
         self._raise_tx(results, expected_epoch=expected_epoch)
         return new.model_copy(update={"epoch": expected_epoch + 1})
 

@@ -80,14 +80,15 @@ class ZK:
         self.close()
 
 
-def connect(config: Config, credentials: Credentials | None = None, *, timeout: float = 5.0) -> ZK:
+def connect(config: Config, credentials: Credentials | None = None, *, timeout: float = 5.0,
+            session_timeout: float | None = None) -> ZK:
     """Connect to the configured ensemble, authenticated when a digest is known."""
     auth = []
     if credentials and credentials.zk_digest:
         auth.append(("digest", credentials.zk_digest))
     client = KazooClient(
         hosts=config.zookeeper.hosts,
-        timeout=config.zookeeper.session_timeout,
+        timeout=session_timeout or config.zookeeper.session_timeout,
         auth_data=auth or None,
         connection_retry=KazooRetry(max_tries=-1, delay=0.2, max_delay=2),
         command_retry=KazooRetry(max_tries=3, delay=0.1, max_delay=1),

@@ -69,5 +69,9 @@ def cutover_with_fault(mid: str, config_path: str, fault: str, at: str) -> dict[
         expire_session(run.zk.client)
 
     action = {"kill": kill_own_worker, "expire_zk": expire, "edit_map": edit_map}[fault]
-    hooks = cutover_mod.CutoverHooks(**{at: action})
+    if at.startswith("step:"):  # after a named step of the freeze (CutoverHooks.at_step)
+        step = at.split(":", 1)[1]
+        hooks = cutover_mod.CutoverHooks(at_step=lambda run, name: action(run) if name == step else None)
+    else:
+        hooks = cutover_mod.CutoverHooks(**{at: action})
     return cutover_mod.cutover(cfg, mid, hooks=hooks).to_dict()

@@ -41,8 +41,12 @@ catch-up has converged. It reads like the runbook:
 Any failure before the flip leaves the source serving and the ranges unfrozen.
 A ZooKeeper connection loss during the flip CAS is resolved by re-reading the
 map after reconnecting: the flip is one CAS, so it either landed (finish) or
-did not (undo the fence). A cutover that died midway (phase still
-``cutover``) is reconciled the same way by the next ``cutover`` call.
+did not (undo the fence). A cutover whose process died midway (phase still
+``cutover``) is never left so: the process holds a lease in ZooKeeper
+(:mod:`migrator.engine.cutover.lease`) and, once it ends, a live ``migrator
+worker`` reconciles the cutover the same way within seconds
+(:mod:`migrator.engine.cutover.settle`); so does the next ``cutover`` call.
+The flip CAS is guarded by the lease: a process that lost it cannot flip.
 
 Queue-partition moves
 ---------------------
@@ -76,6 +80,7 @@ from migrator.engine.cutover.errors import (
 )
 from migrator.engine.cutover.gate import FIXED_FREEZE_MS, check_budget, predict_freeze_ms
 from migrator.engine.cutover.hooks import CutoverHooks, CutoverResult
+from migrator.engine.cutover.lease import CutoverLease, CutoverRunning
 from migrator.engine.cutover.reconcile import reconcile
 from migrator.engine.cutover.run import CutoverRun
 from migrator.engine.cutover.sentinel import prepare_sentinels
@@ -85,12 +90,13 @@ from migrator.engine.plan import release_maintenance_pause
 from migrator.engine.verify.drainers import Drainer, default_drainer
 from migrator.errors import MigratorError
 from migrator.fleet import zk as zk_mod
-from migrator.fleet.config import Config, load_credentials
+from migrator.fleet.config import Config, Credentials, load_credentials
+from migrator.fleet.zk import ZK
 
 __all__ = [
-    "FIXED_FREEZE_MS", "CutoverAborted", "CutoverError", "CutoverHooks", "CutoverResult", "CutoverRun", "Direction",
-    "FlipUnknown", "FreezeBudgetExceeded", "NotConverged", "cutover", "forward", "passive_of", "predict_freeze_ms",
-    "prepare_sentinels", "reconcile",
+    "FIXED_FREEZE_MS", "CutoverAborted", "CutoverError", "CutoverHooks", "CutoverLease", "CutoverResult", "CutoverRun",
+    "CutoverRunning", "Direction", "FlipUnknown", "FreezeBudgetExceeded", "NotConverged", "cutover", "forward",
+    "passive_of", "predict_freeze_ms", "prepare_sentinels", "reconcile",
 ]
 
 
@@ -119,53 +125,70 @@ def cutover(config: Config, migration_id: str, *, drainer: Drainer | None = None
     creds = load_credentials(config)
     hooks = hooks or CutoverHooks()
     with zk_mod.connect(config, creds) as zk:
-        store = MigrationStore(zk)
-        spec = store.spec(migration_id)
-        state, _ = store.state(migration_id)
-        if state.phase == Phase.CUTOVER:
-            reconcile(config, migration_id, zk=zk)
-            state, _ = store.state(migration_id)
-            if state.phase == Phase.DONE:
-                raise CutoverError(f"migration {migration_id} had already flipped; it is done", phase="cutover")
-        if state.phase != Phase.CONVERGED:
-            raise NotConverged(f"migration {migration_id} is {state.phase.value}, not converged: "
-                               "wait for catch-up to converge (`migrator status ID`)", phase="cutover")
-        own_drainer = drainer is None
-        drainer = drainer or default_drainer(config, migration_id, state.phase)
-        run = CutoverRun(config, zk, creds, spec, drainer)
+        # held from before the phase is "cutover" until it is settled; if this process dies,
+        # a `migrator worker` settles the cutover (module migrator.engine.cutover.settle)
+        MigrationStore(zk).spec(migration_id)  # an unknown id is refused before anything is written
+        lease = CutoverLease(config, creds, migration_id).acquire()
         try:
-            run.prepare()
-            predicted = check_budget(run, state.predicted_freeze_ms)
-            run.refresh_verified_gtid()
-            store.set_phase(migration_id, Phase.CUTOVER, predicted_freeze_ms=predicted)
-            try:
-                result = run.run(hooks)
-            except FlipUnknown:
-                raise  # phase stays "cutover": the next call reconciles
-            except BaseException as exc:
-                msg = exc.message if isinstance(exc, MigratorError) else f"{type(exc).__name__}: {exc}"
-                if run.flipped_epoch is not None:
-                    # flipped, but the release did not complete: reconcile finishes it
-                    store.set_phase(migration_id, Phase.CUTOVER, error=f"flipped; release failed: {msg}")
-                    raise CutoverError(f"the ranges flipped to {spec.target_master} but releasing the fence failed "
-                                       f"({msg}); run `migrator cutover {migration_id}` again to finish",
-                                       phase="cutover") from None
-                store.set_phase(migration_id, Phase.CONVERGED, error=f"cutover aborted: {msg}")
-                _record_attempt(store, migration_id, run.attempt(f"aborted: {msg}"))
-                raise
-            retention = spec.options.retention_s
-            # the flip landed: record it even across a ZooKeeper session loss (each write is idempotent)
-            for attempt in Retrying(stop=stop_after_delay(60), wait=wait_fixed(0.2),
-                                    retry=retry_if_exception_type(ZK_LOST), reraise=True):
-                with attempt:
-                    store.set_phase(migration_id, Phase.DONE, freeze_ms=result.freeze_ms,
-                                    flipped_epoch=result.flipped_epoch, tombstone_db_suffix=tomb_suffix(migration_id),
-                                    cleanup_after=now() + retention)
-                    store.put_progress(migration_id, "cutover", result.to_dict())
-                    release_maintenance_pause(zk, spec)
-            _record_attempt(store, migration_id, run.attempt("flipped"))
-            return result
+            return _cutover(config, zk, creds, migration_id, lease, drainer, hooks, now)
         finally:
-            run.close()
-            if own_drainer and hasattr(drainer, "close"):
-                drainer.close()
+            lease.release()
+
+
+def _cutover(config: Config, zk: ZK, creds: Credentials, migration_id: str, lease: CutoverLease,
+             drainer: Drainer | None, hooks: CutoverHooks, now: Callable[[], float]) -> CutoverResult:
+    store = MigrationStore(zk)
+    spec = store.spec(migration_id)
+    state, _ = store.state(migration_id)
+    if state.phase == Phase.CUTOVER:
+        reconcile(config, migration_id, zk=zk, lease=lease)
+        state, _ = store.state(migration_id)
+        if state.phase == Phase.DONE:
+            raise CutoverError(f"migration {migration_id} had already flipped; it is done", phase="cutover")
+    if state.phase != Phase.CONVERGED:
+        raise NotConverged(f"migration {migration_id} is {state.phase.value}, not converged: "
+                           "wait for catch-up to converge (`migrator status ID`)", phase="cutover")
+    own_drainer = drainer is None
+    drainer = drainer or default_drainer(config, migration_id, state.phase)
+    run = CutoverRun(config, zk, creds, spec, drainer)
+    run.lease = lease
+    failure: BaseException | None = None
+    try:
+        run.prepare()
+        predicted = check_budget(run, state.predicted_freeze_ms)
+        run.refresh_verified_gtid()
+        store.set_phase(migration_id, Phase.CUTOVER, predicted_freeze_ms=predicted)
+        try:
+            result = run.run(hooks)
+        except FlipUnknown:
+            raise  # phase stays "cutover": a worker settles it once this lease ends
+        except BaseException as exc:
+            msg = exc.message if isinstance(exc, MigratorError) else f"{type(exc).__name__}: {exc}"
+            if run.flipped_epoch is not None:
+                # flipped, but the release did not complete: a worker settles it (finishes) once this lease ends
+                store.set_phase(migration_id, Phase.CUTOVER, error=f"flipped; release failed: {msg}")
+                raise CutoverError(f"the ranges flipped to {spec.target_master} but releasing the fence failed "
+                                   f"({msg}); a running `migrator worker` finishes it within seconds, or run "
+                                   f"`migrator cutover {migration_id}` again", phase="cutover") from None
+            store.set_phase(migration_id, Phase.CONVERGED, error=f"cutover aborted: {msg}")
+            _record_attempt(store, migration_id, run.attempt(f"aborted: {msg}"))
+            raise
+        retention = spec.options.retention_s
+        # the flip landed: record it even across a ZooKeeper session loss (each write is idempotent)
+        for attempt in Retrying(stop=stop_after_delay(60), wait=wait_fixed(0.2),
+                                retry=retry_if_exception_type(ZK_LOST), reraise=True):
+            with attempt:
+                store.set_phase(migration_id, Phase.DONE, freeze_ms=result.freeze_ms,
+                                flipped_epoch=result.flipped_epoch, tombstone_db_suffix=tomb_suffix(migration_id),
+                                cleanup_after=now() + retention)
+                store.put_progress(migration_id, "cutover", result.to_dict())
+                release_maintenance_pause(zk, spec)
+        _record_attempt(store, migration_id, run.attempt("flipped"))
+        return result
+    except BaseException as exc:
+        failure = exc
+        raise
+    finally:
+        run.close(failure)
+        if own_drainer and hasattr(drainer, "close"):
+            drainer.close()

@@ -60,6 +60,7 @@ from migrator.fleet.mysql import qualified, query, scalar, tag
 
 TAG = tag("cutover")
 ER_QUERY_INTERRUPTED = 1317
+ER_NO_SUCH_THREAD = 1094
 
 
 class FenceError(MigratorError):
@@ -202,9 +203,13 @@ class Fence:
     def release(self, timeout: float = 30.0) -> None:
         """A: UNLOCK TABLES. Each queued RENAME runs first; then stale writers get 1146."""
         assert self.a is not None
-        with self.a.cursor() as cur:
-            cur.execute(f"{TAG}UNLOCK TABLES")
-        self.locked = False
+        try:
+            with self.a.cursor() as cur:
+                cur.execute(f"{TAG}UNLOCK TABLES")
+            self.locked = False
+        except pymysql.err.MySQLError as exc:
+            # A's lock must end for the RENAMEs to run: end it with its connection (checked below)
+            self._kill_a(f"UNLOCK TABLES failed ({exc.args[-1]}), then ")
         deadline = time.monotonic() + timeout
         for r in self.renamers:
             if not r.done.wait(max(0.0, deadline - time.monotonic())):
@@ -232,8 +237,13 @@ class Fence:
                 for r in pending:
                     try:
                         cur.execute(f"{TAG}KILL CONNECTION {int(r.conn_id)}")
-                    except pymysql.err.MySQLError:
-                        pass  # it finished meanwhile; checked below
+                    except pymysql.err.MySQLError as exc:
+                        if not exc.args or exc.args[0] != ER_NO_SUCH_THREAD:  # else it ended meanwhile
+                            raise FenceError(
+                                f"could not kill the pending tombstone RENAME of {r.move.db}.{r.move.table} on "
+                                f"{self.host.name} (thread {r.conn_id}): {exc.args[-1]}; kill that connection by "
+                                "hand before anything else, or it renames the table when the lock goes",
+                                phase="cutover") from None
             for r in pending:
                 if not r.done.wait(10):
                     raise FenceError(f"could not stop the pending RENAME on {self.host.name} (thread {r.conn_id}); "
@@ -245,21 +255,27 @@ class Fence:
             self._unlock_or_kill_a()
 
     def _unlock_or_kill_a(self) -> None:
+        """Release A's lock: UNLOCK from A's own thread, else (or if that fails) KILL A's connection."""
+        unlock_error = ""
         if self._owner is threading.current_thread() and self.locked:
             try:
                 with self.a.cursor() as cur:  # type: ignore[union-attr]
                     cur.execute(f"{TAG}UNLOCK TABLES")
                 self.locked = False
                 return
-            except pymysql.err.MySQLError:
-                pass
-        with _side_conn(self) as c, c.cursor() as cur:
-            try:
+            except pymysql.err.MySQLError as exc:  # the KILL below ends the lock either way
+                unlock_error = f"UNLOCK TABLES failed ({exc.args[-1]}), then "
+        self._kill_a(unlock_error)
+
+    def _kill_a(self, before: str = "") -> None:
+        try:
+            with _side_conn(self) as c, c.cursor() as cur:
                 cur.execute(f"{TAG}KILL CONNECTION {int(self.a_id or 0)}")
-            except pymysql.err.MySQLError as exc:
-                if exc.args and exc.args[0] != 1094:  # 1094: unknown thread, it is gone already
-                    raise FenceError(f"could not release the fence lock on {self.host.name} (thread {self.a_id}): "
-                                     f"{exc.args[-1]}; kill that connection by hand", phase="cutover") from None
+        except pymysql.err.MySQLError as exc:
+            if not exc.args or exc.args[0] != ER_NO_SUCH_THREAD:  # else it is gone already, and its lock too
+                raise FenceError(f"could not release the fence lock on {self.host.name} (thread {self.a_id}): "
+                                 f"{before}KILL failed ({exc.args[-1]}); kill that connection by hand",
+                                 phase="cutover") from None
         self.locked = False
 
     def _rename_back(self) -> None:

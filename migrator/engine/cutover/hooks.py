@@ -27,6 +27,10 @@ class CutoverHooks:
     after_fence: Hook | None = None
     before_flip: Hook | None = None
     after_flip: Hook | None = None
+    #: called after each step of the freeze is done, with its name (``freeze_cas``, ``passive_close``,
+    #: ``passive_sync``, ``fence``, ``sentinel``, ``drain``, ``compare``, ``flip_cas``, ``release``,
+    #: ``passive_finish``)
+    at_step: Callable[[CutoverRun, str], None] | None = None
 
 
 @dataclass

@@ -60,7 +60,7 @@ from collections.abc import Sequence
 
 import pymysql
 
-from migrator.engine.cutover.fence import Fence, Move
+from migrator.engine.cutover.fence import ER_NO_SUCH_THREAD, Fence, Move
 from migrator.errors import MigratorError
 from migrator.fleet.config import Credentials
 from migrator.fleet.gtid import GtidPos
@@ -259,8 +259,11 @@ class PassiveGate:
             if closing and self.conn_id is not None:
                 try:
                     cur.execute(f"{TAG}KILL CONNECTION {int(self.conn_id)}")
-                except pymysql.err.MySQLError:
-                    pass  # it ended meanwhile
+                except pymysql.err.MySQLError as exc:
+                    if not exc.args or exc.args[0] != ER_NO_SUCH_THREAD:  # else it ended meanwhile
+                        raise PassiveGateError(
+                            f"could not kill the closing gate connection on {self.host.name} (thread "
+                            f"{self.conn_id}): {exc.args[-1]}; kill it by hand, then retry", phase="cutover") from None
                 self.conn = None
             cur.execute(f"{TAG}CREATE DATABASE IF NOT EXISTS {ident(GATE_SCHEMA)}")
             cur.execute(f"{TAG}CREATE TABLE IF NOT EXISTS {qualified(GATE_SCHEMA, self.gate)} "

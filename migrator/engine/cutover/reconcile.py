@@ -1,8 +1,9 @@
 """An interrupted cutover, settled wholly before or after the flip.
 
-Runs at the start of the next ``migrator cutover ID`` when a cutover died
-midway (phase still ``cutover``: a killed worker, a lost ZooKeeper session
-after the flip CAS). The flip is one CAS, so the shard map says which side
+Runs in a ``migrator worker`` as soon as the lease of a cutover whose phase is
+still ``cutover`` ends (its holder was killed, or gave up after the flip CAS:
+:mod:`migrator.engine.cutover.settle`), and at the start of the next
+``migrator cutover ID``. The flip is one CAS, so the shard map says which side
 it is on: if the shards are on the target, finish (tables to the tombstones,
 unfreeze, phase done); otherwise undo (tables back from the tombstones,
 unfreeze, phase converged). Never a split brain: until it runs, stale writers
@@ -17,9 +18,18 @@ from migrator.engine.binlog.reader import LocalReader
 from migrator.engine.catch_up.checkpoint import CHECKPOINT_KEY
 from migrator.engine.cutover.direction import passive_of
 from migrator.engine.cutover.fence import Fence, Move
+from migrator.engine.cutover.lease import (
+    CutoverLease,
+    CutoverRunning,
+    drop_record,
+    holder_text,
+    leases,
+    read_record,
+    settle_lock,
+)
+from migrator.engine.cutover.maps import reread_map, unfreeze_ranges
 from migrator.engine.cutover.passive_gate import PassiveGate
-from migrator.engine.cutover.run import reread_map, unfreeze_ranges
-from migrator.engine.migration import MigrationStore, Phase, Spec
+from migrator.engine.migration import MigrationNotFound, MigrationStore, Phase, Spec
 from migrator.engine.names import SENTINEL_TABLE, tomb_db, tomb_suffix
 from migrator.engine.plan import release_maintenance_pause
 from migrator.engine.verify.drainers import CatchUpDrainer
@@ -35,60 +45,90 @@ from migrator.fleet.zk import ZK
 TAG = tag("cutover")
 
 
-def reconcile(config: Config, migration_id: str, *, zk: ZK | None = None) -> Phase:
+def reconcile(config: Config, migration_id: str, *, zk: ZK | None = None, lease: CutoverLease | None = None,
+              blocking: bool = True) -> Phase:
     """Settle a cutover that died midway (phase ``cutover``) wholly before or after the flip.
 
     The flip is one CAS, so the map says which: if our shards are on the target,
     finish (tables to the tombstones, unfreeze, phase done); otherwise undo
     (tables back from the tombstones, unfreeze, phase converged).
+
+    Acts only under the settle lock and only while no process holds the
+    cutover's lease (``lease``: the caller's own, when a new attempt settles the
+    one before it); raises :class:`CutoverRunning` otherwise. ``blocking=False``
+    gives up at once when another process holds the lock.
     """
     creds = load_credentials(config)
     own = zk is None
     zk = zk or zk_mod.connect(config, creds)
     try:
-        store = MigrationStore(zk)
-        spec = store.spec(migration_id)
-        state, _ = store.state(migration_id)
-        if state.phase != Phase.CUTOVER:
-            return state.phase
-        maps = ShardMapStore(zk)
-        smap = reread_map(maps)
-        reg = HostRegistry(zk)
-        source = reg.get(spec.source_master)
-        passive = passive_of(reg, spec.source_master, spec.source_slave, spec)
-        landed = all(smap.master_of(s) == spec.target_master for s in spec.shards)
-        moving = _settle_source(source, creds, spec, landed=landed, logged=passive is None)
-        if passive is not None and moving:
-            gate = PassiveGate(passive, creds, moving, tomb_suffix(migration_id),
-                               {db: tomb_db(migration_id, db) for db in spec.databases}).open()
+        lock = settle_lock(zk, migration_id)
+        if not lock.acquire(blocking=blocking, timeout=120 if blocking else None):
+            raise CutoverRunning(f"another process is settling the cutover of {migration_id}; "
+                                 "wait for it (`migrator status ID`)", phase="cutover")
+        try:
+            mine = lease.path.rsplit("/", 1)[1] if lease is not None and lease.path else None
+            others = [x for x in leases(zk, migration_id) if x != mine]
+            if others:
+                raise CutoverRunning(f"the cutover of {migration_id} is running in "
+                                     f"{holder_text(read_record(zk, migration_id))}; it is not settled "
+                                     "while that process lives", phase="cutover")
             try:
-                if landed:
-                    if gate.gate_exists():
-                        gate.close(timeout=30)
-                    with mysql_connect(source, creds) as conn:
-                        head = binlog_pos(conn)
-                    gate.finish(head, timeout=120)
-                else:
-                    gate.reopen()
-                    gate.remove()
-            finally:
-                gate.close_connection()
-        if not landed and passive is None:
-            skip_tombstone_renames(config, zk, creds, spec, source)
-        unfreeze_ranges(maps, spec.ranges(), reason=f"cutover {migration_id}: reconcile after interruption")
-        if landed:
-            store.set_phase(migration_id, Phase.DONE, flipped_epoch=smap.epoch,
-                            tombstone_db_suffix=tomb_suffix(migration_id),
-                            cleanup_after=time.time() + spec.options.retention_s,
-                            error="cutover was interrupted after the flip; finished by reconcile")
-            release_maintenance_pause(zk, spec)
-            return Phase.DONE
-        store.set_phase(migration_id, Phase.CONVERGED,
-                        error="cutover was interrupted before the flip; undone by reconcile")
-        return Phase.CONVERGED
+                phase = _reconcile(config, creds, zk, migration_id)
+            except MigrationNotFound:
+                drop_record(zk, migration_id)  # a cutover record left by a migration since deleted
+                raise
+            if lease is None:
+                drop_record(zk, migration_id)
+            return phase
+        finally:
+            lock.release()
     finally:
         if own:
             zk.close()
+
+
+def _reconcile(config: Config, creds: Credentials, zk: ZK, migration_id: str) -> Phase:
+    store = MigrationStore(zk)
+    state, _ = store.state(migration_id)
+    if state.phase != Phase.CUTOVER:
+        return state.phase
+    spec = store.spec(migration_id)
+    maps = ShardMapStore(zk)
+    smap = reread_map(maps)
+    reg = HostRegistry(zk)
+    source = reg.get(spec.source_master)
+    passive = passive_of(reg, spec.source_master, spec.source_slave, spec)
+    landed = all(smap.master_of(s) == spec.target_master for s in spec.shards)
+    moving = _settle_source(source, creds, spec, landed=landed, logged=passive is None)
+    if passive is not None and moving:
+        gate = PassiveGate(passive, creds, moving, tomb_suffix(migration_id),
+                           {db: tomb_db(migration_id, db) for db in spec.databases}).open()
+        try:
+            if landed:
+                if gate.gate_exists():
+                    gate.close(timeout=30)
+                with mysql_connect(source, creds) as conn:
+                    head = binlog_pos(conn)
+                gate.finish(head, timeout=120)
+            else:
+                gate.reopen()
+                gate.remove()
+        finally:
+            gate.close_connection()
+    if not landed and passive is None:
+        skip_tombstone_renames(config, zk, creds, spec, source)
+    unfreeze_ranges(maps, spec.ranges(), reason=f"cutover {migration_id}: reconcile after interruption")
+    if landed:
+        store.set_phase(migration_id, Phase.DONE, flipped_epoch=smap.epoch,
+                        tombstone_db_suffix=tomb_suffix(migration_id),
+                        cleanup_after=time.time() + spec.options.retention_s,
+                        error="cutover was interrupted after the flip; finished by reconcile")
+        release_maintenance_pause(zk, spec)
+        return Phase.DONE
+    store.set_phase(migration_id, Phase.CONVERGED,
+                    error="cutover was interrupted before the flip; undone by reconcile")
+    return Phase.CONVERGED
 
 
 def _settle_source(source: Host, creds: Credentials, spec: Spec, *, landed: bool,

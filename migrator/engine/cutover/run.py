@@ -16,7 +16,6 @@ import uuid
 from typing import Any
 
 import pymysql
-from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_fixed
 
 from migrator.engine.binlog.rows import string_literal
 from migrator.engine.cutover.direction import Direction, forward
@@ -29,6 +28,8 @@ from migrator.engine.cutover.errors import (
 )
 from migrator.engine.cutover.fence import Fence, Move
 from migrator.engine.cutover.hooks import CutoverHooks, CutoverResult
+from migrator.engine.cutover.lease import CutoverLease
+from migrator.engine.cutover.maps import reread_map, unfreeze_ranges
 from migrator.engine.cutover.passive_gate import PassiveGate, wait_applied
 from migrator.engine.cutover.sentinel import ensure_sentinel, has_sentinel
 from migrator.engine.cutover.watchdog import Watchdog
@@ -44,7 +45,7 @@ from migrator.engine.verify.checksums import (
 from migrator.engine.verify.drainers import Drainer
 from migrator.engine.verify.repair import check_chunk, check_rows
 from migrator.engine.verify.run import VERIFY_NODE, verify_migration
-from migrator.errors import MigratorError, ShardMapConflict
+from migrator.errors import MigratorError, ShardMapConflict, ShardMapGuardLost
 from migrator.fleet.config import Config, Credentials
 from migrator.fleet.model import Host, ShardMap
 from migrator.fleet.mysql import binlog_pos, ident, qualified, query, scalar, tag
@@ -97,6 +98,9 @@ class CutoverRun:
         self.t_released: float | None = None
         self._undo_lock = threading.Lock()
         self._undone = False
+        #: the cutover's lease (:mod:`migrator.engine.cutover.lease`): it records the steps and guards the flip
+        self.lease: CutoverLease | None = None
+        self.hooks = CutoverHooks()
 
     # -- helpers ------------------------------------------------------------------------
     def attempt(self, outcome: str) -> dict[str, Any]:
@@ -111,6 +115,10 @@ class CutoverRun:
     def _step(self, name: str, t0: float) -> float:
         now = time.monotonic()
         self.steps[name] = round((now - t0) * 1000, 2)
+        if self.lease is not None:
+            self.lease.step(name)
+        if self.hooks.at_step:
+            self.hooks.at_step(self, name)
         return now
 
     def remaining_s(self) -> float:
@@ -239,22 +247,38 @@ class CutoverRun:
         self.verified_from = since
         return since
 
-    def close(self) -> None:
+    def close(self, failure: BaseException | None = None) -> None:
+        """Close connections; a never-flipped attempt puts the passive member back as it was.
+
+        A failure to reopen the passive gate is not swallowed: it is raised, or,
+        when the cutover is already failing (``failure``), added to that error.
+        """
         if self.tracker is not None:
             self.tracker.stop()
         if self.fence is not None:
             self.fence.close()
+        problem = None
         if self.passive_gate is not None:
             if self.flipped_epoch is None:
                 # never flipped (or undone): the passive member goes back to how it was
                 try:
                     self.passive_gate.reopen()
                     self.passive_gate.remove()
-                except Exception:  # noqa: BLE001 - the next attempt or abort removes them; never mask the cause
-                    pass
+                except Exception as exc:  # noqa: BLE001 - reported below, never instead of the cause
+                    problem = (f"could not reopen the passive gate on {self.passive_gate.host.name} "
+                               f"({type(exc).__name__}: {exc}): its clients may still be refused on the moving "
+                               f"tables; drop its triggers {self.passive_gate.suffix!r} (`_mgate_*`) and the table "
+                               f"`_migrator_gates`.`{self.passive_gate.gate}` there, or retry the cutover")
             self.passive_gate.close_connection()
         if self.target_conn is not None:
             self.target_conn.close()
+        if problem is not None:
+            if isinstance(failure, MigratorError):
+                failure.message = f"{failure.message}; also {problem}"
+            elif failure is not None:
+                failure.add_note(problem)
+            else:
+                raise CutoverError(problem, phase=self.direction.label)
 
     # -- map edits -------------------------------------------------------------------------
     def freeze(self) -> None:
@@ -310,11 +334,16 @@ class CutoverRun:
     # -- the freeze ----------------------------------------------------------------------------
     def run(self, hooks: CutoverHooks) -> CutoverResult:
         assert self.fence is not None and self.target_conn is not None
+        self.hooks = hooks
         node, _ = self.store.get_progress(self.spec.id, self.direction.verify_node)
         verified = (node or {}).get("verified_gtid") or ""
         suspect = (node or {}).get("suspect_chunks") or []
         budget_s = self.spec.options.freeze_budget_ms / 1000
 
+        if self.lease is not None and not self.lease.alive:
+            # a worker may be settling this cutover already: never start a freeze without the lease
+            raise CutoverAborted("this process lost the cutover's lease in ZooKeeper before the freeze (its session "
+                                 "expired); nothing was frozen; retry the cutover", phase="cutover")
         t = time.monotonic()
         self.freeze()
         # the freeze starts when the frozen map is committed: from here clients wait
@@ -460,9 +489,14 @@ class CutoverRun:
             stored = self.maps.cas(new, self.frozen_epoch, reason=f"{self.direction.label} {self.spec.id}: flip to "
                                    f"{self.direction.to_master}/{self.direction.to_slave}",
                                    details={"migration": self.spec.id, "ranges": self.ranges,
-                                            "fence_gtid": self.fence_gtid})
+                                            "fence_gtid": self.fence_gtid},
+                                   guard=self.lease.path if self.lease is not None else None)
             self.flipped_epoch = stored.epoch
             return True
+        except ShardMapGuardLost:
+            raise CutoverAborted("this process lost the cutover's lease in ZooKeeper before the flip (its session "
+                                 "expired), so a worker may be undoing it: the flip was not made and the source "
+                                 "still serves; retry the cutover", phase="cutover") from None
         except ShardMapConflict as exc:
             raise CutoverAborted(f"the shard map changed during the freeze (epoch {self.frozen_epoch} expected): "
                                  f"{exc.message} The flip was not made and the source still serves; "
@@ -481,33 +515,3 @@ class CutoverRun:
                 return True
             raise CutoverAborted("lost ZooKeeper during the flip and the flip did not land; the fence was undone "
                                  "and the source still serves; retry the cutover", phase="cutover") from None
-
-
-def reread_map(maps: ShardMapStore, timeout: float = 60.0) -> ShardMap:
-    """Read the map after a connection loss, waiting for the session to come back."""
-    for attempt in Retrying(stop=stop_after_delay(timeout), wait=wait_fixed(0.2),
-                            retry=retry_if_exception_type(ZK_LOST), reraise=True):
-        with attempt:
-            return maps.read()
-    raise AssertionError("unreachable")
-
-
-def unfreeze_ranges(maps: ShardMapStore, ranges: list[tuple[int, int]], *, reason: str, attempts: int = 5) -> None:
-    """Remove our frozen ranges. Re-reads on a conflict: it only undoes our own freeze."""
-    for _ in range(attempts):
-        cur = reread_map(maps)
-        new = cur
-        for lo, hi in ranges:
-            new = new.without_frozen(lo, hi)
-        if new.frozen == cur.frozen:
-            return
-        assert cur.epoch is not None
-        try:
-            maps.cas(new, cur.epoch, reason=reason)
-            return
-        except ShardMapConflict:
-            continue
-        except ZK_LOST:
-            continue
-    raise CutoverError(f"could not unfreeze {ranges} after {attempts} tries: unfreeze them with "
-                       "`migrator topology` by hand", phase="cutover")

@@ -4,7 +4,8 @@
 the target master (schema and rows, the sentinel table included) and returns
 a drainer: catch-up's own (:class:`~migrator.engine.verify.drainers.CatchUpDrainer`).
 Also: a background writer that routes through :class:`ShardRouter` and records
-every acknowledged write.
+every acknowledged write; ``migrator worker`` processes (:class:`Workers`); checks
+of a source pair's replication and of gate leftovers on its passive member.
 """
 
 from __future__ import annotations
@@ -167,6 +168,8 @@ class Writer:
     router: Any
     shards: tuple[int, ...]
     pause_s: float = 0.002
+    #: keep retrying a write refused with 1146/1049 this long (a settle after a crash), else 50 tries
+    patience_s: float = 0.0
     acks: dict[tuple[int, int], str] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
     retries: int = 0
@@ -202,7 +205,12 @@ class Writer:
         data = json.dumps({"w": rng.random()})
         mine = [k for k in self.acks if k[0] == shard]
         update = mine and rng.random() < 0.4
-        for _attempt in range(50):
+        until = time.monotonic() + self.patience_s
+        attempt = 0
+        while attempt < 50 or time.monotonic() < until:
+            attempt += 1
+            if attempt > 50:
+                time.sleep(0.05)
             conn, hname = self._conn(shard)
             try:
                 with conn.cursor() as cur:
@@ -227,7 +235,7 @@ class Writer:
                     continue
                 self.errors.append(f"{code}: {exc}")
                 return
-        self.errors.append("gave up after 50 attempts")
+        self.errors.append(f"gave up after {attempt} attempts")
 
     def _run(self) -> None:
         rng = random.Random(1234)
@@ -237,3 +245,104 @@ class Writer:
             self._write_once(shard, rng)
             self.latencies.append((t0, time.monotonic() - t0))
             time.sleep(self.pause_s)
+
+
+# -- the source pair after a cutover -------------------------------------------------------------
+
+def replicating(conn: Any) -> None:
+    """Both replication threads of this server run, with no error."""
+    with conn.cursor(pymysql.cursors.DictCursor) as cur:
+        cur.execute("SHOW ALL SLAVES STATUS")
+        rows = cur.fetchall()
+    assert rows
+    for st in rows:
+        assert st["Slave_IO_Running"] == "Yes" and st["Slave_SQL_Running"] == "Yes", st.get("Last_SQL_Error")
+        assert not st["Last_SQL_Errno"], st["Last_SQL_Error"]
+
+
+def pair_synced(a: Any, b: Any, timeout: float = 30) -> None:
+    """Each member of a pair has applied everything the other has written."""
+    for x, y in ((a, b), (b, a)):
+        with x.cursor() as cur:
+            cur.execute("SELECT @@gtid_binlog_pos")
+            pos = cur.fetchone()[0]
+        with y.cursor() as cur:
+            cur.execute("SELECT MASTER_GTID_WAIT(%s, %s)", (pos, timeout))
+            assert cur.fetchone()[0] == 0
+
+
+def gate_leftovers(conn: Any, dbs: Any = ()) -> list:  # noqa: ARG001 - every gate on the server counts
+    """Passive-gate triggers and gate tables left on this server."""
+    from migrator.engine.cutover.passive_gate import GATE_SCHEMA, TRIGGER_PREFIX
+
+    with conn.cursor() as cur:
+        cur.execute("SELECT TRIGGER_SCHEMA, TRIGGER_NAME FROM information_schema.TRIGGERS WHERE TRIGGER_NAME LIKE %s",
+                    (f"{TRIGGER_PREFIX}%",))
+        trig = list(cur.fetchall())
+        cur.execute("SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s", (GATE_SCHEMA,))
+        return trig + list(cur.fetchall())
+
+
+def tables_in(conn: Any, db: str) -> set[str]:
+    with conn.cursor() as cur:
+        cur.execute("SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s", (db,))
+        return {r[0] for r in cur.fetchall()}
+
+
+# -- migrator worker processes ------------------------------------------------------------------
+
+class Workers:
+    """``migrator worker`` processes on a queue of their own (each its own process group)."""
+
+    def __init__(self, config_path: Any, log_dir: Any, queue: str | None = None):
+        import uuid
+
+        self.config_path = str(config_path)
+        self.log_dir = log_dir
+        self.queue = queue or f"t-{uuid.uuid4().hex[:8]}"
+        self.procs: list[Any] = []
+
+    def start(self, n: int = 1) -> Workers:
+        import subprocess
+        import sys
+        import uuid
+        from pathlib import Path
+
+        for _ in range(n):
+            name = f"w-{uuid.uuid4().hex[:8]}"
+            log = open(Path(self.log_dir) / f"worker-{name}.log", "ab")  # noqa: SIM115 - the process keeps it
+            self.procs.append(subprocess.Popen(
+                [sys.executable, "-m", "migrator", "--config", self.config_path, "worker", "--queue", self.queue,
+                 "--name", name],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                cwd=str(Path(__file__).resolve().parents[3])))
+            log.close()
+        return self
+
+    def enqueue(self, config: Any, func: str, *args: Any) -> Any:
+        from redis import Redis
+        from rq import Queue
+
+        return Queue(self.queue, connection=Redis.from_url(config.redis.url)).enqueue(func, *args, job_timeout=600)
+
+    def dead(self) -> list[Any]:
+        return [p for p in self.procs if p.poll() is not None]
+
+    def logs(self) -> str:
+        from pathlib import Path
+
+        return "\n".join(f"--- {f.name}\n{f.read_text(errors='replace')[-3000:]}"
+                         for f in sorted(Path(self.log_dir).glob("worker-*.log")))
+
+    def stop(self) -> None:
+        import os
+        import signal
+
+        for p in self.procs:
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            p.wait(10)
+        self.procs = []

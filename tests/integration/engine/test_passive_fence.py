@@ -19,13 +19,15 @@ import pytest
 from migrator.engine.cutover import cutover
 from migrator.engine.cutover.errors import FreezeBudgetExceeded
 from migrator.engine.cutover.hooks import CutoverHooks
-from migrator.engine.cutover.passive_gate import GATE_SCHEMA, TRIGGER_PREFIX
 from migrator.engine.migration import Options, Phase
 from migrator.engine.names import tomb_db
 from migrator.fleet.mysql import connect as mysql_connect
 from migrator.fleet.router import ShardRouter
 
 from .cutover_setup import Writer, prepare_converged
+from .cutover_setup import gate_leftovers as _gate_leftovers
+from .cutover_setup import pair_synced as _pair_synced
+from .cutover_setup import replicating as _slave_ok
 
 MOVING = (2, 3)
 SEED_TABLES = ["pins", "boards", "users", "board_has_pins", "user_has_boards"]
@@ -79,35 +81,6 @@ class PassiveWriter:
                 time.sleep(0.002)
         finally:
             conn.close()
-
-
-def _slave_ok(conn) -> None:
-    with conn.cursor(pymysql.cursors.DictCursor) as cur:
-        cur.execute("SHOW ALL SLAVES STATUS")
-        rows = cur.fetchall()
-    assert rows
-    for st in rows:
-        assert st["Slave_IO_Running"] == "Yes" and st["Slave_SQL_Running"] == "Yes", st.get("Last_SQL_Error")
-        assert not st["Last_SQL_Errno"], st["Last_SQL_Error"]
-
-
-def _pair_synced(a, b, timeout: float = 30) -> None:
-    for x, y in ((a, b), (b, a)):
-        with x.cursor() as cur:
-            cur.execute("SELECT @@gtid_binlog_pos")
-            pos = cur.fetchone()[0]
-        with y.cursor() as cur:
-            cur.execute("SELECT MASTER_GTID_WAIT(%s, %s)", (pos, timeout))
-            assert cur.fetchone()[0] == 0
-
-
-def _gate_leftovers(conn, dbs) -> list:
-    with conn.cursor() as cur:
-        cur.execute("SELECT TRIGGER_SCHEMA, TRIGGER_NAME FROM information_schema.TRIGGERS WHERE TRIGGER_NAME LIKE %s",
-                    (f"{TRIGGER_PREFIX}%",))
-        trig = list(cur.fetchall())
-        cur.execute("SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s", (GATE_SCHEMA,))
-        return trig + list(cur.fetchall())
 
 
 def test_writes_on_the_passive_member_reach_the_target(fleet):

@@ -1,0 +1,232 @@
+"""The lease of a running cutover, and the lock that lets one process at a time settle it.
+
+Runs in the process that runs a cutover (the holder) and in every
+``migrator worker`` (the settlers, :mod:`migrator.engine.cutover.settle`).
+
+Nodes, under ``<root>/cutovers/<migration id>``:
+
+* the **record** (persistent): who holds the cutover (host, pid, when) and the
+  last step of the freeze it reached. It exists from before the phase becomes
+  ``cutover`` until the cutover is settled (done, or undone to ``converged``).
+* the **lease** ``lease-<seq>`` (ephemeral, sequential): a child of the record,
+  owned by a ZooKeeper session of the holder's own, with a short timeout
+  (``zookeeper.lease_timeout``). It ends when the holder's process dies (its
+  session expires) or when the holder is done.
+
+A record without a lease is an **orphan**: its holder died. Any settler may
+settle it, under the settle lock (``<root>/cutover_settle/<id>``, an ephemeral
+node: :class:`SettleLock`): two settlers never both act, and a settler never
+acts while a lease exists. The holder's flip CAS is guarded by its lease
+(checked in the same ZooKeeper transaction), so once the lease is gone the
+holder can no longer flip: a settler that found no lease and undid the fence cannot be overtaken by
+a holder that was merely cut off from ZooKeeper.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from typing import Any
+
+from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError, NotEmptyError
+
+from migrator.engine.cutover.errors import CutoverError
+from migrator.engine.migration import MigrationNotFound, MigrationStore, Phase
+from migrator.fleet import zk as zk_mod
+from migrator.fleet.config import Config, Credentials
+from migrator.fleet.zk import ZK
+
+CUTOVERS = "cutovers"
+SETTLE = "cutover_settle"
+LEASE_PREFIX = "lease-"
+
+
+class CutoverRunning(CutoverError):
+    """Another live process holds this cutover's lease."""
+
+    exit_code = 3
+
+
+def record_path(zk: ZK, migration_id: str) -> str:
+    return zk.path(CUTOVERS, migration_id)
+
+
+def leases(zk: ZK, migration_id: str) -> list[str]:
+    """The live leases of a cutover (sorted by sequence: the first is the holder)."""
+    try:
+        kids = zk.client.get_children(record_path(zk, migration_id))
+    except NoNodeError:
+        return []
+    return sorted(k for k in kids if k.startswith(LEASE_PREFIX))
+
+
+def read_record(zk: ZK, migration_id: str) -> dict[str, Any] | None:
+    try:
+        data, _ = zk.client.get(record_path(zk, migration_id))
+    except NoNodeError:
+        return None
+    return json.loads(data) if data else {}
+
+
+def holder_text(rec: dict[str, Any] | None) -> str:
+    rec = rec or {}
+    return f"{rec.get('holder', '?')} (step {rec.get('step') or 'prepare'})"
+
+
+class SettleLock:
+    """An exclusive lock: an ephemeral node (protected ACL) of the settler's session.
+
+    Not kazoo's ``Lock`` recipe: its contender nodes take the client's default
+    (world-writable) ACL, and anyone could then delete the holder's node. The
+    node goes with its session, so a settler that dies frees the lock.
+    """
+
+    def __init__(self, zk: ZK, migration_id: str):
+        self.zk = zk
+        self.path = zk.path(SETTLE, migration_id)
+        self.held = False
+
+    def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
+        self.zk.ensure(self.zk.path(SETTLE))
+        data = json.dumps({"holder": f"{socket.gethostname()}:{os.getpid()}", "since": time.time()}).encode()
+        deadline = time.monotonic() + (timeout if timeout is not None else 1e9)
+        while True:
+            try:
+                self.zk.client.create(self.path, data, acl=self.zk.protected_acl(), ephemeral=True)
+                self.held = True
+                return True
+            except NodeExistsError:
+                if not blocking or time.monotonic() > deadline:
+                    return False
+                time.sleep(0.2)
+
+    def release(self) -> None:
+        if self.held:
+            self.held = False
+            try:
+                self.zk.client.delete(self.path)
+            except NoNodeError:
+                pass
+
+
+def settle_lock(zk: ZK, migration_id: str) -> SettleLock:
+    """The lock every settler (and a holder settling a previous attempt) takes before acting."""
+    return SettleLock(zk, migration_id)
+
+
+def drop_record(zk: ZK, migration_id: str) -> bool:
+    """Remove a settled cutover's record; refused (False) while a lease exists under it."""
+    try:
+        zk.client.delete(record_path(zk, migration_id))
+    except NoNodeError:
+        return True
+    except NotEmptyError:
+        return False
+    return True
+
+
+class CutoverLease:
+    """Held by the process running a cutover, from before the phase is ``cutover`` until it is settled."""
+
+    def __init__(self, config: Config, credentials: Credentials, migration_id: str):
+        self.config = config
+        self.credentials = credentials
+        self.migration_id = migration_id
+        self.zk: ZK | None = None
+        self.path: str | None = None
+        self.record: dict[str, Any] = {}
+
+    def acquire(self) -> CutoverLease:
+        """Take the lease; :class:`CutoverRunning` if a live process holds it already."""
+        self.zk = zk_mod.connect(self.config, self.credentials,
+                                 session_timeout=self.config.zookeeper.lease_timeout)
+        zk = self.zk
+        rec_path = record_path(zk, self.migration_id)
+        self.record = {"holder": f"{socket.gethostname()}:{os.getpid()}", "host": socket.gethostname(),
+                       "pid": os.getpid(), "since": time.time(), "step": None, "steps": {}}
+        try:
+            for _ in range(5):
+                zk.ensure(zk.path(CUTOVERS))
+                try:
+                    zk.client.create(rec_path, self._data(), acl=zk.protected_acl())
+                except NodeExistsError:
+                    pass
+                try:
+                    self.path = zk.client.create(f"{rec_path}/{LEASE_PREFIX}", self._data(),
+                                                 acl=zk.protected_acl(), ephemeral=True, sequence=True)
+                    break
+                except NoNodeError:  # a settler dropped the record in between: make it again
+                    continue
+            else:
+                raise CutoverError(f"could not create the cutover lease under {rec_path}", phase="cutover")
+            mine = self.path.rsplit("/", 1)[1]
+            first = leases(zk, self.migration_id)[0]
+            if first != mine:
+                other = read_record(zk, self.migration_id)
+                self._drop_lease()
+                raise CutoverRunning(f"a cutover of {self.migration_id} is already running in "
+                                     f"{holder_text(other)}: wait for it (`migrator status "
+                                     f"{self.migration_id}`); if that process dies a worker settles it",
+                                     phase="cutover")
+            zk.client.set(rec_path, self._data())
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def _data(self) -> bytes:
+        return json.dumps(self.record).encode()
+
+    @property
+    def alive(self) -> bool:
+        """The lease still exists (our session is alive and nobody removed it)."""
+        if self.zk is None or self.path is None:
+            return False
+        try:
+            return self.zk.client.exists(self.path) is not None
+        except KazooException:
+            return False
+
+    def step(self, name: str) -> None:
+        """Record the step of the freeze reached (asynchronous: it costs the freeze nothing)."""
+        if self.zk is None:
+            return
+        self.record["step"] = name
+        self.record["steps"][name] = time.time()
+        try:
+            self.zk.client.set_async(record_path(self.zk, self.migration_id), self._data())
+        except KazooException:
+            pass  # the record is for people; the lease and the map are what settle a cutover
+
+    def _drop_lease(self) -> None:
+        if self.zk is not None and self.path is not None:
+            try:
+                self.zk.client.delete(self.path)
+            except NoNodeError:
+                pass
+        self.path = None
+
+    def release(self) -> None:
+        """Give the lease up. The record goes too when the cutover is settled (phase no longer ``cutover``);
+        otherwise it stays, an orphan, and a worker settles it at once."""
+        if self.zk is None:
+            return
+        try:
+            self._drop_lease()
+            try:
+                settled = MigrationStore(self.zk).state(self.migration_id)[0].phase != Phase.CUTOVER
+            except MigrationNotFound:
+                settled = True
+            if settled:
+                drop_record(self.zk, self.migration_id)
+        except KazooException:
+            pass  # the session ends below: a settler finds the record and settles it
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        if self.zk is not None:
+            self.zk.close()
+            self.zk = None

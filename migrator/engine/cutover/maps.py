@@ -1,0 +1,44 @@
+"""Shard-map edits of a cutover that must survive a ZooKeeper connection loss.
+
+Used by the cutover run (its unfreeze on undo) and by reconcile (which
+re-reads the map after an interruption to learn which side of the flip it is on).
+"""
+
+from __future__ import annotations
+
+from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_fixed
+
+from migrator.engine.cutover.errors import ZK_LOST, CutoverError
+from migrator.errors import ShardMapConflict
+from migrator.fleet.model import ShardMap
+from migrator.fleet.shard_map import ShardMapStore
+
+
+def reread_map(maps: ShardMapStore, timeout: float = 60.0) -> ShardMap:
+    """Read the map after a connection loss, waiting for the session to come back."""
+    for attempt in Retrying(stop=stop_after_delay(timeout), wait=wait_fixed(0.2),
+                            retry=retry_if_exception_type(ZK_LOST), reraise=True):
+        with attempt:
+            return maps.read()
+    raise AssertionError("unreachable")
+
+
+def unfreeze_ranges(maps: ShardMapStore, ranges: list[tuple[int, int]], *, reason: str, attempts: int = 5) -> None:
+    """Remove our frozen ranges. Re-reads on a conflict: it only undoes our own freeze."""
+    for _ in range(attempts):
+        cur = reread_map(maps)
+        new = cur
+        for lo, hi in ranges:
+            new = new.without_frozen(lo, hi)
+        if new.frozen == cur.frozen:
+            return
+        assert cur.epoch is not None
+        try:
+            maps.cas(new, cur.epoch, reason=reason)
+            return
+        except ShardMapConflict:
+            continue
+        except ZK_LOST:
+            continue
+    raise CutoverError(f"could not unfreeze {ranges} after {attempts} tries: unfreeze them with "
+                       "`migrator topology` by hand", phase="cutover")

@@ -1,0 +1,198 @@
+"""A cutover is never orphaned: kill -9 of the worker at each step of the freeze, a live worker settles it.
+
+Two real ``migrator worker`` processes; one runs the cutover (an RQ job) and
+kills itself and its worker with SIGKILL right after a named step. The other
+worker's settler must, within the bound, leave the migration wholly before the
+flip (fence undone on both members, ranges unfrozen, phase converged: and a
+retried cutover then succeeds) or wholly after it (tables in the tombstones on
+both members, unfrozen, phase done). A writer routes through the shard map the
+whole time: every write it saw acknowledged is on the final owner.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from migrator.engine.cutover import CutoverAborted, CutoverHooks, cutover
+from migrator.engine.cutover.lease import CUTOVERS, CutoverLease, CutoverRunning, SettleLock
+from migrator.engine.cutover.reconcile import reconcile
+from migrator.engine.migration import Options, Phase
+from migrator.engine.names import tomb_db
+from migrator.fleet import zk as zk_mod
+from migrator.fleet.mysql import connect as mysql_connect
+from migrator.fleet.router import ShardRouter
+from migrator.fleet.shard_map import ShardMapStore
+
+from .cutover_setup import Workers, Writer, gate_leftovers, pair_synced, prepare_converged, replicating, tables_in
+
+MOVING = (2, 3)
+SEED_TABLES = {"pins", "boards", "users", "board_has_pins", "user_has_boards"}
+BEFORE_FLIP = ["freeze_cas", "passive_close", "passive_sync", "fence", "sentinel", "drain", "compare"]
+AFTER_FLIP = ["flip_cas", "release", "passive_finish"]
+#: from the death of the holder to a settled cutover (lease timeout 4 s + the settle), on a busy box
+BOUND_S = 15.0
+
+
+def _settled(fleet, mid: str) -> bool:
+    smap = ShardMapStore(fleet.zk).read()
+    st_node = fleet.zk.client.exists(fleet.zk.path(CUTOVERS, mid))
+    from migrator.engine.migration import MigrationStore
+
+    phase = MigrationStore(fleet.zk).state(mid)[0].phase
+    return not smap.frozen and st_node is None and phase != Phase.CUTOVER
+
+
+def _sides(fleet, spec) -> str:
+    """'before' or 'after': the map, the source master and the passive member all agree."""
+    smap = ShardMapStore(fleet.zk).read()
+    assert not smap.frozen, smap.frozen
+    masters = {smap.master_of(s) for s in MOVING}
+    assert len(masters) == 1, masters
+    where = "after" if masters == {spec.target_master} else "before"
+    assert where == "after" or masters == {spec.source_master}
+    for name in (spec.source_master, spec.source_slave):
+        with mysql_connect(fleet.hosts[name], fleet.credentials) as c:
+            for db in spec.databases:
+                live, dead = tables_in(c, db), tables_in(c, tomb_db(spec.id, db))
+                if where == "after":
+                    assert not (live & SEED_TABLES) and SEED_TABLES <= dead, (name, db, live, dead)
+                else:
+                    assert SEED_TABLES <= live and not (dead & SEED_TABLES), (name, db, live, dead)
+            assert gate_leftovers(c) == [], name  # no trigger nor gate left on either member
+    with mysql_connect(fleet.hosts[spec.target_master], fleet.credentials) as t:
+        for db in spec.databases:
+            assert SEED_TABLES <= tables_in(t, db)
+    return where
+
+
+class KillRun:
+    """A converged migration, a routed writer, and two ``migrator worker`` processes."""
+
+    def __init__(self, fleet, tmp_path):
+        self.fleet = fleet
+        self.prep = prepare_converged(fleet, MOVING, options=Options(freeze_budget_ms=20000))
+        self.prep.drainer.close()  # the worker's cutover drains with its own tailer
+        self.spec = self.prep.spec
+        self.writer = Writer(ShardRouter(fleet.zk, fleet.credentials).start(), shards=MOVING, patience_s=60).start()
+        self.workers = Workers(fleet.config_path, tmp_path).start(2)
+        self.took: dict[str, float] = {}
+
+    def kill_at(self, step: str) -> str:
+        """Run the cutover in a worker that dies with SIGKILL right after ``step``; wait until settled.
+
+        Returns 'before' or 'after' (the flip), checked against the map and both members."""
+        fleet, spec, workers = self.fleet, self.spec, self.workers
+        dead = len(workers.dead())
+        workers.enqueue(fleet.config, "tests.faults.fault_jobs.cutover_with_fault", spec.id,
+                        str(fleet.config_path), "kill", f"step:{step}")
+        deadline = time.monotonic() + 180
+        while len(workers.dead()) == dead:
+            assert time.monotonic() < deadline, f"no worker died at {step}\n{workers.logs()}"
+            time.sleep(0.05)
+        t_dead = time.monotonic()
+        assert len(workers.dead()) == dead + 1
+        workers.start(1)  # two live workers again for the next round
+        while not _settled(fleet, spec.id):
+            assert time.monotonic() - t_dead < 60, f"{step}: not settled after 60 s\n{workers.logs()}"
+            time.sleep(0.1)
+        took = self.took[step] = round(time.monotonic() - t_dead, 1)
+        print(f"{spec.id}: killed after {step}, settled {took} s later")
+        assert took < BOUND_S, f"{step}: settled after {took} s (bound {BOUND_S} s)\n{workers.logs()}"
+        where = _sides(fleet, spec)
+        assert where == ("after" if step in AFTER_FLIP else "before"), (step, where)
+        phase = self.prep.store.state(spec.id)[0].phase
+        assert phase == (Phase.DONE if where == "after" else Phase.CONVERGED), (step, phase)
+        time.sleep(0.3)  # the writer goes on where the map says
+        return where
+
+    def end(self) -> None:
+        """Stop everything; every acknowledged write is on the target, the old pair replicates."""
+        fleet, spec, writer = self.fleet, self.spec, self.writer
+        self.stop()
+        assert not writer.errors, writer.errors[:5]  # each write waited out a settle, then went through
+        assert writer.hosts_used.get(spec.target_master), writer.hosts_used
+        with mysql_connect(self.prep.target, fleet.credentials) as t, t.cursor() as cur:
+            for (shard, lid), data in writer.acks.items():
+                cur.execute(f"SELECT data FROM db{shard:05d}.pins WHERE local_id = %s", (lid,))
+                row = cur.fetchone()
+                assert row is not None and row[0] == data, (shard, lid, row, data)
+        with mysql_connect(self.prep.source, fleet.credentials) as a, \
+                mysql_connect(fleet.hosts[spec.source_slave], fleet.credentials) as b:
+            pair_synced(a, b)
+            replicating(a)
+            replicating(b)
+        print(f"{spec.id}: settle seconds by step {self.took}; {len(writer.acks)} acknowledged writes")
+
+    def stop(self) -> None:
+        self.writer.stop()
+        self.workers.stop()
+
+
+def test_killed_at_each_step_before_the_flip_is_undone_and_the_retry_goes_on(fleet, tmp_path):
+    """One migration; its cutover dies at each step before the flip in turn (each retry gets one step
+    further), then right after the flip CAS: undone each time, finished the last."""
+    run = KillRun(fleet, tmp_path)
+    try:
+        for step in BEFORE_FLIP:
+            assert run.kill_at(step) == "before"
+        assert run.kill_at("flip_cas") == "after"
+        run.end()
+    finally:
+        run.stop()
+
+
+@pytest.mark.parametrize("step", ["release", "passive_finish"])
+def test_killed_after_the_flip_is_finished(fleet, tmp_path, step):
+    run = KillRun(fleet, tmp_path)
+    try:
+        assert run.kill_at(step) == "after"
+        run.end()
+    finally:
+        run.stop()
+
+
+def test_a_live_lease_is_never_settled(fleet):
+    """While a holder's lease lives, neither a settler nor a second cutover touches the cutover;
+    while one settler holds the settle lock, no other acts."""
+    prep = prepare_converged(fleet, MOVING)
+    prep.drainer.close()
+    spec = prep.spec
+    lease = CutoverLease(fleet.config, fleet.credentials, spec.id).acquire()
+    try:
+        prep.store.set_phase(spec.id, Phase.CUTOVER)
+        with pytest.raises(CutoverRunning, match="running in"):
+            reconcile(fleet.config, spec.id)
+        with pytest.raises(CutoverRunning, match="already running"):
+            cutover(fleet.config, spec.id)
+        assert prep.store.state(spec.id)[0].phase == Phase.CUTOVER
+    finally:
+        lease.release()  # the holder goes away with the phase still "cutover": an orphan now
+    other = zk_mod.connect(fleet.config, fleet.credentials)  # another settler, already at it
+    try:
+        lock = SettleLock(other, spec.id)
+        assert lock.acquire(blocking=False)
+        assert not SettleLock(fleet.zk, spec.id).acquire(blocking=False)
+        with pytest.raises(CutoverRunning, match="another process is settling"):
+            reconcile(fleet.config, spec.id, blocking=False)
+        assert prep.store.state(spec.id)[0].phase == Phase.CUTOVER
+    finally:
+        other.close()  # a settler that dies frees the lock with its session
+    assert reconcile(fleet.config, spec.id) == Phase.CONVERGED
+    assert not fleet.zk.client.exists(fleet.zk.path(CUTOVERS, spec.id))
+
+
+def test_a_holder_that_lost_its_lease_does_not_flip(fleet):
+    """The flip CAS is guarded by the lease: once it is gone (a settler may be at work) the flip is refused."""
+    prep = prepare_converged(fleet, MOVING, options=Options(freeze_budget_ms=20000))
+    spec = prep.spec
+
+    def lose_lease(run):  # as a session expiry would: the ephemeral node goes
+        run.lease.zk.client.delete(run.lease.path)
+
+    with pytest.raises(CutoverAborted, match="lost the cutover's lease"):
+        cutover(fleet.config, spec.id, drainer=prep.drainer, hooks=CutoverHooks(before_flip=lose_lease))
+    prep.drainer.close()
+    assert _sides(fleet, spec) == "before"
+    assert prep.store.state(spec.id)[0].phase == Phase.CONVERGED

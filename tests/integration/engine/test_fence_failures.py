@@ -1,0 +1,106 @@
+"""The fence's UNLOCK and KILL failures on a real server: raised with what to do, never swallowed."""
+
+from __future__ import annotations
+
+import pymysql
+import pytest
+
+from migrator.engine.cutover.fence import Fence, FenceError, Move
+from migrator.engine.cutover.passive_gate import PassiveGate, PassiveGateError
+from migrator.fleet.mysql import connect as mysql_connect
+from migrator.fleet.mysql import scalar
+
+from .cutover_setup import tables_in
+
+TOMB = "_tomb_fencefail_db00002"
+LIMITED = "fence_limited"
+
+
+def limited(fleet, host):
+    """An identity with what the fence needs but no right to kill other users' threads (no CONNECTION ADMIN)."""
+    with fleet.sandbox.root_conn(host.name) as c, c.cursor() as cur:  # the sandbox admin makes users
+        cur.execute("SET SESSION sql_log_bin = 0")
+        cur.execute(f"CREATE USER IF NOT EXISTS '{LIMITED}'@'%' IDENTIFIED BY 'limited-pw'")
+        cur.execute(f"GRANT SELECT, INSERT, CREATE, DROP, ALTER, LOCK TABLES, BINLOG ADMIN ON *.* TO '{LIMITED}'@'%'")
+    return fleet.credentials.model_copy(update={"mysql_user": LIMITED, "mysql_password": "limited-pw"})
+
+
+def _fence(fleet, creds=None) -> Fence:
+    source = fleet.hosts[fleet.smap.master_of(2)]
+    with mysql_connect(source, fleet.credentials) as c, c.cursor() as cur:
+        cur.execute("SET SESSION sql_log_bin = 0")
+        cur.execute(f"CREATE DATABASE IF NOT EXISTS `{TOMB}`")
+    return Fence(source, creds or fleet.credentials, [Move("db00002", "pins", TOMB)], log_renames=False,
+                 lock_wait_timeout=5).open()
+
+
+def _put_back(fleet) -> None:
+    source = fleet.hosts[fleet.smap.master_of(2)]
+    with mysql_connect(source, fleet.credentials) as c, c.cursor() as cur:
+        cur.execute("SET SESSION sql_log_bin = 0")
+        if "pins" in tables_in(c, TOMB):
+            cur.execute(f"RENAME TABLE `{TOMB}`.`pins` TO `db00002`.`pins`")
+        cur.execute(f"DROP DATABASE IF EXISTS `{TOMB}`")
+
+
+def test_a_kill_that_fails_is_raised_with_the_thread_to_kill(fleet):
+    """KILL of a pending RENAME refused by the server (1095: not the owner of that thread)."""
+    source = fleet.hosts[fleet.smap.master_of(2)]
+    fence = _fence(fleet, limited(fleet, source))
+    other = mysql_connect(source, fleet.credentials)  # another user's thread: not the fence's to kill
+    try:
+        fence.lock()
+        fence.queue_rename(timeout=10)
+        renamer = fence.renamers[0]
+        real_id = renamer.conn_id
+        renamer.conn_id = int(scalar(other, "SELECT CONNECTION_ID()"))
+        # the server's reason and the thread to kill, at once (not a timeout that hides why)
+        with pytest.raises(FenceError, match=f"thread {renamer.conn_id}.*not owner.*kill that connection by hand"):
+            fence.abort()
+        renamer.conn_id = real_id
+        with mysql_connect(fence.host, fleet.credentials) as c, c.cursor() as cur:  # clean up as the message says
+            cur.execute(f"KILL CONNECTION {real_id}")
+            cur.execute(f"KILL CONNECTION {fence.a_id}")
+    finally:
+        other.close()
+        fence.close()
+        _put_back(fleet)
+
+
+def test_a_release_whose_lock_connection_died_completes_or_says_why(fleet):
+    """UNLOCK fails because A's connection is gone: the lock went with it, the RENAMEs ran; the release
+    checks that instead of failing on the UNLOCK error."""
+    fence = _fence(fleet)
+    try:
+        fence.lock()
+        fence.queue_rename(timeout=10)
+        with mysql_connect(fence.host, fleet.credentials) as c, c.cursor() as cur:
+            cur.execute(f"KILL CONNECTION {fence.a_id}")
+        fence.release(timeout=30)
+        with mysql_connect(fence.host, fleet.credentials) as c:
+            assert "pins" in tables_in(c, TOMB) and "pins" not in tables_in(c, "db00002")
+    finally:
+        fence.close()
+        _put_back(fleet)
+
+
+def test_reopening_a_gate_whose_kill_fails_is_raised(fleet):
+    passive = fleet.hosts[fleet.smap.range_of(2).slave]
+    gate = PassiveGate(passive, limited(fleet, passive), [("db00002", "pins")], "fencefail",
+                       {"db00002": TOMB}).open()
+    other = mysql_connect(passive, fleet.credentials)
+    try:
+        gate._closing = True  # a close in flight, whose connection the reopen must end first
+        gate.conn_id = int(scalar(other, "SELECT CONNECTION_ID()"))  # ... but not the gate's to kill
+        with pytest.raises(PassiveGateError, match="kill it by hand"):
+            gate.reopen()
+    finally:
+        other.close()
+        gate._closing = False
+        gate.close_connection()
+        with mysql_connect(passive, fleet.credentials) as c, c.cursor() as cur:
+            cur.execute("SET SESSION sql_log_bin = 0")
+            try:
+                cur.execute("DROP TABLE IF EXISTS `_migrator_gates`.`moving_fencefail`")
+            except pymysql.err.MySQLError:
+                pass
