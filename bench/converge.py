@@ -19,6 +19,7 @@ Not a test: the numbers depend on the machine's load.
 from __future__ import annotations
 
 import argparse
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -73,46 +74,50 @@ def main() -> None:
         sb.down(purge=True)
         sb = Sandbox(args.dir or tmp / "sandbox")
     sb.up(pairs=2, spare_pairs=1, shards=16, rows=args.rows, base_port=find_base_port(100), log=lambda *_: None)
-    cfg = sb.config()
-    hosts, creds = sb.hosts(), sb.credentials()
-    sysbench.prepare(hosts[SOURCE], creds, DB)
-    procs = []
-    for i in range(args.workers):
-        log = open(sb.dir / f"worker-{i}.log", "ab")  # noqa: SIM115 - the worker writes it until it stops
-        procs.append(subprocess.Popen([sys.executable, "-m", "migrator", "--config", str(sb.config_file), "worker",
-                                       "--name", f"converge-{i}"], stdout=log, stderr=subprocess.STDOUT,
-                                      stdin=subprocess.DEVNULL, start_new_session=True))
-    writer = sysbench.Background(hosts[SOURCE], creds, DB, threads=args.threads, rate=args.rate)
-    t0 = time.monotonic()
-    st: dict[str, Any] = {}
     try:
-        time.sleep(3.0)  # the writer is at speed before the split starts
-        plan = command.plan_split(cfg, SOURCE)
-        mid = plan.spec.id
-        command.launch(cfg, mid)
-        st = watch.follow(cfg, mid, timeout=args.timeout, until={"done", "aborted", "failed"})
+        cfg = sb.config()
+        hosts, creds = sb.hosts(), sb.credentials()
+        sysbench.prepare(hosts[SOURCE], creds, DB)
+        procs = []
+        for i in range(args.workers):
+            log = open(sb.dir / f"worker-{i}.log", "ab")  # noqa: SIM115 - the worker writes it until it stops
+            procs.append(subprocess.Popen([sys.executable, "-m", "migrator", "--config", str(sb.config_file), "worker",
+                                           "--name", f"converge-{i}"], stdout=log, stderr=subprocess.STDOUT,
+                                          stdin=subprocess.DEVNULL, start_new_session=True))
+        writer = sysbench.Background(hosts[SOURCE], creds, DB, threads=args.threads, rate=args.rate)
+        t0 = time.monotonic()
+        st: dict[str, Any] = {}
+        try:
+            time.sleep(3.0)  # the writer is at speed before the split starts
+            plan = command.plan_split(cfg, SOURCE)
+            mid = plan.spec.id
+            command.launch(cfg, mid)
+            st = watch.follow(cfg, mid, timeout=args.timeout, until={"done", "aborted", "failed"})
+        finally:
+            result = writer.stop()
+            for p in procs:
+                stop_pid(p.pid, timeout=15)
+        seconds = time.monotonic() - t0
+        done = st.get("phase") == "done"
+        passes = st.get("passes") or []
+        compared, differing = moved_tables_differing(sb, mid, plan.spec) if done else (0, -1)
+        print(f"split {mid}: phase {st.get('phase')} after {seconds:.0f}s; {len(passes)} catch-up passes; "
+              f"{compared} moved tables compared with their tombstones")
+        if passes:
+            last = passes[-1]
+            print(f"last pass: {last.get('events')} events, apply {last.get('apply_rate'):.0f}/s, "
+                  f"source writes {last.get('write_rate'):.0f}/s, "
+                  f"predicted freeze {last.get('predicted_freeze_ms')} ms")
+        if st.get("stopped"):
+            print(f"stopped in {st['stopped'].get('step')}: {st['stopped'].get('reason')}")
+        for a in st.get("cutover_attempts") or []:
+            steps = ", ".join(f"{k} {v:.0f}" for k, v in (a.get("steps_ms") or {}).items())
+            rounds = " / ".join(f"{r['rows']} rows {r['s']:.2f}s" for r in a.get("refresh_rounds") or [])
+            print(f"cutover attempt: {a.get('outcome')}; freeze {a.get('freeze_ms')} ms ({steps}); "
+                  f"pre-freeze re-check rounds: {rounds}")
     finally:
-        result = writer.stop()
-        for p in procs:
-            stop_pid(p.pid, timeout=15)
-    seconds = time.monotonic() - t0
-    done = st.get("phase") == "done"
-    passes = st.get("passes") or []
-    compared, differing = moved_tables_differing(sb, mid, plan.spec) if done else (0, -1)
-    print(f"split {mid}: phase {st.get('phase')} after {seconds:.0f}s; {len(passes)} catch-up passes; "
-          f"{compared} moved tables compared with their tombstones")
-    if passes:
-        last = passes[-1]
-        print(f"last pass: {last.get('events')} events, apply {last.get('apply_rate'):.0f}/s, "
-              f"source writes {last.get('write_rate'):.0f}/s, predicted freeze {last.get('predicted_freeze_ms')} ms")
-    if st.get("stopped"):
-        print(f"stopped in {st['stopped'].get('step')}: {st['stopped'].get('reason')}")
-    for a in st.get("cutover_attempts") or []:
-        steps = ", ".join(f"{k} {v:.0f}" for k, v in (a.get("steps_ms") or {}).items())
-        rounds = " / ".join(f"{r['rows']} rows {r['s']:.2f}s" for r in a.get("refresh_rounds") or [])
-        print(f"cutover attempt: {a.get('outcome')}; freeze {a.get('freeze_ms')} ms ({steps}); "
-              f"pre-freeze re-check rounds: {rounds}")
-    sb.down(purge=True)
+        sb.down(purge=True)  # every process of the sandbox, by pid, even when the run failed
+        shutil.rmtree(tmp, ignore_errors=True)
     freeze = st.get("freeze_ms")
     print(f"converged={'yes' if done else 'no'} passes={len(passes)} "
           f"freeze_ms={freeze if freeze is None else round(freeze, 1)} sysbench_tps={result.tps:.0f} "
