@@ -149,11 +149,19 @@ class CutoverLease:
         try:
             for _ in range(5):
                 zk.ensure(zk.path(CUTOVERS))
-                try:
-                    zk.client.create(rec_path, self._data(), acl=zk.protected_acl())
-                except NodeExistsError:
-                    pass
-                try:
+                # a new record and its lease in one transaction: a settler never sees a fresh record
+                # without a lease (it would take it for an orphan and settle it)
+                t = zk.client.transaction()
+                t.create(rec_path, self._data(), acl=zk.protected_acl())
+                t.create(f"{rec_path}/{LEASE_PREFIX}", self._data(), acl=zk.protected_acl(), ephemeral=True,
+                         sequence=True)
+                results = t.commit()
+                if not any(isinstance(r, Exception) for r in results):
+                    self.path = results[1]
+                    break
+                if not isinstance(results[0], NodeExistsError):
+                    raise results[0] if isinstance(results[0], Exception) else results[1]
+                try:  # the record exists (an earlier attempt's): add a lease under it
                     self.path = zk.client.create(f"{rec_path}/{LEASE_PREFIX}", self._data(),
                                                  acl=zk.protected_acl(), ephemeral=True, sequence=True)
                     break
