@@ -175,6 +175,9 @@ def read_chunk(conn: pymysql.connections.Connection, info: TableInfo, last: tupl
         blob = row[-1] or b""
         if len(blob) < max_bytes:
             break
+        # one row alone may use the whole packet (less a margin for the protocol): a large BLOB row
+        if limit <= 1 and len(blob) < int(max_bytes / PACKET_SHARE * 0.95):
+            break
         if limit <= 1:
             raise CopyError(f"{info.name}: one row renders to {len(blob)} bytes, more than the copy can carry "
                             f"({max_bytes}); raise max_allowed_packet on the source", phase="copy")
