@@ -14,6 +14,7 @@ import redis
 from rq import Queue, SimpleWorker
 
 from migrator.engine import catch_up
+from migrator.engine.catch_up.lanes import STAGGER_ENV
 from migrator.engine.migration import MigrationStore, Phase
 from migrator.fleet.gtid import GtidPos
 from migrator.ops import steps
@@ -53,7 +54,9 @@ def test_kill_9_of_the_worker_mid_catch_up_then_resume(fleet):
         with h.conn(fleet, h.SOURCE) as c:
             head = GtidPos.parse(h.binlog_pos(c))
         job_id = steps.enqueue_passes(fleet.config, spec.id, queue=QUEUE)
-        env = {**os.environ, "PYTHONPATH": os.getcwd()}
+        # lanes that wait before each round: the pass takes seconds however fast the box, so the kill
+        # lands inside it (the applier outruns a 27k-event backlog in well under a second otherwise)
+        env = {**os.environ, "PYTHONPATH": os.getcwd(), "MIGRATOR_CATCHUP_LANES": "4", STAGGER_ENV: "200"}
         worker = subprocess.Popen(
             # a SimpleWorker runs the job in its own process (a forking worker's horse
             # leaves the process group), so SIGKILL hits the process doing the work
