@@ -10,8 +10,9 @@ pass and tries again, a bounded number of times, and otherwise leaves the
 migration converged with the error for an operator.
 
 ``postpone_cutover`` (``migrator postpone ID``) holds the pipeline before the
-cutover: ``finish`` runs a catch-up pass (the target keeps up meanwhile) and
-re-enqueues itself until it is cleared.
+cutover: ``finish`` re-enqueues itself until it is cleared. (It does not run
+catch-up passes meanwhile: an operator's own ``migrator cutover`` may be running,
+and two writers of the checkpoint conflict.)
 """
 
 from __future__ import annotations
@@ -41,9 +42,6 @@ def finish(migration_id: str, config_path: str | None = None, attempt: int = 0) 
         out["skipped"] = f"phase is {st.phase.value}"
         return out
     if st.postpone_cutover or st.paused:
-        if st.postpone_cutover and not st.paused:
-            # postponed, not paused: the target keeps up meanwhile, so the cutover is short when released
-            out["catchup"] = command.catchup(cfg, migration_id, passes=1)
         return _again(out, migration_id, config_path, attempt, "cutover postponed", delay=POSTPONE_RECHECK_S,
                       count=False)
     out["verify"] = command.verify(cfg, migration_id)

@@ -43,13 +43,21 @@ def _descendants() -> dict[int, str]:
     return out
 
 
+#: sandboxes a module-scoped fixture keeps for several tests (their servers are not a test's leftovers)
+LIVE_SANDBOXES: list = []
+
+
 def _sandbox_pids(request) -> set[int]:
-    """The shared sandbox's servers (started by the session, or rebuilt inside a test's setup)."""
-    if "sandbox" not in request.fixturenames:
-        return set()
-    sb = request.getfixturevalue("sandbox")
-    st = getattr(sb, "state", None)
-    return {p.pid for p in st.procs.values() if p.pid} if st else set()
+    """The servers of the shared sandbox (started by the session, or rebuilt inside a test's setup)
+    and of the sandboxes in :data:`LIVE_SANDBOXES`, as their state files say now."""
+    sandboxes = list(LIVE_SANDBOXES)
+    if "sandbox" in request.fixturenames:
+        sandboxes.append(request.getfixturevalue("sandbox"))
+    out: set[int] = set()
+    for sb in sandboxes:
+        st = getattr(sb, "state", None)
+        out |= {p.pid for p in st.procs.values() if p.pid} if st else set()
+    return out
 
 
 @pytest.fixture(autouse=True)

@@ -48,11 +48,18 @@ def secrets_of(fleet) -> dict[str, bytes]:
 
 
 def walk(zk, path: str):
-    """(path, data, acls) of ``path`` and every znode below it."""
-    data, _ = zk.client.get(path)
-    acls, _ = zk.client.get_acls(path)
+    """(path, data, acls) of ``path`` and every znode below it (a node that vanishes meanwhile, e.g. an
+    ephemeral lease or lock of a worker finishing, is skipped)."""
+    from kazoo.exceptions import NoNodeError
+
+    try:
+        data, _ = zk.client.get(path)
+        acls, _ = zk.client.get_acls(path)
+        children = zk.client.get_children(path)
+    except NoNodeError:
+        return
     yield path, data or b"", acls
-    for ch in zk.client.get_children(path):
+    for ch in children:
         yield from walk(zk, f"{path}/{ch}")
 
 

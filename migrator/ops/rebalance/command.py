@@ -16,6 +16,7 @@ from typing import Any
 
 from rq import Queue
 
+from migrator.engine import eta
 from migrator.engine import plan as plan_mod
 from migrator.engine.migration import MigrationStore, Options, Phase
 from migrator.errors import MigratorError
@@ -56,7 +57,7 @@ class LivePlan:
 
 
 def _rates(zk: Any) -> tuple[Rates, str]:
-    stored = plan_mod.stored_rate(zk)
+    stored = eta.stored_rate(zk)
     if stored and stored.get("bytes_per_s", 0) > 0:
         return Rates(copy_bytes_per_s=float(stored["bytes_per_s"]), copy_streams=1), "measured by the last copy"
     return Rates(), "defaults measured by bench.copy and bench.catchup"

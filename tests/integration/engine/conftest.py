@@ -7,6 +7,19 @@ import pytest
 from migrator.fleet.mysql import connect
 
 
+@pytest.fixture(autouse=True)
+def close_drainers():
+    """The drainers prepare_converged handed out end with the test (their reader processes too)."""
+    from .cutover_setup import OPEN_DRAINERS
+
+    yield
+    while OPEN_DRAINERS:
+        try:
+            OPEN_DRAINERS.pop().close()
+        except Exception:
+            pass
+
+
 @pytest.fixture
 def conns(fleet):
     """Open migrator-identity connections by host name; closed at the end."""

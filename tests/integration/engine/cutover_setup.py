@@ -56,6 +56,10 @@ def copy_dbs(source: Host, target: Host, creds: Credentials, dbs: list[str], tab
         dst.close()
 
 
+#: drainers handed to tests; each owns a binlog reader process once used, closed after the test
+OPEN_DRAINERS: list[Any] = []
+
+
 @dataclass
 class Prepared:
     spec: Spec
@@ -103,6 +107,7 @@ def prepare_converged(fleet: Any, shards: tuple[int, ...] = (2, 3), *, options: 
         conn.close()
     drainer.close()  # one tailer at a time writes the checkpoint; the next opens on first use
     drainer = CatchUpDrainer(fleet.config, spec.id)
+    OPEN_DRAINERS.append(drainer)  # closed after the test (tests/integration/engine/conftest.py)
     return Prepared(spec, store, drainer, source, target)
 
 

@@ -98,12 +98,9 @@ def test_postponed_cutover_holds_until_released(fleet):
     epoch = ShardMapStore(fleet.zk).read().epoch
     res = run_cli("postpone", mid, config=fleet.config_path)
     assert res.returncode == 0 and "postponed" in res.stdout, res.stderr
-    insert_pins(fleet, "MySQL001A", "db00002", 5)  # written while the cutover waits
     out = pipeline.finish(mid, str(fleet.config_path))
     assert out["next"] == "cutover postponed" and "cutover" not in out
     assert phase(fleet, mid) == "converged" and ShardMapStore(fleet.zk).read().epoch == epoch
-    # catch-up keeps running while postponed: the target already has the new rows
-    assert count(fleet, "MySQL003A", "db00002", "pins") == count(fleet, "MySQL001A", "db00002", "pins")
     res = run_cli("postpone", mid, "--release", config=fleet.config_path)
     assert res.returncode == 0 and "released" in res.stdout, res.stderr
     for attempt in range(pipeline.MAX_ATTEMPTS):  # what RQ does with the re-enqueued finish on a busy box
