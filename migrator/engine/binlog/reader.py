@@ -1,8 +1,7 @@
 """The binlog reader: whole source transactions of the moving tables, decoded, in binlog order.
 
-Runs in its own process during catch-up (:func:`start_reader`,
-:func:`run_reader`), so reading and decoding the binlog never waits for the
-target's commits, and in the calling process where a short segment or only
+Runs in its own process during catch-up (:mod:`.process`), so reading and
+decoding the binlog never waits for the target's commits, and in the calling process where a short segment or only
 keys are wanted (:class:`LocalReader`: verify, the cutover's compare).
 
 What it does with each event (see :mod:`.client` for the framing, :mod:`.rows`
@@ -30,12 +29,10 @@ schemas too, so a target position is always reached.
 
 from __future__ import annotations
 
-import os
-import signal
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from migrator.engine.binlog import client as bl
 from migrator.engine.binlog.rows import (
@@ -391,156 +388,6 @@ def _inflate_query(body: bytes) -> bytes:
     return bl.decompress(body, head)
 
 
-# -- the reader process ------------------------------------------------------------------------------
-
-@dataclass
-class ReaderSpec:
-    """Everything the reader process needs (sent over the spawn pipe, never on a command line)."""
-
-    host: str
-    port: int
-    user: str
-    password: str
-    start: str
-    schemas: tuple[str, ...]
-    tables: tuple[str, ...] | None
-    heartbeat_s: float = 0.25
-    batch_changes: int = 2000
-    batch_s: float = 0.02
-    tick_s: float = 0.1
-
-
-def run_reader(spec: ReaderSpec, conn: Any) -> None:
-    """Entry point of the reader process: read, decode and send batches until told to stop.
-
-    Messages sent: ``("shapes", [Shape...])``, ``("txns", [Txn...], position, last_ts)``,
-    ``("tick", position, last_ts)`` when idle, ``("error", message, code)`` before exiting
-    on an error. The parent's only message is ``"stop"`` (or closing the pipe).
-    """
-    _die_with_parent()
-    client = None
-    try:
-        client = bl.BinlogClient(spec.host, spec.port, spec.user, spec.password, spec.start,
-                                 heartbeat_s=spec.heartbeat_s)
-        rd = TxnReader(spec.start, spec.schemas, spec.tables)
-        batch: list[Committed] = []
-        nchanges = 0
-        started = last_tick = time.monotonic()
-        polls = 0
-        for ev in client.events():
-            txn = rd.feed(ev)
-            if rd.new_shapes:
-                conn.send(("shapes", rd.take_shapes()))
-            if txn is not None:
-                if not batch:
-                    started = time.monotonic()
-                batch.append(txn)
-                nchanges += len(txn.changes) + len(txn.statements)
-            now = time.monotonic()
-            if batch and (nchanges >= spec.batch_changes or now - started >= spec.batch_s
-                          or ev.type == bl.HEARTBEAT or txn is not None and txn.statements):
-                conn.send(("txns", batch, format_pos(rd.position), rd.last_ts))
-                batch, nchanges = [], 0
-                last_tick = now
-            elif not batch and now - last_tick >= spec.tick_s:
-                conn.send(("tick", format_pos(rd.position), rd.last_ts))
-                last_tick = now
-            polls += 1
-            if polls >= 512 or ev.type == bl.HEARTBEAT:
-                polls = 0
-                if conn.poll():
-                    msg = conn.recv()
-                    if msg == "stop":
-                        return
-    except (bl.BinlogError, ReaderError) as exc:
-        _send_error(conn, str(exc), getattr(exc, "code", None))
-    except (BrokenPipeError, EOFError, KeyboardInterrupt):
-        return
-    except BaseException as exc:  # noqa: BLE001 - reported to the parent, which raises it
-        _send_error(conn, f"{type(exc).__name__}: {exc}", None)
-    finally:
-        if client is not None:
-            client.close()
-
-
-class _Pipe:
-    """Both directions of a reader-process pipe as one object with send/recv/poll/close."""
-
-    def __init__(self, rfd: int, wfd: int):
-        from multiprocessing.connection import Connection
-
-        self._r = Connection(rfd, writable=False)
-        self._w = Connection(wfd, readable=False)
-
-    def send(self, obj: Any) -> None:
-        self._w.send(obj)
-
-    def recv(self) -> Any:
-        return self._r.recv()
-
-    def poll(self, timeout: float = 0.0) -> bool:
-        return self._r.poll(timeout)
-
-    def close(self) -> None:
-        for c in (self._r, self._w):
-            try:
-                c.close()
-            except OSError:
-                pass
-
-
-def start_reader(spec: ReaderSpec) -> tuple[Any, _Pipe]:
-    """Start the reader process (a fresh interpreter running this module) and send it ``spec``.
-
-    A plain subprocess rather than multiprocessing's spawn: spawn re-imports the
-    parent's ``__main__`` (an RQ worker, the CLI, pytest) in the child. The spec,
-    credentials included, goes through the pipe, never the command line or environment.
-    """
-    import subprocess
-    import sys
-
-    to_child_r, to_child_w = os.pipe()
-    to_parent_r, to_parent_w = os.pipe()
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
-    proc = subprocess.Popen([sys.executable, "-m", __name__, str(to_child_r), str(to_parent_w)],
-                            pass_fds=(to_child_r, to_parent_w), close_fds=True, env=env, stdin=subprocess.DEVNULL)
-    os.close(to_child_r)
-    os.close(to_parent_w)
-    pipe = _Pipe(to_parent_r, to_child_w)
-    pipe.send(spec)
-    return proc, pipe
-
-
-def main(argv: list[str]) -> None:
-    pipe = _Pipe(int(argv[1]), int(argv[2]))
-    try:
-        spec = pipe.recv()
-    except EOFError:
-        return
-    run_reader(spec, pipe)
-
-
-def _send_error(conn: Any, message: str, code: int | None) -> None:
-    try:
-        conn.send(("error", message, code))
-    except Exception:  # noqa: BLE001 - the parent is gone
-        pass
-
-
-def _die_with_parent() -> None:
-    """Ask Linux to kill this process when its parent dies (a kill -9 of the worker leaves no orphan)."""
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-        if os.getppid() == 1:
-            os._exit(1)
-    except Exception:  # noqa: BLE001 - not Linux: the closed pipe still ends us
-        pass
-
-
 class LocalReader:
     """The reader in the calling process, for short segments and key collection (verify, the
     cutover, write-rate samples): no process of its own, no decoding ahead.
@@ -594,12 +441,3 @@ class LocalReader:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-if __name__ == "__main__":
-    # run as `python -m <this module>`: import it under its real name, so what it
-    # pickles (Shape, Txn...) unpickles in the parent as the same classes
-    import importlib
-    import sys
-
-    importlib.import_module(__spec__.name).main(sys.argv)

@@ -1,7 +1,7 @@
 """Applier lanes: row changes written to the target on several connections at once, in rounds.
 
 Runs in the catch-up worker process, fed by the binlog reader process
-(:mod:`migrator.engine.binlog.reader`) through :mod:`.tailer`. Every row change
+(:mod:`migrator.engine.binlog.process`) through :mod:`.tailer`. Every row change
 goes to lane ``hash(table, key) % lanes``, so all changes of one key stay in one lane, in binlog order. Within a lane
 the changes of one *round* are collapsed per key (the last change of a key
 wins: ``REPLACE`` of its after image, or ``DELETE`` by key; an update that

@@ -9,7 +9,7 @@ Layout::
     reader process --(decoded transactions, positions)--> coordinator --(rounds)--> lanes
     (migrator.engine.binlog)                               (this module)              (.lanes)
 
-The reader process (:mod:`migrator.engine.binlog.reader`) reads and decodes
+The reader process (:mod:`migrator.engine.binlog.process`) reads and decodes
 the binlog ahead, so decoding never waits for a commit on the target. The
 coordinator routes every row change to its lane, cuts rounds, and calls back
 with a checkpoint only once every lane has committed a round: a crash replays
@@ -35,6 +35,7 @@ from typing import Any
 
 import pymysql
 
+from migrator.engine.binlog import process as rproc
 from migrator.engine.binlog import reader as rd
 from migrator.engine.catch_up.lanes import LaneSet, Pacer, Target, target_for
 from migrator.engine.catch_up.statements import WHOLE_TABLE, apply_statement, classify, source_definitions
@@ -128,7 +129,7 @@ class Tailer:
         self._credentials = credentials
         self.applied = start
         self._applied_text = str(start)
-        self.reader_spec = rd.ReaderSpec(source.address, source.port, credentials.mysql_user,
+        self.reader_spec = rproc.ReaderSpec(source.address, source.port, credentials.mysql_user,
                                          credentials.mysql_password, str(start), tuple(sorted(self.schema_map)),
                                          tuple(sorted(self.tables)) if self.tables else None, heartbeat_s=heartbeat_s)
         self._shapes: dict[int, rd.Shape] = {}
@@ -179,7 +180,7 @@ class Tailer:
     def _open(self) -> None:
         if self._proc is None:
             self.reader_spec.start = self._applied_text
-            self._proc, self._pipe = rd.start_reader(self.reader_spec)
+            self._proc, self._pipe = rproc.start_reader(self.reader_spec)
 
     def _close_reader(self) -> None:
         if self._pipe is not None:
