@@ -20,6 +20,7 @@ compare-and-set on the table's progress node lets only one advance it.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from redis import Redis
@@ -64,15 +65,7 @@ def table_job(mid: str, db: str, table: str, config_path: str | None = None,
     """Copy one table for up to ``slice_s`` seconds from its checkpoint."""
     redis, queue = _queue_args()
     job = get_current_job()
-    last_save = [0.0]
-
-    def on_progress(view: dict[str, Any]) -> None:
-        if job is None or time.monotonic() - last_save[0] < 1.0 and not view.get("done"):
-            return
-        last_save[0] = time.monotonic()
-        job.meta.update(view)
-        job.meta["status"] = "copying"
-        job.save_meta()
+    on_progress = _progress_saver(job, save_when_done=True)
 
     with command.session(command.load_config(config_path)) as (zk, creds):
         # the spec is read afresh for every slice: `migrator set ID ...` takes effect at the next slice
@@ -104,16 +97,8 @@ def group_job(mid: str, tables: list[str], config_path: str | None = None,
     """Copy a group of tables, one after another from their checkpoints, for up to ``slice_s``."""
     redis, queue = _queue_args()
     job = get_current_job()
-    last_save = [0.0]
     group = [(name.split(".", 1)[0], name.split(".", 1)[1]) for name in tables]
-
-    def on_progress(view: dict[str, Any]) -> None:
-        if job is None or time.monotonic() - last_save[0] < 1.0:
-            return
-        last_save[0] = time.monotonic()
-        job.meta.update(view)
-        job.meta["status"] = "copying"
-        job.save_meta()
+    on_progress = _progress_saver(job, save_when_done=False)
 
     with command.session(command.load_config(config_path)) as (zk, creds):
         spec = command.spec_of(zk, mid)  # afresh for every slice: `migrator set ID ...` applies at the next
@@ -153,3 +138,21 @@ def _show_options(job: Any, spec: Any) -> None:
 def _with_error(st: Any, message: str) -> Any:
     st.error = message[:2000]
     return st
+
+
+def _progress_saver(job: Any, *, save_when_done: bool) -> Callable[[dict[str, Any]], None]:
+    """A copy's progress callback: the view into the job's meta, at most once a second (and at the
+    end of a table when ``save_when_done``)."""
+    last_save = [0.0]
+
+    def on_progress(view: dict[str, Any]) -> None:
+        if job is None:
+            return
+        if time.monotonic() - last_save[0] < 1.0 and not (save_when_done and view.get("done")):
+            return
+        last_save[0] = time.monotonic()
+        job.meta.update(view)
+        job.meta["status"] = "copying"
+        job.save_meta()
+
+    return on_progress

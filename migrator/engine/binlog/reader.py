@@ -44,6 +44,7 @@ from migrator.engine.binlog.rows import (
     decode_rows,
     parse_table_map,
     rows_header,
+    table_map_names,
 )
 
 _MISSING = object()
@@ -320,12 +321,7 @@ class TxnReader:
             self._by_table[tid] = entry
 
     def _new_table_map(self, body: bytes, key: bytes) -> tuple[TableMap, Shape] | None:
-        p = 8
-        sl = body[p]
-        schema = body[p + 1:p + 1 + sl].decode("utf-8")
-        p += 2 + sl
-        tl = body[p]
-        table = body[p + 1:p + 1 + tl].decode("utf-8")
+        schema, table, _ = table_map_names(body)
         if not self.keep_table(schema, table):
             self._shapes[key] = None
             return None

@@ -105,16 +105,22 @@ class TableMap:
         return self._decode
 
 
-def parse_table_map(body: bytes) -> TableMap:
-    """Parse a TABLE_MAP event body (optional metadata included)."""
-    tid = int.from_bytes(body[0:6], "little")
+def table_map_names(body: bytes) -> tuple[str, str, int]:
+    """(schema, table, offset just past the names) of a TABLE_MAP event body: enough to decide
+    whether a table is wanted before the rest of the event is parsed."""
     p = 8
     sl = body[p]
     schema = body[p + 1:p + 1 + sl].decode("utf-8")
     p += 2 + sl
     tl = body[p]
     table = body[p + 1:p + 1 + tl].decode("utf-8")
-    p += 2 + tl
+    return schema, table, p + 2 + tl
+
+
+def parse_table_map(body: bytes) -> TableMap:
+    """Parse a TABLE_MAP event body (optional metadata included)."""
+    tid = int.from_bytes(body[0:6], "little")
+    schema, table, p = table_map_names(body)
     n, p = packed_int(body, p)
     types = tuple(body[p:p + n])
     p += n
