@@ -1,28 +1,35 @@
 """Benchmark: the write freeze of a cutover under a background write load.
 
-    python -m bench.cutover [--rounds 24] [--dir /tmp/migrator-bench-cutover] [--rate 300]
+    python -m bench.cutover [--rounds 50] [--dir /tmp/migrator-bench-cutover] [--queue-rate 300]
+                            [--sysbench-rate 300] [--rate 50]
 
 Not a test. Starts (or reuses) a sandbox fleet in ``--dir``, makes a fresh
 ZooKeeper root, and moves the same shards back and forth between pair 1 and
 the spare pair ``--rounds`` times through the whole pipeline of the library
-(plan -> copy -> catch-up -> verify -> cutover -> cleanup --now), while a
-background writer inserts and updates rows of the moving shards (and one
-shard that stays) through a :class:`~migrator.fleet.router.ShardRouter`, retrying
-on the new master after 1146/1049 as a client would.
+(plan -> copy -> catch-up -> verify -> cutover -> cleanup --now), while three
+loads run, each in its own processes as clients would:
+
+* the queue load through ``migrator queue serve --broker`` over HTTP
+  (producers and consumers of a queue with a partition on every shard, the
+  moving ones included; ``--queue-rate`` jobs/s), with its ledger;
+* sysbench ``oltp_write_only`` at ``--sysbench-rate`` tps into a moving shard,
+  restarted on the shard's new master after each flip (a client that follows
+  the map);
+* a routed probe writer (``--rate`` writes/s) that inserts and updates rows of
+  the moving shards (and one shard that stays) through a
+  :class:`~migrator.fleet.router.ShardRouter`, retrying on the new master after
+  1146/1049, and times every write.
 
 Per cutover it prints the freeze (ms, from the commit of the freeze CAS to the
-end of the release), its steps, and the load around it: writes whose call
-overlapped the freeze window, their worst latency and the retries they needed,
-against the load's baseline latency. The load runs in its own process, as
-clients would. At the end every acknowledged write is looked up on
-the master the map names for its shard; ``lost`` counts those missing or
-stale. The last line is::
+end of the release), its steps, and the probe writes whose call overlapped
+the freeze window, their worst latency and retries. An attempt stopped before
+the flip (the watchdog, a conflict) is retried after one more catch-up pass,
+and its freeze (how long writes waited in it) counts in the percentiles too.
+At the end every write the probe saw acknowledged is looked up on the master
+the map names for its shard, and the queue's ledger is checked: ``lost``
+counts both. The last line is::
 
-    cutovers=… aborted=… errors=… freeze_p50_ms=… freeze_p99_ms=… freeze_max_ms=… lost=…
-
-``aborted`` counts cutovers the watchdog (or a conflict) stopped before the flip;
-they are retried after one more catch-up pass and listed with how long writes
-waited in them (not in the freeze percentiles, which are of completed cutovers).
+    cutovers=… attempts=… aborted=… over_budget=… freeze_p50_ms=… freeze_p99_ms=… freeze_max_ms=… lost=…
 """
 
 from __future__ import annotations
@@ -42,6 +49,9 @@ import pymysql
 from rich.console import Console
 from rich.table import Table
 
+from bench import sysbench
+from bench.queue_http import Server as QueueServer
+from migrator.engine.migration import Options
 from migrator.fleet import config as config_mod
 from migrator.fleet import zk as zk_mod
 from migrator.fleet.model import even_layout
@@ -49,10 +59,15 @@ from migrator.fleet.mysql import ER_BAD_DB_ERROR, ER_NO_SUCH_TABLE
 from migrator.fleet.mysql import connect as mysql_connect
 from migrator.fleet.router import ShardRouter
 from migrator.fleet.shard_map import HostRegistry, ShardMapStore
+from migrator.queue.ledger import check_ledger
+from migrator.queue.load import run_load
 from migrator.sandbox import Sandbox, find_base_port, reset_fleet
 
 MOVING = (2, 3)
 STAYING = 1
+#: the moving shard sysbench writes into
+SYSBENCH_SHARD = MOVING[0]
+STEPS = ("freeze_cas", "passive_close", "passive_sync", "fence", "sentinel", "drain", "compare", "flip_cas", "release")
 
 
 @dataclass
@@ -191,6 +206,91 @@ class LoadProcess:
         return self.calls
 
 
+class FollowingSysbench:
+    """sysbench at a fixed rate into one shard, restarted on the shard's master whenever the map moves it."""
+
+    def __init__(self, router: ShardRouter, creds: Any, shard: int, rate: int, *, threads: int = 4,
+                 tables: int = 2, table_size: int = 5000):
+        self.router, self.creds, self.shard, self.rate = router, creds, shard, rate
+        self.kw = {"threads": threads, "tables": tables, "table_size": table_size}
+        self.db = f"db{shard:05d}"
+        self.results: list[sysbench.Result] = []
+        self.restarts = 0
+        self._run: sysbench.Background | None = None
+        self._master = ""
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True, name="bench-sysbench")
+
+    def start(self) -> FollowingSysbench:
+        host = self.router.master_for(self.shard)
+        sysbench.prepare(host, self.creds, self.db, tables=self.kw["tables"], table_size=self.kw["table_size"])
+        self._begin(host)
+        self._thread.start()
+        return self
+
+    def _begin(self, host: Any) -> None:
+        self._master = host.name
+        self._run = sysbench.Background(host, self.creds, self.db, rate=self.rate, **self.kw)
+
+    def _watch(self) -> None:
+        while not self._stop.wait(0.05):
+            host = self.router.master_for(self.shard)
+            if host.name != self._master and self._run is not None:
+                self.results.append(self._run.stop())
+                self.restarts += 1
+                self._begin(host)
+
+    def stop(self) -> sysbench.Result:
+        self._stop.set()
+        self._thread.join(30)
+        if self._run is not None:
+            self.results.append(self._run.stop())
+        return sysbench.Result(sum(r.transactions for r in self.results), sum(r.seconds for r in self.results),
+                               sum(r.errors for r in self.results))
+
+
+def _queue_load_process(config_path: str, url: str, token: str | None, rate: float, ledger: str,
+                        partitions: int, stop: Any, out: Any) -> None:
+    """The queue's producers and consumers, in their own process (not the cutover's interpreter)."""
+    cfg = config_mod.load(config_path)
+    try:
+        res = run_load(cfg, "bench", rate, 24 * 3600, ledger, stop, url=url, token=token, partitions=partitions,
+                       producers=3, consumers=3)
+        out.put({"result": res.to_text(), "enqueued": res.enqueued, "acked_ok": res.acked_ok})
+    except BaseException as exc:  # reported by the parent
+        out.put({"error": f"{type(exc).__name__}: {exc}"})
+
+
+class QueueLoad:
+    """The queue load over HTTP: ``queue serve --broker`` and a process of producers and consumers."""
+
+    def __init__(self, cfg_path: str, token: str | None, rate: float, ledger: Path, partitions: int):
+        import multiprocessing as mp
+
+        self.server = QueueServer(Path(cfg_path), token)
+        ctx = mp.get_context("spawn")
+        self._stop = ctx.Event()
+        self._out = ctx.Queue()
+        self._proc = ctx.Process(target=_queue_load_process,
+                                 args=(cfg_path, self.server.url, token, rate, str(ledger), partitions,
+                                       self._stop, self._out), daemon=True)
+
+    def start(self) -> QueueLoad:
+        self._proc.start()
+        return self
+
+    def stop(self) -> dict[str, Any]:
+        self._stop.set()
+        try:
+            res = self._out.get(timeout=180)
+        finally:
+            self._proc.join(30)
+            self.server.stop()
+        if "error" in res:
+            raise RuntimeError(f"the queue load failed: {res['error']}")
+        return res
+
+
 def fresh_root(sb: Sandbox) -> tuple[config_mod.Config, Any, str]:
     base = sb.config()
     root = f"/bench{uuid.uuid4().hex[:10]}"
@@ -267,12 +367,14 @@ def pct(xs: list[float], p: float) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--rounds", type=int, default=24)
-    ap.add_argument("--rate", type=float, default=300.0, help="background writes per second (target)")
+    ap.add_argument("--rounds", type=int, default=50)
+    ap.add_argument("--rate", type=float, default=50.0, help="routed probe writes per second")
+    ap.add_argument("--queue-rate", type=float, default=300.0, help="queue jobs/s enqueued over HTTP (0: no queue)")
+    ap.add_argument("--sysbench-rate", type=int, default=300, help="sysbench tps into a moving shard (0: none)")
     ap.add_argument("--dir", default="/tmp/migrator-bench-cutover", help="sandbox directory (started if not running)")
     ap.add_argument("--down", action="store_true", help="stop the sandbox at the end")
     args = ap.parse_args(argv)
-    console = Console(width=140)
+    console = Console(width=150)
 
     sb = Sandbox(args.dir)
     if not sb.running():
@@ -282,17 +384,26 @@ def main(argv: list[str] | None = None) -> int:
     router = ShardRouter(zk, creds).start()
     pair1 = sb.pairs(spare=False)[0][0]
     spare = sb.pairs(spare=True)[0][0]
+    budget_ms = Options().freeze_budget_ms
+    ledger = Path(sb.dir) / f"bench-ledger-{uuid.uuid4().hex[:8]}.sqlite"
+    queue = QueueLoad(cfg_path, creds.queue_token, args.queue_rate, ledger,
+                      partitions=sb.state.shards if sb.state else 8).start() if args.queue_rate > 0 else None
+    bench_writer = FollowingSysbench(router, creds, SYSBENCH_SHARD, args.sysbench_rate).start() \
+        if args.sysbench_rate > 0 else None
     load = LoadProcess(cfg_path, (*MOVING, STAYING), args.rate).start()
-    time.sleep(1.0)
+    time.sleep(2.0)
 
     rows: list[dict[str, Any]] = []
-    table = Table(title=f"cutover freeze under load ({args.rounds} cutovers of shards {MOVING}, "
-                        f"~{args.rate:.0f} writes/s)")
-    for col in ("#", "to", "freeze ms", "cas", "fence", "sent.", "drain", "keys", "compare", "flip", "release",
-                "rows", "writes", "worst ms", "retries"):
+    table = Table(title=f"cutover freeze under load ({args.rounds} cutovers of shards {MOVING}; queue "
+                        f"{args.queue_rate:.0f} jobs/s over HTTP, sysbench {args.sysbench_rate} tps, "
+                        f"probe {args.rate:.0f} writes/s)")
+    for col in ("#", "to", "freeze ms", "cas", "passive", "fence", "sent.", "drain", "keys", "compare", "flip",
+                "release", "rows", "writes", "worst ms", "retries"):
         table.add_column(col, justify="right")
     failures: list[str] = []
     aborts: list[dict[str, Any]] = []
+    queue_res: dict[str, Any] = {}
+    sb_res = None
     try:
         for i in range(args.rounds):
             target = spare if i % 2 == 0 else pair1
@@ -308,6 +419,13 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         time.sleep(0.5)
         load.stop()
+        if bench_writer is not None:
+            sb_res = bench_writer.stop()
+        if queue is not None:
+            try:
+                queue_res = queue.stop()
+            except RuntimeError as exc:
+                failures.append(str(exc))
 
     for i, r in enumerate(rows):
         win, res = r["win"], r["res"]
@@ -315,20 +433,59 @@ def main(argv: list[str] | None = None) -> int:
         hit = [c for c in load.calls if c[1] >= win["start"] and c[0] <= win["end"]]
         r["worst_ms"] = max(((c[1] - c[0]) * 1000 for c in hit), default=0.0)
         r["retries"] = sum(c[2] for c in hit)
-        s = res["steps_ms"]
-        table.add_row(str(i + 1), r["target"][-4:], f"{res['freeze_ms']:.0f}", f"{s.get('freeze_cas', 0):.0f}",
-                      f"{s.get('fence', 0):.0f}", f"{s.get('sentinel', 0):.0f}",
-                      f"{s.get('drain', 0):.0f}", f"{s.get('compare_keys', 0):.0f}",
-                      f"{s.get('compare', 0):.0f}", f"{s.get('flip_cas', 0):.0f}",
-                      f"{s.get('release', 0):.0f}", str(res["rows_checked"]), str(len(hit)), f"{r['worst_ms']:.0f}",
+        st = res["steps_ms"]
+        passive = st.get("passive_close", 0) + st.get("passive_sync", 0)
+        table.add_row(str(i + 1), r["target"][-4:], f"{res['freeze_ms']:.0f}", f"{st.get('freeze_cas', 0):.0f}",
+                      f"{passive:.0f}", f"{st.get('fence', 0):.0f}", f"{st.get('sentinel', 0):.0f}",
+                      f"{st.get('drain', 0):.0f}", f"{st.get('compare_keys', 0):.0f}",
+                      f"{st.get('compare', 0):.0f}", f"{st.get('flip_cas', 0):.0f}",
+                      f"{st.get('release', 0):.0f}", str(res["rows_checked"]), str(len(hit)), f"{r['worst_ms']:.0f}",
                       str(r["retries"]))
     console.print(table)
-    # every acknowledged write, on the master the map names now
+    lost = probe_lost(zk, router, creds, load.acks)
+    ledger_lost = check_ledger(cfg, ledger).lost if queue is not None and ledger.exists() else 0
+    base = [(c[1] - c[0]) * 1000 for c in load.calls if c[2] == 0]
+    console.print(f"probe: {len(load.calls)} writes, {len(load.acks)} rows acknowledged, "
+                  f"{sum(c[2] for c in load.calls)} retries after 1146/1049, {len(load.errors)} errors, "
+                  f"baseline write latency p50 {statistics.median(base) if base else 0:.1f} ms, "
+                  f"p99 {pct(base, 99):.1f} ms; {lost} acknowledged writes lost")
+    if queue_res:
+        console.print(f"queue: {queue_res.get('result')}; ledger: {ledger_lost} acknowledged jobs lost")
+    if sb_res is not None:
+        console.print(f"sysbench: {sb_res.tps:.0f} tps over {sb_res.seconds:.0f} s, restarted on the new master "
+                      f"{bench_writer.restarts if bench_writer else 0} times, {sb_res.errors} errors "
+                      "(1146 after a flip)")
+    for f in failures:
+        console.print(f"[red]{f}[/red]")
+    zk.close()
+    if args.down:
+        sb.down()
+    for a in aborts:
+        console.print(f"aborted before the flip ({a['why']}), writes waited {a['freeze_ms']:.0f} ms; "
+                      f"steps so far: {a['steps']}; retried after one more catch-up pass")
+    worst = [r["worst_ms"] for r in rows]
+    console.print(f"probe write latency of calls overlapping a freeze: p50 {pct(worst, 50):.0f} ms, "
+                  f"max {max(worst, default=0):.0f} ms")
+    # every attempt's freeze counts: an aborted one held writers too
+    freezes = [r["freeze_ms"] for r in rows] + [a["freeze_ms"] for a in aborts]
+    steps = {k: [r["res"]["steps_ms"].get(k, 0.0) for r in rows] for k in STEPS}
+    console.print("steps of the flipped cutovers, p50 / p99 ms: " +
+                  ", ".join(f"{k} {pct(v, 50):.0f}/{pct(v, 99):.0f}" for k, v in steps.items()))
+    over = sum(1 for f in freezes if f > budget_ms)
+    total_lost = lost + ledger_lost
+    print(f"cutovers={len(rows)} attempts={len(freezes)} aborted={len(aborts)} over_budget={over} "
+          f"freeze_p50_ms={pct(freezes, 50):.1f} freeze_p99_ms={pct(freezes, 99):.1f} "
+          f"freeze_max_ms={max(freezes) if freezes else 0:.1f} lost={total_lost}")
+    return 0 if not failures and total_lost == 0 else 1
+
+
+def probe_lost(zk: Any, router: ShardRouter, creds: Any, acks: dict[tuple[int, int], str]) -> int:
+    """Acknowledged probe writes missing (or stale) on the master the map names for their shard."""
     smap = ShardMapStore(zk).read()
     lost = 0
     conns: dict[str, Any] = {}
     by_shard: dict[int, dict[int, str]] = {}
-    for (shard, lid), data in load.acks.items():
+    for (shard, lid), data in acks.items():
         by_shard.setdefault(shard, {})[lid] = data
     for shard, want in by_shard.items():
         host = router.host(smap.master_of(shard))
@@ -345,27 +502,7 @@ def main(argv: list[str] | None = None) -> int:
             lost += sum(1 for lid in part if have.get(lid) != want[lid])
     for c in conns.values():
         c.close()
-    base = [(c[1] - c[0]) * 1000 for c in load.calls if c[2] == 0]
-    freezes = [r["freeze_ms"] for r in rows]
-    console.print(f"load: {len(load.calls)} writes, {len(load.acks)} rows acknowledged, "
-                  f"{sum(c[2] for c in load.calls)} retries after 1146/1049, {len(load.errors)} errors, "
-                  f"baseline write latency p50 {statistics.median(base) if base else 0:.1f} ms, "
-                  f"p99 {pct(base, 99):.1f} ms")
-    for f in failures:
-        console.print(f"[red]{f}[/red]")
-    zk.close()
-    if args.down:
-        sb.down()
-    for a in aborts:
-        console.print(f"aborted before the flip ({a['why']}), writes waited {a['freeze_ms']:.0f} ms; "
-                      f"steps so far: {a['steps']}; retried after one more catch-up pass")
-    worst = [r["worst_ms"] for r in rows]
-    console.print(f"write latency of calls overlapping a freeze: p50 {pct(worst, 50):.0f} ms, "
-                  f"max {max(worst, default=0):.0f} ms")
-    print(f"cutovers={len(freezes)} aborted={len(aborts)} errors={len(load.errors)} "
-          f"freeze_p50_ms={pct(freezes, 50):.1f} freeze_p99_ms={pct(freezes, 99):.1f} "
-          f"freeze_max_ms={max(freezes) if freezes else 0:.1f} lost={lost}")
-    return 0 if not failures and lost == 0 else 1
+    return lost
 
 
 if __name__ == "__main__":

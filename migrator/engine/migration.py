@@ -34,7 +34,7 @@ import time
 import uuid
 from collections.abc import Callable
 from enum import Enum
-from typing import Any
+from typing import Any, Literal
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from pydantic import BaseModel, ConfigDict, Field
@@ -97,6 +97,10 @@ class Options(BaseModel):
     freeze_budget_ms: int = Field(default=500, ge=1)
     #: close the moving tables on the source pair's passive member too (off only when that host is down)
     fence_passive: bool = True
+    #: how the source master is fenced in the freeze: "rename" (LOCK TABLES and one queued RENAME per
+    #: table, at most fence.MAX_TABLES tables), "gate" (triggers and one gate table, any number of tables),
+    #: "auto" (rename up to fence.MAX_TABLES tables, else gate); see migrator.engine.cutover.fence
+    fence: Literal["auto", "rename", "gate"] = "auto"
     retention_s: int = Field(default=24 * 3600, ge=0)
 
 

@@ -33,6 +33,7 @@ import pymysql
 
 from migrator.engine import inspector, objects
 from migrator.engine.cutover.fence import MAX_TABLES as FENCE_MAX_TABLES
+from migrator.engine.cutover.fence import FenceError, fence_mode
 from migrator.engine.migration import Phase, Spec
 from migrator.engine.plan import estimate, moving_tables
 from migrator.errors import MigratorError, MySQLUnavailable
@@ -188,7 +189,7 @@ def run(zk: ZK, spec: Spec, creds: Credentials, *, phase: Phase = Phase.PLANNED)
         if spec.options.fence_passive:
             for role in ("source slave", "target slave"):
                 if role in conns:
-                    _check_passive_gate(conns[role], roles[role], res)
+                    _check_gate(conns[role], roles[role], res)
         _check_target_empty(conns, spec, res, phase)
         if "target master" in conns:
             _check_local_infile(conns["target master"], spec.target_master, res)
@@ -224,21 +225,22 @@ def _check_source_master(zk: ZK, spec: Spec, res: PreflightResult) -> None:
         res.add("not frozen", False, f"shards {_list(frozen)} are frozen for a cutover; wait for it to finish")
 
 
-def _check_passive_gate(conn: pymysql.connections.Connection, name: str, res: PreflightResult) -> None:
-    """The passive member can be closed by the cutover's trigger gate (see migrator.engine.cutover.passive_gate)."""
+def _check_gate(conn: pymysql.connections.Connection, name: str, res: PreflightResult, *,
+                label: str = "passive gate") -> None:
+    """The host can be closed by the cutover's trigger gate (see migrator.engine.cutover.passive_gate)."""
     v = inspector.global_variables(conn, ["log_bin_trust_function_creators", "slave_run_triggers_for_rbr"])
     ok = True
     if str(v.get("log_bin_trust_function_creators", "")).upper() != "ON":
         ok = False
-        res.add("passive gate", False, f"log_bin_trust_function_creators is OFF on {name}: the cutover closes the "
-                "passive member with triggers, which then need SUPER; with ROW binlogs it is safe to set it ON "
-                "(my.cnf and SET GLOBAL)")
+        res.add(label, False, f"log_bin_trust_function_creators is OFF on {name}: the cutover closes "
+                "the moving tables there with triggers, which then need SUPER; with ROW binlogs it is safe to set "
+                "it ON (my.cnf and SET GLOBAL)")
     if str(v.get("slave_run_triggers_for_rbr", "NO")).upper() != "NO":
         ok = False
-        res.add("passive gate", False, f"slave_run_triggers_for_rbr is {v.get('slave_run_triggers_for_rbr')} on "
-                f"{name}: the passive member's gate would stop its replication; set it to NO")
+        res.add(label, False, f"slave_run_triggers_for_rbr is {v.get('slave_run_triggers_for_rbr')} on "
+                f"{name}: the cutover's write gate would stop its replication; set it to NO")
     if ok:
-        res.add("passive gate", True, f"{name} can be closed to clients during the freeze")
+        res.add(label, True, f"{name} can be closed to clients during the freeze")
 
 
 def _check_binlog(src: pymysql.connections.Connection, spec: Spec, res: PreflightResult) -> None:
@@ -283,9 +285,17 @@ def _check_keys(src: pymysql.connections.Connection, spec: Spec, res: PreflightR
     if not bad:
         res.add("primary keys", True, f"all {len(tables)} moving tables have a key")
     # what the cutover would refuse, refused now, before any copy
-    if len(tables) > FENCE_MAX_TABLES:
-        res.add("fence", False, f"{len(tables)} moving tables: the cutover fences at most {FENCE_MAX_TABLES} tables "
-                "(one fence connection each); move fewer shards per migration (`migrator move` with a shard range)")
+    try:
+        mode = fence_mode(spec.options.fence, len(tables))
+    except FenceError as exc:
+        res.add("fence", False, exc.message)
+        return
+    if mode == "rename":
+        res.add("fence", True, f"{len(tables)} moving tables: fenced by LOCK TABLES and one queued RENAME each")
+        return
+    res.add("fence", True, f"{len(tables)} moving tables (more than the {FENCE_MAX_TABLES} of a rename fence): "
+            "fenced by a write gate of triggers, renamed to the tombstones after the flip")
+    _check_gate(src, spec.source_master, res, label="master gate")
 
 
 def _check_retention(zk: ZK, src: pymysql.connections.Connection, spec: Spec, creds: Credentials,

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -260,10 +261,12 @@ class Tailer:
         if self.on_checkpoint is not None:
             self.on_checkpoint(self.applied)
 
-    def apply_until(self, until: GtidPos | None, *, timeout_s: float | None = None) -> TailStats:
+    def apply_until(self, until: GtidPos | None, *, timeout_s: float | None = None,
+                    stop: threading.Event | None = None) -> TailStats:
         """Apply every kept transaction up to and including ``until`` (None: until the timeout),
         checkpointing after each committed round. Returns once ``until`` is committed and
-        checkpointed, or at the timeout (``reached`` False)."""
+        checkpointed, or at the timeout or once ``stop`` is set (``reached`` False), with
+        everything read so far committed."""
         self._open()
         t0 = time.monotonic()
         deadline = None if timeout_s is None else t0 + timeout_s
@@ -271,7 +274,7 @@ class Tailer:
         stats = TailStats(start=self._applied_text, end="", reached=False)
         rounds = _Rounds()
         try:
-            self._loop(want, deadline, rounds, stats)
+            self._loop(want, deadline, rounds, stats, stop)
             self._settle(rounds, stats)
         except BaseException:
             try:
@@ -286,9 +289,11 @@ class Tailer:
         return stats
 
     def _loop(self, want: dict[int, rd.Gtid] | None, deadline: float | None, rounds: _Rounds,
-              stats: TailStats) -> None:
+              stats: TailStats, stop: threading.Event | None = None) -> None:
         lanes = self.lanes
         while True:
+            if stop is not None and stop.is_set():
+                return
             if want is not None:
                 if rd.contains(rd.parse_pos(self._applied_text), want):
                     return

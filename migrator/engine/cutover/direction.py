@@ -40,7 +40,7 @@ class Direction:
     from_master: str
     to_master: str
     to_slave: str
-    #: the source's pair partner, closed by a :class:`PassiveGate` (None: not fenced)
+    #: the source's pair partner, closed by a :class:`TriggerGate` (None: not fenced)
     passive: Host | None = None
     verify_node: str = VERIFY_NODE
     target_db_of: Callable[[str], str] = lambda db: db

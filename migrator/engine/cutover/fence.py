@@ -76,8 +76,18 @@ class Move:
     tomb_db: str
 
 
-#: one connection per moving table is held during a freeze; a bigger move is split
+#: one connection per moving table is held during a freeze; a bigger move is fenced by a gate
 MAX_TABLES = 200
+
+
+def fence_mode(option: str, tables: int) -> str:
+    """``rename`` or ``gate`` for a move of ``tables`` tables, given the migration option ``fence``."""
+    if option == "auto":
+        return "rename" if tables <= MAX_TABLES else "gate"
+    if option == "rename" and tables > MAX_TABLES:
+        raise FenceError(f"{tables} tables would need {tables} fence connections (at most {MAX_TABLES}) with "
+                         "the option fence=rename; use fence=auto or fence=gate", phase="cutover")
+    return option
 
 
 class Fence:

@@ -20,7 +20,7 @@ every client statement fires them. So, before the freeze, each moving table on
 the passive member gets ``BEFORE INSERT/UPDATE/DELETE`` triggers that read an
 empty *gate table* ``_migrator_gates.moving_<suffix>``. Inside the freeze:
 
-1. :meth:`PassiveGate.close`: ``DROP TABLE`` the gate. The DROP waits (metadata
+1. :meth:`TriggerGate.close`: ``DROP TABLE`` the gate. The DROP waits (metadata
    lock) for every open transaction that passed the gate; writers arriving
    after it queue behind the DROP and then fail with 1146 ``Table
    '_migrator_gates.moving_<suffix>' doesn't exist``, the same clean "this
@@ -30,11 +30,20 @@ empty *gate table* ``_migrator_gates.moving_<suffix>``. Inside the freeze:
    out): the passive side's last writes are now in the master's binlog, ahead
    of the master's fence, so the drain carries them to the target.
 3. (The master's fence, drain, compare and flip follow.)
-4. :meth:`PassiveGate.finish`, after the flip: wait until the passive member
+4. :meth:`TriggerGate.finish`, after the flip: wait until the passive member
    has applied the master up to the fence position, then rename its moving
    tables to the tombstones with the master's own protocol (``LOCK TABLES``,
    one queued RENAME per table) and drop the triggers under that lock (MariaDB
    refuses to move a table with triggers to another schema, error 1435).
+
+The same gate fences the *active* master of a move too large for the rename
+fence (more than :data:`~migrator.engine.cutover.fence.MAX_TABLES` tables,
+migration option ``fence=auto``, or ``fence=gate``): one ``DROP TABLE`` closes
+any number of tables, and the renames to the tombstones happen after the flip,
+outside the freeze, while the gate keeps every client write out. What the gate
+does not stop, and the rename fence does: statements that fire no trigger
+(``TRUNCATE TABLE``, DDL) and reads, which a stale client can still make on
+the old master until :meth:`TriggerGate.finish` has renamed its table.
 
 Every statement here runs with ``sql_log_bin=0``: the gate, the triggers and
 the renames stay on the member they were made on. The master renames its own
@@ -42,8 +51,8 @@ tables unlogged too (see :mod:`migrator.engine.cutover.fence`), so neither side 
 other's tombstone renames: each member renames its tables after it has applied
 every row of the other.
 
-:meth:`PassiveGate.reopen` undoes a close (the cutover stopped before the
-flip); :meth:`PassiveGate.remove` drops the triggers and the gate.
+:meth:`TriggerGate.reopen` undoes a close (the cutover stopped before the
+flip); :meth:`TriggerGate.remove` drops the triggers and the gate.
 
 Needs ``TRIGGER`` (the triggers) and ``BINLOG ADMIN`` (``sql_log_bin``) on the
 passive member, and ``log_bin_trust_function_creators=ON`` there (MariaDB
@@ -60,7 +69,7 @@ from collections.abc import Sequence
 
 import pymysql
 
-from migrator.engine.cutover.fence import ER_NO_SUCH_THREAD, Fence, Move
+from migrator.engine.cutover.fence import ER_NO_SUCH_THREAD, MAX_TABLES, Fence, Move
 from migrator.errors import MigratorError
 from migrator.fleet.config import Credentials
 from migrator.fleet.gtid import GtidPos
@@ -74,7 +83,7 @@ TRIGGER_PREFIX = "_mgate_"
 EVENTS = (("INSERT", "i"), ("UPDATE", "u"), ("DELETE", "d"))
 
 
-class PassiveGateError(MigratorError):
+class GateError(MigratorError):
     component = "passive_gate"
 
 
@@ -119,13 +128,13 @@ def replication_problem(conn: pymysql.connections.Connection, name: str, peer: s
     return None
 
 
-class PassiveGate:
-    """Triggers and a gate table that close the moving tables on a passive member to clients only."""
+class TriggerGate:
+    """Triggers and a gate table that close the moving tables of one member to clients only (not to replication)."""
 
     def __init__(self, host: Host, credentials: Credentials, tables: Sequence[tuple[str, str]], suffix: str,
                  tomb_db_of: dict[str, str]):
         if not tables:
-            raise PassiveGateError("nothing to gate: no moving tables", phase="cutover")
+            raise GateError("nothing to gate: no moving tables", phase="cutover")
         self.host = host
         self.credentials = credentials
         self.tables = list(tables)
@@ -141,7 +150,7 @@ class PassiveGate:
         self._state = threading.Lock()
 
     # -- connection ----------------------------------------------------------------
-    def open(self) -> PassiveGate:
+    def open(self) -> TriggerGate:
         self.conn = mysql_connect(self.host, self.credentials, read_timeout=600)
         self.conn_id = int(scalar(self.conn, "SELECT CONNECTION_ID()"))
         with self.conn.cursor() as cur:
@@ -164,23 +173,23 @@ class PassiveGate:
 
     # -- before the freeze -------------------------------------------------------------
     def check(self) -> None:
-        """Refuse what would make the gate unsafe; raises :class:`PassiveGateError`."""
+        """Refuse what would make the gate unsafe; raises :class:`GateError`."""
         assert self.conn is not None
         trust = int(scalar(self.conn, "SELECT @@log_bin_trust_function_creators"))
         if not trust:
-            raise PassiveGateError(
-                f"{self.host.name} has log_bin_trust_function_creators=OFF: the passive-side gate needs triggers, "
+            raise GateError(
+                f"{self.host.name} has log_bin_trust_function_creators=OFF: the cutover's write gate needs triggers, "
                 "which then need SUPER; with ROW binlogs it is safe to SET GLOBAL log_bin_trust_function_creators=ON "
                 "there (and in its config)", phase="cutover")
         rbr = str(scalar(self.conn, "SELECT @@slave_run_triggers_for_rbr")).upper()
         if rbr != "NO":
-            raise PassiveGateError(
+            raise GateError(
                 f"{self.host.name} runs triggers for replicated row events (slave_run_triggers_for_rbr={rbr}): "
-                "the passive-side gate would stop its replication; SET GLOBAL slave_run_triggers_for_rbr=NO there",
+                "the cutover's write gate would stop its replication; SET GLOBAL slave_run_triggers_for_rbr=NO there",
                 phase="cutover")
         problem = replication_problem(self.conn, self.host.name, self.host.partner)
         if problem:
-            raise PassiveGateError(f"{problem}: the passive side's writes could not be followed; repair the pair, "
+            raise GateError(f"{problem}: the passive side's writes could not be followed; repair the pair, "
                                    "or set the migration option fence_passive=false if that host is down for good",
                                    phase="cutover")
 
@@ -211,6 +220,10 @@ class PassiveGate:
                      (*dbs, f"{TRIGGER_PREFIX}{self.suffix}\\_%"))
         return {(r[0], r[1]) for r in rows}
 
+    def installed(self) -> bool:
+        """Any of this gate's triggers, or its gate table, on the member."""
+        return bool(self._existing_triggers()) or self.gate_exists()
+
     def gate_exists(self) -> bool:
         assert self.conn is not None
         return bool(scalar(self.conn, "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s "
@@ -224,7 +237,7 @@ class PassiveGate:
         """
         with self._state:
             if self.aborted:
-                raise PassiveGateError(f"the gate on {self.host.name} was reopened; not closing it", phase="cutover")
+                raise GateError(f"the gate on {self.host.name} was reopened; not closing it", phase="cutover")
             self._closing = True
         try:
             with self._cur() as cur:
@@ -234,9 +247,9 @@ class PassiveGate:
                 row = cur.fetchone()
         except pymysql.err.MySQLError as exc:
             if self.aborted:
-                raise PassiveGateError(f"the gate on {self.host.name} was reopened while closing",
+                raise GateError(f"the gate on {self.host.name} was reopened while closing",
                                        phase="cutover") from None
-            raise PassiveGateError(f"could not close the gate on {self.host.name} within {timeout:.1f}s "
+            raise GateError(f"could not close the gate on {self.host.name} within {timeout:.1f}s "
                                    f"({exc.args[-1]}): a long transaction holds a moving table there; retry "
                                    "the cutover when it is gone", phase="cutover") from None
         finally:
@@ -261,7 +274,7 @@ class PassiveGate:
                     cur.execute(f"{TAG}KILL CONNECTION {int(self.conn_id)}")
                 except pymysql.err.MySQLError as exc:
                     if not exc.args or exc.args[0] != ER_NO_SUCH_THREAD:  # else it ended meanwhile
-                        raise PassiveGateError(
+                        raise GateError(
                             f"could not kill the closing gate connection on {self.host.name} (thread "
                             f"{self.conn_id}): {exc.args[-1]}; kill it by hand, then retry", phase="cutover") from None
                 self.conn = None
@@ -270,38 +283,47 @@ class PassiveGate:
                         "(open TINYINT NOT NULL) ENGINE=InnoDB")
 
     # -- after the flip -----------------------------------------------------------------
-    def finish(self, fence_pos: GtidPos | str, timeout: float = 60.0) -> None:
-        """Rename the member's moving tables to the tombstones, once it has every row of the master.
+    def finish(self, fence_pos: GtidPos | str, timeout: float = 60.0, *, log_renames: bool = False) -> None:
+        """Rename the member's moving tables to the tombstones, once it has every row of its peer.
 
         The gate stays closed throughout: the triggers are dropped under the
-        rename fence's lock, so no client write gets in between.
+        rename fence's lock, so no client write gets in between. At most
+        :data:`~migrator.engine.cutover.fence.MAX_TABLES` tables at a time (one
+        connection each); the rest stay closed by the gate meanwhile.
+        ``log_renames``: binlog the renames (the master of a pair whose partner is not gated).
         """
         if self.conn is None:
             self.open()
         deadline = time.monotonic() + timeout
         if not wait_applied(self.conn, fence_pos, timeout):  # type: ignore[arg-type]
-            raise PassiveGateError(
-                f"{self.host.name} did not apply its master up to the fence position {fence_pos} within "
+            raise GateError(
+                f"{self.host.name} did not apply its peer up to the fence position {fence_pos} within "
                 f"{timeout:.0f}s; its moving tables stay closed (gate dropped); run `migrator cutover ID` again "
                 "to finish", phase="cutover")
         live = self._live_tables()
         todo = [(db, t) for db, t in self.tables if (db, t) in live]
-        if not todo:
-            self.drop_triggers_of_renamed()
-            return
-        with self._cur() as cur:
-            for tomb in sorted({self.tomb_db_of[db] for db, _ in todo}):
-                cur.execute(f"{TAG}CREATE DATABASE IF NOT EXISTS {ident(tomb)}")
-        moves = [Move(db, t, self.tomb_db_of[db]) for db, t in todo]
-        triggers = self._existing_triggers()
-        fence = Fence(self.host, self.credentials, moves, log_lock=False, log_renames=False,
-                      lock_wait_timeout=max(1.0, deadline - time.monotonic())).open()
+        if todo:
+            with self._cur() as cur:
+                for tomb in sorted({self.tomb_db_of[db] for db, _ in todo}):
+                    cur.execute(f"{TAG}CREATE DATABASE IF NOT EXISTS {ident(tomb)}")
+        for k in range(0, len(todo), MAX_TABLES):
+            left = max(1.0, deadline - time.monotonic())
+            self._rename_batch(todo[k:k + MAX_TABLES], left, log_renames)
+        self.drop_triggers_of_renamed()
+
+    def _rename_batch(self, tables: list[tuple[str, str]], timeout: float, log_renames: bool) -> None:
+        deadline = time.monotonic() + timeout
+        moves = [Move(db, t, self.tomb_db_of[db]) for db, t in tables]
+        fence = Fence(self.host, self.credentials, moves, log_lock=False, log_renames=log_renames,
+                      lock_wait_timeout=timeout).open()
         try:
             fence.lock()
             assert fence.a is not None
             with fence.a.cursor() as cur:
-                for db, name in sorted(triggers):
-                    cur.execute(f"{TAG}DROP TRIGGER IF EXISTS {qualified(db, name)}")
+                for db, t in tables:
+                    for _, letter in EVENTS:
+                        name = trigger_name(self.suffix, t, letter)
+                        cur.execute(f"{TAG}DROP TRIGGER IF EXISTS {qualified(db, name)}")
             fence.queue_rename(timeout=max(1.0, deadline - time.monotonic()))
             fence.release(timeout=max(1.0, deadline - time.monotonic()))
         except BaseException:

@@ -28,7 +28,7 @@ from migrator.engine.cutover.lease import (
     settle_lock,
 )
 from migrator.engine.cutover.maps import reread_map, unfreeze_ranges
-from migrator.engine.cutover.passive_gate import PassiveGate
+from migrator.engine.cutover.passive_gate import TriggerGate
 from migrator.engine.migration import MigrationNotFound, MigrationStore, Phase, Spec
 from migrator.engine.names import SENTINEL_TABLE, tomb_db, tomb_suffix
 from migrator.engine.plan import release_maintenance_pause
@@ -100,9 +100,10 @@ def _reconcile(config: Config, creds: Credentials, zk: ZK, migration_id: str) ->
     source = reg.get(spec.source_master)
     passive = passive_of(reg, spec.source_master, spec.source_slave, spec)
     landed = all(smap.master_of(s) == spec.target_master for s in spec.shards)
+    _settle_source_gate(source, creds, spec, landed=landed, logged=passive is None)
     moving = _settle_source(source, creds, spec, landed=landed, logged=passive is None)
     if passive is not None and moving:
-        gate = PassiveGate(passive, creds, moving, tomb_suffix(migration_id),
+        gate = TriggerGate(passive, creds, moving, tomb_suffix(migration_id),
                            {db: tomb_db(migration_id, db) for db in spec.databases}).open()
         try:
             if landed:
@@ -129,6 +130,45 @@ def _reconcile(config: Config, creds: Credentials, zk: ZK, migration_id: str) ->
     store.set_phase(migration_id, Phase.CONVERGED,
                     error="cutover was interrupted before the flip; undone by reconcile")
     return Phase.CONVERGED
+
+
+def _settle_source_gate(source: Host, creds: Credentials, spec: Spec, *, landed: bool, logged: bool) -> None:
+    """A move fenced by a write gate on the source master (``fence=gate``): finish it or open it again.
+
+    Landed: close the gate if it is still open, then rename the tables to the
+    tombstones and drop the triggers (:meth:`TriggerGate.finish`). Not landed:
+    reopen the gate and drop the triggers. Nothing to do for a rename fence.
+    """
+    with mysql_connect(source, creds) as conn:
+        tables = _moving_tables(conn, spec)
+    if not tables:
+        return
+    gate = TriggerGate(source, creds, tables, tomb_suffix(spec.id),
+                       {db: tomb_db(spec.id, db) for db in spec.databases}).open()
+    try:
+        if not gate.installed():
+            return
+        if landed:
+            if gate.gate_exists():
+                gate.close(timeout=30)
+            with mysql_connect(source, creds) as conn:
+                head = binlog_pos(conn)
+            gate.finish(head, timeout=60 + 0.05 * len(tables), log_renames=logged)
+        else:
+            gate.reopen()
+            gate.remove()
+    finally:
+        gate.close_connection()
+
+
+def _moving_tables(conn: object, spec: Spec) -> list[tuple[str, str]]:
+    """The moving (db, table) pairs, whether live or already in the tombstones."""
+    out: list[tuple[str, str]] = []
+    for db in spec.databases:
+        names = {r[0] for r in query(conn, "SELECT TABLE_NAME FROM information_schema.TABLES "  # type: ignore[arg-type]
+                                           "WHERE TABLE_SCHEMA IN (%s, %s)", (db, tomb_db(spec.id, db)))}
+        out += [(db, t) for t in (list(spec.tables) or sorted(names - {SENTINEL_TABLE}))]
+    return out
 
 
 def _settle_source(source: Host, creds: Credentials, spec: Spec, *, landed: bool,

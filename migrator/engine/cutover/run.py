@@ -26,11 +26,11 @@ from migrator.engine.cutover.errors import (
     FlipUnknown,
     FreezeBudgetExceeded,
 )
-from migrator.engine.cutover.fence import Fence, Move
+from migrator.engine.cutover.fence import Fence, Move, fence_mode
 from migrator.engine.cutover.hooks import CutoverHooks, CutoverResult
 from migrator.engine.cutover.lease import CutoverLease
 from migrator.engine.cutover.maps import reread_map, unfreeze_ranges
-from migrator.engine.cutover.passive_gate import PassiveGate, wait_applied
+from migrator.engine.cutover.passive_gate import TriggerGate, wait_applied
 from migrator.engine.cutover.sentinel import ensure_sentinel, has_sentinel
 from migrator.engine.cutover.watchdog import Watchdog
 from migrator.engine.migration import MigrationStore, Spec
@@ -84,7 +84,12 @@ class CutoverRun:
         self.ranges = spec.ranges()
         self.tables: list[TableInfo] = []
         self.fence: Fence | None = None
-        self.passive_gate: PassiveGate | None = None
+        #: "rename" (:class:`Fence`) or "gate" (:attr:`active_gate`), see :func:`fence_mode`
+        self.fence_mode = "rename"
+        self.active_gate: TriggerGate | None = None
+        #: the connection on the source that writes the sentinel rows and reads under the fence
+        self.writer: pymysql.connections.Connection | None = None
+        self.passive_gate: TriggerGate | None = None
         self.target_conn: pymysql.connections.Connection | None = None
         self.frozen_epoch: int | None = None
         self.frozen_map: ShardMap | None = None
@@ -164,13 +169,24 @@ class CutoverRun:
         moves = [Move(t.db, t.table, self.tomb(t.db)) for t in self.tables]
         sentinels = [(db, SENTINEL_TABLE) for db in spec.databases]
         if self.direction.passive is not None:
-            self.passive_gate = PassiveGate(self.direction.passive, self.creds, [(t.db, t.table) for t in self.tables],
+            self.passive_gate = TriggerGate(self.direction.passive, self.creds, [(t.db, t.table) for t in self.tables],
                                             tomb_suffix(spec.id), {db: self.tomb(db) for db in spec.databases}).open()
             self.passive_gate.install()
+        self.fence_mode = fence_mode(spec.options.fence, len(self.tables))
+        if self.fence_mode == "gate":
+            # one DROP TABLE closes every moving table; the renames come after the flip
+            self.active_gate = TriggerGate(self.source, self.creds, [(t.db, t.table) for t in self.tables],
+                                           tomb_suffix(spec.id), {db: self.tomb(db) for db in spec.databases}).open()
+            self.active_gate.install()
+            self.writer = mysql_connect(self.source, self.creds, read_timeout=600)
+            with self.writer.cursor() as cur:
+                cur.execute(f"{TAG}SET SESSION time_zone = '+00:00'")
+            return
         # with a gated passive member each side renames its own tables (unlogged); else the partner follows
         self.fence = Fence(self.source, self.creds, moves, sentinels,
                            lock_wait_timeout=max(1.0, spec.options.freeze_budget_ms / 1000),
                            log_renames=self.passive_gate is None).open()
+        self.writer = self.fence.a
 
     def _check_partition_owns_shard(self, src: pymysql.connections.Connection) -> None:
         if len(self.spec.shards) != 1 or not self.spec.tables:
@@ -226,8 +242,11 @@ class CutoverRun:
                     keys = {t.name: got.get((t.db, t.table), set()) for t in self.tables}
                 else:
                     keys = changed_keys(self.source, self.creds, self.tables, since, reached, timeout=120)
-                # the next window starts exactly here (the tail applies only inside drain_to)
+                # the next window starts exactly here; from here the tail follows the source in the
+                # background (through the re-check and up to the fence), collecting the window's keys
                 self.collecting = bool(collect and collect(want))
+                if self.collecting:
+                    self.drainer.follow()  # type: ignore[attr-defined]
                 for t in self.tables:
                     check_rows(Side(src), dst, t, keys[t.name], repair=True)
                 since = reached
@@ -255,24 +274,35 @@ class CutoverRun:
         """
         if self.tracker is not None:
             self.tracker.stop()
+        problems: list[str] = []
+        stop_following = getattr(self.drainer, "stop_following", None)
+        if stop_following is not None:
+            try:
+                stop_following()  # the drainer is its owner's again, idle
+            except Exception as exc:  # noqa: BLE001 - reported below, never instead of the cause
+                problems.append(f"the background tail of the cutover failed ({type(exc).__name__}: {exc})")
         if self.fence is not None:
             self.fence.close()
-        problem = None
-        if self.passive_gate is not None:
+        for gate in (self.active_gate, self.passive_gate):
+            if gate is None:
+                continue
             if self.flipped_epoch is None:
                 # never flipped (or undone): the passive member goes back to how it was
                 try:
-                    self.passive_gate.reopen()
-                    self.passive_gate.remove()
+                    gate.reopen()
+                    gate.remove()
                 except Exception as exc:  # noqa: BLE001 - reported below, never instead of the cause
-                    problem = (f"could not reopen the passive gate on {self.passive_gate.host.name} "
-                               f"({type(exc).__name__}: {exc}): its clients may still be refused on the moving "
-                               f"tables; drop its triggers {self.passive_gate.suffix!r} (`_mgate_*`) and the table "
-                               f"`_migrator_gates`.`{self.passive_gate.gate}` there, or retry the cutover")
-            self.passive_gate.close_connection()
+                    problems.append(f"could not reopen the write gate on {gate.host.name} "
+                                    f"({type(exc).__name__}: {exc}): its clients may still be refused on the moving "
+                                    f"tables; drop its triggers {gate.suffix!r} (`_mgate_*`) and the table "
+                                    f"`_migrator_gates`.`{gate.gate}` there, or retry the cutover")
+            gate.close_connection()
+        if self.writer is not None and self.fence is None:
+            self.writer.close()
         if self.target_conn is not None:
             self.target_conn.close()
-        if problem is not None:
+        if problems:
+            problem = "; also ".join(problems)
             if isinstance(failure, MigratorError):
                 failure.message = f"{failure.message}; also {problem}"
             elif failure is not None:
@@ -325,15 +355,16 @@ class CutoverRun:
                     self.fence.abort()
             finally:
                 try:
-                    if self.passive_gate is not None:
-                        self.passive_gate.reopen()
+                    for gate in (self.active_gate, self.passive_gate):
+                        if gate is not None:
+                            gate.reopen()
                 finally:
                     if self.frozen_epoch is not None:
                         self.unfreeze()
 
     # -- the freeze ----------------------------------------------------------------------------
     def run(self, hooks: CutoverHooks) -> CutoverResult:
-        assert self.fence is not None and self.target_conn is not None
+        assert self.writer is not None and self.target_conn is not None
         self.hooks = hooks
         node, _ = self.store.get_progress(self.spec.id, self.direction.verify_node)
         verified = (node or {}).get("verified_gtid") or ""
@@ -357,33 +388,35 @@ class CutoverRun:
                 # the passive member's clients stop; its last writes reach the master's binlog before the fence
                 passive_pos = self.passive_gate.close(self.remaining_s())
                 t = self._step("passive_close", t)
-                assert self.fence.c is not None
-                if not wait_applied(self.fence.c, passive_pos, self.remaining_s()):
+                ctl = self.fence.c if self.fence is not None else self.writer
+                assert ctl is not None
+                if not wait_applied(ctl, passive_pos, self.remaining_s()):
                     raise CutoverAborted(f"{self.source.name} did not apply the last writes of "
                                          f"{self.passive_gate.host.name} ({passive_pos}) within the freeze budget: "
                                          "its replication lags; retry when it has caught up", phase="cutover")
                 t = self._step("passive_sync", t)
-            self.fence.lock()
-            self.fence.queue_rename(timeout=self.remaining_s())
+            if self.fence is not None:
+                self.fence.lock()
+                self.fence.queue_rename(timeout=self.remaining_s())
+            else:
+                assert self.active_gate is not None
+                self.active_gate.close(self.remaining_s())
             t = self._step("fence", t)
             if hooks.after_fence:
                 hooks.after_fence(self)
-            token = self.token = uuid.uuid4().hex
-            a = self.fence.a
-            assert a is not None
-            with a.cursor() as cur:
-                for db in self.spec.databases:
-                    cur.execute(f"{TAG}INSERT INTO {qualified(db, SENTINEL_TABLE)} (token, migration_id) "
-                                "VALUES (%s, %s)", (token, self.spec.id))
-            self.fence_gtid = binlog_pos(a)
+            self._write_sentinels()
             t = self._step("sentinel", t)
+            stop_following = getattr(self.drainer, "stop_following", None)
+            if stop_following is not None:
+                t_stop = time.monotonic()
+                stop_following()  # the background tail's last round committed: the drain is what is left
+                self.steps["drain_follow_stop"] = round((time.monotonic() - t_stop) * 1000, 2)
             self.drainer.drain_to(self.fence_gtid, self.remaining_s())
-            tdb = self.direction.target_db_of
-            for db in self.spec.databases:
-                if not scalar(self.target_conn, f"{TAG}SELECT COUNT(*) FROM {qualified(tdb(db), SENTINEL_TABLE)} "
-                                                "WHERE token = %s", (token,)):
-                    raise CutoverAborted(f"the sentinel row did not reach {db} on {self.target.name} after draining "
-                                         f"to {self.fence_gtid}: catch-up is not applying; check it", phase="cutover")
+            missing = self._sentinels_missing()
+            if missing:
+                raise CutoverAborted(f"the sentinel row did not reach {missing[0]} on {self.target.name} after "
+                                     f"draining to {self.fence_gtid}: catch-up is not applying; check it",
+                                     phase="cutover")
             self.target_pos = binlog_pos(self.target_conn)  # where a reverse tail would start
             t = self._step("drain", t)
             self._t_compare = time.monotonic()
@@ -393,26 +426,35 @@ class CutoverRun:
                 hooks.before_flip(self)
             if not self.watchdog.claim():
                 raise FreezeBudgetExceeded(self._overrun_msg(), phase="cutover")
-            if not self.fence.rename_waiting():
+            if self.fence is not None and not self.fence.rename_waiting():
                 raise CutoverAborted("the tombstone RENAME is no longer queued; not flipping", phase="cutover")
+            if self.active_gate is not None and self.active_gate.aborted:
+                raise CutoverAborted("the write gate was reopened; not flipping", phase="cutover")
             if self.direction.pre_flip is not None:
                 self._pre_flipped = True
                 self.direction.pre_flip(self)
             flipped = self._flip()
             t = self._step("flip_cas", t)
-            self.fence.release()
+            if self.fence is not None:
+                self.fence.release()
+            # with the gate, nothing to release: its triggers refuse stale writers until finish renames
             t_end = self._step("release", t)
             self.t_released = t_end
             freeze_ms = (t_end - self.t_freeze) * 1000
+            # outside the freeze: each gated member stays closed by its gate meanwhile
+            finish_s = 60 + 0.05 * len(self.tables)
+            if self.active_gate is not None:
+                self.active_gate.finish(self.fence_gtid, timeout=finish_s, log_renames=self.passive_gate is None)
+                t_end = self._step("active_finish", t_end)
             if self.passive_gate is not None:
-                # outside the freeze: the passive member stays closed by its gate meanwhile
-                self.passive_gate.finish(self.fence_gtid, timeout=60)
+                self.passive_gate.finish(self.fence_gtid, timeout=finish_s)
                 self._step("passive_finish", t_end)
         except FlipUnknown:
-            # Neither undo nor claim success: let the RENAME run. If the flip
-            # landed this is the finish; if not, writers get 1146 until
-            # reconcile() renames the tables back. Never a split brain.
-            self.fence.release()
+            # Neither undo nor claim success: let the RENAME run (or keep the gate closed). If
+            # the flip landed this is the finish; if not, writers get 1146 until reconcile()
+            # renames the tables back (reopens the gate). Never a split brain.
+            if self.fence is not None:
+                self.fence.release()
             raise
         except BaseException as exc:
             if not flipped:
@@ -433,14 +475,45 @@ class CutoverRun:
                              self.target_pos, self.rows_checked, self.rows_repaired, dict(self.steps),
                              self.keys_from)
 
+    def _write_sentinels(self) -> None:
+        """A unique row in each moving db's sentinel table; ``fence_gtid`` is the position after them.
+
+        Under the rename fence each row commits alone (a transaction would end
+        LOCK TABLES); under the gate they commit as one transaction.
+        """
+        token = self.token = uuid.uuid4().hex
+        w = self.writer
+        assert w is not None
+        with w.cursor() as cur:
+            if self.fence is None:
+                cur.execute(f"{TAG}START TRANSACTION")
+            for db in self.spec.databases:
+                cur.execute(f"{TAG}INSERT INTO {qualified(db, SENTINEL_TABLE)} (token, migration_id) "
+                            "VALUES (%s, %s)", (token, self.spec.id))
+            if self.fence is None:
+                cur.execute(f"{TAG}COMMIT")
+        self.fence_gtid = binlog_pos(w)
+
+    def _sentinels_missing(self, per_query: int = 200) -> list[str]:
+        """The moving dbs whose sentinel row is not on the target (a few queries, not one per db)."""
+        assert self.target_conn is not None
+        tdb = self.direction.target_db_of
+        dbs = list(self.spec.databases)
+        have: set[int] = set()
+        for k in range(0, len(dbs), per_query):
+            sql = " UNION ALL ".join(f"SELECT {i} FROM {qualified(tdb(dbs[i]), SENTINEL_TABLE)} WHERE token = "
+                                     f"{string_literal(self.token)}" for i in range(k, min(len(dbs), k + per_query)))
+            have.update(int(r[0]) for r in query(self.target_conn, f"{TAG}{sql}"))
+        return [db for i, db in enumerate(dbs) if i not in have]
+
     def _overrun_msg(self) -> str:
         extra = f" (undo failed: {self.watchdog.error})" if self.watchdog and self.watchdog.error else ""
         return (f"the freeze overran its budget of {self.spec.options.freeze_budget_ms} ms and was undone{extra}; "
                 "the source still serves. Let catch-up converge further (or raise freeze_budget_ms) and retry")
 
     def _compare_in_freeze(self, verified: str, suspect: list[dict[str, Any]]) -> None:
-        assert self.fence is not None and self.fence.a is not None and self.target_conn is not None
-        src, dst = Side(self.fence.a), Side(self.target_conn, self.direction.target_db_of)
+        assert self.writer is not None and self.target_conn is not None
+        src, dst = Side(self.writer), Side(self.target_conn, self.direction.target_db_of)
         keys = None
         if self.collecting and self.verified_from == verified:
             got = self.drainer.collected()  # type: ignore[attr-defined]

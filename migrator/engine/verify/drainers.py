@@ -9,6 +9,7 @@ tails the binlog itself (:class:`CatchUpDrainer`).
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any, Protocol
 
@@ -71,21 +72,82 @@ class CheckpointWaiter:
 
 class TailDrainer(KeyCollector):
     """A :class:`Drainer` that owns a catch-up :class:`~migrator.engine.catch_up.tailer.Tailer`:
-    :meth:`open` makes it on first use, and it stays open until :meth:`close`."""
+    :meth:`open` makes it on first use, and it stays open until :meth:`close`.
+
+    Between drains the tail can keep applying in the background (:meth:`follow`):
+    the cutover follows the source from its last re-check round until its
+    fence, so the drain under the fence is only what came in during the last
+    few milliseconds, not everything written since the last drain. The tailer
+    is used by one thread at a time: :meth:`drain_to`, :meth:`collect`,
+    :meth:`collected` and :meth:`close` stop the follower first.
+    """
 
     _tailer: Any = None
+    _follower: _Follower | None = None
 
     def open(self) -> TailDrainer:
         raise NotImplementedError
 
+    def follow(self) -> bool:
+        """Keep applying the source's binlog in a background thread until the next drain."""
+        if self._tailer is None:
+            return False
+        if self._follower is None:
+            self._follower = _Follower(self._tailer)
+        return True
+
+    def stop_following(self) -> None:
+        """Stop the background tail (its last round committed); raise what it failed with."""
+        follower, self._follower = self._follower, None
+        if follower is not None:
+            follower.stop()
+
     def drain_to(self, gtid: str, timeout: float) -> None:
+        self.stop_following()
         self.open()
         self._tailer.drain_to(gtid, timeout)
 
+    def collect(self, keys: dict[tuple[str, str], tuple[str, ...]]) -> bool:
+        self.stop_following()
+        return super().collect(keys)
+
+    def collected(self) -> dict[tuple[str, str], set[Any]]:
+        self.stop_following()
+        return super().collected()
+
     def close(self) -> None:
-        if self._tailer is not None:
-            self._tailer.close()
-            self._tailer = None
+        try:
+            self.stop_following()
+        finally:
+            if self._tailer is not None:
+                self._tailer.close()
+                self._tailer = None
+
+
+class _Follower:
+    """A thread applying a tailer's binlog until :meth:`stop` (errors kept for :meth:`stop`)."""
+
+    SLICE_S = 5.0
+
+    def __init__(self, tailer: Any):
+        self.tailer = tailer
+        self.error: BaseException | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="drainer-follow", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                self.tailer.apply_until(None, timeout_s=self.SLICE_S, stop=self._stop)
+        except BaseException as exc:  # noqa: BLE001 - raised in the drainer's thread by stop()
+            self.error = exc
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        if self.error is not None:
+            raise self.error
 
 
 class CatchUpDrainer(TailDrainer):

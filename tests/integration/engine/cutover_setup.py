@@ -351,3 +351,26 @@ class Workers:
                     pass
             p.wait(10)
         self.procs = []
+
+
+def missing_acks(fleet: Any, acks: dict[tuple[int, int], str]) -> list[tuple[int, int]]:
+    """Acknowledged pin writes not on the master the shard map names now (or with another value)."""
+    from migrator.fleet.shard_map import ShardMapStore
+
+    smap = ShardMapStore(fleet.zk).read()
+    conns: dict[str, Any] = {}
+    missing = []
+    try:
+        for (shard, lid), data in acks.items():
+            host = fleet.hosts[smap.master_of(shard)]
+            if host.name not in conns:
+                conns[host.name] = mysql_connect(host, fleet.credentials)
+            with conns[host.name].cursor() as cur:
+                cur.execute(f"SELECT data FROM db{shard:05d}.pins WHERE local_id = %s", (lid,))
+                row = cur.fetchone()
+            if row is None or row[0] != data:
+                missing.append((shard, lid))
+    finally:
+        for c in conns.values():
+            c.close()
+    return missing

@@ -12,7 +12,7 @@ import time
 from migrator.engine.cutover import cutover
 from migrator.engine.cutover.errors import CutoverAborted
 from migrator.engine.cutover.hooks import CutoverHooks
-from migrator.engine.cutover.passive_gate import PassiveGate
+from migrator.engine.cutover.passive_gate import TriggerGate
 from migrator.engine.cutover.reconcile import reconcile
 from migrator.engine.migration import Options, Phase
 from migrator.engine.names import tomb_db, tomb_suffix
@@ -64,7 +64,7 @@ def test_interrupted_before_the_flip_is_undone_then_cut_over(fleet):
     # the state a crash leaves: ranges frozen, phase cutover, the passive member's gate closed,
     # the fence's RENAMEs ran on the master when its connections died
     passive = fleet.hosts[spec.source_slave]
-    gate = PassiveGate(passive, fleet.credentials, [(db, t) for db in spec.databases for t in sorted(SEED_TABLES)],
+    gate = TriggerGate(passive, fleet.credentials, [(db, t) for db in spec.databases for t in sorted(SEED_TABLES)],
                        tomb_suffix(spec.id), {db: tomb_db(spec.id, db) for db in spec.databases}).open()
     gate.install()
     gate.close(5)

@@ -6,7 +6,7 @@ import pymysql
 import pytest
 
 from migrator.engine.cutover.fence import Fence, FenceError, Move
-from migrator.engine.cutover.passive_gate import PassiveGate, PassiveGateError
+from migrator.engine.cutover.passive_gate import GateError, TriggerGate
 from migrator.fleet.mysql import connect as mysql_connect
 from migrator.fleet.mysql import scalar
 
@@ -86,13 +86,13 @@ def test_a_release_whose_lock_connection_died_completes_or_says_why(fleet):
 
 def test_reopening_a_gate_whose_kill_fails_is_raised(fleet):
     passive = fleet.hosts[fleet.smap.range_of(2).slave]
-    gate = PassiveGate(passive, limited(fleet, passive), [("db00002", "pins")], "fencefail",
+    gate = TriggerGate(passive, limited(fleet, passive), [("db00002", "pins")], "fencefail",
                        {"db00002": TOMB}).open()
     other = mysql_connect(passive, fleet.credentials)
     try:
         gate._closing = True  # a close in flight, whose connection the reopen must end first
         gate.conn_id = int(scalar(other, "SELECT CONNECTION_ID()"))  # ... but not the gate's to kill
-        with pytest.raises(PassiveGateError, match="kill it by hand"):
+        with pytest.raises(GateError, match="kill it by hand"):
             gate.reopen()
     finally:
         other.close()

@@ -24,7 +24,7 @@ from migrator.engine.names import tomb_db
 from migrator.fleet.mysql import connect as mysql_connect
 from migrator.fleet.router import ShardRouter
 
-from .cutover_setup import Writer, prepare_converged
+from .cutover_setup import Writer, missing_acks, prepare_converged, row_events_after
 from .cutover_setup import gate_leftovers as _gate_leftovers
 from .cutover_setup import pair_synced as _pair_synced
 from .cutover_setup import replicating as _slave_ok
@@ -83,13 +83,15 @@ class PassiveWriter:
             conn.close()
 
 
-def test_writes_on_the_passive_member_reach_the_target(fleet):
-    prep = prepare_converged(fleet, MOVING, options=Options(freeze_budget_ms=3000))
+@pytest.mark.parametrize("fence", ["rename", "gate"])
+def test_writes_on_the_passive_member_reach_the_target(fleet, fence):
+    prep = prepare_converged(fleet, MOVING, options=Options(freeze_budget_ms=3000, fence=fence))
     spec = prep.spec
     passive = fleet.hosts[spec.source_slave]
     assert passive.partner == spec.source_master
     router = ShardRouter(fleet.zk, fleet.credentials).start()
-    routed = Writer(router, shards=MOVING).start()
+    # a stale client: the gate refuses it at once (1146), so it retries until the flip
+    routed = Writer(router, shards=MOVING, patience_s=10.0).start()
     pw = PassiveWriter(passive, fleet.credentials, MOVING).start()
     time.sleep(1.0)
     before = len(pw.acks)
@@ -102,6 +104,7 @@ def test_writes_on_the_passive_member_reach_the_target(fleet):
     assert not pw.other_errors, pw.other_errors[:5]
     assert not routed.errors, routed.errors[:5]
     assert {"passive_close", "passive_sync", "passive_finish"} <= set(result.steps_ms)
+    assert ("active_finish" in result.steps_ms) == (fence == "gate")
     # every write the passive member acknowledged is on the new owner, with its last value
     target = mysql_connect(prep.target, fleet.credentials)
     try:
@@ -130,33 +133,43 @@ def test_writes_on_the_passive_member_reach_the_target(fleet):
                     sums.append([r[1] for r in cur.fetchall()])
             assert sums[0] == sums[1], db
         assert _gate_leftovers(b, spec.databases) == []
+        assert _gate_leftovers(a, spec.databases) == []
     finally:
         a.close()
         b.close()
     st, _ = prep.store.state(spec.id)
     assert st.phase == Phase.DONE
+    # every write the routed writer saw acknowledged is on the master the map names now
+    assert missing_acks(fleet, routed.acks) == []
+    # nothing reached the tombstones or the moving dbs on the source after the fence
+    tombs = [tomb_db(spec.id, db) for db in spec.databases]
+    assert row_events_after(prep.source, fleet.credentials, result.fence_gtid, [*spec.databases, *tombs]) == []
 
 
-def test_an_undone_freeze_reopens_the_passive_member(fleet):
-    prep = prepare_converged(fleet, MOVING, options=Options(freeze_budget_ms=800))
+@pytest.mark.parametrize("fence", ["rename", "gate"])
+def test_an_undone_freeze_reopens_the_passive_member(fleet, fence):
+    prep = prepare_converged(fleet, MOVING, options=Options(freeze_budget_ms=800, fence=fence))
     prep.store.set_phase(prep.spec.id, Phase.CONVERGED, predicted_freeze_ms=10.0)
     spec = prep.spec
     passive = fleet.hosts[spec.source_slave]
     seen: dict[str, object] = {}
 
     def stall(run):
-        # the passive member is closed now
-        with mysql_connect(passive, fleet.credentials, read_timeout=5) as c, c.cursor() as cur:
-            try:
-                cur.execute("INSERT INTO db00002.pins (data) VALUES ('{\"closed\": 1}')")
-                seen["closed"] = False
-            except pymysql.err.MySQLError as exc:
-                seen["closed"] = exc.args[0] == 1146
+        # the passive member is closed now (and, with the gate, the master too)
+        for name, host in (("closed", passive), ("master closed", prep.source)):
+            if name == "master closed" and fence != "gate":
+                continue  # the rename fence's lock would make this insert wait, not fail
+            with mysql_connect(host, fleet.credentials, read_timeout=5) as c, c.cursor() as cur:
+                try:
+                    cur.execute("INSERT INTO db00002.pins (data) VALUES ('{\"closed\": 1}')")
+                    seen[name] = False
+                except pymysql.err.MySQLError as exc:
+                    seen[name] = exc.args[0] == 1146
         time.sleep(2.0)  # the watchdog undoes the freeze meanwhile
 
     with pytest.raises(FreezeBudgetExceeded):
         cutover(fleet.config, spec.id, hooks=CutoverHooks(after_fence=stall))
-    assert seen == {"closed": True}
+    assert seen == ({"closed": True, "master closed": True} if fence == "gate" else {"closed": True})
     b = mysql_connect(passive, fleet.credentials)
     a = mysql_connect(prep.source, fleet.credentials)
     try:
@@ -164,6 +177,9 @@ def test_an_undone_freeze_reopens_the_passive_member(fleet):
             cur.execute("INSERT INTO db00002.pins (data) VALUES ('{\"open again\": 1}')")
             lid = cur.lastrowid
         assert _gate_leftovers(b, spec.databases) == []
+        assert _gate_leftovers(a, spec.databases) == []
+        with a.cursor() as cur:
+            cur.execute("INSERT INTO db00002.pins (data) VALUES ('{\"master open again\": 1}')")
         _pair_synced(a, b)
         _slave_ok(a)
         _slave_ok(b)

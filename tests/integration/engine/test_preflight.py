@@ -121,11 +121,19 @@ def test_unknown_target_host_is_refused(fleet):
     assert MigrationStore(fleet.zk).list() == []
 
 
-def test_more_tables_than_the_fence_takes_fail_before_any_copy(fleet, conns, monkeypatch):
-    from migrator.engine import preflight
+def test_more_tables_than_the_rename_fence_takes(fleet, conns, monkeypatch):
+    from migrator.engine.cutover import fence
+    from migrator.engine.migration import Options
 
-    # the split moves 2 shards x 5 seed tables: a fence limit below that must be refused up front
-    monkeypatch.setattr(preflight, "FENCE_MAX_TABLES", 8)
+    # the split moves 2 shards x 5 seed tables; a rename-fence limit below that:
+    monkeypatch.setattr(fence, "MAX_TABLES", 8)
+    # fence=rename cannot take them: refused up front, before any copy
+    spec = command.plan_split(fleet.config, "MySQL001A", options=Options(fence="rename")).spec
+    res = command.preflight(fleet.config, spec.id)
+    _fails(res, "fence", "10 tables", "at most 8", "fence=auto")
+    command.abort(fleet.config, spec.id)
+    # fence=auto fences them with the write gate, whose prerequisites on the master are checked
     spec = command.plan_split(fleet.config, "MySQL001A").spec
     res = command.preflight(fleet.config, spec.id)
-    _fails(res, "fence", "10 moving tables", "at most 8", "move fewer shards")
+    lines = [c.line() for c in res.checks if c.name in ("fence", "master gate") and c.ok]
+    assert any("write gate" in line for line in lines) and any("MySQL001A" in line for line in lines), res.lines()
