@@ -313,7 +313,7 @@ def fresh_root(sb: Sandbox) -> tuple[config_mod.Config, Any, str]:
 
 
 def move(cfg: config_mod.Config, target: str, window: dict[str, float],
-         aborts: list[dict[str, Any]], attempts: int = 5) -> tuple[str, dict[str, Any]]:
+         aborts: list[dict[str, Any]], attempts: int = 5, fence: str = "auto") -> tuple[str, dict[str, Any]]:
     """One migration of MOVING to ``target``'s pair through the library's phases.
 
     A cutover that stops before the flip (the watchdog, a conflict) is retried
@@ -328,7 +328,7 @@ def move(cfg: config_mod.Config, target: str, window: dict[str, float],
     from migrator.engine.verify.run import verify_migration
     from migrator.ops import command
 
-    plan = command.plan_move(cfg, list(MOVING), target)
+    plan = command.plan_move(cfg, list(MOVING), target, options=Options(fence=fence))
     mid = plan.spec.id
     command.run_copy(cfg, mid)
     catch_up.run_passes(cfg, mid)
@@ -371,6 +371,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rate", type=float, default=50.0, help="routed probe writes per second")
     ap.add_argument("--queue-rate", type=float, default=300.0, help="queue jobs/s enqueued over HTTP (0: no queue)")
     ap.add_argument("--sysbench-rate", type=int, default=300, help="sysbench tps into a moving shard (0: none)")
+    ap.add_argument("--fence", default="auto", choices=["auto", "rename", "gate"],
+                    help="how the source master is fenced (the migration option)")
     ap.add_argument("--dir", default="/tmp/migrator-bench-cutover", help="sandbox directory (started if not running)")
     ap.add_argument("--down", action="store_true", help="stop the sandbox at the end")
     args = ap.parse_args(argv)
@@ -394,11 +396,11 @@ def main(argv: list[str] | None = None) -> int:
     time.sleep(2.0)
 
     rows: list[dict[str, Any]] = []
-    table = Table(title=f"cutover freeze under load ({args.rounds} cutovers of shards {MOVING}; queue "
-                        f"{args.queue_rate:.0f} jobs/s over HTTP, sysbench {args.sysbench_rate} tps, "
-                        f"probe {args.rate:.0f} writes/s)")
+    table = Table(title=f"cutover freeze under load ({args.rounds} cutovers of shards {MOVING}, "
+                        f"fence={args.fence}; queue {args.queue_rate:.0f} jobs/s over HTTP, "
+                        f"sysbench {args.sysbench_rate} tps, probe {args.rate:.0f} writes/s)")
     for col in ("#", "to", "freeze ms", "cas", "passive", "fence", "sent.", "drain", "keys", "compare", "flip",
-                "release", "rows", "writes", "worst ms", "retries"):
+                "release", "finish", "rows", "writes", "worst ms", "retries"):
         table.add_column(col, justify="right")
     failures: list[str] = []
     aborts: list[dict[str, Any]] = []
@@ -409,7 +411,7 @@ def main(argv: list[str] | None = None) -> int:
             target = spare if i % 2 == 0 else pair1
             win: dict[str, float] = {}
             try:
-                mid, res = move(cfg, target, win, aborts)
+                mid, res = move(cfg, target, win, aborts, fence=args.fence)
             except Exception as exc:  # a benchmark shows a failure and stops
                 failures.append(f"round {i + 1}: {type(exc).__name__}: {exc}")
                 console.print(f"[red]round {i + 1} failed: {exc}[/red]")
@@ -439,7 +441,8 @@ def main(argv: list[str] | None = None) -> int:
                       f"{passive:.0f}", f"{st.get('fence', 0):.0f}", f"{st.get('sentinel', 0):.0f}",
                       f"{st.get('drain', 0):.0f}", f"{st.get('compare_keys', 0):.0f}",
                       f"{st.get('compare', 0):.0f}", f"{st.get('flip_cas', 0):.0f}",
-                      f"{st.get('release', 0):.0f}", str(res["rows_checked"]), str(len(hit)), f"{r['worst_ms']:.0f}",
+                      f"{st.get('release', 0):.0f}", f"{st.get('active_finish', 0) + st.get('passive_finish', 0):.0f}",
+                      str(res["rows_checked"]), str(len(hit)), f"{r['worst_ms']:.0f}",
                       str(r["retries"]))
     console.print(table)
     lost = probe_lost(zk, router, creds, load.acks)

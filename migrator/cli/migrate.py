@@ -49,10 +49,16 @@ def _duration(s: float) -> str:
     return f"{h}h{m:02d}m{sec:02d}s" if h else (f"{m}m{sec:02d}s" if m else f"{sec}s")
 
 
+FREEZE_HELP = "Longest write freeze allowed (ms; default 500)."
+FENCE_HELP = ("How the source master is fenced: auto (default: rename up to 200 tables, else gate), "
+              "rename (LOCK TABLES + one queued RENAME per table), gate (triggers, any number of tables).")
+
+
 def _options(chunk_rows: int | None, chunk_target_ms: int | None, workers: int | None,
-             max_lag: float | None) -> Options:
+             max_lag: float | None, freeze_budget_ms: int | None = None, fence: str | None = None) -> Options:
     given = {k: v for k, v in {"chunk_rows": chunk_rows, "chunk_target_ms": chunk_target_ms,
-                               "copy_workers": workers, "max_standby_lag_s": max_lag}.items() if v is not None}
+                               "copy_workers": workers, "max_standby_lag_s": max_lag,
+                               "freeze_budget_ms": freeze_budget_ms, "fence": fence}.items() if v is not None}
     try:
         return Options(**given)
     except Exception as exc:  # pydantic's message names the bad option
@@ -126,6 +132,8 @@ def register(app: typer.Typer) -> None:
         chunk_target_ms: int | None = typer.Option(None, "--chunk-target-ms", help="Time target per chunk."),
         workers: int | None = typer.Option(None, "--workers", help="Tables copied at once by --sync."),
         max_lag: float | None = typer.Option(None, "--max-lag", help="Throttle above this target standby lag (s)."),
+        freeze_budget_ms: int | None = typer.Option(None, "--freeze-budget-ms", help=FREEZE_HELP),
+        fence: str | None = typer.Option(None, "--fence", help=FENCE_HELP),
         yes: bool = typer.Option(False, "--yes", "-y", help="Run the whole migration on RQ workers now."),
         detach: bool = typer.Option(False, "--detach", help="With --yes: do not follow progress."),
     ) -> None:
@@ -134,7 +142,8 @@ def register(app: typer.Typer) -> None:
         Without --yes it plans (records and locks); with --yes it also runs plan -> preflight -> copy ->
         catch-up passes -> verify -> cutover on RQ workers (`migrator worker`), cleanup scheduled."""
         res = command.plan_split(_cfg(), source, to, dry_run=dry_run,
-                                 options=_options(chunk_rows, chunk_target_ms, workers, max_lag))
+                                 options=_options(chunk_rows, chunk_target_ms, workers, max_lag, freeze_budget_ms,
+                                                  fence))
         _print_plan(res, as_json)
         _maybe_launch(res, yes and not dry_run, detach)
 
@@ -148,12 +157,15 @@ def register(app: typer.Typer) -> None:
         chunk_target_ms: int | None = typer.Option(None, "--chunk-target-ms"),
         workers: int | None = typer.Option(None, "--workers"),
         max_lag: float | None = typer.Option(None, "--max-lag"),
+        freeze_budget_ms: int | None = typer.Option(None, "--freeze-budget-ms", help=FREEZE_HELP),
+        fence: str | None = typer.Option(None, "--fence", help=FENCE_HELP),
         yes: bool = typer.Option(False, "--yes", "-y", help="Run the whole migration on RQ workers now."),
         detach: bool = typer.Option(False, "--detach"),
     ) -> None:
         """Move shards (all on one source pair) to another pair."""
         res = command.plan_move(_cfg(), shards, to, dry_run=dry_run,
-                                options=_options(chunk_rows, chunk_target_ms, workers, max_lag))
+                                options=_options(chunk_rows, chunk_target_ms, workers, max_lag, freeze_budget_ms,
+                                                 fence))
         _print_plan(res, as_json)
         _maybe_launch(res, yes and not dry_run, detach)
 

@@ -32,7 +32,7 @@ from typing import Any
 
 import pymysql
 
-from migrator.engine.migration import MigrationStore, Phase, Spec
+from migrator.engine.migration import MigrationNotFound, MigrationStore, Phase, Spec
 from migrator.engine.names import SENTINEL_TABLE, tomb_db
 from migrator.engine.plan import release_maintenance_pause
 from migrator.errors import MigratorError
@@ -150,3 +150,23 @@ def cleanup(config: Config, migration_id: str, *, now: bool = False,
         result.released_locks, result.released_pauses = release_bookkeeping(zk, store, spec)
         store.set_phase(migration_id, Phase.CLEANED, cleaned=result.to_dict())
         return result
+
+
+def overdue(zk: ZK, *, grace_s: float = 120.0, clock: Callable[[], float] = time.time) -> list[str]:
+    """Migrations done, rolled back or not, whose retention ended more than ``grace_s`` ago.
+
+    Their cleanup is scheduled on RQ when the cutover ends; one still not run
+    ``grace_s`` after its time was lost with Redis (or no worker ran the
+    scheduler), and the record in ZooKeeper is enough to run it now.
+    """
+    store = MigrationStore(zk)
+    due = []
+    for mid in store.list():
+        try:
+            state, _ = store.state(mid)
+        except MigrationNotFound:
+            continue  # deleted meanwhile
+        if state.phase in (Phase.DONE, Phase.ROLLED_BACK) and state.cleanup_after is not None \
+                and clock() >= state.cleanup_after + grace_s:
+            due.append(mid)
+    return due

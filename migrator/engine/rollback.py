@@ -277,6 +277,7 @@ def _attempt(config: Config, zk: Any, store: MigrationStore, creds: Credentials,
     run = CutoverRun(config, zk, creds, spec, drainer, direction)
     try:
         run.prepare()
+        run.check_target_standby()
         run.refresh_verified_gtid()
         try:
             result = run.run(hooks or CutoverHooks())

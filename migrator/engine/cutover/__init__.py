@@ -10,7 +10,8 @@ catch-up has converged. It reads like the runbook:
    both sides (:func:`prepare_sentinels` made it before the copy), the
    tombstone schemas exist on the source, a full verify has recorded
    ``verified_gtid`` and the rows changed since then are re-checked
-   (:mod:`migrator.engine.verify`), and the fence connections are open.
+   (:mod:`migrator.engine.verify`), the target's standby has applied its
+   master's writes, and the fence connections are open.
 3. **Freeze** the moving ranges in the shard map (one CAS). Well-behaved
    clients now wait (``ShardRouter.wait_unfrozen``). A watchdog timer of the
    freeze budget starts: if it fires before the flip it undoes everything by
@@ -156,6 +157,7 @@ def _cutover(config: Config, zk: ZK, creds: Credentials, migration_id: str, leas
     try:
         run.prepare()
         predicted = check_budget(run, state.predicted_freeze_ms)
+        run.check_target_standby()
         run.refresh_verified_gtid()
         store.set_phase(migration_id, Phase.CUTOVER, predicted_freeze_ms=predicted)
         try:

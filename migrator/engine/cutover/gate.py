@@ -21,7 +21,12 @@ FIXED_FREEZE_MS = 60.0
 
 
 def predict_freeze_ms(run: CutoverRun) -> float:
-    """Time a drain to the current source head and add the fixed cost of a freeze."""
+    """Time a drain to the current source head and add the fixed cost of a freeze.
+
+    The drainer is warmed first: starting its reader process is not part of a freeze."""
+    warm = getattr(run.drainer, "warm", None)
+    if warm is not None:
+        warm()
     conn = mysql_connect(run.source, run.creds)
     try:
         head = binlog_pos(conn)

@@ -30,7 +30,7 @@ from migrator.engine.cutover.fence import Fence, Move, fence_mode
 from migrator.engine.cutover.hooks import CutoverHooks, CutoverResult
 from migrator.engine.cutover.lease import CutoverLease
 from migrator.engine.cutover.maps import reread_map, unfreeze_ranges
-from migrator.engine.cutover.passive_gate import TriggerGate, wait_applied
+from migrator.engine.cutover.passive_gate import TriggerGate, replication_problem, wait_applied
 from migrator.engine.cutover.sentinel import ensure_sentinel, has_sentinel
 from migrator.engine.cutover.watchdog import Watchdog
 from migrator.engine.migration import MigrationStore, Spec
@@ -50,7 +50,7 @@ from migrator.fleet.config import Config, Credentials
 from migrator.fleet.model import Host, ShardMap
 from migrator.fleet.mysql import binlog_pos, ident, qualified, query, scalar, tag
 from migrator.fleet.mysql import connect as mysql_connect
-from migrator.fleet.shard_map import ShardMapStore
+from migrator.fleet.shard_map import HostRegistry, ShardMapStore
 from migrator.fleet.zk import ZK
 
 TAG = tag("cutover")
@@ -187,6 +187,25 @@ class CutoverRun:
                            lock_wait_timeout=max(1.0, spec.options.freeze_budget_ms / 1000),
                            log_renames=self.passive_gate is None).open()
         self.writer = self.fence.a
+
+    def check_target_standby(self, timeout: float = 30.0) -> None:
+        """Before the freeze: the target's standby has applied everything its master wrote so far.
+
+        A flip to a pair whose standby lags (or does not replicate) would leave
+        the new owner without a standby to fail over to; refused here, not
+        discovered after the flip.
+        """
+        assert self.target_conn is not None
+        standby = HostRegistry(self.zk).get(self.direction.to_slave)
+        head = binlog_pos(self.target_conn)
+        with mysql_connect(standby, self.creds, read_timeout=int(timeout) + 30) as conn:
+            problem = replication_problem(conn, standby.name, self.target.name)
+            if problem is None and wait_applied(conn, head, timeout):
+                return
+        raise CutoverAborted(f"the target's standby {standby.name} has not applied {self.target.name}'s writes up "
+                             f"to {head} within {timeout:.0f}s ({problem or 'it lags'}): a flip now would leave the "
+                             f"new owner without a caught-up standby; repair the target pair's replication, then "
+                             f"retry the cutover", phase=self.direction.label)
 
     def _check_partition_owns_shard(self, src: pymysql.connections.Connection) -> None:
         if len(self.spec.shards) != 1 or not self.spec.tables:

@@ -13,6 +13,10 @@ For each orphan (a record without a lease) it calls
 lock: one settler acts, the others skip it. Reconcile re-checks under the lock
 that no lease exists, so a settler never undoes a cutover whose holder lives.
 
+The same thread runs the cleanups whose time is long past
+(:func:`migrator.engine.cleanup.overdue`): a cleanup is scheduled on RQ when a
+cutover ends, and a wiped Redis loses it; the record in ZooKeeper does not.
+
 Why a thread in the worker rather than an RQ job: a settle must not wait for a
 free worker (copy jobs run for hours), and a forking worker's main process is
 idle while its work-horse runs jobs. Why a watch and not only the sweep: the
@@ -30,6 +34,7 @@ from collections.abc import Callable
 from kazoo.exceptions import NoNodeError
 from kazoo.recipe.watchers import ChildrenWatch
 
+from migrator.engine.cleanup import cleanup, overdue
 from migrator.engine.cutover.lease import CUTOVERS, CutoverRunning, leases, read_record
 from migrator.engine.cutover.reconcile import reconcile
 from migrator.errors import MigratorError
@@ -61,9 +66,13 @@ def settle_one(config: Config, zk: ZK, migration_id: str) -> str:
 class Settler:
     """A daemon thread that settles orphaned cutovers (see the module doc)."""
 
-    def __init__(self, config: Config, *, sweep_s: float = 3.0, log: Callable[[str], None] | None = None):
+    def __init__(self, config: Config, *, sweep_s: float = 3.0, log: Callable[[str], None] | None = None,
+                 cleanup_every_s: float = 30.0, cleanup_grace_s: float = 120.0):
         self.config = config
         self.sweep_s = sweep_s
+        self.cleanup_every_s = cleanup_every_s
+        self.cleanup_grace_s = cleanup_grace_s
+        self._cleanups_at = 0.0
         self.log = log or (lambda msg: print(f"settler: {msg}", file=sys.stderr, flush=True))
         self.zk: ZK | None = None
         self._kick = threading.Event()
@@ -113,6 +122,9 @@ class Settler:
                 return
             try:
                 self.sweep()
+                if time.monotonic() >= self._cleanups_at:
+                    self._cleanups_at = time.monotonic() + self.cleanup_every_s
+                    self.cleanups()
             except Exception as exc:  # noqa: BLE001 - keep watching; the next sweep retries
                 self.log(f"sweep failed: {type(exc).__name__}: {exc}")
 
@@ -134,3 +146,18 @@ class Settler:
                 continue
             self._retry_at.pop(mid, None)
             self.log(f"{mid}: {what}")
+
+    def cleanups(self) -> None:
+        """Run the overdue cleanups (their RQ job was lost), one settler at a time for each."""
+        assert self.zk is not None
+        for mid in overdue(self.zk, grace_s=self.cleanup_grace_s):
+            lock = self.zk.client.Lock(self.zk.path("locks", "cleanup", mid), identifier="settler")
+            if not lock.acquire(blocking=False):
+                continue
+            try:
+                res = cleanup(self.config, mid)
+                self.log(f"{mid}: cleanup was overdue (its job lost?): dropped {len(res.dropped)} tombstone schemas")
+            except MigratorError as exc:
+                self.log(f"{mid}: overdue cleanup failed: {exc.message}")
+            finally:
+                lock.release()

@@ -107,6 +107,12 @@ class TailDrainer(KeyCollector):
         self.open()
         self._tailer.drain_to(gtid, timeout)
 
+    def warm(self) -> None:
+        """Start the tail's reader process and apply what is there (before anything is timed)."""
+        self.stop_following()
+        self.open()
+        self._tailer.warm()
+
     def collect(self, keys: dict[tuple[str, str], tuple[str, ...]]) -> bool:
         self.stop_following()
         return super().collect(keys)

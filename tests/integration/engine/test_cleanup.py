@@ -67,3 +67,29 @@ def test_cleanup_after_rollback_drops_the_new_masters_copies(fleet):
         assert not (Path(fleet.sandbox.state.procs[host].datadir) / "data" / "db00004").exists()
     assert len(_files(fleet, spec.source_master, "db00004")) == 6  # live again, sentinel included
     assert f"{spec.target_master}:{tomb}" in res.dropped
+
+
+def test_an_overdue_cleanup_runs_from_the_record_without_its_job(fleet):
+    """The cleanup job lives in Redis; with it lost (here: never enqueued), a worker's settler runs
+    the cleanup from the ZooKeeper record once it is overdue."""
+    import time
+
+    from migrator.engine.cutover.settle import Settler
+
+    prep = prepare_converged(fleet, (5,), options=Options(freeze_budget_ms=2000, retention_s=0))
+    spec = prep.spec
+    cutover(fleet.config, spec.id)
+    logs: list[str] = []
+    settler = Settler(fleet.config, cleanup_every_s=0.2, cleanup_grace_s=0.0, log=logs.append).start()
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and prep.store.state(spec.id)[0].phase != Phase.CLEANED:
+            time.sleep(0.2)
+    finally:
+        settler.stop()
+    st, _ = prep.store.state(spec.id)
+    assert st.phase == Phase.CLEANED, logs
+    assert any("cleanup was overdue" in line for line in logs), logs
+    fleet.sandbox.wait_pairs_converged()
+    tomb = tomb_db(spec.id, spec.databases[0])
+    assert not (Path(fleet.sandbox.state.procs[spec.source_master].datadir) / "data" / tomb).exists()

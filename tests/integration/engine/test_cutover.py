@@ -173,3 +173,21 @@ def test_predicted_freeze_over_budget_refuses(fleet):
     with mysql_connect(prep.source, fleet.credentials) as c, c.cursor() as cur:
         cur.execute("SELECT COUNT(*) FROM db00005.pins")
         assert cur.fetchone()[0] > 0
+
+
+def test_a_target_standby_that_does_not_replicate_refuses_the_cutover(fleet):
+    prep = prepare_converged(fleet, (5,))
+    spec = prep.spec
+    epoch = ShardMapStore(fleet.zk).read().epoch
+    with fleet.sandbox.root_conn(spec.target_slave) as root, root.cursor() as cur:
+        cur.execute("STOP SLAVE")
+        try:
+            with pytest.raises(CutoverAborted, match=f"standby {spec.target_slave}.*not running"):
+                cutover(fleet.config, spec.id)
+        finally:
+            cur.execute("START SLAVE")
+    # nothing was frozen or flipped; the migration can cut over once the standby replicates again
+    assert ShardMapStore(fleet.zk).read().epoch == epoch
+    assert prep.store.state(spec.id)[0].phase == Phase.CONVERGED
+    cutover(fleet.config, spec.id)
+    assert ShardMapStore(fleet.zk).read().master_of(5) == spec.target_master

@@ -1,0 +1,124 @@
+"""Benchmark: a host-sized split under queue load (the seed fleet's host: 512 shards x 5 tables).
+
+    python -m bench.hostsplit [--shards 1024] [--rows 10] [--workers 2] [--rate 100]
+
+Not a test (the suite runs a 300-table version: tests/integration/ops/test_host_sized_split.py).
+Starts a fresh sandbox of ``--shards`` shards on two pairs and a spare pair, RQ worker
+processes and the queue load, then runs ``migrator split MySQL001A --yes`` (half the
+shards of MySQL001A: 256 shards, 1,280 tables with the default). It prints the time of
+each phase (from the migration's history), the freeze and its steps, and checks the
+ledger (0 acknowledged jobs lost) and every moved table against its tombstone.
+Last line::
+
+    tables=... shards=... total_s=... copy_s=... catchup_s=... verify_s=... cutover_s=... freeze_ms=... lost=...
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from migrator.engine.migration import MigrationStore
+from migrator.fleet import config as config_mod
+from migrator.fleet import zk as zk_mod
+from migrator.fleet.shard_map import HostRegistry
+from migrator.queue.ledger import check_ledger
+from migrator.queue.load import run_load
+from migrator.sandbox import Sandbox, find_base_port, stop_pid
+
+
+def phase_times(history: list[dict[str, Any]]) -> dict[str, float]:
+    """Seconds spent in each phase, from the record's history of phase changes."""
+    out: dict[str, float] = {}
+    marks = [(h.get("to"), h.get("when")) for h in history if h.get("to") and h.get("when")]
+    for (phase, at), (_, nxt) in zip(marks, marks[1:]):
+        out[phase] = out.get(phase, 0.0) + (nxt - at)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--shards", type=int, default=1024)
+    ap.add_argument("--rows", type=int, default=10)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--rate", type=float, default=100.0, help="queue jobs/s")
+    ap.add_argument("--freeze-budget-ms", type=int, default=500)
+    args = ap.parse_args(argv)
+    tmp = Path(tempfile.mkdtemp(prefix="migrator-bench-hostsplit-"))
+    sb = Sandbox(tmp / "sandbox")
+    t_up = time.monotonic()
+    sb.up(pairs=2, spare_pairs=1, shards=args.shards, rows=args.rows, base_port=find_base_port(100),
+          log=lambda *_: None)
+    print(f"sandbox of {args.shards} shards up in {time.monotonic() - t_up:.0f}s", flush=True)
+    procs: list[subprocess.Popen] = []
+    stop = threading.Event()
+    out: dict[str, Any] = {}
+    try:
+        cfg = config_mod.load(sb.config_file)
+        creds = config_mod.load_credentials(cfg)
+        ledger = tmp / "ledger.sqlite"
+
+        def load() -> None:
+            try:
+                out["load"] = run_load(cfg, "hostsplit", args.rate, 24 * 3600, ledger, stop, partitions=8)
+            except BaseException as exc:  # reported below
+                out["error"] = exc
+
+        loader = threading.Thread(target=load, daemon=True)
+        loader.start()
+        for i in range(args.workers):
+            log = open(sb.dir / f"worker-{i}.log", "ab")  # noqa: SIM115 - the worker writes it until it stops
+            procs.append(subprocess.Popen([sys.executable, "-m", "migrator", "--config", str(sb.config_file),
+                                           "worker", "--name", f"hostsplit-{i}"], stdout=log,
+                                          stderr=subprocess.STDOUT, start_new_session=True))
+        t0 = time.monotonic()
+        run = subprocess.run([sys.executable, "-m", "migrator", "--config", str(sb.config_file), "split",
+                              "MySQL001A", "--yes", "--freeze-budget-ms", str(args.freeze_budget_ms)],
+                             env={**os.environ, "COLUMNS": "160"}, capture_output=True, text=True)
+        total = time.monotonic() - t0
+        stop.set()
+        loader.join(120)
+        print(run.stdout[-3000:], run.stderr[-2000:], sep="\n")
+        found = re.search(r"\bm-[0-9]{8}-[0-9]{6}-[0-9a-f]+", run.stdout)
+        if run.returncode != 0 or found is None:
+            print(f"split failed (exit {run.returncode})")
+            return 1
+        mid = found.group(0)
+        with zk_mod.connect(cfg, creds) as zk:
+            store = MigrationStore(zk)
+            spec = store.spec(mid)
+            state, _ = store.state(mid)
+            cut, _ = store.get_progress(mid, "cutover")
+            hosts = HostRegistry(zk).all()
+        times = phase_times(state.history)
+        from tests.faults.harness import compare_moved
+
+        moved = compare_moved(hosts[spec.source_master], hosts[spec.target_master], creds, spec,
+                              cut["target_gtid"])
+        lost = check_ledger(cfg, ledger).lost if ledger.exists() else 0
+        steps = ", ".join(f"{k} {v:.0f}" for k, v in (cut.get("steps_ms") or {}).items())
+        print(f"{len(moved)} moved tables equal their tombstones; freeze {cut['freeze_ms']:.0f} ms ({steps})")
+        print(f"tables={len(moved)} shards={len(spec.shards)} total_s={total:.0f} "
+              f"copy_s={times.get('copying', 0):.0f} catchup_s={times.get('catching_up', 0):.0f} "
+              f"verify_s={times.get('converged', 0):.0f} cutover_s={times.get('cutover', 0):.0f} "
+              f"freeze_ms={cut['freeze_ms']:.0f} lost={lost}")
+        return 0 if lost == 0 else 1
+    finally:
+        stop.set()
+        for p in procs:
+            stop_pid(p.pid, timeout=15)
+        sb.down(purge=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
