@@ -41,19 +41,22 @@ def without_workers(out: dict) -> dict:
 
 
 @pytest.fixture
-def console(fleet):
+def console(fleet, tmp_path):
     """`migrator console` on the test's fleet, as a process; stopped at teardown. Yields its base URL."""
     port = free_port()
+    log = (tmp_path / "console.log").open("w")
     proc = subprocess.Popen([sys.executable, "-m", "migrator", "--config", str(fleet.config_path), "console",
                              "--port", str(port), "--measure-every", "2", "--window", "0.5"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ.copy())
+                            stdout=subprocess.PIPE, stderr=log, text=True, env=os.environ.copy())
     base = f"http://127.0.0.1:{port}"
     try:
-        assert proc.stdout.readline().startswith("serving the console on")
+        line = proc.stdout.readline()
+        assert line.startswith("serving the console on"), (line, (tmp_path / "console.log").read_text())
         wait_for(lambda: httpx.get(f"{base}/healthz", timeout=2).status_code == 200, timeout=30, every=0.2)
         yield base
     finally:
         stop_process(proc)
+        log.close()
 
 
 def measured(base: str, auth: dict) -> dict:
