@@ -251,7 +251,7 @@ def _load_plugins() -> None:
     import importlib
 
     for name in ("migrator.cli.queue", "migrator.cli.migrate", "migrator.cli.playbook", "migrator.cli.ops",
-                 "migrator.cli.rebalance"):
+                 "migrator.cli.rebalance", "migrator.cli.console"):
         try:
             mod = importlib.import_module(name)
         except ModuleNotFoundError as exc:

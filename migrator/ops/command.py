@@ -225,7 +225,8 @@ def status(config: Config, mid: str | None = None) -> dict[str, Any]:
                     continue
                 out.append({"id": m, "phase": st.phase.value, "kind": spec.kind, "shards": list(spec.shards),
                             "source": spec.source_master, "target": spec.target_master, "paused": st.paused,
-                            "error": st.error, "stopped": st.stopped})
+                            "error": st.error, "stopped": st.stopped,
+                            "predicted_freeze_ms": st.predicted_freeze_ms, "freeze_ms": st.freeze_ms})
             return {"migrations": out}
         spec = store.spec(mid)
         st, _ = store.state(mid)

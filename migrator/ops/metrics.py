@@ -21,38 +21,50 @@ from migrator.fleet.shard_map import ShardMapStore
 from migrator.fleet.zk import ZK
 
 
+def families() -> tuple[Any, ...]:
+    """The metric families the collector reports, empty (filled per scrape), in the order ``collect`` unpacks."""
+    phase = GaugeMetricFamily("migrator_migration_phase", "1 for the phase each migration is in",
+                              labels=["migration", "phase"])
+    rows = CounterMetricFamily("migrator_copy_rows", "Rows copied so far", labels=["migration"])
+    nbytes = CounterMetricFamily("migrator_copy_bytes", "Bytes copied so far", labels=["migration"])
+    tables_left = GaugeMetricFamily("migrator_copy_tables_pending", "Tables not fully copied",
+                                    labels=["migration"])
+    apply_rate = GaugeMetricFamily("migrator_catchup_apply_events_per_second",
+                                   "Apply rate of the last catch-up pass that applied events",
+                                   labels=["migration"])
+    write_rate = GaugeMetricFamily("migrator_catchup_source_write_events_per_second",
+                                   "Source write rate seen by the last catch-up pass", labels=["migration"])
+    lag = GaugeMetricFamily("migrator_catchup_lag_seconds", "Lag of the last catch-up pass",
+                            labels=["migration"])
+    delta = GaugeMetricFamily("migrator_catchup_pass_events", "Events applied by the last catch-up pass",
+                              labels=["migration"])
+    passes = CounterMetricFamily("migrator_catchup_passes", "Catch-up passes run", labels=["migration"])
+    events = CounterMetricFamily("migrator_catchup_events", "Binlog row events applied by the recorded passes",
+                                 labels=["migration"])
+    pass_seconds = GaugeMetricFamily("migrator_catchup_pass_duration_seconds", "Duration of the last pass",
+                                     labels=["migration"])
+    predicted = GaugeMetricFamily("migrator_predicted_freeze_seconds", "Predicted write freeze",
+                                  labels=["migration"])
+    freeze = GaugeMetricFamily("migrator_freeze_seconds", "Measured write freeze of the cutover",
+                               labels=["migration"])
+    epoch = GaugeMetricFamily("migrator_shard_map_epoch", "Epoch (znode version) of the shard map")
+    return (phase, rows, nbytes, tables_left, apply_rate, write_rate, lag, delta, pass_seconds, passes, events,
+            predicted, freeze, epoch)
+
+
 class MigrationCollector(Collector):
     """A prometheus-client collector over every migration record under one root."""
 
     def __init__(self, zk: ZK):
         self.zk = zk
 
+    def describe(self) -> Iterator[Any]:
+        yield from families()
+
     def collect(self) -> Iterator[Any]:
         store = MigrationStore(self.zk)
-        phase = GaugeMetricFamily("migrator_migration_phase", "1 for the phase each migration is in",
-                                  labels=["migration", "phase"])
-        rows = CounterMetricFamily("migrator_copy_rows", "Rows copied so far", labels=["migration"])
-        nbytes = CounterMetricFamily("migrator_copy_bytes", "Bytes copied so far", labels=["migration"])
-        tables_left = GaugeMetricFamily("migrator_copy_tables_pending", "Tables not fully copied",
-                                        labels=["migration"])
-        apply_rate = GaugeMetricFamily("migrator_catchup_apply_events_per_second",
-                                       "Apply rate of the last catch-up pass that applied events",
-                                       labels=["migration"])
-        write_rate = GaugeMetricFamily("migrator_catchup_source_write_events_per_second",
-                                       "Source write rate seen by the last catch-up pass", labels=["migration"])
-        lag = GaugeMetricFamily("migrator_catchup_lag_seconds", "Lag of the last catch-up pass",
-                                labels=["migration"])
-        delta = GaugeMetricFamily("migrator_catchup_pass_events", "Events applied by the last catch-up pass",
-                                  labels=["migration"])
-        passes = CounterMetricFamily("migrator_catchup_passes", "Catch-up passes run", labels=["migration"])
-        events = CounterMetricFamily("migrator_catchup_events", "Binlog row events applied by the recorded passes",
-                                     labels=["migration"])
-        pass_seconds = GaugeMetricFamily("migrator_catchup_pass_duration_seconds", "Duration of the last pass",
-                                         labels=["migration"])
-        predicted = GaugeMetricFamily("migrator_predicted_freeze_seconds", "Predicted write freeze",
-                                      labels=["migration"])
-        freeze = GaugeMetricFamily("migrator_freeze_seconds", "Measured write freeze of the cutover",
-                                   labels=["migration"])
+        (phase, rows, nbytes, tables_left, apply_rate, write_rate, lag, delta, pass_seconds, passes, events,
+         predicted, freeze, epoch) = families()
         for mid in store.list():
             try:
                 st, _ = store.state(mid)
@@ -89,7 +101,6 @@ class MigrationCollector(Collector):
                 freeze.add_metric([mid], st.freeze_ms / 1000)
         yield from (phase, rows, nbytes, tables_left, apply_rate, write_rate, lag, delta, pass_seconds, passes, events,
                     predicted, freeze)
-        epoch = GaugeMetricFamily("migrator_shard_map_epoch", "Epoch (znode version) of the shard map")
         try:
             epoch.add_metric([], float(ShardMapStore(self.zk).read().epoch or 0))
             yield epoch

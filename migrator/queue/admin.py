@@ -205,13 +205,20 @@ class QueueAdmin:
                 out.update({job_id(shard, k): v for k, v in got.items()})
         return out
 
-    def counts(self, queue: str) -> dict[str, int]:
+    def partition_counts(self, queue: str) -> dict[int, dict[str, int]]:
+        """Jobs per state in each partition, by partition index."""
         rec = self.catalog.get(queue)
-        total = {s.name: 0 for s in JobState}
+        out = {}
         for part in rec.partitions:
             c = self._run(rec, part.shard,
                           lambda conn, part=part: count_states(conn, shard_db(part.shard), part.table),
                           write=False, what=f"count {part.table}")
+            out[part.index] = {**{s.name: 0 for s in JobState}, **c}
+        return out
+
+    def counts(self, queue: str) -> dict[str, int]:
+        total = {s.name: 0 for s in JobState}
+        for c in self.partition_counts(queue).values():
             for k, v in c.items():
                 total[k] += v
         return total

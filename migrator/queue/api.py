@@ -128,11 +128,9 @@ def _validation_message(exc: RequestValidationError) -> str:
     return "; ".join(msgs) or "invalid request"
 
 
-def create_app(service: QueueService, *, token: str | None = None, broker: Any = None) -> FastAPI:
-    """The FastAPI app over ``service``; ``broker`` adds the broker routes."""
-    app = FastAPI(title="migrator queue service", version="1",
-                  description="Pinlater/Pacer-style job queue on the sharded MariaDB fleet.")
-    app.state.service = service
+def bearer_auth(app: FastAPI, token: str | None, *, hint: str = "queue token") -> list[Any]:
+    """Route dependencies that demand ``Authorization: Bearer <token>`` (none when ``token`` is None),
+    and the handler on ``app`` that answers a missing or wrong token with 401 ``UNAUTHORIZED``."""
 
     def auth(authorization: str | None = Header(default=None)) -> None:
         if token is None:
@@ -142,7 +140,16 @@ def create_app(service: QueueService, *, token: str | None = None, broker: Any =
 
     @app.exception_handler(_Unauthorized)
     async def _unauth(_req: Request, _exc: _Unauthorized) -> JSONResponse:
-        return _error(401, "UNAUTHORIZED", "send Authorization: Bearer <queue token> (see the secrets file)")
+        return _error(401, "UNAUTHORIZED", f"send Authorization: Bearer <{hint}> (see the secrets file)")
+
+    return [Depends(auth)]
+
+
+def create_app(service: QueueService, *, token: str | None = None, broker: Any = None) -> FastAPI:
+    """The FastAPI app over ``service``; ``broker`` adds the broker routes."""
+    app = FastAPI(title="migrator queue service", version="1",
+                  description="Pinlater/Pacer-style job queue on the sharded MariaDB fleet.")
+    app.state.service = service
 
     @app.exception_handler(QueueError)
     async def _queue_error(_req: Request, exc: QueueError) -> JSONResponse:
@@ -160,7 +167,7 @@ def create_app(service: QueueService, *, token: str | None = None, broker: Any =
                 return _error(cause.status, cause.code, cause.message, cause.retryable)
         return _error(400, "INVALID_ARGUMENT", _validation_message(exc))
 
-    deps = [Depends(auth)]
+    deps = bearer_auth(app, token)
 
     @app.get("/healthz")
     def healthz() -> dict[str, Any]:

@@ -1,8 +1,8 @@
 """Prometheus metrics of the queue service (prometheus-client, default registry).
 
-Counters are process-wide and labelled by queue; job depth per state is a
-gauge refreshed from the tables when ``/metrics`` is scraped
-(:func:`refresh_depth`). Every queue process (API server, broker) exposes them.
+Counters are process-wide and labelled by queue; job depth per state (per queue,
+and per partition) is a gauge refreshed from the tables when ``/metrics`` is
+scraped (:func:`refresh_depth`). Every queue process (API server, broker) exposes them.
 """
 
 from __future__ import annotations
@@ -21,14 +21,21 @@ STALE_ACKS = Counter("queue_stale_acks", "Acks, lease extensions or checkpoints 
 EMPTY_DEQUEUES = Counter("queue_empty_dequeues", "Dequeue calls that returned no job", ["queue"])
 LEASE_EXPIRED = Counter("queue_lease_expirations", "Claimed jobs whose lease expired (reaped)", ["queue"])
 DEPTH = Gauge("queue_depth", "Jobs per state (read from the jobs tables at scrape time)", ["queue", "state"])
+PARTITION_DEPTH = Gauge("queue_partition_depth", "Jobs per state in each partition (read at scrape time)",
+                        ["queue", "partition", "state"])
 BROKER_BUFFERED = Gauge("queue_broker_buffered_jobs", "Jobs claimed into a broker's buffer", ["queue", "partition"])
 
 
 def refresh_depth(service: QueueService) -> None:
     for rec in service.list_queues():
         try:
-            counts = service.counts(rec.name)
+            per_partition = service.partition_counts(rec.name)
         except Exception:  # a moving shard must not break the scrape
             continue
-        for state, n in counts.items():
+        total: dict[str, int] = {}
+        for index, counts in per_partition.items():
+            for state, n in counts.items():
+                PARTITION_DEPTH.labels(rec.name, str(index), state).set(n)
+                total[state] = total.get(state, 0) + n
+        for state, n in total.items():
             DEPTH.labels(rec.name, state).set(n)

@@ -65,8 +65,8 @@ def _rates(zk: Any) -> tuple[Rates, str]:
 
 def plan_live(config: Config, *, objective: str = "bytes", threshold: float = 0.10, add_pairs: list[str] = (),
               drain: list[str] = (), max_moves_per_pair: int = 1, max_concurrent: int | None = None,
-              window_s: float = 5.0) -> LivePlan:
-    """Measure every shard on the live fleet and plan the moves."""
+              window_s: float = 5.0, costs: list[ShardCost] | None = None) -> LivePlan:
+    """Measure every shard on the live fleet (unless ``costs`` gives a recent measurement) and plan the moves."""
     with command.session(config) as (zk, creds):
         smap = ShardMapStore(zk).read()
         hosts = HostRegistry(zk).all()
@@ -86,7 +86,8 @@ def plan_live(config: Config, *, objective: str = "bytes", threshold: float = 0.
                                      "its partner is missing)")
         slaves = {r.master: r.slave for r in smap.ranges}
         slaves.update({p: hosts[p].partner for p in add_pairs})
-        costs = measure(smap, hosts, creds, window_s=window_s)
+        if costs is None or len(costs) != smap.num_shards:
+            costs = measure(smap, hosts, creds, window_s=window_s)
         rates, source = _rates(zk)
     p = plan([(r.lo, r.hi, r.master) for r in smap], costs, objective=objective, threshold=threshold,
              add_pairs=add_pairs, drain=drain, max_moves_per_pair=max_moves_per_pair, max_concurrent=max_concurrent)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from fastapi.testclient import TestClient
+from prometheus_client.parser import text_string_to_metric_families
 
 from migrator.queue.api import create_app
 from migrator.queue.client import QueueClient
@@ -113,6 +114,12 @@ def test_openapi_and_metrics(http, qs):
     assert 'queue_depth{queue="met",state="NEW"} 0.0' in text
     assert 'queue_depth{queue="met",state="IPR"} 1.0' in text
     assert 'queue_depth{queue="met",state="OK"} 1.0' in text
+    per_partition = {(smp.labels["partition"], smp.labels["state"]): smp.value
+                     for fam in text_string_to_metric_families(text) if fam.name == "queue_partition_depth"
+                     for smp in fam.samples if smp.labels["queue"] == "met"}
+    assert {p for p, _ in per_partition} == {str(p.index) for p in qs.get_queue("met").partitions}
+    for state, total in (("NEW", 0.0), ("IPR", 1.0), ("OK", 1.0)):
+        assert sum(v for (_, st), v in per_partition.items() if st == state) == total, state
     for name in ("queue_enqueued_jobs_total", "queue_dequeued_jobs_total", "queue_acked_jobs_total",
                  "queue_stale_acks_total", "queue_empty_dequeues_total", "queue_lease_expirations_total"):
         assert name in text

@@ -1,0 +1,25 @@
+"""CLI: `migrator console`, the read-only web page over the fleet, its migrations and rebalances."""
+
+from __future__ import annotations
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    from migrator.cli.main import load_config
+
+    @app.command("console")
+    def console_cmd(
+        port: int = typer.Option(8080, "--port", min=1, max=65535),
+        bind: str = typer.Option("127.0.0.1", "--bind", help="Address to listen on."),
+        measure_every: float = typer.Option(30.0, "--measure-every", min=1.0,
+                                            help="Seconds between measurements of bytes and writes/s per shard."),
+        window: float = typer.Option(2.0, "--window", min=0.1,
+                                     help="Seconds of binlog each measurement samples write rates from."),
+    ) -> None:
+        """Serve the operator console: pairs, ranges, bytes and write rates, migrations with their copy and
+        catch-up progress, rebalances and their plans, live in a browser (token: [queue] token of the secrets
+        file)."""
+        from migrator.ops.console.app import serve
+
+        serve(load_config(), port=port, bind=bind, measure_every_s=measure_every, window_s=window)
