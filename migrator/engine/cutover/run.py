@@ -18,6 +18,7 @@ from typing import Any
 import pymysql
 
 from migrator.engine.binlog.rows import string_literal
+from migrator.engine.cutover import recheck
 from migrator.engine.cutover.direction import Direction, forward
 from migrator.engine.cutover.errors import (
     ZK_LOST,
@@ -35,16 +36,13 @@ from migrator.engine.cutover.sentinel import ensure_sentinel, has_sentinel
 from migrator.engine.cutover.watchdog import Watchdog
 from migrator.engine.migration import MigrationStore, Spec
 from migrator.engine.names import SENTINEL_TABLE, tomb_db, tomb_suffix
-from migrator.engine.verify.changes import ChangeTracker, changed_keys
+from migrator.engine.verify.changes import ChangeTracker
 from migrator.engine.verify.checksums import (
-    Side,
     TableInfo,
     load_tables,
     prepare_session,
 )
 from migrator.engine.verify.drainers import Drainer
-from migrator.engine.verify.repair import check_chunk, check_rows
-from migrator.engine.verify.run import VERIFY_NODE, verify_migration
 from migrator.errors import MigratorError, ShardMapConflict, ShardMapGuardLost
 from migrator.fleet.config import Config, Credentials
 from migrator.fleet.model import Host, ShardMap
@@ -80,7 +78,7 @@ class CutoverRun:
         self.token = ""
         #: the rounds of :meth:`refresh_verified_gtid` (rows re-checked, seconds), for the record
         self.refresh_rounds: list[dict[str, float]] = []
-        self._t_compare = 0.0
+        self.t_compare = 0.0
         self.ranges = spec.ranges()
         self.tables: list[TableInfo] = []
         self.fence: Fence | None = None
@@ -222,68 +220,9 @@ class CutoverRun:
                 "give the partition a shard of its own first", phase="cutover")
 
     def refresh_verified_gtid(self, *, max_rounds: int = 8, quiet_s: float = 0.5, quiet_keys: int = 2000) -> str:
-        """Make the last full check recent: re-check the rows changed since it, outside the freeze.
-
-        Done in shrinking rounds, like catch-up passes: each round drains the
-        tail to the source head, re-checks (and re-copies) the rows changed since
-        the round before, and starts the next window exactly where the tail now
-        is. Under a heavy writer the first round is long (every write since the
-        full check); the last one covers only what came in while the one before
-        ran, so the compare under the fence looks at a few hundred rows, not at
-        everything written since verify. The keys of a window come from the
-        drain itself when the drainer collects them (no second binlog reader),
-        else from the binlog segment.
-        """
-        key = self.direction.verify_node
-        node, _ = self.store.get_progress(self.spec.id, key)
-        if (not node or not node.get("verified_gtid")) and key == VERIFY_NODE:
-            verify_migration(self.config, self.spec.id, drainer=self.drainer)
-            node, _ = self.store.get_progress(self.spec.id, key)
-        if not node or not node.get("verified_gtid"):
-            raise CutoverError(f"no verified position in {key}: verify first (`migrator verify ID`)",
-                               phase=self.direction.label)
-        since = node["verified_gtid"]
-        want = {(t.db, t.table): t.pk for t in self.tables}
-        want.update({(db, SENTINEL_TABLE): ("token",) for db in self.spec.databases})
-        collect = getattr(self.drainer, "collect", None)
-        self.collecting = False
-        src = mysql_connect(self.source, self.creds, read_timeout=600)
-        try:
-            prepare_session(src)
-            dst = Side(self.target_conn, self.direction.target_db_of)  # type: ignore[arg-type]
-            for n in range(max_rounds):
-                t0 = time.monotonic()
-                self.drainer.drain_to(binlog_pos(src), 120)
-                # the tail may have gone past the head in some domain: the window ends where it really is
-                reached = getattr(self.drainer, "position", None) or binlog_pos(src)
-                if self.collecting:
-                    got = self.drainer.collected()  # type: ignore[attr-defined]
-                    keys = {t.name: got.get((t.db, t.table), set()) for t in self.tables}
-                else:
-                    keys = changed_keys(self.source, self.creds, self.tables, since, reached, timeout=120)
-                # the next window starts exactly here; from here the tail follows the source in the
-                # background (through the re-check and up to the fence), collecting the window's keys
-                self.collecting = bool(collect and collect(want))
-                if self.collecting:
-                    self.drainer.follow()  # type: ignore[attr-defined]
-                for t in self.tables:
-                    check_rows(Side(src), dst, t, keys[t.name], repair=True)
-                since = reached
-                changed = sum(len(v) for v in keys.values())
-                self.refresh_rounds.append({"rows": changed, "s": round(time.monotonic() - t0, 3)})
-                if n and (time.monotonic() - t0 < quiet_s or changed < quiet_keys):
-                    break
-        finally:
-            src.close()
-        node["verified_gtid"] = since
-        node["at"] = time.time()
-        self.store.put_progress(self.spec.id, key, node)
-        # from here on the keys changed are collected from the drain itself (the tail
-        # applies them anyway), else read by a background binlog reader
-        if not self.collecting:
-            self.tracker = ChangeTracker(self.source, self.creds, self.tables, since).start()
-        self.verified_from = since
-        return since
+        """Re-check, outside the freeze, the rows changed since the last full check
+        (:func:`migrator.engine.cutover.recheck.refresh_verified_gtid`)."""
+        return recheck.refresh_verified_gtid(self, max_rounds=max_rounds, quiet_s=quiet_s, quiet_keys=quiet_keys)
 
     def close(self, failure: BaseException | None = None) -> None:
         """Close connections; a never-flipped attempt puts the passive member back as it was.
@@ -438,7 +377,7 @@ class CutoverRun:
                                      phase="cutover")
             self.target_pos = binlog_pos(self.target_conn)  # where a reverse tail would start
             t = self._step("drain", t)
-            self._t_compare = time.monotonic()
+            self.t_compare = time.monotonic()
             self._compare_in_freeze(verified, suspect)
             t = self._step("compare", t)
             if hooks.before_flip:
@@ -531,46 +470,7 @@ class CutoverRun:
                 "the source still serves. Let catch-up converge further (or raise freeze_budget_ms) and retry")
 
     def _compare_in_freeze(self, verified: str, suspect: list[dict[str, Any]]) -> None:
-        assert self.writer is not None and self.target_conn is not None
-        src, dst = Side(self.writer), Side(self.target_conn, self.direction.target_db_of)
-        keys = None
-        if self.collecting and self.verified_from == verified:
-            got = self.drainer.collected()  # type: ignore[attr-defined]
-            # trust the set only if the sentinel row the drain applied is in it
-            mark = (string_literal(self.token),)
-            if all(mark in got.get((db, SENTINEL_TABLE), set()) for db in self.spec.databases):
-                keys = {t.name: got.get((t.db, t.table), set()) for t in self.tables}
-                self.keys_from = "drain"
-        if keys is None and self.tracker is not None and self.tracker.since == verified:
-            keys = self.tracker.keys_until(self.fence_gtid, self.remaining_s())
-            self.keys_from = "reader"
-        if keys is None and verified:
-            keys = changed_keys(self.source, self.creds, self.tables, verified, self.fence_gtid,
-                                timeout=self.remaining_s())
-            self.keys_from = "binlog"
-        if keys is None:
-            keys = {t.name: set() for t in self.tables}
-        self.steps["compare_keys"] = round((time.monotonic() - self._t_compare) * 1000, 2)
-        by_name = {t.name: t for t in self.tables}
-        for t in self.tables:
-            ks = keys[t.name]
-            if not ks:
-                continue
-            self.rows_checked += len(ks)
-            diffs, fixed = check_rows(src, dst, t, ks, repair=True)
-            self.rows_repaired += fixed
-            if diffs and check_rows(src, dst, t, ks, repair=False)[0]:
-                raise CutoverAborted(f"{t.name}: rows still differ after re-copy inside the freeze", phase="cutover")
-        for ch in suspect:
-            t = by_name.get(ch["table"])
-            if t is None:
-                continue
-            lo = tuple(ch["lo"]) if ch.get("lo") is not None else None
-            hi = tuple(ch["hi"]) if ch.get("hi") is not None else None
-            diffs, fixed = check_chunk(src, dst, t, lo, hi, repair=True)
-            self.rows_repaired += fixed
-            if diffs and check_chunk(src, dst, t, lo, hi, repair=False)[0]:
-                raise CutoverAborted(f"{t.name}: chunk {lo}..{hi} still differs after re-copy", phase="cutover")
+        recheck.compare_in_freeze(self, verified, suspect)
 
     def _flip(self) -> bool:
         """The one CAS. Returns True when the flip landed; raises (after undo by the caller) if not."""
