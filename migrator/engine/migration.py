@@ -70,6 +70,7 @@ class Phase(str, Enum):
     VERIFYING = "verifying"
     CUTOVER = "cutover"
     DONE = "done"  # flipped; source tables are tombstones until cleanup
+    ROLLING_BACK = "rolling_back"  # a rollback's fenced flip back is under way (a lease holds it)
     ROLLED_BACK = "rolled_back"
     CLEANED = "cleaned"
     ABORTED = "aborted"

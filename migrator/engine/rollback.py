@@ -47,6 +47,8 @@ from migrator.engine.cutover.direction import Direction, passive_of
 from migrator.engine.cutover.errors import CutoverError, FlipUnknown, FreezeBudgetExceeded
 from migrator.engine.cutover.gate import FIXED_FREEZE_MS
 from migrator.engine.cutover.hooks import CutoverHooks, CutoverResult
+from migrator.engine.cutover.lease import CutoverLease
+from migrator.engine.cutover.reconcile import reconcile
 from migrator.engine.cutover.run import CutoverRun
 from migrator.engine.cutover.sentinel import ensure_sentinel
 from migrator.engine.migration import MigrationStore, Phase, Spec
@@ -203,6 +205,13 @@ def rollback(config: Config, migration_id: str, *, drainer: Drainer | None = Non
         store = MigrationStore(zk)
         spec = store.spec(migration_id)
         state, _ = store.state(migration_id)
+        if state.phase == Phase.ROLLING_BACK:
+            # an earlier rollback died in its flip back: settle it first (finish or undo), as a worker would
+            reconcile(config, migration_id, zk=zk)
+            state, _ = store.state(migration_id)
+            if state.phase == Phase.ROLLED_BACK:
+                raise RollbackError(f"migration {migration_id} had already flipped back; it is rolled back",
+                                    phase="rollback")
         if state.phase != Phase.DONE:
             raise RollbackError(f"migration {migration_id} is {state.phase.value}: only a finished (done) migration "
                                 "with its tombstones can be rolled back", phase="rollback")
@@ -274,22 +283,28 @@ def _attempt(config: Config, zk: Any, store: MigrationStore, creds: Credentials,
              direction: Direction, hooks: CutoverHooks | None) -> CutoverResult:
     """One fenced flip back (the cutover protocol in the reverse direction)."""
     migration_id = spec.id
+    # held through the flip back: if this process dies there, a `migrator worker` settles it
+    lease = CutoverLease(config, creds, migration_id).acquire()
     run = CutoverRun(config, zk, creds, spec, drainer, direction)
+    run.lease = lease
     try:
         run.prepare()
         run.check_target_standby()
         run.refresh_verified_gtid()
+        store.set_phase(migration_id, Phase.ROLLING_BACK)
         try:
             result = run.run(hooks or CutoverHooks())
         except FlipUnknown:
-            raise
+            raise  # phase stays rolling_back: a worker settles it once this lease ends
         except BaseException as exc:
             msg = exc.message if isinstance(exc, MigratorError) else f"{type(exc).__name__}: {exc}"
             if run.flipped_epoch is not None:
-                store.set_phase(migration_id, Phase.ROLLED_BACK, error=f"flipped back; release failed: {msg}")
+                # flipped back, the release did not complete: a worker settles it (finishes) once the lease ends
+                store.set_phase(migration_id, Phase.ROLLING_BACK, error=f"flipped back; release failed: {msg}")
                 raise RollbackError(f"the ranges flipped back to {spec.source_master} but releasing the fence on "
-                                    f"{spec.target_master} failed ({msg}); check its tables and "
-                                    f"{tomb_db(migration_id, spec.databases[0])}", phase="rollback") from None
+                                    f"{spec.target_master} failed ({msg}); a running `migrator worker` finishes "
+                                    f"it within seconds, or run `migrator rollback {migration_id}` again",
+                                    phase="rollback") from None
             store.set_phase(migration_id, Phase.DONE, error=f"rollback aborted: {msg}")
             _record_attempt(store, migration_id, run.attempt(f"aborted: {msg}"))
             raise
@@ -299,4 +314,7 @@ def _attempt(config: Config, zk: Any, store: MigrationStore, creds: Credentials,
         _record_attempt(store, migration_id, run.attempt("flipped back"))
         return result
     finally:
-        run.close()
+        try:
+            run.close()
+        finally:
+            lease.release()

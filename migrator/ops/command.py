@@ -36,7 +36,7 @@ from migrator.fleet.zk import ZK
 from migrator.ops import steps
 
 #: phases after which abort no longer applies (the map flipped: roll back instead)
-NOT_ABORTABLE = (Phase.CUTOVER, Phase.DONE, Phase.ROLLED_BACK, Phase.CLEANED)
+NOT_ABORTABLE = (Phase.CUTOVER, Phase.DONE, Phase.ROLLING_BACK, Phase.ROLLED_BACK, Phase.CLEANED)
 
 
 class CommandError(MigratorError):
@@ -199,6 +199,10 @@ def resume(config: Config, mid: str, *, queue: str = "migrator") -> dict[str, An
         raise CommandError(f"migration {mid} is in its cutover (interrupted, or still running): run "
                            f"`migrator cutover {mid}` to settle it (it finishes if the flip landed, undoes it "
                            "otherwise, then cuts over again)")
+    if st.phase == Phase.ROLLING_BACK:
+        raise CommandError(f"migration {mid} is in its rollback's flip back (interrupted, or still running): a "
+                           f"running `migrator worker` settles an interrupted one within seconds, or run "
+                           f"`migrator rollback {mid}` to settle it and roll back again")
     job = steps.enqueue_current_step(_redis(config), config, mid, queue=queue)
     return {"migration": mid, "phase": st.phase.value, "job": job.id if job else None}
 

@@ -102,10 +102,13 @@ def port_free(port: int) -> bool:
     return True
 
 
-def find_base_port(count: int, start: int = 34000, stop: int = 60000, step: int = 100) -> int:
+def find_base_port(count: int, start: int = 20000, stop: int = 32700, step: int = 100) -> int:
     """A base port with ``count`` consecutive free ports (tests use this).
 
     Starts at a random slot so concurrent test sessions rarely race for one range.
+    The range stays below Linux's ephemeral ports (32768 and up by default): there
+    a client connection's local port can take a port the sandbox means to listen
+    on later (a pair added to a running sandbox found its port so taken).
     """
     import random
 

@@ -75,3 +75,14 @@ def cutover_with_fault(mid: str, config_path: str, fault: str, at: str) -> dict[
     else:
         hooks = cutover_mod.CutoverHooks(**{at: action})
     return cutover_mod.cutover(cfg, mid, hooks=hooks).to_dict()
+
+
+def rollback_with_fault(mid: str, config_path: str, fault: str, at: str) -> dict[str, Any]:
+    """``migrator rollback`` whose fenced flip back meets ``fault`` after the named step ``step:<name>``."""
+    from migrator.engine.rollback import rollback
+
+    cfg = config_mod.load(config_path)
+    action = {"kill": kill_own_worker}[fault]
+    step = at.split(":", 1)[1]
+    hooks = cutover_mod.CutoverHooks(at_step=lambda run, name: action(run) if name == step else None)
+    return rollback(cfg, mid, hooks=hooks).to_dict()

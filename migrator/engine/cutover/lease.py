@@ -224,7 +224,8 @@ class CutoverLease:
         try:
             self._drop_lease()
             try:
-                settled = MigrationStore(self.zk).state(self.migration_id)[0].phase != Phase.CUTOVER
+                phase = MigrationStore(self.zk).state(self.migration_id)[0].phase
+                settled = phase not in (Phase.CUTOVER, Phase.ROLLING_BACK)
             except MigrationNotFound:
                 settled = True
             if settled:

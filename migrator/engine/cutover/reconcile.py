@@ -91,6 +91,8 @@ def reconcile(config: Config, migration_id: str, *, zk: ZK | None = None, lease:
 def _reconcile(config: Config, creds: Credentials, zk: ZK, migration_id: str) -> Phase:
     store = MigrationStore(zk)
     state, _ = store.state(migration_id)
+    if state.phase == Phase.ROLLING_BACK:
+        return _reconcile_rollback(creds, zk, store.spec(migration_id))
     if state.phase != Phase.CUTOVER:
         return state.phase
     spec = store.spec(migration_id)
@@ -100,27 +102,12 @@ def _reconcile(config: Config, creds: Credentials, zk: ZK, migration_id: str) ->
     source = reg.get(spec.source_master)
     passive = passive_of(reg, spec.source_master, spec.source_slave, spec)
     landed = all(smap.master_of(s) == spec.target_master for s in spec.shards)
-    _settle_source_gate(source, creds, spec, landed=landed, logged=passive is None)
-    moving = _settle_source(source, creds, spec, landed=landed, logged=passive is None)
-    if passive is not None and moving:
-        gate = TriggerGate(passive, creds, moving, tomb_suffix(migration_id),
-                           {db: tomb_db(migration_id, db) for db in spec.databases}).open()
-        try:
-            if landed:
-                if gate.gate_exists():
-                    gate.close(timeout=30)
-                with mysql_connect(source, creds) as conn:
-                    head = binlog_pos(conn)
-                gate.finish(head, timeout=120)
-            else:
-                gate.reopen()
-                gate.remove()
-        finally:
-            gate.close_connection()
+    _settle_fenced_pair(source, passive, creds, spec, landed=landed)
     if not landed and passive is None:
         skip_tombstone_renames(config, zk, creds, spec, source)
     unfreeze_ranges(maps, spec.ranges(), reason=f"cutover {migration_id}: reconcile after interruption")
     if landed:
+        _record_flip(store, maps, spec, "cutover", "cutover")
         store.set_phase(migration_id, Phase.DONE, flipped_epoch=smap.epoch,
                         tombstone_db_suffix=tomb_suffix(migration_id),
                         cleanup_after=time.time() + spec.options.retention_s,
@@ -130,6 +117,98 @@ def _reconcile(config: Config, creds: Credentials, zk: ZK, migration_id: str) ->
     store.set_phase(migration_id, Phase.CONVERGED,
                     error="cutover was interrupted before the flip; undone by reconcile")
     return Phase.CONVERGED
+
+
+def _record_flip(store: MigrationStore, maps: ShardMapStore, spec: Spec, direction: str, node: str) -> None:
+    """The flip's positions (``fence_gtid``, ``target_gtid``: where a rollback's reverse tail
+    starts) into the progress node ``node``, from the audit entry the flip CAS wrote with the map.
+    The process that flipped died before it could record them itself."""
+    if (store.get_progress(spec.id, node)[0] or {}).get("target_gtid"):
+        return
+    for entry in reversed(maps.history(limit=1000)):
+        d = entry.get("details") or {}
+        if d.get("migration") == spec.id and d.get("direction", "cutover") == direction and d.get("target_gtid"):
+            store.put_progress(spec.id, node, {"migration_id": spec.id, "fence_gtid": d.get("fence_gtid"),
+                                               "target_gtid": d["target_gtid"], "flipped_epoch": entry.get("new_epoch"),
+                                               "settled_by": "reconcile"})
+            return
+
+
+def _settle_fenced_pair(source: Host, passive: Host | None, creds: Credentials, spec: Spec, *,
+                        landed: bool) -> None:
+    """The fenced pair's moving tables wholly on one side of the flip: on the master (its gate or
+    rename fence) and on the passive member (its gate)."""
+    _settle_source_gate(source, creds, spec, landed=landed, logged=passive is None)
+    moving = _settle_source(source, creds, spec, landed=landed, logged=passive is None)
+    if passive is None or not moving:
+        return
+    gate = TriggerGate(passive, creds, moving, tomb_suffix(spec.id),
+                       {db: tomb_db(spec.id, db) for db in spec.databases}).open()
+    try:
+        if landed:
+            if gate.gate_exists():
+                gate.close(timeout=30)
+            with mysql_connect(source, creds) as conn:
+                head = binlog_pos(conn)
+            gate.finish(head, timeout=60 + 0.05 * len(moving))
+        else:
+            gate.reopen()
+            gate.remove()
+    finally:
+        gate.close_connection()
+
+
+def _reconcile_rollback(creds: Credentials, zk: ZK, spec: Spec) -> Phase:
+    """A rollback that died in its fenced flip back, settled wholly before or after that flip.
+
+    The reverse of a cutover: the new master (and its passive member) was fenced
+    and the old master's tombstones were renamed back to the live names just
+    before the flip. Landed (the shards are on the old master again): the new
+    master's tables go to its tombstones, the old master's are live, phase
+    ``rolled_back``. Not landed: the new master's tables are live again, the old
+    master's go back to their tombstone names, phase ``done``.
+    """
+    store = MigrationStore(zk)
+    maps = ShardMapStore(zk)
+    smap = reread_map(maps)
+    reg = HostRegistry(zk)
+    new, old = reg.get(spec.target_master), reg.get(spec.source_master)
+    passive = passive_of(reg, spec.target_master, spec.target_slave, spec)
+    landed = all(smap.master_of(s) == spec.source_master for s in spec.shards)
+    _settle_fenced_pair(new, passive, creds, spec, landed=landed)
+    _place_old_tables(old, creds, spec, live=landed)
+    unfreeze_ranges(maps, spec.ranges(), reason=f"rollback {spec.id}: reconcile after interruption")
+    if landed:
+        _record_flip(store, maps, spec, "rollback", "rollback")
+        store.set_phase(spec.id, Phase.ROLLED_BACK, flipped_epoch=smap.epoch,
+                        error="rollback was interrupted after the flip back; finished by reconcile")
+        return Phase.ROLLED_BACK
+    store.set_phase(spec.id, Phase.DONE, error="rollback was interrupted before the flip back; undone by reconcile")
+    return Phase.DONE
+
+
+def _place_old_tables(old: Host, creds: Credentials, spec: Spec, *, live: bool) -> None:
+    """The old master's moving tables all under their live names (``live``) or all in the tombstones.
+
+    Nobody writes them meanwhile: the map routes the shards to the new master
+    until a flip back lands, and after it the old master's tables are live."""
+    with mysql_connect(old, creds) as conn:
+        parts = []
+        for db in spec.databases:
+            tomb = tomb_db(spec.id, db)
+            here = {r[0] for r in query(conn, "SELECT TABLE_NAME FROM information_schema.TABLES "
+                                              "WHERE TABLE_SCHEMA = %s", (db,))} - {SENTINEL_TABLE}
+            there = {r[0] for r in query(conn, "SELECT TABLE_NAME FROM information_schema.TABLES "
+                                               "WHERE TABLE_SCHEMA = %s", (tomb,))} - {SENTINEL_TABLE}
+            if spec.tables:
+                here, there = here & set(spec.tables), there & set(spec.tables)
+            if live:
+                parts += [f"{qualified(tomb, t)} TO {qualified(db, t)}" for t in sorted(there - here)]
+            else:
+                parts += [f"{qualified(db, t)} TO {qualified(tomb, t)}" for t in sorted(here - there)]
+        if parts:
+            with conn.cursor() as cur:
+                cur.execute(f"{TAG}RENAME TABLE " + ", ".join(parts))
 
 
 def _settle_source_gate(source: Host, creds: Credentials, spec: Spec, *, landed: bool, logged: bool) -> None:

@@ -481,7 +481,8 @@ class CutoverRun:
             stored = self.maps.cas(new, self.frozen_epoch, reason=f"{self.direction.label} {self.spec.id}: flip to "
                                    f"{self.direction.to_master}/{self.direction.to_slave}",
                                    details={"migration": self.spec.id, "ranges": self.ranges,
-                                            "fence_gtid": self.fence_gtid},
+                                            "fence_gtid": self.fence_gtid, "target_gtid": self.target_pos,
+                                            "direction": self.direction.label},
                                    guard=self.lease.path if self.lease is not None else None)
             self.flipped_epoch = stored.epoch
             return True

@@ -109,7 +109,8 @@ def verify_migration(config: Config, migration_id: str, *, repair: bool = True, 
         store = MigrationStore(zk)
         spec = store.spec(migration_id)
         state, _ = store.state(migration_id)
-        if state.phase in (Phase.CUTOVER, Phase.DONE, Phase.ROLLED_BACK, Phase.CLEANED, Phase.ABORTED):
+        if state.phase in (Phase.CUTOVER, Phase.DONE, Phase.ROLLING_BACK, Phase.ROLLED_BACK, Phase.CLEANED,
+                           Phase.ABORTED):
             raise VerifyError(f"migration {migration_id} is {state.phase.value}: verify compares the source with "
                               "the target before the cutover (a rollback verifies the tombstones itself)",
                               phase="verify")

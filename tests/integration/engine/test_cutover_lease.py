@@ -196,3 +196,64 @@ def test_a_holder_that_lost_its_lease_does_not_flip(fleet):
     prep.drainer.close()
     assert _sides(fleet, spec) == "before"
     assert prep.store.state(spec.id)[0].phase == Phase.CONVERGED
+
+
+@pytest.mark.parametrize("step,where", [("fence", "before"), ("flip_cas", "after")])
+def test_a_rollback_killed_in_its_flip_back_is_settled(fleet, tmp_path, step, where):
+    """The rollback's flip back holds the same lease: killed inside its freeze, a live worker settles
+    it within the bound, wholly before the flip back (phase done, the new master serves; a second
+    rollback then goes through) or wholly after it (phase rolled_back, the old master serves)."""
+    run = KillRun(fleet, tmp_path)
+    spec, workers = run.spec, run.workers
+    try:
+        assert run.kill_at("release") == "after"  # the forward cutover, finished by a settler
+        dead = len(workers.dead())
+        workers.enqueue(fleet.config, "tests.faults.fault_jobs.rollback_with_fault", spec.id,
+                        str(fleet.config_path), "kill", f"step:{step}")
+        deadline = time.monotonic() + 240
+        while len(workers.dead()) == dead:
+            assert time.monotonic() < deadline, f"no worker died at {step}\n{workers.logs()}"
+            time.sleep(0.05)
+        t_dead = time.monotonic()
+        workers.start(1)
+        while not _settled(fleet, spec.id) or run.prep.store.state(spec.id)[0].phase == Phase.ROLLING_BACK:
+            assert time.monotonic() - t_dead < 60, f"rollback {step}: not settled after 60 s\n{workers.logs()}"
+            time.sleep(0.1)
+        took = time.monotonic() - t_dead
+        assert took < BOUND_S, f"rollback killed after {step}: settled after {took:.1f} s\n{workers.logs()}"
+        smap = ShardMapStore(fleet.zk).read()
+        owner = spec.source_master if where == "after" else spec.target_master
+        assert not smap.frozen and {smap.master_of(s) for s in MOVING} == {owner}
+        phase = run.prep.store.state(spec.id)[0].phase
+        assert phase == (Phase.ROLLED_BACK if where == "after" else Phase.DONE), phase
+        fenced = (spec.target_master, spec.target_slave)
+        for name in fenced:  # the rollback's fenced pair: no gate left, tables wholly on one side
+            with mysql_connect(fleet.hosts[name], fleet.credentials) as c:
+                assert gate_leftovers(c) == [], name
+                for db in spec.databases:
+                    live, dead_t = tables_in(c, db), tables_in(c, tomb_db(spec.id, db))
+                    if where == "after":
+                        assert not (live & SEED_TABLES) and SEED_TABLES <= dead_t, (name, db, live, dead_t)
+                    else:
+                        assert SEED_TABLES <= live and not (dead_t & SEED_TABLES), (name, db, live, dead_t)
+        with mysql_connect(fleet.hosts[spec.source_master], fleet.credentials) as c:
+            for db in spec.databases:
+                live, dead_t = tables_in(c, db), tables_in(c, tomb_db(spec.id, db))
+                assert (SEED_TABLES <= live) == (where == "after") and (SEED_TABLES <= dead_t) == (where == "before")
+        if where == "before":  # undone: a rollback now goes through
+            from migrator.engine.rollback import rollback
+
+            rollback(fleet.config, spec.id)
+            assert run.prep.store.state(spec.id)[0].phase == Phase.ROLLED_BACK
+        time.sleep(0.3)
+        run.writer.stop()
+        assert not run.writer.errors, run.writer.errors[:5]
+        # every acknowledged write is on the final owner
+        final = ShardMapStore(fleet.zk).read().master_of(MOVING[0])
+        with mysql_connect(fleet.hosts[final], fleet.credentials) as t, t.cursor() as cur:
+            for (shard, lid), data in run.writer.acks.items():
+                cur.execute(f"SELECT data FROM db{shard:05d}.pins WHERE local_id = %s", (lid,))
+                row = cur.fetchone()
+                assert row is not None and row[0] == data, (shard, lid, row, data)
+    finally:
+        run.stop()

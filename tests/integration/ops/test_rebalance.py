@@ -1,5 +1,6 @@
 """``migrator rebalance`` on a real fleet of its own: 3 pairs with skewed data (the first ~3x the bytes
-of the third) plus one added empty pair, RQ worker processes, the CLI run as an operator would.
+of the third) plus one added empty pair, RQ worker processes, the queue load running throughout (its
+ledger: 0 acknowledged jobs lost), the CLI run as an operator would.
 
 The fleet is this module's own (the shared one has 2 pairs and a spare: two moves at once need four
 pairs), started once for the module.
@@ -13,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
 
 import pytest
@@ -23,6 +25,8 @@ from migrator.fleet import zk as zk_mod
 from migrator.fleet.shard_map import HostRegistry, ShardMapStore
 from migrator.ops.rebalance import command as rebalance
 from migrator.ops.rebalance.measure import measure
+from migrator.queue.ledger import check_ledger
+from migrator.queue.load import run_load
 from tests.conftest import LIVE_SANDBOXES
 from tests.faults.harness import compare_moved
 from tests.integration.ops.rebalance_support import skew
@@ -77,14 +81,30 @@ def test_rebalance_yes_evens_out_the_fleet_with_moves_at_once(fleet4, tmp_path):
     workers = [subprocess.Popen([sys.executable, "-m", "migrator", "--config", str(cfg_path), "worker", "--name",
                                  f"rb{i}"], stdout=(tmp_path / f"w{i}.log").open("w"), stderr=subprocess.STDOUT)
                for i in range(3)]
+    # the queue keeps running through the whole rebalance
+    stop, out, ledger = threading.Event(), {}, tmp_path / "ledger.sqlite"
+
+    def load() -> None:
+        try:
+            out["result"] = run_load(cfg, "rebalance", 60, 3600, ledger, stop, partitions=6, consumers=2)
+        except BaseException as exc:  # reported below
+            out["error"] = exc
+
+    loader = threading.Thread(target=load, daemon=True)
+    loader.start()
     try:
         run = cli(cfg_path, "rebalance", "--add-pair", "MySQL004A", "--threshold", str(THRESHOLD), "--yes",
                   "--window", "1", "--freeze-budget-ms", "3000")
     finally:
+        stop.set()
+        loader.join(120)
         for w in workers:
             w.kill()
             w.wait()
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "error" not in out, out.get("error")
+    report = check_ledger(cfg, ledger)
+    assert report.enqueued > 0 and report.lost == 0, report
     rid = next(w for w in run.stdout.split() if w.startswith("rb-"))
 
     status = cli(cfg_path, "status", rid, "--json")
