@@ -10,9 +10,11 @@ pass and tries again, a bounded number of times, and otherwise leaves the
 migration converged with the error for an operator.
 
 ``postpone_cutover`` (``migrator postpone ID``) holds the pipeline before the
-cutover: ``finish`` re-enqueues itself until it is cleared. (It does not run
-catch-up passes meanwhile: an operator's own ``migrator cutover`` may be running,
-and two writers of the checkpoint conflict.)
+cutover: ``finish`` re-enqueues itself until it is cleared, and runs a catch-up
+pass each time so the target stays current (the freeze, when it comes, drains
+seconds, not the whole postponement). Not while a cutover holds its lease (an
+operator's own ``migrator cutover``): two tails would fight over the
+checkpoint; a pass that loses that race steps aside.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from typing import Any
 
 from rq import get_current_job
 
+from migrator.engine.catch_up.checkpoint import CatchUpConflict
+from migrator.engine.cutover.lease import leases
 from migrator.engine.migration import MigrationStore, Phase
 from migrator.fleet import config as config_mod
 from migrator.ops import command
@@ -42,6 +46,8 @@ def finish(migration_id: str, config_path: str | None = None, attempt: int = 0) 
         out["skipped"] = f"phase is {st.phase.value}"
         return out
     if st.postpone_cutover or st.paused:
+        if st.postpone_cutover and not st.paused:
+            out["pass"] = _pass_while_postponed(cfg, migration_id)
         return _again(out, migration_id, config_path, attempt, "cutover postponed", delay=POSTPONE_RECHECK_S,
                       count=False)
     out["verify"] = command.verify(cfg, migration_id)
@@ -58,6 +64,18 @@ def finish(migration_id: str, config_path: str | None = None, attempt: int = 0) 
     out["cleanup_job"] = command.schedule_cleanup(cfg, migration_id, queue=_queue_name())
     _meta(out)
     return out
+
+
+def _pass_while_postponed(cfg: Any, migration_id: str) -> str:
+    """One catch-up pass, unless a cutover of the migration is running (it owns the tail then)."""
+    with command.session(cfg) as (zk, _):
+        if leases(zk, migration_id):
+            return "skipped: a cutover is running"
+    try:
+        command.catchup(cfg, migration_id, passes=1)
+    except CatchUpConflict:
+        return "stepped aside: another tail wrote the checkpoint"
+    return "ran"
 
 
 def _queue_name() -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from jobs import pipeline
 from migrator.engine import plan as plan_mod
+from migrator.engine.cutover.lease import CutoverLease
 from migrator.engine.migration import MigrationStore
 from migrator.fleet.shard_map import ShardMapStore
 from migrator.ops import command
@@ -98,9 +99,21 @@ def test_postponed_cutover_holds_until_released(fleet):
     epoch = ShardMapStore(fleet.zk).read().epoch
     res = run_cli("postpone", mid, config=fleet.config_path)
     assert res.returncode == 0 and "postponed" in res.stdout, res.stderr
+    # while postponed the pipeline keeps the target current: rows written now reach it
+    passes_before = len(catchup_passes(fleet, mid))
+    insert_pins(fleet, "MySQL001A", "db00002", 5)
     out = pipeline.finish(mid, str(fleet.config_path))
-    assert out["next"] == "cutover postponed" and "cutover" not in out
+    assert out["next"] == "cutover postponed" and "cutover" not in out and out["pass"] == "ran", out
+    assert len(catchup_passes(fleet, mid)) == passes_before + 1
+    assert count(fleet, "MySQL003A", "db00002", "pins") == count(fleet, "MySQL001A", "db00002", "pins")
     assert phase(fleet, mid) == "converged" and ShardMapStore(fleet.zk).read().epoch == epoch
+    # not while a cutover holds its lease (an operator's `migrator cutover`): it owns the tail then
+    lease = CutoverLease(fleet.config, fleet.credentials, mid).acquire()
+    try:
+        out = pipeline.finish(mid, str(fleet.config_path))
+        assert out["pass"].startswith("skipped"), out
+    finally:
+        lease.release()
     res = run_cli("postpone", mid, "--release", config=fleet.config_path)
     assert res.returncode == 0 and "released" in res.stdout, res.stderr
     for attempt in range(pipeline.MAX_ATTEMPTS):  # what RQ does with the re-enqueued finish on a busy box
