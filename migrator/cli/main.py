@@ -155,6 +155,33 @@ def topology_create_shards(rows: int = typer.Option(0, "--rows", help="Seed pins
     print(f"created {len(created)} shard databases" + (f": {created[0]}..{created[-1]}" if created else ""))
 
 
+def _host_arg(spec: str, partner: str) -> Any:
+    from migrator.fleet.model import Host
+
+    name, sep, addr = spec.partition("=")
+    host, colon, port = addr.rpartition(":")
+    if not sep or not colon or not port.isdigit():
+        raise typer.BadParameter(f"{spec!r}: give NAME=ADDRESS:PORT, e.g. MySQL009A=10.0.3.17:3306")
+    try:
+        return Host(name=name, address=host, port=int(port), partner=partner)
+    except ValueError as exc:
+        raise typer.BadParameter(f"{spec!r}: {str(exc).splitlines()[-1]}") from None
+
+
+@topology_app.command("add-pair")
+def topology_add_pair(
+    master: str = typer.Argument(..., help="NAME=ADDRESS:PORT of the new pair's master, e.g. MySQL009A=10.0.3.17:3306"),
+    standby: str = typer.Argument(..., help="NAME=ADDRESS:PORT of its standby (its master-master partner)"),
+) -> None:
+    """Register a new, empty master-master pair (a split, move or rebalance target), after checking it."""
+    from migrator.fleet import topology
+
+    a_name, b_name = master.split("=", 1)[0], standby.split("=", 1)[0]
+    out = topology.add_pair(load_config(), _host_arg(master, b_name), _host_arg(standby, a_name))
+    print(f"registered {' and '.join(out['registered'])} (empty pair): `migrator rebalance --add-pair {a_name}` "
+          "fills it")
+
+
 @topology_app.command("history")
 def topology_history(limit: int = typer.Option(20, "--limit")) -> None:
     """Shard-map changes: who, when, old and new epoch."""

@@ -178,3 +178,67 @@ def history(config: Config, limit: int = 20) -> list[dict[str, Any]]:
     for r in recs:
         r["when_iso"] = dt.datetime.fromtimestamp(r["when"], dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
     return recs
+
+
+def _replicates_from(conn: Any, peer: Host) -> str | None:
+    """None when this server replicates from ``peer`` with both threads running, else why not."""
+    with conn.cursor() as cur:
+        cur.execute("/* migrator:topology */ SHOW ALL SLAVES STATUS")
+        cols = [d[0] for d in cur.description]
+        rows = [dict(zip(cols, r)) for r in cur.fetchall()]
+    if not rows:
+        return "it does not replicate from anything"
+    for st in rows:
+        if int(st.get("Master_Port") or 0) == peer.port:
+            if st.get("Slave_IO_Running") != "Yes" or st.get("Slave_SQL_Running") != "Yes":
+                return f"its replication from {peer.name} is not running ({st.get('Last_SQL_Error') or 'stopped'})"
+            return None
+    return f"it does not replicate from {peer.name} (port {peer.port})"
+
+
+def add_pair(config: Config, master: Host, standby: Host) -> dict[str, Any]:
+    """Register a new, empty master-master pair: a split, move or rebalance target.
+
+    Refuses (one line, what to do) a name already registered, a host the
+    migration identity cannot reach, a pair whose members do not replicate
+    from each other or share a server id, and a host that already holds shard
+    databases. Nothing is registered unless every check passes.
+    """
+    creds = load_credentials(config)
+    if master.partner != standby.name or standby.partner != master.name:
+        raise MigratorError(f"{master.name} and {standby.name} must name each other as partner")
+    with zk_mod.connect(config, creds) as zk:
+        reg = HostRegistry(zk)
+        known = reg.all()
+        taken = [h.name for h in (master, standby) if h.name in known]
+        if taken:
+            raise MigratorError(f"{', '.join(taken)} already registered (see `migrator topology show`); "
+                                "pick new names")
+        ids: dict[int, str] = {}
+        for host, peer in ((master, standby), (standby, master)):
+            try:
+                conn = mysql_connect(host, creds)
+            except Exception as exc:  # noqa: BLE001 - any connect failure is the operator's to fix
+                raise MigratorError(f"cannot connect to {host.name} at {host.address}:{host.port} "
+                                    f"with the migration identity: {exc}; check the address and grants") from None
+            try:
+                with conn.cursor() as cur:
+                    cur.execute("/* migrator:topology */ SELECT @@server_id")
+                    sid = int(cur.fetchone()[0])
+                    cur.execute("/* migrator:topology */ SELECT SCHEMA_NAME FROM information_schema.SCHEMATA "
+                                "WHERE SCHEMA_NAME REGEXP '^db[0-9]{5}$' LIMIT 3")
+                    held = [r[0] for r in cur.fetchall()]
+                problem = _replicates_from(conn, peer)
+            finally:
+                conn.close()
+            if sid in ids:
+                raise MigratorError(f"{host.name} and {ids[sid]} share server_id {sid}; give each its own")
+            ids[sid] = host.name
+            if held:
+                raise MigratorError(f"{host.name} already holds shard databases ({', '.join(held)}...): "
+                                    "a new pair must be empty")
+            if problem:
+                raise MigratorError(f"{host.name}: {problem}; set up master-master replication first")
+        reg.register(master)
+        reg.register(standby)
+    return {"registered": [master.name, standby.name], "server_ids": {v: k for k, v in ids.items()}}

@@ -17,8 +17,9 @@ from migrator.sandbox.procs import Proc, port_free
 MAX_SERVER_ID = 80
 
 
-def add_pair(sb: Any, *, log: Any = print) -> tuple[str, str]:
-    """Start a new empty pair in the running sandbox ``sb`` and register it; returns its names."""
+def add_pair(sb: Any, *, log: Any = print, register: bool = True) -> tuple[str, str]:
+    """Start a new empty pair in the running sandbox ``sb`` and register it (unless not
+    ``register``); returns its names."""
     if sb.state is None or not all(p.alive() for p in sb.state.procs.values()):
         raise MigratorError(f"the sandbox in {sb.dir} is not running: `migrator sandbox up` first")
     st = sb.state
@@ -48,6 +49,9 @@ def add_pair(sb: Any, *, log: Any = print) -> tuple[str, str]:
         sb._bootstrap_users(p)
     for p in new:
         sb._start_replication(p)
+    if not register:  # as a real pair would be: `migrator topology add-pair` checks and registers it
+        log(f"pair {a}/{b} started on ports {new[0].port}, {new[1].port}, not registered")
+        return a, b
     cfg = sb.config()
     creds = config_mod.load_credentials(cfg)
     hosts = sb.hosts()

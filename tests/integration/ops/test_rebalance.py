@@ -144,9 +144,23 @@ def test_added_pair_and_control_of_a_whole_rebalance(fleet4):
     cfg_path = sb.config_file
     cfg = config_mod.load(cfg_path)
     creds = config_mod.load_credentials(cfg)
-    a, _ = add_pair(sb, log=lambda *_: None)
+    # a new pair of servers, registered the way a real one is: checked, then registered by the CLI
+    a, b = add_pair(sb, log=lambda *_: None, register=False)
+    hosts = sb.hosts()
+    spec = {n: f"{n}={hosts[n].address}:{hosts[n].port}" for n in (a, b)}
+    # the new master and a host that is not its partner: refused, nothing registered
+    one = hosts["MySQL001A"]
+    wrong = cli(cfg_path, "topology", "add-pair", spec[a].replace(a, "MySQL077A"),
+                f"MySQL077B={one.address}:{one.port}")
+    assert wrong.returncode != 0 and "does not replicate from MySQL077B" in wrong.stderr, wrong.stderr
+    assert "Traceback" not in wrong.stderr
+    taken = cli(cfg_path, "topology", "add-pair", f"MySQL001A={hosts[a].address}:{hosts[a].port}", spec[b])
+    assert taken.returncode != 0 and "already registered" in taken.stderr, taken.stderr
+    reg = cli(cfg_path, "topology", "add-pair", spec[a], spec[b])
+    assert reg.returncode == 0 and "registered" in reg.stdout, reg.stdout + reg.stderr
     with zk_mod.connect(cfg, creds) as zk:
-        assert a in HostRegistry(zk).all()
+        assert {a, b} <= set(HostRegistry(zk).all())
+        assert HostRegistry(zk).get(a).partner == b
         epoch = ShardMapStore(zk).read().epoch
     bad = cli(cfg_path, "rebalance", "--add-pair", "MySQL099A", "--dry-run", "--window", "0")
     assert bad.returncode != 0 and "MySQL099A" in bad.stderr and "register" in bad.stderr
