@@ -59,8 +59,10 @@ from migrator.fleet.mysql import ER_BAD_DB_ERROR, ER_NO_SUCH_TABLE
 from migrator.fleet.mysql import connect as mysql_connect
 from migrator.fleet.router import ShardRouter
 from migrator.fleet.shard_map import HostRegistry, ShardMapStore
+from migrator.queue.errors import UnknownQueue
 from migrator.queue.ledger import check_ledger
 from migrator.queue.load import run_load
+from migrator.queue.model import QueueConfig
 from migrator.sandbox import Sandbox, find_base_port, reset_fleet
 
 MOVING = (2, 3)
@@ -268,6 +270,13 @@ class QueueLoad:
         import multiprocessing as mp
 
         self.server = QueueServer(Path(cfg_path), token)
+        # the queue (its jobs tables in every shard) exists before any move is planned: a table
+        # created in a moving shard during catch-up stops the migration, as it should
+        with self.server.client() as client:
+            try:
+                client.get_queue("bench")
+            except UnknownQueue:
+                client.create_queue("bench", QueueConfig(partitions=partitions))
         ctx = mp.get_context("spawn")
         self._stop = ctx.Event()
         self._out = ctx.Queue()
