@@ -23,11 +23,18 @@ def test_small_delta_and_lag_converge():
 
 def test_apply_slower_than_writes_for_k_passes_is_not_converging():
     opts = Options(converge_events=10, not_converging_passes=3)
-    slow = [asdict(row(i, 5000, 100, 200)) for i in (1, 2)]
-    assert judge(row(3, 5000, 100, 200), slow, opts) == (False, True)
+    slow = [asdict(row(i, 5000, 100, 200, lag_s=50)) for i in (1, 2)]
+    assert judge(row(3, 5000, 100, 200, lag_s=50), slow, opts) == (False, True)
     # one fast pass among them resets the count
-    mixed = [asdict(row(1, 5000, 100, 200)), asdict(row(2, 5000, 300, 200))]
-    assert judge(row(3, 5000, 100, 200), mixed, opts) == (False, False)
+    mixed = [asdict(row(1, 5000, 100, 200, lag_s=50)), asdict(row(2, 5000, 300, 200, lag_s=17))]
+    assert judge(row(3, 5000, 100, 200, lag_s=50), mixed, opts) == (False, False)
     # too few passes yet
-    assert judge(row(2, 5000, 100, 200), slow[:1], opts) == (False, False)
-    assert judge(row(1, 5000, 100, 200), [], Options(not_converging_passes=1)) == (False, True)
+    assert judge(row(2, 5000, 100, 200, lag_s=50), slow[:1], opts) == (False, False)
+    assert judge(row(1, 5000, 100, 200, lag_s=50), [], Options(not_converging_passes=1)) == (False, True)
+
+
+def test_short_passes_are_not_judged_by_their_rate():
+    """A pass shorter than THROUGHPUT_PASS_S is bound by the tail's latency: its rate is no verdict."""
+    opts = Options(converge_events=1000, not_converging_passes=3)
+    short = [asdict(row(i, 1200, 755, 1220, lag_s=1.6)) for i in (1, 2)]
+    assert judge(row(3, 1200, 755, 1220, lag_s=1.6), short, opts) == (False, False)
