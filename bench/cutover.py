@@ -51,7 +51,7 @@ from rich.table import Table
 
 from bench import sysbench
 from bench.queue_http import Server as QueueServer
-from migrator.engine.migration import Options
+from migrator.engine.migration import MigrationStore, Options
 from migrator.fleet import config as config_mod
 from migrator.fleet import zk as zk_mod
 from migrator.fleet.model import even_layout
@@ -330,6 +330,7 @@ def move(cfg: config_mod.Config, target: str, window: dict[str, float],
     recorded with how long writes waited in it.
     """
     from migrator.engine import catch_up
+    from migrator.engine.catch_up.tailer import DrainTimeout
     from migrator.engine.cleanup import cleanup
     from migrator.engine.cutover import cutover
     from migrator.engine.cutover.errors import CutoverAborted, FreezeBudgetExceeded
@@ -350,20 +351,28 @@ def move(cfg: config_mod.Config, target: str, window: dict[str, float],
     def ended(run: Any) -> None:
         window["end"] = time.monotonic()
 
+    refused = 0
     for attempt in range(attempts):
         try:
             res = cutover(cfg, mid, hooks=CutoverHooks(after_freeze=began, after_flip=ended))
             break
-        except (FreezeBudgetExceeded, CutoverAborted) as exc:
-            if attempt + 1 == attempts or "start" not in window:
+        except (FreezeBudgetExceeded, CutoverAborted, DrainTimeout) as exc:
+            if attempt + 1 == attempts:
                 raise
+            if "start" not in window:  # refused before any freeze (the predicted freeze): one more pass
+                refused += 1
+                catch_up.run_passes(cfg, mid, 1)
+                continue
             run = window.pop("run")
-            aborts.append({"freeze_ms": (time.monotonic() - window.pop("start")) * 1000,
+            end = run.t_released if run.t_released is not None else time.monotonic()  # unfrozen by the undo
+            aborts.append({"freeze_ms": (end - window.pop("start")) * 1000,
                            "steps": dict(run.steps), "why": type(exc).__name__})
             catch_up.run_passes(cfg, mid, 1)
     window.pop("run", None)
+    with zk_mod.connect(cfg, config_mod.load_credentials(cfg)) as zk:
+        predicted = MigrationStore(zk).state(mid)[0].predicted_freeze_ms
     cleanup(cfg, mid, now=True)
-    return mid, res.to_dict()
+    return mid, {**res.to_dict(), "predicted_ms": predicted, "refused": refused}
 
 
 def pct(xs: list[float], p: float) -> float:
@@ -484,6 +493,11 @@ def main(argv: list[str] | None = None) -> int:
     console.print("steps of the flipped cutovers, p50 / p99 ms: " +
                   ", ".join(f"{k} {pct(v, 50):.0f}/{pct(v, 99):.0f}" for k, v in steps.items()))
     over = sum(1 for f in freezes if f > budget_ms)
+    pairs = [(r["res"]["freeze_ms"], r["res"].get("predicted_ms")) for r in rows if r["res"].get("predicted_ms")]
+    within = sum(1 for m, p in pairs if p / 2 <= m <= p * 2)
+    console.print(f"predicted vs measured freeze: {within}/{len(pairs)} within 2x; "
+                  + ", ".join(f"{p:.0f}->{m:.0f}" for m, p in pairs[:20])
+                  + f"; refused before a freeze (prediction over budget): {sum(r['res']['refused'] for r in rows)}")
     total_lost = lost + ledger_lost
     print(f"cutovers={len(rows)} attempts={len(freezes)} aborted={len(aborts)} over_budget={over} "
           f"freeze_p50_ms={pct(freezes, 50):.1f} freeze_p99_ms={pct(freezes, 99):.1f} "

@@ -111,6 +111,8 @@ class Fence:
         self.log_lock = log_lock
         self.a: pymysql.connections.Connection | None = None
         self.c: pymysql.connections.Connection | None = None
+        #: opened ahead for the undo's KILLs (taken once by :class:`_side_conn`)
+        self.spare: pymysql.connections.Connection | None = None
         self.a_id: int | None = None
         self.renamers: list[_Renamer] = []
         self.locked = False
@@ -124,6 +126,7 @@ class Fence:
     def open(self) -> Fence:
         self.a = mysql_connect(self.host, self.credentials, read_timeout=600)
         self.c = mysql_connect(self.host, self.credentials, read_timeout=30)
+        self.spare = mysql_connect(self.host, self.credentials, read_timeout=30)
         self.a_id = int(scalar(self.a, "SELECT CONNECTION_ID()"))
         with self.a.cursor() as cur:
             cur.execute(f"{TAG}SET SESSION lock_wait_timeout = {max(1, int(self.lock_wait_timeout))}")
@@ -134,7 +137,7 @@ class Fence:
         return self
 
     def close(self) -> None:
-        for conn in (self.a, self.c):
+        for conn in (self.a, self.c, self.spare):
             if conn is not None:
                 try:
                     conn.close()
@@ -344,15 +347,30 @@ class _Renamer:
             pass
 
 
+def take_spare(owner: object, attr: str) -> pymysql.connections.Connection | None:
+    """Take the connection an object opened ahead in ``attr`` (once), alive, else None."""
+    spare = getattr(owner, attr)
+    setattr(owner, attr, None)
+    if spare is None:
+        return None
+    try:
+        spare.ping(reconnect=True)  # an idle connection the server closed is opened again
+    except pymysql.err.MySQLError:
+        return None
+    return spare
+
+
 class _side_conn:
-    """A fresh connection for KILLs from another thread (C may be in use)."""
+    """A connection for KILLs from another thread (C may be in use): the one opened ahead
+    with the fence (no connect inside a freeze's undo), else a fresh one."""
 
     def __init__(self, fence: Fence):
         self.fence = fence
         self.conn: pymysql.connections.Connection | None = None
 
     def __enter__(self) -> pymysql.connections.Connection:
-        self.conn = mysql_connect(self.fence.host, self.fence.credentials, read_timeout=30)
+        self.conn = take_spare(self.fence, "spare") or mysql_connect(self.fence.host, self.fence.credentials,
+                                                                      read_timeout=30)
         return self.conn
 
     def __exit__(self, *exc: object) -> None:

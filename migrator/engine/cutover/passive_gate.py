@@ -69,7 +69,7 @@ from collections.abc import Sequence
 
 import pymysql
 
-from migrator.engine.cutover.fence import ER_NO_SUCH_THREAD, MAX_TABLES, Fence, Move
+from migrator.engine.cutover.fence import ER_NO_SUCH_THREAD, MAX_TABLES, Fence, Move, take_spare
 from migrator.errors import MigratorError
 from migrator.fleet.config import Credentials
 from migrator.fleet.gtid import GtidPos
@@ -142,6 +142,7 @@ class TriggerGate:
         self.gate = gate_table(suffix)
         self.tomb_db_of = dict(tomb_db_of)
         self.conn: pymysql.connections.Connection | None = None
+        self._spare: pymysql.connections.Connection | None = None
         self.conn_id: int | None = None
         self.closed_at: GtidPos | None = None
         #: set by :meth:`reopen` (maybe from the watchdog's thread): no close after it
@@ -151,6 +152,7 @@ class TriggerGate:
 
     # -- connection ----------------------------------------------------------------
     def open(self) -> TriggerGate:
+        self._spare = mysql_connect(self.host, self.credentials, read_timeout=30)
         self.conn = mysql_connect(self.host, self.credentials, read_timeout=600)
         self.conn_id = int(scalar(self.conn, "SELECT CONNECTION_ID()"))
         with self.conn.cursor() as cur:
@@ -158,6 +160,12 @@ class TriggerGate:
         return self
 
     def close_connection(self) -> None:
+        if self._spare is not None:
+            try:
+                self._spare.close()
+            except Exception:  # already gone
+                pass
+            self._spare = None
         if self.conn is not None:
             try:
                 self.conn.close()
@@ -267,7 +275,9 @@ class TriggerGate:
         with self._state:
             self.aborted = True
             closing = self._closing
-        with mysql_connect(self.host, self.credentials, read_timeout=30) as side, side.cursor() as cur:
+        # the connection opened ahead for this (no connect inside a freeze's undo), else a new one
+        side = take_spare(self, "_spare") or mysql_connect(self.host, self.credentials, read_timeout=30)
+        with side, side.cursor() as cur:
             cur.execute(f"{TAG}SET SESSION sql_log_bin = 0")
             if closing and self.conn_id is not None:
                 try:

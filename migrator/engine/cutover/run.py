@@ -319,6 +319,7 @@ class CutoverRun:
                 finally:
                     if self.frozen_epoch is not None:
                         self.unfreeze()
+                        self.t_released = time.monotonic()  # clients wait no longer
 
     # -- the freeze ----------------------------------------------------------------------------
     def run(self, hooks: CutoverHooks) -> CutoverResult:
