@@ -74,7 +74,7 @@ from migrator.fleet.model import Host
 from migrator.fleet.mysql import binlog_pos, qualified
 from migrator.fleet.mysql import connect as mysql_connect
 from migrator.fleet.shard_map import ShardMapStore
-from migrator.ops import command
+from migrator.ops import command, steps
 
 QUEUE = "faults"
 #: options for cells: a freeze budget with room for a 2-core CI box, small copy chunks
@@ -254,7 +254,8 @@ class FaultRun:
         from redis import Redis
         from rq import Queue
 
-        q = Queue("migrator", connection=Redis.from_url(self.cfg.redis.url))
+        assert self.spec is not None
+        q = Queue(steps.migration_queue(self.spec), connection=Redis.from_url(self.cfg.redis.url))
         return q.enqueue(func, *args, job_timeout=600, **kwargs)
 
     # -- end checks ----------------------------------------------------------------------------

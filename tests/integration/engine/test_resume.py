@@ -23,7 +23,7 @@ import redis as redis_mod
 
 from migrator.engine.copy import table_progress
 from migrator.engine.migration import MigrationStore, Options, Phase
-from migrator.ops import command
+from migrator.ops import command, steps
 from tests.conftest import SEED
 from tests.integration.engine.support import Writer, missing_or_different, snapshot_dbs
 
@@ -43,10 +43,11 @@ def _children(pid: int) -> list[int]:
 
 
 def _worker(config, log: Path, *, burst: bool) -> subprocess.Popen:
+    """A plain ``rq worker`` on the source pair's queue (every test here splits MySQL001A)."""
     args = [RQ, "worker", "--url", config.redis.url, "--name", f"w{os.getpid()}-{time.monotonic_ns()}"]
     if burst:
         args.append("--burst")
-    return subprocess.Popen([*args, "migrator"], stdout=log.open("ab"), stderr=subprocess.STDOUT,
+    return subprocess.Popen([*args, steps.pair_queue("MySQL001A")], stdout=log.open("ab"), stderr=subprocess.STDOUT,
                             stdin=subprocess.DEVNULL, cwd=str(Path(__file__).resolve().parents[3]))
 
 
