@@ -42,6 +42,7 @@ catch-up passes steps aside on its first checkpoint conflict.
 from __future__ import annotations
 
 import datetime as dt
+import math
 import uuid
 from typing import Any
 
@@ -237,8 +238,10 @@ def enqueue_finish(redis: Any, mid: str, config_path: str | None, *, queue: str 
 
 def enqueue_cleanup_at(redis: Redis, mid: str, when: float, config_path: str | None = None,
                        queue: str = QUEUE) -> Job:
-    """Drop the tombstones at ``when`` (epoch seconds; needs a worker with the scheduler)."""
-    at = dt.datetime.fromtimestamp(when, tz=dt.UTC)
+    """Drop the tombstones at ``when`` (epoch seconds; needs a worker with the scheduler). RQ keeps
+    whole seconds and drops the fraction, so the job is scheduled at the next whole second: never
+    before the retention ends, when the cleanup would refuse."""
+    at = dt.datetime.fromtimestamp(math.ceil(when), tz=dt.UTC)
     return Queue(queue, connection=redis).enqueue_at(
         at, CLEANUP_JOB, mid, config_path=config_path, job_id=job_id("cleanup", mid),
         description=f"drop the tombstones of migration {mid}", meta={"migration": mid, "step": "cleanup"},
