@@ -9,10 +9,8 @@ queue, which neither worker serves.
 from __future__ import annotations
 
 import secrets
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -27,7 +25,7 @@ from migrator.fleet import config as config_mod
 from migrator.fleet import redis_client
 from migrator.fleet import zk as zk_mod
 from migrator.ops import command, steps
-from tests.conftest import LIVE_SANDBOXES
+from tests.conftest import own_sandbox
 from tests.integration.ops.operator_support import stop_process
 
 #: pair of each worker: (its --pairs, the move whose source it serves)
@@ -37,19 +35,8 @@ WORKERS = {"near1": ("MySQL001A,MySQL003A", "2-3", "MySQL003A"),
 
 @pytest.fixture(scope="module")
 def fleet4():
-    from migrator.sandbox import Sandbox, find_base_port
-
-    d = Path(tempfile.mkdtemp(prefix="migrator-pairs-"))
-    sb = Sandbox(d / "sandbox")
-    try:
-        sb.up(pairs=2, spare_pairs=2, shards=8, rows=20, base_port=find_base_port(100), log=lambda *_: None)
-        LIVE_SANDBOXES.append(sb)
+    with own_sandbox("migrator-pairs-", pairs=2, spare_pairs=2, shards=8, rows=20) as sb:
         yield sb
-    finally:
-        if sb in LIVE_SANDBOXES:
-            LIVE_SANDBOXES.remove(sb)
-        sb.down()
-        shutil.rmtree(d, ignore_errors=True)
 
 
 def _secure_redis(sb) -> str:

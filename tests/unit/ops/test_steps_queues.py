@@ -3,19 +3,10 @@
 import pytest
 
 from migrator.engine.migration import Spec
-from migrator.fleet.model import Host
 from migrator.ops import steps
+from tests.unit.engine.test_plan_arithmetic import _hosts
 
-
-def hosts(*pairs: tuple[str, str]) -> dict[str, Host]:
-    out = {}
-    for i, (a, b) in enumerate(pairs):
-        out[a] = Host(name=a, port=3000 + 2 * i, partner=b)
-        out[b] = Host(name=b, port=3001 + 2 * i, partner=a)
-    return out
-
-
-FLEET = hosts(("MySQL001A", "MySQL001B"), ("MySQL002A", "MySQL002B"), ("MySQL003A", "MySQL003B"))
+FLEET = _hosts(("MySQL001A", "MySQL001B"), ("MySQL002A", "MySQL002B"), ("MySQL003A", "MySQL003B"))
 
 
 def test_a_migration_goes_to_its_source_pairs_queue_whichever_member_is_master():
