@@ -210,9 +210,9 @@ def fleet(sandbox, tmp_path, request):
     for h in hosts.values():
         reg.register(h)
     stored = ShardMapStore(zk).init(smap, hosts, reason="test fixture")
-    import redis as redis_mod
+    from migrator.fleet import redis_client
 
-    r = redis_mod.Redis.from_url(cfg.redis.url)
+    r = redis_client.connect(cfg)
     r.flushdb()
     try:
         yield Fleet(sandbox, cfg, cfg_path, creds, zk, stored, hosts, root)

@@ -19,10 +19,10 @@ import time
 from pathlib import Path
 
 import pytest
-import redis as redis_mod
 
 from migrator.engine.copy import table_progress
 from migrator.engine.migration import MigrationStore, Options, Phase
+from migrator.fleet import redis_client
 from migrator.ops import command, steps
 from tests.conftest import SEED
 from tests.integration.engine.support import Writer, missing_or_different, snapshot_dbs
@@ -97,7 +97,7 @@ def test_kill9_all_workers_mid_copy_then_resume_from_zookeeper(fleet, conns, tmp
         assert st.phase == Phase.COPYING
 
         # Redis is lost with the dead workers' jobs: resume from the ZooKeeper record only
-        redis_mod.Redis.from_url(fleet.config.redis.url).flushdb()
+        redis_client.connect(fleet.config).flushdb()
         out = command.resume(fleet.config, spec.id)
         assert out["job"]
         resumed = _worker(fleet.config, log, burst=True)

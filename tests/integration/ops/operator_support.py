@@ -12,13 +12,14 @@ from rq.job import Job
 from rq.registry import FinishedJobRegistry
 
 from migrator.engine.migration import MigrationStore, Options
+from migrator.fleet import redis_client
 from migrator.fleet.mysql import connect as mysql_connect
 from migrator.fleet.mysql import qualified
 from migrator.ops import command, steps
 
 
 def redis_of(fleet) -> Redis:
-    return Redis.from_url(fleet.config.redis.url)
+    return redis_client.connect(fleet.config)
 
 
 def planned(fleet, shards: str = "2-3", target: str = "MySQL003A", **options: Any) -> str:
