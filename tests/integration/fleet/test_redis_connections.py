@@ -11,9 +11,11 @@ from pathlib import Path
 import pytest
 from redis import Redis
 from redis.exceptions import AuthenticationError, ResponseError
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.sentinel import SentinelConnectionPool
 from rq import Queue, SimpleWorker
 
+from migrator.errors import RedisUnavailable
 from migrator.fleet import config as config_mod
 from migrator.fleet import redis_client
 from migrator.ops import steps
@@ -29,9 +31,9 @@ class Servers:
         self.base = base
         self.pids: list[int] = []
 
-    def start(self, name: str, port: int, *args: str, sentinel: str | None = None) -> int:
+    def start(self, name: str, port: int, *args: str, sentinel: str | None = None, probe: Redis | None = None) -> int:
         d = self.base / name
-        d.mkdir(parents=True)
+        d.mkdir(parents=True, exist_ok=True)
         cmd = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", str(d), "--save", "",
                "--appendonly", "no", *args]
         if sentinel is not None:
@@ -44,7 +46,7 @@ class Servers:
                                 start_new_session=True)
         log.close()
         self.pids.append(proc.pid)
-        probe = Redis(port=port, password=PASSWORD if "--requirepass" in args else None, socket_timeout=1)
+        probe = probe or Redis(port=port, password=PASSWORD if "--requirepass" in args else None, socket_timeout=1)
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             try:
@@ -57,6 +59,24 @@ class Servers:
     def stop(self) -> None:
         for pid in reversed(self.pids):
             stop_pid(pid, timeout=10)
+
+
+def openssl(*args: str, cwd: Path) -> None:
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
+
+
+def make_ca(d: Path, name: str) -> None:
+    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.pem",
+            "-days", "2", "-subj", f"/CN={name}", cwd=d)
+
+
+def make_server_cert(d: Path, ca: str) -> None:
+    """server.pem / server.key for 127.0.0.1, signed by ``ca``."""
+    openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key", "-out", "server.csr",
+            "-subj", "/CN=127.0.0.1", cwd=d)
+    (d / "san.ext").write_text("subjectAltName=IP:127.0.0.1\n")
+    openssl("x509", "-req", "-in", "server.csr", "-CA", f"{ca}.pem", "-CAkey", f"{ca}.key", "-CAcreateserial",
+            "-out", "server.pem", "-days", "2", "-extfile", "san.ext", cwd=d)
 
 
 @pytest.fixture
@@ -166,3 +186,37 @@ def test_sentinel_resolves_the_master_and_follows_a_failover(servers, tmp_path, 
     fresh = redis_client.connect(cfg, socket_timeout=5)
     after = Queue(steps.QUEUE, connection=fresh).enqueue("os.getpid")
     assert fresh.info("server")["tcp_port"] == replica and rep.exists(f"rq:job:{after.id}")
+
+
+def test_tls_with_the_configured_ca_and_a_password(servers, tmp_path, no_redis_env):
+    pki = tmp_path / "pki"
+    pki.mkdir()
+    make_ca(pki, "fleet-ca")
+    make_ca(pki, "other-ca")
+    make_server_cert(pki, "fleet-ca")
+    port = find_base_port(1)
+    servers.start("tls", 0, "--tls-port", str(port), "--tls-cert-file", str(pki / "server.pem"),
+                  "--tls-key-file", str(pki / "server.key"), "--tls-ca-cert-file", str(pki / "fleet-ca.pem"),
+                  "--tls-auth-clients", "no", "--requirepass", PASSWORD,
+                  probe=Redis(host="127.0.0.1", port=port, password=PASSWORD, ssl=True,
+                              ssl_ca_certs=str(pki / "fleet-ca.pem"), socket_timeout=1))
+    secrets_toml = f'[redis]\npassword = "{PASSWORD}"\n'
+    url = f'url = "rediss://127.0.0.1:{port}/1"'
+
+    cfg = config_with(tmp_path, f'{url}\nca_file = "pki/fleet-ca.pem"', secrets_toml)
+    conn = redis_client.connect(cfg)
+    steps.enqueue_maintenance(conn)
+    assert Queue(steps.MAINTENANCE_QUEUE, connection=conn).count == 1
+    assert conn.connection_pool.connection_kwargs["ssl_ca_certs"] == str(tmp_path / "pki" / "fleet-ca.pem")
+
+    # a CA that did not sign the server's certificate: the connection is refused, nothing enqueued
+    other = config_with(tmp_path, f'{url}\nca_file = "pki/other-ca.pem"', secrets_toml)
+    with pytest.raises(RedisConnectionError, match="(?i)certificate verify failed"):
+        steps.enqueue_maintenance(redis_client.connect(other))
+    # the same port in the clear gets nowhere either
+    with pytest.raises(RedisConnectionError):
+        Redis(port=port, password=PASSWORD, socket_timeout=2).ping()
+    missing = config_with(tmp_path, f'{url}\nca_file = "pki/absent.pem"', secrets_toml)
+    with pytest.raises(RedisUnavailable, match="absent.pem"):
+        redis_client.connect(missing)
+    assert Queue(steps.MAINTENANCE_QUEUE, connection=conn).count == 1
