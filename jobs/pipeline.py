@@ -78,9 +78,9 @@ def _pass_while_postponed(cfg: Any, migration_id: str) -> str:
     return "ran"
 
 
-def _queue_name() -> str:
+def _queue_name() -> str | None:
     job = get_current_job()
-    return job.origin if job else "migrator"
+    return job.origin if job else None
 
 
 def _meta(out: dict[str, Any]) -> None:

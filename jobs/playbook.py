@@ -15,7 +15,7 @@ from rq import get_current_job
 from migrator.fleet import config as config_mod
 from migrator.fleet import zk as zk_mod
 from migrator.ops import playbook as playbook
-from migrator.ops.steps import enqueue_playbook
+from migrator.ops.steps import enqueue_playbook, playbook_queue
 
 
 def advance(run_id: str, config_path: str | None = None, wait_budget_s: float = 20.0) -> dict[str, Any]:
@@ -24,6 +24,7 @@ def advance(run_id: str, config_path: str | None = None, wait_budget_s: float = 
     with zk_mod.connect(cfg, creds) as zk:
         out = playbook.advance(cfg, zk, run_id, wait_budget_s=wait_budget_s)
         state, _ = playbook.RunStore(zk).get(run_id)
+        queue = playbook_queue(zk, state["context"].get("migration"))
     job = get_current_job()
     if job is not None:
         job.meta.update({"run": run_id, "playbook": state["playbook"], "migration": state["context"].get("migration"),
@@ -31,5 +32,5 @@ def advance(run_id: str, config_path: str | None = None, wait_budget_s: float = 
         job.save_meta()
         if out.status in ("waiting", "busy"):
             enqueue_playbook(run_id, config_path, connection=job.connection, playbook_name=state["playbook"],
-                    migration=state["context"].get("migration"), step=out.step)
+                    migration=state["context"].get("migration"), step=out.step, queue=queue)
     return {"status": out.status, "step": out.step, "message": out.message}

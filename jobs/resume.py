@@ -11,10 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from redis import Redis
-
+from migrator.fleet import redis_client
 from migrator.ops import command
-from migrator.ops.steps import QUEUE, enqueue_current_step
+from migrator.ops.steps import enqueue_current_step
 
 
 def resume(mid: str, config_path: str | None = None) -> dict[str, Any]:
@@ -22,7 +21,7 @@ def resume(mid: str, config_path: str | None = None) -> dict[str, Any]:
     from rq import get_current_job
 
     job = get_current_job()
-    redis = job.connection if job else Redis()
-    queue = job.origin if job else QUEUE
-    nxt = enqueue_current_step(redis, command.load_config(config_path), mid, queue=queue)
+    config = command.load_config(config_path)
+    redis = job.connection if job else redis_client.connect(config)
+    nxt = enqueue_current_step(redis, config, mid, queue=job.origin if job else None)
     return {"migration": mid, "job": nxt.id if nxt else None}

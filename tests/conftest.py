@@ -16,6 +16,7 @@ import shutil
 import tempfile
 import time
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,6 +46,25 @@ def _descendants() -> dict[int, str]:
 
 #: sandboxes a module-scoped fixture keeps for several tests (their servers are not a test's leftovers)
 LIVE_SANDBOXES: list = []
+
+
+@contextmanager
+def own_sandbox(prefix: str, **params):
+    """A sandbox of a test module's own (started with ``params``), kept for all its tests and listed in
+    :data:`LIVE_SANDBOXES` meanwhile; stopped and removed at the end."""
+    from migrator.sandbox import Sandbox, find_base_port
+
+    d = Path(tempfile.mkdtemp(prefix=prefix))
+    sb = Sandbox(d / "sandbox")
+    try:
+        sb.up(**params, base_port=find_base_port(100), log=lambda *_: None)
+        LIVE_SANDBOXES.append(sb)  # its servers (pairs added by a test too) outlive each test, by design
+        yield sb
+    finally:
+        if sb in LIVE_SANDBOXES:
+            LIVE_SANDBOXES.remove(sb)
+        sb.down()
+        shutil.rmtree(d, ignore_errors=True)
 
 
 def _sandbox_pids(request) -> set[int]:
@@ -190,9 +210,9 @@ def fleet(sandbox, tmp_path, request):
     for h in hosts.values():
         reg.register(h)
     stored = ShardMapStore(zk).init(smap, hosts, reason="test fixture")
-    import redis as redis_mod
+    from migrator.fleet import redis_client
 
-    r = redis_mod.Redis.from_url(cfg.redis.url)
+    r = redis_client.connect(cfg)
     r.flushdb()
     try:
         yield Fleet(sandbox, cfg, cfg_path, creds, zk, stored, hosts, root)

@@ -202,11 +202,15 @@ def register(app: typer.Typer) -> None:
         migration_id: str = typer.Argument(...),
         sync: bool = typer.Option(False, "--sync", help="Copy in this process instead of RQ workers."),
         workers: int | None = typer.Option(None, "--workers", help="Threads for --sync."),
-        queue: str = typer.Option("migrator", "--queue", help="RQ queue (run `rq worker QUEUE`)."),
+        queue: str | None = typer.Option(None, "--queue", help="RQ queue (default: the source pair's, which "
+                                                                 "`migrator worker` serves)."),
     ) -> None:
         """Preflight, then copy schema and rows (RQ jobs; --sync runs here)."""
         cfg = _cfg()
         if not sync:
+            from migrator.ops import steps
+
+            queue = queue or steps.queue_of(cfg, migration_id)
             job = command.start_copy(cfg, migration_id, queue=queue)
             console.print(f"enqueued {job} on queue {queue!r}; follow with `migrator status {migration_id}`",
                           markup=False, highlight=False)
@@ -277,7 +281,8 @@ def register(app: typer.Typer) -> None:
 
     @app.command("resume")
     def resume(migration_id: str = typer.Argument(...),
-               queue: str = typer.Option("migrator", "--queue")) -> None:
+               queue: str | None = typer.Option(None, "--queue", help="RQ queue (default: the source pair's).")
+               ) -> None:
         """Clear the pause flag and re-enqueue the current step from the ZooKeeper record (a rebalance id:
         all its paused moves, and its schedule)."""
         if rebalance_cmd.is_rebalance_id(migration_id):

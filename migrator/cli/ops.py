@@ -77,7 +77,11 @@ def register(app: typer.Typer) -> None:
 
     @app.command("worker")
     def worker(
-        queues: list[str] = typer.Option(["migrator"], "--queue", "-q", help="RQ queues to serve; repeatable."),
+        pairs: str | None = typer.Option(None, "--pairs", help="Serve only the jobs of migrations whose source is "
+                                         "one of these pairs (comma-separated host names, e.g. "
+                                         "MySQL003A,MySQL004A)."),
+        queues: list[str] = typer.Option([], "--queue", "-q", help="RQ queues to serve; repeatable (with --pairs: "
+                                         "served too, e.g. -q migrator for rebalance advances)."),
         burst: bool = typer.Option(False, "--burst", help="Exit when the queues are empty."),
         name: str | None = typer.Option(None, "--name"),
         metrics_port: int | None = typer.Option(None, "--metrics-port",
@@ -85,20 +89,31 @@ def register(app: typer.Typer) -> None:
         settle: bool = typer.Option(True, "--settle/--no-settle",
                                     help="Settle cutovers whose process died (undo before the flip, finish after)."),
     ) -> None:
-        """Run one RQ worker (with the scheduler) for migration and playbook jobs. It also settles, within
-        seconds, any cutover whose process died (module migrator.engine.cutover.settle)."""
+        """Run one RQ worker (with the scheduler) for migration and playbook jobs: without options it serves
+        the general queue and every registered pair's queue (read at start), with --pairs only those pairs'.
+        It also settles, within seconds, any cutover whose process died (module
+        migrator.engine.cutover.settle)."""
         import os
 
-        import redis
         from rq import Queue, Worker
 
         from migrator.fleet import config as config_mod
+        from migrator.fleet import redis_client
+        from migrator.fleet import zk as zk_mod
+        from migrator.fleet.shard_map import HostRegistry
+        from migrator.ops import steps
 
         cfg = load_config()
         # jobs find the fleet through the same config file
         os.environ.setdefault(config_mod.ENV_CONFIG, str(cfg.path))
+        wanted = [p.strip() for p in (pairs or "").split(",") if p.strip()]
+        if pairs is not None and not wanted:
+            raise steps.UnknownPair("--pairs names no pair: give host names such as MySQL003A,MySQL004A")
+        serve = list(queues)
+        if wanted or not queues:
+            with zk_mod.connect(cfg, config_mod.load_credentials(cfg)) as zk:
+                serve += [q for q in steps.worker_queues(HostRegistry(zk).all(), wanted) if q not in serve]
         if metrics_port:
-            from migrator.fleet import zk as zk_mod
             from migrator.ops import metrics
 
             metrics.serve(zk_mod.connect(cfg, config_mod.load_credentials(cfg)), metrics_port)
@@ -106,6 +121,7 @@ def register(app: typer.Typer) -> None:
             from migrator.engine.cutover.settle import Settler
 
             Settler(cfg).start()  # a daemon thread of this process, not of the work-horses it forks
-        conn = redis.Redis.from_url(cfg.redis.url)
-        w = Worker([Queue(q, connection=conn) for q in queues], connection=conn, name=name)
+        conn = redis_client.connect(cfg)
+        print(f"worker serving {', '.join(serve)}", flush=True)
+        w = Worker([Queue(q, connection=conn) for q in serve], connection=conn, name=name)
         w.work(burst=burst, with_scheduler=True)

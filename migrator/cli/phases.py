@@ -48,7 +48,8 @@ def register_catchup(app: Any) -> None:
         passes: int | None = typer.Option(None, "--passes", "-n",
                                           help="Run exactly N passes (default: until converged)."),
         enqueue: bool = typer.Option(False, "--enqueue", help="Run the passes as RQ jobs instead of in this process."),
-        queue: str = typer.Option("migrator", "--queue", help="RQ queue for --enqueue."),
+        queue: str | None = typer.Option(None, "--queue", help="RQ queue for --enqueue (default: the source "
+                                                                "pair's)."),
     ) -> None:
         """Replay the source binlog onto the target in passes until converged."""
         from migrator.cli.main import fail, load_config

@@ -35,8 +35,8 @@ def register(app: typer.Typer) -> None:
         if sync:
             _drive(cfg, run_id)
         else:
-            _enqueue(cfg, run_id, state.config_path, pb.name)
-            print(f"enqueued on RQ queue 'migrator'; watch with `migrator playbook status {run_id}`")
+            queue = _enqueue(cfg, run_id, state.config_path, pb.name)
+            print(f"enqueued on RQ queue {queue!r}; watch with `migrator playbook status {run_id}`")
 
     @app.command("approve")
     def approve(run_id: str, step: str) -> None:
@@ -89,8 +89,7 @@ def register(app: typer.Typer) -> None:
         if sync:
             _drive(cfg, run_id)
         else:
-            _enqueue(cfg, run_id, state.config_path)
-            print(f"re-enqueued {run_id}")
+            print(f"re-enqueued {run_id} on RQ queue {_enqueue(cfg, run_id, state.config_path)!r}")
 
     app.add_typer(playbook_app, name="playbook")
 
@@ -103,15 +102,20 @@ def _create(cfg: object, pb: pbm.Playbook, params: dict) -> str:
         return pbm.RunStore(zk).create(pb, params)
 
 
-def _enqueue(cfg: object, run_id: str, config_path: str | None, name: str | None = None) -> None:
-    import redis
-
+def _enqueue(cfg: object, run_id: str, config_path: str | None, name: str | None = None) -> str:
+    """Queue the run's next advance; returns the RQ queue it went to."""
     from migrator.fleet import config as config_mod
-    from migrator.ops.steps import enqueue_playbook
+    from migrator.fleet import redis_client
+    from migrator.fleet import zk as zk_mod
+    from migrator.ops.steps import enqueue_playbook, playbook_queue
 
-    conn = redis.Redis.from_url(cfg.redis.url)  # type: ignore[attr-defined]
+    with zk_mod.connect(cfg, config_mod.load_credentials(cfg)) as zk:  # type: ignore[arg-type]
+        migration = pbm.RunStore(zk).get(run_id)[0]["context"].get("migration")
+        queue = playbook_queue(zk, migration)
     path = str(config_mod.resolve_path(config_path).resolve())
-    enqueue_playbook(run_id, path, connection=conn, playbook_name=name)
+    enqueue_playbook(run_id, path, connection=redis_client.connect(cfg), playbook_name=name,  # type: ignore[arg-type]
+                     migration=migration, queue=queue)
+    return queue
 
 
 def _drive(cfg: object, run_id: str) -> None:

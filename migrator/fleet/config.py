@@ -12,7 +12,10 @@ Example::
     root = "/migrator"
 
     [redis]
-    url = "redis://127.0.0.1:63790/0"
+    url = "redis://127.0.0.1:63790/0"   # rediss://... for TLS; never a password here
+    # ca_file = "redis-ca.pem"          # TLS: the CA that signed the server's certificate
+    # sentinels = ["10.0.0.1:26379", "10.0.0.2:26379"]
+    # service_name = "migrator"         # the master's name the sentinels monitor
 
     [credentials]
     file = "secrets.toml"        # relative to this file
@@ -20,13 +23,15 @@ Example::
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import tomllib
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from migrator.errors import ConfigError, CredentialsError
 
@@ -51,9 +56,61 @@ class ZooKeeperSettings(BaseModel):
         return v
 
 
+#: where a Redis password and ACL user go (the config file never holds them)
+REDIS_SECRET_HINT = ("set MIGRATOR_REDIS_PASSWORD (and MIGRATOR_REDIS_USERNAME for an ACL user) or put "
+                     "password (and user) under [redis] in the secrets file")
+
+
 class RedisSettings(BaseModel):
+    """Where Redis is: a URL (``redis://`` or ``rediss://`` for TLS, with the db number), a CA for
+    TLS, and optionally the Sentinels that know the master's address. No credentials: they come
+    from the environment or the secrets file (:func:`load_redis_credentials`)."""
+
     model_config = ConfigDict(extra="forbid")
     url: str = "redis://127.0.0.1:6379/0"
+    #: the CA file that verifies the server's certificate (``rediss://`` only; relative to the config)
+    ca_file: str | None = None
+    #: Redis Sentinel: "host:port" of each sentinel; the master's address is asked from them
+    sentinels: list[str] = []
+    #: the name the sentinels monitor the master under
+    service_name: str | None = None
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        parts = urlsplit(v)
+        if parts.scheme not in ("redis", "rediss", "unix"):
+            raise ValueError(f"{v!r} is not a Redis URL: use redis://HOST:PORT/DB (rediss:// for TLS)")
+        if parts.username or parts.password:
+            raise ValueError(f"the Redis URL carries credentials, which never go in the config file: remove "
+                             f"them and {REDIS_SECRET_HINT}")
+        return v
+
+    @field_validator("sentinels")
+    @classmethod
+    def _sentinels(cls, v: list[str]) -> list[str]:
+        for item in v:
+            host, _, port = item.rpartition(":")
+            if not host or not port.isdigit():
+                raise ValueError(f"sentinel {item!r} must look like host:port")
+        return v
+
+    @model_validator(mode="after")
+    def _consistent(self) -> RedisSettings:
+        if self.ca_file and not self.url.startswith("rediss://"):
+            raise ValueError("ca_file is for TLS: use a rediss:// URL with it")
+        if bool(self.sentinels) != bool(self.service_name):
+            raise ValueError("Sentinel needs both sentinels = [\"host:port\", ...] and service_name")
+        return self
+
+    @property
+    def tls(self) -> bool:
+        return self.url.startswith("rediss://")
+
+    @property
+    def db(self) -> int:
+        path = urlsplit(self.url).path.strip("/")
+        return int(path) if path.isdigit() else 0
 
 
 class CredentialsSettings(BaseModel):
@@ -78,12 +135,19 @@ class Config(BaseModel):
     path: Path | None = None
 
     def credentials_path(self) -> Path | None:
-        if not self.credentials.file:
+        return self._relative(self.credentials.file)
+
+    def _relative(self, name: str | None) -> Path | None:
+        """A path the config names, relative to the config file's directory."""
+        if not name:
             return None
-        p = Path(self.credentials.file)
+        p = Path(name)
         if not p.is_absolute() and self.path is not None:
             p = self.path.parent / p
         return p
+
+    def redis_ca_path(self) -> Path | None:
+        return self._relative(self.redis.ca_file)
 
     def with_root(self, root: str) -> Config:
         """A copy pointing at another ZooKeeper root (tests use one per test)."""
@@ -122,7 +186,8 @@ def parse(data: dict[str, Any], path: Path | None = None) -> Config:
     except ValidationError as exc:
         err = exc.errors()[0]
         loc = ".".join(str(x) for x in err["loc"])
-        raise ConfigError(f"config {path or ''}: {loc}: {err['msg']}") from None
+        msg = err["msg"].removeprefix("Value error, ")
+        raise ConfigError(f"config {path or ''}: {loc}: {msg}") from None
 
 
 def dump(config: Config) -> str:
@@ -135,6 +200,9 @@ def dump(config: Config) -> str:
         "",
         "[redis]",
         f'url = "{config.redis.url}"',
+        *([f'ca_file = "{config.redis.ca_file}"'] if config.redis.ca_file else []),
+        *([f"sentinels = {json.dumps(config.redis.sentinels)}",
+           f'service_name = "{config.redis.service_name}"'] if config.redis.sentinels else []),
         "",
         "[queue]",
         f'listen = "{config.queue.listen}"',
@@ -168,18 +236,7 @@ class Credentials(BaseModel):
 def load_credentials(config: Config) -> Credentials:
     """Environment first (MIGRATOR_MYSQL_USER / _PASSWORD, MIGRATOR_ZK_DIGEST,
     MIGRATOR_QUEUE_TOKEN), then the secrets file the config names."""
-    file_data: dict[str, Any] = {}
-    path = config.credentials_path()
-    if path is not None:
-        if not path.exists():
-            raise CredentialsError(
-                f"credentials file {path} does not exist; create it or set MIGRATOR_MYSQL_USER and "
-                "MIGRATOR_MYSQL_PASSWORD"
-            )
-        try:
-            file_data = tomllib.loads(path.read_text())
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-            raise CredentialsError(f"credentials file {path} is not valid TOML: {exc}") from None
+    file_data = _secrets(config, "create it or set MIGRATOR_MYSQL_USER and MIGRATOR_MYSQL_PASSWORD")
     mysql = file_data.get("mysql", {})
     zk = file_data.get("zookeeper", {})
     queue = file_data.get("queue", {})
@@ -197,3 +254,38 @@ def load_credentials(config: Config) -> Credentials:
         raise CredentialsError("the ZooKeeper digest identity must look like user:password")
     token = os.environ.get("MIGRATOR_QUEUE_TOKEN") or queue.get("token")
     return Credentials(mysql_user=user, mysql_password=password, zk_digest=digest, queue_token=token)
+
+
+def _secrets(config: Config, hint: str) -> dict[str, Any]:
+    """The secrets file the config names, parsed ({} when it names none)."""
+    path = config.credentials_path()
+    if path is None:
+        return {}
+    if not path.exists():
+        raise CredentialsError(f"credentials file {path} does not exist; {hint}")
+    try:
+        return tomllib.loads(path.read_text())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise CredentialsError(f"credentials file {path} is not valid TOML: {exc}") from None
+
+
+class RedisCredentials(BaseModel):
+    """The Redis ACL user and password (both optional: a Redis without ``requirepass`` needs none)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    username: str | None = None
+    password: str | None = Field(default=None, repr=False)
+
+
+def load_redis_credentials(config: Config) -> RedisCredentials:
+    """Environment first (MIGRATOR_REDIS_USERNAME / MIGRATOR_REDIS_PASSWORD), then ``[redis] user``
+    and ``password`` in the secrets file the config names."""
+    section = _secrets(config, REDIS_SECRET_HINT).get("redis", {})
+    username = os.environ.get("MIGRATOR_REDIS_USERNAME") or section.get("user")
+    password = os.environ.get("MIGRATOR_REDIS_PASSWORD")
+    if password is None:
+        password = section.get("password")
+    if username and password is None:
+        raise CredentialsError(f"a Redis ACL user ({username}) without a password: {REDIS_SECRET_HINT}")
+    return RedisCredentials(username=username or None, password=password)

@@ -63,9 +63,9 @@ def spec_of(zk: ZK, mid: str) -> Spec:
 
 
 def _redis(config: Config) -> Any:
-    from redis import Redis
+    from migrator.fleet import redis_client
 
-    return Redis.from_url(config.redis.url)
+    return redis_client.connect(config)
 
 
 def _config_path(config: Config) -> str | None:
@@ -136,12 +136,14 @@ def preflight(config: Config, mid: str) -> preflight_mod.PreflightResult:
 
 # -- copy ------------------------------------------------------------------------------------------------
 
-def start_copy(config: Config, mid: str, *, queue: str = "migrator", slice_s: float | None = None) -> str:
-    """Enqueue the copy (preflight, schema, one job per table); returns the RQ job id."""
+def start_copy(config: Config, mid: str, *, queue: str | None = None, slice_s: float | None = None) -> str:
+    """Enqueue the copy (preflight, schema, one job per table) on the migration's queue (its source
+    pair's) unless ``queue`` names another; returns the RQ job id."""
     with session(config) as (zk, _):
         st, _ = MigrationStore(zk).state(mid)
         if st.phase not in (Phase.PLANNED, Phase.PREFLIGHT, Phase.COPYING):
             raise CommandError(f"migration {mid} is in phase {st.phase.value}: nothing to copy")
+        queue = queue or steps.migration_queue(spec_of(zk, mid))
     job = steps.enqueue_start(_redis(config), mid, _config_path(config), queue,
                               slice_s=slice_s if slice_s is not None else steps.SLICE_S)
     return job.id
@@ -190,7 +192,7 @@ def pause(config: Config, mid: str) -> dict[str, Any]:
         return {"migration": mid, "paused": st.paused, "phase": st.phase.value}
 
 
-def resume(config: Config, mid: str, *, queue: str = "migrator") -> dict[str, Any]:
+def resume(config: Config, mid: str, *, queue: str | None = None) -> dict[str, Any]:
     """Clear the pause flag and re-enqueue the current step from the ZooKeeper record."""
     with session(config) as (zk, _):
         st = MigrationStore(zk).update(mid, lambda s: _set(s, paused=False, stopped=None))
@@ -282,7 +284,7 @@ RESTARTABLE = (Phase.PLANNED, Phase.PREFLIGHT, Phase.COPYING, Phase.CATCHING_UP,
 ATTEMPT_NODES = ("copy", "catchup", "verify", "cutover")
 
 
-def restart_copy(config: Config, mid: str, *, queue: str = "migrator", settle_s: float = 1.0) -> dict[str, Any]:
+def restart_copy(config: Config, mid: str, *, queue: str | None = None, settle_s: float = 1.0) -> dict[str, Any]:
     """Redo the copy from scratch, keeping the migration (same id, shard locks, spec).
 
     For when catch-up can no longer continue from its checkpoint: the binlog it
@@ -382,10 +384,11 @@ def cleanup(config: Config, mid: str, *, now: bool = False) -> dict[str, Any]:
         return {"migration": mid, "scheduled": job}
 
 
-def schedule_cleanup(config: Config, mid: str, *, queue: str = "migrator") -> str | None:
+def schedule_cleanup(config: Config, mid: str, *, queue: str | None = None) -> str | None:
     """Enqueue the cleanup job for the end of the retention (needs a worker with the scheduler)."""
     with session(config) as (zk, _):
         st, _ = MigrationStore(zk).state(mid)
+        queue = queue or steps.migration_queue(spec_of(zk, mid))
     if st.cleanup_after is None:
         return None
     return steps.enqueue_cleanup_at(_redis(config), mid, st.cleanup_after, _config_path(config), queue).id
@@ -393,7 +396,7 @@ def schedule_cleanup(config: Config, mid: str, *, queue: str = "migrator") -> st
 
 # -- the whole pipeline ---------------------------------------------------------------------------------------
 
-def launch(config: Config, mid: str, *, queue: str = "migrator") -> str:
+def launch(config: Config, mid: str, *, queue: str | None = None) -> str:
     """Hand a planned migration to the RQ pipeline: copy -> catch-up passes ->
     verify -> cutover -> cleanup scheduled, each step enqueuing the next."""
     with session(config) as (zk, _):

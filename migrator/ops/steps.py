@@ -13,6 +13,24 @@ top of everything and imports this one. The paths are part of the stored
 format: renaming an entry point strands the jobs already queued under the old
 name.
 
+Queues. Every job of a migration goes to the queue of its source pair,
+``migrator.pair.<PAIR>`` (:func:`migration_queue`; a pair is named by its
+member that sorts first, ``MySQL003A`` for MySQL003A/MySQL003B): the copy
+reads there, catch-up decodes that host's whole binlog (the target only
+receives the moving shards' rows), and the cutover's freeze and fence act
+there within the freeze budget, so a worker next to the source pair is the
+one that should run them. The first step is enqueued there and each job
+enqueues its next step on its own queue (``job.origin``): copy slices,
+catch-up passes, verify and cutover, the cleanup scheduled for the end of the
+retention, a resume, and the playbook advances of a run once it names its
+migration. Jobs that belong to no one pair go to the general queue
+``migrator``: rebalance advances (they start moves on many pairs) and
+playbook runs before they name a migration; partition maintenance of the
+queue service keeps its ``maintenance`` queue (it touches every shard).
+``migrator worker --pairs A,B`` serves the queues of those pairs
+(:func:`worker_queues`); ``migrator worker`` serves the general queue and
+every registered pair's.
+
 Redis only ever holds the next step. The migration record in ZooKeeper says
 which phase a migration is in, and :func:`enqueue_current_step` re-enqueues
 that phase's entry job from it (after a lost Redis, or a worker killed with
@@ -24,6 +42,7 @@ catch-up passes steps aside on its first checkpoint conflict.
 from __future__ import annotations
 
 import datetime as dt
+import math
 import uuid
 from typing import Any
 
@@ -31,13 +50,18 @@ from redis import Redis
 from rq import Callback, Queue, Repeat
 from rq.job import Job
 
-from migrator.engine.migration import MigrationStore, Phase
+from migrator.engine.migration import MigrationStore, Phase, Spec
+from migrator.errors import MigratorError
 from migrator.fleet import config as config_mod
+from migrator.fleet import redis_client
 from migrator.fleet import zk as zk_mod
 from migrator.fleet.config import Config
+from migrator.fleet.model import Host
 
-#: the RQ queue of migration and playbook jobs (``migrator worker`` serves it)
+#: the general RQ queue: rebalance advances, playbook runs not (yet) tied to a migration
 QUEUE = "migrator"
+#: a pair's RQ queue is this prefix plus the pair's name (see the module doc)
+PAIR_QUEUE_PREFIX = "migrator.pair."
 #: how long one copy job copies a table before it re-enqueues itself
 SLICE_S = 60.0
 TABLE_TIMEOUT_S = 1800
@@ -52,6 +76,7 @@ CLEANUP_JOB = "jobs.cutover.cleanup"
 RESUME_JOB = "jobs.resume.resume"
 PLAYBOOK_JOB = "jobs.playbook.advance"
 MAINTENANCE_JOB = "jobs.maintenance.run"
+REBALANCE_JOB = "jobs.rebalance.advance"
 
 #: the RQ queue of the queue service's partition maintenance
 MAINTENANCE_QUEUE = "maintenance"
@@ -84,6 +109,51 @@ def next_step(step: str, exc: BaseException | None, mid: str) -> str:
     else:
         text = NEXT_STEPS.get(step, "fix what the reason names, then `migrator resume ID`")
     return text.replace("ID", mid)
+
+
+class UnknownPair(MigratorError):
+    component = "worker"
+    exit_code = 2
+
+
+# -- queue names -----------------------------------------------------------------------------------
+
+def pair_name(host: str, partner: str) -> str:
+    """A pair's name: its member that sorts first."""
+    return min(host, partner)
+
+
+def pair_queue(pair: str) -> str:
+    return PAIR_QUEUE_PREFIX + pair
+
+
+def migration_queue(spec: Spec) -> str:
+    """The queue every job of this migration goes to: its source pair's."""
+    return pair_queue(pair_name(spec.source_master, spec.source_slave))
+
+
+def queue_of(config: Config, mid: str) -> str:
+    """:func:`migration_queue` of a stored migration."""
+    with zk_mod.connect(config, config_mod.load_credentials(config)) as zk:
+        return migration_queue(MigrationStore(zk).spec(mid))
+
+
+def worker_queues(hosts: dict[str, Host], pairs: list[str] | None) -> list[str]:
+    """The queues a worker serves: those of ``pairs`` (either member's name names the pair), or
+    with no pairs the general queue and every registered pair's."""
+    names = sorted({pair_name(h.name, h.partner) for h in hosts.values()})
+    if not pairs:
+        return [QUEUE] + [pair_queue(n) for n in names]
+    out = []
+    for given in pairs:
+        host = hosts.get(given)
+        if host is None:
+            raise UnknownPair(f"no pair has a host named {given!r}: the registered pairs are "
+                              f"{', '.join(names) or 'none'} (see `migrator topology show`)")
+        q = pair_queue(pair_name(host.name, host.partner))
+        if q not in out:
+            out.append(q)
+    return out
 
 
 def job_id(*parts: str) -> str:
@@ -137,11 +207,12 @@ def enqueue_catch_up(redis: Redis, mid: str, config_path: str | None = None, que
 
 
 def enqueue_passes(config: Config, migration_id: str, passes: int | None = None, *,
-                   queue: str = QUEUE) -> str:
+                   queue: str | None = None) -> str:
     """``migrator catchup ID --enqueue``: catch-up passes as RQ jobs (each job runs
-    one pass and enqueues the next until converged). Returns the job id."""
-    conn = Redis.from_url(config.redis.url)
-    job = Queue(queue, connection=conn).enqueue(
+    one pass and enqueues the next until converged) on the migration's queue unless
+    ``queue`` names another. Returns the job id."""
+    conn = redis_client.connect(config)
+    job = Queue(queue or queue_of(config, migration_id), connection=conn).enqueue(
         CATCH_UP_JOB, migration_id,
         config_path=str(config.path) if config.path else None, passes=passes,
         job_id=f"catchup-{migration_id}-{uuid.uuid4().hex[:8]}", job_timeout=6 * 3600,
@@ -167,8 +238,10 @@ def enqueue_finish(redis: Any, mid: str, config_path: str | None, *, queue: str 
 
 def enqueue_cleanup_at(redis: Redis, mid: str, when: float, config_path: str | None = None,
                        queue: str = QUEUE) -> Job:
-    """Drop the tombstones at ``when`` (epoch seconds; needs a worker with the scheduler)."""
-    at = dt.datetime.fromtimestamp(when, tz=dt.UTC)
+    """Drop the tombstones at ``when`` (epoch seconds; needs a worker with the scheduler). RQ keeps
+    whole seconds and drops the fraction, so the job is scheduled at the next whole second: never
+    before the retention ends, when the cleanup would refuse."""
+    at = dt.datetime.fromtimestamp(math.ceil(when), tz=dt.UTC)
     return Queue(queue, connection=redis).enqueue_at(
         at, CLEANUP_JOB, mid, config_path=config_path, job_id=job_id("cleanup", mid),
         description=f"drop the tombstones of migration {mid}", meta={"migration": mid, "step": "cleanup"},
@@ -191,11 +264,14 @@ STEPS: dict[Phase, Any] = {
 }
 
 
-def enqueue_current_step(redis: Redis, config: Config, mid: str, *, queue: str = QUEUE) -> Job | None:
-    """The job now queued for ``mid``'s current phase, or None when the phase
-    has no queued step (terminal, paused, or driven by an operator command)."""
+def enqueue_current_step(redis: Redis, config: Config, mid: str, *, queue: str | None = None) -> Job | None:
+    """The job now queued for ``mid``'s current phase (on the migration's queue unless ``queue``
+    names another), or None when the phase has no queued step (terminal, paused, or driven by an
+    operator command)."""
     with zk_mod.connect(config, config_mod.load_credentials(config)) as zk:
-        st, _ = MigrationStore(zk).state(mid)
+        store = MigrationStore(zk)
+        st, _ = store.state(mid)
+        queue = queue or migration_queue(store.spec(mid))
     if st.paused or st.phase not in STEPS:
         return None
     if st.phase == Phase.CONVERGED and not st.autopilot:
@@ -213,16 +289,41 @@ def enqueue_resume(redis: Redis, mid: str, config_path: str | None = None, queue
 # -- playbooks -------------------------------------------------------------------------------------------
 
 def enqueue_playbook(run_id: str, config_path: str | None, *, connection: Any, playbook_name: str | None = None,
-                     migration: str | None = None, step: str | None = None) -> Any:
-    """Queue the next advance of a playbook run; the description says which playbook, migration and step."""
+                     migration: str | None = None, step: str | None = None, queue: str = QUEUE) -> Any:
+    """Queue the next advance of a playbook run (on its migration's queue once it has one: see
+    :func:`playbook_queue`); the description says which playbook, migration and step."""
     what = f"playbook {playbook_name or ''} run {run_id}".replace("  ", " ")
     if migration:
         what += f" (migration {migration})"
     if step:
         what += f": waiting at {step}"
-    q = Queue(QUEUE, connection=connection)
+    q = Queue(queue, connection=connection)
     return q.enqueue(PLAYBOOK_JOB, run_id, config_path, job_timeout=-1, description=what,
                      meta={"run": run_id, "playbook": playbook_name, "migration": migration, "step": step})
+
+
+def playbook_queue(zk: zk_mod.ZK, migration: str | None) -> str:
+    """Where a playbook run's advances go: its migration's queue, or the general one while it names
+    none (or the migration is not stored yet)."""
+    if not migration:
+        return QUEUE
+    try:
+        return migration_queue(MigrationStore(zk).spec(migration))
+    except MigratorError:
+        return QUEUE
+
+
+# -- rebalances ----------------------------------------------------------------------------------------
+
+def enqueue_rebalance_advance(redis: Redis, rid: str, jid: str, config_path: str | None, *, delay: float = 0.0,
+                              queue: str = QUEUE) -> Job:
+    """The next advance of a rebalance, on the general queue (it starts moves on many pairs)."""
+    q = Queue(queue, connection=redis)
+    kwargs: dict[str, Any] = dict(config_path=config_path, job_id=jid, job_timeout=600,
+                                  description=f"advance rebalance {rid}", meta={"rebalance": rid, "step": "rebalance"})
+    if delay:
+        return q.enqueue_in(dt.timedelta(seconds=delay), REBALANCE_JOB, rid, **kwargs)
+    return q.enqueue(REBALANCE_JOB, rid, **kwargs)
 
 
 # -- partition maintenance of the queue service ------------------------------------------------------

@@ -63,13 +63,14 @@ def copy_rate(per_table: list[dict[str, Any]], now: float | None = None) -> tupl
 
 def workers(config: Config) -> list[dict[str, Any]]:
     """Live RQ workers on the configured Redis: name, state, queues, current job (and its migration)."""
-    from redis import Redis
     from redis.exceptions import RedisError
     from rq import Worker
 
+    from migrator.fleet import redis_client
+
     out = []
     try:
-        conn = Redis.from_url(config.redis.url, socket_connect_timeout=2, socket_timeout=5)
+        conn = redis_client.connect(config, socket_connect_timeout=2, socket_timeout=5)
         for w in Worker.all(connection=conn):
             job = w.get_current_job()
             state = w.get_state()

@@ -69,12 +69,13 @@ from typing import Any
 
 from migrator.engine.migration import MigrationStore, Options, Phase, Spec, State
 from migrator.engine.names import SENTINEL_TABLE, tomb_db
+from migrator.fleet import redis_client
 from migrator.fleet.gtid import Gtid, GtidPos
 from migrator.fleet.model import Host
 from migrator.fleet.mysql import binlog_pos, qualified
 from migrator.fleet.mysql import connect as mysql_connect
 from migrator.fleet.shard_map import ShardMapStore
-from migrator.ops import command
+from migrator.ops import command, steps
 
 QUEUE = "faults"
 #: options for cells: a freeze budget with room for a 2-core CI box, small copy chunks
@@ -251,10 +252,10 @@ class FaultRun:
         return self.target_mark
 
     def enqueue(self, func: str, *args: Any, **kwargs: Any) -> Any:
-        from redis import Redis
         from rq import Queue
 
-        q = Queue("migrator", connection=Redis.from_url(self.cfg.redis.url))
+        assert self.spec is not None
+        q = Queue(steps.migration_queue(self.spec), connection=redis_client.connect(self.cfg))
         return q.enqueue(func, *args, job_timeout=600, **kwargs)
 
     # -- end checks ----------------------------------------------------------------------------

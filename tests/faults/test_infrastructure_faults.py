@@ -5,9 +5,9 @@ from __future__ import annotations
 import time
 
 import pytest
-from redis import Redis
 
 from migrator.engine.migration import Phase
+from migrator.fleet import redis_client
 from migrator.fleet.mysql import connect as mysql_connect
 from migrator.fleet.shard_map import ShardMapStore
 from migrator.ops import command
@@ -107,7 +107,7 @@ def test_redis_wiped_mid_migration(fleet, tmp_path):
     try:
         run.plan_split(**HOLD_CATCH_UP)
         run.launch()
-        redis = Redis.from_url(run.cfg.redis.url)
+        redis = redis_client.connect(run.cfg)
         run.when(lambda st: st.phase == Phase.CATCHING_UP, redis.flushdb, what="catch-up")
         # every RQ job, registry and worker record is gone; the ZooKeeper record is all that is left.
         # The workers keep running; a pass in flight may still enqueue its successor, so the resume

@@ -22,10 +22,10 @@ import pytest
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
 from kazoo.security import Permissions
-from redis import Redis
 
 from migrator.engine.migration import LOCKS, MigrationStore
 from migrator.engine.plan import MAINTENANCE_PAUSED
+from migrator.fleet import redis_client
 from migrator.fleet.shard_map import ShardMapStore
 from migrator.ops import command
 from migrator.ops.playbook import RunStore
@@ -131,7 +131,7 @@ def test_every_znode_is_protected_and_holds_no_secret_after_a_real_run(fleet, tm
                     assert acl.perms == Permissions.READ, f"{path} is writable by the world: {acls}"
         assert n > 20
         # Redis: every key of every type, values raw and zlib-decompressed (RQ compresses job data)
-        r = Redis.from_url(fleet.config.redis.url)
+        r = redis_client.connect(fleet.config)
         blobs: list[tuple[str, bytes]] = []
         for key in r.scan_iter(count=500):
             kind = r.type(key).decode()

@@ -8,13 +8,10 @@ rebalance record and hands it to the RQ workers; :func:`advance` moves it on
 
 from __future__ import annotations
 
-import datetime as dt
 import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
-
-from rq import Queue
 
 from migrator.engine import eta
 from migrator.engine import plan as plan_mod
@@ -28,7 +25,6 @@ from migrator.ops.rebalance.measure import measure
 from migrator.ops.rebalance.planner import Plan, RebalanceError, ShardCost, plan
 from migrator.ops.rebalance.schedule import Rates, simulate
 
-ADVANCE_JOB = "jobs.rebalance.advance"
 ADVANCE_EVERY_S = 3.0
 ID_PREFIX = "rb-"
 
@@ -108,8 +104,10 @@ def _active(zk: Any, mid: str) -> bool:
 
 
 def start(config: Config, live: LivePlan, *, max_concurrent: int | None = None,
-          options: Options | None = None, queue: str = steps.QUEUE) -> str:
-    """Store the rebalance record, start the first moves and hand it to the RQ workers."""
+          options: Options | None = None, queue: str | None = None) -> str:
+    """Store the rebalance record, start the first moves and hand it to the RQ workers. Each move
+    runs on its source pair's queue and the advances on the general queue, unless ``queue`` names
+    one queue for all of them."""
     if not live.plan.moves:
         raise RebalanceError("nothing to move: every pair is within the threshold")
     rid = f"{ID_PREFIX}{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
@@ -165,7 +163,7 @@ def advance(config: Config, rid: str) -> dict[str, Any]:
 
             rec = store.update(rid, fail)
     for mid in to_launch:
-        command.launch(config, mid, queue=rec.get("queue") or steps.QUEUE)
+        command.launch(config, mid, queue=rec.get("queue"))
     return rec_mod.summary(rec)
 
 
@@ -183,13 +181,8 @@ def enqueue_advance(config: Config, rid: str, *, delay: float = 0.0) -> str:
     jid = steps.job_id("rebalance", rid)
     with command.session(config) as (zk, _):
         rec = rec_mod.RecordStore(zk).update(rid, lambda r: r.__setitem__("chain", jid))
-    q = Queue(rec.get("queue") or steps.QUEUE, connection=command._redis(config))
-    kwargs = dict(config_path=str(config.path) if config.path else None, job_id=jid, job_timeout=600,
-                  description=f"advance rebalance {rid}", meta={"rebalance": rid, "step": "rebalance"})
-    if delay:
-        q.enqueue_in(dt.timedelta(seconds=delay), ADVANCE_JOB, rid, **kwargs)
-    else:
-        q.enqueue(ADVANCE_JOB, rid, **kwargs)
+    steps.enqueue_rebalance_advance(command._redis(config), rid, jid, str(config.path) if config.path else None,
+                                    delay=delay, queue=rec.get("queue") or steps.QUEUE)
     return jid
 
 
@@ -236,7 +229,7 @@ def resume(config: Config, rid: str) -> dict[str, Any]:
     resumed = []
     for mid in _running_migrations(config, rid, with_failed=True):
         try:
-            command.resume(config, mid, queue=rec.get("queue") or steps.QUEUE)
+            command.resume(config, mid, queue=rec.get("queue"))
             resumed.append(mid)
         except MigratorError:
             pass  # launched by the advance below, or settled by hand (a cutover)

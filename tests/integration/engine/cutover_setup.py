@@ -23,6 +23,7 @@ from migrator.engine.cutover.sentinel import ensure_sentinel
 from migrator.engine.migration import MigrationStore, Options, Phase, Spec, new_id
 from migrator.engine.verify.checksums import moving_tables
 from migrator.engine.verify.drainers import CatchUpDrainer
+from migrator.fleet import redis_client
 from migrator.fleet.config import Credentials
 from migrator.fleet.gtid import Gtid, GtidPos
 from migrator.fleet.model import Host
@@ -325,10 +326,9 @@ class Workers:
         return self
 
     def enqueue(self, config: Any, func: str, *args: Any) -> Any:
-        from redis import Redis
         from rq import Queue
 
-        return Queue(self.queue, connection=Redis.from_url(config.redis.url)).enqueue(func, *args, job_timeout=600)
+        return Queue(self.queue, connection=redis_client.connect(config)).enqueue(func, *args, job_timeout=600)
 
     def dead(self) -> list[Any]:
         return [p for p in self.procs if p.poll() is not None]

@@ -10,12 +10,12 @@ import subprocess
 import sys
 import time
 
-import redis
 from rq import Queue, SimpleWorker
 
 from migrator.engine import catch_up
 from migrator.engine.catch_up.lanes import STAGGER_ENV
 from migrator.engine.migration import MigrationStore, Phase
+from migrator.fleet import redis_client
 from migrator.fleet.gtid import GtidPos
 from migrator.ops import steps
 from tests.conftest import SEED
@@ -79,7 +79,7 @@ def test_kill_9_of_the_worker_mid_catch_up_then_resume(fleet):
         assert not killed_at.contains(head), "the pass finished before the kill: make the backlog bigger"
         assert store.get_progress(spec.id, "catchup")[0]["passes"] == []  # killed inside its first pass
         # resume: a new job, run by a worker in this process until converged
-        r = redis.Redis.from_url(fleet.config.redis.url)
+        r = redis_client.connect(fleet.config)
         steps.enqueue_passes(fleet.config, spec.id, queue=QUEUE)
         SimpleWorker([Queue(QUEUE, connection=r)], connection=r).work(burst=True)
         node = store.get_progress(spec.id, "catchup")[0]

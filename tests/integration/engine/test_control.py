@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import redis as redis_mod
 from rq import Queue, SimpleWorker
 from rq.registry import FinishedJobRegistry
 
@@ -16,8 +15,9 @@ from migrator.engine.copy import table_progress
 from migrator.engine.migration import MigrationStore, Options, Phase
 from migrator.engine.plan import maintenance_paused
 from migrator.errors import MigratorError
+from migrator.fleet import redis_client
 from migrator.fleet.mysql import qualified
-from migrator.ops import command
+from migrator.ops import command, steps
 
 MIGRATOR = str(Path(sys.executable).with_name("migrator"))
 
@@ -25,8 +25,8 @@ MIGRATOR = str(Path(sys.executable).with_name("migrator"))
 def _run_jobs_until(fleet, mid: str, done, limit: int = 500) -> None:
     """Run queued jobs in this process, one at a time, until ``done()`` (the
     catch-up job that follows the copy is left queued)."""
-    r = redis_mod.Redis.from_url(fleet.config.redis.url)
-    w = SimpleWorker([Queue("migrator", connection=r)], connection=r)
+    r = redis_client.connect(fleet.config)
+    w = SimpleWorker([Queue(steps.queue_of(fleet.config, mid), connection=r)], connection=r)
     for _ in range(limit):
         if done():
             return
@@ -63,7 +63,7 @@ def test_pause_stops_between_chunks_and_resume_finishes_through_rq(fleet, conns)
     _run_jobs_until(fleet, spec.id, lambda: _phase(fleet, spec.id) != Phase.COPYING)
     assert _phase(fleet, spec.id) == Phase.CATCHING_UP
     # the copy handed over to catch-up by enqueuing its job by name
-    q = Queue("migrator", connection=redis_mod.Redis.from_url(fleet.config.redis.url))
+    q = Queue(steps.migration_queue(spec), connection=redis_client.connect(fleet.config))
     assert [j.func_name for j in q.jobs] == ["jobs.catch_up.run_passes"]
     # table jobs recorded progress in job meta, and no secret went there
     reg = FinishedJobRegistry(queue=q)

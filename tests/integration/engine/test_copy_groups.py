@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import pytest
-import redis as redis_mod
 from rq import Queue, SimpleWorker
 from rq.registry import FinishedJobRegistry
 
 from migrator.engine.copy import table_progress
 from migrator.engine.migration import MigrationStore, Options, Phase
+from migrator.fleet import redis_client
 from migrator.fleet.mysql import qualified
-from migrator.ops import command
+from migrator.ops import command, steps
 from migrator.ops.steps import COPY_GROUP_JOB
 
 SMALL = 120
@@ -28,8 +28,8 @@ def test_small_tables_share_a_few_jobs_and_keep_per_table_checkpoints(fleet, con
     workers = 3
     spec = command.plan_split(fleet.config, "MySQL001A", options=Options(copy_workers=workers)).spec
     command.start_copy(fleet.config, spec.id, slice_s=60.0)
-    r = redis_mod.Redis.from_url(fleet.config.redis.url)
-    q = Queue("migrator", connection=r)
+    r = redis_client.connect(fleet.config)
+    q = Queue(steps.migration_queue(spec), connection=r)
     w = SimpleWorker([q], connection=r)
     for _ in range(50):
         if MigrationStore(fleet.zk).state(spec.id)[0].phase == Phase.CATCHING_UP:

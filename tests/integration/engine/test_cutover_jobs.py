@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from redis import Redis
 from rq import Queue, SimpleWorker
 from rq.registry import ScheduledJobRegistry
 
 from migrator.engine.migration import Options, Phase
+from migrator.fleet import redis_client
 
 from .cutover_setup import prepare_converged
 
@@ -14,7 +14,7 @@ from .cutover_setup import prepare_converged
 def test_verify_then_cutover_jobs_schedule_the_cleanup(fleet):
     prep = prepare_converged(fleet, (5,), options=Options(freeze_budget_ms=2000))
     mid = prep.spec.id
-    redis = Redis.from_url(fleet.config.redis.url)
+    redis = redis_client.connect(fleet.config)
     q = Queue("migrator-test", connection=redis)
     jv = q.enqueue("jobs.cutover.verify", mid, config_path=str(fleet.config_path))
     jc = q.enqueue("jobs.cutover.cutover", mid, config_path=str(fleet.config_path), depends_on=jv)

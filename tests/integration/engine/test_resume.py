@@ -19,11 +19,11 @@ import time
 from pathlib import Path
 
 import pytest
-import redis as redis_mod
 
 from migrator.engine.copy import table_progress
 from migrator.engine.migration import MigrationStore, Options, Phase
-from migrator.ops import command
+from migrator.fleet import redis_client
+from migrator.ops import command, steps
 from tests.conftest import SEED
 from tests.integration.engine.support import Writer, missing_or_different, snapshot_dbs
 
@@ -43,10 +43,11 @@ def _children(pid: int) -> list[int]:
 
 
 def _worker(config, log: Path, *, burst: bool) -> subprocess.Popen:
+    """A plain ``rq worker`` on the source pair's queue (every test here splits MySQL001A)."""
     args = [RQ, "worker", "--url", config.redis.url, "--name", f"w{os.getpid()}-{time.monotonic_ns()}"]
     if burst:
         args.append("--burst")
-    return subprocess.Popen([*args, "migrator"], stdout=log.open("ab"), stderr=subprocess.STDOUT,
+    return subprocess.Popen([*args, steps.pair_queue("MySQL001A")], stdout=log.open("ab"), stderr=subprocess.STDOUT,
                             stdin=subprocess.DEVNULL, cwd=str(Path(__file__).resolve().parents[3]))
 
 
@@ -96,7 +97,7 @@ def test_kill9_all_workers_mid_copy_then_resume_from_zookeeper(fleet, conns, tmp
         assert st.phase == Phase.COPYING
 
         # Redis is lost with the dead workers' jobs: resume from the ZooKeeper record only
-        redis_mod.Redis.from_url(fleet.config.redis.url).flushdb()
+        redis_client.connect(fleet.config).flushdb()
         out = command.resume(fleet.config, spec.id)
         assert out["job"]
         resumed = _worker(fleet.config, log, burst=True)

@@ -12,15 +12,14 @@ from rq.job import Job
 from rq.registry import FinishedJobRegistry
 
 from migrator.engine.migration import MigrationStore, Options
+from migrator.fleet import redis_client
 from migrator.fleet.mysql import connect as mysql_connect
 from migrator.fleet.mysql import qualified
-from migrator.ops import command
-
-QUEUE = "migrator"
+from migrator.ops import command, steps
 
 
 def redis_of(fleet) -> Redis:
-    return Redis.from_url(fleet.config.redis.url)
+    return redis_client.connect(fleet.config)
 
 
 def planned(fleet, shards: str = "2-3", target: str = "MySQL003A", **options: Any) -> str:
@@ -34,23 +33,28 @@ def copied(fleet, **options: Any) -> str:
     return mid
 
 
+def queues(fleet) -> list[Queue]:
+    """The queues a plain ``migrator worker`` serves: the general one and every pair's."""
+    r = redis_of(fleet)
+    return [Queue(q, connection=r) for q in steps.worker_queues(fleet.hosts, None)]
+
+
 def work(fleet, *, max_jobs: int | None = None) -> int:
     """Run queued jobs in this process; returns how many ran."""
     r = redis_of(fleet)
-    w = SimpleWorker([Queue(QUEUE, connection=r)], connection=r)
+    w = SimpleWorker(queues(fleet), connection=r)
     w.work(burst=True, max_jobs=max_jobs)
     return w.successful_job_count + w.failed_job_count
 
 
 def finished_jobs(fleet) -> list[Job]:
     r = redis_of(fleet)
-    reg = FinishedJobRegistry(QUEUE, connection=r)
-    jobs = [Job.fetch(j, connection=r) for j in reg.get_job_ids()]
+    jobs = [Job.fetch(j, connection=r) for q in queues(fleet) for j in FinishedJobRegistry(queue=q).get_job_ids()]
     return sorted(jobs, key=lambda j: j.ended_at or j.enqueued_at)
 
 
 def queued(fleet) -> int:
-    return Queue(QUEUE, connection=redis_of(fleet)).count
+    return sum(q.count for q in queues(fleet))
 
 
 def host_conn(fleet, name: str, db: str | None = None):

@@ -13,12 +13,9 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
-import tempfile
 import threading
-from pathlib import Path
 
 import pytest
 
@@ -29,7 +26,7 @@ from migrator.fleet.mysql import connect as mysql_connect
 from migrator.fleet.shard_map import HostRegistry, ShardMapStore
 from migrator.queue.ledger import check_ledger
 from migrator.queue.load import run_load
-from tests.conftest import LIVE_SANDBOXES
+from tests.conftest import own_sandbox
 from tests.faults.harness import compare_moved
 from tests.integration.engine.cutover_setup import gate_leftovers, pair_synced, replicating
 
@@ -39,19 +36,8 @@ BUDGET_MS = 3000  # a busy CI box; the freeze measured on a quiet one is in docs
 
 @pytest.fixture(scope="module")
 def big_fleet():
-    from migrator.sandbox import Sandbox, find_base_port
-
-    d = Path(tempfile.mkdtemp(prefix="migrator-hostsplit-"))
-    sb = Sandbox(d / "sandbox")
-    try:
-        sb.up(pairs=2, spare_pairs=1, shards=SHARDS, rows=3, base_port=find_base_port(100), log=lambda *_: None)
-        LIVE_SANDBOXES.append(sb)
+    with own_sandbox("migrator-hostsplit-", pairs=2, spare_pairs=1, shards=SHARDS, rows=3) as sb:
         yield sb
-    finally:
-        if sb in LIVE_SANDBOXES:
-            LIVE_SANDBOXES.remove(sb)
-        sb.down()
-        shutil.rmtree(d, ignore_errors=True)
 
 
 def test_a_split_of_300_tables_is_fenced_by_the_gate(big_fleet, tmp_path):

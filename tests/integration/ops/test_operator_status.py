@@ -15,7 +15,7 @@ import uuid
 
 import pymysql
 
-from migrator.ops import command
+from migrator.ops import command, steps
 from tests.integration.cli_helpers import run_cli
 
 from .operator_support import finished_jobs, host_conn, planned, stop_process, wait_for
@@ -85,7 +85,7 @@ def test_status_of_a_live_split_with_workers(fleet):
         assert {"number", "events", "duration_s", "lag_s", "apply_rate"} <= set(out["passes"][0])
         assert out["predicted_freeze_ms"] is not None and out["freeze_ms"] > 0
         me = next(w for w in out["workers"] if w["name"] == name)
-        assert me["state"] in ("idle", "busy") and me["queues"] == ["migrator"]
+        assert me["state"] in ("idle", "busy") and me["queues"] == steps.worker_queues(fleet.hosts, None)
 
         text = run_cli("status", mid, config=fleet.config_path, env={"COLUMNS": "160"}).stdout
         for needle in ("phase done", "copy per shard", "db00003", "catch-up passes", "last write freeze",
@@ -101,8 +101,8 @@ def test_status_of_a_live_split_with_workers(fleet):
 
         # rq-dashboard shows what each job is: a description naming the migration, and meta
         jobs = finished_jobs(fleet)
-        steps = {(j.meta or {}).get("step") for j in jobs}
-        assert {"copy-start", "copy", "catch-up", "finish"} <= steps, steps
+        step_names = {(j.meta or {}).get("step") for j in jobs}
+        assert {"copy-start", "copy", "catch-up", "finish"} <= step_names, step_names
         for j in jobs:
             if j.func_name == "jobs.catch_up.run_passes" and not (j.meta or {}).get("step"):
                 continue  # follow-up catch-up passes: their enqueue in jobs.catch_up sets no description yet

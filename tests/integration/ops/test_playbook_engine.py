@@ -13,6 +13,7 @@ import sys
 import time
 
 from migrator.fleet import config as config_mod
+from migrator.fleet import redis_client
 from migrator.ops import playbook as pbm
 from tests.integration.cli_helpers import run_cli
 
@@ -148,11 +149,10 @@ def test_resume_after_killed_executor(zk_root, tmp_path):
 
 
 def test_playbook_runs_on_an_rq_worker(zk_root, tmp_path):
-    import redis
     from rq import Queue
 
     cfg, cfg_path, creds, zk = zk_root
-    r = redis.Redis.from_url(cfg.redis.url)
+    r = redis_client.connect(cfg)
     r.flushdb()
     path = write(tmp_path, "short", PB_LONG.replace("seconds: 4", "seconds: 0.1"))
     res = run_cli("run", str(path), config=cfg_path)

@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import threading
 from pathlib import Path
 
@@ -27,7 +25,7 @@ from migrator.ops.rebalance import command as rebalance
 from migrator.ops.rebalance.measure import measure
 from migrator.queue.ledger import check_ledger
 from migrator.queue.load import run_load
-from tests.conftest import LIVE_SANDBOXES
+from tests.conftest import own_sandbox
 from tests.faults.harness import compare_moved
 from tests.integration.ops.rebalance_support import skew
 
@@ -36,19 +34,8 @@ THRESHOLD = 0.15
 
 @pytest.fixture(scope="module")
 def fleet4():
-    from migrator.sandbox import Sandbox, find_base_port
-
-    d = Path(tempfile.mkdtemp(prefix="migrator-rebalance-"))
-    sb = Sandbox(d / "sandbox")
-    try:
-        sb.up(pairs=3, spare_pairs=1, shards=24, rows=5, base_port=find_base_port(100), log=lambda *_: None)
-        LIVE_SANDBOXES.append(sb)  # its servers (pairs added by a test too) outlive each test, by design
+    with own_sandbox("migrator-rebalance-", pairs=3, spare_pairs=1, shards=24, rows=5) as sb:
         yield sb
-    finally:
-        if sb in LIVE_SANDBOXES:
-            LIVE_SANDBOXES.remove(sb)
-        sb.down()
-        shutil.rmtree(d, ignore_errors=True)
 
 
 def cli(cfg_path: Path, *args: str, timeout: float = 900) -> subprocess.CompletedProcess:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from migrator.fleet import redis_client
 from migrator.fleet.ids import shard_db
 from migrator.queue import maintenance as mt
 from migrator.queue.model import AckItem, EnqueueJob, QueueConfig
@@ -118,12 +119,11 @@ def test_log_table_policy(qs, fleet):
 
 def test_jobs_maintenance_rq_job(fleet):
     """The periodic RQ job runs the same maintenance (in-process worker)."""
-    import redis
     from rq import Queue, SimpleWorker
 
     from migrator.ops.steps import enqueue_maintenance
 
-    r = redis.Redis.from_url(fleet.config.redis.url)
+    r = redis_client.connect(fleet.config)
     q = Queue("maintenance-test", connection=r)
     job = enqueue_maintenance(r, config_path=str(fleet.config_path), queue=q.name)
     SimpleWorker([q], connection=r).work(burst=True)

@@ -64,3 +64,64 @@ def test_missing_credentials(tmp_path, monkeypatch):
     cfg2 = config_mod.load(write(tmp_path, '[credentials]\nfile = "nope.toml"\n', "b.toml"))
     with pytest.raises(CredentialsError, match="does not exist"):
         config_mod.load_credentials(cfg2)
+
+
+# -- Redis settings ------------------------------------------------------------------------------
+
+REDIS_ENV = ("MIGRATOR_REDIS_PASSWORD", "MIGRATOR_REDIS_USERNAME")
+
+
+@pytest.mark.parametrize("url", ["redis://:pw@127.0.0.1:6379/0", "redis://mig:pw@127.0.0.1:6379/0",
+                                 "rediss://mig@10.0.0.1:6380/2"])
+def test_redis_url_with_credentials_is_refused_with_where_they_go(tmp_path, url):
+    with pytest.raises(ConfigError, match="MIGRATOR_REDIS_PASSWORD") as err:
+        config_mod.load(write(tmp_path, f'[redis]\nurl = "{url}"\n'))
+    assert "pw" not in str(err.value)  # the secret is not repeated in the error
+    assert "secrets file" in str(err.value)
+
+
+@pytest.mark.parametrize("text,msg", [
+    ('[redis]\nurl = "http://127.0.0.1:6379"\n', "not a Redis URL"),
+    ('[redis]\nurl = "redis://127.0.0.1:6379/0"\nca_file = "ca.pem"\n', "rediss://"),
+    ('[redis]\nsentinels = ["127.0.0.1:26379"]\n', "service_name"),
+    ('[redis]\nservice_name = "m"\n', "sentinels"),
+    ('[redis]\nsentinels = ["nohostport"]\nservice_name = "m"\n', "host:port"),
+    ('[redis]\npassword = "pw"\n', "password"),
+])
+def test_bad_redis_settings(tmp_path, text, msg):
+    with pytest.raises(ConfigError, match=msg):
+        config_mod.load(write(tmp_path, text))
+
+
+def test_redis_tls_and_sentinel_settings_round_trip(tmp_path):
+    p = write(tmp_path, '[redis]\nurl = "rediss://r.example:6380/3"\nca_file = "ca.pem"\n'
+                        'sentinels = ["10.0.0.1:26379", "10.0.0.2:26379"]\nservice_name = "mig"\n')
+    cfg = config_mod.load(p)
+    assert cfg.redis.tls and cfg.redis.db == 3 and cfg.redis_ca_path() == tmp_path / "ca.pem"
+    again = config_mod.load(write(tmp_path, config_mod.dump(cfg), "again.toml"))
+    assert again.redis == cfg.redis
+
+
+def test_redis_credentials_from_env_then_secrets_file(tmp_path, monkeypatch):
+    for k in REDIS_ENV:
+        monkeypatch.delenv(k, raising=False)
+    cfg = config_mod.load(write(tmp_path, '[redis]\nurl = "redis://127.0.0.1:1/0"\n'))
+    none = config_mod.load_redis_credentials(cfg)
+    assert none.username is None and none.password is None  # a Redis without requirepass
+    write(tmp_path, '[redis]\nuser = "mig"\npassword = "filepw"\n', "secrets.toml")
+    cfg = config_mod.load(write(tmp_path, '[credentials]\nfile = "secrets.toml"\n'))
+    creds = config_mod.load_redis_credentials(cfg)
+    assert (creds.username, creds.password) == ("mig", "filepw") and "filepw" not in repr(creds)
+    monkeypatch.setenv("MIGRATOR_REDIS_PASSWORD", "envpw")
+    monkeypatch.setenv("MIGRATOR_REDIS_USERNAME", "other")
+    creds = config_mod.load_redis_credentials(cfg)
+    assert (creds.username, creds.password) == ("other", "envpw")
+
+
+def test_redis_acl_user_without_password_says_where_to_put_it(tmp_path, monkeypatch):
+    for k in REDIS_ENV:
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("MIGRATOR_REDIS_USERNAME", "mig")
+    cfg = config_mod.load(write(tmp_path, '[redis]\nurl = "redis://127.0.0.1:1/0"\n'))
+    with pytest.raises(CredentialsError, match="MIGRATOR_REDIS_PASSWORD"):
+        config_mod.load_redis_credentials(cfg)
