@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import ipaddress
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,39 +23,29 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 VALID_DAYS = 3650
 
 
+#: the files of a sandbox's TLS folder
+FILES = {"ca": "ca.pem", "ca_key": "ca-key.pem", "server_cert": "server-cert.pem", "server_key": "server-key.pem",
+         "client_cert": "client-cert.pem", "client_key": "client-key.pem"}
+
+
 @dataclass(frozen=True)
 class SandboxTLS:
     """Where one sandbox's certificate files are."""
 
     dir: Path
+    ca: Path = field(init=False)
+    ca_key: Path = field(init=False)
+    server_cert: Path = field(init=False)
+    server_key: Path = field(init=False)
+    client_cert: Path = field(init=False)
+    client_key: Path = field(init=False)
 
-    @property
-    def ca(self) -> Path:
-        return self.dir / "ca.pem"
-
-    @property
-    def ca_key(self) -> Path:
-        return self.dir / "ca-key.pem"
-
-    @property
-    def server_cert(self) -> Path:
-        return self.dir / "server-cert.pem"
-
-    @property
-    def server_key(self) -> Path:
-        return self.dir / "server-key.pem"
-
-    @property
-    def client_cert(self) -> Path:
-        return self.dir / "client-cert.pem"
-
-    @property
-    def client_key(self) -> Path:
-        return self.dir / "client-key.pem"
+    def __post_init__(self) -> None:
+        for attr, name in FILES.items():
+            object.__setattr__(self, attr, self.dir / name)
 
     def exists(self) -> bool:
-        return all(p.exists() for p in (self.ca, self.server_cert, self.server_key, self.client_cert,
-                                         self.client_key))
+        return all((self.dir / name).exists() for name in FILES.values())
 
     def ensure(self) -> SandboxTLS:
         """Make the CA and the certificates unless they are there already."""
