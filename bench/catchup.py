@@ -37,6 +37,7 @@ from typing import Any
 import pymysql
 
 from bench import sysbench
+from bench import tls as bench_tls
 from migrator.engine.catch_up.lanes import Pacer
 from migrator.engine.catch_up.tailer import Tailer
 from migrator.fleet import mysql
@@ -53,7 +54,7 @@ def _client(sock_or_host: Any, creds: Any | None = None) -> list[str]:
     if isinstance(sock_or_host, str):
         return ["mariadb", "--no-defaults", "-uroot", "-S", sock_or_host]
     return ["mariadb", "--no-defaults", "-h", sock_or_host.address, "-P", str(sock_or_host.port),
-            "-u", creds.mysql_user]
+            "-u", creds.mysql_user, *bench_tls.cli_args(sock_or_host, creds)]
 
 
 def _env(creds: Any) -> dict[str, str]:
@@ -64,7 +65,8 @@ def snapshot(sb: Sandbox, path: Path) -> None:
     host, creds = sb.hosts()[SOURCE], sb.credentials()
     with open(path, "wb") as f:
         subprocess.run(["mariadb-dump", "--no-defaults", "-h", host.address, "-P", str(host.port), "-u",
-                        creds.mysql_user, "--single-transaction", "--skip-add-locks", "--skip-triggers", DB],
+                        creds.mysql_user, *bench_tls.cli_args(host, creds), "--single-transaction",
+                        "--skip-add-locks", "--skip-triggers", DB],
                        stdout=f, check=True, env=_env(creds))
 
 
@@ -138,8 +140,10 @@ def run_replica(sb: Sandbox, snap: Path, start: str, end: str, want: list[int], 
         with conn.cursor() as cur:
             cur.execute("RESET MASTER")  # its own schema DDL must not count as a GTID domain
             cur.execute("SET GLOBAL gtid_slave_pos = %s", (start,))
+            ssl_sql, ssl_args = bench_tls.change_master(src, creds)
             cur.execute("CHANGE MASTER TO MASTER_HOST=%s, MASTER_PORT=%s, MASTER_USER=%s, MASTER_PASSWORD=%s, "
-                        "MASTER_USE_GTID=slave_pos", (src.address, src.port, creds.mysql_user, creds.mysql_password))
+                        "MASTER_USE_GTID=slave_pos" + ssl_sql,
+                        (src.address, src.port, creds.mysql_user, creds.mysql_password, *ssl_args))
             t0 = time.monotonic()
             cur.execute("START SLAVE")
             cur.execute("SELECT MASTER_GTID_WAIT(%s, 900)", (end,))

@@ -36,6 +36,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench import tls as bench_tls
 from migrator.engine.migration import MigrationStore, Options, Phase
 from migrator.fleet import config as config_mod
 from migrator.fleet import zk as zk_mod
@@ -51,7 +52,8 @@ def _env(creds: Any) -> dict[str, str]:
 
 
 def _client(host: Any, creds: Any, tool: str = "mariadb") -> list[str]:
-    return [tool, "--no-defaults", "-h", host.address, "-P", str(host.port), "-u", creds.mysql_user]
+    return [tool, "--no-defaults", "-h", host.address, "-P", str(host.port), "-u", creds.mysql_user,
+            *bench_tls.cli_args(host, creds)]
 
 
 def _drop_target(sb: Sandbox, dbs: list[str]) -> None:

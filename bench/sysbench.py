@@ -1,6 +1,11 @@
 """sysbench ``oltp_write_only`` as the benchmarks' ordinary writer (Debian package ``sysbench``).
 
-Connects over TCP with the migration identity, like any client of the fleet.
+Connects over TCP with the migration identity, like any client of the fleet, over TLS when the
+config sets ``[mysql.tls]`` for the host. sysbench 1.0.20 has one TLS switch (``--mysql-ssl=on``)
+and reads its files under fixed names from its working directory (``cacert.pem``,
+``client-cert.pem``, ``client-key.pem``): it runs in a folder of links by those names to
+the configured files, and needs a client certificate. Its client library encrypts but does not
+verify the server's certificate.
 An ``oltp_write_only`` transaction is four row changes: two updates, a
 delete and an insert (sysbench 1.0.20), on ``--tables`` tables of ``--table-size``
 rows in one shard database.
@@ -15,13 +20,17 @@ import subprocess
 from dataclasses import dataclass
 from typing import Any
 
+from bench.tls import sysbench_dir as _tls_dir
+
 ROWS_PER_TXN = 4
 
 
 def _base(host: Any, creds: Any, db: str, tables: int, table_size: int) -> list[str]:
     return ["sysbench", "oltp_write_only", "--db-driver=mysql", f"--mysql-host={host.address}",
             f"--mysql-port={host.port}", f"--mysql-user={creds.mysql_user}", f"--mysql-db={db}",
-            f"--tables={tables}", f"--table-size={table_size}"]
+            f"--tables={tables}", f"--table-size={table_size}", *(["--mysql-ssl=on"] if _tls_dir(host, creds) else [])]
+
+
 
 
 def _env(creds: Any) -> dict[str, str]:
@@ -32,7 +41,7 @@ def _env(creds: Any) -> dict[str, str]:
 
 def prepare(host: Any, creds: Any, db: str, *, tables: int = 4, table_size: int = 20_000) -> None:
     subprocess.run([*_base(host, creds, db, tables, table_size), "prepare"], check=True, capture_output=True,
-                   env=_env(creds))
+                   env=_env(creds), cwd=_tls_dir(host, creds))
 
 
 @dataclass
@@ -63,7 +72,7 @@ def run(host: Any, creds: Any, db: str, *, seconds: float, threads: int = 4, rat
     """Run for ``seconds`` (unthrottled unless ``rate``) and wait for it."""
     cmd = [*_base(host, creds, db, tables, table_size), f"--threads={threads}", f"--time={int(seconds)}",
            f"--rate={rate}", "run"]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=_env(creds))
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=_env(creds), cwd=_tls_dir(host, creds))
     return _parse(out.stdout)
 
 
@@ -77,7 +86,8 @@ class Background:
         if ignore_errors:
             cmd.append("--mysql-ignore-errors=all")  # a fenced table answers 1146: keep writing
         self.proc = subprocess.Popen([*cmd, "run"], stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, text=True, env=_env(creds), start_new_session=True)
+                                     stderr=subprocess.STDOUT, text=True, env=_env(creds), start_new_session=True,
+                                     cwd=_tls_dir(host, creds))
 
     def stop(self) -> Result:
         """Stop it; the result comes from its per-second reports (a terminated sysbench prints no summary)."""

@@ -202,12 +202,15 @@ def sandbox_up(
     directory: Path = typer.Option(Path(".sandbox"), "--dir"),
     base_port: int = typer.Option(33100, "--base-port",
                                   help="Ports base+1.. (MariaDB), base+81 (ZK), base+91 (Redis)."),
+    tls: bool = typer.Option(True, "--tls/--no-tls",
+                             help="MariaDB accepts TLS only, with certificates of the sandbox's own CA "
+                                  "(--no-tls: plaintext). Fixed when the sandbox is created."),
 ) -> None:
     """Start the sandbox fleet (a no-op when it already runs)."""
     from migrator.sandbox import Sandbox
 
     sb = Sandbox(directory)
-    sb.up(pairs=pairs, spare_pairs=spare_pairs, shards=shards, rows=rows, base_port=base_port)
+    sb.up(pairs=pairs, spare_pairs=spare_pairs, shards=shards, rows=rows, base_port=base_port, tls=tls)
 
 
 @sandbox_app.command("status")

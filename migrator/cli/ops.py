@@ -53,11 +53,13 @@ def register(app: typer.Typer) -> None:
         rows: int = typer.Option(500, "--rows", help="Seed pins per shard."),
         shards: int = typer.Option(16, "--shards"),
         down: bool = typer.Option(False, "--down", help="Stop the sandbox at the end."),
+        tls: bool = typer.Option(True, "--tls/--no-tls", help="MariaDB over TLS only (--no-tls: plaintext)."),
     ) -> None:
         """A live split of a sandbox fleet under queue load, with a report."""
         from migrator.ops.demo import run_demo
 
-        report = run_demo(directory=directory, base_port=base_port, rate=rate, rows=rows, shards=shards, down=down)
+        report = run_demo(directory=directory, base_port=base_port, rate=rate, rows=rows, shards=shards, down=down,
+                          tls=tls)
         if not report.ok:
             raise typer.Exit(1)
 

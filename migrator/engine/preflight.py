@@ -20,7 +20,10 @@ Checks (source = the source pair's master, target = the target pair):
 * the target holds none of the moving databases (or, for a partition move,
   not the moving table);
 * the source is the active master of every moving shard in the shard map;
-* the migration user has the grants it needs; grants beyond them are warnings.
+* the migration user has the grants it needs; grants beyond them are warnings;
+* TLS: every host's certificate verifies against ``[mysql.tls]`` (one line for all
+  the hosts that fail), and no host requires secure transport
+  (``require_secure_transport=ON``) while no TLS is configured for it.
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ from migrator.errors import MigratorError, MySQLUnavailable
 from migrator.fleet.config import Credentials
 from migrator.fleet.ids import shard_db
 from migrator.fleet.model import Host
-from migrator.fleet.mysql import binlog_pos, connect, query, tag
+from migrator.fleet.mysql import MySQLTLSFailed, binlog_pos, connect, query, tag, tls_of
 from migrator.fleet.shard_map import HostRegistry, ShardMapStore
 from migrator.fleet.zk import ZK
 
@@ -166,6 +169,7 @@ def run(zk: ZK, spec: Spec, creds: Credentials, *, phase: Phase = Phase.PLANNED)
     roles = {"source master": spec.source_master, "source slave": spec.source_slave,
              "target master": spec.target_master, "target slave": spec.target_slave}
     conns: dict[str, pymysql.connections.Connection] = {}
+    tls_failed: dict[str, MySQLTLSFailed] = {}
     try:
         for role, name in roles.items():
             if name not in hosts:
@@ -173,10 +177,13 @@ def run(zk: ZK, spec: Spec, creds: Credentials, *, phase: Phase = Phase.PLANNED)
                 continue
             try:
                 conns[role] = connect(hosts[name], creds, connect_timeout=5, read_timeout=30)
+            except MySQLTLSFailed as exc:
+                tls_failed[name] = exc
             except MySQLUnavailable as exc:
                 res.add("hosts", False, f"{role} {name}: {exc.message}")
         if len(conns) == len(roles):
             res.add("hosts", True, "all four hosts answer")
+        _check_tls(conns, roles, hosts, creds, tls_failed, res)
         _check_source_master(zk, spec, res)
         src = conns.get("source master")
         if src is not None:
@@ -430,6 +437,31 @@ def _check_grants(c: pymysql.connections.Connection, name: str, res: PreflightRe
                 "consider revoking", "warning")
     if not missing:
         res.add("grants", True, f"the migration user has what it needs on {name}")
+
+
+def _check_tls(conns: dict[str, pymysql.connections.Connection], roles: dict[str, str], hosts: dict[str, Host],
+               creds: Credentials, failed: dict[str, MySQLTLSFailed], res: PreflightResult) -> None:
+    """One line for the hosts whose TLS handshake failed (the first host's reason stands for all: they
+    share the settings); one line for the hosts that require TLS while none is configured for them."""
+    if failed:
+        names = sorted(set(failed))
+        first = failed[names[0]].message
+        others = f" (and the same on {', '.join(names[1:])})" if len(names) > 1 else ""
+        res.add("tls", False, f"{first}{others}")
+    unset = []
+    for role, c in conns.items():
+        if tls_of(hosts[roles[role]], creds) is None:
+            required = query(c, T + "SELECT @@global.require_secure_transport")[0][0]
+            if str(required) in ("1", "ON"):
+                unset.append(roles[role])
+    if unset:
+        res.add("tls", False, f"{', '.join(sorted(set(unset)))} require secure transport (require_secure_transport=ON) "
+                "but the config sets no TLS for them: add [mysql.tls] with ca = the CA that signed their "
+                "certificates (and cert/key for a client certificate)")
+    elif not failed and conns:
+        verified = [roles[r] for r in conns if tls_of(hosts[roles[r]], creds) is not None]
+        res.add("tls", True, f"verified TLS to {', '.join(sorted(set(verified)))}" if verified
+                else "no host requires TLS and none is configured", "info" if not verified else "error")
 
 
 def _list(shards: list[int]) -> str:

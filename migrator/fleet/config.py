@@ -19,6 +19,9 @@ Example::
 
     [credentials]
     file = "secrets.toml"        # relative to this file
+
+    [mysql.tls]                  # optional; see migrator.fleet.tls
+    ca = "tls/ca.pem"
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from migrator.errors import ConfigError, CredentialsError
+from migrator.fleet.tls import MySQLSettings, MySQLTLSSettings
 
 DEFAULT_CONFIG = Path(".sandbox/migrator.toml")
 ENV_CONFIG = "MIGRATOR_CONFIG"
@@ -132,6 +136,9 @@ class Config(BaseModel):
     redis: RedisSettings = RedisSettings()
     credentials: CredentialsSettings = CredentialsSettings()
     queue: QueueSettings = QueueSettings()
+    # -- MySQL TLS (migrator.fleet.tls) --
+    mysql: MySQLSettings = MySQLSettings()
+    # --
     path: Path | None = None
 
     def credentials_path(self) -> Path | None:
@@ -182,11 +189,13 @@ def load(path: str | os.PathLike[str] | None = None) -> Config:
 
 def parse(data: dict[str, Any], path: Path | None = None) -> Config:
     try:
-        return Config(**data, path=path.resolve() if path else None)
+        # the context resolves relative file settings (mysql.tls) against the config file's folder
+        base = path.resolve().parent if path else None
+        return Config.model_validate({**data, "path": path.resolve() if path else None}, context={"base": base})
     except ValidationError as exc:
         err = exc.errors()[0]
         loc = ".".join(str(x) for x in err["loc"])
-        msg = err["msg"].removeprefix("Value error, ")
+        msg = str(err["msg"]).removeprefix("Value error, ")
         raise ConfigError(f"config {path or ''}: {loc}: {msg}") from None
 
 
@@ -210,6 +219,10 @@ def dump(config: Config) -> str:
     ]
     if config.credentials.file:
         lines += ["[credentials]", f'file = "{config.credentials.file}"', ""]
+    # -- MySQL TLS --
+    if config.mysql.tls is not None:
+        lines += [*config.mysql.tls.dump(), ""]
+    # --
     return "\n".join(lines)
 
 
@@ -227,6 +240,10 @@ class Credentials(BaseModel):
     mysql_password: str = Field(repr=False)
     zk_digest: str | None = Field(default=None, repr=False)  # "user:password"
     queue_token: str | None = Field(default=None, repr=False)
+    # -- MySQL TLS: paths from the config, carried here because every MySQL connection is opened from the
+    # credentials (migrator.fleet.mysql.connect); the files' contents are never read into this object --
+    mysql_tls: MySQLTLSSettings | None = None
+    # --
 
     @property
     def zk_identity(self) -> str | None:
@@ -253,7 +270,8 @@ def load_credentials(config: Config) -> Credentials:
     if digest is not None and ":" not in digest:
         raise CredentialsError("the ZooKeeper digest identity must look like user:password")
     token = os.environ.get("MIGRATOR_QUEUE_TOKEN") or queue.get("token")
-    return Credentials(mysql_user=user, mysql_password=password, zk_digest=digest, queue_token=token)
+    return Credentials(mysql_user=user, mysql_password=password, zk_digest=digest, queue_token=token,
+                       mysql_tls=config.mysql.tls)
 
 
 def _secrets(config: Config, hint: str) -> dict[str, Any]:

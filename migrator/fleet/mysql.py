@@ -7,6 +7,7 @@ tag (see :func:`tag`) so it shows in processlists and slow logs.
 from __future__ import annotations
 
 import re
+import ssl
 import threading
 from typing import Any
 
@@ -16,6 +17,7 @@ import pymysql.cursors
 from migrator.errors import MigratorError, MySQLUnavailable
 from migrator.fleet.config import Credentials
 from migrator.fleet.model import Host
+from migrator.fleet.tls import MySQLTLS
 
 #: a plain name (needs no quoting anywhere: ZooKeeper nodes, job ids, file names)
 IDENT_RE = re.compile(r"^[A-Za-z0-9_]{1,64}$")
@@ -28,6 +30,10 @@ ER_BAD_DB_ERROR = 1049
 ER_LOCK_WAIT_TIMEOUT = 1205
 ER_LOCK_DEADLOCK = 1213
 ER_DUP_ENTRY = 1062
+
+
+class MySQLTLSFailed(MySQLUnavailable):
+    """The TLS handshake with a host failed: its certificate did not verify, or it offers no TLS."""
 
 
 class InvalidIdentifier(MigratorError):
@@ -80,6 +86,38 @@ class _Connection(pymysql.connections.Connection):
         return super()._create_ssl_ctx(sslp)
 
 
+def tls_of(host: Host, credentials: Credentials) -> MySQLTLS | None:
+    """The TLS settings of connections to ``host`` (``[mysql.tls]`` with the host's override), or None."""
+    return credentials.mysql_tls.for_host(host.name) if credentials.mysql_tls is not None else None
+
+
+def ssl_kwargs(host: Host, credentials: Credentials) -> dict[str, Any]:
+    """The PyMySQL keyword arguments of TLS to ``host`` (``{"ssl": context}``, or none): for a client built
+    on PyMySQL that is not opened by :func:`connect` (a binlog stream's ``connection_settings``)."""
+    tls = tls_of(host, credentials)
+    return {"ssl": tls.context()} if tls is not None else {}
+
+
+def tls_failure(where: str, tls: MySQLTLS, exc: BaseException) -> MySQLTLSFailed | None:
+    """The one-line error for a connection error (to the server ``where`` names) that is a TLS failure;
+    None when it is another error."""
+    cause = getattr(exc, "original_exception", None) or exc.__cause__ or exc.__context__
+    text = str(exc.args[-1] if getattr(exc, "args", None) else exc)
+    if isinstance(cause, ssl.SSLCertVerificationError):
+        return MySQLTLSFailed(
+            f"the TLS certificate of {where} did not verify ({cause.verify_message}) with {tls.describe()}: "
+            "point mysql.tls.ca at the CA that signed the server's certificate, or set verify_hostname = false "
+            "if the certificate does not name this address"
+        )
+    if isinstance(cause, ssl.SSLError):
+        return MySQLTLSFailed(f"TLS with {where} failed ({cause.reason or cause}) with {tls.describe()}: "
+                              "check the CA, the client certificate and its key")
+    if "doesn't support" in text and "SSL" in text:
+        return MySQLTLSFailed(f"{where} offers no TLS but mysql.tls is configured for it: enable TLS on the "
+                              f"server (ssl_cert, ssl_key) or set enabled = false in its [mysql.tls.hosts.NAME]")
+    return None
+
+
 def connect(
     host: Host,
     credentials: Credentials,
@@ -91,7 +129,10 @@ def connect(
     dict_cursor: bool = False,
     **kwargs: Any,
 ) -> pymysql.connections.Connection:
-    """Open a connection to one fleet host. Raises :class:`MySQLUnavailable`."""
+    """Open a connection to one fleet host, over verified TLS when the config sets ``[mysql.tls]`` for it.
+    Raises :class:`MySQLUnavailable` (:class:`MySQLTLSFailed` when the TLS handshake failed)."""
+    tls = tls_of(host, credentials)
+    kwargs.update(ssl_kwargs(host, credentials))
     try:
         return _Connection(
             host=host.address,
@@ -108,6 +149,10 @@ def connect(
         )
     except pymysql.err.OperationalError as exc:
         code = exc.args[0] if exc.args else None
+        where = f"{host.name} ({host.address}:{host.port})"
+        failed = tls_failure(where, tls, exc) if tls is not None else None
+        if failed is not None:
+            raise failed from None
         if code == 1045:
             raise MySQLUnavailable(
                 f"{host.name} ({host.address}:{host.port}) refused the credentials of "

@@ -76,7 +76,7 @@ def start_workers(config_path: Path, n: int, log_dir: Path) -> list[subprocess.P
 
 def run_demo(*, directory: str | Path = ".sandbox-demo", base_port: int = 33300, shards: int = 16,
              rows: int = 500, rate: float = 200.0, workers: int = 2, source: str = "MySQL001A",
-             after_s: float = 3.0, fresh: bool = True, down: bool = False,
+             after_s: float = 3.0, fresh: bool = True, down: bool = False, tls: bool = True,
              console: Console | None = None) -> DemoReport:
     console = console or Console()
     t0 = time.monotonic()
@@ -85,7 +85,7 @@ def run_demo(*, directory: str | Path = ".sandbox-demo", base_port: int = 33300,
         console.print(f"removing the previous demo sandbox in {sb.dir}")
         sb.down(purge=True)
         sb = Sandbox(directory)
-    sb.up(pairs=2, spare_pairs=1, shards=shards, rows=rows, base_port=base_port, log=console.print)
+    sb.up(pairs=2, spare_pairs=1, shards=shards, rows=rows, base_port=base_port, tls=tls, log=console.print)
     cfg = sb.config()
     report = DemoReport(source=source)
     procs = start_workers(sb.config_file, workers, sb.dir)

@@ -51,6 +51,7 @@ from migrator.sandbox.procs import (
     stop_pid,
 )
 from migrator.sandbox.reset import reset_fleet
+from migrator.sandbox.tls import SandboxTLS
 
 __all__ = ["MARIADB_FLAGS", "MIGRATOR_GRANTS", "Sandbox", "find_base_port", "port_free", "reset_fleet", "stop_pid"]
 
@@ -95,6 +96,7 @@ class Sandbox:
         self.state_file = self.dir / "state.json"
         self.config_file = self.dir / "migrator.toml"
         self.secrets_file = self.dir / "secrets.toml"
+        self.tls = SandboxTLS(self.dir / "tls")
         self.state: SandboxState | None = None
         if self.state_file.exists():
             self.state = SandboxState.from_json(self.state_file.read_text())
@@ -157,9 +159,11 @@ class Sandbox:
         rows: int = 100,
         base_port: int = DEFAULT_BASE_PORT,
         zk_root: str = "/migrator",
+        tls: bool = True,
         log: Any = print,
     ) -> bool:
-        """Start the fleet. Returns False (and changes nothing) if it already runs."""
+        """Start the fleet. Returns False (and changes nothing) if it already runs. With ``tls`` (a new
+        sandbox only) MariaDB takes TLS connections only, with certificates of the sandbox's own CA."""
         if self.state and all(p.alive() for p in self.state.procs.values()):
             log(f"sandbox in {self.dir} is already running; nothing to do (`migrator sandbox status`)")
             return False
@@ -173,13 +177,15 @@ class Sandbox:
             self.dir.mkdir(parents=True, exist_ok=True)
             self.state = SandboxState(
                 dir=str(self.dir), base_port=base_port, pairs=pairs, spare_pairs=spare_pairs,
-                shards=shards, rows=rows, procs=self._layout(pairs, spare_pairs, base_port),
+                shards=shards, rows=rows, procs=self._layout(pairs, spare_pairs, base_port), tls=tls,
             )
         busy = [p for p in self.state.procs.values() if not p.alive() and not port_free(p.port)]
         if busy:
             names = ", ".join(f"{p.name}:{p.port}" for p in busy)
             raise SandboxError(f"ports already in use: {names}; pick another --base-port or stop what holds them")
         self._write_secrets()
+        if self.state.tls:
+            self.tls.ensure()
         self._write_config(zk_root)
         self._save()
         dead = [p for p in self.mariadb_procs() if not p.alive()]
@@ -234,6 +240,7 @@ class Sandbox:
             redis={"url": f"redis://127.0.0.1:{self.state.procs['redis'].port}/0"},  # type: ignore[arg-type]
             credentials={"file": "secrets.toml"},  # type: ignore[arg-type]
             queue={"listen": f"127.0.0.1:{self.state.base_port + 95}"},  # type: ignore[arg-type]
+            mysql={"tls": self.tls.config_section() if self.state.tls else None},  # type: ignore[arg-type]
         )
         self.config_file.write_text(config_mod.dump(cfg))
 
@@ -258,6 +265,8 @@ class Sandbox:
         ]
         for k, v in MARIADB_FLAGS.items():
             lines.append(k if v is None else f"{k}={v}")
+        if self.state and self.state.tls:
+            lines += self.tls.server_options()
         cnf = d / "my.cnf"
         cnf.write_text("\n".join(lines) + "\n")
         return cnf
@@ -289,8 +298,9 @@ class Sandbox:
         """A root connection over the host's unix socket (sandbox admin only)."""
         assert self.state
         p = self.state.procs[name]
+        # a unix socket is secure transport: no TLS on it (and no TLS context to build per connection)
         return pymysql.connect(unix_socket=str(Path(p.datadir) / "mysqld.sock"), user="root",
-                               autocommit=True, connect_timeout=3, **kw)
+                               autocommit=True, connect_timeout=3, ssl_disabled=True, **kw)
 
     def _ping(self, p: Proc) -> bool:
         try:
@@ -321,11 +331,12 @@ class Sandbox:
     def _start_replication(self, p: Proc) -> None:
         assert self.state
         peer = self.state.procs[p.partner or ""]
+        ssl_sql, ssl_args = self.tls.change_master() if self.state.tls else ("", ())
         with self.root_conn(p.name) as c, c.cursor() as cur:
             cur.execute(
                 "CHANGE MASTER TO MASTER_HOST='127.0.0.1', MASTER_PORT=%s, MASTER_USER='repl', "
-                "MASTER_PASSWORD=%s, MASTER_USE_GTID=slave_pos, MASTER_CONNECT_RETRY=1",
-                (peer.port, self._repl_password()),
+                "MASTER_PASSWORD=%s, MASTER_USE_GTID=slave_pos, MASTER_CONNECT_RETRY=1" + ssl_sql,
+                (peer.port, self._repl_password(), *ssl_args),
             )
             cur.execute("START SLAVE")
 

@@ -55,6 +55,8 @@ class SandboxState:
     rows: int
     procs: dict[str, Proc] = field(default_factory=dict)
     seeded: bool = False
+    #: MariaDB with TLS only (require_secure_transport); False for a state written before it existed
+    tls: bool = False
 
     def to_json(self) -> str:
         d = asdict(self)

@@ -72,7 +72,7 @@ from migrator.engine.names import SENTINEL_TABLE, tomb_db
 from migrator.fleet import redis_client
 from migrator.fleet.gtid import Gtid, GtidPos
 from migrator.fleet.model import Host
-from migrator.fleet.mysql import binlog_pos, qualified
+from migrator.fleet.mysql import binlog_pos, qualified, ssl_kwargs
 from migrator.fleet.mysql import connect as mysql_connect
 from migrator.fleet.shard_map import ShardMapStore
 from migrator.ops import command, steps
@@ -349,7 +349,7 @@ def row_events(host: Host, creds: Any, since: str,
         return out
     stream = BinLogStreamReader(
         connection_settings={"host": host.address, "port": host.port, "user": creds.mysql_user,
-                             "passwd": creds.mysql_password},
+                             "passwd": creds.mysql_password, **ssl_kwargs(host, creds)},
         server_id=random.randint(10_000_000, 1_000_000_000), is_mariadb=True, auto_position=since,
         blocking=True, slave_heartbeat=0.2,
         only_events=[MariadbGtidEvent, XidEvent, QueryEvent, WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent])

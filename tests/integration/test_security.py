@@ -1,10 +1,10 @@
-"""Security on real servers: ZooKeeper ACLs on every record, credentials kept out of every
-store and log after a real migration under load, identifiers refused before SQL (through
+"""Security on real servers: ZooKeeper ACLs on every record, credentials and TLS private keys kept
+out of every store and log after a real migration under load (over TLS), identifiers refused before SQL (through
 the CLI), the queue API's token, and preflight's report of excess MySQL grants.
 
 Elsewhere: the shard map and host registry ACL (``tests/integration/fleet/test_foundation.py``), unit tests of
 ``ident`` and the host-name check (``tests/unit/fleet/test_identifiers.py``), grant parsing
-(``tests/unit/engine/test_grants.py``).
+(``tests/unit/engine/test_grants.py``), MySQL TLS (``tests/integration/test_tls.py``).
 """
 
 from __future__ import annotations
@@ -43,7 +43,21 @@ def secrets_of(fleet) -> dict[str, bytes]:
            "zookeeper digest password": creds.zk_digest.split(":", 1)[1].encode()}
     if creds.queue_token:
         out["queue token"] = creds.queue_token.encode()
+    out.update(private_keys_of(fleet))
     assert all(len(v) >= 12 for v in out.values())  # long enough that a hit is never chance
+    return out
+
+
+def private_keys_of(fleet) -> dict[str, bytes]:
+    """The TLS private keys' material (each key's base64 body, every line of it, and the PEM marker):
+    the paths to the key files may be stored and logged, what is in them never."""
+    tls = fleet.sandbox.tls
+    assert fleet.sandbox.state.tls and fleet.config.mysql.tls.key == tls.client_key, "the sandbox runs with TLS"
+    out = {"a PEM private key": b"PRIVATE KEY-----"}
+    for key in (tls.client_key, tls.server_key, tls.ca_key):
+        body = [ln for ln in key.read_bytes().splitlines() if ln and not ln.startswith(b"-----")]
+        out[f"{key.name} (whole)"] = b"".join(body)
+        out.update({f"{key.name} line {i}": ln for i, ln in enumerate(body) if len(ln) >= 12})
     return out
 
 

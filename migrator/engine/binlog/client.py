@@ -37,6 +37,9 @@ from typing import Any
 
 import pymysql
 
+from migrator.fleet.mysql import tls_failure
+from migrator.fleet.tls import MySQLTLS
+
 #: how long the master waits for a reader that stopped reading before it drops the dump (seconds)
 NET_WRITE_TIMEOUT_S = 24 * 3600
 
@@ -95,19 +98,23 @@ class BinlogClient:
 
     def __init__(self, host: str, port: int, user: str, password: str, start: str, *,
                  heartbeat_s: float = 0.25, read_timeout_s: float = 30.0, connect_timeout_s: float = 5.0,
-                 server_id: int | None = None, ssl: dict[str, Any] | None = None):
+                 server_id: int | None = None, tls: MySQLTLS | None = None):
         self.start = start
         self.heartbeat_s = heartbeat_s
         self.server_id = server_id or new_server_id()
         self._checksum = False
         kw: dict[str, Any] = {}
-        if ssl:
-            kw["ssl"] = ssl
+        if tls is not None:  # the same verified TLS as every other connection (migrator.fleet.mysql.connect)
+            kw["ssl"] = tls.context()
         try:
             self.conn = pymysql.connect(host=host, port=port, user=user, password=password, autocommit=True,
                                         connect_timeout=connect_timeout_s, read_timeout=read_timeout_s,
                                         charset="utf8mb4", **kw)
         except pymysql.err.MySQLError as exc:
+            failed = tls_failure(f"{host}:{port}", tls, exc) if tls is not None else None
+            if failed is not None:
+                raise BinlogError(f"cannot read the binlog: {failed.message}", exc.args[0] if exc.args else None) \
+                    from None
             raise BinlogError(f"cannot connect to {host}:{port} to read its binlog: {exc.args[-1]}",
                               exc.args[0] if exc.args else None) from None
         try:

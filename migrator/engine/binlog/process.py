@@ -17,6 +17,7 @@ from typing import Any
 
 from migrator.engine.binlog import client as bl
 from migrator.engine.binlog.reader import Committed, ReaderError, TxnReader, format_pos
+from migrator.fleet.tls import MySQLTLS
 
 
 @dataclass
@@ -34,6 +35,8 @@ class ReaderSpec:
     batch_changes: int = 2000
     batch_s: float = 0.02
     tick_s: float = 0.1
+    #: the source's TLS settings (paths; the process builds its own context from them)
+    tls: MySQLTLS | None = None
 
 
 def run_reader(spec: ReaderSpec, conn: Any) -> None:
@@ -47,7 +50,7 @@ def run_reader(spec: ReaderSpec, conn: Any) -> None:
     client = None
     try:
         client = bl.BinlogClient(spec.host, spec.port, spec.user, spec.password, spec.start,
-                                 heartbeat_s=spec.heartbeat_s)
+                                 heartbeat_s=spec.heartbeat_s, tls=spec.tls)
         rd = TxnReader(spec.start, spec.schemas, spec.tables)
         batch: list[Committed] = []
         nchanges = 0

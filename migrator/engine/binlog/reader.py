@@ -46,6 +46,7 @@ from migrator.engine.binlog.rows import (
     rows_header,
     table_map_names,
 )
+from migrator.fleet.tls import MySQLTLS
 
 _MISSING = object()
 
@@ -393,8 +394,8 @@ class LocalReader:
     """
 
     def __init__(self, address: str, port: int, user: str, password: str, start: str, schemas: Iterable[str],
-                 tables: Iterable[str] | None = None, *, heartbeat_s: float = 0.2):
-        self.client = bl.BinlogClient(address, port, user, password, start, heartbeat_s=heartbeat_s)
+                 tables: Iterable[str] | None = None, *, heartbeat_s: float = 0.2, tls: MySQLTLS | None = None):
+        self.client = bl.BinlogClient(address, port, user, password, start, heartbeat_s=heartbeat_s, tls=tls)
         self.reader = TxnReader(start, schemas, tables)
 
     @property

@@ -132,7 +132,8 @@ class Tailer:
         self._applied_text = str(start)
         self.reader_spec = rproc.ReaderSpec(source.address, source.port, credentials.mysql_user,
                                          credentials.mysql_password, str(start), tuple(sorted(self.schema_map)),
-                                         tuple(sorted(self.tables)) if self.tables else None, heartbeat_s=heartbeat_s)
+                                         tuple(sorted(self.tables)) if self.tables else None, heartbeat_s=heartbeat_s,
+                                         tls=mysql.tls_of(source, credentials))
         self._shapes: dict[int, rd.Shape] = {}
         self._targets: dict[int, Target] = {}
         self._stmt_conn: pymysql.connections.Connection | None = None

@@ -37,7 +37,7 @@ from migrator.fleet import zk as zk_mod
 from migrator.fleet.config import Config, Credentials, load_credentials
 from migrator.fleet.gtid import GtidPos
 from migrator.fleet.model import Host
-from migrator.fleet.mysql import binlog_pos, ident, qualified, query, tag
+from migrator.fleet.mysql import binlog_pos, ident, qualified, query, tag, tls_of
 from migrator.fleet.mysql import connect as mysql_connect
 from migrator.fleet.shard_map import HostRegistry, ShardMapStore
 from migrator.fleet.zk import ZK
@@ -318,7 +318,7 @@ def skip_tombstone_renames(config: Config, zk: ZK, creds: Credentials, spec: Spe
     first: GtidPos | None = None
     last: GtidPos | None = None
     with LocalReader(source.address, source.port, creds.mysql_user, creds.mysql_password, node["gtid"],
-                     spec.databases) as st:
+                     spec.databases, tls=tls_of(source, creds)) as st:
         for txn in st.transactions(str(head), deadline=time.monotonic() + 120):
             if txn is None:
                 continue

@@ -35,11 +35,12 @@ from migrator.engine.verify.checksums import Key, LiteralKey, TableInfo, VerifyE
 from migrator.fleet.config import Credentials
 from migrator.fleet.gtid import GtidPos
 from migrator.fleet.model import Host
+from migrator.fleet.mysql import tls_of
 
 
 def _reader(host: Host, creds: Credentials, tables: Sequence[TableInfo], since: str) -> LocalReader:
     return LocalReader(host.address, host.port, creds.mysql_user, creds.mysql_password, since,
-                       sorted({t.db for t in tables}), sorted({t.table for t in tables}))
+                       sorted({t.db for t in tables}), sorted({t.table for t in tables}), tls=tls_of(host, creds))
 
 
 def _note(out: dict[str, set[Key]], names: dict[tuple[str, str], str], shapes: Any, txn: Any) -> None:

@@ -21,7 +21,7 @@ from migrator.errors import MigratorError
 from migrator.fleet.config import Credentials
 from migrator.fleet.ids import shard_db
 from migrator.fleet.model import Host, ShardMap
-from migrator.fleet.mysql import binlog_pos, connect, tag
+from migrator.fleet.mysql import binlog_pos, connect, tag, tls_of
 from migrator.ops.rebalance.planner import ShardCost
 
 
@@ -71,7 +71,8 @@ def write_rates(host: Host, creds: Credentials, shards: list[int], window_s: flo
     counts: Counter[int] = Counter()
     schema_of: dict[int, str] = {}
     t0 = time.monotonic()
-    with LocalReader(host.address, host.port, creds.mysql_user, creds.mysql_password, start, sorted(by_db)) as rd:
+    with LocalReader(host.address, host.port, creds.mysql_user, creds.mysql_password, start, sorted(by_db),
+                     tls=tls_of(host, creds)) as rd:
         for txn in rd.transactions(deadline=t0 + window_s):
             for sh in rd.reader.take_shapes():
                 schema_of[sh.id] = sh.schema

@@ -27,7 +27,7 @@ from migrator.fleet import redis_client
 from migrator.fleet.config import Credentials
 from migrator.fleet.gtid import Gtid, GtidPos
 from migrator.fleet.model import Host
-from migrator.fleet.mysql import ER_BAD_DB_ERROR, ER_NO_SUCH_TABLE, binlog_pos, qualified
+from migrator.fleet.mysql import ER_BAD_DB_ERROR, ER_NO_SUCH_TABLE, binlog_pos, qualified, ssl_kwargs
 from migrator.fleet.mysql import connect as mysql_connect
 
 
@@ -127,7 +127,7 @@ def row_events_after(host: Host, creds: Credentials, since: str, schemas: list[s
         return out
     stream = BinLogStreamReader(
         connection_settings={"host": host.address, "port": host.port, "user": creds.mysql_user,
-                             "password": creds.mysql_password},
+                             "password": creds.mysql_password, **ssl_kwargs(host, creds)},
         server_id=random.randint(10_000_000, 1_000_000_000), is_mariadb=True, auto_position=since,
         blocking=True, slave_heartbeat=0.2,
         only_events=[MariadbGtidEvent, XidEvent, QueryEvent, WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent])
