@@ -171,11 +171,11 @@ def main() -> None:
         server = qh.Server(cfg_path, creds.queue_token)
         try:
             qh.bench_http(server, 500, args.batch, args.workers, args.partitions)  # warm up
-            qh.bench_rq(cfg.redis.url, 500, args.batch, args.workers, args.redis_db)
+            qh.bench_rq(cfg, 500, args.batch, args.workers, args.redis_db)
             http_s, rq_http_s = [], []
             for i in range(args.repeat):
                 http_s.append(qh.bench_http(server, args.jobs, args.batch, args.workers, args.partitions))
-                rq_http_s.append(qh.bench_rq(cfg.redis.url, args.jobs, args.batch, args.workers, args.redis_db))
+                rq_http_s.append(qh.bench_rq(cfg, args.jobs, args.batch, args.workers, args.redis_db))
                 print(f"  run {i + 1}/{args.repeat}: HTTP {args.jobs / http_s[-1]:,.0f} jobs/s, "
                       f"RQ {args.jobs / rq_http_s[-1]:,.0f} jobs/s", flush=True)
         finally:
@@ -187,8 +187,8 @@ def main() -> None:
             q_batch = bench_queue(svc, args.jobs, args.batch, args.partitions)
             single_n = max(200, args.jobs // 10)
             q_single = bench_queue(svc, single_n, 1, args.partitions)
-            qh.bench_rq(cfg.redis.url, 500, 500, 0, args.redis_db)  # warm up
-            rq_s = qh.bench_rq(cfg.redis.url, args.jobs, 500, 0, args.redis_db)
+            qh.bench_rq(cfg, 500, 500, 0, args.redis_db)  # warm up
+            rq_s = qh.bench_rq(cfg, args.jobs, 500, 0, args.redis_db)
             print(f"disk: {args.cycles} cycles of {args.fill} rows ...", flush=True)
             (drop_files, drop_b), (del_files, del_b) = bench_disk(svc, 1, args.cycles, args.fill)
         finally:

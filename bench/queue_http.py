@@ -23,7 +23,6 @@ import time
 import uuid
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse, urlunparse
 
 import httpx
 
@@ -100,13 +99,15 @@ def bench_http(server: Server, n: int, batch: int, workers: int, partitions: int
             c.delete_queue(name)
 
 
-def bench_rq(redis_url: str, n: int, batch: int, workers: int, db: int) -> float:
+def bench_rq(config: Any, n: int, batch: int, workers: int, db: int) -> float:
     """Seconds for N no-op RQ jobs: enqueue_many, then ``workers`` burst SimpleWorker processes
     (0: one SimpleWorker in this process)."""
     import redis
     from rq import Queue
 
-    url = urlunparse(urlparse(redis_url)._replace(path=f"/{db}"))
+    from migrator.fleet.redis_client import url_with_credentials
+
+    url = url_with_credentials(config, db=db)
     r = redis.Redis.from_url(url)
     r.flushdb()
     try:
@@ -121,7 +122,8 @@ def bench_rq(redis_url: str, n: int, batch: int, workers: int, db: int) -> float
         else:
             rq_bin = str(Path(sys.executable).with_name("rq"))
             procs = [subprocess.Popen([rq_bin, "worker", "--burst", "--worker-class", "rq.worker.SimpleWorker",
-                                       "--url", url, "--logging_level", "WARNING", "bench"], cwd=ROOT,
+                                       "--logging_level", "WARNING", "bench"], cwd=ROOT,
+                                      env={**os.environ, "RQ_REDIS_URL": url},
                                       stdout=subprocess.DEVNULL) for _ in range(workers)]
             codes = [p.wait() for p in procs]
             assert codes == [0] * workers, codes

@@ -49,3 +49,19 @@ def connect(config: Config, **options: Any) -> Redis:
         tls = {"ssl": True, **_tls_kwargs(config)} if config.redis.tls else {}
         return sentinel.master_for(config.redis.service_name, db=config.redis.db, **auth, **tls)
     return Redis.from_url(config.redis.url, **auth, **_tls_kwargs(config), **options)
+
+
+def url_with_credentials(config: Config, *, db: int | None = None) -> str:
+    """The configured URL with the ACL user and password in it (and ``db`` as its path), for
+    programs that only take a URL, such as the ``rq`` command line. Hand it over in the
+    environment (``RQ_REDIS_URL``), never on a command line: ``ps`` shows those."""
+    from urllib.parse import quote, urlparse, urlunparse
+
+    creds = load_redis_credentials(config)
+    url = urlparse(config.redis.url)
+    if creds.password:
+        user = quote(creds.username or "", safe="")
+        url = url._replace(netloc=f"{user}:{quote(creds.password, safe='')}@{url.netloc}")
+    if db is not None:
+        url = url._replace(path=f"/{db}")
+    return urlunparse(url)

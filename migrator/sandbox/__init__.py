@@ -24,6 +24,7 @@ import shutil
 import signal
 import subprocess
 import time
+import tomllib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -225,11 +226,13 @@ class Sandbox:
         pw = secrets.token_urlsafe(18)
         zk = secrets.token_urlsafe(18)
         token = secrets.token_urlsafe(18)
+        redis_pw = secrets.token_urlsafe(18)
         self.secrets_file.write_text(
             "# sandbox credentials: never copied into ZooKeeper, Redis, logs or job meta\n"
             f'[mysql]\nuser = "migrator"\npassword = "{pw}"\n\n'
             f'[zookeeper]\ndigest = "migrator:{zk}"\n\n'
-            f'[queue]\ntoken = "{token}"\n'
+            f'[queue]\ntoken = "{token}"\n\n'
+            f'[redis]\npassword = "{redis_pw}"\n'
         )
         os.chmod(self.secrets_file, 0o600)
 
@@ -373,8 +376,14 @@ class Sandbox:
         d = Path(p.datadir)
         d.mkdir(parents=True, exist_ok=True)
         log = open(d / "redis.log", "ab")
+        # the password (the secrets file's [redis] password) goes in a config file only its owner
+        # reads, never on the command line where `ps` shows it
+        conf = d / "redis.conf"
+        password = tomllib.loads(self.secrets_file.read_text()).get("redis", {}).get("password")
+        conf.write_text(f'requirepass "{password}"\n' if password else "")
+        os.chmod(conf, 0o600)
         proc = subprocess.Popen(
-            ["redis-server", "--port", str(p.port), "--bind", "127.0.0.1", "--dir", str(d),
+            ["redis-server", str(conf), "--port", str(p.port), "--bind", "127.0.0.1", "--dir", str(d),
              "--save", "", "--appendonly", "no", "--daemonize", "no"],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
         )

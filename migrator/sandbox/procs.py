@@ -172,7 +172,8 @@ def redis_ping(port: int) -> bool:
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
             s.sendall(b"PING\r\n")
-            return s.recv(64).startswith(b"+PONG")
+            answer = s.recv(64)
+            return answer.startswith(b"+PONG") or answer.startswith(b"-NOAUTH")  # up, and wants its password
     except OSError:
         return False
 

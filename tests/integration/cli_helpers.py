@@ -23,3 +23,11 @@ def assert_one_line_error(res: subprocess.CompletedProcess, *needles: str) -> No
     assert len(lines) == 1, res.stderr
     for n in needles:
         assert n in lines[0], lines[0]
+
+
+def rq_env(config) -> dict[str, str]:
+    """The environment for the plain ``rq`` command line on this fleet's Redis (its URL with the
+    credentials in ``RQ_REDIS_URL``: the environment, never the command line ``ps`` shows)."""
+    from migrator.fleet.redis_client import url_with_credentials
+
+    return {**os.environ, "RQ_REDIS_URL": url_with_credentials(config)}

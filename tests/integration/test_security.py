@@ -299,3 +299,31 @@ def test_preflight_reports_grants_beyond_what_the_migration_needs(fleet):
     out = res.stdout.replace("\n", " ")
     assert "more than it needs on MySQL001A" in out and "FILE" in out and "SHUTDOWN" in out, res.stdout
     assert fleet.credentials.mysql_password not in res.stdout + res.stderr
+
+
+def test_the_sandbox_redis_refuses_a_client_without_the_password(fleet):
+    """RQ runs whatever job a Redis client enqueues: the sandbox's Redis wants the secrets file's password."""
+    import redis as redis_mod
+    from rq import Queue
+
+    anonymous = redis_mod.Redis.from_url(fleet.config.redis.url)
+    try:
+        with pytest.raises(redis_mod.exceptions.AuthenticationError):
+            Queue("migrator", connection=anonymous).enqueue("jobs.copy.start", "m-nope")
+    finally:
+        anonymous.close()
+    wrong = redis_mod.Redis.from_url(fleet.config.redis.url, password="not-the-password")
+    try:
+        with pytest.raises(redis_mod.exceptions.AuthenticationError):
+            wrong.ping()
+    finally:
+        wrong.close()
+    configured = redis_client.connect(fleet.config)
+    try:
+        assert configured.ping()
+    finally:
+        configured.close()
+    # the password is in the secrets file only: not in the config file, not on redis-server's command line
+    assert "password" not in Path(fleet.config.path).read_text()
+    pid = fleet.sandbox.state.procs["redis"].pid
+    assert b"requirepass" not in Path(f"/proc/{pid}/cmdline").read_bytes()

@@ -19,6 +19,7 @@ from migrator.fleet import redis_client
 from migrator.fleet.gtid import GtidPos
 from migrator.ops import steps
 from tests.conftest import SEED
+from tests.integration.cli_helpers import rq_env
 from tests.integration.engine import catchup_helpers as h
 
 QUEUE = "catchup-test"
@@ -56,12 +57,12 @@ def test_kill_9_of_the_worker_mid_catch_up_then_resume(fleet):
         job_id = steps.enqueue_passes(fleet.config, spec.id, queue=QUEUE)
         # lanes that wait before each round: the pass takes seconds however fast the box, so the kill
         # lands inside it (the applier outruns a 27k-event backlog in well under a second otherwise)
-        env = {**os.environ, "PYTHONPATH": os.getcwd(), "MIGRATOR_CATCHUP_LANES": "4", STAGGER_ENV: "200"}
+        env = {**rq_env(fleet.config), "PYTHONPATH": os.getcwd(), "MIGRATOR_CATCHUP_LANES": "4", STAGGER_ENV: "200"}
         worker = subprocess.Popen(
             # a SimpleWorker runs the job in its own process (a forking worker's horse
             # leaves the process group), so SIGKILL hits the process doing the work
             [sys.executable, "-m", "rq.cli", "worker", "--burst", "--worker-class", "rq.worker.SimpleWorker",
-             "--url", fleet.config.redis.url, QUEUE],
+             QUEUE],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, env=env,
         )
         # wait until the worker checkpointed some batches, but not the whole backlog

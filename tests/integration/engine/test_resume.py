@@ -25,6 +25,7 @@ from migrator.engine.migration import MigrationStore, Options, Phase
 from migrator.fleet import redis_client
 from migrator.ops import command, steps
 from tests.conftest import SEED
+from tests.integration.cli_helpers import rq_env
 from tests.integration.engine.support import Writer, missing_or_different, snapshot_dbs
 
 RQ = str(Path(sys.executable).with_name("rq"))
@@ -44,11 +45,12 @@ def _children(pid: int) -> list[int]:
 
 def _worker(config, log: Path, *, burst: bool) -> subprocess.Popen:
     """A plain ``rq worker`` on the source pair's queue (every test here splits MySQL001A)."""
-    args = [RQ, "worker", "--url", config.redis.url, "--name", f"w{os.getpid()}-{time.monotonic_ns()}"]
+    args = [RQ, "worker", "--name", f"w{os.getpid()}-{time.monotonic_ns()}"]
     if burst:
         args.append("--burst")
     return subprocess.Popen([*args, steps.pair_queue("MySQL001A")], stdout=log.open("ab"), stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL, cwd=str(Path(__file__).resolve().parents[3]))
+                            stdin=subprocess.DEVNULL, cwd=str(Path(__file__).resolve().parents[3]),
+                            env=rq_env(config))
 
 
 def _kill9(proc: subprocess.Popen) -> None:

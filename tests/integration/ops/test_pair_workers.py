@@ -8,7 +8,6 @@ queue, which neither worker serves.
 
 from __future__ import annotations
 
-import secrets
 import subprocess
 import sys
 import time
@@ -40,12 +39,8 @@ def fleet4():
 
 
 def _secure_redis(sb) -> str:
-    """Require a password on this fleet's Redis; only the secrets file gets it."""
-    password = secrets.token_urlsafe(16)
-    Redis.from_url(sb.config().redis.url).config_set("requirepass", password)
-    with sb.secrets_file.open("a") as f:
-        f.write(f'\n[redis]\npassword = "{password}"\n')
-    return password
+    """The sandbox's Redis requires a password; only its secrets file has it."""
+    return config_mod.load_redis_credentials(sb.config()).password
 
 
 def test_each_migration_runs_only_on_its_pairs_worker(fleet4, tmp_path, monkeypatch):

@@ -15,7 +15,7 @@ import time
 from migrator.fleet import config as config_mod
 from migrator.fleet import redis_client
 from migrator.ops import playbook as pbm
-from tests.integration.cli_helpers import run_cli
+from tests.integration.cli_helpers import rq_env, run_cli
 
 PB_APPROVAL = """name: gated
 params:
@@ -159,8 +159,8 @@ def test_playbook_runs_on_an_rq_worker(zk_root, tmp_path):
     assert res.returncode == 0, res.stderr
     run_id = res.stdout.split()[2]
     assert len(Queue("migrator", connection=r)) == 1
-    worker = subprocess.run([os.path.join(os.path.dirname(sys.executable), "rq"), "worker", "--burst", "--url",
-                             cfg.redis.url, "migrator"], capture_output=True, text=True, timeout=120,
+    worker = subprocess.run([os.path.join(os.path.dirname(sys.executable), "rq"), "worker", "--burst",
+                             "migrator"], capture_output=True, text=True, timeout=120, env=rq_env(cfg),
                             cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__)))))
     assert worker.returncode == 0, worker.stderr
     assert run_state(zk, run_id)["status"] == "done"
