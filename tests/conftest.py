@@ -17,7 +17,6 @@ import tempfile
 import time
 import uuid
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -165,65 +164,20 @@ def sandbox():
             shutil.rmtree(d, ignore_errors=True)
 
 
-@dataclass
-class Fleet:
-    """What one integration test works with."""
-
-    sandbox: object
-    config: object
-    config_path: Path
-    credentials: object
-    zk: object
-    smap: object
-    hosts: dict
-    root: str
-
-
 @pytest.fixture
 def fleet(sandbox, tmp_path, request):
     """A fresh ZooKeeper root with hosts and the initial map; shard dbs reseeded."""
-    from migrator.fleet import config as config_mod
-    from migrator.fleet import zk as zk_mod
-    from migrator.fleet.model import even_layout
-    from migrator.fleet.shard_map import HostRegistry, ShardMapStore
-    from migrator.sandbox import reset_fleet
+    from tests.fleet import open_fleet, reset_shards
 
     rows = getattr(request, "param", None) or 20
     ensure_healthy(sandbox)
-    smap = even_layout(sandbox.state.shards, sandbox.pairs(spare=False))
     try:
-        reset_fleet(sandbox, smap, rows=rows)
+        reset_shards(sandbox, rows)
     except Exception as exc:  # noqa: BLE001 - a fleet that cannot even be reset is rebuilt once
         rebuild(sandbox, f"resetting the shard databases failed: {exc}")
-        reset_fleet(sandbox, smap, rows=rows)
-    base = sandbox.config()
-    root = f"/t{uuid.uuid4().hex[:12]}"
-    cfg = base.with_root(root)
-    cfg.credentials.file = str(sandbox.secrets_file)
-    cfg_path = tmp_path / "migrator.toml"
-    cfg_path.write_text(config_mod.dump(cfg))
-    cfg = config_mod.load(cfg_path)
-    creds = config_mod.load_credentials(cfg)
-    hosts = sandbox.hosts()
-    zk = zk_mod.connect(cfg, creds)
-    reg = HostRegistry(zk)
-    for h in hosts.values():
-        reg.register(h)
-    stored = ShardMapStore(zk).init(smap, hosts, reason="test fixture")
-    from migrator.fleet import redis_client
-
-    r = redis_client.connect(cfg)
-    r.flushdb()
-    try:
-        yield Fleet(sandbox, cfg, cfg_path, creds, zk, stored, hosts, root)
-    finally:
-        try:
-            zk.client.delete(root, recursive=True)
-        except Exception:
-            pass
-        zk.close()
-        r.flushdb()
-        r.close()
+        reset_shards(sandbox, rows)
+    with open_fleet(sandbox, tmp_path) as f:
+        yield f
 
 
 @pytest.fixture

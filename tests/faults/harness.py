@@ -55,7 +55,6 @@ is clean (the source kept serving).
 
 from __future__ import annotations
 
-import os
 import random
 import signal
 import subprocess
@@ -144,12 +143,10 @@ class FaultRun:
                 start_new_session=True, cwd=str(Path(__file__).resolve().parents[2])))
 
     def kill_workers(self, *_: Any) -> None:
-        """kill -9 every worker (and its work-horse): a lost machine."""
+        """kill -9 every worker and its work-horse (RQ puts a horse in a process group of its own, so it
+        is found as a child, not by the worker's group): a lost machine."""
         for p in self.procs:
-            try:
-                os.killpg(p.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            signal_tree(p.pid, signal.SIGKILL)
             p.wait(10)
         self.procs = []
         self.events.append("workers killed")
@@ -329,6 +326,40 @@ class FaultRun:
             if d.get("migration") == self.mid and d.get("fence_gtid"):
                 return str(d["fence_gtid"])
         return None
+
+
+def signal_tree(pid: int, sig: int) -> None:
+    """Send ``sig`` to ``pid`` and every process below it (children first looked up, then signalled)."""
+    import psutil
+
+    try:
+        procs = [psutil.Process(pid)]
+        procs += procs[0].children(recursive=True)
+    except psutil.NoSuchProcess:
+        return
+    for proc in procs:
+        try:
+            proc.send_signal(sig)
+        except psutil.NoSuchProcess:
+            pass
+
+
+def host_answers(fleet: Any, name: str) -> bool:
+    try:
+        with mysql_connect(fleet.hosts[name], fleet.credentials):
+            return True
+    except Exception:  # noqa: BLE001 - not up yet
+        return False
+
+
+def restart_host(fleet: Any, name: str, run: FaultRun, down_s: float = 1.0) -> None:
+    """Stop mysqld ``name`` (a clean shutdown), keep it down ``down_s``, start it and wait until it answers."""
+    fleet.sandbox.stop_host(name)
+    run.events.append(f"{name} stopped")
+    time.sleep(down_s)
+    fleet.sandbox.start_host(name)
+    run.events.append(f"{name} started")
+    run.wait(lambda: host_answers(fleet, name), 60, f"{name} to answer")
 
 
 # -- binlog and table comparisons ----------------------------------------------------------------

@@ -8,28 +8,11 @@ import pytest
 
 from migrator.engine.migration import Phase
 from migrator.fleet import redis_client
-from migrator.fleet.mysql import connect as mysql_connect
 from migrator.fleet.shard_map import ShardMapStore
 from migrator.ops import command
 
 from .harness import HOLD_CATCH_UP, FaultRun
-
-
-def _restart(fleet, name: str, run: FaultRun, down_s: float = 1.0) -> None:
-    fleet.sandbox.stop_host(name)
-    run.events.append(f"{name} stopped")
-    time.sleep(down_s)
-    fleet.sandbox.start_host(name)
-    run.events.append(f"{name} started")
-    run.wait(lambda: _pings(fleet, name), 60, f"{name} to answer")
-
-
-def _pings(fleet, name: str) -> bool:
-    try:
-        with mysql_connect(fleet.hosts[name], fleet.credentials):
-            return True
-    except Exception:  # noqa: BLE001 - not up yet
-        return False
+from .harness import restart_host as _restart
 
 
 def test_source_restarted_during_catch_up(fleet, tmp_path):
