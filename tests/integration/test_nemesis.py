@@ -37,7 +37,7 @@ def test_the_fixed_seeds_cover_every_fault():
 @pytest.mark.parametrize("seed", SPLIT_SEEDS)
 def test_split_survives_the_seeds_faults(sandbox, tmp_path, seed):
     out = run_one(sandbox, tmp_path, seed, "split")
-    assert out.ok, f"replay: python -m tests.nemesis --seed {seed}\n{out.error}"
+    assert out.ok, f"{out.line()}\nreplay: python -m tests.nemesis --seed {seed}\n{out.error}"
 
 
 @pytest.fixture(scope="module")
@@ -50,4 +50,4 @@ def four_pairs():
 @pytest.mark.parametrize("seed", REBALANCE_SEEDS)
 def test_rebalance_survives_the_seeds_faults(four_pairs, tmp_path, seed):
     out = run_one(four_pairs, tmp_path, seed, "rebalance")
-    assert out.ok, f"replay: python -m tests.nemesis --rebalance --seed {seed}\n{out.error}"
+    assert out.ok, f"{out.line()}\nreplay: python -m tests.nemesis --rebalance --seed {seed}\n{out.error}"

@@ -67,11 +67,12 @@ class Outcome:
     ok: bool
     seconds: float
     events: list[str]
-    error: str = ""
+    error: str = ""  # the traceback
+    where: str = ""  # where the migration stood when it failed
 
     def line(self) -> str:
         verdict = "ok" if self.ok else f"FAILED: {self.error.strip().splitlines()[-1] if self.error else '?'}"
-        return f"seed {self.seed}: {verdict} ({self.seconds:.0f}s)"
+        return f"seed {self.seed}: {verdict} ({self.seconds:.0f}s)" + (f"; {self.where}" if self.where else "")
 
 
 class Nemesis(ABC):
@@ -107,10 +108,10 @@ class Nemesis(ABC):
         except Exception:  # noqa: BLE001 - every failure is the run's verdict, with its seed
             error = traceback.format_exc()
             try:
-                error += f"\nwhere it stopped: {self.where()}"
+                where = f"stopped at {self.where()}"
             except Exception as exc:  # noqa: BLE001 - the report must not hide the failure
-                error += f"\n(where it stopped is unknown: {exc!r})"
-            return Outcome(self.plan.seed, False, time.monotonic() - t0, run.events, error)
+                where = f"where it stopped is unknown ({exc!r})"
+            return Outcome(self.plan.seed, False, time.monotonic() - t0, run.events, error, where)
         finally:
             self.close()
 
@@ -217,6 +218,12 @@ class Nemesis(ABC):
                           fault.kinds[0], at)
         run.wait(lambda: run.a_worker_died() or job.get_status(refresh=True) in ("finished", "failed"), 120,
                  "the cutover job to end or its worker to die")
+        status = job.get_status(refresh=True)
+        if status == "failed":  # e.g. the freeze did not fit its budget: the step was never reached
+            exc = (job.latest_result().exc_string or "").strip().splitlines()
+            self.events(f"the cutover job failed before the fault: {exc[-1] if exc else '?'}")
+        else:
+            self.events(f"cutover job {status}")
         if len(run.procs) < run.n_workers:
             run.start_workers(run.n_workers - len(run.procs))
         st = run.wait(lambda: (lambda s: s if s.phase in (Phase.CONVERGED, Phase.DONE) and not
