@@ -23,6 +23,7 @@ import secrets
 import shutil
 import signal
 import subprocess
+import threading
 import time
 import tomllib
 from concurrent.futures import ThreadPoolExecutor
@@ -215,8 +216,10 @@ class Sandbox:
         return True
 
     def _save(self) -> None:
+        """Write the state file atomically; safe from several threads at once (hosts stopped or started
+        together), each through a temporary file of its own."""
         assert self.state
-        tmp = self.state_file.with_suffix(".tmp")
+        tmp = self.state_file.with_suffix(f".{os.getpid()}-{threading.get_ident()}.tmp")
         tmp.write_text(self.state.to_json())
         tmp.replace(self.state_file)
 
