@@ -275,12 +275,19 @@ class Nemesis(ABC):
                                          tables=SB_TABLES, table_size=SB_ROWS)
 
     def _keep_bench(self) -> None:
+        """Start sysbench again when a restart of its server ended it; not when it cannot even start (its
+        tables are tombstones by now: the move flipped)."""
         if self.bench is not None and self.bench.proc.poll() is not None:
-            self.events(f"sysbench exited ({self.bench.stop()}); started again")
+            res = self.bench.stop()
+            if res.seconds == 0:
+                self.bench = None
+                self.events("sysbench exited at its start (its tables moved); not started again")
+                return
+            self.events(f"sysbench exited ({res}); started again")
             self._start_bench()
 
     def _stop_bench(self) -> Any:
-        res, self.bench = self.bench.stop(), None
+        res, self.bench = (self.bench.stop() if self.bench is not None else "already stopped"), None
         return res
 
     # -- checks ------------------------------------------------------------------------------------
