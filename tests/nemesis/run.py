@@ -194,9 +194,9 @@ class Nemesis(ABC):
         self.events(f"{len(procs)} worker(s) stopped {ZK_SESSION_S + 2.0:.0f}s and continued")
 
     def _wipe_redis(self) -> None:
-        from redis import Redis
+        from migrator.fleet import redis_client
 
-        Redis.from_url(self.fleet.config.redis.url).flushall()
+        redis_client.connect(self.fleet.config).flushall()
         self.events("redis wiped (FLUSHALL)")
 
     def _recover(self) -> None:
