@@ -40,6 +40,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
+from migrator.engine.catch_up.checkpoint import applier_lock
 from migrator.engine.catch_up.checkpoint import moving_tables as tail_tables
 from migrator.engine.catch_up.passes import PassResult, judge, measure_pass
 from migrator.engine.catch_up.tailer import DrainTimeout, Tailer
@@ -85,9 +86,23 @@ class ReverseDrainer(TailDrainer):
         self.credentials = credentials
         self.start = start
         self._tailer: Any = None
+        self._lock: Any = None
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            if self._lock is not None:
+                try:
+                    self._lock.release()
+                except Exception:  # noqa: BLE001 - a lost session released it already
+                    pass
+                self._lock = None
 
     def open(self) -> ReverseDrainer:
         if self._tailer is None:
+            if self._lock is None:  # one reverse tail at a time, taken before the checkpoint is read
+                self._lock = applier_lock(self.store.zk, f"{self.spec.id}-rollback", "rollback")
             node, _ = self.store.get_progress(self.spec.id, TAIL_NODE)
             start = (node or {}).get("gtid") or self.start
 

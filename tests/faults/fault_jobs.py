@@ -10,7 +10,7 @@ Faults:
 * ``kill``: SIGKILL the worker and this work-horse -- a machine loss in the middle of the cutover;
 * ``expire_zk``: expire this process's ZooKeeper session on the server (a
   second client attaches to the same session and closes it), then go on;
-* ``edit_map``: another client commits a shard-map edit (an operator's CAS),
+* ``edit_map``: another client commits an edit of the moving ranges (an operator unfreezes them),
   so the flip's compare-and-set on the frozen epoch must fail.
 """
 
@@ -61,9 +61,15 @@ def expire_session(client: Any, timeout: float = 10.0) -> None:
 def cutover_with_fault(mid: str, config_path: str, fault: str, at: str) -> dict[str, Any]:
     cfg = config_mod.load(config_path)
 
-    def edit_map(_run: Any) -> None:
+    def edit_map(run: Any) -> None:
+        # an operator's edit of the moving ranges themselves (here: unfrozen by hand)
+        def unfreeze(m: Any) -> Any:
+            for lo, hi in run.ranges:
+                m = m.without_frozen(lo, hi)
+            return m
+
         with zk_mod.connect(cfg, config_mod.load_credentials(cfg)) as zk:
-            ShardMapStore(zk).update(lambda m: m, reason="operator edit during a freeze (fault test)")
+            ShardMapStore(zk).update(unfreeze, reason="operator edit during a freeze (fault test)")
 
     def expire(run: Any) -> None:
         expire_session(run.zk.client)

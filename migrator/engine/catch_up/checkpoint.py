@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from kazoo.exceptions import BadVersionError
+from kazoo.exceptions import BadVersionError, LockTimeout
 
 from migrator.engine.catch_up.tailer import CatchUpError, Tailer
 from migrator.engine.migration import MigrationStore, Spec
@@ -37,6 +37,36 @@ class CatchUpConflict(CatchUpError):
     """Someone else wrote the checkpoint meanwhile: two catch-up workers run."""
 
     exit_code = 3
+
+
+#: where the applier locks live: ``<root>/appliers/<migration id>[-rollback]``
+APPLIERS = "appliers"
+
+
+def applier_lock(zk: zk_mod.ZK, key: str, what: str, timeout: float = 30.0) -> Any:
+    """Hold the one right to apply a migration's binlog to its target (``key``: the migration id,
+    or ``<id>-rollback`` for the reverse tail) before reading the checkpoint; returns the lock.
+
+    Two tails applying at once interleave row images: the older images of one can land after
+    the newer ones of the other, and a row on the target loses an acknowledged write (seen: two
+    pipeline chains after a Redis wipe, each verifying with its own tail). The checkpoint's
+    compare-and-set noticed only after the rows were written; this lock is taken first. A
+    holder that died lets go when its ZooKeeper session ends (``zookeeper.session_timeout``,
+    10 s by default), so waiting ``timeout`` covers it; after it, :class:`CatchUpConflict`.
+    """
+    import os
+    import socket
+
+    lock = zk.client.Lock(zk.path(APPLIERS, key), identifier=f"{socket.gethostname()}:{os.getpid()} {what}")
+    try:
+        got = lock.acquire(timeout=timeout)
+    except LockTimeout:
+        got = False
+    if not got:
+        holders = ", ".join(str(x) for x in lock.contenders()) or "?"
+        raise CatchUpConflict(f"{key}: another tail applies this migration's binlog ({holders}) and kept it "
+                              f"for {timeout:.0f}s; only one applies at a time: wait for it, or stop it")
+    return lock
 
 
 class Checkpoint:
@@ -145,8 +175,10 @@ def open_tailer(
     session when it opened one). ``extra_tables``: more table names to follow when
     the migration moves only some tables (the cutover's sentinel)."""
     sess = Session(config_or_zk, credentials)
+    lock = None
     try:
         spec = sess.store.spec(migration_id)
+        lock = applier_lock(sess.zk, migration_id, "catch-up")  # before the checkpoint is read
         ckpt = Checkpoint(sess.store, migration_id)
         start = ckpt.gtid
         if start is None:
@@ -168,6 +200,7 @@ def open_tailer(
             on_checkpoint=ckpt.set_gtid,
         )
     except BaseException:
+        _release(lock)
         sess.close()
         raise
     tailer.checkpoint_node = ckpt  # type: ignore[attr-defined]
@@ -175,8 +208,19 @@ def open_tailer(
     inner_close = tailer.close
 
     def close() -> None:
-        inner_close()
-        sess.close()
+        try:
+            inner_close()
+        finally:
+            _release(lock)
+            sess.close()
 
     tailer.close = close  # type: ignore[method-assign]
     return tailer
+
+
+def _release(lock: Any) -> None:
+    if lock is not None:
+        try:
+            lock.release()
+        except Exception:  # noqa: BLE001 - a lost session released it already
+            pass

@@ -304,7 +304,10 @@ class Tailer:
             if deadline is not None and time.monotonic() >= deadline:
                 return
             if not self._pending:
-                left = 0.05 if deadline is None else min(0.05, deadline - time.monotonic())
+                # a stoppable tail (the cutover's background follower) looks at its stop flag often:
+                # the drain under the fence starts by stopping it
+                poll = 0.01 if stop is not None else 0.05
+                left = poll if deadline is None else min(poll, deadline - time.monotonic())
                 if left <= 0 or not self._receive(left):
                     # quiet: commit what we have, so the checkpoint follows the reader
                     if lanes.pending() or rounds.collect_pos is not None or rounds.inflight_pos is not None:

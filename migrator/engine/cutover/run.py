@@ -269,7 +269,18 @@ class CutoverRun:
                 raise CutoverError(problem, phase=self.direction.label)
 
     # -- map edits -------------------------------------------------------------------------
-    def freeze(self) -> None:
+    def freeze(self, attempts: int = 5) -> None:
+        """Freeze our ranges in one CAS; another change landing first (a concurrent move's freeze
+        or flip) is read again and the freeze retried: nothing is frozen until it lands."""
+        for attempt in range(attempts):
+            try:
+                self._freeze_once()
+                return
+            except ShardMapConflict:
+                if attempt + 1 == attempts:
+                    raise
+
+    def _freeze_once(self) -> None:
         cur = self.maps.read()
         new = cur
         for lo, hi in self.ranges:
@@ -473,13 +484,48 @@ class CutoverRun:
     def _compare_in_freeze(self, verified: str, suspect: list[dict[str, Any]]) -> None:
         recheck.compare_in_freeze(self, verified, suspect)
 
-    def _flip(self) -> bool:
-        """The one CAS. Returns True when the flip landed; raises (after undo by the caller) if not."""
+    def _ours_unchanged(self, smap: ShardMap) -> bool:
+        """Our ranges in ``smap`` are exactly as we froze them (owner, standby, frozen)."""
+        frozen = self.frozen_map
+        assert frozen is not None
+        for lo, hi in self.ranges:
+            for s in range(lo, hi + 1):
+                if (smap.master_of(s), smap.range_of(s).slave, smap.is_frozen(s)) != \
+                        (frozen.master_of(s), frozen.range_of(s).slave, True):
+                    return False
+        return True
+
+    def _flip(self, attempts: int = 5) -> bool:
+        """The one CAS. Returns True when the flip landed; raises (after undo by the caller) if not.
+
+        The flip is made on the map we froze. If another change landed meanwhile (another
+        migration's freeze or flip of other ranges: concurrent moves of a rebalance), the map is
+        read again and the flip made on it, but only if our ranges are exactly as we froze them;
+        any change to them refuses the flip."""
         assert self.frozen_epoch is not None and self.frozen_map is not None
-        # never re-read: we flip exactly the map we froze, on its epoch
-        new = self.flipped_map(self.frozen_map)
+        base = self.frozen_map
+        for attempt in range(attempts):
+            try:
+                return self._flip_on(base)
+            except ShardMapConflict as exc:
+                cur = reread_map(self.maps)
+                if attempt + 1 == attempts or not self._ours_unchanged(cur) or not self.watchdog_holds():
+                    raise CutoverAborted(
+                        f"the shard map changed during the freeze (epoch {self.frozen_epoch} expected): "
+                        f"{exc.message} The flip was not made and the source still serves; "
+                        "look at `migrator topology history`, then retry the cutover", phase="cutover") from None
+                base = cur
+        raise AssertionError("unreachable")
+
+    def watchdog_holds(self) -> bool:
+        """The flip decision is still ours (the watchdog did not undo the freeze)."""
+        return self.watchdog is None or not self.watchdog.fired
+
+    def _flip_on(self, base: ShardMap) -> bool:
+        assert base.epoch is not None
+        new = self.flipped_map(base)
         try:
-            stored = self.maps.cas(new, self.frozen_epoch, reason=f"{self.direction.label} {self.spec.id}: flip to "
+            stored = self.maps.cas(new, base.epoch, reason=f"{self.direction.label} {self.spec.id}: flip to "
                                    f"{self.direction.to_master}/{self.direction.to_slave}",
                                    details={"migration": self.spec.id, "ranges": self.ranges,
                                             "fence_gtid": self.fence_gtid, "target_gtid": self.target_pos,
@@ -491,11 +537,6 @@ class CutoverRun:
             raise CutoverAborted("this process lost the cutover's lease in ZooKeeper before the flip (its session "
                                  "expired), so a worker may be undoing it: the flip was not made and the source "
                                  "still serves; retry the cutover", phase="cutover") from None
-        except ShardMapConflict as exc:
-            raise CutoverAborted(f"the shard map changed during the freeze (epoch {self.frozen_epoch} expected): "
-                                 f"{exc.message} The flip was not made and the source still serves; "
-                                 "look at `migrator topology history`, then retry the cutover",
-                                 phase="cutover") from None
         except ZK_LOST:
             try:
                 smap = reread_map(self.maps)

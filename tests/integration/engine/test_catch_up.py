@@ -153,3 +153,39 @@ def test_queue_partition_moves_only_its_table(fleet):
     with h.conn(fleet, h.TARGET, "db00002") as t, t.cursor() as cur:
         cur.execute("SHOW TABLES")
         assert [r[0] for r in cur.fetchall()] == ["jobs"]
+
+
+def test_a_second_tail_waits_for_the_first(fleet):
+    """Two tails of one migration never apply at once: the second waits for the first's lock,
+    then starts from the checkpoint the first left (after the rows it applied)."""
+    import threading
+
+    from migrator.engine.catch_up.checkpoint import CatchUpConflict, applier_lock
+    from migrator.fleet import zk as zk_mod
+
+    spec = h.create_migration(fleet)
+    h.copy_tables(fleet, spec)
+    first = catch_up.open_tailer(fleet.config, spec.id)
+    got: dict = {}
+
+    def second() -> None:
+        got["tailer"] = catch_up.open_tailer(fleet.config, spec.id)
+
+    waiter = threading.Thread(target=second, daemon=True)
+    try:
+        catch_up.run_pass(fleet.config, spec.id, tailer=first)
+        waiter.start()
+        waiter.join(2.0)
+        assert waiter.is_alive() and "tailer" not in got  # waiting for the lock, nothing applied
+        with zk_mod.connect(fleet.config, fleet.credentials) as other:  # a third one gives up after its wait
+            with pytest.raises(CatchUpConflict, match="another tail"):
+                applier_lock(other, spec.id, "test", timeout=0.5)
+        applied = first.applied
+    finally:
+        first.close()
+    waiter.join(30)
+    assert "tailer" in got
+    try:
+        assert got["tailer"].applied == applied  # from where the first one stopped
+    finally:
+        got["tailer"].close()

@@ -118,9 +118,12 @@ def test_map_conflict_at_flip_aborts_cleanly(fleet):
     writer = Writer(router, shards=MOVING).start()
     time.sleep(0.3)
 
-    def concurrent_edit(run):
+    def concurrent_edit(run):  # an operator unfreezes the moving ranges by hand
         cur = maps.read()
-        maps.cas(cur, cur.epoch, reason="a concurrent operator edit")
+        new = cur
+        for lo, hi in run.ranges:
+            new = new.without_frozen(lo, hi)
+        maps.cas(new, cur.epoch, reason="a concurrent operator edit")
 
     with pytest.raises(CutoverAborted, match="shard map changed during the freeze"):
         cutover(fleet.config, prep.spec.id, hooks=CutoverHooks(before_flip=concurrent_edit))
@@ -129,6 +132,25 @@ def test_map_conflict_at_flip_aborts_cleanly(fleet):
     assert not writer.errors, writer.errors[:5]
     assert set(writer.hosts_used) == {prep.spec.source_master}
     _assert_source_serving(fleet, prep)
+
+
+def test_a_map_change_elsewhere_during_the_freeze_does_not_stop_the_flip(fleet):
+    """Another move's freeze or flip of other ranges (a rebalance's concurrent moves) lands while
+    we are frozen: the flip is made on the new map, our ranges being exactly as we froze them."""
+    prep = prepare_converged(fleet, (5,), options=Options(freeze_budget_ms=3000))
+    maps = ShardMapStore(fleet.zk)
+
+    def elsewhere(run):
+        cur = maps.read()
+        maps.cas(cur.with_frozen(6, 6), cur.epoch, reason="another move freezes shard 6")
+
+    epoch0 = maps.read().epoch
+    result = cutover(fleet.config, prep.spec.id, hooks=CutoverHooks(before_flip=elsewhere))
+    smap = maps.read()
+    assert result.flipped_epoch == epoch0 + 3 == smap.epoch  # freeze, the other edit, our flip
+    assert smap.master_of(5) == prep.spec.target_master and not smap.is_frozen(5)
+    assert smap.is_frozen(6) and smap.master_of(6) == prep.spec.source_master  # the other change kept
+    maps.cas(smap.without_frozen(6, 6), smap.epoch, reason="the other move is done")
 
 
 def test_freeze_budget_overrun_aborts_by_itself(fleet):
