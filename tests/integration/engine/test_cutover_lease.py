@@ -12,6 +12,7 @@ whole time: every write it saw acknowledged is on the final owner.
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import pytest
 
@@ -84,20 +85,7 @@ class KillRun:
 
         Returns 'before' or 'after' (the flip), checked against the map and both members."""
         fleet, spec, workers = self.fleet, self.spec, self.workers
-        dead = len(workers.dead())
-        workers.enqueue(fleet.config, "tests.faults.fault_jobs.cutover_with_fault", spec.id,
-                        str(fleet.config_path), "kill", f"step:{step}")
-        deadline = time.monotonic() + 180
-        while len(workers.dead()) == dead:
-            assert time.monotonic() < deadline, f"no worker died at {step}\n{workers.logs()}"
-            time.sleep(0.05)
-        t_dead = time.monotonic()
-        assert len(workers.dead()) == dead + 1
-        workers.start(1)  # two live workers again for the next round
-        while not _settled(fleet, spec.id):
-            assert time.monotonic() - t_dead < 60, f"{step}: not settled after 60 s\n{workers.logs()}"
-            time.sleep(0.1)
-        took = self.took[step] = round(time.monotonic() - t_dead, 1)
+        took = self.took[step] = self.die_and_settle("cutover_with_fault", step, lambda: _settled(fleet, spec.id))
         print(f"{spec.id}: killed after {step}, settled {took} s later")
         assert took < BOUND_S, f"{step}: settled after {took} s (bound {BOUND_S} s)\n{workers.logs()}"
         where = _sides(fleet, spec)
@@ -106,6 +94,25 @@ class KillRun:
         assert phase == (Phase.DONE if where == "after" else Phase.CONVERGED), (step, phase)
         time.sleep(0.3)  # the writer goes on where the map says
         return where
+
+    def die_and_settle(self, job: str, step: str, settled: Any) -> float:
+        """Enqueue the fault job ``job`` (its worker dies after ``step``), start a worker in its place,
+        wait until ``settled()``; returns the seconds from the death to the settle."""
+        workers = self.workers
+        dead = len(workers.dead())
+        workers.enqueue(self.fleet.config, f"tests.faults.fault_jobs.{job}", self.spec.id,
+                        str(self.fleet.config_path), "kill", f"step:{step}")
+        deadline = time.monotonic() + 240
+        while len(workers.dead()) == dead:
+            assert time.monotonic() < deadline, f"no worker died at {step}\n{workers.logs()}"
+            time.sleep(0.05)
+        t_dead = time.monotonic()
+        assert len(workers.dead()) == dead + 1
+        workers.start(1)  # two live workers again for the next round
+        while not settled():
+            assert time.monotonic() - t_dead < 60, f"{job} {step}: not settled after 60 s\n{workers.logs()}"
+            time.sleep(0.1)
+        return round(time.monotonic() - t_dead, 1)
 
     def end(self) -> None:
         """Stop everything; every acknowledged write is on the target, the old pair replicates."""
@@ -204,23 +211,12 @@ def test_a_rollback_killed_in_its_flip_back_is_settled(fleet, tmp_path, step, wh
     it within the bound, wholly before the flip back (phase done, the new master serves; a second
     rollback then goes through) or wholly after it (phase rolled_back, the old master serves)."""
     run = KillRun(fleet, tmp_path)
-    spec, workers = run.spec, run.workers
+    spec = run.spec
     try:
         assert run.kill_at("release") == "after"  # the forward cutover, finished by a settler
-        dead = len(workers.dead())
-        workers.enqueue(fleet.config, "tests.faults.fault_jobs.rollback_with_fault", spec.id,
-                        str(fleet.config_path), "kill", f"step:{step}")
-        deadline = time.monotonic() + 240
-        while len(workers.dead()) == dead:
-            assert time.monotonic() < deadline, f"no worker died at {step}\n{workers.logs()}"
-            time.sleep(0.05)
-        t_dead = time.monotonic()
-        workers.start(1)
-        while not _settled(fleet, spec.id) or run.prep.store.state(spec.id)[0].phase == Phase.ROLLING_BACK:
-            assert time.monotonic() - t_dead < 60, f"rollback {step}: not settled after 60 s\n{workers.logs()}"
-            time.sleep(0.1)
-        took = time.monotonic() - t_dead
-        assert took < BOUND_S, f"rollback killed after {step}: settled after {took:.1f} s\n{workers.logs()}"
+        took = run.die_and_settle("rollback_with_fault", step, lambda: _settled(fleet, spec.id) and
+                                  run.prep.store.state(spec.id)[0].phase != Phase.ROLLING_BACK)
+        assert took < BOUND_S, f"rollback killed after {step}: settled after {took:.1f} s\n{run.workers.logs()}"
         smap = ShardMapStore(fleet.zk).read()
         owner = spec.source_master if where == "after" else spec.target_master
         assert not smap.frozen and {smap.master_of(s) for s in MOVING} == {owner}

@@ -106,3 +106,39 @@ def stop_process(proc: subprocess.Popen, timeout: float = 10) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+
+
+class BackgroundLoad:
+    """The queue load (:func:`migrator.queue.load.run_load`) in a thread until :meth:`stop`, with its ledger."""
+
+    def __init__(self, cfg, queue: str, rate: float, ledger, **kw):
+        import threading
+
+        self.cfg, self.ledger = cfg, ledger
+        self.stop_event = threading.Event()
+        self.out: dict = {}
+        self._thread = threading.Thread(target=self._run, args=(queue, rate, kw), daemon=True)
+
+    def _run(self, queue: str, rate: float, kw: dict) -> None:
+        from migrator.queue.load import run_load
+
+        try:
+            self.out["result"] = run_load(self.cfg, queue, rate, 3600, self.ledger, self.stop_event, **kw)
+        except BaseException as exc:  # reported by stop()
+            self.out["error"] = exc
+
+    def start(self) -> BackgroundLoad:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self._thread.join(120)
+
+    def check(self) -> None:
+        """The load ran without error and its ledger lost nothing acknowledged."""
+        from migrator.queue.ledger import check_ledger
+
+        assert "error" not in self.out, self.out.get("error")
+        report = check_ledger(self.cfg, self.ledger)
+        assert report.enqueued > 0 and report.lost == 0, report

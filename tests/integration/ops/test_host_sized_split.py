@@ -15,7 +15,6 @@ import os
 import re
 import subprocess
 import sys
-import threading
 
 import pytest
 
@@ -24,11 +23,10 @@ from migrator.fleet import config as config_mod
 from migrator.fleet import zk as zk_mod
 from migrator.fleet.mysql import connect as mysql_connect
 from migrator.fleet.shard_map import HostRegistry, ShardMapStore
-from migrator.queue.ledger import check_ledger
-from migrator.queue.load import run_load
 from tests.conftest import own_sandbox
 from tests.faults.harness import compare_moved
 from tests.integration.engine.cutover_setup import gate_leftovers, pair_synced, replicating
+from tests.integration.ops.operator_support import BackgroundLoad
 
 SHARDS = 240  # 120 per pair; the split moves the upper half of MySQL001A's: 60 shards x 5 tables
 BUDGET_MS = 3000  # a busy CI box; the freeze measured on a quiet one is in docs/performance.md
@@ -44,33 +42,21 @@ def test_a_split_of_300_tables_is_fenced_by_the_gate(big_fleet, tmp_path):
     sb = big_fleet
     cfg = config_mod.load(sb.config_file)
     creds = config_mod.load_credentials(cfg)
-    stop = threading.Event()
-    out: dict = {}
-    ledger = tmp_path / "ledger.sqlite"
-
-    def load() -> None:
-        try:
-            out["result"] = run_load(cfg, "hostsplit", 100, 3600, ledger, stop, partitions=4, consumers=2)
-        except BaseException as exc:  # reported below
-            out["error"] = exc
-
-    loader = threading.Thread(target=load, daemon=True)
+    load = BackgroundLoad(cfg, "hostsplit", 100, tmp_path / "ledger.sqlite", partitions=4, consumers=2)
     workers = [subprocess.Popen([sys.executable, "-m", "migrator", "--config", str(sb.config_file), "worker",
                                  "--name", f"hs{i}"], stdout=(tmp_path / f"w{i}.log").open("w"),
                                 stderr=subprocess.STDOUT) for i in range(2)]
     try:
-        loader.start()
+        load.start()
         run = subprocess.run([sys.executable, "-m", "migrator", "--config", str(sb.config_file), "split",
                               "MySQL001A", "--yes", "--freeze-budget-ms", str(BUDGET_MS)],
                              env={**os.environ, "COLUMNS": "200"}, capture_output=True, text=True, timeout=1500)
     finally:
-        stop.set()
-        loader.join(120)
+        load.stop()
         for w in workers:
             w.kill()
             w.wait()
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-3000:]
-    assert "error" not in out, out.get("error")
     mid = re.search(r"\bm-[0-9]{8}-[0-9]{6}-[0-9a-f]+", run.stdout).group(0)
 
     with zk_mod.connect(cfg, creds) as zk:
@@ -84,9 +70,7 @@ def test_a_split_of_300_tables_is_fenced_by_the_gate(big_fleet, tmp_path):
     assert all(smap.master_of(s) == spec.target_master for s in spec.shards)
     # the gate fenced the 300 tables: no rename in the freeze, the renames after it
     assert "active_finish" in cut["steps_ms"] and cut["freeze_ms"] <= BUDGET_MS, json.dumps(cut)
-    # nothing acknowledged was lost
-    report = check_ledger(cfg, ledger)
-    assert report.enqueued > 0 and report.lost == 0, report
+    load.check()  # nothing acknowledged was lost
     # every moved table equals its tombstone (the source table at the fence)
     moved = compare_moved(hosts[spec.source_master], hosts[spec.target_master], creds, spec, cut["target_gtid"])
     assert len(moved) >= 300, len(moved)

@@ -12,7 +12,6 @@ import json
 import os
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
@@ -23,10 +22,9 @@ from migrator.fleet import zk as zk_mod
 from migrator.fleet.shard_map import HostRegistry, ShardMapStore
 from migrator.ops.rebalance import command as rebalance
 from migrator.ops.rebalance.measure import measure
-from migrator.queue.ledger import check_ledger
-from migrator.queue.load import run_load
 from tests.conftest import own_sandbox
 from tests.faults.harness import compare_moved
+from tests.integration.ops.operator_support import BackgroundLoad
 from tests.integration.ops.rebalance_support import skew
 
 THRESHOLD = 0.15
@@ -69,29 +67,17 @@ def test_rebalance_yes_evens_out_the_fleet_with_moves_at_once(fleet4, tmp_path):
                                  f"rb{i}"], stdout=(tmp_path / f"w{i}.log").open("w"), stderr=subprocess.STDOUT)
                for i in range(3)]
     # the queue keeps running through the whole rebalance
-    stop, out, ledger = threading.Event(), {}, tmp_path / "ledger.sqlite"
-
-    def load() -> None:
-        try:
-            out["result"] = run_load(cfg, "rebalance", 60, 3600, ledger, stop, partitions=6, consumers=2)
-        except BaseException as exc:  # reported below
-            out["error"] = exc
-
-    loader = threading.Thread(target=load, daemon=True)
-    loader.start()
+    load = BackgroundLoad(cfg, "rebalance", 60, tmp_path / "ledger.sqlite", partitions=6, consumers=2).start()
     try:
         run = cli(cfg_path, "rebalance", "--add-pair", "MySQL004A", "--threshold", str(THRESHOLD), "--yes",
                   "--window", "1", "--freeze-budget-ms", "3000")
     finally:
-        stop.set()
-        loader.join(120)
+        load.stop()
         for w in workers:
             w.kill()
             w.wait()
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    assert "error" not in out, out.get("error")
-    report = check_ledger(cfg, ledger)
-    assert report.enqueued > 0 and report.lost == 0, report
+    load.check()
     rid = next(w for w in run.stdout.split() if w.startswith("rb-"))
 
     status = cli(cfg_path, "status", rid, "--json")
