@@ -72,10 +72,12 @@ class HostRegistry:
             names = self.zk.client.get_children(self.base)
         except NoNodeError:
             return {}
+        # all reads in flight at once: one round trip, not one per host (a cutover's CAS reads them)
+        pending = [(n, self.zk.client.get_async(f"{self.base}/{n}")) for n in sorted(names)]
         hosts = {}
-        for n in sorted(names):
+        for n, result in pending:
             try:
-                data, _ = self.zk.client.get(f"{self.base}/{n}")
+                data, _ = result.get()
             except NoNodeError:
                 continue
             hosts[n] = Host.model_validate_json(data)

@@ -18,7 +18,8 @@ Triggers are exactly that: with ROW binlogs, a replica does not run triggers
 for replicated row events (``slave_run_triggers_for_rbr=NO``, checked), while
 every client statement fires them. So, before the freeze, each moving table on
 the passive member gets ``BEFORE INSERT/UPDATE/DELETE`` triggers that read an
-empty *gate table* ``_migrator_gates.moving_<suffix>``. Inside the freeze:
+empty *gate table* ``_migrator_gates.moving_<suffix>`` (a MEMORY table: dropping it deletes no
+file). Inside the freeze:
 
 1. :meth:`TriggerGate.close`: ``DROP TABLE`` the gate. The DROP waits (metadata
    lock) for every open transaction that passed the gate; writers arriving
@@ -207,7 +208,7 @@ class TriggerGate:
         with self._cur() as cur:
             cur.execute(f"{TAG}CREATE DATABASE IF NOT EXISTS {ident(GATE_SCHEMA)}")
             cur.execute(f"{TAG}CREATE TABLE IF NOT EXISTS {qualified(GATE_SCHEMA, self.gate)} "
-                        "(open TINYINT NOT NULL) ENGINE=InnoDB")
+                        "(open TINYINT NOT NULL) ENGINE=MEMORY")
             existing = self._existing_triggers()
             for db, table in self.tables:
                 for event, letter in EVENTS:
@@ -290,7 +291,7 @@ class TriggerGate:
                 self.conn = None
             cur.execute(f"{TAG}CREATE DATABASE IF NOT EXISTS {ident(GATE_SCHEMA)}")
             cur.execute(f"{TAG}CREATE TABLE IF NOT EXISTS {qualified(GATE_SCHEMA, self.gate)} "
-                        "(open TINYINT NOT NULL) ENGINE=InnoDB")
+                        "(open TINYINT NOT NULL) ENGINE=MEMORY")
 
     # -- after the flip -----------------------------------------------------------------
     def finish(self, fence_pos: GtidPos | str, timeout: float = 60.0, *, log_renames: bool = False) -> None:

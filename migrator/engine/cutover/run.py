@@ -76,6 +76,8 @@ class CutoverRun:
         self.keys_from = ""
         self.verified_from = ""
         self.token = ""
+        #: the gate's predictions (:func:`migrator.engine.cutover.gate.check_budget`), for the record
+        self.predicted: dict[str, Any] = {}
         #: the rounds of :meth:`refresh_verified_gtid` (rows re-checked, seconds), for the record
         self.refresh_rounds: list[dict[str, float]] = []
         self.t_compare = 0.0
@@ -113,7 +115,7 @@ class CutoverRun:
             end = self.t_released if self.t_released is not None else time.monotonic()
             freeze_ms = round((end - self.t_freeze) * 1000, 2)
         return {"at": time.time(), "outcome": outcome[:500], "freeze_ms": freeze_ms, "steps_ms": dict(self.steps),
-                "refresh_rounds": list(self.refresh_rounds)}
+                "refresh_rounds": list(self.refresh_rounds), "predicted": dict(self.predicted)}
 
     def _step(self, name: str, t0: float) -> float:
         now = time.monotonic()

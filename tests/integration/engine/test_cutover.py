@@ -186,8 +186,9 @@ def test_cutover_refuses_unless_converged(fleet):
 
 
 def test_predicted_freeze_over_budget_refuses(fleet):
-    prep = prepare_converged(fleet, (5,))
-    prep.store.set_phase(prep.spec.id, Phase.CONVERGED, predicted_freeze_ms=5000.0)
+    # the prediction is timed before the freeze (a drain to the head plus the fixed cost of a freeze),
+    # and no freeze fits in 1 ms
+    prep = prepare_converged(fleet, (5,), options=Options(freeze_budget_ms=1))
     epoch = ShardMapStore(fleet.zk).read().epoch
     with pytest.raises(FreezeBudgetExceeded, match="predicted freeze"):
         cutover(fleet.config, prep.spec.id)
