@@ -80,9 +80,11 @@ class Background:
     """sysbench running while something else happens; :meth:`stop` ends it (SIGTERM) and returns its result."""
 
     def __init__(self, host: Any, creds: Any, db: str, *, threads: int = 4, rate: int = 0, tables: int = 4,
-                 table_size: int = 20_000, ignore_errors: bool = True):
+                 table_size: int = 20_000, ignore_errors: bool = True, prepared: bool = True):
         cmd = [*_base(host, creds, db, tables, table_size), f"--threads={threads}", "--time=0", f"--rate={rate}",
                "--report-interval=1"]
+        if not prepared:
+            cmd.append("--db-ps-mode=disable")
         if ignore_errors:
             cmd.append("--mysql-ignore-errors=all")  # a fenced table answers 1146: keep writing
         self.proc = subprocess.Popen([*cmd, "run"], stdout=subprocess.PIPE,

@@ -302,6 +302,10 @@ def _check_keys(src: pymysql.connections.Connection, spec: Spec, res: PreflightR
         return
     res.add("fence", True, f"{len(tables)} moving tables (more than the {FENCE_MAX_TABLES} of a rename fence): "
             "fenced by a write gate of triggers, renamed to the tombstones after the flip")
+    res.add("prepared statements", False, f"the write gate's triggers make server-side prepared statements that "
+            f"clients prepared before the cutover fail with 1146 on the moving tables of {spec.source_master} "
+            "until they prepare them again (MariaDB MDEV-26048); clients that keep prepared statements should "
+            f"move at most {FENCE_MAX_TABLES} tables at a time (fence=rename)", "warning")
     _check_gate(src, spec.source_master, res, label="master gate")
 
 

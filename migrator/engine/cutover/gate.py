@@ -45,6 +45,10 @@ def predict_freeze_ms(run: CutoverRun) -> float:
         warm()
     conn = mysql_connect(run.source, run.creds)
     try:
+        # first catch up with what was written since the last pass (verify, prepare: seconds of
+        # writes the tail will have applied long before the fence), untimed; then time a drain
+        # of what came in meanwhile: the lag of a tail that keeps up, which is what the fence waits for
+        run.drainer.drain_to(binlog_pos(conn), 120)
         head = binlog_pos(conn)
     finally:
         conn.close()

@@ -46,6 +46,12 @@ does not stop, and the rename fence does: statements that fire no trigger
 (``TRUNCATE TABLE``, DDL) and reads, which a stale client can still make on
 the old master until :meth:`TriggerGate.finish` has renamed its table.
 
+A known MariaDB limit (MDEV-26048): a server-side prepared statement prepared
+*before* the triggers were created fails with 1146 on the gate table at each
+execution while they exist, until the client prepares it again; statements
+prepared after, and text-protocol statements, are not affected. So the
+triggers exist only from the cutover's prepare step to its finish.
+
 Every statement here runs with ``sql_log_bin=0``: the gate, the triggers and
 the renames stay on the member they were made on. The master renames its own
 tables unlogged too (see :mod:`migrator.engine.cutover.fence`), so neither side replays the

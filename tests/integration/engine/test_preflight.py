@@ -137,3 +137,4 @@ def test_more_tables_than_the_rename_fence_takes(fleet, conns, monkeypatch):
     res = command.preflight(fleet.config, spec.id)
     lines = [c.line() for c in res.checks if c.name in ("fence", "master gate") and c.ok]
     assert any("write gate" in line for line in lines) and any("MySQL001A" in line for line in lines), res.lines()
+    assert not res.failures and any("MDEV-26048" in w.line() for w in res.warnings), res.lines()
