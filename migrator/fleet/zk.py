@@ -22,6 +22,12 @@ from migrator.errors import CredentialsError, NotAuthorized, ZooKeeperUnavailabl
 from migrator.fleet.config import Config, Credentials
 
 
+def protected(digest: str) -> list[Any]:
+    """World-readable, writable only by the digest identity ``user:password``."""
+    user, password = digest.split(":", 1)
+    return [make_digest_acl(user, password, all=True), *READ_ACL_UNSAFE]
+
+
 class ZK:
     """A connected kazoo client plus the root path every node lives under."""
 
@@ -42,8 +48,7 @@ class ZK:
                 "no ZooKeeper identity configured: set MIGRATOR_ZK_DIGEST=user:password "
                 "or [zookeeper] digest in the secrets file; the shard map is writable only by that identity"
             )
-        user, password = self.credentials.zk_digest.split(":", 1)
-        return [make_digest_acl(user, password, all=True), *READ_ACL_UNSAFE]
+        return protected(self.credentials.zk_digest)
 
     def ensure(self, path: str, acl: list[Any] | None = None) -> None:
         """Create ``path`` and its parents (protected) if they do not exist."""
@@ -84,12 +89,17 @@ def connect(config: Config, credentials: Credentials | None = None, *, timeout: 
             session_timeout: float | None = None) -> ZK:
     """Connect to the configured ensemble, authenticated when a digest is known."""
     auth = []
+    default_acl = None
     if credentials and credentials.zk_digest:
         auth.append(("digest", credentials.zk_digest))
+        # nodes made without an explicit ACL (kazoo's recipes: the applier and cleanup locks) are
+        # protected too: world-readable, writable by the migrator identity only
+        default_acl = protected(credentials.zk_digest)
     client = KazooClient(
         hosts=config.zookeeper.hosts,
         timeout=session_timeout or config.zookeeper.session_timeout,
         auth_data=auth or None,
+        default_acl=default_acl,
         connection_retry=KazooRetry(max_tries=-1, delay=0.2, max_delay=2),
         command_retry=KazooRetry(max_tries=3, delay=0.1, max_delay=1),
     )
