@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -49,6 +50,9 @@ def test_pause_stops_between_chunks_and_resume_finishes_through_rq(fleet, conns)
         chunks.append(prog["table"])
         if len(chunks) == 5:
             command.pause(fleet.config, spec.id)
+            # the copy looks at the pause at most every 0.25 s (control_interval_s): on a fast box the
+            # rest of the copy fits in that; this worker's next look then sees the pause
+            time.sleep(0.3)
 
     out = command.run_copy(fleet.config, spec.id, after_chunk=after_chunk)
     assert "paused" in out["statuses"] and out["phase"] == Phase.COPYING.value
