@@ -5,12 +5,14 @@
 Not a test (the suite runs a 300-table version: tests/integration/ops/test_host_sized_split.py).
 Starts a fresh sandbox of ``--shards`` shards on two pairs and a spare pair, RQ worker
 processes and the queue load, then runs ``migrator split MySQL001A --yes`` (half the
-shards of MySQL001A: 256 shards, 1,280 tables with the default). It prints the time of
-each phase (from the migration's history), the freeze and its steps, and checks the
-ledger (0 acknowledged jobs lost) and every moved table against its tombstone.
-Last line::
+shards of MySQL001A: 256 shards, 1,280 tables with the default), which runs as batches
+of consecutive shards, each its own rename-fenced migration. It prints each batch's
+freeze and its steps, the time of each phase summed over the batches (from their
+histories), and checks the ledger (0 acknowledged jobs lost) and every moved table
+against its tombstone. Last line::
 
-    tables=... shards=... total_s=... copy_s=... catchup_s=... verify_s=... cutover_s=... freeze_ms=... lost=...
+    tables=... shards=... batches=... total_s=... copy_s=... catchup_s=... verify_s=... cutover_s=...
+    freeze_p50_ms=... freeze_max_ms=... over_budget=... lost=...
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from migrator.engine.migration import MigrationStore
 from migrator.fleet import config as config_mod
 from migrator.fleet import zk as zk_mod
 from migrator.fleet.shard_map import HostRegistry
+from migrator.ops.rebalance.record import RecordStore
 from migrator.queue.ledger import check_ledger
 from migrator.queue.load import run_load
 from migrator.sandbox import Sandbox, find_base_port, stop_pid
@@ -88,29 +91,40 @@ def main(argv: list[str] | None = None) -> int:
         stop.set()
         loader.join(120)
         print(run.stdout[-3000:], run.stderr[-2000:], sep="\n")
-        found = re.search(r"\bm-[0-9]{8}-[0-9]{6}-[0-9a-f]+", run.stdout)
+        found = re.search(r"\brb-[0-9]{8}-[0-9]{6}-[0-9a-f]+", run.stdout)
         if run.returncode != 0 or found is None:
             print(f"split failed (exit {run.returncode})")
             return 1
-        mid = found.group(0)
+        rid = found.group(0)
         with zk_mod.connect(cfg, creds) as zk:
+            rec, _ = RecordStore(zk).get(rid)
             store = MigrationStore(zk)
-            spec = store.spec(mid)
-            state, _ = store.state(mid)
-            cut, _ = store.get_progress(mid, "cutover")
+            batches = [(store.spec(m["migration"]), store.state(m["migration"])[0],
+                        store.get_progress(m["migration"], "cutover")[0]) for m in rec["moves"]]
             hosts = HostRegistry(zk).all()
-        times = phase_times(state.history)
         from tests.faults.harness import compare_moved
 
-        moved = compare_moved(hosts[spec.source_master], hosts[spec.target_master], creds, spec,
-                              cut["target_gtid"])
+        times: dict[str, float] = {}
+        moved = 0
+        freezes = []
+        for spec, state, cut in batches:
+            for k, v in phase_times(state.history).items():
+                times[k] = times.get(k, 0.0) + v
+            moved += len(compare_moved(hosts[spec.source_master], hosts[spec.target_master], creds, spec,
+                                       cut["target_gtid"]))
+            freezes.append(cut["freeze_ms"])
+            steps = ", ".join(f"{k} {v:.0f}" for k, v in (cut.get("steps_ms") or {}).items())
+            print(f"{spec.id}: {len(spec.shards)} shards, freeze {cut['freeze_ms']:.0f} ms ({steps})")
         lost = check_ledger(cfg, ledger).lost if ledger.exists() else 0
-        steps = ", ".join(f"{k} {v:.0f}" for k, v in (cut.get("steps_ms") or {}).items())
-        print(f"{len(moved)} moved tables equal their tombstones; freeze {cut['freeze_ms']:.0f} ms ({steps})")
-        print(f"tables={len(moved)} shards={len(spec.shards)} total_s={total:.0f} "
-              f"copy_s={times.get('copying', 0):.0f} catchup_s={times.get('catching_up', 0):.0f} "
-              f"verify_s={times.get('converged', 0):.0f} cutover_s={times.get('cutover', 0):.0f} "
-              f"freeze_ms={cut['freeze_ms']:.0f} lost={lost}")
+        freezes.sort()
+        print(f"{moved} moved tables equal their tombstones; {len(batches)} batches; batch sizes adapted: "
+              f"{(rec.get('batching') or {}).get('limits')}")
+        print(f"tables={moved} shards={sum(len(b[0].shards) for b in batches)} batches={len(batches)} "
+              f"total_s={total:.0f} copy_s={times.get('copying', 0):.0f} "
+              f"catchup_s={times.get('catching_up', 0):.0f} verify_s={times.get('converged', 0):.0f} "
+              f"cutover_s={times.get('cutover', 0):.0f} freeze_p50_ms={freezes[len(freezes) // 2]:.0f} "
+              f"freeze_max_ms={freezes[-1]:.0f} over_budget={sum(f > args.freeze_budget_ms for f in freezes)} "
+              f"lost={lost}")
         return 0 if lost == 0 else 1
     finally:
         stop.set()

@@ -50,8 +50,11 @@ def _duration(s: float) -> str:
 
 
 FREEZE_HELP = "Longest write freeze allowed (ms; default 500)."
-FENCE_HELP = ("How the source master is fenced: auto (default: rename up to 200 tables, else gate), "
-              "rename (LOCK TABLES + one queued RENAME per table), gate (triggers, any number of tables).")
+FENCE_HELP = ("How the source master is fenced: auto (default) and rename: LOCK TABLES + one queued RENAME per "
+              "table, a move of more than 200 tables runs as batches sized for the freeze budget; gate: one "
+              "migration whose master is closed by triggers (any number of tables, weaker guarantees: see "
+              "docs/guarantees.md).")
+VERBOSE_HELP = "List every table of a dry run (else summarised by table name at host scale)."
 
 
 def _options(chunk_rows: int | None, chunk_target_ms: int | None, workers: int | None,
@@ -65,36 +68,107 @@ def _options(chunk_rows: int | None, chunk_target_ms: int | None, workers: int |
         raise typer.BadParameter(str(exc).splitlines()[-1]) from None
 
 
-def _print_plan(result: command.PlanResult, as_json: bool) -> None:
+#: a dry run lists its tables one by one up to this many (more only with --verbose)
+TABLES_LISTED = 30
+
+
+def _runs(runs: list[Any]) -> str:
+    return ",".join(f"{lo}-{hi}" if lo != hi else str(lo) for lo, hi in runs)
+
+
+def _tables_table(est: Any, verbose: bool) -> Table:
+    """The tables to copy: one row per table, or (at host scale) one per table name across shards."""
+    if verbose or len(est.tables) <= TABLES_LISTED:
+        t = Table(title="tables to copy")
+        for col in ("table", "rows (est.)", "bytes"):
+            t.add_column(col, justify="right" if col != "table" else "left")
+        for te in est.tables:
+            t.add_row(f"{te.db}.{te.table}", f"{te.rows:,}", _human_bytes(te.bytes))
+    else:
+        by_name: dict[str, list[Any]] = {}
+        for te in est.tables:
+            by_name.setdefault(te.table, []).append(te)
+        t = Table(title=f"tables to copy, by name ({len(est.tables):,} tables; each per shard with --verbose)")
+        for col in ("table", "shards", "rows (est.)", "bytes", "largest"):
+            t.add_column(col, justify="right" if col != "table" else "left")
+        for name in sorted(by_name):
+            tes = by_name[name]
+            big = max(tes, key=lambda x: x.bytes)
+            t.add_row(name, f"{len(tes):,}", f"{sum(x.rows for x in tes):,}",
+                      _human_bytes(sum(x.bytes for x in tes)), f"{big.db} {_human_bytes(big.bytes)}")
+    total = [f"{est.rows:,}", _human_bytes(est.bytes)]
+    t.add_row("total", *(total if len(t.columns) == 3 else ["", *total, ""]), style="bold")
+    return t
+
+
+def _batches_table(result: command.PlanResult) -> Table:
+    spec, batches = result.spec, result.batches or []
+    limit = batches[0]["limit"] if batches else 0
+    t = Table(title=f"{len(batches)} batches of at most {limit} tables, sized for the freeze budget of "
+                    f"{spec.options.freeze_budget_ms} ms (later batches adapt to the freezes measured), "
+                    "one after another")
+    for col in ("#", "shards", "tables", "bytes"):
+        t.add_column(col, justify="right" if col != "shards" else "left")
+    for i, b in enumerate(batches):
+        t.add_row(str(i), f"{_runs(b['runs'])} ({b['shards']})", f"{b['tables']:,}", _human_bytes(b["bytes"]))
+    return t
+
+
+def _print_plan(result: command.PlanResult, as_json: bool, verbose: bool = False) -> None:
     if as_json:
         print(json.dumps(result.as_dict(), indent=2, default=str))
         return
     spec = result.spec
     what = (f"queue {spec.queue} partition {spec.partition} ({', '.join(spec.tables)})"
             if spec.kind == "queue_partition" else
-            "shards " + ",".join(f"{lo}-{hi}" if lo != hi else str(lo) for lo, hi in spec.ranges()))
-    console.print(f"{'dry run: would move' if not result.stored else 'planned ' + spec.id + ': move'} {what} "
-                  f"from {spec.source_master}/{spec.source_slave} to {spec.target_master}/{spec.target_slave}",
-                  markup=False, highlight=False)
+            f"shards {_runs(spec.ranges())} ({len(spec.shards)})")
+    head = "dry run: would move" if result.estimate is not None else \
+        ("move" if not result.stored else "planned " + spec.id + ": move")
+    console.print(f"{head} {what} from {spec.source_master}/{spec.source_slave} to "
+                  f"{spec.target_master}/{spec.target_slave}", markup=False, highlight=False)
+    if result.batches is not None:
+        console.print(_batches_table(result))
     est = result.estimate
     if est is not None:
-        t = Table(title="tables to copy")
-        for col in ("table", "rows (est.)", "bytes"):
-            t.add_column(col, justify="right" if col != "table" else "left")
-        for te in est.tables:
-            t.add_row(f"{te.db}.{te.table}", f"{te.rows:,}", _human_bytes(te.bytes))
-        t.add_row("total", f"{est.rows:,}", _human_bytes(est.bytes), style="bold")
-        console.print(t)
+        console.print(_tables_table(est, verbose))
         console.print(f"copy rate {est.rows_per_s:,.0f} rows/s, {_human_bytes(est.bytes_per_s)}/s "
                       f"({est.rate_source}); ETA {_duration(est.eta_s)}. Nothing was stored or locked.",
                       markup=False, highlight=False)
         console.print(f"ETA {est.method}.", markup=False, highlight=False)
-    else:
+    elif result.stored:
         console.print(f"next: `migrator preflight {spec.id}`, then `migrator copy {spec.id}`",
                       markup=False, highlight=False)
 
 
+def _launch_batches(res: command.PlanResult, yes: bool, detach: bool) -> None:
+    """A move too big for one fence: its batches run as a chain of migrations (a rebalance record)."""
+    cfg = _cfg()
+    rid = rebalance_cmd.start_split(cfg, res.spec, paused=not yes)
+    if not yes:
+        console.print(f"planned {rid}: {len(res.batches or [])} batches, not started; start it with "
+                      f"`migrator resume {rid}` (or drop it with `migrator abort {rid}`)", markup=False,
+                      highlight=False)
+        return
+    console.print(f"running {rid} ({len(res.batches or [])} batches, one migration each) on RQ workers; start "
+                  f"workers with `migrator worker`; `migrator status {rid}`, `migrator pause|resume|abort {rid}`",
+                  markup=False, highlight=False)
+    if detach:
+        return
+    end = rebalance_cli.follow(cfg, rid)
+    if end["phase"] != "done":
+        console.print(f"{rid} ended {end['phase']}{' (paused)' if end['paused'] else ''}: see "
+                      f"`migrator status {rid}` for the batch that stopped and its error", markup=False,
+                      highlight=False)
+        raise typer.Exit(3)
+    console.print(f"{rid} done: {end['done']} batches, longest write freeze {end['max_freeze_ms'] or 0:.0f} ms; "
+                  "tombstones kept for rollback (per batch migration), cleanup scheduled", markup=False,
+                  highlight=False)
+
+
 def _maybe_launch(res: command.PlanResult, yes: bool, detach: bool) -> None:
+    if res.batches is not None and res.estimate is None:
+        _launch_batches(res, yes, detach)
+        return
     if not yes or not res.stored:
         return
     from migrator.ops import watch
@@ -136,15 +210,16 @@ def register(app: typer.Typer) -> None:
         fence: str | None = typer.Option(None, "--fence", help=FENCE_HELP),
         yes: bool = typer.Option(False, "--yes", "-y", help="Run the whole migration on RQ workers now."),
         detach: bool = typer.Option(False, "--detach", help="With --yes: do not follow progress."),
+        verbose: bool = typer.Option(False, "--verbose", "-v", help=VERBOSE_HELP),
     ) -> None:
         """Move the upper half of every range on SOURCE to a spare pair (or --to).
 
         Without --yes it plans (records and locks); with --yes it also runs plan -> preflight -> copy ->
         catch-up passes -> verify -> cutover on RQ workers (`migrator worker`), cleanup scheduled."""
-        res = command.plan_split(_cfg(), source, to, dry_run=dry_run,
+        res = command.plan_split(_cfg(), source, to, dry_run=dry_run, batches_ok=True,
                                  options=_options(chunk_rows, chunk_target_ms, workers, max_lag, freeze_budget_ms,
                                                   fence))
-        _print_plan(res, as_json)
+        _print_plan(res, as_json, verbose)
         _maybe_launch(res, yes and not dry_run, detach)
 
     @app.command("move")
@@ -161,12 +236,13 @@ def register(app: typer.Typer) -> None:
         fence: str | None = typer.Option(None, "--fence", help=FENCE_HELP),
         yes: bool = typer.Option(False, "--yes", "-y", help="Run the whole migration on RQ workers now."),
         detach: bool = typer.Option(False, "--detach"),
+        verbose: bool = typer.Option(False, "--verbose", "-v", help=VERBOSE_HELP),
     ) -> None:
         """Move shards (all on one source pair) to another pair."""
-        res = command.plan_move(_cfg(), shards, to, dry_run=dry_run,
+        res = command.plan_move(_cfg(), shards, to, dry_run=dry_run, batches_ok=True,
                                 options=_options(chunk_rows, chunk_target_ms, workers, max_lag, freeze_budget_ms,
                                                  fence))
-        _print_plan(res, as_json)
+        _print_plan(res, as_json, verbose)
         _maybe_launch(res, yes and not dry_run, detach)
 
     @app.command("move-partition")

@@ -127,13 +127,22 @@ def show_status(cfg: Any, rid: str | None, as_json: bool) -> None:
                     f"{human_bytes(s['bytes_done'])} / {human_bytes(s['bytes'])}", str(s["max_running"]))
     console.print(tab)
     if rid is not None:
-        mt = Table(title="moves")
-        for col in ("#", "migration", "from", "to", "shards", "bytes", "state"):
+        rec = out["record"]
+        mt = Table(title="batches (one migration each, run one after another)" if rec.get("kind") == "split"
+                   else "moves")
+        for col in ("#", "migration", "from", "to", "shards", "tables", "bytes", "freeze", "state"):
             mt.add_column(col)
-        for m in out["record"]["moves"]:
+        for m in rec["moves"]:
+            freeze = f"{m['freeze_ms']:.0f} ms" if m.get("freeze_ms") is not None else ""
             mt.add_row(str(m["index"]), m["migration"], m["source"], m["target"], _runs(m["runs"]),
-                       human_bytes(m["bytes"]), m["state"] + (f": {m['error']}" if m.get("error") else ""))
+                       str(m.get("tables") or ""), human_bytes(m["bytes"]), freeze,
+                       m["state"] + (f": {m['error']}" if m.get("error") else ""))
         console.print(mt)
+        limits = (rec.get("batching") or {}).get("limits") or {}
+        if limits:
+            console.print(f"batch size (tables, adapted to the freezes measured against the budget of "
+                          f"{rec['batching']['budget_ms']:.0f} ms): "
+                          + ", ".join(f"move {g}: {n}" for g, n in sorted(limits.items())), markup=False)
 
 
 def follow(cfg: Any, rid: str, *, every: float = 2.0, timeout: float | None = None) -> dict[str, Any]:

@@ -100,7 +100,8 @@ class Options(BaseModel):
     fence_passive: bool = True
     #: how the source master is fenced in the freeze: "rename" (LOCK TABLES and one queued RENAME per
     #: table, at most fence.MAX_TABLES tables), "gate" (triggers and one gate table, any number of tables),
-    #: "auto" (rename up to fence.MAX_TABLES tables, else gate); see migrator.engine.cutover.fence
+    #: "auto" (rename up to fence.MAX_TABLES tables, else gate; the CLI runs a bigger split or move as batches
+    #: of rename-fenced migrations instead, see migrator.ops.rebalance.batches); see migrator.engine.cutover.fence
     fence: Literal["auto", "rename", "gate"] = "auto"
     retention_s: int = Field(default=24 * 3600, ge=0)
 

@@ -34,6 +34,7 @@ from migrator.fleet import zk as zk_mod
 from migrator.fleet.config import Config, Credentials
 from migrator.fleet.zk import ZK
 from migrator.ops import steps
+from migrator.ops.rebalance import batches as batches_mod
 
 #: phases after which abort no longer applies (the map flipped: roll back instead)
 NOT_ABORTABLE = (Phase.CUTOVER, Phase.DONE, Phase.ROLLING_BACK, Phase.ROLLED_BACK, Phase.CLEANED)
@@ -79,17 +80,49 @@ class PlanResult:
     spec: Spec
     stored: bool
     estimate: plan_mod.Estimate | None = None
+    #: when the move is too big for one fence: its batches (``runs``, ``tables``, ``bytes``), run as a chain of
+    #: migrations by :func:`migrator.ops.rebalance.command.start_split` (nothing is stored for ``spec`` itself)
+    batches: list[dict[str, Any]] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"id": self.spec.id, "stored": self.stored, "spec": self.spec.model_dump(mode="json")}
         if self.estimate is not None:
             out["estimate"] = self.estimate.as_dict()
+        if self.batches is not None:
+            out["batches"] = self.batches
         return out
 
 
-def _finish_plan(zk: ZK, creds: Credentials, spec: Spec, dry_run: bool) -> PlanResult:
+def plan_batches(zk: ZK, creds: Credentials, spec: Spec) -> list[dict[str, Any]] | None:
+    """The batches of a move too big for one rename fence (:mod:`migrator.ops.rebalance.batches`), else None."""
+    if spec.kind != "shards" or spec.options.fence == "gate":
+        return None
+    from migrator.fleet.mysql import connect as mysql_connect
+    from migrator.fleet.shard_map import HostRegistry
+
+    with mysql_connect(HostRegistry(zk).get(spec.source_master), creds) as conn:
+        counts = batches_mod.count_tables(conn, spec.shards)
+    tables = {s: n for s, (n, _) in counts.items()}
+    if not batches_mod.batched(spec.options.fence, sum(tables.values())):
+        return None
+    limit = batches_mod.limit_for(spec.options.freeze_budget_ms)
+    return [{"runs": batches_mod.runs_of(b), "shards": len(b), "tables": sum(tables[s] for s in b),
+             "bytes": sum(counts[s][1] for s in b), "limit": limit}
+            for b in batches_mod.cut(spec.shards, tables, limit)]
+
+
+def _finish_plan(zk: ZK, creds: Credentials, spec: Spec, dry_run: bool, batches_ok: bool = False) -> PlanResult:
+    batches = plan_batches(zk, creds, spec)
     if dry_run:
-        return PlanResult(spec, stored=False, estimate=plan_mod.estimate(zk, spec, creds))
+        return PlanResult(spec, stored=False, estimate=plan_mod.estimate(zk, spec, creds), batches=batches)
+    if batches is not None:
+        if not batches_ok:
+            tables = sum(b["tables"] for b in batches)
+            raise CommandError(f"this move holds {tables} tables, more than one fence takes "
+                               f"({batches_mod.MAX_TABLES}): it runs as {len(batches)} batches, each its own "
+                               "migration; run it with `migrator split|move ... --yes` (or plan fewer shards, or "
+                               "give fence=gate for one gated migration)")
+        return PlanResult(spec, stored=False, batches=batches)  # the caller stores the batched record
     holders = MigrationStore(zk).holders(spec.shards)
     if holders:  # a clear message before trying (create() re-checks atomically)
         desc = ", ".join(f"shard {s} by {m}" for s, m in sorted(holders.items()))
@@ -99,20 +132,24 @@ def _finish_plan(zk: ZK, creds: Credentials, spec: Spec, dry_run: bool) -> PlanR
 
 
 def plan_split(config: Config, source: str, target: str | None = None, *, dry_run: bool = False,
-               options: Options | None = None) -> PlanResult:
-    """Move the upper half of every range on ``source`` to ``target`` (or a spare pair)."""
+               options: Options | None = None, batches_ok: bool = False) -> PlanResult:
+    """Move the upper half of every range on ``source`` to ``target`` (or a spare pair).
+
+    A split of more tables than one fence takes comes back unstored with its
+    ``batches`` when ``batches_ok`` (the caller runs them:
+    :func:`migrator.ops.rebalance.command.start_split`), else it is refused."""
     with session(config) as (zk, creds):
         spec = plan_mod.plan_split(zk, source, target, options=options)
-        return _finish_plan(zk, creds, spec, dry_run)
+        return _finish_plan(zk, creds, spec, dry_run, batches_ok)
 
 
 def plan_move(config: Config, shards: str | list[int], target: str, *, dry_run: bool = False,
-              options: Options | None = None) -> PlanResult:
-    """Move ``shards`` ("4-7" or a list) to the pair of ``target``."""
+              options: Options | None = None, batches_ok: bool = False) -> PlanResult:
+    """Move ``shards`` ("4-7" or a list) to the pair of ``target`` (batches as in :func:`plan_split`)."""
     shard_list = plan_mod.parse_shards(shards) if isinstance(shards, str) else sorted(shards)
     with session(config) as (zk, creds):
         spec = plan_mod.plan_move(zk, shard_list, target, options=options)
-        return _finish_plan(zk, creds, spec, dry_run)
+        return _finish_plan(zk, creds, spec, dry_run, batches_ok)
 
 
 def plan_move_partition(config: Config, queue: str, partition: int, target: str, *, dry_run: bool = False,

@@ -76,7 +76,8 @@ class Move:
     tomb_db: str
 
 
-#: one connection per moving table is held during a freeze; a bigger move is fenced by a gate
+#: one connection per moving table is held during a freeze; a bigger move runs as batches of at most this
+#: many tables, each its own migration (migrator.ops.rebalance.batches), or, with fence=gate, as one gated move
 MAX_TABLES = 200
 
 

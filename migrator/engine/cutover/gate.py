@@ -24,15 +24,24 @@ FIXED_FREEZE_MS = 120.0
 DRAIN_STEPS = ("drain", "drain_follow_stop")
 
 
+#: the rename fence's release of one table (its queued RENAME after the UNLOCK), when this migration has
+#: no earlier attempt (measured: 3.5 ms per table for 150 tables on a 2-core box under the queue load)
+RELEASE_PER_TABLE_MS = 3.5
+
+
 def fixed_cost_ms(run: CutoverRun) -> float:
-    """The non-drain part of this migration's earlier freezes (median), else :data:`FIXED_FREEZE_MS`."""
+    """The non-drain part of this migration's earlier freezes (median), else :data:`FIXED_FREEZE_MS`
+    plus, under the rename fence, :data:`RELEASE_PER_TABLE_MS` per table."""
     node, _ = run.store.get_progress(run.spec.id, "cutover_attempts")
     costs = []
     for a in (node or {}).get("attempts", []):
         steps = a.get("steps_ms") or {}
         if a.get("freeze_ms") and "flip_cas" in steps:
             costs.append(a["freeze_ms"] - sum(steps.get(k, 0.0) for k in DRAIN_STEPS))
-    return statistics.median(costs) if costs else FIXED_FREEZE_MS
+    if costs:
+        return statistics.median(costs)
+    release = RELEASE_PER_TABLE_MS * len(run.tables) if run.fence_mode == "rename" else 0.0
+    return FIXED_FREEZE_MS + release
 
 
 def predict_freeze_ms(run: CutoverRun) -> float:

@@ -448,22 +448,25 @@ class CutoverRun:
                              self.keys_from)
 
     def _write_sentinels(self) -> None:
-        """A unique row in each moving db's sentinel table; ``fence_gtid`` is the position after them.
+        """A unique row in each moving db's sentinel table, all in one commit; ``fence_gtid`` is the
+        position after it.
 
-        Under the rename fence each row commits alone (a transaction would end
-        LOCK TABLES); under the gate they commit as one transaction.
+        Under the rename fence the rows are written with ``autocommit=0`` and one
+        COMMIT: START TRANSACTION would end LOCK TABLES, a COMMIT does not (checked
+        on MariaDB 10.11), and one commit instead of one per db is what keeps this
+        step short for a batch of many dbs (it took 6 ms per db under load).
         """
         token = self.token = uuid.uuid4().hex
         w = self.writer
         assert w is not None
         with w.cursor() as cur:
-            if self.fence is None:
-                cur.execute(f"{TAG}START TRANSACTION")
+            cur.execute(f"{TAG}START TRANSACTION" if self.fence is None else f"{TAG}SET SESSION autocommit = 0")
             for db in self.spec.databases:
                 cur.execute(f"{TAG}INSERT INTO {qualified(db, SENTINEL_TABLE)} (token, migration_id) "
                             "VALUES (%s, %s)", (token, self.spec.id))
-            if self.fence is None:
-                cur.execute(f"{TAG}COMMIT")
+            cur.execute(f"{TAG}COMMIT")
+            if self.fence is not None:
+                cur.execute(f"{TAG}SET SESSION autocommit = 1")
         self.fence_gtid = binlog_pos(w)
 
     def _sentinels_missing(self, per_query: int = 200) -> list[str]:

@@ -15,17 +15,22 @@ from typing import Any
 
 from migrator.engine import eta
 from migrator.engine import plan as plan_mod
-from migrator.engine.migration import MigrationStore, Options, Phase
+from migrator.engine import preflight as preflight_mod
+from migrator.engine.migration import MigrationStore, Options, Phase, Spec
 from migrator.errors import MigratorError
 from migrator.fleet.config import Config
+from migrator.fleet.mysql import connect as mysql_connect
 from migrator.fleet.shard_map import HostRegistry, ShardMapStore
 from migrator.ops import command, steps
+from migrator.ops.rebalance import batches
 from migrator.ops.rebalance import record as rec_mod
 from migrator.ops.rebalance.measure import measure
 from migrator.ops.rebalance.planner import Plan, RebalanceError, ShardCost, plan
 from migrator.ops.rebalance.schedule import Rates, simulate
 
 ADVANCE_EVERY_S = 3.0
+#: a move claimed this long ago and still not launched was claimed by an advance that died
+RELAUNCH_AFTER_S = 60.0
 ID_PREFIX = "rb-"
 
 
@@ -107,25 +112,65 @@ def start(config: Config, live: LivePlan, *, max_concurrent: int | None = None,
           options: Options | None = None, queue: str | None = None) -> str:
     """Store the rebalance record, start the first moves and hand it to the RQ workers. Each move
     runs on its source pair's queue and the advances on the general queue, unless ``queue`` names
-    one queue for all of them."""
+    one queue for all of them. A move of more tables than one fence takes runs as batches
+    (:mod:`migrator.ops.rebalance.batches`)."""
     if not live.plan.moves:
         raise RebalanceError("nothing to move: every pair is within the threshold")
+    planned = [{"source": m.source, "source_slave": live.slaves[m.source], "target": m.target,
+                "target_slave": live.slaves[m.target], "runs": [list(r) for r in m.runs], "bytes": m.bytes,
+                "rows": m.rows, "writes": m.writes, "wave": m.wave, "eta_s": live.eta_s[i]}
+               for i, m in enumerate(live.plan.moves)]
+    return create(config, planned, kind="rebalance", options=options, max_concurrent=max_concurrent, queue=queue,
+                  eta_s=live.total_s, objective=live.plan.objective, threshold=live.plan.threshold)
+
+
+def create(config: Config, planned: list[dict[str, Any]], *, kind: str, options: Options | None = None,
+           max_concurrent: int | None = None, queue: str | None = None, paused: bool = False,
+           eta_s: float | None = None, **extra: Any) -> str:
+    """Store a record of ``planned`` moves (each cut into batches when it is too big for one
+    fence) and, unless ``paused``, start it on the RQ workers."""
+    opts = options or Options()
     rid = f"{ID_PREFIX}{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
-    moves = []
-    for i, m in enumerate(live.plan.moves):
-        moves.append({"index": i, "source": m.source, "source_slave": live.slaves[m.source], "target": m.target,
-                      "target_slave": live.slaves[m.target], "runs": [list(r) for r in m.runs], "bytes": m.bytes,
-                      "rows": m.rows, "writes": m.writes, "wave": m.wave, "eta_s": live.eta_s[i],
-                      "migration": rec_mod.migration_id(rid, i), "state": "waiting", "error": None})
-    rec = {"id": rid, "phase": "running", "paused": False, "created_at": time.time(),
-           "objective": live.plan.objective, "threshold": live.plan.threshold,
-           "max_concurrent": max_concurrent, "options": (options or Options()).model_dump(), "moves": moves,
-           "eta_s": live.total_s, "max_running": 0, "chain": None, "queue": queue}
-    with command.session(config) as (zk, _):
+    with command.session(config) as (zk, creds):
+        counts = count_move_tables(zk, creds, planned)
+        moves, batching = batches.expand(rid, planned, counts, opts.freeze_budget_ms, opts.fence)
+        rec = {"id": rid, "kind": kind, "phase": "running", "paused": paused, "created_at": time.time(),
+               "max_concurrent": max_concurrent, "options": opts.model_dump(), "moves": moves, "eta_s": eta_s,
+               "max_running": 0, "chain": None, "queue": queue, "batching": batching, **extra}
         rec_mod.RecordStore(zk).create(rec)
-    advance(config, rid)
-    enqueue_advance(config, rid)
+    if not paused:
+        advance(config, rid)
+        enqueue_advance(config, rid)
     return rid
+
+
+def count_move_tables(zk: Any, creds: Any, planned: list[dict[str, Any]]) -> dict[int, tuple[int, int]]:
+    """``{shard: (tables, bytes)}`` for every shard of ``planned``, read on each move's source master."""
+    hosts = HostRegistry(zk).all()
+    counts: dict[int, tuple[int, int]] = {}
+    for src in sorted({p["source"] for p in planned}):
+        shards = [s for p in planned if p["source"] == src for s in batches.shards_of(p["runs"])]
+        with mysql_connect(hosts[src], creds) as conn:
+            counts.update(batches.count_tables(conn, shards))
+    return counts
+
+
+def start_split(config: Config, spec: Spec, *, paused: bool = False, queue: str | None = None) -> str:
+    """Run a planned (not stored) split or move of more tables than one fence takes as batches.
+
+    The whole move is preflighted first, so a table a later batch could not move
+    refuses the split before any batch starts (each batch checks again at its start)."""
+    with command.session(config) as (zk, creds):
+        checked = preflight_mod.run(zk, spec, creds)
+    if not checked.ok:
+        raise RebalanceError("preflight of the whole move failed, nothing was started:\n"
+                             + "\n".join(c.line() for c in checked.failures)
+                             + "\nfix what it names, then run the split again")
+    planned = [{"source": spec.source_master, "source_slave": spec.source_slave, "target": spec.target_master,
+                "target_slave": spec.target_slave, "runs": [list(r) for r in spec.ranges()], "bytes": 0,
+                "rows": 0, "writes": 0.0, "wave": 0, "eta_s": None}]
+    return create(config, planned, kind="split", options=spec.options, max_concurrent=1, queue=queue,
+                  paused=paused)
 
 
 def advance(config: Config, rid: str) -> dict[str, Any]:
@@ -137,6 +182,7 @@ def advance(config: Config, rid: str) -> dict[str, Any]:
         def change(rec: dict[str, Any]) -> None:
             claimed.clear()
             rec_mod.refresh(zk, rec)
+            batches.adapt(rec)  # waiting batches sized by the freezes measured so far
             for m in rec_mod.startable(rec):
                 m["state"], m["started_at"] = "running", time.time()
                 claimed.append(m)
@@ -145,10 +191,13 @@ def advance(config: Config, rid: str) -> dict[str, Any]:
             rec_mod.finish_phase(rec)
 
         rec = store.update(rid, change)
-        # launch what this step claimed, and what a crashed step claimed but never launched
+        # launch what this step claimed, and what a step that crashed claimed but never launched (after
+        # RELAUNCH_AFTER_S: an advance running at the same time as this one may be launching it right now)
         to_launch, refused = [], {}
+        now = time.time()
         for m in rec["moves"]:
-            if m["state"] == "running" and (m in claimed or _unlaunched(zk, m["migration"])):
+            stale = now - float(m.get("started_at") or 0) > RELAUNCH_AFTER_S
+            if m["state"] == "running" and (m in claimed or stale and _unlaunched(zk, m["migration"])):
                 try:
                     if rec_mod.start_move(zk, rec, m):
                         to_launch.append(m["migration"])

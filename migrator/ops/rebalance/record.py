@@ -29,7 +29,7 @@ from typing import Any
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from migrator.engine import plan as plan_mod
-from migrator.engine.migration import MigrationNotFound, MigrationStore, Options, Phase
+from migrator.engine.migration import MigrationNotFound, MigrationStore, Options, Phase, ShardsBusy
 from migrator.errors import MigratorError
 from migrator.fleet.zk import ZK
 
@@ -109,6 +109,8 @@ def refresh(zk: ZK, rec: dict[str, Any]) -> None:
         if st.phase in DONE_PHASES:
             m["state"], m["error"] = "done", None
             m["freeze_ms"] = st.freeze_ms
+            cut, _ = store.get_progress(m["migration"], "cutover")
+            m["steps_ms"] = (cut or {}).get("steps_ms") or {}  # the batch sizes adapt to these
             m["finished_at"] = time.time()
         elif st.phase in FAILED_PHASES or st.stopped:
             m["state"] = "failed"
@@ -150,7 +152,12 @@ def start_move(zk: ZK, rec: dict[str, Any], m: dict[str, Any]) -> bool:
     shards = [s for lo, hi in m["runs"] for s in range(lo, hi + 1)]
     opts = Options(**rec.get("options", {}))
     spec = plan_mod.plan_move(zk, shards, m["target"], options=opts, mid=mid)
-    plan_mod.store(zk, spec)
+    try:
+        plan_mod.store(zk, spec)
+    except ShardsBusy:
+        if set(store.holders(shards).values()) == {mid}:
+            return False  # another advance stored it a moment ago: that one launches it
+        raise
     return True
 
 
@@ -172,4 +179,6 @@ def summary(rec: dict[str, Any]) -> dict[str, Any]:
             "moves": len(moves), "bytes": sum(m["bytes"] for m in moves),
             "bytes_done": sum(m["bytes"] for m in moves if m["state"] == "done"),
             "max_running": rec.get("max_running", 0), "eta_s": rec.get("eta_s"),
-            "created_at": rec.get("created_at")}
+            "created_at": rec.get("created_at"), "kind": rec.get("kind", "rebalance"),
+            "tables": sum(m.get("tables") or 0 for m in moves),
+            "max_freeze_ms": max((m.get("freeze_ms") or 0 for m in moves if m["state"] == "done"), default=None)}

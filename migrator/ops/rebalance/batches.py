@@ -1,0 +1,230 @@
+"""Batched cutovers: a move of more tables than one rename fence takes runs as a chain of batches.
+
+A host-sized split (512 shards x 5 tables) cannot be fenced by one
+:class:`~migrator.engine.cutover.fence.Fence`: it holds one connection per table
+(at most :data:`~migrator.engine.cutover.fence.MAX_TABLES`), and its release
+renames every table after the flip, so the freeze grows with the table count.
+Instead the move is cut into **batches** of consecutive shards, each batch a
+normal migration of its own (copy, catch-up, verify, a rename-fenced cutover that
+freezes, fences, drains, flips and unfreezes only the batch's ranges). The
+batches of one move share its source and target pair, so the rebalance record
+(:mod:`migrator.ops.rebalance.record`) runs them one after another; between two
+batches the map is valid, with part of the ranges moved.
+
+Batch size follows the freeze budget: the first batch is sized by a model of the
+rename fence's freeze (a fixed part, :data:`FIXED_MS`, plus :data:`PER_TABLE_MS`
+per table, aimed at :data:`AIM` of the budget); every later batch by the freezes
+measured so far (:func:`measured_costs`, :func:`adapt`), growing at most to twice
+the biggest finished batch. Measured on a busy 2-core box under the queue load:
+the release is about 3.5 ms per table (one RENAME each after the UNLOCK), and
+the fixed part 80 to 450 ms (mostly the drain).
+This keeps every guarantee of the rename
+fence (TRUNCATE and DDL wait for the lock, no stale reader sees the old tables
+after the flip, prepared statements keep working), which the trigger gate
+(``--fence gate``) does not.
+
+A shard whose tables alone exceed the limit is a batch of its own, fenced by the
+gate under ``fence=auto`` (see :func:`~migrator.engine.cutover.fence.fence_mode`).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from migrator.engine.cutover.fence import MAX_TABLES
+from migrator.fleet.ids import shard_db
+from migrator.fleet.mysql import query, tag
+from migrator.ops.rebalance.record import migration_id
+
+TAG = tag("plan")
+#: the rename fence's freeze besides its per-table release (freeze CAS, passive close, fence, sentinel,
+#: drain, compare, flip CAS), before any batch was measured
+FIXED_MS = 150.0
+#: the release of one table (its queued RENAME) before any batch was measured
+PER_TABLE_MS = 5.0
+#: share of the freeze budget a batch is sized for (the rest is headroom for a busier moment)
+AIM = 0.6
+#: the steps of a rename-fenced freeze that grow with the batch's tables
+PER_TABLE_STEPS = ("fence", "sentinel", "release")
+#: batches this small do not measure the per-table rate
+RATE_MIN_TABLES = 20
+#: finished batches whose fixed cost counts
+RECENT = 5
+
+
+def count_tables(conn: Any, shards: Iterable[int]) -> dict[int, tuple[int, int]]:
+    """``{shard: (tables, bytes)}`` of the shards' dbs on one master (the sentinel not counted)."""
+    dbs = {shard_db(s): s for s in shards}
+    out = {s: (0, 0) for s in dbs.values()}
+    names = sorted(dbs)
+    for k in range(0, len(names), 500):
+        part = names[k:k + 500]
+        marks = ", ".join(["%s"] * len(part))
+        for db, n, nbytes in query(
+                conn, f"{TAG}SELECT TABLE_SCHEMA, COUNT(*), COALESCE(SUM(DATA_LENGTH + INDEX_LENGTH), 0) "
+                      f"FROM information_schema.TABLES WHERE TABLE_SCHEMA IN ({marks}) AND TABLE_TYPE = 'BASE TABLE' "
+                      "AND TABLE_NAME <> '_migrator_sentinel' GROUP BY TABLE_SCHEMA", part):
+            out[dbs[db]] = (int(n), int(nbytes))
+    return out
+
+
+def limit_for(budget_ms: float, fixed_ms: float = FIXED_MS, per_table_ms: float = PER_TABLE_MS) -> int:
+    """Tables per batch for a freeze of ``AIM`` x the budget, at most :data:`MAX_TABLES`, at least 1."""
+    room = AIM * budget_ms - fixed_ms
+    if per_table_ms <= 0:
+        return MAX_TABLES
+    return max(1, min(MAX_TABLES, int(math.floor(room / per_table_ms))))
+
+
+def cut(shards: Sequence[int], tables: dict[int, int], limit: int) -> list[list[int]]:
+    """Consecutive shards in batches of at most ``limit`` tables (a bigger shard alone)."""
+    out: list[list[int]] = []
+    cur: list[int] = []
+    n = 0
+    for s in sorted(shards):
+        t = tables.get(s, 0)
+        if cur and n + t > limit:
+            out.append(cur)
+            cur, n = [], 0
+        cur.append(s)
+        n += t
+    if cur:
+        out.append(cur)
+    return out
+
+
+def runs_of(shards: Sequence[int]) -> list[list[int]]:
+    """``[[lo, hi], ...]`` of sorted shards."""
+    out: list[list[int]] = []
+    for s in sorted(shards):
+        if out and out[-1][1] == s - 1:
+            out[-1][1] = s
+        else:
+            out.append([s, s])
+    return out
+
+
+def shards_of(runs: Iterable[Sequence[int]]) -> list[int]:
+    return [s for lo, hi in runs for s in range(lo, hi + 1)]
+
+
+def measured_costs(done: Sequence[dict[str, Any]]) -> tuple[float, float] | None:
+    """``(fixed_ms, per_table_ms)`` measured by finished batches, or None if none was measured.
+
+    The per-table part of a freeze is its fence, sentinel (one row per db) and
+    release (one RENAME per table) steps; the rest (the two CAS, the passive
+    member's close, the drain, the compare) is fixed. The fixed part is the median
+    of the last :data:`RECENT` batches (one slow drain does not shrink every later
+    batch); the per-table part is the worst of the batches of at least
+    :data:`RATE_MIN_TABLES` tables (smaller ones measure the latency of one
+    statement, not a rate), else :data:`PER_TABLE_MS`."""
+    fixed, per = [], []
+    for m in done:
+        steps = m.get("steps_ms") or {}
+        freeze, n = m.get("freeze_ms"), m.get("tables") or 0
+        if freeze is None or not n:
+            continue
+        scaled = sum(float(steps.get(k, 0.0)) for k in PER_TABLE_STEPS)
+        fixed.append(max(0.0, float(freeze) - scaled))
+        if n >= RATE_MIN_TABLES:
+            per.append(scaled / n)
+    if not fixed:
+        return None
+    return statistics.median(fixed[-RECENT:]), max(per) if per else PER_TABLE_MS
+
+
+def adapt(rec: dict[str, Any]) -> bool:
+    """Re-cut the waiting batches of every batched move of ``rec`` from the freezes measured so far.
+
+    Only waiting batches change (they have no migration yet, so their indices are
+    free again; extra batches get fresh ones: a migration id is never reused). Returns True when it changed
+    the record. The size grows at most to twice the last batch's, so one quiet
+    moment does not make the next batch overrun."""
+    batching = rec.get("batching")
+    if not batching:
+        return False
+    budget = float(batching["budget_ms"])
+    tables = {int(k): int(v) for k, v in batching["shard_tables"].items()}
+    changed = False
+    for group in sorted({m.get("group", m["index"]) for m in rec["moves"]}):
+        moves = [m for m in rec["moves"] if m.get("group", m["index"]) == group]
+        waiting = [m for m in moves if m["state"] == "waiting"]
+        done = sorted((m for m in moves if m["state"] == "done"), key=lambda m: m.get("finished_at") or 0)
+        costs = measured_costs(done)
+        if not waiting or costs is None:
+            continue
+        last = max((m.get("tables") or 1 for m in done), default=MAX_TABLES)
+        limit = min(limit_for(budget, *costs), 2 * last)
+        if limit == batching.get("limits", {}).get(str(group)):
+            continue
+        batching.setdefault("limits", {})[str(group)] = limit
+        shards = sorted(s for m in waiting for s in shards_of(m["runs"]))
+        new_cut = cut(shards, tables, limit)
+        if new_cut == [shards_of(m["runs"]) for m in waiting]:
+            changed = True
+            continue
+        template = waiting[0]
+        keep = [m for m in rec["moves"] if m not in waiting]
+        first = min(rec["moves"].index(m) for m in waiting)
+        # a waiting batch never had a migration: its index is free again; more batches take fresh ones
+        free = sorted(m["index"] for m in waiting)
+        nxt = int(batching.get("next_index", 1 + max(m["index"] for m in rec["moves"])))
+        fresh = []
+        for batch in new_cut:
+            if free:
+                index = free.pop(0)
+            else:
+                index, nxt = nxt, nxt + 1
+            fresh.append(batch_move(rec["id"], template, index, batch, tables, batching.get("shard_bytes", {})))
+        rec["moves"] = keep[:first] + fresh + keep[first:]
+        batching["next_index"] = nxt
+        changed = True
+    return changed
+
+
+def batch_move(rid: str, template: dict[str, Any], index: int, shards: Sequence[int], tables: dict[int, int],
+               shard_bytes: dict[str, int]) -> dict[str, Any]:
+    """A waiting move of rebalance ``rid`` for one batch, its pairs, group and wave taken from ``template``."""
+    m = {k: template[k] for k in ("source", "source_slave", "target", "target_slave") if k in template}
+    m.update({"index": index, "group": template.get("group", template["index"]), "runs": runs_of(shards),
+              "bytes": sum(int(shard_bytes.get(str(s), 0)) for s in shards), "rows": 0, "writes": 0.0,
+              "wave": template.get("wave", 0), "tables": sum(tables.get(s, 0) for s in shards),
+              "eta_s": None, "migration": migration_id(rid, index), "state": "waiting", "error": None})
+    return m
+
+
+def batched(fence: str, tables: int) -> bool:
+    """A move of ``tables`` tables runs as batches (else as one migration)."""
+    return fence != "gate" and tables > MAX_TABLES
+
+
+def expand(rid: str, planned: Sequence[dict[str, Any]], counts: dict[int, tuple[int, int]], budget_ms: float,
+           fence: str) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    """The record's moves for ``planned`` moves: each one a move of group ``i``, or, when
+    :func:`batched`, its batches. Returns the moves and the record's ``batching`` entry (None when
+    nothing was cut)."""
+    tables = {s: n for s, (n, _) in counts.items()}
+    shard_bytes = {str(s): b for s, (_, b) in counts.items()}
+    limit = limit_for(budget_ms)
+    moves: list[dict[str, Any]] = []
+    limits: dict[str, int] = {}
+    for i, p in enumerate(planned):
+        shards = shards_of(p["runs"])
+        n = sum(tables.get(s, 0) for s in shards)
+        template = {**p, "index": i, "group": i, "migration": migration_id(rid, i)}
+        if not batched(fence, n):
+            moves.append({**template, "runs": [list(r) for r in p["runs"]], "tables": n, "state": "waiting",
+                          "error": None})
+            continue
+        limits[str(i)] = limit
+        for batch in cut(shards, tables, limit):
+            moves.append(batch_move(rid, template, len(planned) + len(moves), batch, tables, shard_bytes))
+    # indices: a planned move keeps its own (0..k-1); batches take fresh ones after them
+    if not limits:
+        return moves, None
+    nxt = 1 + max(m["index"] for m in moves)
+    return moves, {"budget_ms": budget_ms, "shard_tables": {str(s): n for s, n in tables.items()},
+                   "shard_bytes": shard_bytes, "limits": limits, "next_index": nxt}
