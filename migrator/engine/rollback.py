@@ -70,7 +70,7 @@ from migrator.engine.cutover.reconcile import reconcile
 from migrator.engine.cutover.run import CutoverRun
 from migrator.engine.cutover.sentinel import ensure_sentinel
 from migrator.engine.migration import MigrationStore, Phase, Spec
-from migrator.engine.names import SENTINEL_TABLE, tomb_db
+from migrator.engine.names import SENTINEL_TABLE, rename_tomb_tables, tomb_db
 from migrator.engine.verify.checksums import moving_tables
 from migrator.engine.verify.drainers import Drainer, TailDrainer
 from migrator.errors import MigratorError
@@ -78,7 +78,7 @@ from migrator.fleet import zk as zk_mod
 from migrator.fleet.config import Config, Credentials, load_credentials
 from migrator.fleet.gtid import GtidPos
 from migrator.fleet.model import Host
-from migrator.fleet.mysql import binlog_pos, qualified, tag
+from migrator.fleet.mysql import binlog_pos, tag
 from migrator.fleet.mysql import connect as mysql_connect
 from migrator.fleet.shard_map import HostRegistry
 
@@ -147,13 +147,8 @@ def _renamer(old_master: Host, creds: Credentials, spec: Spec, tables: Callable[
         pairs = tables()
         if not pairs:
             return
-        parts = []
-        for db, t in pairs:
-            tomb = tomb_db(spec.id, db)
-            a, b = (qualified(tomb, t), qualified(db, t)) if to_live else (qualified(db, t), qualified(tomb, t))
-            parts.append(f"{a} TO {b}")
-        with mysql_connect(old_master, creds) as conn, conn.cursor() as cur:
-            cur.execute(f"{TAG}RENAME TABLE " + ", ".join(parts))
+        with mysql_connect(old_master, creds) as conn:
+            rename_tomb_tables(conn, spec.id, pairs, to_live=to_live, tag=TAG)
 
     return run
 

@@ -30,7 +30,7 @@ from migrator.engine.cutover.lease import (
 from migrator.engine.cutover.maps import reread_map, unfreeze_ranges
 from migrator.engine.cutover.passive_gate import TriggerGate
 from migrator.engine.migration import MigrationNotFound, MigrationStore, Phase, Spec
-from migrator.engine.names import SENTINEL_TABLE, tomb_db, tomb_suffix
+from migrator.engine.names import SENTINEL_TABLE, rename_tomb_tables, tomb_db, tomb_suffix
 from migrator.engine.plan import release_maintenance_pause
 from migrator.engine.verify.drainers import CatchUpDrainer
 from migrator.fleet import zk as zk_mod
@@ -193,7 +193,7 @@ def _place_old_tables(old: Host, creds: Credentials, spec: Spec, *, live: bool) 
     Nobody writes them meanwhile: the map routes the shards to the new master
     until a flip back lands, and after it the old master's tables are live."""
     with mysql_connect(old, creds) as conn:
-        parts = []
+        pairs: list[tuple[str, str]] = []
         for db in spec.databases:
             tomb = tomb_db(spec.id, db)
             here = {r[0] for r in query(conn, "SELECT TABLE_NAME FROM information_schema.TABLES "
@@ -202,13 +202,8 @@ def _place_old_tables(old: Host, creds: Credentials, spec: Spec, *, live: bool) 
                                                "WHERE TABLE_SCHEMA = %s", (tomb,))} - {SENTINEL_TABLE}
             if spec.tables:
                 here, there = here & set(spec.tables), there & set(spec.tables)
-            if live:
-                parts += [f"{qualified(tomb, t)} TO {qualified(db, t)}" for t in sorted(there - here)]
-            else:
-                parts += [f"{qualified(db, t)} TO {qualified(tomb, t)}" for t in sorted(here - there)]
-        if parts:
-            with conn.cursor() as cur:
-                cur.execute(f"{TAG}RENAME TABLE " + ", ".join(parts))
+            pairs += [(db, t) for t in sorted(there - here if live else here - there)]
+        rename_tomb_tables(conn, spec.id, pairs, to_live=live, tag=TAG)
 
 
 def _settle_source_gate(source: Host, creds: Credentials, spec: Spec, *, landed: bool, logged: bool) -> None:
