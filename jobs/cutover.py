@@ -58,6 +58,8 @@ def cutover(migration_id: str, config_path: str | None = None, schedule_cleanup:
 
 
 def rollback(migration_id: str, config_path: str | None = None) -> dict[str, Any]:
+    """The whole rollback in one job (an earlier entry point, kept for jobs queued under its name);
+    ``migrator rollback ID`` runs it as a chain of slices, :func:`jobs.rollback.run`."""
     summary = command.rollback(config_mod.load(config_path), migration_id)
     _meta("rollback", summary)
     return summary

@@ -2,7 +2,8 @@
 
 Each command parses its options, calls the phase of :mod:`migrator.engine` in
 this process (or, for ``catchup --enqueue``, hands the passes to RQ workers
-through :mod:`migrator.ops.steps`) and prints the result; a
+through :mod:`migrator.ops.steps`; ``rollback`` hands itself to the workers and
+follows it from the record, unless ``--sync``) and prints the result; a
 :class:`~migrator.errors.MigratorError` becomes one line on stderr and its exit
 code. :func:`register` adds them to the ``migrator`` app after the migration
 commands of :mod:`migrator.cli.migrate`.
@@ -11,6 +12,7 @@ commands of :mod:`migrator.cli.migrate`.
 from __future__ import annotations
 
 import json as _json
+import sys
 from dataclasses import asdict
 from typing import Any
 
@@ -128,26 +130,67 @@ def register_cutover(app: Any) -> None:
                   f"{res.rows_checked} changed rows compared, {res.rows_repaired} re-copied")
 
 
+def _show_reverse_pass(p: dict[str, Any]) -> None:
+    print(f"reverse pass {p.get('number')}: {p.get('events', 0)} events in {p.get('duration_s', 0):.2f}s "
+          f"(apply {p.get('apply_rate', 0):.0f}/s, writes {p.get('write_rate', 0):.0f}/s), predicted freeze "
+          f"{p.get('predicted_freeze_ms', 0):.0f} ms{' converged' if p.get('converged') else ''}", flush=True)
+
+
 def register_rollback(app: Any) -> None:
-    """Add ``rollback ID`` to a typer app."""
+    """Add ``rollback ID [--queue Q] [--detach] [--timeout S] [--sync]`` to a typer app."""
 
     @app.command("rollback")
-    def rollback_cmd(migration_id: str = typer.Argument(..., help="The migration id.")) -> None:
+    def rollback_cmd(
+        migration_id: str = typer.Argument(..., help="The migration id."),
+        queue: str | None = typer.Option(None, "--queue", help="RQ queue (default: the source pair's, which "
+                                                                "`migrator worker` serves)."),
+        detach: bool = typer.Option(False, "--detach", help="Enqueue and return; follow with `migrator status ID`."),
+        timeout: float | None = typer.Option(None, "--timeout", help="Stop following after this many seconds "
+                                                                      "(the rollback goes on)."),
+        sync: bool = typer.Option(False, "--sync", help="Run it in this process instead of RQ workers."),
+    ) -> None:
         """Tail the new master back into the tombstones in converging passes, verify, and flip the ranges back
-        (retrying a stopped attempt): one command that finishes or says why it cannot."""
+        (retrying a stopped attempt), on RQ workers: follows each reverse pass, the freeze and the result, and
+        exits non-zero with the verdict and the next step when the rollback gives up."""
         from migrator.cli.main import fail, load_config
-
-        def show(p: Any) -> None:
-            print(f"reverse pass {p.number}: {p.events} events in {p.duration_s:.2f}s (apply {p.apply_rate:.0f}/s, "
-                  f"writes {p.write_rate:.0f}/s), predicted freeze {p.predicted_freeze_ms:.0f} ms"
-                  f"{' converged' if p.converged else ''}", flush=True)
+        from migrator.ops import command, watch
 
         try:
-            res = rollback(load_config(), migration_id, on_pass=show)
+            cfg = load_config()
+            if sync:
+                res = rollback(cfg, migration_id, on_pass=lambda p: _show_reverse_pass(asdict(p)))
+                print(f"rolled back {migration_id} at epoch {res.flipped_epoch}: write freeze {res.freeze_ms:.0f} ms")
+                return
+            out = command.start_rollback(cfg, migration_id, queue=queue)
+            print(f"rollback of {migration_id} enqueued on {out['queue']} (first job {out['job']}); "
+                  "`migrator worker` runs it", flush=True)
+            if detach:
+                return
+            for kind, ev in watch.rollback_events(cfg, migration_id, out["requested_at"], timeout=timeout):
+                if kind == "pass":
+                    _show_reverse_pass(ev)
+                elif kind == "freeze":
+                    print("freeze: fenced flip back under way", flush=True)
+                elif kind == "attempt":
+                    print(f"attempt stopped before the flip back: {ev.get('outcome')}; more passes, then again",
+                          flush=True)
+                elif kind == "rolled_back":
+                    print(f"rolled back {migration_id} at epoch {ev.get('flipped_epoch')}: write freeze "
+                          f"{ev.get('freeze_ms') or 0:.0f} ms")
+                elif kind == "stopped":
+                    print(f"rollback of {migration_id} stopped: {ev.get('reason')}\nnext: {ev.get('next')}",
+                          file=sys.stderr)
+                    raise typer.Exit(3)
+                elif kind == "ended":
+                    print(f"rollback of {migration_id}: the migration is {ev['phase']} now: {ev.get('error') or ''}",
+                          file=sys.stderr)
+                    raise typer.Exit(1)
+                else:
+                    print(f"still running after {timeout:.0f}s; follow with `migrator status {migration_id}`",
+                          file=sys.stderr)
+                    raise typer.Exit(4)
         except MigratorError as exc:
             fail(exc, exc.exit_code)
-            return
-        print(f"rolled back {migration_id} at epoch {res.flipped_epoch}: write freeze {res.freeze_ms:.0f} ms")
 
 
 def register_cleanup(app: Any) -> None:

@@ -161,6 +161,9 @@ class State(BaseModel):
     cleanup_after: float | None = None
     #: the pipeline gave up on a step: {"step", "reason", "next", "at"}; cleared when it is resumed
     stopped: dict[str, Any] | None = None
+    #: when ``migrator rollback ID`` handed a rollback to the RQ workers; cleared when its chain gives up
+    #: with a verdict. While it is set and the phase is ``done``, ``migrator resume ID`` re-enqueues the chain
+    rollback_requested: float | None = None
 
 
 def new_id(prefix: str = "m") -> str:

@@ -9,8 +9,10 @@ rollback renames them back, and cleanup drops them.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
+from typing import Any
 
-from migrator.fleet.mysql import ident
+from migrator.fleet.mysql import ident, qualified
 
 #: one per moving db, on both sides: the cutover's sentinel row proves the drain (see :mod:`migrator.engine.cutover`)
 SENTINEL_TABLE = "_migrator_sentinel"
@@ -25,3 +27,20 @@ def tomb_db(migration_id: str, db: str) -> str:
     name = f"_tomb_{tomb_suffix(migration_id)}_{db}"
     ident(name)
     return name
+
+
+def rename_tomb_tables(conn: Any, migration_id: str, tables: Iterable[tuple[str, str]], *, to_live: bool,
+                       tag: str = "") -> None:
+    """Rename the (db, table) pairs from their tombstone schema to ``db`` (``to_live``) or back, in
+    one RENAME TABLE statement on ``conn`` (``tag``: the statement's leading comment). Nothing to
+    do for no pairs. Used where the old master's tables change sides of a flip back: the rollback's
+    own flip, and the settle of one that died."""
+    parts = []
+    for db, t in tables:
+        tomb = tomb_db(migration_id, db)
+        a, b = (qualified(tomb, t), qualified(db, t)) if to_live else (qualified(db, t), qualified(tomb, t))
+        parts.append(f"{a} TO {b}")
+    if not parts:
+        return
+    with conn.cursor() as cur:
+        cur.execute(f"{tag}RENAME TABLE " + ", ".join(parts))

@@ -1,7 +1,13 @@
 """Rollback: move the ranges of a finished migration back to the old pair, within the retention.
 
-Runs in the migration worker (``migrator rollback ID``) after a cutover, while
-the tombstones still exist on the old master.
+Runs on the RQ workers: ``migrator rollback ID`` enqueues it
+(:func:`migrator.ops.command.start_rollback`) and follows it from the record; the
+job ``jobs.rollback.run`` calls :func:`rollback_slice` once per job, each job a
+slice of about two minutes that enqueues the next on its own queue (the
+migration's, its source pair's). :func:`rollback` runs the same steps in one
+call, in the calling process (``migrator rollback ID --sync``, the playbook
+step ``rollback``, tests). Only after a cutover, while the tombstones still
+exist on the old master.
 
 The old master's tombstones (``_tomb_<suffix>_dbNNNNN``) hold the rows as they
 were at the flip. Since then clients wrote to the new master. So:
@@ -10,26 +16,37 @@ were at the flip. Since then clients wrote to the new master. So:
    new master's binlog from the position recorded under the cutover fence
    (``cutover`` progress node, ``target_gtid``) and applies the moving
    schemas' events to the old master with a schema mapping ``dbNNNNN ->
-   _tomb_<suffix>_dbNNNNN``; its checkpoint lives in ``rollback_tail``. It
-   runs in converging passes, measured and judged like the forward catch-up's
+   _tomb_<suffix>_dbNNNNN``; its checkpoint lives in ``rollback_tail``, and the
+   applier lock ``appliers/<id>-rollback`` (taken before the checkpoint is
+   read) keeps two reverse tails from applying at once. It runs in converging
+   passes, measured and judged like the forward catch-up's
    (:func:`reverse_passes`, node ``rollback_passes``), until a pass predicts a
    freeze inside the budget; a reverse tail that cannot keep up is reported as
-   not converging, with the rates.
+   not converging, with the rates. A slice killed in its passes loses nothing:
+   the next one (``migrator resume ID`` enqueues it from the record's
+   ``rollback_requested``) goes on from the checkpoint.
 2. **Verify**: at the flip the tombstones equalled the new tables (the cutover
    proved it under its fence), so the rows that can differ are exactly those
    changed on the new master since ``target_gtid``. They are compared (and
    re-copied) before the freeze, and again inside it for the last few.
 3. **Flip back with the same protocol** (:class:`migrator.engine.cutover.run.CutoverRun`
-   with the reverse :class:`~migrator.engine.cutover.direction.Direction`): freeze, fence the
+   with the reverse :class:`~migrator.engine.cutover.direction.Direction`), under the
+   cutover's lease, phase ``rolling_back``: freeze, fence the
    new master's tables (they become its tombstones), sentinel through the
    reverse tail, compare, then, still under the fence, rename the old master's
    tombstones back to ``dbNNNNN`` and flip the ranges back in one CAS. If the
    flip does not land, the old master's tables go back to the tombstone names
-   and the new master's fence is undone: the new master keeps serving.
+   and the new master's fence is undone: the new master keeps serving. A
+   process killed inside it is settled by a live ``migrator worker``
+   (:mod:`migrator.engine.cutover.settle`), wholly before or after the flip.
    An attempt stopped before the flip (budget overrun, drain timeout) is
-   followed by more passes and another attempt (:data:`MAX_ATTEMPTS`).
+   followed by more passes and another attempt, up to :data:`MAX_ATTEMPTS` in
+   all (the count carries from slice to slice).
 
-Phase ``done`` -> ``rolled_back``. The new master's tables stay as tombstones
+Phase ``done`` -> ``rolled_back``. A verdict (not converging, every attempt
+stopped, no freeze inside the budget after :data:`MAX_PASSES` passes) is a
+:class:`RollbackError`; on the workers it lands in the record (``stopped``,
+``error``) with the next step. The new master's tables stay as tombstones
 (``_tomb_<suffix>_dbNNNNN`` on that host) until :func:`migrator.engine.cleanup.cleanup`.
 """
 
@@ -37,7 +54,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from migrator.engine.catch_up.checkpoint import applier_lock
@@ -53,7 +70,7 @@ from migrator.engine.cutover.reconcile import reconcile
 from migrator.engine.cutover.run import CutoverRun
 from migrator.engine.cutover.sentinel import ensure_sentinel
 from migrator.engine.migration import MigrationStore, Phase, Spec
-from migrator.engine.names import SENTINEL_TABLE, tomb_db
+from migrator.engine.names import SENTINEL_TABLE, rename_tomb_tables, tomb_db
 from migrator.engine.verify.checksums import moving_tables
 from migrator.engine.verify.drainers import Drainer, TailDrainer
 from migrator.errors import MigratorError
@@ -61,7 +78,7 @@ from migrator.fleet import zk as zk_mod
 from migrator.fleet.config import Config, Credentials, load_credentials
 from migrator.fleet.gtid import GtidPos
 from migrator.fleet.model import Host
-from migrator.fleet.mysql import binlog_pos, qualified, tag
+from migrator.fleet.mysql import binlog_pos, tag
 from migrator.fleet.mysql import connect as mysql_connect
 from migrator.fleet.shard_map import HostRegistry
 
@@ -130,13 +147,8 @@ def _renamer(old_master: Host, creds: Credentials, spec: Spec, tables: Callable[
         pairs = tables()
         if not pairs:
             return
-        parts = []
-        for db, t in pairs:
-            tomb = tomb_db(spec.id, db)
-            a, b = (qualified(tomb, t), qualified(db, t)) if to_live else (qualified(db, t), qualified(tomb, t))
-            parts.append(f"{a} TO {b}")
-        with mysql_connect(old_master, creds) as conn, conn.cursor() as cur:
-            cur.execute(f"{TAG}RENAME TABLE " + ", ".join(parts))
+        with mysql_connect(old_master, creds) as conn:
+            rename_tomb_tables(conn, spec.id, pairs, to_live=to_live, tag=TAG)
 
     return run
 
@@ -152,20 +164,25 @@ PASSES_KEPT = 30
 
 
 def reverse_passes(store: MigrationStore, spec: Spec, drainer: ReverseDrainer, *,
-                   on_pass: Callable[[PassResult], None] | None = None) -> PassResult:
+                   on_pass: Callable[[PassResult], None] | None = None, deadline: float | None = None,
+                   max_passes: int = MAX_PASSES, prev_head_at: float | None = None) -> PassResult | None:
     """Converging reverse catch-up passes: tail the new master into the tombstones, each pass to
     the head seen at its start, until a pass converges (delta and lag under the migration's
-    thresholds) with a predicted freeze inside the budget. The same measures and verdicts as the
-    forward catch-up (:func:`~migrator.engine.catch_up.passes.measure_pass`, :func:`judge`): when
-    the apply rate stays below the new master's write rate for ``not_converging_passes`` passes
-    it stops with :class:`RollbackError`. Every pass lands in the ``rollback_passes`` node."""
+    thresholds) with a predicted freeze inside the budget; returns that pass. The same measures
+    and verdicts as the forward catch-up (:func:`~migrator.engine.catch_up.passes.measure_pass`,
+    :func:`judge`): when the apply rate stays below the new master's write rate for
+    ``not_converging_passes`` passes it stops with :class:`RollbackError`, and so it does after
+    ``max_passes`` passes without a freeze inside the budget. Every pass lands in the
+    ``rollback_passes`` node. With a ``deadline`` (``time.monotonic()``) it returns None once the
+    deadline passed between two passes without such a pass (an RQ slice ends there)."""
     opts = spec.options
     tailer = drainer.open()._tailer
     node, _ = store.get_progress(spec.id, PASSES_NODE)
     record = dict(node or {})
     passes: list[dict[str, Any]] = list(record.get("passes", []))
-    prev_head_at: float | None = None
-    for _ in range(MAX_PASSES):
+    for n in range(max_passes):
+        if n and deadline is not None and time.monotonic() >= deadline:
+            return None
         started_at = time.time()
         head = tailer.source_head()
         head_at = time.time()
@@ -179,6 +196,7 @@ def reverse_passes(store: MigrationStore, spec: Spec, drainer: ReverseDrainer, *
         res.converged, res.not_converging = judge(res, passes, opts)
         passes.append(asdict(res))
         record["passes"] = passes[-PASSES_KEPT:]
+        record["head_at"] = head_at
         store.put_progress(spec.id, PASSES_NODE, record)
         if on_pass is not None:
             on_pass(res)
@@ -192,7 +210,7 @@ def reverse_passes(store: MigrationStore, spec: Spec, drainer: ReverseDrainer, *
             return res
     raise RollbackError(f"rollback of {spec.id}: {MAX_PASSES} reverse passes without a freeze predicted inside the "
                         f"budget of {opts.freeze_budget_ms} ms; lower the write load or raise freeze_budget_ms "
-                        f"(`migrator set {spec.id} freeze_budget_ms=...`), then run `migrator rollback` again",
+                        f"(`migrator set {spec.id} --freeze-budget-ms N`), then run `migrator rollback` again",
                         phase="rollback")
 
 
@@ -203,18 +221,72 @@ def _record_attempt(store: MigrationStore, migration_id: str, attempt: dict[str,
     store.put_progress(migration_id, PASSES_NODE, record)
 
 
+@dataclass
+class SliceResult:
+    """What one slice of a rollback did; the counters carry over to the next slice (an RQ job)."""
+
+    #: the reverse passes of this slice
+    passes: list[PassResult] = field(default_factory=list)
+    #: fenced attempts stopped before the flip back so far (this rollback's, every slice's)
+    attempts: int = 0
+    #: reverse passes since the last stopped attempt (or the start)
+    since_attempt: int = 0
+    #: when the last pass read the new master's head (its write rate is measured from there)
+    head_at: float | None = None
+    #: the last stopped attempt's reason
+    stopped: str | None = None
+    #: set once the ranges flipped back
+    result: CutoverResult | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.result is not None
+
+
 def rollback(config: Config, migration_id: str, *, drainer: Drainer | None = None,
              hooks: CutoverHooks | None = None, on_pass: Callable[[PassResult], None] | None = None,
              max_attempts: int = MAX_ATTEMPTS) -> CutoverResult:
-    """Flip a finished migration back to its old pair (see the module doc).
+    """Flip a finished migration back to its old pair, in this process (see the module doc).
 
     One call finishes under any write load the forward catch-up converges under:
     reverse passes run until the predicted freeze fits the budget, then the fenced
     flip back is attempted; an attempt stopped before the flip (budget overrun,
     drain timeout) is followed by more passes and another attempt, up to
     ``max_attempts``. It stops with a plain reason when the reverse tail does not
-    converge or every attempt was stopped.
+    converge or every attempt was stopped. ``migrator rollback ID`` runs the same
+    steps as a chain of RQ jobs, one :func:`rollback_slice` each.
     """
+    out = rollback_slice(config, migration_id, drainer=drainer, hooks=hooks, on_pass=on_pass,
+                         max_attempts=max_attempts)
+    assert out.result is not None  # without a slice length, a slice ends flipped back or raises
+    return out.result
+
+
+def rollback_slice(config: Config, migration_id: str, *, slice_s: float | None = None, attempts: int = 0,
+                   since_attempt: int = 0, prev_head_at: float | None = None, drainer: Drainer | None = None,
+                   hooks: CutoverHooks | None = None, on_pass: Callable[[PassResult], None] | None = None,
+                   max_attempts: int = MAX_ATTEMPTS) -> SliceResult:
+    """One slice of a rollback: reverse passes for about ``slice_s`` seconds (None: no limit) and,
+    once a pass converges with a freeze inside the budget, the fenced flip back.
+
+    Returns with ``result`` set once the ranges flipped back; without it when the slice ran out
+    of time in its passes (or after a stopped attempt): the next slice goes on with the counters
+    of the returned :class:`SliceResult` (``attempts``, ``since_attempt``, ``head_at``). Raises
+    :class:`RollbackError` with the verdict (not converging, every attempt stopped, no freeze
+    inside the budget after :data:`MAX_PASSES` passes). Everything a slice resumes from is in
+    the migration record: the reverse tail's checkpoint (``rollback_tail``) and the passes
+    (``rollback_passes``); a slice killed anywhere loses nothing (a flip back it died in is
+    settled by a worker, or by the next slice).
+    """
+    out = SliceResult(attempts=attempts, since_attempt=since_attempt, head_at=prev_head_at)
+    deadline = None if slice_s is None else time.monotonic() + slice_s
+
+    def counted(res: PassResult) -> None:
+        out.passes.append(res)
+        out.since_attempt += 1
+        if on_pass is not None:
+            on_pass(res)
+
     creds = load_credentials(config)
     with zk_mod.connect(config, creds) as zk:
         store = MigrationStore(zk)
@@ -262,21 +334,31 @@ def rollback(config: Config, migration_id: str, *, drainer: Drainer | None = Non
             undo_pre_flip=_renamer(old_master, creds, spec, lambda: moved, to_live=False),
         )
         try:
-            for attempt in range(max_attempts):
+            while True:
                 if isinstance(drainer, ReverseDrainer):
-                    reverse_passes(store, spec, drainer, on_pass=on_pass)
+                    ready = reverse_passes(store, spec, drainer, on_pass=counted, deadline=deadline,
+                                           max_passes=max(1, MAX_PASSES - out.since_attempt),
+                                           prev_head_at=out.head_at)
+                    if out.passes:  # a pass reads the head right as it starts: the next pass's window opens here
+                        out.head_at = out.passes[-1].started_at
+                    if ready is None:
+                        return out  # the slice is over: the next one goes on from the checkpoint
                 else:
                     _timed_gate(spec, drainer, new_master, creds)
                 try:
-                    return _attempt(config, zk, store, creds, spec, drainer, direction, hooks)
+                    out.result = _attempt(config, zk, store, creds, spec, drainer, direction, hooks)
+                    return out
                 except (FreezeBudgetExceeded, DrainTimeout) as exc:  # timing: more passes, then again
-                    if attempt + 1 >= max_attempts:
-                        msg = exc.message if isinstance(exc, MigratorError) else str(exc)
+                    out.attempts += 1
+                    out.since_attempt = 0
+                    out.stopped = exc.message if isinstance(exc, MigratorError) else str(exc)
+                    if out.attempts >= max_attempts:
                         raise RollbackError(f"rollback of {migration_id}: {max_attempts} fenced attempts were stopped "
-                                            f"before the flip back (last: {msg}); {spec.target_master} keeps "
+                                            f"before the flip back (last: {out.stopped}); {spec.target_master} keeps "
                                             f"serving. Lower the write load or raise freeze_budget_ms, then run "
                                             f"`migrator rollback {migration_id}` again", phase="rollback") from None
-            raise AssertionError("unreachable")
+                    if deadline is not None and time.monotonic() >= deadline:
+                        return out
         finally:
             if own_drainer and hasattr(drainer, "close"):
                 drainer.close()

@@ -10,6 +10,8 @@ file) may change them.
 from __future__ import annotations
 
 import json
+import os
+import socket
 from typing import Any
 
 from kazoo.client import KazooClient
@@ -20,6 +22,12 @@ from kazoo.security import READ_ACL_UNSAFE, make_digest_acl
 
 from migrator.errors import CredentialsError, NotAuthorized, ZooKeeperUnavailable
 from migrator.fleet.config import Config, Credentials
+
+
+def holder() -> str:
+    """This process as the holder of a lock, lease or settle (``host:pid``): how a holder is named in
+    the nodes that say who holds what."""
+    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 def protected(digest: str) -> list[Any]:

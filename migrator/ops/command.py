@@ -408,8 +408,27 @@ def _set_budget(config: Config, mid: str, budget_ms: int) -> None:
 
 
 def rollback(config: Config, mid: str) -> dict[str, Any]:
-    """Tail the new master back into the tombstones and flip back."""
+    """Tail the new master back into the tombstones and flip back, in this process."""
     return rollback_mod.rollback(config, mid).to_dict()
+
+
+def start_rollback(config: Config, mid: str, *, queue: str | None = None) -> dict[str, Any]:
+    """Hand a rollback to the RQ workers (on the migration's queue unless ``queue`` names another):
+    a chain of jobs runs the reverse passes, then the fenced flip back (``jobs.rollback.run``).
+    Returns the first job's id and the time of the request: the passes, attempts and a
+    ``stopped`` recorded after it are this rollback's (:func:`migrator.ops.watch.rollback_events`)."""
+    with session(config) as (zk, _):
+        store = MigrationStore(zk)
+        spec = store.spec(mid)
+        st, _ = store.state(mid)
+        if st.phase not in (Phase.DONE, Phase.ROLLING_BACK):
+            raise CommandError(f"migration {mid} is {st.phase.value}: only a finished (done) migration with its "
+                               "tombstones can be rolled back")
+        at = time.time()
+        store.update(mid, lambda s: _set(s, rollback_requested=at, stopped=None))
+        queue = queue or steps.migration_queue(spec)
+    job = steps.enqueue_rollback(_redis(config), mid, _config_path(config), queue, chain=at)
+    return {"migration": mid, "job": job.id, "queue": queue, "requested_at": at}
 
 
 def cleanup(config: Config, mid: str, *, now: bool = False) -> dict[str, Any]:

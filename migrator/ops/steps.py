@@ -22,7 +22,7 @@ there within the freeze budget, so a worker next to the source pair is the
 one that should run them. The first step is enqueued there and each job
 enqueues its next step on its own queue (``job.origin``): copy slices,
 catch-up passes, verify and cutover, the cleanup scheduled for the end of the
-retention, a resume, and the playbook advances of a run once it names its
+retention, the slices of a rollback, a resume, and the playbook advances of a run once it names its
 migration. Jobs that belong to no one pair go to the general queue
 ``migrator``: rebalance advances (they start moves on many pairs) and
 playbook runs before they name a migration; partition maintenance of the
@@ -33,7 +33,8 @@ every registered pair's.
 
 Redis only ever holds the next step. The migration record in ZooKeeper says
 which phase a migration is in, and :func:`enqueue_current_step` re-enqueues
-that phase's entry job from it (after a lost Redis, or a worker killed with
+that phase's entry job from it (for a ``done`` migration whose rollback was
+asked for and has not given up, the rollback's chain) (after a lost Redis, or a worker killed with
 its job marked started forever). Enqueuing the same step twice is harmless:
 duplicate copy jobs lose a compare-and-set and stop, and a second chain of
 catch-up passes steps aside on its first checkpoint conflict.
@@ -43,6 +44,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import time
 import uuid
 from typing import Any
 
@@ -73,6 +75,7 @@ COPY_GROUP_JOB = "jobs.copy.group_job"
 CATCH_UP_JOB = "jobs.catch_up.run_passes"
 FINISH_JOB = "jobs.pipeline.finish"
 CLEANUP_JOB = "jobs.cutover.cleanup"
+ROLLBACK_JOB = "jobs.rollback.run"
 RESUME_JOB = "jobs.resume.resume"
 PLAYBOOK_JOB = "jobs.playbook.advance"
 MAINTENANCE_JOB = "jobs.maintenance.run"
@@ -97,6 +100,10 @@ NEXT_STEPS = {
     "finish": "`migrator status ID`, then `migrator cutover ID` by hand or `migrator resume ID` to let the "
               "pipeline try again",
     "cleanup": "fix what the reason names, then `migrator cleanup ID`",
+    "rollback": "fix what the reason names (a reverse tail that does not keep up: lower the write load on the "
+                "moved shards; a freeze over the budget: `migrator set ID --freeze-budget-ms N`), then "
+                "`migrator rollback ID` again (the reverse tail resumes from its checkpoint); the new pair "
+                "keeps serving meanwhile",
 }
 NOT_CONVERGING_NEXT = ("reduce the write load on the moving shards (or move fewer shards at once), then "
                        "`migrator resume ID`")
@@ -248,6 +255,26 @@ def enqueue_cleanup_at(redis: Redis, mid: str, when: float, config_path: str | N
         on_failure=on_failure())
 
 
+# -- rollback ------------------------------------------------------------------------------------------------
+
+#: job timeout of one rollback slice: its reverse passes (one may take up to an hour) and a fenced flip back
+ROLLBACK_TIMEOUT_S = 2 * 3600
+
+
+def enqueue_rollback(redis: Redis, mid: str, config_path: str | None = None, queue: str = QUEUE, *,
+                     chain: float | None = None, attempts: int = 0, since_attempt: int = 0,
+                     head_at: float | None = None, waits: int = 0) -> Job:
+    """One slice of a rollback: reverse passes, then the flip back once one converges (the job
+    re-enqueues itself on its own queue with the counters until flipped back or given up).
+    ``chain``: the record's ``rollback_requested`` when the chain was started; a slice whose chain
+    is no longer the requested one steps aside."""
+    return Queue(queue, connection=redis).enqueue(
+        ROLLBACK_JOB, mid, config_path=config_path, chain=chain, attempts=attempts, since_attempt=since_attempt,
+        head_at=head_at, waits=waits, job_id=job_id("rollback", mid), job_timeout=ROLLBACK_TIMEOUT_S,
+        description=f"rollback of migration {mid}: reverse passes and the flip back",
+        meta={"migration": mid, "step": "rollback"}, on_failure=on_failure())
+
+
 # -- resume from the record ----------------------------------------------------------------------------
 
 def _enqueue_finish_step(redis: Redis, mid: str, config_path: str | None = None, queue: str = QUEUE) -> Job:
@@ -272,11 +299,18 @@ def enqueue_current_step(redis: Redis, config: Config, mid: str, *, queue: str |
         store = MigrationStore(zk)
         st, _ = store.state(mid)
         queue = queue or migration_queue(store.spec(mid))
+        if st.phase == Phase.DONE and st.rollback_requested:
+            # a rollback chain whose worker died goes on from its checkpoint: a new chain, so that the
+            # old one, should it still run, steps aside at its next slice
+            chain = time.time()
+            store.update(mid, lambda s: setattr(s, "rollback_requested", chain) or s)
+            return enqueue_rollback(redis, mid, str(config.path) if config.path else None, queue, chain=chain)
+    config_path = str(config.path) if config.path else None
     if st.paused or st.phase not in STEPS:
         return None
     if st.phase == Phase.CONVERGED and not st.autopilot:
         return None  # an operator (or a playbook) decides when to cut over
-    return STEPS[st.phase](redis, mid, str(config.path) if config.path else None, queue)
+    return STEPS[st.phase](redis, mid, config_path, queue)
 
 
 def enqueue_resume(redis: Redis, mid: str, config_path: str | None = None, queue: str = QUEUE) -> Job:

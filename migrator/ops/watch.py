@@ -11,7 +11,7 @@ and by ``migrator split/move/move-partition --yes``.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from rich.console import Console, Group
@@ -224,6 +224,60 @@ def follow(config: Config, mid: str, *, every: float = 0.5, timeout: float | Non
             live.update(render(st, progress, task))
     console.line()
     return st
+
+
+def rollback_events(config: Config, mid: str, since: float, *, every: float = 0.5,
+                    timeout: float | None = None) -> Iterator[tuple[str, dict[str, Any]]]:
+    """What a rollback handed to the workers at ``since`` does, as it is recorded: ``("pass",
+    row)`` for each reverse pass, ``("freeze", {})`` when a fenced flip back starts (phase
+    ``rolling_back``), ``("attempt", row)`` for each attempt stopped before the flip, then one of
+    ``("rolled_back", result)``, ``("stopped", stopped)`` (the chain gave up: reason and next
+    step), ``("ended", {"phase": ...})`` (the migration left ``done`` some other way) or
+    ``("timeout", {})``. Reads only the record in ZooKeeper, so it follows the chain across
+    workers and a ``migrator resume ID``."""
+    from migrator.engine.migration import MigrationStore, Phase
+    from migrator.engine.rollback import PASSES_NODE
+    from migrator.fleet import zk as zk_mod
+    from migrator.fleet.config import load_credentials
+
+    deadline = None if timeout is None else time.monotonic() + timeout
+    seen_pass, seen_attempt, seen_freeze = 0, 0.0, 0.0
+    with zk_mod.connect(config, load_credentials(config)) as zk:
+        store = MigrationStore(zk)
+        while True:
+            st, _ = store.state(mid)
+            node = store.get_progress(mid, PASSES_NODE)[0] or {}
+            for p in node.get("passes") or []:
+                if float(p.get("started_at") or 0) >= since and int(p.get("number") or 0) > seen_pass:
+                    seen_pass = int(p["number"])
+                    yield "pass", p
+            # a freeze lasts well under a poll: the phase history says each flip back that began
+            for h in st.history:
+                at = float(h.get("when") or 0)
+                if h.get("to") == Phase.ROLLING_BACK.value and at >= since and at > seen_freeze:
+                    seen_freeze = at
+                    yield "freeze", {"at": at}
+            for a in node.get("attempts") or []:
+                at = float(a.get("at") or 0)
+                if at >= since and at > seen_attempt:
+                    seen_attempt = at
+                    if a.get("outcome") != "flipped back":
+                        yield "attempt", a
+            if st.phase == Phase.ROLLED_BACK:
+                result = store.get_progress(mid, "rollback")[0] or {}
+                yield "rolled_back", {"freeze_ms": st.freeze_ms, "flipped_epoch": st.flipped_epoch, **result}
+                return
+            stopped = st.stopped or {}
+            if stopped.get("step") == "rollback" and float(stopped.get("at") or 0) >= since:
+                yield "stopped", stopped
+                return
+            if st.phase not in (Phase.DONE, Phase.ROLLING_BACK):
+                yield "ended", {"phase": st.phase.value, "error": st.error}
+                return
+            if deadline is not None and time.monotonic() > deadline:
+                yield "timeout", {}
+                return
+            time.sleep(every)
 
 
 def follow_all(config: Config, *, every: float = 1.0, timeout: float | None = None,

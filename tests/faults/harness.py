@@ -305,6 +305,32 @@ class FaultRun:
               f"tables {tables}")
         return {"ledger": ledger, "load": load, "tables": tables, "fence_gtid": fence_gtid}
 
+    def rollback_end_checks(self, after_s: float = 2.0) -> dict[str, Any]:
+        """The three end checks of a migration rolled back: the same as after a flip, the roles of the
+        pairs swapped (the new master's tables are the tombstones now, the old master serves). The
+        rollback recorded its fence on the new master and the old master's position at the flip back
+        (``rollback`` progress node)."""
+        assert self.spec is not None
+        spec = self.spec
+        st = self.state()
+        assert st.phase == Phase.ROLLED_BACK, self._describe()
+        smap = ShardMapStore(self.fleet.zk).read()
+        assert all(smap.master_of(s) == spec.source_master for s in spec.shards)
+        assert not smap.frozen, smap.frozen
+        time.sleep(after_s)  # the load keeps going on the old pair for a little while
+        load = self.stop_load()
+        ledger = self.check_ledger()
+        node, _ = self.store.get_progress(self.mid, "rollback")
+        assert node and node.get("fence_gtid") and node.get("target_gtid"), node
+        new = self.fleet.hosts[spec.target_master]
+        old = self.fleet.hosts[spec.source_master]
+        tomb_writes = tombstone_writes(new, self.creds, spec, node["fence_gtid"])
+        assert not tomb_writes, f"row events on the new master after the fence {node['fence_gtid']}: {tomb_writes[:10]}"
+        tables = compare_moved(new, old, self.creds, spec, node["target_gtid"])
+        print(f"{self.mid} rolled back: {ledger.enqueued} acknowledged enqueues, lost {ledger.lost}; "
+              f"events {self.events}; tables {tables}")
+        return {"ledger": ledger, "load": load, "tables": tables}
+
     def no_flip_checks(self) -> Any:
         """The migration stopped before the flip: the map never moved, the source served, nothing lost."""
         assert self.spec is not None

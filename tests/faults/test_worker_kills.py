@@ -1,4 +1,5 @@
-"""Fault cells: kill -9 of the RQ workers during copy, catch-up and cutover (before and after the flip)."""
+"""Fault cells: kill -9 of the RQ workers during copy, catch-up, cutover (before and after the flip) and a
+rollback's reverse passes."""
 
 from __future__ import annotations
 
@@ -117,3 +118,51 @@ def _tombstoned(run) -> int:
         cur.execute("SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA IN %s",
                     ([tomb_db(run.mid, db) for db in run.spec.databases],))
         return int(cur.fetchone()[0])
+
+
+def _reverse_state(run) -> tuple[list[dict], str | None]:
+    """The reverse passes recorded so far and the reverse tail's checkpoint."""
+    from migrator.engine.rollback import PASSES_NODE, TAIL_NODE
+
+    node, _ = run.store.get_progress(run.mid, PASSES_NODE)
+    tail, _ = run.store.get_progress(run.mid, TAIL_NODE)
+    return list((node or {}).get("passes") or []), (tail or {}).get("gtid")
+
+
+def test_kill_worker_during_a_reverse_pass(fleet, tmp_path):
+    """The rollback's chain of RQ jobs is killed (kill -9, worker and work-horse) while it runs reverse
+    passes under the queue load; after ``migrator resume ID`` the chain goes on from its checkpoint on
+    another worker, and the rollback ends with the three end checks."""
+    from migrator.fleet.gtid import GtidPos
+
+    run = FaultRun(fleet, tmp_path).start()
+    try:
+        run.plan_split()
+        run.launch()
+        run.wait_phase(Phase.DONE)
+        # no reverse pass converges under the load (a pass must see no event): the chain stays in passes
+        command.set_options(run.cfg, run.mid, **HOLD_CATCH_UP)
+        started = command.start_rollback(run.cfg, run.mid)
+        run.wait(lambda: len([p for p in _reverse_state(run)[0] if p["started_at"] >= started["requested_at"]]) >= 3,
+                 90, "three reverse passes")
+        run.kill_workers()
+        passes, tail = _reverse_state(run)
+        assert tail is not None
+        st = run.state()
+        assert st.phase == Phase.DONE and st.rollback_requested, st  # killed in its passes, not in a flip
+        smap = ShardMapStore(fleet.zk).read()
+        assert all(smap.master_of(s) == run.spec.target_master for s in run.spec.shards) and not smap.frozen
+        run.start_workers()
+        run.release_catch_up()
+        out = run.resume()  # the record asks for a rollback: its chain is enqueued again
+        assert out["job"], out
+        run.wait_phase(Phase.ROLLED_BACK, timeout=120)
+        after, tail_after = _reverse_state(run)
+        resumed = [p for p in after if p["number"] > passes[-1]["number"]]
+        assert resumed, after
+        # it went on from the checkpoint the dead chain left: the first pass after the kill started there
+        assert GtidPos.parse(resumed[0]["from_gtid"]).contains(GtidPos.parse(tail)), (resumed[0], tail)
+        run.events.append(f"killed after pass {passes[-1]['number']}, resumed at pass {resumed[0]['number']}")
+        run.rollback_end_checks()
+    finally:
+        run.close()

@@ -54,10 +54,7 @@ def applier_lock(zk: zk_mod.ZK, key: str, what: str, timeout: float = 30.0) -> A
     holder that died lets go when its ZooKeeper session ends (``zookeeper.session_timeout``,
     10 s by default), so waiting ``timeout`` covers it; after it, :class:`CatchUpConflict`.
     """
-    import os
-    import socket
-
-    lock = zk.client.Lock(zk.path(APPLIERS, key), identifier=f"{socket.gethostname()}:{os.getpid()} {what}")
+    lock = zk.client.Lock(zk.path(APPLIERS, key), identifier=f"{zk_mod.holder()} {what}")
     try:
         got = lock.acquire(timeout=timeout)
     except LockTimeout:

@@ -90,7 +90,7 @@ class SettleLock:
 
     def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
         self.zk.ensure(self.zk.path(SETTLE))
-        data = json.dumps({"holder": f"{socket.gethostname()}:{os.getpid()}", "since": time.time()}).encode()
+        data = json.dumps({"holder": zk_mod.holder(), "since": time.time()}).encode()
         deadline = time.monotonic() + (timeout if timeout is not None else 1e9)
         while True:
             try:
@@ -144,7 +144,7 @@ class CutoverLease:
                                  session_timeout=self.config.zookeeper.lease_timeout)
         zk = self.zk
         rec_path = record_path(zk, self.migration_id)
-        self.record = {"holder": f"{socket.gethostname()}:{os.getpid()}", "host": socket.gethostname(),
+        self.record = {"holder": zk_mod.holder(), "host": socket.gethostname(),
                        "pid": os.getpid(), "since": time.time(), "step": None, "steps": {}}
         try:
             for _ in range(5):

@@ -13,6 +13,7 @@ get "table doesn't exist" on the source.
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from migrator.engine.binlog.reader import LocalReader
 from migrator.engine.catch_up.checkpoint import CHECKPOINT_KEY
@@ -30,7 +31,7 @@ from migrator.engine.cutover.lease import (
 from migrator.engine.cutover.maps import reread_map, unfreeze_ranges
 from migrator.engine.cutover.passive_gate import TriggerGate
 from migrator.engine.migration import MigrationNotFound, MigrationStore, Phase, Spec
-from migrator.engine.names import SENTINEL_TABLE, tomb_db, tomb_suffix
+from migrator.engine.names import SENTINEL_TABLE, rename_tomb_tables, tomb_db, tomb_suffix
 from migrator.engine.plan import release_maintenance_pause
 from migrator.engine.verify.drainers import CatchUpDrainer
 from migrator.fleet import zk as zk_mod
@@ -193,22 +194,14 @@ def _place_old_tables(old: Host, creds: Credentials, spec: Spec, *, live: bool) 
     Nobody writes them meanwhile: the map routes the shards to the new master
     until a flip back lands, and after it the old master's tables are live."""
     with mysql_connect(old, creds) as conn:
-        parts = []
+        pairs: list[tuple[str, str]] = []
         for db in spec.databases:
-            tomb = tomb_db(spec.id, db)
-            here = {r[0] for r in query(conn, "SELECT TABLE_NAME FROM information_schema.TABLES "
-                                              "WHERE TABLE_SCHEMA = %s", (db,))} - {SENTINEL_TABLE}
-            there = {r[0] for r in query(conn, "SELECT TABLE_NAME FROM information_schema.TABLES "
-                                               "WHERE TABLE_SCHEMA = %s", (tomb,))} - {SENTINEL_TABLE}
+            named, tombstoned, _ = _live_and_tombstoned(conn, spec, db)
+            here, there = named - {SENTINEL_TABLE}, tombstoned - {SENTINEL_TABLE}
             if spec.tables:
                 here, there = here & set(spec.tables), there & set(spec.tables)
-            if live:
-                parts += [f"{qualified(tomb, t)} TO {qualified(db, t)}" for t in sorted(there - here)]
-            else:
-                parts += [f"{qualified(db, t)} TO {qualified(tomb, t)}" for t in sorted(here - there)]
-        if parts:
-            with conn.cursor() as cur:
-                cur.execute(f"{TAG}RENAME TABLE " + ", ".join(parts))
+            pairs += [(db, t) for t in sorted(there - here if live else here - there)]
+        rename_tomb_tables(conn, spec.id, pairs, to_live=live, tag=TAG)
 
 
 def _settle_source_gate(source: Host, creds: Credentials, spec: Spec, *, landed: bool, logged: bool) -> None:
@@ -240,13 +233,22 @@ def _settle_source_gate(source: Host, creds: Credentials, spec: Spec, *, landed:
         gate.close_connection()
 
 
-def _moving_tables(conn: object, spec: Spec) -> list[tuple[str, str]]:
+def _live_and_tombstoned(conn: Any, spec: Spec, db: str) -> tuple[set[str], set[str], list[str]]:
+    """The tables of ``db`` under its live name and in its tombstone schema (as they are on this
+    server), and the moving ones of them: the migration's tables, or every table on either side
+    but the sentinel."""
+    live = {r[0] for r in query(conn, "SELECT TABLE_NAME FROM information_schema.TABLES "
+                                      "WHERE TABLE_SCHEMA = %s", (db,))}
+    dead = {r[0] for r in query(conn, "SELECT TABLE_NAME FROM information_schema.TABLES "
+                                      "WHERE TABLE_SCHEMA = %s", (tomb_db(spec.id, db),))}
+    return live, dead, list(spec.tables) or sorted((live | dead) - {SENTINEL_TABLE})
+
+
+def _moving_tables(conn: Any, spec: Spec) -> list[tuple[str, str]]:
     """The moving (db, table) pairs, whether live or already in the tombstones."""
     out: list[tuple[str, str]] = []
     for db in spec.databases:
-        names = {r[0] for r in query(conn, "SELECT TABLE_NAME FROM information_schema.TABLES "  # type: ignore[arg-type]
-                                           "WHERE TABLE_SCHEMA IN (%s, %s)", (db, tomb_db(spec.id, db)))}
-        out += [(db, t) for t in (list(spec.tables) or sorted(names - {SENTINEL_TABLE}))]
+        out += [(db, t) for t in _live_and_tombstoned(conn, spec, db)[2]]
     return out
 
 
@@ -268,11 +270,7 @@ def _settle_source(source: Host, creds: Credentials, spec: Spec, *, landed: bool
                 cur.execute(f"{TAG}SET SESSION sql_log_bin = 0")
         for db in spec.databases:
             tomb = tomb_db(spec.id, db)
-            live = {r[0] for r in query(conn, "SELECT TABLE_NAME FROM information_schema.TABLES "
-                                              "WHERE TABLE_SCHEMA = %s", (db,))}
-            dead = {r[0] for r in query(conn, "SELECT TABLE_NAME FROM information_schema.TABLES "
-                                              "WHERE TABLE_SCHEMA = %s", (tomb,))}
-            names = list(spec.tables) or sorted((live | dead) - {SENTINEL_TABLE})
+            live, dead, names = _live_and_tombstoned(conn, spec, db)
             moving += [(db, t) for t in names]
             if landed:
                 todo_fence += [Move(db, t, tomb) for t in names if t in live and t not in dead]

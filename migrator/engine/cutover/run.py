@@ -514,17 +514,13 @@ class CutoverRun:
                 return self._flip_on(base)
             except ShardMapConflict as exc:
                 cur = reread_map(self.maps)
-                if attempt + 1 == attempts or not self._ours_unchanged(cur) or not self.watchdog_holds():
+                if attempt + 1 == attempts or not self._ours_unchanged(cur):
                     raise CutoverAborted(
                         f"the shard map changed during the freeze (epoch {self.frozen_epoch} expected): "
                         f"{exc.message} The flip was not made and the source still serves; "
                         "look at `migrator topology history`, then retry the cutover", phase="cutover") from None
                 base = cur
         raise AssertionError("unreachable")
-
-    def watchdog_holds(self) -> bool:
-        """The flip decision is still ours (the watchdog did not undo the freeze)."""
-        return self.watchdog is None or not self.watchdog.fired
 
     def _flip_on(self, base: ShardMap) -> bool:
         assert base.epoch is not None

@@ -298,7 +298,7 @@ def tables_in(conn: Any, db: str) -> set[str]:
 # -- migrator worker processes ------------------------------------------------------------------
 
 class Workers:
-    """``migrator worker`` processes on a queue of their own (each its own process group)."""
+    """``migrator worker`` processes on a queue of their own (each leads its own session)."""
 
     def __init__(self, config_path: Any, log_dir: Any, queue: str | None = None):
         import uuid
@@ -339,18 +339,44 @@ class Workers:
         return "\n".join(f"--- {f.name}\n{f.read_text(errors='replace')[-3000:]}"
                          for f in sorted(Path(self.log_dir).glob("worker-*.log")))
 
-    def stop(self) -> None:
+    @staticmethod
+    def session(sid: int) -> list[Any]:
+        """The live processes of the session ``sid``: a worker started here leads one, and its RQ
+        work-horse stays in it (RQ gives the horse a process group of its own, not a session), even
+        once the worker died and the horse was re-parented. Zombies run nothing and are left out."""
         import os
+
+        import psutil
+
+        out = []
+        for proc in psutil.process_iter():
+            try:
+                if os.getsid(proc.pid) == sid and proc.status() != psutil.STATUS_ZOMBIE:
+                    out.append(proc)
+            except (OSError, psutil.Error):
+                pass  # gone meanwhile
+        return out
+
+    def stop(self) -> None:
+        """kill -9 every worker and its work-horse; then none of their processes may be left."""
         import signal
 
+        import psutil
+
         for p in self.procs:
-            if p.poll() is None:
+            procs = self.session(p.pid)
+            for proc in procs:
                 try:
-                    os.killpg(p.pid, signal.SIGKILL)
-                except ProcessLookupError:
+                    proc.send_signal(signal.SIGKILL)
+                except psutil.NoSuchProcess:
                     pass
-            p.wait(10)
+            if p.poll() is None:
+                p.wait(10)
+            psutil.wait_procs(procs, timeout=10)
+        left = [f"{proc.pid} {proc.cmdline()}" for p in self.procs for proc in self.session(p.pid)
+                if proc.is_running()]
         self.procs = []
+        assert not left, f"worker processes left after stop: {left}"
 
 
 def missing_acks(fleet: Any, acks: dict[tuple[int, int], str]) -> list[tuple[int, int]]:

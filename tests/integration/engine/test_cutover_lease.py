@@ -253,3 +253,32 @@ def test_a_rollback_killed_in_its_flip_back_is_settled(fleet, tmp_path, step, wh
                 assert row is not None and row[0] == data, (shard, lid, row, data)
     finally:
         run.stop()
+
+
+def test_stopping_the_workers_ends_their_work_horses(fleet, tmp_path):
+    """The test workers' stop reaches the RQ work-horse of a running job (a process group of its own)."""
+    import os
+
+    workers = Workers(fleet.config_path, tmp_path).start(1)
+    try:
+        sid = workers.procs[0].pid
+        workers.enqueue(fleet.config, "time.sleep", 120)
+        deadline = time.monotonic() + 60
+
+        def horses():
+            out = []
+            for proc in Workers.session(sid):
+                try:
+                    if os.getpgid(proc.pid) != sid:  # the worker's own forks stay in its group
+                        out.append(proc)
+                except ProcessLookupError:
+                    pass
+            return out
+
+        while not horses():
+            assert time.monotonic() < deadline, workers.logs()
+            time.sleep(0.1)
+        horse = horses()
+    finally:
+        workers.stop()
+    assert not [proc for proc in horse if proc.is_running() and proc.status() != "zombie"]

@@ -121,3 +121,47 @@ def test_rollback_map_conflict_keeps_the_new_master_serving(fleet):
     # and a second attempt, without the interference, rolls back
     rollback(fleet.config, spec.id)
     assert maps.read().master_of(4) == spec.source_master
+
+
+def test_rollback_command_runs_on_workers_and_stops_with_the_verdict(fleet, tmp_path):
+    """``migrator rollback ID`` enqueues and follows: a rollback that gives up exits non-zero at once with the
+    reason and the next step (also in ``migrator status``); run again once fixed, it prints each reverse
+    pass, the freeze and the result."""
+    import json
+
+    from tests.integration.cli_helpers import run_cli
+
+    from .cutover_setup import Workers
+
+    prep = prepare_converged(fleet, (4,), options=Options(freeze_budget_ms=2000))
+    spec = prep.spec
+    cutover(fleet.config, spec.id)
+    tomb = tomb_db(spec.id, "db00004")
+    hide = "_hidden_tombstones"
+    workers = Workers(fleet.config_path, tmp_path).start(1)
+    try:
+        with mysql_connect(prep.source, fleet.credentials) as old, old.cursor() as cur:
+            cur.execute(f"CREATE DATABASE `{hide}`")
+            cur.execute("RENAME TABLE " + ", ".join(f"`{tomb}`.`{t}` TO `{hide}`.`{t}`" for t in SEED_TABLES))
+        res = run_cli("rollback", spec.id, "--queue", workers.queue, config=fleet.config_path, timeout=120)
+        assert res.returncode == 3, (res.stdout, res.stderr, workers.logs())
+        assert "no tombstones" in res.stderr and "next: " in res.stderr, res.stderr
+        st = json.loads(run_cli("status", spec.id, "--json", config=fleet.config_path).stdout)
+        assert st["phase"] == "done" and st["stopped"]["step"] == "rollback", st["stopped"]
+        assert "rollback ID" not in st["stopped"]["next"] and f"rollback {spec.id}" in st["stopped"]["next"]
+        assert prep.store.state(spec.id)[0].rollback_requested is None  # `resume` does not restart it
+
+        with mysql_connect(prep.source, fleet.credentials) as old, old.cursor() as cur:
+            cur.execute("RENAME TABLE " + ", ".join(f"`{hide}`.`{t}` TO `{tomb}`.`{t}`" for t in SEED_TABLES))
+            cur.execute(f"DROP DATABASE `{hide}`")
+        res = run_cli("rollback", spec.id, "--queue", workers.queue, config=fleet.config_path, timeout=180)
+        assert res.returncode == 0, (res.stdout, res.stderr, workers.logs())
+        lines = res.stdout.splitlines()
+        assert any(ln.startswith("reverse pass ") for ln in lines), res.stdout
+        assert "freeze: fenced flip back under way" in lines, res.stdout
+        assert lines[-1].startswith(f"rolled back {spec.id} at epoch "), res.stdout
+    finally:
+        workers.stop()
+    assert ShardMapStore(fleet.zk).read().master_of(4) == spec.source_master
+    st, _ = prep.store.state(spec.id)
+    assert st.phase == Phase.ROLLED_BACK and st.stopped is None
