@@ -14,6 +14,7 @@ operator runs ``migrator cleanup ID`` after the retention.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from migrator.engine import cleanup as cleanup_mod
@@ -72,7 +73,11 @@ def cleanup(migration_id: str, config_path: str | None = None, now: bool = False
         st, _ = MigrationStore(zk).state(migration_id)
     if st.phase not in (Phase.DONE, Phase.ROLLED_BACK):
         return {"migration": migration_id, "skipped": f"phase is {st.phase.value}"}
-    res = cleanup_mod.cleanup(cfg, migration_id, now=now)
+    try:
+        res = cleanup_mod.cleanup(cfg, migration_id, now=now)
+    except cleanup_mod.RollbackUnderWay as exc:  # the tombstones are in use: look again later
+        job = command.schedule_cleanup(cfg, migration_id, at=time.time() + command.ROLLBACK_RECHECK_S)
+        return {"migration": migration_id, "skipped": exc.message, "scheduled": job}
     summary = res.to_dict()
     _meta("cleanup", summary)
     return summary

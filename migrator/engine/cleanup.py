@@ -55,6 +55,11 @@ class RetentionNotOver(CleanupError):
     exit_code = 3
 
 
+class RollbackUnderWay(RetentionNotOver):
+    """A rollback of the migration runs (or was asked for and not settled): its tombstones are in use."""
+
+
+
 @dataclass
 class CleanupResult:
     migration_id: str
@@ -123,6 +128,12 @@ def cleanup(config: Config, migration_id: str, *, now: bool = False,
         if state.phase not in (Phase.DONE, Phase.ROLLED_BACK):
             raise CleanupError(f"migration {migration_id} is {state.phase.value}: only a done or rolled-back "
                                "migration has tombstones to drop", phase="cleanup")
+        if not now and state.phase == Phase.DONE and state.rollback_requested:
+            raise RollbackUnderWay(
+                f"a rollback of {migration_id} is under way (asked for at "
+                f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(state.rollback_requested))}): its reverse "
+                "tail reads the tombstones; cleanup waits for it to end (or run cleanup with --now to drop them "
+                "anyway, which makes the rollback fail)", phase="cleanup")
         if not now and state.cleanup_after is not None and clock() < state.cleanup_after:
             left = state.cleanup_after - clock()
             raise RetentionNotOver(
@@ -167,6 +178,6 @@ def overdue(zk: ZK, *, grace_s: float = 120.0, clock: Callable[[], float] = time
         except MigrationNotFound:
             continue  # deleted meanwhile
         if state.phase in (Phase.DONE, Phase.ROLLED_BACK) and state.cleanup_after is not None \
-                and clock() >= state.cleanup_after + grace_s:
+                and clock() >= state.cleanup_after + grace_s and not state.rollback_requested:
             due.append(mid)
     return due

@@ -435,19 +435,27 @@ def cleanup(config: Config, mid: str, *, now: bool = False) -> dict[str, Any]:
     """Drop the tombstones after the retention; before it, schedule that and return."""
     try:
         return cleanup_mod.cleanup(config, mid, now=now).to_dict()
+    except cleanup_mod.RollbackUnderWay as exc:  # again later: the rollback ends (done or verdict) meanwhile
+        job = schedule_cleanup(config, mid, at=time.time() + ROLLBACK_RECHECK_S)
+        return {"migration": mid, "scheduled": job, "waiting_for": exc.message}
     except cleanup_mod.RetentionNotOver:
         job = schedule_cleanup(config, mid)
         return {"migration": mid, "scheduled": job}
 
 
-def schedule_cleanup(config: Config, mid: str, *, queue: str | None = None) -> str | None:
-    """Enqueue the cleanup job for the end of the retention (needs a worker with the scheduler)."""
+#: a cleanup that found a rollback under way looks again this much later
+ROLLBACK_RECHECK_S = 300.0
+
+
+def schedule_cleanup(config: Config, mid: str, *, queue: str | None = None, at: float | None = None) -> str | None:
+    """Enqueue the cleanup job for the end of the retention, or for ``at`` (needs a worker with the scheduler)."""
     with session(config) as (zk, _):
         st, _ = MigrationStore(zk).state(mid)
         queue = queue or steps.migration_queue(spec_of(zk, mid))
-    if st.cleanup_after is None:
+    when = at if at is not None else st.cleanup_after
+    if when is None:
         return None
-    return steps.enqueue_cleanup_at(_redis(config), mid, st.cleanup_after, _config_path(config), queue).id
+    return steps.enqueue_cleanup_at(_redis(config), mid, when, _config_path(config), queue).id
 
 
 # -- the whole pipeline ---------------------------------------------------------------------------------------

@@ -93,3 +93,22 @@ def test_an_overdue_cleanup_runs_from_the_record_without_its_job(fleet):
     fleet.sandbox.wait_pairs_converged()
     tomb = tomb_db(spec.id, spec.databases[0])
     assert not (Path(fleet.sandbox.state.procs[spec.source_master].datadir) / "data" / tomb).exists()
+
+
+def test_a_cleanup_waits_for_a_rollback_under_way(fleet):
+    """A rollback asked for (its chain reads the tombstones) holds the cleanup, scheduled or overdue,
+    until it ends; ``--now`` still drops them."""
+    from migrator.engine.cleanup import RollbackUnderWay, cleanup, overdue
+
+    prep = prepare_converged(fleet, (6,), options=Options(freeze_budget_ms=2000, retention_s=0))
+    spec = prep.spec
+    cutover(fleet.config, spec.id)
+    prep.store.update(spec.id, lambda s: setattr(s, "rollback_requested", 1.0) or s)
+    assert spec.id not in overdue(fleet.zk, grace_s=0.0)
+    with pytest.raises(RollbackUnderWay, match="rollback of .* is under way"):
+        cleanup(fleet.config, spec.id)
+    assert prep.store.state(spec.id)[0].phase == Phase.DONE  # nothing dropped
+    prep.store.update(spec.id, lambda s: setattr(s, "rollback_requested", None) or s)  # the rollback ended
+    assert spec.id in overdue(fleet.zk, grace_s=0.0)
+    assert cleanup(fleet.config, spec.id).dropped
+    assert prep.store.state(spec.id)[0].phase == Phase.CLEANED
