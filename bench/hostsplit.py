@@ -102,16 +102,16 @@ def main(argv: list[str] | None = None) -> int:
             batches = [(store.spec(m["migration"]), store.state(m["migration"])[0],
                         store.get_progress(m["migration"], "cutover")[0]) for m in rec["moves"]]
             hosts = HostRegistry(zk).all()
-        from tests.faults.harness import compare_moved
+        from tests.faults.harness import compare_moved_batches
 
         times: dict[str, float] = {}
-        moved = 0
         freezes = []
+        first = batches[0][0]
+        moved = len(compare_moved_batches(hosts[first.source_master], hosts[first.target_master], creds,
+                                          [(spec, cut["target_gtid"]) for spec, _, cut in batches]))
         for spec, state, cut in batches:
             for k, v in phase_times(state.history).items():
                 times[k] = times.get(k, 0.0) + v
-            moved += len(compare_moved(hosts[spec.source_master], hosts[spec.target_master], creds, spec,
-                                       cut["target_gtid"]))
             freezes.append(cut["freeze_ms"])
             steps = ", ".join(f"{k} {v:.0f}" for k, v in (cut.get("steps_ms") or {}).items())
             print(f"{spec.id}: {len(spec.shards)} shards, freeze {cut['freeze_ms']:.0f} ms ({steps})")

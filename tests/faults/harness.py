@@ -390,10 +390,10 @@ def restart_host(fleet: Any, name: str, run: FaultRun, down_s: float = 1.0) -> N
 
 # -- binlog and table comparisons ----------------------------------------------------------------
 
-def row_events(host: Host, creds: Any, since: str,
-               keep: Callable[[str, str], bool]) -> list[tuple[str, str, str, list]]:
+def row_events(host: Host, creds: Any, since: str, keep: Callable[[str, str], bool],
+               gtids: list[Any] | None = None) -> list[tuple[str, str, str, list]]:
     """(schema, table, event, rows) of every row event in ``host``'s binlog after ``since`` up to its
-    head now, for which ``keep(schema, table)``."""
+    head now, for which ``keep(schema, table)``; ``gtids`` (if given) gets each one's transaction GTID."""
     from pymysqlreplication import BinLogStreamReader
     from pymysqlreplication.event import MariadbGtidEvent, QueryEvent, XidEvent
     from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
@@ -419,6 +419,8 @@ def row_events(host: Host, creds: Any, since: str,
             elif isinstance(ev, (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)):
                 if keep(ev.schema, ev.table):
                     out.append((ev.schema, ev.table, type(ev).__name__, list(ev.rows)))
+                    if gtids is not None:
+                        gtids.append(pending)
             elif isinstance(ev, XidEvent) or (isinstance(ev, QueryEvent) and ev.query.strip().upper() != "BEGIN"):
                 if pending is not None:
                     seen = seen.with_gtid(pending)
@@ -481,39 +483,55 @@ def _rows(conn: Any, db: str, table: str, pk: list[str]) -> dict[tuple, tuple]:
 
 def compare_moved(source: Host, target: Host, creds: Any, spec: Spec, target_ref: str) -> dict[str, str]:
     """Every moved table: target vs tombstone (see check 2). Returns table -> how it was compared."""
+    return compare_moved_batches(source, target, creds, [(spec, target_ref)])
+
+
+def compare_moved_batches(source: Host, target: Host, creds: Any,
+                          batches: list[tuple[Spec, str]]) -> dict[str, str]:
+    """:func:`compare_moved` for migrations of one source and target (the batches of a split, in the
+    order they flipped): the target's binlog is read once, from the first one's position, and each
+    table counts the keys written after its own migration's position."""
     src = mysql_connect(source, creds)
     dst = mysql_connect(target, creds)
     try:
-        tables = moved_tables(src, spec)
-        assert tables, "no tombstone tables: nothing moved?"
-        expect = set(spec.tables) if spec.tables else None
-        if expect is not None:
-            assert {t for _, t in tables} == expect, (tables, expect)
-        names = {(db, t) for db, t in tables}
-        pks = {(db, t): _pk(dst, db, t) for db, t in tables}
-        touched: dict[tuple[str, str], set[tuple]] = {k: set() for k in names}
-        for db, t, _e, rows in row_events(target, creds, target_ref, lambda s, t: (s, t) in names):
+        ref_of: dict[tuple[str, str], GtidPos] = {}
+        listed = []
+        for spec, ref in batches:
+            tables = moved_tables(src, spec)
+            assert tables, f"no tombstone tables of {spec.id}: nothing moved?"
+            if spec.tables:
+                assert {t for _, t in tables} == set(spec.tables), (tables, spec.tables)
+            ref_of.update({k: GtidPos.parse(ref) for k in tables})
+            listed.append((spec, tables))
+        pks = {k: _pk(dst, *k) for k in ref_of}
+        touched: dict[tuple[str, str], set[tuple]] = {k: set() for k in ref_of}
+        gtids: list[Any] = []
+        events = row_events(target, creds, batches[0][1], lambda s, t: (s, t) in ref_of, gtids)
+        for (db, t, _e, rows), gtid in zip(events, gtids, strict=True):
+            if gtid is not None and ref_of[(db, t)].contains(gtid):
+                continue  # before this table's own flip: the applier's copy of a source write
             pk = pks[(db, t)]
             for row in rows:
                 for img in ("values", "before_values", "after_values"):
                     if img in row:
                         touched[(db, t)].add(tuple(row[img][c] for c in pk))
         how: dict[str, str] = {}
-        for db, t in tables:
-            tomb = tomb_db(spec.id, db)
-            if not touched[(db, t)]:
-                a, b = _checksum(dst, db, t), _checksum(src, tomb, t)
-                assert a == b, f"CHECKSUM TABLE {db}.{t}: target {a} != tombstone {b}"
-                how[f"{db}.{t}"] = "checksum"
-                continue
-            pk = pks[(db, t)]
-            before = _rows(src, tomb, t, pk)
-            after = _rows(dst, db, t, pk)
-            bad = [k for k, row in before.items() if k not in touched[(db, t)] and after.get(k) != row]
-            extra = [k for k in after if k not in before and k not in touched[(db, t)]]
-            assert not bad and not extra, (f"{db}.{t}: {len(bad)} rows differ from the tombstone, {len(extra)} "
-                                           f"unexplained extra rows (first {bad[:3]} {extra[:3]})")
-            how[f"{db}.{t}"] = f"rows ({len(before)} in tombstone, {len(touched[(db, t)])} keys written since)"
+        for spec, tables in listed:
+            for db, t in tables:
+                tomb = tomb_db(spec.id, db)
+                if not touched[(db, t)]:
+                    a, b = _checksum(dst, db, t), _checksum(src, tomb, t)
+                    assert a == b, f"CHECKSUM TABLE {db}.{t}: target {a} != tombstone {b}"
+                    how[f"{db}.{t}"] = "checksum"
+                    continue
+                pk = pks[(db, t)]
+                before = _rows(src, tomb, t, pk)
+                after = _rows(dst, db, t, pk)
+                bad = [k for k, row in before.items() if k not in touched[(db, t)] and after.get(k) != row]
+                extra = [k for k in after if k not in before and k not in touched[(db, t)]]
+                assert not bad and not extra, (f"{db}.{t}: {len(bad)} rows differ from the tombstone, {len(extra)} "
+                                               f"unexplained extra rows (first {bad[:3]} {extra[:3]})")
+                how[f"{db}.{t}"] = f"rows ({len(before)} in tombstone, {len(touched[(db, t)])} keys written since)"
         return how
     finally:
         src.close()

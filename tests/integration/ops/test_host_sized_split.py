@@ -28,7 +28,7 @@ from migrator.ops import command
 from migrator.ops.command import CommandError
 from migrator.ops.rebalance.record import RecordStore
 from tests.conftest import own_sandbox
-from tests.faults.harness import compare_moved
+from tests.faults.harness import compare_moved_batches
 from tests.integration.engine.cutover_setup import gate_leftovers, pair_synced, replicating
 from tests.integration.ops.operator_support import BackgroundLoad
 
@@ -115,8 +115,8 @@ def test_a_split_of_300_tables_runs_as_batched_rename_fenced_cutovers(big_fleet,
         assert cut["freeze_ms"] <= BUDGET_MS, json.dumps(cut)
     load.check()  # nothing acknowledged was lost
     # every moved table equals its tombstone (the source table at its batch's fence)
-    moved = [t for sp, cut in zip(specs, cuts, strict=True)
-             for t in compare_moved(hosts[sp.source_master], hosts[sp.target_master], creds, sp, cut["target_gtid"])]
+    moved = compare_moved_batches(hosts[specs[0].source_master], hosts[specs[0].target_master], creds,
+                                  [(sp, cut["target_gtid"]) for sp, cut in zip(specs, cuts, strict=True)])
     assert len(moved) >= 300, len(moved)
     # the old pair: no passive gate left on either member, replicating both ways
     a = mysql_connect(hosts[specs[0].source_master], creds)
