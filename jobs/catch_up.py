@@ -19,6 +19,7 @@ from typing import Any
 
 from migrator.engine import catch_up
 from migrator.fleet import config as config_mod
+from migrator.ops import command
 from migrator.ops.steps import CATCH_UP_JOB, enqueue_finish, on_failure
 
 #: how long one catch-up job runs passes (one tailer) before it hands over to the next job
@@ -92,20 +93,13 @@ def run_passes(
 def _record_error(cfg: config_mod.Config, migration_id: str, exc: BaseException) -> None:
     """Put the failure in the migration record, where `migrator status ID` shows it (the RQ job's
     traceback is only in Redis). Best effort: the original error is what the job raises."""
-    from migrator.engine.migration import MigrationStore
-    from migrator.fleet import zk as zk_mod
-
     message = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
 
     def change(st: Any) -> Any:
         st.error = f"catch-up: {message}"[:2000]
         return st
 
-    try:
-        with zk_mod.connect(cfg, config_mod.load_credentials(cfg)) as zk:
-            MigrationStore(zk).update(migration_id, change)
-    except Exception:  # noqa: BLE001 - never hide the original error
-        pass
+    command.update_quietly(cfg, migration_id, change)
 
 
 def _paused(cfg: config_mod.Config, migration_id: str) -> bool:

@@ -33,6 +33,7 @@ from migrator.engine.cutover.lease import CutoverRunning
 from migrator.engine.migration import MigrationStore, Phase, State
 from migrator.fleet import config as config_mod
 from migrator.fleet import zk as zk_mod
+from migrator.ops import command
 from migrator.ops.steps import enqueue_rollback
 
 #: how long one rollback job runs reverse passes (one reverse tail) before it hands over to the next job
@@ -116,8 +117,4 @@ def _end_request(cfg: config_mod.Config, migration_id: str, chain: float | None)
             st.rollback_requested = None
         return st
 
-    try:
-        with zk_mod.connect(cfg, config_mod.load_credentials(cfg)) as zk:
-            MigrationStore(zk).update(migration_id, change)
-    except Exception:  # noqa: BLE001 - never hide the original error
-        pass
+    command.update_quietly(cfg, migration_id, change)

@@ -59,6 +59,16 @@ def session(config: Config) -> Iterator[tuple[ZK, Credentials]]:
         zk.close()
 
 
+def update_quietly(config: Config, mid: str, change: Callable[[Any], Any]) -> None:
+    """Change the migration's record, best effort: for a job that is already failing with its own error
+    (which must not be hidden by a ZooKeeper problem here)."""
+    try:
+        with session(config) as (zk, _):
+            MigrationStore(zk).update(mid, change)
+    except Exception:  # noqa: BLE001 - never hide the original error
+        pass
+
+
 def spec_of(zk: ZK, mid: str) -> Spec:
     return MigrationStore(zk).spec(mid)
 
