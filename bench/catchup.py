@@ -108,7 +108,7 @@ def run_tailer(sb: Sandbox, snap: Path, start: str, end: str, want: list[int], l
 
 def run_replica(sb: Sandbox, snap: Path, start: str, end: str, want: list[int], workdir: Path) -> float:
     """Seconds a fresh single-threaded replica takes to apply start -> end."""
-    port = find_base_port(1, start=int(os.environ.get("BENCH_REPLICA_PORT", "45000")))
+    port = find_base_port(1, start=int(os.environ.get("BENCH_REPLICA_PORT", "20000")))
     assert port_free(port)
     d = workdir / f"replica-{port}"
     for sub in ("data", "tmp", "binlog"):
