@@ -26,6 +26,7 @@ from migrator.engine.cutover import cutover
 from migrator.engine.rollback import rollback
 from migrator.engine.verify.run import verify_migration
 from migrator.errors import MigratorError
+from migrator.ops.rebalance import command as rebalance_cmd
 from migrator.ops.steps import enqueue_passes
 
 PASS_COLUMNS = ("number", "events", "duration_s", "apply_rate", "write_rate", "lag_s", "predicted_freeze_ms",
@@ -141,7 +142,8 @@ def register_rollback(app: Any) -> None:
 
     @app.command("rollback")
     def rollback_cmd(
-        migration_id: str = typer.Argument(..., help="The migration id."),
+        migration_id: str = typer.Argument(..., help="The migration id (rb-...: every finished move of a batched "
+                                                      "split or rebalance, last finished first)."),
         queue: str | None = typer.Option(None, "--queue", help="RQ queue (default: the source pair's, which "
                                                                 "`migrator worker` serves)."),
         detach: bool = typer.Option(False, "--detach", help="Enqueue and return; follow with `migrator status ID`."),
@@ -153,44 +155,69 @@ def register_rollback(app: Any) -> None:
         (retrying a stopped attempt), on RQ workers: follows each reverse pass, the freeze and the result, and
         exits non-zero with the verdict and the next step when the rollback gives up."""
         from migrator.cli.main import fail, load_config
-        from migrator.ops import command, watch
+        from migrator.ops import command
 
         try:
             cfg = load_config()
-            if sync:
-                res = rollback(cfg, migration_id, on_pass=lambda p: _show_reverse_pass(asdict(p)))
-                print(f"rolled back {migration_id} at epoch {res.flipped_epoch}: write freeze {res.freeze_ms:.0f} ms")
+            if rebalance_cmd.is_rebalance_id(migration_id):
+                # a batched split (or a rebalance): each finished move rolled back, last finished first
+                mids = rebalance_cmd.to_roll_back(cfg, migration_id)
+                print(f"rolling back {len(mids)} migrations of {migration_id}, last finished first", flush=True)
+                for i, mid in enumerate(mids, 1):
+                    print(f"[{i}/{len(mids)}] {mid}", flush=True)
+                    code = _roll_back_one(cfg, mid, queue=queue, timeout=timeout, sync=sync)
+                    if code:
+                        print(f"{migration_id}: stopped at {mid}; {len(mids) - i} not rolled back "
+                              f"({', '.join(mids[i:]) or 'none'}); run `migrator rollback {migration_id}` again "
+                              "once it is fixed", file=sys.stderr)
+                        raise typer.Exit(code)
                 return
-            out = command.start_rollback(cfg, migration_id, queue=queue)
-            print(f"rollback of {migration_id} enqueued on {out['queue']} (first job {out['job']}); "
-                  "`migrator worker` runs it", flush=True)
-            if detach:
+            if not sync and detach:
+                out = command.start_rollback(cfg, migration_id, queue=queue)
+                print(f"rollback of {migration_id} enqueued on {out['queue']} (first job {out['job']}); "
+                      "`migrator worker` runs it", flush=True)
                 return
-            for kind, ev in watch.rollback_events(cfg, migration_id, out["requested_at"], timeout=timeout):
-                if kind == "pass":
-                    _show_reverse_pass(ev)
-                elif kind == "freeze":
-                    print("freeze: fenced flip back under way", flush=True)
-                elif kind == "attempt":
-                    print(f"attempt stopped before the flip back: {ev.get('outcome')}; more passes, then again",
-                          flush=True)
-                elif kind == "rolled_back":
-                    print(f"rolled back {migration_id} at epoch {ev.get('flipped_epoch')}: write freeze "
-                          f"{ev.get('freeze_ms') or 0:.0f} ms")
-                elif kind == "stopped":
-                    print(f"rollback of {migration_id} stopped: {ev.get('reason')}\nnext: {ev.get('next')}",
-                          file=sys.stderr)
-                    raise typer.Exit(3)
-                elif kind == "ended":
-                    print(f"rollback of {migration_id}: the migration is {ev['phase']} now: {ev.get('error') or ''}",
-                          file=sys.stderr)
-                    raise typer.Exit(1)
-                else:
-                    print(f"still running after {timeout:.0f}s; follow with `migrator status {migration_id}`",
-                          file=sys.stderr)
-                    raise typer.Exit(4)
+            code = _roll_back_one(cfg, migration_id, queue=queue, timeout=timeout, sync=sync)
+            if code:
+                raise typer.Exit(code)
         except MigratorError as exc:
             fail(exc, exc.exit_code)
+
+
+def _roll_back_one(cfg: Any, migration_id: str, *, queue: str | None, timeout: float | None, sync: bool) -> int:
+    """Roll one migration back (on RQ workers, followed; or in this process) and print it; the exit code."""
+    from migrator.ops import command, watch
+
+    if sync:
+        res = rollback(cfg, migration_id, on_pass=lambda p: _show_reverse_pass(asdict(p)))
+        print(f"rolled back {migration_id} at epoch {res.flipped_epoch}: write freeze {res.freeze_ms:.0f} ms")
+        return 0
+    out = command.start_rollback(cfg, migration_id, queue=queue)
+    print(f"rollback of {migration_id} enqueued on {out['queue']} (first job {out['job']}); "
+          "`migrator worker` runs it", flush=True)
+    for kind, ev in watch.rollback_events(cfg, migration_id, out["requested_at"], timeout=timeout):
+        if kind == "pass":
+            _show_reverse_pass(ev)
+        elif kind == "freeze":
+            print("freeze: fenced flip back under way", flush=True)
+        elif kind == "attempt":
+            print(f"attempt stopped before the flip back: {ev.get('outcome')}; more passes, then again", flush=True)
+        elif kind == "rolled_back":
+            print(f"rolled back {migration_id} at epoch {ev.get('flipped_epoch')}: write freeze "
+                  f"{ev.get('freeze_ms') or 0:.0f} ms")
+            return 0
+        elif kind == "stopped":
+            print(f"rollback of {migration_id} stopped: {ev.get('reason')}\nnext: {ev.get('next')}", file=sys.stderr)
+            return 3
+        elif kind == "ended":
+            print(f"rollback of {migration_id}: the migration is {ev['phase']} now: {ev.get('error') or ''}",
+                  file=sys.stderr)
+            return 1
+        else:
+            print(f"still running after {timeout:.0f}s; follow with `migrator status {migration_id}`",
+                  file=sys.stderr)
+            return 4
+    return 0
 
 
 def register_cleanup(app: Any) -> None:

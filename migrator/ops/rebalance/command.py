@@ -314,6 +314,24 @@ def abort(config: Config, rid: str) -> dict[str, Any]:
     return {"rebalance": rid, "aborted": aborted, "left_running": kept}
 
 
+def to_roll_back(config: Config, rid: str) -> list[str]:
+    """The migrations a rollback of ``rid`` runs, last finished first: its finished moves (the batches
+    of a split) whose migration is still done (not rolled back or cleaned up). Refused while a move
+    runs: stop the rebalance first."""
+    with command.session(config) as (zk, _):
+        rec, _ = rec_mod.RecordStore(zk).get(rid)
+        if any(m["state"] == "running" for m in rec["moves"]):
+            raise RebalanceError(f"{rid} still has moves running: `migrator abort {rid}` first (moves past their "
+                                 "flip finish), then roll it back")
+        store = MigrationStore(zk)
+        done = sorted((m for m in rec["moves"] if m["state"] == "done"),
+                      key=lambda m: m.get("finished_at") or 0, reverse=True)
+        out = [m["migration"] for m in done if store.state(m["migration"])[0].phase == Phase.DONE]
+    if not out:
+        raise RebalanceError(f"{rid} has no finished move left to roll back (rolled back or cleaned up already)")
+    return out
+
+
 def status(config: Config, rid: str | None = None) -> dict[str, Any]:
     """Every rebalance's summary, or one rebalance with its moves."""
     with command.session(config) as (zk, _):

@@ -129,3 +129,15 @@ def test_a_split_of_300_tables_runs_as_batched_rename_fenced_cutovers(big_fleet,
     finally:
         a.close()
         b.close()
+
+    # the batched split rolls back as a whole: every batch, last finished first
+    back = subprocess.run([*cli, "rollback", rid, "--sync"], env=env, capture_output=True, text=True, timeout=900)
+    assert back.returncode == 0, back.stdout[-3000:] + back.stderr[-3000:]
+    assert back.stdout.count("rolled back rb-") == len(rec["moves"]), back.stdout
+    with zk_mod.connect(cfg, creds) as zk:
+        smap = ShardMapStore(zk).read()
+        phases = {MigrationStore(zk).state(m["migration"])[0].phase.value for m in rec["moves"]}
+    assert phases == {"rolled_back"}
+    assert all(smap.master_of(s) == specs[0].source_master for s in moved_shards)
+    again = subprocess.run([*cli, "rollback", rid, "--sync"], env=env, capture_output=True, text=True, timeout=300)
+    assert again.returncode != 0 and "no finished move left" in again.stdout + again.stderr
