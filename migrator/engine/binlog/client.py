@@ -29,6 +29,7 @@ pinned exactly in pyproject.toml for that reason.
 from __future__ import annotations
 
 import random
+import select
 import struct
 import zlib
 from collections.abc import Iterator
@@ -170,6 +171,24 @@ class BinlogClient:
             else:
                 body_end = len(data)
             yield Event(etype, ts, sid, flags, data[20:body_end])
+
+    def drained(self) -> bool:
+        """Nothing more has arrived from the master yet: no bytes wait on the dump socket.
+
+        Bytes already read into the connection's buffer are not seen, so this may say
+        True while an event is buffered; it never says False when nothing came. The
+        reader process uses it to send what it holds at once when the master goes
+        quiet, instead of holding it until the next event or heartbeat."""
+        sock = getattr(self.conn, "_sock", None)
+        if sock is None:
+            return True
+        pending = getattr(sock, "pending", None)  # TLS: bytes decrypted but not read
+        if pending is not None and pending():
+            return False
+        try:
+            return not select.select([sock], [], [], 0)[0]
+        except (OSError, ValueError):
+            return True
 
     def close(self) -> None:
         conn = getattr(self, "conn", None)

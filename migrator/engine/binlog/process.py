@@ -56,6 +56,7 @@ def run_reader(spec: ReaderSpec, conn: Any) -> None:
         nchanges = 0
         started = last_tick = time.monotonic()
         polls = 0
+        sent = ""  # the last position sent
         for ev in client.events():
             txn = rd.feed(ev)
             if rd.new_shapes:
@@ -66,14 +67,21 @@ def run_reader(spec: ReaderSpec, conn: Any) -> None:
                 batch.append(txn)
                 nchanges += len(txn.changes) + len(txn.statements)
             now = time.monotonic()
-            if batch and (nchanges >= spec.batch_changes or now - started >= spec.batch_s
+            # the master went quiet (a cutover's fence, a lull): send what is held now, not at the
+            # next event or heartbeat (up to heartbeat_s later: a drain under the fence waited for it)
+            quiet = client.drained()
+            if batch and (nchanges >= spec.batch_changes or now - started >= spec.batch_s or quiet
                           or ev.type == bl.HEARTBEAT or txn is not None and txn.statements):
-                conn.send(("txns", batch, format_pos(rd.position), rd.last_ts))
+                sent = format_pos(rd.position)
+                conn.send(("txns", batch, sent, rd.last_ts))
                 batch, nchanges = [], 0
                 last_tick = now
-            elif not batch and now - last_tick >= spec.tick_s:
-                conn.send(("tick", format_pos(rd.position), rd.last_ts))
-                last_tick = now
+            elif not batch and (now - last_tick >= spec.tick_s or quiet):
+                pos = format_pos(rd.position)
+                if pos != sent or now - last_tick >= spec.tick_s:
+                    sent = pos
+                    conn.send(("tick", pos, rd.last_ts))
+                    last_tick = now
             polls += 1
             if polls >= 512 or ev.type == bl.HEARTBEAT:
                 polls = 0

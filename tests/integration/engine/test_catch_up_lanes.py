@@ -228,3 +228,26 @@ def test_kill_9_with_lanes_at_different_points_of_a_round_then_resume(fleet):
     catch_up.drain_to(fleet.config, spec.id, str(head), timeout=120)
     assert GtidPos.parse(store.get_progress(spec.id, "catchup")[0]["gtid"]).contains(head)
     assert h.compare(fleet, spec) == {}
+
+
+def test_a_quiet_master_does_not_hold_the_last_transactions_until_its_heartbeat(fleet):
+    """Under a cutover's fence the master goes quiet: what the reader holds must come through
+    at once, not with the next event or heartbeat (5 s here; the drain has 2 s)."""
+    _both(fleet, "DROP TABLE IF EXISTS quiet_t", "CREATE TABLE quiet_t (id INT PRIMARY KEY, v INT) ENGINE=InnoDB")
+    hosts = fleet.hosts
+    with h.conn(fleet, h.SOURCE, DB) as c, c.cursor() as cur:
+        start = h.binlog_pos(c)
+        with Tailer(hosts[h.SOURCE], hosts[h.TARGET], fleet.credentials, start=GtidPos.parse(start),
+                    schema_map={DB: DB}, heartbeat_s=5.0) as tailer:
+            tailer.warm()
+            for i in range(3):
+                cur.execute("INSERT INTO quiet_t VALUES (%s, %s)", (i, i))  # a kept transaction last
+                t0 = time.monotonic()
+                tailer.drain_to(h.binlog_pos(c), 2.0)
+                assert time.monotonic() - t0 < 2.0
+                cur.execute("CREATE DATABASE IF NOT EXISTS db_quiet_other")
+                cur.execute("CREATE TABLE IF NOT EXISTS db_quiet_other.t (id INT PRIMARY KEY) ENGINE=InnoDB")
+                cur.execute("REPLACE INTO db_quiet_other.t VALUES (%s)", (i,))  # a transaction not kept last
+                tailer.drain_to(h.binlog_pos(c), 2.0)
+            cur.execute("DROP DATABASE db_quiet_other")
+    _same(fleet, "quiet_t")
