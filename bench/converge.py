@@ -113,8 +113,9 @@ def main() -> None:
         for a in st.get("cutover_attempts") or []:
             steps = ", ".join(f"{k} {v:.0f}" for k, v in (a.get("steps_ms") or {}).items())
             rounds = " / ".join(f"{r['rows']} rows {r['s']:.2f}s" for r in a.get("refresh_rounds") or [])
+            pred = ", ".join(f"{k} {v}" for k, v in (a.get("predicted") or {}).items())
             print(f"cutover attempt: {a.get('outcome')}; freeze {a.get('freeze_ms')} ms ({steps}); "
-                  f"pre-freeze re-check rounds: {rounds}")
+                  f"pre-freeze re-check rounds: {rounds}; predicted: {pred}")
     finally:
         sb.down(purge=True)  # every process of the sandbox, by pid, even when the run failed
         shutil.rmtree(tmp, ignore_errors=True)

@@ -74,6 +74,9 @@ class TailStats:
     first_ts: int = 0  # binlog timestamp of the first kept transaction (0: none)
     last_ts: int = 0
     lanes: int = 0
+    #: seconds until the reader had delivered everything up to the target (the rest is applying it)
+    read_s: float = 0.0
+    t0: float = 0.0
 
     @property
     def events_per_s(self) -> float:
@@ -272,7 +275,7 @@ class Tailer:
         t0 = time.monotonic()
         deadline = None if timeout_s is None else t0 + timeout_s
         want = rd.parse_pos(str(until)) if until is not None else None
-        stats = TailStats(start=self._applied_text, end="", reached=False)
+        stats = TailStats(start=self._applied_text, end="", reached=False, t0=t0)
         rounds = _Rounds()
         try:
             self._loop(want, deadline, rounds, stats, stop)
@@ -299,6 +302,7 @@ class Tailer:
                 if rd.contains(rd.parse_pos(self._applied_text), want):
                     return
                 if rounds.covers(want):
+                    stats.read_s = stats.read_s or time.monotonic() - stats.t0
                     self._settle(rounds, stats)
                     continue
             if deadline is not None and time.monotonic() >= deadline:

@@ -156,7 +156,11 @@ def _cutover(config: Config, zk: ZK, creds: Credentials, migration_id: str, leas
     failure: BaseException | None = None
     try:
         run.prepare()
-        predicted = check_budget(run, state.predicted_freeze_ms)
+        try:
+            predicted = check_budget(run, state.predicted_freeze_ms)
+        except FreezeBudgetExceeded as exc:
+            _record_attempt(store, migration_id, run.attempt(f"refused: {exc.message}"))
+            raise
         run.check_target_standby()
         run.refresh_verified_gtid()
         store.set_phase(migration_id, Phase.CUTOVER, predicted_freeze_ms=predicted)

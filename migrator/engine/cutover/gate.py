@@ -14,6 +14,7 @@ import time
 
 from migrator.engine.cutover.errors import FreezeBudgetExceeded
 from migrator.engine.cutover.run import CutoverRun
+from migrator.fleet.gtid import GtidPos
 from migrator.fleet.mysql import binlog_pos
 from migrator.fleet.mysql import connect as mysql_connect
 
@@ -27,6 +28,12 @@ DRAIN_STEPS = ("drain", "drain_follow_stop")
 #: the rename fence's release of one table (its queued RENAME after the UNLOCK), when this migration has
 #: no earlier attempt (measured: 3.5 ms per table for 150 tables on a 2-core box under the queue load)
 RELEASE_PER_TABLE_MS = 3.5
+
+
+#: how long the tail follows the source before the timed drain: at least the minimum, then until
+#: it has applied what was written while the untimed catch-up ran (at most the maximum)
+FOLLOW_MIN_S = 0.5
+FOLLOW_MAX_S = 5.0
 
 
 def fixed_cost_ms(run: CutoverRun) -> float:
@@ -45,8 +52,9 @@ def fixed_cost_ms(run: CutoverRun) -> float:
 
 
 def predict_freeze_ms(run: CutoverRun) -> float:
-    """The freeze this cutover would make now: a timed drain to the current source head (what
-    the drain under the fence will be, the tail being warm and following) plus the fixed cost.
+    """The freeze this cutover would make now: a timed drain to the current source head after the
+    tail followed the source for a while (what the drain under the fence will be: the follower
+    stopped, then its lag applied) plus the fixed cost.
 
     The drainer is warmed first: starting its reader process is not part of a freeze."""
     warm = getattr(run.drainer, "warm", None)
@@ -57,13 +65,33 @@ def predict_freeze_ms(run: CutoverRun) -> float:
         # first catch up with what was written since the last pass (verify, prepare: seconds of
         # writes the tail will have applied long before the fence), untimed; then time a drain
         # of what came in meanwhile: the lag of a tail that keeps up, which is what the fence waits for
+        t0 = time.monotonic()
         run.drainer.drain_to(binlog_pos(conn), 120)
+        catch_up_ms = (time.monotonic() - t0) * 1000
+        # a drain to a fixed position leaves behind what was written while it ran (seconds of writes
+        # after a verify); the cutover's tail follows the source up to its fence, so let it follow now
+        # for as long as that catch-up took (it applies faster than the source writes), then time the
+        # drain from there: stopping the follower and applying its lag, as under the fence
+        follow = getattr(run.drainer, "follow", None)
+        applied = getattr(run.drainer, "applied", None)
+        if follow is not None and follow():
+            mark = GtidPos.parse(binlog_pos(conn))
+            deadline = time.monotonic() + FOLLOW_MAX_S
+            time.sleep(FOLLOW_MIN_S)
+            while applied is not None and time.monotonic() < deadline and not applied().contains(mark):
+                time.sleep(0.05)
         head = binlog_pos(conn)
     finally:
         conn.close()
     t0 = time.monotonic()
-    run.drainer.drain_to(head, 30)
-    return (time.monotonic() - t0) * 1000 + fixed_cost_ms(run)
+    stats = run.drainer.drain_to(head, 30)
+    drain_ms = (time.monotonic() - t0) * 1000
+    fixed = fixed_cost_ms(run)
+    run.predicted = {"drain_ms": round(drain_ms, 1), "fixed_ms": round(fixed, 1), "catch_up_ms": round(catch_up_ms, 1)}
+    if stats is not None:
+        run.predicted.update(drain_events=stats.events, drain_read_ms=round(stats.read_s * 1000, 1),
+                             drain_rounds=stats.batches, lanes=stats.lanes)
+    return drain_ms + fixed
 
 
 def check_budget(run: CutoverRun, from_passes: float | None) -> float:
@@ -73,7 +101,7 @@ def check_budget(run: CutoverRun, from_passes: float | None) -> float:
     it exceeds the migration's budget."""
     budget = run.spec.options.freeze_budget_ms
     predicted = predict_freeze_ms(run)
-    run.predicted = {"timed_ms": round(predicted, 1), "from_passes_ms": from_passes}
+    run.predicted = {**run.predicted, "timed_ms": round(predicted, 1), "from_passes_ms": from_passes}
     if predicted > budget:
         raise FreezeBudgetExceeded(
             f"predicted freeze {predicted:.0f} ms exceeds the budget of {budget} ms: let catch-up converge "

@@ -96,16 +96,21 @@ class TailDrainer(KeyCollector):
             self._follower = _Follower(self._tailer)
         return True
 
+    def applied(self) -> GtidPos:
+        """What the tail has committed so far (read while it follows, too)."""
+        return self._tailer.applied if self._tailer is not None else GtidPos.parse("")
+
     def stop_following(self) -> None:
         """Stop the background tail (its last round committed); raise what it failed with."""
         follower, self._follower = self._follower, None
         if follower is not None:
             follower.stop()
 
-    def drain_to(self, gtid: str, timeout: float) -> None:
+    def drain_to(self, gtid: str, timeout: float) -> Any:
+        """Apply up to ``gtid``; returns the tail's :class:`~migrator.engine.catch_up.tailer.TailStats`."""
         self.stop_following()
         self.open()
-        self._tailer.drain_to(gtid, timeout)
+        return self._tailer.drain_to(gtid, timeout)
 
     def warm(self) -> None:
         """Start the tail's reader process and apply what is there (before anything is timed)."""
