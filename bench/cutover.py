@@ -40,6 +40,7 @@ import random
 import statistics
 import threading
 import time
+import traceback
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -436,6 +437,7 @@ def main(argv: list[str] | None = None) -> int:
             except Exception as exc:  # a benchmark shows a failure and stops
                 failures.append(f"round {i + 1}: {type(exc).__name__}: {exc}")
                 console.print(f"[red]round {i + 1} failed: {exc}[/red]")
+                console.print(traceback.format_exc(), markup=False, highlight=False)
                 break
             rows.append({"freeze_ms": res["freeze_ms"], "win": win, "res": res, "target": target})
             console.print(f"cutover {i + 1}/{args.rounds} to {target}: freeze {res['freeze_ms']:.0f} ms")

@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 import pymysql
+from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_random
 
 from migrator.engine.catch_up.statements import WHOLE_TABLE
 from migrator.engine.verify.checksums import (
@@ -40,10 +41,35 @@ from migrator.engine.verify.checksums import (
 )
 from migrator.fleet.mysql import ident, qualified, query
 
+#: InnoDB chose this statement as a deadlock victim / gave up waiting for a row lock: the cutover's
+#: tail applies to the same tables while the re-check repairs them, so either can happen
+RETRYABLE = (1213, 1205)
+
+
+def _retryable(exc: BaseException) -> bool:
+    return isinstance(exc, pymysql.err.OperationalError) and bool(exc.args) and exc.args[0] in RETRYABLE
+
 
 def repair_rows(src: pymysql.connections.Connection, dst: pymysql.connections.Connection,
                 s_t: TableInfo, d_t: TableInfo, diffs: Sequence[RowDiff], batch: int = 200) -> int:
-    """Re-copy ``diffs``: REPLACE the source image, DELETE rows the source lacks."""
+    """Re-copy ``diffs``: REPLACE the source image, DELETE rows the source lacks.
+
+    A deadlock or lock wait timeout on the target (a tail applying beside it) rolls back and
+    repeats the whole repair: it re-reads the source rows, so repeating it is harmless."""
+    for attempt in Retrying(stop=stop_after_attempt(5), wait=wait_random(0.01, 0.1),
+                            retry=retry_if_exception(_retryable), reraise=True):
+        with attempt:
+            try:
+                return _repair_rows_once(src, dst, s_t, d_t, diffs, batch)
+            except pymysql.err.OperationalError as exc:
+                if _retryable(exc) and not dst.get_autocommit():
+                    dst.rollback()
+                raise
+    raise AssertionError("unreachable")
+
+
+def _repair_rows_once(src: pymysql.connections.Connection, dst: pymysql.connections.Connection,
+                      s_t: TableInfo, d_t: TableInfo, diffs: Sequence[RowDiff], batch: int) -> int:
     if not diffs:
         return 0
     copy_keys = [d.key for d in diffs if d.kind != "extra_on_target"]

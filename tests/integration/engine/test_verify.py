@@ -103,3 +103,41 @@ def test_verify_during_catch_up_waits_for_the_workers_checkpoint(fleet):
     worker.join(30)
     assert time.monotonic() - t0 >= 0.9  # it waited for the worker
     assert report.ok and not report.differing_rows and not report.mismatched_chunks
+
+
+def test_a_repair_that_meets_a_row_lock_on_the_target_retries(fleet):
+    """The cutover's tail applies beside the re-check's repair: a deadlock or lock wait timeout on
+    the target repeats the repair instead of failing the cutover."""
+    import threading
+
+    from migrator.engine.verify.checksums import Side, table_info
+    from migrator.engine.verify.repair import check_rows
+
+    from .catchup_helpers import SOURCE, TARGET, conn
+
+    db = "db00002"
+    for host in (SOURCE, TARGET):
+        with conn(fleet, host) as c, c.cursor() as cur:
+            cur.execute(f"CREATE DATABASE IF NOT EXISTS `{db}`")
+            cur.execute(f"DROP TABLE IF EXISTS `{db}`.repair_lock_t")
+            cur.execute(f"CREATE TABLE `{db}`.repair_lock_t (id INT PRIMARY KEY, v INT) ENGINE=InnoDB")
+            cur.execute(f"INSERT INTO `{db}`.repair_lock_t VALUES (1, {1 if host == SOURCE else 0}), (2, 2)")
+    with conn(fleet, SOURCE) as src, conn(fleet, TARGET) as dst, conn(fleet, TARGET, autocommit=False) as blocker:
+        with dst.cursor() as cur:
+            cur.execute("SET SESSION innodb_lock_wait_timeout = 1")
+        with blocker.cursor() as cur:
+            cur.execute(f"SELECT * FROM `{db}`.repair_lock_t WHERE id = 1 FOR UPDATE")
+        timer = threading.Timer(1.5, blocker.rollback)  # the lock outlives the first attempt only
+        timer.start()
+        try:
+            t = table_info(src, db, "repair_lock_t")
+            diffs, fixed = check_rows(Side(src), Side(dst), t, [(1,), (2,)], repair=True)
+        finally:
+            timer.join()
+        assert [d.key for d in diffs] == [(1,)] and fixed == 1
+        with dst.cursor() as cur:
+            cur.execute(f"SELECT v FROM `{db}`.repair_lock_t WHERE id = 1")
+            assert cur.fetchone()[0] == 1
+            cur.execute(f"DROP TABLE `{db}`.repair_lock_t")
+        with src.cursor() as cur:
+            cur.execute(f"DROP TABLE `{db}`.repair_lock_t")
