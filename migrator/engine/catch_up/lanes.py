@@ -148,6 +148,10 @@ class Lane:
             self._conn = conn
         return self._conn
 
+    @property
+    def busy(self) -> bool:
+        return self._busy
+
     def give(self, part: Part) -> None:
         with self._cv:
             self._work = part
@@ -354,6 +358,10 @@ class LaneSet:
             self._inflight_cut_by_size = cut_by_size
         self.parts = [Part() for _ in range(self.pacer.lanes)]
         self.rows = 0
+
+    def busy(self) -> bool:
+        """A round is in flight and some lane is still writing it (never blocks)."""
+        return self._inflight and any(lane.busy for lane in self._lanes)
 
     def wait(self) -> bool:
         """Wait for the round in flight; True if one was in flight (and is now committed)."""

@@ -50,6 +50,10 @@ from migrator.fleet.mysql import binlog_pos, ident
 log = logging.getLogger(__name__)
 
 
+#: a transaction this recent (binlog timestamp, seconds) means the tail is at the source's head
+NEAR_HEAD_S = 2.0
+
+
 class CatchUpError(MigratorError):
     component = "catch_up"
 
@@ -123,13 +127,16 @@ class Tailer:
     def __init__(self, source: Host, target: Host, credentials: Credentials, *, start: GtidPos,
                  schema_map: Mapping[str, str], tables: Iterable[str] | None = None,
                  on_checkpoint: Callable[[GtidPos], None] | None = None, pacer: Pacer | None = None,
-                 idle_checkpoint_s: float = 1.0, heartbeat_s: float = 0.25):
+                 idle_checkpoint_s: float = 1.0, heartbeat_s: float = 0.25, checkpoint_every_s: float = 0.5):
         self.source = source
         self.target = target
         self.schema_map = dict(schema_map)
         self.tables = set(tables) if tables else None
         self.on_checkpoint = on_checkpoint
         self.idle_checkpoint_s = idle_checkpoint_s
+        self.checkpoint_every_s = checkpoint_every_s
+        self._saved_text = str(start)  # the last position handed to on_checkpoint
+        self._saved_at = 0.0
         self._credentials = credentials
         self.applied = start
         self._applied_text = str(start)
@@ -262,8 +269,20 @@ class Tailer:
         self._applied_text = pos
         self.applied = GtidPos.parse(pos)
         self._last_checkpoint_at = time.monotonic()
-        if self.on_checkpoint is not None:
-            self.on_checkpoint(self.applied)
+        self._save()
+
+    def _save(self, *, force: bool = False) -> None:
+        """Hand the committed position to ``on_checkpoint`` (a ZooKeeper write): at most every
+        ``checkpoint_every_s`` while the tail runs, and always when an apply call ends. A crash
+        replays from the last saved position, which the idempotent apply makes harmless; saving
+        every round cost a synchronous ZooKeeper write (an fsync on its side) per round."""
+        if self.on_checkpoint is None or self._saved_text == self._applied_text:
+            return
+        now = time.monotonic()
+        if not force and now - self._saved_at < self.checkpoint_every_s:
+            return
+        self.on_checkpoint(self.applied)
+        self._saved_text, self._saved_at = self._applied_text, now
 
     def apply_until(self, until: GtidPos | None, *, timeout_s: float | None = None,
                     stop: threading.Event | None = None) -> TailStats:
@@ -280,6 +299,7 @@ class Tailer:
         try:
             self._loop(want, deadline, rounds, stats, stop)
             self._settle(rounds, stats)
+            self._save(force=True)
         except BaseException:
             try:
                 self.lanes.wait()
@@ -316,6 +336,7 @@ class Tailer:
                     # quiet: commit what we have, so the checkpoint follows the reader
                     if lanes.pending() or rounds.collect_pos is not None or rounds.inflight_pos is not None:
                         self._settle(rounds, stats)
+                    self._save()
                 continue
             txns, pos, last_ts = self._pending.pop(0)
             stats.last_ts = last_ts or stats.last_ts
@@ -337,7 +358,12 @@ class Tailer:
                     self._barrier(txn, pos, rounds, stats)
             rounds.collect_pos = pos
             cut = lanes.pending() >= lanes.pacer.round_rows
-            if cut or time.monotonic() - rounds.started >= lanes.pacer.round_target_ms / 1000:
+            # at the source's head (its last transaction is from the last seconds), the lanes idle and
+            # the reader with nothing more yet: send the round now, so the tail's lag is one commit,
+            # not a round's collection time. Not in a backlog: there small rounds cost throughput
+            idle = (last_ts and time.time() - last_ts < NEAR_HEAD_S and not lanes.busy() and not self._pending
+                    and not self._pipe.poll(0))
+            if cut or idle or time.monotonic() - rounds.started >= lanes.pacer.round_target_ms / 1000:
                 self._submit(rounds, stats, cut_by_size=cut)
                 rounds.started = time.monotonic()
 
@@ -354,6 +380,7 @@ class Tailer:
             before[txn.gtid.domain] = txn.prev
         rounds.collect_pos = rd.format_pos(before)
         self._settle(rounds, stats)
+        self._save(force=True)  # a crash after the statement never replays rows from before it
         for st in txn.statements:
             if apply_statement(self._statement_conn(), st, set(self.schema_map), self.tables,
                                self.target_schema, source_definitions(self._source)) != "ignored":

@@ -103,7 +103,12 @@ def check_budget(run: CutoverRun, from_passes: float | None) -> float:
     predicted = predict_freeze_ms(run)
     run.predicted = {**run.predicted, "timed_ms": round(predicted, 1), "from_passes_ms": from_passes}
     if predicted > budget:
+        p = run.predicted
+        parts = ""
+        if "drain_ms" in p:
+            parts = (f" (a drain of {p['drain_ms']:.0f} ms for {p.get('drain_events', '?')} row changes the tail "
+                     f"lagged behind, plus {p['fixed_ms']:.0f} ms for the freeze's other steps)")
         raise FreezeBudgetExceeded(
-            f"predicted freeze {predicted:.0f} ms exceeds the budget of {budget} ms: let catch-up converge "
+            f"predicted freeze {predicted:.0f} ms{parts} exceeds the budget of {budget} ms: let catch-up converge "
             "further (lower write load) or raise freeze_budget_ms", phase="cutover")
     return predicted
