@@ -358,11 +358,15 @@ class Tailer:
                     self._barrier(txn, pos, rounds, stats)
             rounds.collect_pos = pos
             cut = lanes.pending() >= lanes.pacer.round_rows
-            # at the source's head (its last transaction is from the last seconds), the lanes idle and
-            # the reader with nothing more yet: send the round now, so the tail's lag is one commit,
-            # not a round's collection time. Not in a backlog: there small rounds cost throughput
-            idle = (last_ts and time.time() - last_ts < NEAR_HEAD_S and not lanes.busy() and not self._pending
-                    and not self._pipe.poll(0))
+            if not cut and lanes.busy():
+                # the round in flight is still being written: keep reading and collecting (the reader
+                # must not wait on a full pipe, or the tail falls behind the source by a whole commit
+                # plus what piled up meanwhile); only a round at its size limit waits for the lanes
+                continue
+            # at the source's head (its last transaction is from the last seconds) with the reader holding
+            # nothing more yet: send the round now, so the tail's lag is one commit, not a round's
+            # collection time. Not in a backlog: there small rounds cost throughput
+            idle = last_ts and time.time() - last_ts < NEAR_HEAD_S and not self._pending and not self._pipe.poll(0)
             if cut or idle or time.monotonic() - rounds.started >= lanes.pacer.round_target_ms / 1000:
                 self._submit(rounds, stats, cut_by_size=cut)
                 rounds.started = time.monotonic()

@@ -30,10 +30,12 @@ DRAIN_STEPS = ("drain", "drain_follow_stop")
 RELEASE_PER_TABLE_MS = 3.5
 
 
-#: how long the tail follows the source before the timed drain: at least the minimum, then until
-#: it has applied what was written while the untimed catch-up ran (at most the maximum)
+#: how long the tail follows the source before the timed drain: at least the minimum, then until it
+#: reaches a fresh head within the steady time (it has caught up with what the untimed catch-up left
+#: behind), at most the maximum
 FOLLOW_MIN_S = 0.5
 FOLLOW_MAX_S = 5.0
+FOLLOW_STEADY_S = 0.1
 
 
 def fixed_cost_ms(run: CutoverRun) -> float:
@@ -75,11 +77,16 @@ def predict_freeze_ms(run: CutoverRun) -> float:
         follow = getattr(run.drainer, "follow", None)
         applied = getattr(run.drainer, "applied", None)
         if follow is not None and follow():
-            mark = GtidPos.parse(binlog_pos(conn))
             deadline = time.monotonic() + FOLLOW_MAX_S
             time.sleep(FOLLOW_MIN_S)
-            while applied is not None and time.monotonic() < deadline and not applied().contains(mark):
-                time.sleep(0.05)
+            while applied is not None and time.monotonic() < deadline:
+                # until the tail reaches a head within FOLLOW_STEADY_S: it has caught up with what
+                # piled up meanwhile and follows at its steady lag (each step is shorter, as passes are)
+                mark, t = GtidPos.parse(binlog_pos(conn)), time.monotonic()
+                while time.monotonic() < deadline and not applied().contains(mark):
+                    time.sleep(0.01)
+                if time.monotonic() - t < FOLLOW_STEADY_S:
+                    break
         head = binlog_pos(conn)
     finally:
         conn.close()
