@@ -44,8 +44,13 @@ def sysbench_dir(host: Any, creds: Any) -> str | None:
         raise ConfigError(f"sysbench reaches {host.name} over TLS only with mysql.tls ca, cert and key set")
     files = {"cacert.pem": tls.ca, "client-cert.pem": tls.cert, "client-key.pem": tls.key or tls.cert}
     tag = hashlib.sha256(repr(sorted(files.items())).encode()).hexdigest()[:12]
-    d = Path(tempfile.gettempdir()) / f"migrator-sysbench-tls-{os.getuid()}-{tag}"
-    d.mkdir(mode=0o700, exist_ok=True)
+    # beside the CA (a sandbox's TLS files live in its directory, so these go when it is removed)
+    d = Path(tls.ca).parent / f"sysbench-tls-{tag}"
+    try:
+        d.mkdir(mode=0o700, exist_ok=True)
+    except OSError:  # not writable there: the temporary directory, left for the next run to reuse
+        d = Path(tempfile.gettempdir()) / f"migrator-sysbench-tls-{os.getuid()}-{tag}"
+        d.mkdir(mode=0o700, exist_ok=True)
     for name, target in files.items():
         link = d / name
         if not link.is_symlink() or os.readlink(link) != str(target):

@@ -35,6 +35,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from migrator.engine.cutover.fence import MAX_TABLES
+from migrator.engine.names import SENTINEL_TABLE
 from migrator.fleet.ids import shard_db
 from migrator.fleet.mysql import query, tag
 from migrator.ops.rebalance.record import migration_id
@@ -66,7 +67,7 @@ def count_tables(conn: Any, shards: Iterable[int]) -> dict[int, tuple[int, int]]
         for db, n, nbytes in query(
                 conn, f"{TAG}SELECT TABLE_SCHEMA, COUNT(*), COALESCE(SUM(DATA_LENGTH + INDEX_LENGTH), 0) "
                       f"FROM information_schema.TABLES WHERE TABLE_SCHEMA IN ({marks}) AND TABLE_TYPE = 'BASE TABLE' "
-                      "AND TABLE_NAME <> '_migrator_sentinel' GROUP BY TABLE_SCHEMA", part):
+                      "AND TABLE_NAME <> %s GROUP BY TABLE_SCHEMA", [*part, SENTINEL_TABLE]):
             out[dbs[db]] = (int(n), int(nbytes))
     return out
 
