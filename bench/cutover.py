@@ -1,7 +1,7 @@
 """Benchmark: the write freeze of a cutover under a background write load.
 
     python -m bench.cutover [--rounds 50] [--dir /tmp/migrator-bench-cutover] [--queue-rate 300]
-                            [--sysbench-rate 300] [--rate 50]
+                            [--sysbench-rate 300] [--rate 50] [--attempts 10]
 
 Not a test. Starts (or reuses) a sandbox fleet in ``--dir``, makes a fresh
 ZooKeeper root, and moves the same shards back and forth between pair 1 and
@@ -397,6 +397,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="how the source master is fenced (the migration option)")
     ap.add_argument("--dir", default="/tmp/migrator-bench-cutover", help="sandbox directory (started if not running)")
     ap.add_argument("--down", action="store_true", help="stop the sandbox at the end")
+    ap.add_argument("--attempts", type=int, default=10,
+                    help="cutover attempts per round (a refused or aborted one is retried after a catch-up pass)")
     args = ap.parse_args(argv)
     console = Console(width=150)
 
@@ -433,7 +435,7 @@ def main(argv: list[str] | None = None) -> int:
             target = spare if i % 2 == 0 else pair1
             win: dict[str, float] = {}
             try:
-                mid, res = move(cfg, target, win, aborts, fence=args.fence)
+                mid, res = move(cfg, target, win, aborts, attempts=args.attempts, fence=args.fence)
             except Exception as exc:  # a benchmark shows a failure and stops
                 failures.append(f"round {i + 1}: {type(exc).__name__}: {exc}")
                 console.print(f"[red]round {i + 1} failed: {exc}[/red]")
