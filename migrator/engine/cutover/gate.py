@@ -65,15 +65,14 @@ def predict_freeze_ms(run: CutoverRun) -> float:
     conn = mysql_connect(run.source, run.creds)
     try:
         # first catch up with what was written since the last pass (verify, prepare: seconds of
-        # writes the tail will have applied long before the fence), untimed; then time a drain
-        # of what came in meanwhile: the lag of a tail that keeps up, which is what the fence waits for
+        # writes the tail will have applied long before the fence), untimed
         t0 = time.monotonic()
         run.drainer.drain_to(binlog_pos(conn), 120)
         catch_up_ms = (time.monotonic() - t0) * 1000
         # a drain to a fixed position leaves behind what was written while it ran (seconds of writes
         # after a verify); the cutover's tail follows the source up to its fence, so let it follow now
-        # for as long as that catch-up took (it applies faster than the source writes), then time the
-        # drain from there: stopping the follower and applying its lag, as under the fence
+        # until it keeps up, then time the drain from there: stopping the follower and applying its
+        # lag, as under the fence
         follow = getattr(run.drainer, "follow", None)
         applied = getattr(run.drainer, "applied", None)
         if follow is not None and follow():
