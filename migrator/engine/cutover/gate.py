@@ -36,6 +36,9 @@ RELEASE_PER_TABLE_MS = 3.5
 FOLLOW_MIN_S = 0.5
 FOLLOW_MAX_S = 5.0
 FOLLOW_STEADY_S = 0.1
+#: timed drains taken (the median counts) and how long the tail follows between two
+DRAIN_SAMPLES = 3
+SAMPLE_GAP_S = 0.2
 
 
 def fixed_cost_ms(run: CutoverRun) -> float:
@@ -86,14 +89,24 @@ def predict_freeze_ms(run: CutoverRun) -> float:
                     time.sleep(0.01)
                 if time.monotonic() - t < FOLLOW_STEADY_S:
                     break
-        head = binlog_pos(conn)
+        # the median of a few timed drains, the tail following between them: one drain can meet a
+        # lane's deadlock retry or a slow commit (seen: 258 ms for 78 row changes, then a freeze whose drain
+        # took 37 ms)
+        samples = []
+        for k in range(DRAIN_SAMPLES):
+            if k and follow is not None and follow():
+                time.sleep(SAMPLE_GAP_S)
+            head = binlog_pos(conn)
+            t0 = time.monotonic()
+            got = run.drainer.drain_to(head, 30)
+            samples.append(((time.monotonic() - t0) * 1000, got))
     finally:
         conn.close()
-    t0 = time.monotonic()
-    stats = run.drainer.drain_to(head, 30)
-    drain_ms = (time.monotonic() - t0) * 1000
+    samples.sort(key=lambda x: x[0])
+    drain_ms, stats = samples[len(samples) // 2]
     fixed = fixed_cost_ms(run)
-    run.predicted = {"drain_ms": round(drain_ms, 1), "fixed_ms": round(fixed, 1), "catch_up_ms": round(catch_up_ms, 1)}
+    run.predicted = {"drain_ms": round(drain_ms, 1), "fixed_ms": round(fixed, 1), "catch_up_ms": round(catch_up_ms, 1),
+                     "drain_samples_ms": [round(ms, 1) for ms, _ in samples]}
     if stats is not None:
         run.predicted.update(drain_events=stats.events, drain_read_ms=round(stats.read_s * 1000, 1),
                              drain_rounds=stats.batches, lanes=stats.lanes)
