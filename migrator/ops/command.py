@@ -32,6 +32,8 @@ from migrator.errors import MigratorError
 from migrator.fleet import config as config_mod
 from migrator.fleet import zk as zk_mod
 from migrator.fleet.config import Config, Credentials
+from migrator.fleet.mysql import connect as mysql_connect
+from migrator.fleet.shard_map import HostRegistry
 from migrator.fleet.zk import ZK
 from migrator.ops import steps
 from migrator.ops.rebalance import batches as batches_mod
@@ -107,9 +109,6 @@ def plan_batches(zk: ZK, creds: Credentials, spec: Spec) -> list[dict[str, Any]]
     """The batches of a move too big for one rename fence (:mod:`migrator.ops.rebalance.batches`), else None."""
     if spec.kind != "shards" or spec.options.fence == "gate":
         return None
-    from migrator.fleet.mysql import connect as mysql_connect
-    from migrator.fleet.shard_map import HostRegistry
-
     with mysql_connect(HostRegistry(zk).get(spec.source_master), creds) as conn:
         counts = batches_mod.count_tables(conn, spec.shards)
     tables = {s: n for s, (n, _) in counts.items()}
