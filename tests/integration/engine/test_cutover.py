@@ -9,7 +9,7 @@ import pytest
 from migrator.engine.cutover import cutover
 from migrator.engine.cutover.errors import CutoverAborted, FreezeBudgetExceeded, NotConverged
 from migrator.engine.cutover.hooks import CutoverHooks
-from migrator.engine.migration import Options, Phase
+from migrator.engine.migration import MigrationStore, Options, Phase
 from migrator.engine.names import tomb_db
 from migrator.fleet.mysql import connect as mysql_connect
 from migrator.fleet.router import ShardRouter
@@ -190,9 +190,16 @@ def test_predicted_freeze_over_budget_refuses(fleet):
     # and no freeze fits in 1 ms
     prep = prepare_converged(fleet, (5,), options=Options(freeze_budget_ms=1))
     epoch = ShardMapStore(fleet.zk).read().epoch
-    with pytest.raises(FreezeBudgetExceeded, match="predicted freeze"):
+    with pytest.raises(FreezeBudgetExceeded, match=r"predicted freeze \d+ ms \(a drain of \d+ ms"):
         cutover(fleet.config, prep.spec.id)
     assert ShardMapStore(fleet.zk).read().epoch == epoch
+    # the refusal is in the record with what the prediction was made of (no freeze: nothing was frozen)
+    node, _ = MigrationStore(fleet.zk).get_progress(prep.spec.id, "cutover_attempts")
+    refused = node["attempts"][-1]
+    assert refused["outcome"].startswith("refused: predicted freeze") and refused["freeze_ms"] is None
+    p = refused["predicted"]
+    assert len(p["drain_samples_ms"]) == 3 and p["drain_ms"] == sorted(p["drain_samples_ms"])[1]
+    assert p["timed_ms"] == pytest.approx(p["drain_ms"] + p["fixed_ms"], abs=0.2)
     with mysql_connect(prep.source, fleet.credentials) as c, c.cursor() as cur:
         cur.execute("SELECT COUNT(*) FROM db00005.pins")
         assert cur.fetchone()[0] > 0
