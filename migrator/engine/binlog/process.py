@@ -57,6 +57,7 @@ def run_reader(spec: ReaderSpec, conn: Any) -> None:
         started = last_tick = time.monotonic()
         polls = 0
         sent = ""  # the last position sent
+        ended = 0  # transactions read when the dump socket was last looked at
         for ev in client.events():
             txn = rd.feed(ev)
             if rd.new_shapes:
@@ -67,9 +68,13 @@ def run_reader(spec: ReaderSpec, conn: Any) -> None:
                 batch.append(txn)
                 nchanges += len(txn.changes) + len(txn.statements)
             now = time.monotonic()
-            # the master went quiet (a cutover's fence, a lull): send what is held now, not at the
-            # next event or heartbeat (up to heartbeat_s later: a drain under the fence waited for it)
-            quiet = client.drained()
+            # the master went quiet after a transaction (a cutover's fence, a lull): send what is held
+            # now, not at the next event or heartbeat (up to heartbeat_s later: a drain under the fence
+            # waited for it). Looked at once per transaction, not per row event
+            quiet = False
+            if rd.transactions_read != ended:
+                ended = rd.transactions_read
+                quiet = client.drained()
             if batch and (nchanges >= spec.batch_changes or now - started >= spec.batch_s or quiet
                           or ev.type == bl.HEARTBEAT or txn is not None and txn.statements):
                 sent = format_pos(rd.position)

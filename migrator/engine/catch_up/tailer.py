@@ -80,7 +80,6 @@ class TailStats:
     lanes: int = 0
     #: seconds until the reader had delivered everything up to the target (the rest is applying it)
     read_s: float = 0.0
-    t0: float = 0.0
 
     @property
     def events_per_s(self) -> float:
@@ -294,10 +293,10 @@ class Tailer:
         t0 = time.monotonic()
         deadline = None if timeout_s is None else t0 + timeout_s
         want = rd.parse_pos(str(until)) if until is not None else None
-        stats = TailStats(start=self._applied_text, end="", reached=False, t0=t0)
+        stats = TailStats(start=self._applied_text, end="", reached=False)
         rounds = _Rounds()
         try:
-            self._loop(want, deadline, rounds, stats, stop)
+            self._loop(want, deadline, rounds, stats, stop, t0)
             self._settle(rounds, stats)
             self._save(force=True)
         except BaseException:
@@ -313,7 +312,7 @@ class Tailer:
         return stats
 
     def _loop(self, want: dict[int, rd.Gtid] | None, deadline: float | None, rounds: _Rounds,
-              stats: TailStats, stop: threading.Event | None = None) -> None:
+              stats: TailStats, stop: threading.Event | None, t0: float) -> None:
         lanes = self.lanes
         while True:
             if stop is not None and stop.is_set():
@@ -322,7 +321,7 @@ class Tailer:
                 if rd.contains(rd.parse_pos(self._applied_text), want):
                     return
                 if rounds.covers(want):
-                    stats.read_s = stats.read_s or time.monotonic() - stats.t0
+                    stats.read_s = stats.read_s or time.monotonic() - t0
                     self._settle(rounds, stats)
                     continue
             if deadline is not None and time.monotonic() >= deadline:

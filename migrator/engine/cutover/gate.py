@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from typing import Any
 
 from migrator.engine.cutover.errors import FreezeBudgetExceeded
 from migrator.engine.cutover.run import CutoverRun
@@ -56,6 +57,21 @@ def fixed_cost_ms(run: CutoverRun) -> float:
     return FIXED_FREEZE_MS + release
 
 
+def _follow_until_steady(run: CutoverRun, conn: Any) -> None:
+    """With the tail following: wait at least :data:`FOLLOW_MIN_S`, then until it reaches a fresh
+    head within :data:`FOLLOW_STEADY_S` (it has caught up with what piled up meanwhile and follows at
+    its steady lag; each step is shorter, as passes are), at most :data:`FOLLOW_MAX_S`."""
+    applied = getattr(run.drainer, "applied", None)
+    deadline = time.monotonic() + FOLLOW_MAX_S
+    time.sleep(FOLLOW_MIN_S)
+    while applied is not None and time.monotonic() < deadline:
+        mark, t = GtidPos.parse(binlog_pos(conn)), time.monotonic()
+        while time.monotonic() < deadline and not applied().contains(mark):
+            time.sleep(0.01)
+        if time.monotonic() - t < FOLLOW_STEADY_S:
+            return
+
+
 def predict_freeze_ms(run: CutoverRun) -> float:
     """The freeze this cutover would make now: a timed drain to the current source head after the
     tail followed the source for a while (what the drain under the fence will be: the follower
@@ -77,18 +93,8 @@ def predict_freeze_ms(run: CutoverRun) -> float:
         # until it keeps up, then time the drain from there: stopping the follower and applying its
         # lag, as under the fence
         follow = getattr(run.drainer, "follow", None)
-        applied = getattr(run.drainer, "applied", None)
         if follow is not None and follow():
-            deadline = time.monotonic() + FOLLOW_MAX_S
-            time.sleep(FOLLOW_MIN_S)
-            while applied is not None and time.monotonic() < deadline:
-                # until the tail reaches a head within FOLLOW_STEADY_S: it has caught up with what
-                # piled up meanwhile and follows at its steady lag (each step is shorter, as passes are)
-                mark, t = GtidPos.parse(binlog_pos(conn)), time.monotonic()
-                while time.monotonic() < deadline and not applied().contains(mark):
-                    time.sleep(0.01)
-                if time.monotonic() - t < FOLLOW_STEADY_S:
-                    break
+            _follow_until_steady(run, conn)
         # the median of a few timed drains, the tail following between them: one drain can meet a
         # lane's deadlock retry or a slow commit (seen: 258 ms for 78 row changes, then a freeze whose drain
         # took 37 ms)
