@@ -184,7 +184,10 @@ def test_kill_9_with_lanes_at_different_points_of_a_round_then_resume(fleet):
     start = catch_up.copy_start(store, spec.id)[0]
     rnd = random.Random(SEED)
     with h.conn(fleet, h.SOURCE) as c, c.cursor() as cur:
-        for i in range(3000):  # single-row transactions spread over many keys: every lane gets a part
+        # single-row transactions spread over many keys: every lane gets a part. Enough for three rounds
+        # of 2,000 rows: the checkpoint is saved at most every 0.5 s, so a round must still follow the
+        # first save for the kill to land mid-round between two saved checkpoints
+        for i in range(6000):
             db = f"db{h.MOVING[i % 2]:05d}"
             cur.execute(f"INSERT INTO `{db}`.jobs (state, updated_at, body) VALUES (0, '2020-01-03', %s)",
                         (rnd.randbytes(20),))
