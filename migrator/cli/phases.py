@@ -236,3 +236,6 @@ def register_cleanup(app: Any) -> None:
             return
         print(f"dropped {len(res.dropped)} schemas ({res.bytes_freed / 1e6:.1f} MB): {', '.join(res.dropped) or '-'}; "
               f"released {res.released_locks} shard locks, {res.released_pauses} maintenance pauses")
+        for lag in res.standby_lag:
+            print(f"warning: {lag}; its replication applies them in time (a move onto that pair is refused "
+                  "by its preflight until then)", file=sys.stderr)

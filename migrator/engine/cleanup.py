@@ -32,6 +32,7 @@ from typing import Any
 
 import pymysql
 
+from migrator.engine.cutover.passive_gate import wait_applied
 from migrator.engine.migration import MigrationNotFound, MigrationStore, Phase, Spec
 from migrator.engine.names import SENTINEL_TABLE, tomb_db
 from migrator.engine.plan import release_maintenance_pause
@@ -39,12 +40,15 @@ from migrator.errors import MigratorError
 from migrator.fleet import zk as zk_mod
 from migrator.fleet.config import Config, Credentials, load_credentials
 from migrator.fleet.model import Host
+from migrator.fleet.mysql import binlog_pos, ident, qualified, query, scalar, tag
 from migrator.fleet.mysql import connect as mysql_connect
-from migrator.fleet.mysql import ident, qualified, query, scalar, tag
 from migrator.fleet.shard_map import HostRegistry
 from migrator.fleet.zk import ZK
 
 TAG = tag("cleanup")
+
+#: how long cleanup waits for each pair partner to apply the drops
+STANDBY_WAIT_S = 60.0
 
 
 class CleanupError(MigratorError):
@@ -67,6 +71,8 @@ class CleanupResult:
     bytes_freed: int = 0
     released_locks: int = 0
     released_pauses: int = 0
+    #: "standby: why" for each pair partner that had not applied the drops within the wait
+    standby_lag: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -106,6 +112,23 @@ def _drop_leftover(conn: pymysql.connections.Connection, host: Host, db: str, re
     elif SENTINEL_TABLE in left:
         with conn.cursor() as cur:
             cur.execute(f"{TAG}DROP TABLE {qualified(db, SENTINEL_TABLE)}")
+
+
+def _wait_partner(reg: HostRegistry, host: Host, pos: str, creds: Credentials, result: CleanupResult) -> None:
+    """Wait for the pair partner to apply the drops (they replicate), so that a cleaned migration's
+    schemas are gone from both members: a new move onto this pair, planned at once, would otherwise
+    find them on the standby and be refused by its preflight. A partner that lags is reported in
+    the result, not an error: the drops are in its relay log and it applies them in time."""
+    if not host.partner:
+        return
+    timeout = STANDBY_WAIT_S
+    try:
+        partner = reg.get(host.partner)
+        with mysql_connect(partner, creds, read_timeout=int(timeout) + 30) as pconn:
+            if not wait_applied(pconn, pos, timeout):
+                result.standby_lag.append(f"{partner.name}: had not applied the drops ({pos}) after {timeout:.0f}s")
+    except (MigratorError, pymysql.err.MySQLError) as exc:
+        result.standby_lag.append(f"{host.partner}: could not check ({exc})")
 
 
 def release_bookkeeping(zk: ZK, store: MigrationStore, spec: Spec) -> tuple[int, int]:
@@ -152,10 +175,13 @@ def cleanup(config: Config, migration_id: str, *, now: bool = False,
         for host, tombs, leftovers in plan:
             conn = mysql_connect(host, creds, read_timeout=3600)
             try:
+                before = len(result.dropped)
                 for tomb in tombs:
                     _drop_schema(conn, host, tomb, result)
                 for db in leftovers:
                     _drop_leftover(conn, host, db, result)
+                if len(result.dropped) > before:
+                    _wait_partner(reg, host, binlog_pos(conn), creds, result)
             finally:
                 conn.close()
         result.released_locks, result.released_pauses = release_bookkeeping(zk, store, spec)
