@@ -372,11 +372,12 @@ def move(cfg: config_mod.Config, target: str, window: dict[str, float],
             aborts.append({"freeze_ms": (end - window.pop("start")) * 1000,
                            "steps": dict(run.steps), "why": type(exc).__name__})
             catch_up.run_passes(cfg, mid, 1)
-    window.pop("run", None)
+    run = window.pop("run", None)
+    detail = {"drained": dict(run.drained), "refresh_rounds": list(run.refresh_rounds)} if run is not None else {}
     with zk_mod.connect(cfg, config_mod.load_credentials(cfg)) as zk:
         predicted = MigrationStore(zk).state(mid)[0].predicted_freeze_ms
     cleanup(cfg, mid, now=True)
-    return mid, {**res.to_dict(), "predicted_ms": predicted, "refused": refused}
+    return mid, {**res.to_dict(), "predicted_ms": predicted, "refused": refused, **detail}
 
 
 def pct(xs: list[float], p: float) -> float:
@@ -442,7 +443,10 @@ def main(argv: list[str] | None = None) -> int:
                 console.print(traceback.format_exc(), markup=False, highlight=False)
                 break
             rows.append({"freeze_ms": res["freeze_ms"], "win": win, "res": res, "target": target})
-            console.print(f"cutover {i + 1}/{args.rounds} to {target}: freeze {res['freeze_ms']:.0f} ms")
+            rounds = " / ".join(f"{r['rows']} rows {r['s'] * 1000:.0f} ms" for r in res.get("refresh_rounds") or [])
+            console.print(f"cutover {i + 1}/{args.rounds} to {target}: freeze {res['freeze_ms']:.0f} ms; "
+                          f"drained {res.get('drained') or {}}; re-check rounds before it: {rounds or 'none'}",
+                          highlight=False)
     finally:
         time.sleep(0.5)
         load.stop()

@@ -80,6 +80,8 @@ class TailStats:
     lanes: int = 0
     #: seconds until the reader had delivered everything up to the target (the rest is applying it)
     read_s: float = 0.0
+    #: seconds spent handing checkpoints to ``on_checkpoint`` (ZooKeeper writes)
+    save_s: float = 0.0
 
     @property
     def events_per_s(self) -> float:
@@ -136,6 +138,8 @@ class Tailer:
         self.checkpoint_every_s = checkpoint_every_s
         self._saved_text = str(start)  # the last position handed to on_checkpoint
         self._saved_at = 0.0
+        #: seconds spent in ``on_checkpoint`` so far
+        self.save_s = 0.0
         self._credentials = credentials
         self.applied = start
         self._applied_text = str(start)
@@ -282,15 +286,22 @@ class Tailer:
             return
         self.on_checkpoint(self.applied)
         self._saved_text, self._saved_at = self._applied_text, now
+        self.save_s += time.monotonic() - now
 
     def apply_until(self, until: GtidPos | None, *, timeout_s: float | None = None,
-                    stop: threading.Event | None = None) -> TailStats:
+                    stop: threading.Event | None = None, save: bool = True) -> TailStats:
         """Apply every kept transaction up to and including ``until`` (None: until the timeout),
         checkpointing after each committed round. Returns once ``until`` is committed and
         checkpointed, or at the timeout or once ``stop`` is set (``reached`` False), with
-        everything read so far committed."""
+        everything read so far committed.
+
+        ``save=False``: the committed position is not handed to ``on_checkpoint`` on return
+        (the next call or :meth:`close` does it). The cutover's drains under the fence use it:
+        a saved checkpoint only bounds what a crash replays, so it need not cost a ZooKeeper
+        write inside the freeze."""
         self._open()
         t0 = time.monotonic()
+        saved0 = self.save_s
         deadline = None if timeout_s is None else t0 + timeout_s
         want = rd.parse_pos(str(until)) if until is not None else None
         stats = TailStats(start=self._applied_text, end="", reached=False)
@@ -298,7 +309,8 @@ class Tailer:
         try:
             self._loop(want, deadline, rounds, stats, stop, t0)
             self._settle(rounds, stats)
-            self._save(force=True)
+            if save:
+                self._save(force=True)
         except BaseException:
             try:
                 self.lanes.wait()
@@ -309,6 +321,7 @@ class Tailer:
         stats.end = self._applied_text
         stats.duration_s = time.monotonic() - t0
         stats.lanes = self.lanes.lanes
+        stats.save_s = self.save_s - saved0
         return stats
 
     def _loop(self, want: dict[int, rd.Gtid] | None, deadline: float | None, rounds: _Rounds,
@@ -444,11 +457,11 @@ class Tailer:
         inside one: the reader process and the server's GTID lookup take a few hundred ms."""
         return self.apply_until(None, timeout_s=0.5)
 
-    def drain_to(self, target_gtid: GtidPos | str, timeout_s: float) -> TailStats:
+    def drain_to(self, target_gtid: GtidPos | str, timeout_s: float, *, save: bool = True) -> TailStats:
         """Apply up to and including ``target_gtid``; raise :class:`DrainTimeout` if it is not
-        committed and checkpointed within ``timeout_s``."""
+        committed (and, with ``save``, checkpointed) within ``timeout_s``."""
         target = GtidPos.parse(target_gtid) if isinstance(target_gtid, str) else target_gtid
-        stats = self.apply_until(target, timeout_s=timeout_s)
+        stats = self.apply_until(target, timeout_s=timeout_s, save=save)
         if not stats.reached:
             raise DrainTimeout(
                 f"drain to {target} did not finish within {timeout_s:.3f}s (applied up to {self.applied}); "
@@ -461,6 +474,10 @@ class Tailer:
             self.lanes.wait()
         except Exception as exc:  # noqa: BLE001 - closing; the caller saw (or will see) the error
             log.warning("the last round failed while closing: %s", exc)
+        try:
+            self._save(force=True)  # what an apply call with save=False left unsaved
+        except Exception as exc:  # noqa: BLE001 - a later tail replays from the last saved position
+            log.warning("could not save the last checkpoint while closing: %s", exc)
         self.lanes.close()
         self._close_reader()
         for conn in (self._stmt_conn, self._source_conn):

@@ -19,7 +19,7 @@ from migrator.engine.cutover.errors import CutoverAborted, CutoverError
 from migrator.engine.names import SENTINEL_TABLE
 from migrator.engine.verify.changes import ChangeTracker, changed_keys
 from migrator.engine.verify.checksums import Side, prepare_session
-from migrator.engine.verify.repair import check_chunk, check_rows
+from migrator.engine.verify.repair import check_chunk, check_rows, check_rows_many
 from migrator.engine.verify.run import VERIFY_NODE, verify_migration
 from migrator.fleet.mysql import binlog_pos
 from migrator.fleet.mysql import connect as mysql_connect
@@ -28,7 +28,7 @@ if TYPE_CHECKING:  # the run calls these; they read and update the run
     from migrator.engine.cutover.run import CutoverRun
 
 
-def refresh_verified_gtid(run: CutoverRun, *, max_rounds: int = 8, quiet_s: float = 0.5, quiet_keys: int = 2000) -> str:
+def refresh_verified_gtid(run: CutoverRun, *, max_rounds: int = 8, quiet_s: float = 0.2, quiet_keys: int = 300) -> str:
     """Make the last full check recent: re-check the rows changed since it, outside the freeze.
 
     Done in shrinking rounds, like catch-up passes: each round drains the
@@ -73,8 +73,7 @@ def refresh_verified_gtid(run: CutoverRun, *, max_rounds: int = 8, quiet_s: floa
             run.collecting = bool(collect and collect(want))
             if run.collecting:
                 run.drainer.follow()  # type: ignore[attr-defined]
-            for t in run.tables:
-                check_rows(Side(src), dst, t, keys[t.name], repair=True)
+            check_rows_many(Side(src), dst, [(t, keys[t.name]) for t in run.tables], repair=True)
             since = reached
             changed = sum(len(v) for v in keys.values())
             run.refresh_rounds.append({"rows": changed, "s": round(time.monotonic() - t0, 3)})
@@ -115,14 +114,11 @@ def compare_in_freeze(run: CutoverRun, verified: str, suspect: list[dict[str, An
         keys = {t.name: set() for t in run.tables}
     run.steps["compare_keys"] = round((time.monotonic() - run.t_compare) * 1000, 2)
     by_name = {t.name: t for t in run.tables}
-    for t in run.tables:
-        ks = keys[t.name]
-        if not ks:
-            continue
-        run.rows_checked += len(ks)
-        diffs, fixed = check_rows(src, dst, t, ks, repair=True)
+    work = [(t, keys[t.name]) for t in run.tables if keys[t.name]]
+    run.rows_checked += sum(len(ks) for _, ks in work)
+    for t, diffs, fixed in check_rows_many(src, dst, work, repair=True):
         run.rows_repaired += fixed
-        if diffs and check_rows(src, dst, t, ks, repair=False)[0]:
+        if diffs and check_rows(src, dst, t, keys[t.name], repair=False)[0]:
             raise CutoverAborted(f"{t.name}: rows still differ after re-copy inside the freeze", phase="cutover")
     for ch in suspect:
         t = by_name.get(ch["table"])

@@ -80,6 +80,8 @@ class CutoverRun:
         self.predicted: dict[str, Any] = {}
         #: the rounds of :meth:`refresh_verified_gtid` (rows re-checked, seconds), for the record
         self.refresh_rounds: list[dict[str, float]] = []
+        #: what the drain under the fence applied (row changes, rounds, ms until read, ms saving), for the record
+        self.drained: dict[str, float] = {}
         self.t_compare = 0.0
         self.ranges = spec.ranges()
         self.tables: list[TableInfo] = []
@@ -115,7 +117,8 @@ class CutoverRun:
             end = self.t_released if self.t_released is not None else time.monotonic()
             freeze_ms = round((end - self.t_freeze) * 1000, 2)
         return {"at": time.time(), "outcome": outcome[:500], "freeze_ms": freeze_ms, "steps_ms": dict(self.steps),
-                "refresh_rounds": list(self.refresh_rounds), "predicted": dict(self.predicted)}
+                "refresh_rounds": list(self.refresh_rounds), "predicted": dict(self.predicted),
+                "drained": dict(self.drained)}
 
     def _step(self, name: str, t0: float) -> float:
         now = time.monotonic()
@@ -221,7 +224,7 @@ class CutoverRun:
                 f"tables {busy} hold rows and would be routed to the target by the flip; "
                 "give the partition a shard of its own first", phase="cutover")
 
-    def refresh_verified_gtid(self, *, max_rounds: int = 8, quiet_s: float = 0.5, quiet_keys: int = 2000) -> str:
+    def refresh_verified_gtid(self, *, max_rounds: int = 8, quiet_s: float = 0.2, quiet_keys: int = 300) -> str:
         """Re-check, outside the freeze, the rows changed since the last full check
         (:func:`migrator.engine.cutover.recheck.refresh_verified_gtid`)."""
         return recheck.refresh_verified_gtid(self, max_rounds=max_rounds, quiet_s=quiet_s, quiet_keys=quiet_keys)
@@ -383,7 +386,10 @@ class CutoverRun:
                 t_stop = time.monotonic()
                 stop_following()  # the background tail's last round committed: the drain is what is left
                 self.steps["drain_follow_stop"] = round((time.monotonic() - t_stop) * 1000, 2)
-            self.drainer.drain_to(self.fence_gtid, self.remaining_s())
+            got = self.drainer.drain_to(self.fence_gtid, self.remaining_s(), save=False)
+            if got is not None:
+                self.drained = {"events": got.events, "rounds": got.batches, "read_ms": round(got.read_s * 1000, 1),
+                                "save_ms": round(got.save_s * 1000, 1)}
             missing = self._sentinels_missing()
             if missing:
                 raise CutoverAborted(f"the sentinel row did not reach {missing[0]} on {self.target.name} after "

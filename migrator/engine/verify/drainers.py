@@ -26,7 +26,9 @@ from migrator.fleet.gtid import GtidPos
 class Drainer(Protocol):
     """Applies the source binlog to the target up to a GTID position (catch-up)."""
 
-    def drain_to(self, gtid: str, timeout: float) -> None: ...
+    def drain_to(self, gtid: str, timeout: float, *, save: bool = True) -> Any:
+        """``save=False``: the position reached need not be saved before returning (a drain inside
+        the freeze; the saved checkpoint only bounds what a crash replays)."""
 
 
 def default_drainer(config: Config, migration_id: str, phase: Any = None) -> Drainer:
@@ -50,7 +52,7 @@ class CheckpointWaiter:
         self.migration_id = migration_id
         self.poll_s = poll_s
 
-    def drain_to(self, gtid: str, timeout: float) -> None:
+    def drain_to(self, gtid: str, timeout: float, *, save: bool = True) -> None:
         target = GtidPos.parse(gtid)
         deadline = time.monotonic() + timeout
         with zk_mod.connect(self.config, load_credentials(self.config)) as zk:
@@ -106,11 +108,11 @@ class TailDrainer(KeyCollector):
         if follower is not None:
             follower.stop()
 
-    def drain_to(self, gtid: str, timeout: float) -> Any:
+    def drain_to(self, gtid: str, timeout: float, *, save: bool = True) -> Any:
         """Apply up to ``gtid``; returns the tail's :class:`~migrator.engine.catch_up.tailer.TailStats`."""
         self.stop_following()
         self.open()
-        return self._tailer.drain_to(gtid, timeout)
+        return self._tailer.drain_to(gtid, timeout, save=save)
 
     def warm(self) -> None:
         """Start the tail's reader process and apply what is there (before anything is timed)."""
@@ -150,7 +152,9 @@ class _Follower:
     def _run(self) -> None:
         try:
             while not self._stop.is_set():
-                self.tailer.apply_until(None, timeout_s=self.SLICE_S, stop=self._stop)
+                # saved while it runs (at most every checkpoint_every_s), not again when stopped: the
+                # drain that stops it under the fence must not wait for a ZooKeeper write
+                self.tailer.apply_until(None, timeout_s=self.SLICE_S, stop=self._stop, save=False)
         except BaseException as exc:  # noqa: BLE001 - raised in the drainer's thread by stop()
             self.error = exc
 
