@@ -143,6 +143,10 @@ class Tailer:
         self._credentials = credentials
         self.applied = start
         self._applied_text = str(start)
+        #: notified whenever ``applied`` moves (and by whoever stops waiting on the tail)
+        self.applied_changed = threading.Condition()
+        #: row changes read so far (all calls)
+        self.events_read = 0
         self.reader_spec = rproc.ReaderSpec(source.address, source.port, credentials.mysql_user,
                                          credentials.mysql_password, str(start), tuple(sorted(self.schema_map)),
                                          tuple(sorted(self.tables)) if self.tables else None, heartbeat_s=heartbeat_s,
@@ -270,7 +274,9 @@ class Tailer:
         if pos == self._applied_text:
             return
         self._applied_text = pos
-        self.applied = GtidPos.parse(pos)
+        with self.applied_changed:
+            self.applied = GtidPos.parse(pos)
+            self.applied_changed.notify_all()
         self._last_checkpoint_at = time.monotonic()
         self._save()
 
@@ -428,6 +434,7 @@ class Tailer:
                     if old_key is not None:
                         got.add(old_key)
         stats.events += len(changes)
+        self.events_read += len(changes)
 
     def _submit(self, rounds: _Rounds, stats: TailStats, *, cut_by_size: bool = False) -> None:
         """Commit the round in flight (checkpoint it), then send the collected round to the lanes."""
@@ -477,7 +484,7 @@ class Tailer:
         try:
             self._save(force=True)  # what an apply call with save=False left unsaved
         except Exception as exc:  # noqa: BLE001 - a later tail replays from the last saved position
-            log.warning("could not save the last checkpoint while closing: %s", exc)
+            log.warning("could not save the last checkpoint while closing: %r", exc)
         self.lanes.close()
         self._close_reader()
         for conn in (self._stmt_conn, self._source_conn):

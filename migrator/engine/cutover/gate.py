@@ -23,7 +23,7 @@ from migrator.fleet.mysql import connect as mysql_connect
 #: migration has no earlier attempt to learn it from (measured: 120-180 ms on a busy 2-core box)
 FIXED_FREEZE_MS = 120.0
 #: the steps of a freeze that are the drain (the rest is its fixed cost)
-DRAIN_STEPS = ("drain", "drain_follow_stop")
+DRAIN_STEPS = ("drain", "drain_follow_stop")  # (drain_follow_stop: recorded before the drain waited for the follower)
 
 
 #: the rename fence's release of one table (its queued RENAME after the UNLOCK), when this migration has

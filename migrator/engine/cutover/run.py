@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any
 
 import pymysql
@@ -45,6 +46,7 @@ from migrator.engine.verify.checksums import (
 from migrator.engine.verify.drainers import Drainer
 from migrator.errors import MigratorError, ShardMapConflict, ShardMapGuardLost
 from migrator.fleet.config import Config, Credentials
+from migrator.fleet.gtid import GtidPos
 from migrator.fleet.model import Host, ShardMap
 from migrator.fleet.mysql import binlog_pos, ident, qualified, query, scalar, tag
 from migrator.fleet.mysql import connect as mysql_connect
@@ -361,7 +363,7 @@ class CutoverRun:
                 hooks.after_freeze(self)
             if self.passive_gate is not None:
                 # the passive member's clients stop; its last writes reach the master's binlog before the fence
-                passive_pos = self.passive_gate.close(self.remaining_s())
+                passive_pos = self._close_gates()
                 t = self._step("passive_close", t)
                 ctl = self.fence.c if self.fence is not None else self.writer
                 assert ctl is not None
@@ -373,19 +375,16 @@ class CutoverRun:
             if self.fence is not None:
                 self.fence.lock()
                 self.fence.queue_rename(timeout=self.remaining_s())
-            else:
+            elif self.passive_gate is None:
                 assert self.active_gate is not None
                 self.active_gate.close(self.remaining_s())
+            # (with both gates, the active one closed beside the passive one, in passive_close)
             t = self._step("fence", t)
             if hooks.after_fence:
                 hooks.after_fence(self)
             self._write_sentinels()
             t = self._step("sentinel", t)
-            stop_following = getattr(self.drainer, "stop_following", None)
-            if stop_following is not None:
-                t_stop = time.monotonic()
-                stop_following()  # the background tail's last round committed: the drain is what is left
-                self.steps["drain_follow_stop"] = round((time.monotonic() - t_stop) * 1000, 2)
+            # the background tail (if any) goes on to the sentinel by itself, then stops
             got = self.drainer.drain_to(self.fence_gtid, self.remaining_s(), save=False)
             if got is not None:
                 self.drained = {"events": got.events, "rounds": got.batches, "read_ms": round(got.read_s * 1000, 1),
@@ -452,6 +451,26 @@ class CutoverRun:
         return CutoverResult(self.spec.id, round(freeze_ms, 2), self.flipped_epoch, self.fence_gtid,
                              self.target_pos, self.rows_checked, self.rows_repaired, dict(self.steps),
                              self.keys_from)
+
+    def _close_gates(self) -> GtidPos:
+        """Close the passive member's gate; with the gate fence, the source's at the same time.
+
+        The rename fence must wait: its LOCK TABLES would hold back the replication of the passive
+        member's last writes into the source. The gate does not: triggers do not fire for replicated
+        row events (``slave_run_triggers_for_rbr=NO``, checked when the gate is installed), so the
+        passive member's writes still reach the source after its gate closed, and the two DROPs
+        (each waits for the transactions in flight on its member) overlap instead of adding up.
+        """
+        assert self.passive_gate is not None
+        if self.active_gate is None:
+            return self.passive_gate.close(self.remaining_s())
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="passive-gate") as pool:
+            passive = pool.submit(self.passive_gate.close, self.remaining_s())
+            try:
+                self.active_gate.close(self.remaining_s())
+            finally:
+                wait([passive])  # never leave a close running behind an undo
+        return passive.result()
 
     def _write_sentinels(self) -> None:
         """A unique row in each moving db's sentinel table, all in one commit; ``fence_gtid`` is the

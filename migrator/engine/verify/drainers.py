@@ -109,10 +109,24 @@ class TailDrainer(KeyCollector):
             follower.stop()
 
     def drain_to(self, gtid: str, timeout: float, *, save: bool = True) -> Any:
-        """Apply up to ``gtid``; returns the tail's :class:`~migrator.engine.catch_up.tailer.TailStats`."""
+        """Apply up to ``gtid``; returns the tail's :class:`~migrator.engine.catch_up.tailer.TailStats`
+        (``events``: row changes read during the call, ``duration_s``: the whole call).
+
+        A following tail is not stopped first: it is left to reach ``gtid`` by itself, then stopped.
+        Stopping it at once would commit what it holds as a round of its own before the rest (the
+        fence's sentinel) is even read; left running, it reads the rest while its last round
+        commits, and sends it with what it collected meanwhile."""
+        t0 = time.monotonic()
+        events0 = self._tailer.events_read if self._tailer is not None else 0
+        follower = self._follower
+        if follower is not None:
+            follower.wait_for(GtidPos.parse(gtid), t0 + timeout)
         self.stop_following()
         self.open()
-        return self._tailer.drain_to(gtid, timeout, save=save)
+        stats = self._tailer.drain_to(gtid, max(0.001, t0 + timeout - time.monotonic()), save=save)
+        stats.events = self._tailer.events_read - events0
+        stats.duration_s = time.monotonic() - t0
+        return stats
 
     def warm(self) -> None:
         """Start the tail's reader process and apply what is there (before anything is timed)."""
@@ -145,9 +159,18 @@ class _Follower:
     def __init__(self, tailer: Any):
         self.tailer = tailer
         self.error: BaseException | None = None
+        self.done = False
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="drainer-follow", daemon=True)
         self._thread.start()
+
+    def wait_for(self, pos: GtidPos, deadline: float) -> None:
+        """Until the tail has applied ``pos``, has stopped (an error: :meth:`stop` raises it), or the
+        deadline (monotonic) has passed."""
+        tailer = self.tailer
+        with tailer.applied_changed:
+            tailer.applied_changed.wait_for(lambda: self.done or tailer.applied.contains(pos),
+                                            timeout=max(0.0, deadline - time.monotonic()))
 
     def _run(self) -> None:
         try:
@@ -157,6 +180,10 @@ class _Follower:
                 self.tailer.apply_until(None, timeout_s=self.SLICE_S, stop=self._stop, save=False)
         except BaseException as exc:  # noqa: BLE001 - raised in the drainer's thread by stop()
             self.error = exc
+        finally:
+            with self.tailer.applied_changed:
+                self.done = True
+                self.tailer.applied_changed.notify_all()
 
     def stop(self) -> None:
         self._stop.set()
