@@ -82,6 +82,8 @@ class TailStats:
     read_s: float = 0.0
     #: seconds spent handing checkpoints to ``on_checkpoint`` (ZooKeeper writes)
     save_s: float = 0.0
+    #: seconds until the last round went to the lanes (the rest is its commit)
+    submit_s: float = 0.0
 
     @property
     def events_per_s(self) -> float:
@@ -147,6 +149,9 @@ class Tailer:
         self.applied_changed = threading.Condition()
         #: row changes read so far (all calls)
         self.events_read = 0
+        #: when the reader last delivered transactions, and when a round last went to the lanes (monotonic)
+        self.last_txns_at = 0.0
+        self.last_submit_at = 0.0
         self.reader_spec = rproc.ReaderSpec(source.address, source.port, credentials.mysql_user,
                                          credentials.mysql_password, str(start), tuple(sorted(self.schema_map)),
                                          tuple(sorted(self.tables)) if self.tables else None, heartbeat_s=heartbeat_s,
@@ -231,6 +236,7 @@ class Tailer:
         kind = msg[0]
         if kind == "txns":
             self._pending.append((msg[1], msg[2], msg[3]))
+            self.last_txns_at = time.monotonic()
         elif kind == "tick":
             self._pending.append(([], msg[1], msg[2]))
         elif kind == "shapes":
@@ -445,6 +451,7 @@ class Tailer:
             rounds.inflight_pos = None
         if lanes.pending():
             lanes.submit(cut_by_size=cut_by_size)
+            self.last_submit_at = time.monotonic()
             stats.batches += 1
             rounds.inflight_pos = rounds.collect_pos
         elif rounds.collect_pos is not None:

@@ -82,7 +82,8 @@ class CutoverRun:
         self.predicted: dict[str, Any] = {}
         #: the rounds of :meth:`refresh_verified_gtid` (rows re-checked, seconds), for the record
         self.refresh_rounds: list[dict[str, float]] = []
-        #: what the drain under the fence applied (row changes, rounds, ms until read, ms saving), for the record
+        #: the drain under the fence (row changes read, ms until the last were read and until their round
+        #: was sent, ms saving checkpoints), for the record
         self.drained: dict[str, float] = {}
         self.t_compare = 0.0
         self.ranges = spec.ranges()
@@ -387,8 +388,8 @@ class CutoverRun:
             # the background tail (if any) goes on to the sentinel by itself, then stops
             got = self.drainer.drain_to(self.fence_gtid, self.remaining_s(), save=False)
             if got is not None:
-                self.drained = {"events": got.events, "rounds": got.batches, "read_ms": round(got.read_s * 1000, 1),
-                                "save_ms": round(got.save_s * 1000, 1)}
+                self.drained = {"events": got.events, "read_ms": round(got.read_s * 1000, 1),
+                                "submit_ms": round(got.submit_s * 1000, 1), "save_ms": round(got.save_s * 1000, 1)}
             missing = self._sentinels_missing()
             if missing:
                 raise CutoverAborted(f"the sentinel row did not reach {missing[0]} on {self.target.name} after "

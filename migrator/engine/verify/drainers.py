@@ -124,8 +124,12 @@ class TailDrainer(KeyCollector):
         self.stop_following()
         self.open()
         stats = self._tailer.drain_to(gtid, max(0.001, t0 + timeout - time.monotonic()), save=save)
-        stats.events = self._tailer.events_read - events0
+        tailer = self._tailer
+        stats.events = tailer.events_read - events0
         stats.duration_s = time.monotonic() - t0
+        # when the last transactions arrived and the last round left, from the start of this call
+        stats.read_s = max(0.0, tailer.last_txns_at - t0)
+        stats.submit_s = max(0.0, tailer.last_submit_at - t0)
         return stats
 
     def warm(self) -> None:

@@ -3,6 +3,7 @@ reach its position (it is not stopped first), and a follower that failed is repo
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -18,7 +19,7 @@ def _write(conn, db: str, n: int, start: int) -> None:
     with conn.cursor() as cur:
         for i in range(start, start + n):
             cur.execute(f"INSERT INTO {qualified(db, 'users')} (local_id, data) VALUES (%s, %s)",
-                        (9_000_000 + i, '{"follow": %d}' % i))
+                        (9_000_000 + i, json.dumps({"follow": i})))
 
 
 def test_a_drain_while_following_reaches_the_position_without_stopping_the_tail_first(fleet):
