@@ -42,9 +42,10 @@ class ReaderSpec:
 def run_reader(spec: ReaderSpec, conn: Any) -> None:
     """Entry point of the reader process: read, decode and send batches until told to stop.
 
-    Messages sent: ``("shapes", [Shape...])``, ``("txns", [Txn...], position, last_ts)``,
-    ``("tick", position, last_ts)`` when idle, ``("error", message, code)`` before exiting
-    on an error. The parent's only message is ``"stop"`` (or closing the pipe).
+    Messages sent: ``("shapes", [Shape...])``, ``("txns", [Txn...], position, last_ts, sent_at)``
+    (``sent_at``: ``time.monotonic()``, one clock for both processes on Linux), ``("tick",
+    position, last_ts)`` when idle, ``("error", message, code)`` before exiting on an error.
+    The parent's only message is ``"stop"`` (or closing the pipe).
     """
     _die_with_parent()
     client = None
@@ -78,7 +79,7 @@ def run_reader(spec: ReaderSpec, conn: Any) -> None:
             if batch and (nchanges >= spec.batch_changes or now - started >= spec.batch_s or quiet
                           or ev.type == bl.HEARTBEAT or txn is not None and txn.statements):
                 sent = format_pos(rd.position)
-                conn.send(("txns", batch, sent, rd.last_ts))
+                conn.send(("txns", batch, sent, rd.last_ts, now))
                 batch, nchanges = [], 0
                 last_tick = now
             elif not batch and (now - last_tick >= spec.tick_s or quiet):

@@ -84,6 +84,8 @@ class TailStats:
     save_s: float = 0.0
     #: seconds until the last round went to the lanes (the rest is its commit)
     submit_s: float = 0.0
+    #: seconds until the reader process sent the last transactions (``read_s`` is when they were taken)
+    sent_s: float = 0.0
 
     @property
     def events_per_s(self) -> float:
@@ -152,6 +154,8 @@ class Tailer:
         #: when the reader last delivered transactions, and when a round last went to the lanes (monotonic)
         self.last_txns_at = 0.0
         self.last_submit_at = 0.0
+        #: when the reader process sent the last transactions it delivered (monotonic, its clock is ours)
+        self.last_txns_sent_at = 0.0
         self.reader_spec = rproc.ReaderSpec(source.address, source.port, credentials.mysql_user,
                                          credentials.mysql_password, str(start), tuple(sorted(self.schema_map)),
                                          tuple(sorted(self.tables)) if self.tables else None, heartbeat_s=heartbeat_s,
@@ -237,6 +241,7 @@ class Tailer:
         if kind == "txns":
             self._pending.append((msg[1], msg[2], msg[3]))
             self.last_txns_at = time.monotonic()
+            self.last_txns_sent_at = msg[4]
         elif kind == "tick":
             self._pending.append(([], msg[1], msg[2]))
         elif kind == "shapes":

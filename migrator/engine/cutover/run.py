@@ -388,7 +388,8 @@ class CutoverRun:
             # the background tail (if any) goes on to the sentinel by itself, then stops
             got = self.drainer.drain_to(self.fence_gtid, self.remaining_s(), save=False)
             if got is not None:
-                self.drained = {"events": got.events, "read_ms": round(got.read_s * 1000, 1),
+                self.drained = {"events": got.events, "sent_ms": round(got.sent_s * 1000, 1),
+                                "read_ms": round(got.read_s * 1000, 1),
                                 "submit_ms": round(got.submit_s * 1000, 1), "save_ms": round(got.save_s * 1000, 1)}
             missing = self._sentinels_missing()
             if missing:

@@ -130,6 +130,7 @@ class TailDrainer(KeyCollector):
         # when the last transactions arrived and the last round left, from the start of this call
         stats.read_s = max(0.0, tailer.last_txns_at - t0)
         stats.submit_s = max(0.0, tailer.last_submit_at - t0)
+        stats.sent_s = max(0.0, tailer.last_txns_sent_at - t0)
         return stats
 
     def warm(self) -> None:
