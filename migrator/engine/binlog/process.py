@@ -124,6 +124,11 @@ class _Pipe:
     def poll(self, timeout: float = 0.0) -> bool:
         return self._r.poll(timeout)
 
+    @property
+    def reader(self) -> Any:
+        """The receiving end, for :func:`multiprocessing.connection.wait` beside other handles."""
+        return self._r
+
     def close(self) -> None:
         for c in (self._r, self._w):
             try:

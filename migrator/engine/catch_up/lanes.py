@@ -119,8 +119,9 @@ class Lane:
     """One target connection and the thread that writes its parts."""
 
     def __init__(self, index: int, connect: Callable[[], pymysql.connections.Connection],
-                 targets: Callable[[int], Target]):
+                 targets: Callable[[int], Target], on_done: Callable[[], None] | None = None):
         self.index = index
+        self._on_done = on_done
         self.stagger_s = index * float(os.environ.get(STAGGER_ENV, "0") or 0) / 1000
         self._connect = connect
         self._targets = targets
@@ -197,6 +198,8 @@ class Lane:
                 with self._cv:
                     self._busy = False
                     self._cv.notify_all()
+                if self._on_done is not None:
+                    self._on_done()
 
     def _write(self, part: Part) -> None:
         conn = self.conn
@@ -306,6 +309,11 @@ class LaneSet:
         self._targets = targets
         self.pacer = pacer or Pacer()
         self._lanes: list[Lane] = []
+        #: a byte is written here whenever a lane finishes its part: the coordinator can wait on it
+        #: beside the reader's pipe (:attr:`wake_fd`) instead of blocking on a round in flight
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
         self._ensure(self.pacer.lanes)
         self.parts = [Part() for _ in range(self.pacer.lanes)]
         self.rows = 0
@@ -318,11 +326,29 @@ class LaneSet:
 
     def _ensure(self, n: int) -> None:
         while len(self._lanes) < n:
-            self._lanes.append(Lane(len(self._lanes), self._connect, self._targets))
+            self._lanes.append(Lane(len(self._lanes), self._connect, self._targets, self._woken))
 
     @property
     def lanes(self) -> int:
         return len(self.parts)
+
+    @property
+    def wake_fd(self) -> int:
+        """Readable once a lane has finished its part since :meth:`clear_wake` (select/poll on it)."""
+        return self._wake_r
+
+    def clear_wake(self) -> None:
+        try:
+            while os.read(self._wake_r, 4096):
+                pass
+        except (BlockingIOError, OSError):
+            pass
+
+    def _woken(self) -> None:
+        try:
+            os.write(self._wake_w, b"x")
+        except (BlockingIOError, OSError):  # full (nobody waits) or closed: the state is in busy()
+            pass
 
     # -- collecting ------------------------------------------------------------------------------
     def add(self, tkey: int, tname: Any, kind: str, key: tuple[str, ...], old_key: tuple[str, ...] | None,
@@ -386,6 +412,12 @@ class LaneSet:
         for lane in self._lanes:
             lane.close()
         self._lanes = []
+        for fd in (self._wake_r, self._wake_w):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self._wake_r = self._wake_w = -1
 
     def lane_stats(self) -> list[dict[str, float]]:
         return [{"lane": ln.index, "rows": ln.rows, "write_s": round(ln.write_s, 3)} for ln in self._lanes]

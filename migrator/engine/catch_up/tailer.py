@@ -32,6 +32,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from multiprocessing.connection import wait as mp_wait
 from typing import Any
 
 import pymysql
@@ -222,10 +223,23 @@ class Tailer:
         self._proc = self._pipe = None
         self._pending.clear()
 
-    def _receive(self, timeout: float) -> bool:
-        """Take the reader's next message; False when none came within ``timeout``."""
+    def _message_ready(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` for the reader's next message. While a round is being written the
+        wait also ends when a lane finishes (False then), so the coordinator sends the next round
+        at once instead of blocking on the one in flight or sleeping out its poll."""
         assert self._pipe is not None
-        if not self._pipe.poll(max(0.0, timeout)):
+        if not self.lanes.busy():
+            return bool(self._pipe.poll(max(0.0, timeout)))
+        reader = self._pipe.reader
+        got = mp_wait([reader, self.lanes.wake_fd], max(0.0, timeout))
+        self.lanes.clear_wake()
+        return reader in got
+
+    def _receive(self, timeout: float) -> bool:
+        """Take the reader's next message; False when none came within ``timeout`` (or a lane
+        finished meanwhile)."""
+        assert self._pipe is not None
+        if not self._message_ready(timeout):
             if self._proc is not None and self._proc.poll() is not None:
                 code = self._proc.returncode
                 self._close_reader()
@@ -362,9 +376,12 @@ class Tailer:
                 poll = 0.01 if stop is not None else 0.05
                 left = poll if deadline is None else min(poll, deadline - time.monotonic())
                 if left <= 0 or not self._receive(left):
-                    # quiet: commit what we have, so the checkpoint follows the reader
+                    if lanes.busy():
+                        continue  # a round is being written: wait for it beside the reader, not on it
+                    # quiet, lanes idle: checkpoint the round written, send what was collected, so the
+                    # checkpoint follows the reader (a lane finishing wakes this loop)
                     if lanes.pending() or rounds.collect_pos is not None or rounds.inflight_pos is not None:
-                        self._settle(rounds, stats)
+                        self._submit(rounds, stats)
                     self._save()
                 continue
             txns, pos, last_ts = self._pending.pop(0)
