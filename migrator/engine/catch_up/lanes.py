@@ -133,8 +133,10 @@ class Lane:
         self.error: BaseException | None = None
         self.write_s = 0.0
         self.rows = 0
+        #: parts written again after a deadlock or lock wait timeout
+        self.retries = 0
         self._retrying = Retrying(stop=stop_after_attempt(6), wait=wait_exponential(multiplier=0.05, max=2),
-                                  retry=retry_if_exception(_retryable), reraise=True)
+                                  retry=retry_if_exception(_retryable), reraise=True, before_sleep=self._retried)
         self._thread = threading.Thread(target=self._run, name=f"catchup-lane-{index}", daemon=True)
         self._thread.start()
 
@@ -152,6 +154,9 @@ class Lane:
     @property
     def busy(self) -> bool:
         return self._busy
+
+    def _retried(self, state: Any) -> None:
+        self.retries += 1
 
     def give(self, part: Part) -> None:
         with self._cv:
@@ -419,8 +424,14 @@ class LaneSet:
                 pass
         self._wake_r = self._wake_w = -1
 
+    @property
+    def retries(self) -> int:
+        """Parts written again (deadlock or lock wait timeout) by all lanes so far."""
+        return sum(ln.retries for ln in self._lanes)
+
     def lane_stats(self) -> list[dict[str, float]]:
-        return [{"lane": ln.index, "rows": ln.rows, "write_s": round(ln.write_s, 3)} for ln in self._lanes]
+        return [{"lane": ln.index, "rows": ln.rows, "write_s": round(ln.write_s, 3), "retries": ln.retries}
+                for ln in self._lanes]
 
 
 def target_for(conn: pymysql.connections.Connection, schema: str, table: str, names: tuple[str, ...],

@@ -87,6 +87,8 @@ class TailStats:
     submit_s: float = 0.0
     #: seconds until the reader process sent the last transactions (``read_s`` is when they were taken)
     sent_s: float = 0.0
+    #: lane parts written again after a deadlock or lock wait timeout
+    retries: int = 0
 
     @property
     def events_per_s(self) -> float:
@@ -332,7 +334,7 @@ class Tailer:
         write inside the freeze."""
         self._open()
         t0 = time.monotonic()
-        saved0 = self.save_s
+        saved0, retries0 = self.save_s, self.lanes.retries
         deadline = None if timeout_s is None else t0 + timeout_s
         want = rd.parse_pos(str(until)) if until is not None else None
         stats = TailStats(start=self._applied_text, end="", reached=False)
@@ -353,6 +355,7 @@ class Tailer:
         stats.duration_s = time.monotonic() - t0
         stats.lanes = self.lanes.lanes
         stats.save_s = self.save_s - saved0
+        stats.retries = self.lanes.retries - retries0
         return stats
 
     def _loop(self, want: dict[int, rd.Gtid] | None, deadline: float | None, rounds: _Rounds,

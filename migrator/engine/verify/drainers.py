@@ -118,6 +118,7 @@ class TailDrainer(KeyCollector):
         commits, and sends it with what it collected meanwhile."""
         t0 = time.monotonic()
         events0 = self._tailer.events_read if self._tailer is not None else 0
+        retries0 = self._tailer.lanes.retries if self._tailer is not None else 0
         follower = self._follower
         if follower is not None:
             follower.wait_for(GtidPos.parse(gtid), t0 + timeout)
@@ -131,6 +132,7 @@ class TailDrainer(KeyCollector):
         stats.read_s = max(0.0, tailer.last_txns_at - t0)
         stats.submit_s = max(0.0, tailer.last_submit_at - t0)
         stats.sent_s = max(0.0, tailer.last_txns_sent_at - t0)
+        stats.retries = tailer.lanes.retries - retries0
         return stats
 
     def warm(self) -> None:
