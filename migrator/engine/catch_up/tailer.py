@@ -87,8 +87,9 @@ class TailStats:
     submit_s: float = 0.0
     #: seconds until the reader process sent the last transactions (``read_s`` is when they were taken)
     sent_s: float = 0.0
-    #: lane parts written again after a deadlock or lock wait timeout
+    #: lane parts written again after a deadlock, a lock wait timeout or a lost connection, and the last cause
     retries: int = 0
+    retry_cause: str = ""
 
     @property
     def events_per_s(self) -> float:
@@ -356,6 +357,7 @@ class Tailer:
         stats.lanes = self.lanes.lanes
         stats.save_s = self.save_s - saved0
         stats.retries = self.lanes.retries - retries0
+        stats.retry_cause = self.lanes.last_retry if stats.retries else ""
         return stats
 
     def _loop(self, want: dict[int, rd.Gtid] | None, deadline: float | None, rounds: _Rounds,

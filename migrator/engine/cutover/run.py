@@ -391,7 +391,7 @@ class CutoverRun:
                 self.drained = {"events": got.events, "sent_ms": round(got.sent_s * 1000, 1),
                                 "read_ms": round(got.read_s * 1000, 1),
                                 "submit_ms": round(got.submit_s * 1000, 1), "save_ms": round(got.save_s * 1000, 1),
-                                "lane_retries": got.retries}
+                                "lane_retries": got.retries, "lane_retry_cause": got.retry_cause}
             missing = self._sentinels_missing()
             if missing:
                 raise CutoverAborted(f"the sentinel row did not reach {missing[0]} on {self.target.name} after "

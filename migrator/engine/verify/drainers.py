@@ -133,6 +133,7 @@ class TailDrainer(KeyCollector):
         stats.submit_s = max(0.0, tailer.last_submit_at - t0)
         stats.sent_s = max(0.0, tailer.last_txns_sent_at - t0)
         stats.retries = tailer.lanes.retries - retries0
+        stats.retry_cause = tailer.lanes.last_retry if stats.retries else ""
         return stats
 
     def warm(self) -> None:
