@@ -231,8 +231,10 @@ class Tailer:
         wait also ends when a lane finishes (False then), so the coordinator sends the next round
         at once instead of blocking on the one in flight or sleeping out its poll."""
         assert self._pipe is not None
-        if not self.lanes.busy():
-            return bool(self._pipe.poll(max(0.0, timeout)))
+        lanes = self.lanes
+        if not lanes.busy():
+            # a round written and not yet checkpointed: nothing to wait for but a message already there
+            return bool(self._pipe.poll(0.0 if lanes.inflight else max(0.0, timeout)))
         reader = self._pipe.reader
         got = mp_wait([reader, self.lanes.wake_fd], max(0.0, timeout))
         self.lanes.clear_wake()
@@ -385,7 +387,8 @@ class Tailer:
                         continue  # a round is being written: wait for it beside the reader, not on it
                     # quiet, lanes idle: checkpoint the round written, send what was collected, so the
                     # checkpoint follows the reader (a lane finishing wakes this loop)
-                    if lanes.pending() or rounds.collect_pos is not None or rounds.inflight_pos is not None:
+                    if lanes.pending() or lanes.inflight or rounds.collect_pos is not None or \
+                            rounds.inflight_pos is not None:
                         self._submit(rounds, stats)
                     self._save()
                 continue

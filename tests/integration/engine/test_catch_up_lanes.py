@@ -254,3 +254,18 @@ def test_a_quiet_master_does_not_hold_the_last_transactions_until_its_heartbeat(
                 tailer.drain_to(h.binlog_pos(c), 2.0)
             cur.execute("DROP DATABASE db_quiet_other")
     _same(fleet, "quiet_t")
+
+
+def test_a_lane_writes_under_read_committed_on_a_row_logging_target(fleet):
+    """Row locks only, no gap locks: lanes writing neighbouring keys do not deadlock on next-key locks."""
+    from migrator.engine.catch_up.lanes import Lane
+    from migrator.fleet.mysql import connect as mysql_connect
+
+    host = fleet.hosts["MySQL003A"]
+    lane = Lane(0, lambda: mysql_connect(host, fleet.credentials, autocommit=False), lambda tkey: None)
+    try:
+        with lane.conn.cursor() as cur:
+            cur.execute("SELECT @@SESSION.tx_isolation, @@SESSION.binlog_format")
+            assert cur.fetchone() == ("READ-COMMITTED", "ROW")
+    finally:
+        lane.close()
