@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pymysql
@@ -467,12 +467,11 @@ class CutoverRun:
         assert self.passive_gate is not None
         if self.active_gate is None:
             return self.passive_gate.close(self.remaining_s())
+        # leaving the pool waits for the passive close, even when the source's failed: an undo never
+        # runs beside a close still under way
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="passive-gate") as pool:
             passive = pool.submit(self.passive_gate.close, self.remaining_s())
-            try:
-                self.active_gate.close(self.remaining_s())
-            finally:
-                wait([passive])  # never leave a close running behind an undo
+            self.active_gate.close(self.remaining_s())
         return passive.result()
 
     def _write_sentinels(self) -> None:

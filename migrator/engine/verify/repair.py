@@ -125,28 +125,27 @@ def check_rows_many(src: Side, dst: Side, work: Sequence[tuple[TableInfo, Iterab
     """:func:`check_rows` for several tables, the two sides read at the same time: the source's
     row hashes in this thread, the target's in a helper thread (each side's connection is only
     ever used by one thread). Under the cutover's fence this halves the compare's wait."""
-    todo: list[tuple[TableInfo, list[Key]]] = []
-    out: dict[int, tuple[TableInfo, list[RowDiff], int]] = {}
-    for i, (t, keys) in enumerate(work):
+    out: list[tuple[TableInfo, list[RowDiff], int]] = []
+    todo: list[tuple[int, TableInfo, list[Key]]] = []  # (place in out, table, keys) to hash by key
+    for t, keys in work:
         ks = sorted(set(keys), key=repr)
-        if not ks:
-            out[i] = (t, [], 0)
-        elif WHOLE_TABLE in ks:
-            out[i] = (t, *check_chunk(src, dst, t, None, None, repair=repair))
-        else:
-            todo.append((t, ks))
+        if WHOLE_TABLE in ks:
+            out.append((t, *check_chunk(src, dst, t, None, None, repair=repair)))
+            continue
+        if ks:
+            todo.append((len(out), t, ks))
+        out.append((t, [], 0))
     if todo:
-        index = [i for i in range(len(work)) if i not in out]
+        pairs = [(t, ks) for _, t, ks in todo]
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="check-target") as pool:
-            theirs = pool.submit(_hashes_of, dst, todo)
-            ours = _hashes_of(src, todo)
-            theirs_got = theirs.result()
-        for i, (t, _), s, d in zip(index, todo, ours, theirs_got, strict=True):
+            theirs = pool.submit(_hashes_of, dst, pairs)
+            ours = _hashes_of(src, pairs)
+        for (i, t, _), s, d in zip(todo, ours, theirs.result(), strict=True):
             diffs = diff_hashes(t.name, s, d)
             fixed = repair_rows(src.conn, dst.conn, t.on(src.db_of(t.db)), t.on(dst.db_of(t.db)), diffs) \
                 if (repair and diffs) else 0
             out[i] = (t, diffs, fixed)
-    return [out[i] for i in range(len(work))]
+    return out
 
 
 def _hashes_of(side: Side, todo: Sequence[tuple[TableInfo, list[Key]]]) -> list[dict[Key, int]]:
