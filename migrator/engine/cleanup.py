@@ -32,7 +32,6 @@ from typing import Any
 
 import pymysql
 
-from migrator.engine.cutover.passive_gate import wait_applied
 from migrator.engine.migration import MigrationNotFound, MigrationStore, Phase, Spec
 from migrator.engine.names import SENTINEL_TABLE, tomb_db
 from migrator.engine.plan import release_maintenance_pause
@@ -40,7 +39,7 @@ from migrator.errors import MigratorError
 from migrator.fleet import zk as zk_mod
 from migrator.fleet.config import Config, Credentials, load_credentials
 from migrator.fleet.model import Host
-from migrator.fleet.mysql import binlog_pos, ident, qualified, query, scalar, tag
+from migrator.fleet.mysql import binlog_pos, ident, qualified, query, scalar, tag, wait_applied
 from migrator.fleet.mysql import connect as mysql_connect
 from migrator.fleet.shard_map import HostRegistry
 from migrator.fleet.zk import ZK

@@ -296,9 +296,12 @@ class MigrationStore:
         return self.update(mid, change)
 
     # -- progress nodes (copy/<db>.<table>, catchup, ...) ---------------------
-    def get_progress(self, mid: str, key: str) -> tuple[dict[str, Any] | None, int | None]:
+    def get_progress(self, mid: str, key: str, watch: Callable[[Any], None] | None = None
+                     ) -> tuple[dict[str, Any] | None, int | None]:
+        """The progress node's value and version (None, None if there is none). ``watch`` is called
+        once on the node's next change (kazoo's one-shot watch; none is left on a missing node)."""
         try:
-            data, stat = self.zk.client.get(self._node(mid, key))
+            data, stat = self.zk.client.get(self._node(mid, key), watch=watch)
         except NoNodeError:
             return None, None
         return json.loads(data), stat.version

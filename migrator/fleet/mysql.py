@@ -16,6 +16,7 @@ import pymysql.cursors
 
 from migrator.errors import MigratorError, MySQLUnavailable
 from migrator.fleet.config import Credentials
+from migrator.fleet.gtid import GtidPos
 from migrator.fleet.model import Host
 from migrator.fleet.tls import MySQLTLS
 
@@ -187,6 +188,36 @@ def binlog_pos(conn: pymysql.connections.Connection) -> str:
     where a binlog tail that wants everything from now on starts (empty on a
     server that never logged). Parse it with :meth:`migrator.fleet.gtid.GtidPos.parse`."""
     return str(scalar(conn, tag("gtid") + "SELECT @@gtid_binlog_pos") or "")
+
+
+def wait_applied(conn: pymysql.connections.Connection, pos: GtidPos | str, timeout: float) -> bool:
+    """Wait until this server has applied ``pos`` from its replication peer.
+
+    The server's own GTID domain is left out (its own writes are in its binlog
+    by definition). True when reached, False on timeout.
+    """
+    pos = GtidPos.parse(str(pos))
+    own = int(scalar(conn, "SELECT @@gtid_domain_id"))
+    want = GtidPos(g for d, g in pos.items() if d != own)
+    if not want:
+        return True
+    res = scalar(conn, tag("replication") + "SELECT MASTER_GTID_WAIT(%s, %s)",
+                 (str(want), max(0.001, float(timeout))))
+    return res is not None and int(res) == 0
+
+
+def replication_problem(conn: pymysql.connections.Connection, name: str, peer: str) -> str | None:
+    """A one-line description of why ``peer -> name`` replication is not healthy, or None."""
+    with conn.cursor(pymysql.cursors.DictCursor) as cur:
+        cur.execute("SHOW ALL SLAVES STATUS")
+        rows = cur.fetchall()
+    if not rows:
+        return f"{name} does not replicate from {peer}"
+    for st in rows:
+        if st.get("Slave_IO_Running") != "Yes" or st.get("Slave_SQL_Running") != "Yes":
+            err = st.get("Last_SQL_Error") or st.get("Last_IO_Error") or "stopped"
+            return f"replication {peer} -> {name} is not running ({err})"
+    return None
 
 
 def databases(conn: pymysql.connections.Connection) -> list[str]:

@@ -95,6 +95,15 @@ class TailStats:
     def events_per_s(self) -> float:
         return self.events / self.duration_s if self.duration_s > 0 else 0.0
 
+    def drain_record(self) -> dict[str, Any]:
+        """Where a drain's time went, as a cutover attempt records it (``events``: row changes read;
+        ``*_ms``: from the start of the call until the reader sent / the tail took the last
+        transactions, the last round left for the lanes, and the time spent saving checkpoints)."""
+        return {"events": self.events, "rounds": self.batches, "lanes": self.lanes,
+                "sent_ms": round(self.sent_s * 1000, 1), "read_ms": round(self.read_s * 1000, 1),
+                "submit_ms": round(self.submit_s * 1000, 1), "save_ms": round(self.save_s * 1000, 1),
+                "lane_retries": self.retries, "lane_retry_cause": self.retry_cause}
+
 
 @dataclass
 class _Rounds:

@@ -114,8 +114,7 @@ def predict_freeze_ms(run: CutoverRun) -> float:
     run.predicted = {"drain_ms": round(drain_ms, 1), "fixed_ms": round(fixed, 1), "catch_up_ms": round(catch_up_ms, 1),
                      "drain_samples_ms": [round(ms, 1) for ms, _ in samples]}
     if stats is not None:
-        run.predicted.update(drain_events=stats.events, drain_read_ms=round(stats.read_s * 1000, 1),
-                             drain_rounds=stats.batches, lanes=stats.lanes)
+        run.predicted.update({f"drain_{k}": v for k, v in stats.drain_record().items()})
     return drain_ms + fixed
 
 

@@ -82,7 +82,7 @@ from migrator.fleet.config import Credentials
 from migrator.fleet.gtid import GtidPos
 from migrator.fleet.model import Host
 from migrator.fleet.mysql import connect as mysql_connect
-from migrator.fleet.mysql import ident, qualified, query, scalar, tag
+from migrator.fleet.mysql import ident, qualified, query, replication_problem, scalar, tag, wait_applied
 
 TAG = tag("cutover-passive")
 GATE_SCHEMA = "_migrator_gates"
@@ -104,35 +104,6 @@ def trigger_name(suffix: str, table: str, event_letter: str) -> str:
     """Unique in the table's schema, at most 64 characters, whatever the table is called."""
     h = hashlib.sha1(table.encode()).hexdigest()[:8]
     return f"{TRIGGER_PREFIX}{suffix}_{h}_{event_letter}"
-
-
-def wait_applied(conn: pymysql.connections.Connection, pos: GtidPos | str, timeout: float) -> bool:
-    """Wait until this server has applied ``pos`` from its replication peer.
-
-    The server's own GTID domain is left out (its own writes are in its binlog
-    by definition). True when reached, False on timeout.
-    """
-    pos = GtidPos.parse(str(pos))
-    own = int(scalar(conn, "SELECT @@gtid_domain_id"))
-    want = GtidPos(g for d, g in pos.items() if d != own)
-    if not want:
-        return True
-    res = scalar(conn, f"{TAG}SELECT MASTER_GTID_WAIT(%s, %s)", (str(want), max(0.001, float(timeout))))
-    return res is not None and int(res) == 0
-
-
-def replication_problem(conn: pymysql.connections.Connection, name: str, peer: str) -> str | None:
-    """A one-line description of why ``peer -> name`` replication is not healthy, or None."""
-    with conn.cursor(pymysql.cursors.DictCursor) as cur:
-        cur.execute("SHOW ALL SLAVES STATUS")
-        rows = cur.fetchall()
-    if not rows:
-        return f"{name} does not replicate from {peer}"
-    for st in rows:
-        if st.get("Slave_IO_Running") != "Yes" or st.get("Slave_SQL_Running") != "Yes":
-            err = st.get("Last_SQL_Error") or st.get("Last_IO_Error") or "stopped"
-            return f"replication {peer} -> {name} is not running ({err})"
-    return None
 
 
 class TriggerGate:

@@ -32,7 +32,7 @@ from migrator.engine.cutover.fence import Fence, Move, fence_mode
 from migrator.engine.cutover.hooks import CutoverHooks, CutoverResult
 from migrator.engine.cutover.lease import CutoverLease
 from migrator.engine.cutover.maps import reread_map, unfreeze_ranges
-from migrator.engine.cutover.passive_gate import TriggerGate, replication_problem, wait_applied
+from migrator.engine.cutover.passive_gate import TriggerGate
 from migrator.engine.cutover.sentinel import ensure_sentinel, has_sentinel
 from migrator.engine.cutover.watchdog import Watchdog
 from migrator.engine.migration import MigrationStore, Spec
@@ -48,7 +48,7 @@ from migrator.errors import MigratorError, ShardMapConflict, ShardMapGuardLost
 from migrator.fleet.config import Config, Credentials
 from migrator.fleet.gtid import GtidPos
 from migrator.fleet.model import Host, ShardMap
-from migrator.fleet.mysql import binlog_pos, ident, qualified, query, scalar, tag
+from migrator.fleet.mysql import binlog_pos, ident, qualified, query, replication_problem, scalar, tag, wait_applied
 from migrator.fleet.mysql import connect as mysql_connect
 from migrator.fleet.shard_map import HostRegistry, ShardMapStore
 from migrator.fleet.zk import ZK
@@ -84,7 +84,7 @@ class CutoverRun:
         self.refresh_rounds: list[dict[str, float]] = []
         #: the drain under the fence (row changes read, ms until the last were read and until their round
         #: was sent, ms saving checkpoints), for the record
-        self.drained: dict[str, float] = {}
+        self.drained: dict[str, Any] = {}
         self.t_compare = 0.0
         self.ranges = spec.ranges()
         self.tables: list[TableInfo] = []
@@ -388,10 +388,7 @@ class CutoverRun:
             # the background tail (if any) goes on to the sentinel by itself, then stops
             got = self.drainer.drain_to(self.fence_gtid, self.remaining_s(), save=False)
             if got is not None:
-                self.drained = {"events": got.events, "sent_ms": round(got.sent_s * 1000, 1),
-                                "read_ms": round(got.read_s * 1000, 1),
-                                "submit_ms": round(got.submit_s * 1000, 1), "save_ms": round(got.save_s * 1000, 1),
-                                "lane_retries": got.retries, "lane_retry_cause": got.retry_cause}
+                self.drained = got.drain_record()
             missing = self._sentinels_missing()
             if missing:
                 raise CutoverAborted(f"the sentinel row did not reach {missing[0]} on {self.target.name} after "

@@ -50,15 +50,19 @@ class CheckpointWaiter:
     def __init__(self, config: Config, migration_id: str, poll_s: float = 0.1):
         self.config = config
         self.migration_id = migration_id
+        #: how often to look again while the checkpoint node does not exist yet (once it does, a
+        #: ZooKeeper watch wakes the wait when it changes; ``poll_s`` x 10 bounds a missed one)
         self.poll_s = poll_s
 
     def drain_to(self, gtid: str, timeout: float, *, save: bool = True) -> None:
         target = GtidPos.parse(gtid)
         deadline = time.monotonic() + timeout
+        changed = threading.Event()
         with zk_mod.connect(self.config, load_credentials(self.config)) as zk:
             store = MigrationStore(zk)
             while True:
-                node, _ = store.get_progress(self.migration_id, "catchup")
+                changed.clear()
+                node, _ = store.get_progress(self.migration_id, "catchup", watch=lambda _event: changed.set())
                 at = GtidPos.parse((node or {}).get("gtid") or "")
                 if at.contains(target):
                     return
@@ -66,7 +70,8 @@ class CheckpointWaiter:
                     raise VerifyError(f"catch-up of {self.migration_id} did not reach {gtid} within {timeout:.0f}s "
                                       f"(its checkpoint is at {at or 'nothing'}); is the catch-up job running? "
                                       "(`migrator status ID`)", phase="verify")
-                time.sleep(self.poll_s)
+                wait = self.poll_s if node is None else self.poll_s * 10
+                changed.wait(max(0.0, min(wait, deadline - time.monotonic())))
 
     def close(self) -> None:
         pass
