@@ -373,7 +373,8 @@ def move(cfg: config_mod.Config, target: str, window: dict[str, float],
                            "steps": dict(run.steps), "why": type(exc).__name__})
             catch_up.run_passes(cfg, mid, 1)
     run = window.pop("run", None)
-    detail = {"drained": dict(run.drained), "refresh_rounds": list(run.refresh_rounds)} if run is not None else {}
+    detail = {"drained": dict(run.drained), "refresh_rounds": list(run.refresh_rounds),
+              "released": dict(run.released)} if run is not None else {}
     with zk_mod.connect(cfg, config_mod.load_credentials(cfg)) as zk:
         predicted = MigrationStore(zk).state(mid)[0].predicted_freeze_ms
     cleanup(cfg, mid, now=True)
@@ -445,7 +446,9 @@ def main(argv: list[str] | None = None) -> int:
             rows.append({"freeze_ms": res["freeze_ms"], "win": win, "res": res, "target": target})
             rounds = " / ".join(f"{r['rows']} rows {r['s'] * 1000:.0f} ms" for r in res.get("refresh_rounds") or [])
             console.print(f"cutover {i + 1}/{args.rounds} to {target}: freeze {res['freeze_ms']:.0f} ms; "
-                          f"drained {res.get('drained') or {}}; re-check rounds before it: {rounds or 'none'}",
+                          f"drained {res.get('drained') or {}}; re-check rounds before it: {rounds or 'none'}"
+                          + (f"; renames after the UNLOCK (ms, slowest first): {released}"
+                             if (released := dict(list((res.get('released') or {}).items())[:4])) else ""),
                           highlight=False)
     finally:
         time.sleep(0.5)

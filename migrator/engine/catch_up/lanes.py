@@ -159,6 +159,8 @@ class Lane:
         #: parts written again after a deadlock, a lock wait timeout or a lost connection; the last cause
         self.retries = 0
         self.last_retry = ""
+        #: connections this lane opened (its first, and one after each lost connection)
+        self.connects = 0
         self._retrying = Retrying(stop=_retry_stop, wait=_retry_wait,
                                   retry=retry_if_exception(_retryable), reraise=True, before_sleep=self._retried)
         self._thread = threading.Thread(target=self._run, name=f"catchup-lane-{index}", daemon=True)
@@ -168,6 +170,7 @@ class Lane:
     def conn(self) -> pymysql.connections.Connection:
         if self._conn is None or not self._conn.open:
             conn = self._connect()
+            self.connects += 1
             conn.autocommit(False)
             with conn.cursor() as cur:
                 cur.execute(TAG + SESSION)
@@ -364,6 +367,8 @@ class LaneSet:
         self._inflight_cut_by_size = False
         self.rounds = 0
         self.write_s = 0.0
+        #: ms the last round took, from its hand-over to the lanes until every lane had committed it
+        self.last_round_ms = 0.0
 
     def _ensure(self, n: int) -> None:
         while len(self._lanes) < n:
@@ -449,6 +454,7 @@ class LaneSet:
         if errors:
             raise errors[0]
         ms = (time.monotonic() - self._inflight_started) * 1000
+        self.last_round_ms = ms
         self.write_s += ms / 1000
         self.rounds += 1
         self.pacer.after_round(self._inflight_rows, ms, self._inflight_cut_by_size)
@@ -468,6 +474,11 @@ class LaneSet:
     @property
     def last_retry(self) -> str:
         return next((ln.last_retry for ln in self._lanes if ln.last_retry), "")
+
+    @property
+    def connects(self) -> int:
+        """Connections the lanes opened so far."""
+        return sum(ln.connects for ln in self._lanes)
 
     @property
     def retries(self) -> int:

@@ -90,6 +90,12 @@ class TailStats:
     #: lane parts written again after a deadlock, a lock wait timeout or a lost connection, and the last cause
     retries: int = 0
     retry_cause: str = ""
+    #: (the cutover's drain) seconds until a following tail had applied the target, and until it had stopped
+    reached_s: float = 0.0
+    stopped_s: float = 0.0
+    #: lane connections opened during the call; ms of the last round (hand-over to every lane's commit)
+    connects: int = 0
+    last_round_ms: float = 0.0
 
     @property
     def events_per_s(self) -> float:
@@ -102,6 +108,8 @@ class TailStats:
         return {"events": self.events, "rounds": self.batches, "lanes": self.lanes,
                 "sent_ms": round(self.sent_s * 1000, 1), "read_ms": round(self.read_s * 1000, 1),
                 "submit_ms": round(self.submit_s * 1000, 1), "save_ms": round(self.save_s * 1000, 1),
+                "reached_ms": round(self.reached_s * 1000, 1), "stopped_ms": round(self.stopped_s * 1000, 1),
+                "last_round_ms": round(self.last_round_ms, 1), "lane_connects": self.connects,
                 "lane_retries": self.retries, "lane_retry_cause": self.retry_cause}
 
 

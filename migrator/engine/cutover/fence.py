@@ -122,6 +122,8 @@ class Fence:
         self._locking = False
         self._state = threading.Lock()
         self._owner: threading.Thread | None = None
+        #: when :meth:`release` sent UNLOCK TABLES (monotonic), for :meth:`release_times`
+        self.unlocked_at: float | None = None
 
     # -- lifecycle ------------------------------------------------------------------
     def open(self) -> Fence:
@@ -217,6 +219,7 @@ class Fence:
     def release(self, timeout: float = 30.0) -> None:
         """A: UNLOCK TABLES. Each queued RENAME runs first; then stale writers get 1146."""
         assert self.a is not None
+        self.unlocked_at = time.monotonic()
         try:
             with self.a.cursor() as cur:
                 cur.execute(f"{TAG}UNLOCK TABLES")
@@ -232,6 +235,15 @@ class Fence:
             if r.error is not None:
                 raise FenceError(f"the tombstone RENAME of {r.move.db}.{r.move.table} on {self.host.name} failed: "
                                  f"{r.error}", phase="cutover")
+
+    def release_times(self) -> dict[str, float]:
+        """ms from the UNLOCK until each table's RENAME had run (its writers waited that long), slowest
+        first: where the release's time went."""
+        if self.unlocked_at is None:
+            return {}
+        done = [(f"{r.move.db}.{r.move.table}", (r.finished_at - self.unlocked_at) * 1000)
+                for r in self.renamers if r.finished_at is not None]
+        return {name: round(ms, 1) for name, ms in sorted(done, key=lambda x: -x[1])}
 
     def abort(self) -> None:
         """Undo the fence without renaming: end every started RENAME's connection first, then unlock.
@@ -322,6 +334,8 @@ class _Renamer:
         self.renamed = False
         self.error: BaseException | None = None
         self.done = threading.Event()
+        #: when the RENAME returned (monotonic)
+        self.finished_at: float | None = None
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
@@ -337,6 +351,7 @@ class _Renamer:
         except BaseException as exc:  # reported through release()/abort()
             self.error = exc
         finally:
+            self.finished_at = time.monotonic()
             self.done.set()
 
     def close(self) -> None:

@@ -85,6 +85,8 @@ class CutoverRun:
         #: the drain under the fence (row changes read, ms until the last were read and until their round
         #: was sent, ms saving checkpoints), for the record
         self.drained: dict[str, Any] = {}
+        #: under the rename fence, ms from the UNLOCK until each table's RENAME had run (slowest first)
+        self.released: dict[str, float] = {}
         self.t_compare = 0.0
         self.ranges = spec.ranges()
         self.tables: list[TableInfo] = []
@@ -121,7 +123,7 @@ class CutoverRun:
             freeze_ms = round((end - self.t_freeze) * 1000, 2)
         return {"at": time.time(), "outcome": outcome[:500], "freeze_ms": freeze_ms, "steps_ms": dict(self.steps),
                 "refresh_rounds": list(self.refresh_rounds), "predicted": dict(self.predicted),
-                "drained": dict(self.drained)}
+                "drained": dict(self.drained), "released": dict(self.released)}
 
     def _step(self, name: str, t0: float) -> float:
         now = time.monotonic()
@@ -414,6 +416,7 @@ class CutoverRun:
             t = self._step("flip_cas", t)
             if self.fence is not None:
                 self.fence.release()
+                self.released = self.fence.release_times()
             # with the gate, nothing to release: its triggers refuse stale writers until finish renames
             t_end = self._step("release", t)
             self.t_released = t_end

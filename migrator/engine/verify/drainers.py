@@ -124,10 +124,15 @@ class TailDrainer(KeyCollector):
         t0 = time.monotonic()
         events0 = self._tailer.events_read if self._tailer is not None else 0
         retries0 = self._tailer.lanes.retries if self._tailer is not None else 0
+        rounds0 = self._tailer.lanes.rounds if self._tailer is not None else 0
+        connects0 = self._tailer.lanes.connects if self._tailer is not None else 0
         follower = self._follower
+        reached = stopped = 0.0
         if follower is not None:
             follower.wait_for(GtidPos.parse(gtid), t0 + timeout)
-        self.stop_following()
+            reached = time.monotonic() - t0
+            self.stop_following()
+            stopped = time.monotonic() - t0
         self.open()
         stats = self._tailer.drain_to(gtid, max(0.001, t0 + timeout - time.monotonic()), save=save)
         tailer = self._tailer
@@ -137,6 +142,10 @@ class TailDrainer(KeyCollector):
         stats.read_s = max(0.0, tailer.last_txns_at - t0)
         stats.submit_s = max(0.0, tailer.last_submit_at - t0)
         stats.sent_s = max(0.0, tailer.last_txns_sent_at - t0)
+        stats.batches = tailer.lanes.rounds - rounds0  # the follower's rounds too
+        stats.connects = tailer.lanes.connects - connects0
+        stats.last_round_ms = tailer.lanes.last_round_ms
+        stats.reached_s, stats.stopped_s = reached, stopped
         stats.retries = tailer.lanes.retries - retries0
         stats.retry_cause = tailer.lanes.last_retry if stats.retries else ""
         return stats

@@ -91,6 +91,13 @@ def test_cutover_under_live_writes_loses_nothing(fleet):
     assert st.cleanup_after == pytest.approx(time.time() + 24 * 3600, abs=120)
     assert 0 < result.freeze_ms < 2000
     assert result.keys_from == "drain" and result.rows_checked > 0  # the writer's rows were compared
+    # the record says where the drain's and the release's time went: each table's RENAME after the UNLOCK
+    node, _ = prep.store.get_progress(spec.id, "cutover_attempts")
+    flipped = node["attempts"][-1]
+    assert {f"{db}.{t}" for db in spec.databases for t in SEED_TABLES} <= set(flipped["released"])
+    slowest = list(flipped["released"].values())
+    assert slowest == sorted(slowest, reverse=True) and 0 < slowest[0] <= flipped["steps_ms"]["release"] + 1
+    assert flipped["drained"]["events"] >= 1 and flipped["drained"]["rounds"] >= 1  # the sentinel's round
     router_epoch = router.refresh().epoch
     assert router_epoch == smap.epoch
 
