@@ -372,7 +372,7 @@ class LaneSet:
 
     def _ensure(self, n: int) -> None:
         while len(self._lanes) < n:
-            self._lanes.append(Lane(len(self._lanes), self._connect, self._targets, self._woken))
+            self._lanes.append(Lane(len(self._lanes), self._connect, self._targets, self.wake))
 
     @property
     def lanes(self) -> int:
@@ -390,7 +390,8 @@ class LaneSet:
         except (BlockingIOError, OSError):
             pass
 
-    def _woken(self) -> None:
+    def wake(self) -> None:
+        """Make :attr:`wake_fd` readable (a lane finished its part, or the tail is asked to stop)."""
         try:
             os.write(self._wake_w, b"x")
         except (BlockingIOError, OSError):  # full (nobody waits) or closed: the state is in busy()

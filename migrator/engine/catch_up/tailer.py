@@ -244,18 +244,23 @@ class Tailer:
         self._pending.clear()
 
     def _message_ready(self, timeout: float) -> bool:
-        """Wait up to ``timeout`` for the reader's next message. While a round is being written the
-        wait also ends when a lane finishes (False then), so the coordinator sends the next round
-        at once instead of blocking on the one in flight or sleeping out its poll."""
+        """Wait up to ``timeout`` for the reader's next message. The wait also ends (False) when a
+        lane finishes, so the coordinator sends the next round at once instead of blocking on the
+        one in flight or sleeping out its poll, and on :meth:`wake` (a stop flag was set)."""
         assert self._pipe is not None
         lanes = self.lanes
-        if not lanes.busy():
+        if lanes.inflight and not lanes.busy():
             # a round written and not yet checkpointed: nothing to wait for but a message already there
-            return bool(self._pipe.poll(0.0 if lanes.inflight else max(0.0, timeout)))
+            return bool(self._pipe.poll(0.0))
         reader = self._pipe.reader
         got = mp_wait([reader, self.lanes.wake_fd], max(0.0, timeout))
         self.lanes.clear_wake()
         return reader in got
+
+    def wake(self) -> None:
+        """End the coordinator's wait for the reader now (from another thread: it then looks at the
+        ``stop`` flag of :meth:`apply_until` at once, not after its next poll)."""
+        self.lanes.wake()
 
     def _receive(self, timeout: float) -> bool:
         """Take the reader's next message; False when none came within ``timeout`` (or a lane

@@ -209,6 +209,7 @@ class _Follower:
 
     def stop(self) -> None:
         self._stop.set()
+        self.tailer.wake()  # its wait for the reader ends now, not at its next 10 ms poll
         self._thread.join()
         if self.error is not None:
             raise self.error

@@ -62,3 +62,27 @@ def test_a_follower_that_failed_makes_the_drain_fail_at_once(fleet):
             d.drain_to(head, 60)
         assert time.monotonic() - t0 < 30, "the drain waited out its timeout for a follower that had failed"
     assert "users" in str(err.value) or "1146" in str(err.value), err.value
+
+
+def test_a_wake_ends_the_tails_wait_for_its_reader(fleet):
+    """Stopping a follower wakes its tail: the wait for the reader's next message ends at once
+    instead of at its next poll (the drain under the fence stops the follower)."""
+    import threading
+
+    prep = prepare_converged(fleet, (4,))
+    d = prep.drainer
+    d.drain_to(binlog_pos(mysql_connect(prep.source, fleet.credentials)), 30)
+    tailer = d._tailer
+    # the reader sends a tick at each master heartbeat (every 250 ms): wake 30 ms after one arrived;
+    # a busy box may delay the wake past the next tick, so a few tries
+    woken = []
+    for _ in range(5):
+        assert tailer._receive(5.0)  # a tick (or more) just came
+        tailer._pending.clear()
+        threading.Timer(0.03, tailer.wake).start()
+        t0 = time.monotonic()
+        got = tailer._message_ready(20.0)
+        woken.append((got, round(time.monotonic() - t0, 3)))
+        if not got:
+            break
+    assert any(not got and waited < 10 for got, waited in woken), woken  # woken, not by the reader
