@@ -58,11 +58,15 @@ class CheckpointWaiter:
         target = GtidPos.parse(gtid)
         deadline = time.monotonic() + timeout
         changed = threading.Event()
+
+        def on_change(_event: Any) -> None:  # one function: kazoo keeps it once per node, however often set
+            changed.set()
+
         with zk_mod.connect(self.config, load_credentials(self.config)) as zk:
             store = MigrationStore(zk)
             while True:
                 changed.clear()
-                node, _ = store.get_progress(self.migration_id, "catchup", watch=lambda _event: changed.set())
+                node, _ = store.get_progress(self.migration_id, "catchup", watch=on_change)
                 at = GtidPos.parse((node or {}).get("gtid") or "")
                 if at.contains(target):
                     return
@@ -122,10 +126,7 @@ class TailDrainer(KeyCollector):
         fence's sentinel) is even read; left running, it reads the rest while its last round
         commits, and sends it with what it collected meanwhile."""
         t0 = time.monotonic()
-        events0 = self._tailer.events_read if self._tailer is not None else 0
-        retries0 = self._tailer.lanes.retries if self._tailer is not None else 0
-        rounds0 = self._tailer.lanes.rounds if self._tailer is not None else 0
-        connects0 = self._tailer.lanes.connects if self._tailer is not None else 0
+        before = self._counters()
         follower = self._follower
         reached = stopped = 0.0
         if follower is not None:
@@ -136,19 +137,28 @@ class TailDrainer(KeyCollector):
         self.open()
         stats = self._tailer.drain_to(gtid, max(0.001, t0 + timeout - time.monotonic()), save=save)
         tailer = self._tailer
-        stats.events = tailer.events_read - events0
+        events, retries, rounds, connects = (now - then for now, then in zip(self._counters(), before))
+        stats.events = events
         stats.duration_s = time.monotonic() - t0
         # when the last transactions arrived and the last round left, from the start of this call
         stats.read_s = max(0.0, tailer.last_txns_at - t0)
         stats.submit_s = max(0.0, tailer.last_submit_at - t0)
         stats.sent_s = max(0.0, tailer.last_txns_sent_at - t0)
-        stats.batches = tailer.lanes.rounds - rounds0  # the follower's rounds too
-        stats.connects = tailer.lanes.connects - connects0
+        stats.batches = rounds  # the follower's rounds too
+        stats.connects = connects
         stats.last_round_ms = tailer.lanes.last_round_ms
         stats.reached_s, stats.stopped_s = reached, stopped
-        stats.retries = tailer.lanes.retries - retries0
+        stats.retries = retries
         stats.retry_cause = tailer.lanes.last_retry if stats.retries else ""
         return stats
+
+    def _counters(self) -> tuple[int, int, int, int]:
+        """The tail's running totals a drain reports the difference of: row changes read, lane
+        retries, rounds, lane connections (zeros before the tail is opened)."""
+        t = self._tailer
+        if t is None:
+            return 0, 0, 0, 0
+        return t.events_read, t.lanes.retries, t.lanes.rounds, t.lanes.connects
 
     def warm(self) -> None:
         """Start the tail's reader process and apply what is there (before anything is timed)."""

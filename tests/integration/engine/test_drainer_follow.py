@@ -71,7 +71,8 @@ def test_a_wake_ends_the_tails_wait_for_its_reader(fleet):
 
     prep = prepare_converged(fleet, (4,))
     d = prep.drainer
-    d.drain_to(binlog_pos(mysql_connect(prep.source, fleet.credentials)), 30)
+    with mysql_connect(prep.source, fleet.credentials) as src:
+        d.drain_to(binlog_pos(src), 30)
     tailer = d._tailer
     # the reader sends a tick at each master heartbeat (every 250 ms): wake 30 ms after one arrived;
     # a busy box may delay the wake past the next tick, so a few tries
