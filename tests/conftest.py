@@ -6,6 +6,13 @@ pairs, ZooKeeper, Redis started from Debian packages by
 flushed Redis database and freshly seeded shard databases, and drops what it
 made. Set ``MIGRATOR_TEST_SANDBOX=DIR`` to reuse a running sandbox across
 sessions while developing.
+
+``MIGRATOR_TEST_GTID_LAYOUT`` (``per-server``, the default, or ``shared``) and
+``MIGRATOR_TEST_PARALLEL_REPLICATION`` (applier threads per pair link, default
+0) choose the GTID layout of every sandbox the session starts: ``scripts/test``
+runs the cutover, fence, lease, cleanup and rollback tests, their fault cells
+and the nemesis seeds once more under the shared layout with parallel
+replication (MariaDB's defaults, as production fleets run them).
 """
 
 from __future__ import annotations
@@ -22,6 +29,14 @@ from pathlib import Path
 import pytest
 
 SEED = int(os.environ.get("MIGRATOR_TEST_SEED", random.randrange(1 << 30)))
+#: the GTID layout of every sandbox this session starts (:data:`migrator.sandbox.GTID_LAYOUTS`)
+GTID_LAYOUT = os.environ.get("MIGRATOR_TEST_GTID_LAYOUT", "per-server")
+PARALLEL_THREADS = int(os.environ.get("MIGRATOR_TEST_PARALLEL_REPLICATION", "0") or 0)
+
+
+def layout_params() -> dict:
+    """The sandbox parameters of this session's GTID layout (for every ``Sandbox.up`` a test makes)."""
+    return {"gtid_layout": GTID_LAYOUT, "parallel_threads": PARALLEL_THREADS}
 #: why the shared sandbox was rebuilt during this session (shown in the summary)
 REBUILDS: list[str] = []
 
@@ -56,7 +71,7 @@ def own_sandbox(prefix: str, **params):
     d = Path(tempfile.mkdtemp(prefix=prefix))
     sb = Sandbox(d / "sandbox")
     try:
-        sb.up(**params, base_port=find_base_port(100), log=lambda *_: None)
+        sb.up(**{**layout_params(), **params}, base_port=find_base_port(100), log=lambda *_: None)
         LIVE_SANDBOXES.append(sb)  # its servers (pairs added by a test too) outlive each test, by design
         yield sb
     finally:
@@ -105,7 +120,9 @@ def ends_its_processes(request):
 
 
 def pytest_report_header(config):  # noqa: ARG001
-    return f"migrator test seed: {SEED} (replay with MIGRATOR_TEST_SEED={SEED})"
+    par = f", {PARALLEL_THREADS} parallel applier threads per pair link" if PARALLEL_THREADS else ""
+    return [f"migrator test seed: {SEED} (replay with MIGRATOR_TEST_SEED={SEED})",
+            f"sandbox GTID layout: {GTID_LAYOUT}{par} (MIGRATOR_TEST_GTID_LAYOUT, MIGRATOR_TEST_PARALLEL_REPLICATION)"]
 
 
 def pytest_terminal_summary(terminalreporter):
@@ -129,7 +146,7 @@ def rebuild(sb, reason: str) -> None:
     print(f"\nsandbox in {sb.dir} is broken ({reason}); rebuilding it")
     st = sb.state
     params = dict(pairs=st.pairs, spare_pairs=st.spare_pairs, shards=st.shards, rows=st.rows,
-                  base_port=st.base_port)
+                  base_port=st.base_port, gtid_layout=st.gtid_layout, parallel_threads=st.parallel_threads)
     sb.down(purge=True)
     sb.up(**params, log=lambda *_: None)
 
@@ -148,13 +165,14 @@ def sandbox():
     if reuse:
         sb = Sandbox(reuse)
         if not sb.running():
-            sb.up(pairs=2, spare_pairs=1, shards=8, rows=20, base_port=find_base_port(100))
+            sb.up(pairs=2, spare_pairs=1, shards=8, rows=20, base_port=find_base_port(100), **layout_params())
         yield sb
         return
     d = Path(tempfile.mkdtemp(prefix="migrator-test-"))
     sb = Sandbox(d / "sandbox")
     try:
-        sb.up(pairs=2, spare_pairs=1, shards=8, rows=20, base_port=find_base_port(100), log=lambda *_: None)
+        sb.up(pairs=2, spare_pairs=1, shards=8, rows=20, base_port=find_base_port(100), log=lambda *_: None,
+              **layout_params())
         yield sb
     finally:
         sb.down()

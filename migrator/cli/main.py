@@ -205,12 +205,20 @@ def sandbox_up(
     tls: bool = typer.Option(True, "--tls/--no-tls",
                              help="MariaDB accepts TLS only, with certificates of the sandbox's own CA "
                                   "(--no-tls: plaintext). Fixed when the sandbox is created."),
+    gtid_layout: str = typer.Option("per-server", "--gtid-layout",
+                                    help="per-server: a GTID domain per server, strict mode on; shared: every "
+                                         "server in domain 0, strict mode off (MariaDB's default). Fixed when "
+                                         "the sandbox is created."),
+    parallel: int = typer.Option(0, "--parallel-replication", min=0,
+                                 help="Optimistic parallel applier threads on every pair link (0: one SQL "
+                                      "thread). Fixed when the sandbox is created."),
 ) -> None:
     """Start the sandbox fleet (a no-op when it already runs)."""
     from migrator.sandbox import Sandbox
 
     sb = Sandbox(directory)
-    sb.up(pairs=pairs, spare_pairs=spare_pairs, shards=shards, rows=rows, base_port=base_port, tls=tls)
+    sb.up(pairs=pairs, spare_pairs=spare_pairs, shards=shards, rows=rows, base_port=base_port, tls=tls,
+          gtid_layout=gtid_layout, parallel_threads=parallel)
 
 
 @sandbox_app.command("status")
@@ -240,6 +248,8 @@ def sandbox_status(directory: Path = typer.Option(Path(".sandbox"), "--dir"),
         name = r["name"] + (" (spare)" if r.get("spare") else "")
         t.add_row(name, r["kind"], str(r["port"]), str(r["pid"] or "-"), "yes" if r["alive"] else "NO", rep)
     console.print(t)
+    par = f", {sb.state.parallel_threads} parallel applier threads per link" if sb.state.parallel_threads else ""
+    console.print(f"GTID layout: {sb.state.gtid_layout}{par}")
     console.print(f"memory (RSS): {sb.memory_rss_mb():.0f} MB")
 
 

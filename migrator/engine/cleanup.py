@@ -38,9 +38,10 @@ from migrator.engine.plan import release_maintenance_pause
 from migrator.errors import MigratorError
 from migrator.fleet import zk as zk_mod
 from migrator.fleet.config import Config, Credentials, load_credentials
+from migrator.fleet.gtid import GtidPos
 from migrator.fleet.model import Host
-from migrator.fleet.mysql import binlog_pos, ident, qualified, query, scalar, tag, wait_applied
 from migrator.fleet.mysql import connect as mysql_connect
+from migrator.fleet.mysql import ident, own_gtids, qualified, query, scalar, tag, wait_applied
 from migrator.fleet.shard_map import HostRegistry
 from migrator.fleet.zk import ZK
 
@@ -113,11 +114,12 @@ def _drop_leftover(conn: pymysql.connections.Connection, host: Host, db: str, re
             cur.execute(f"{TAG}DROP TABLE {qualified(db, SENTINEL_TABLE)}")
 
 
-def _wait_partner(reg: HostRegistry, host: Host, pos: str, creds: Credentials, result: CleanupResult) -> None:
+def _wait_partner(reg: HostRegistry, host: Host, pos: GtidPos, creds: Credentials, result: CleanupResult) -> None:
     """Wait for the pair partner to apply the drops (they replicate), so that a cleaned migration's
     schemas are gone from both members: a new move onto this pair, planned at once, would otherwise
     find them on the standby and be refused by its preflight. A partner that lags is reported in
-    the result, not an error: the drops are in its relay log and it applies them in time."""
+    the result, not an error: the drops are in its relay log and it applies them in time. ``pos``: the
+    host's own transactions after the drops (:func:`own_gtids`), which the partner must have applied."""
     if not host.partner:
         return
     timeout = STANDBY_WAIT_S
@@ -180,7 +182,7 @@ def cleanup(config: Config, migration_id: str, *, now: bool = False,
                 for db in leftovers:
                     _drop_leftover(conn, host, db, result)
                 if len(result.dropped) > before:
-                    _wait_partner(reg, host, binlog_pos(conn), creds, result)
+                    _wait_partner(reg, host, own_gtids(conn), creds, result)
             finally:
                 conn.close()
         result.released_locks, result.released_pauses = release_bookkeeping(zk, store, spec)

@@ -17,7 +17,9 @@ Per table, in this order (the resume contract of :mod:`migrator.engine.migration
    node ``copy/<db>.<table>``. The set of progress nodes is the set of tables
    to copy.
 2. Before the table's first chunk read, the source ``@@gtid_binlog_pos`` is
-   stored as the table's ``start_gtid``; catch-up tails from the earliest.
+   stored as the table's ``start_gtid`` (with ``@@gtid_binlog_state`` as its
+   ``start_state``, which orders the starts in any GTID layout); catch-up
+   tails from the earliest.
    No global lock: replaying the binlog from before a chunk's read over the
    chunk converges, because apply is idempotent by key.
 3. Each chunk is loaded with ``LOAD DATA LOCAL INFILE ... REPLACE`` in one
@@ -70,10 +72,10 @@ from migrator.engine.throttler import ChunkSizer
 from migrator.fleet.config import Credentials
 from migrator.fleet.model import Host
 from migrator.fleet.mysql import (
-    binlog_pos,
     connect,
     ident,
     qualified,
+    start_point,
     tag,
 )
 from migrator.fleet.shard_map import HostRegistry
@@ -307,7 +309,7 @@ def copy_table(
             # recorded before the first chunk read: catch-up replays from here. (Recording it only with
             # the first checkpoint would lose it when a worker dies between that chunk's load and its
             # checkpoint: the retry's later position would skip deletes the loaded rows still need.)
-            prog["start_gtid"] = binlog_pos(src)
+            prog["start_gtid"], prog["start_state"] = start_point(src)
             prog["started_at"] = time.time()
             try:
                 version = store.put_progress(spec.id, key, prog, version)

@@ -23,7 +23,7 @@ from migrator.engine.copy import TableResult, control_check, copy_table, endpoin
 from migrator.engine.copy_load import Links, open_links
 from migrator.engine.migration import MigrationStore, Spec
 from migrator.fleet.config import Credentials
-from migrator.fleet.mysql import binlog_pos
+from migrator.fleet.mysql import start_point
 from migrator.fleet.zk import ZK
 
 #: a table estimated above this many bytes gets a job of its own
@@ -116,7 +116,7 @@ def stamp_start(zk: ZK, mid: str, tables: list[tuple[str, str]], links: Links) -
     (Any position before a table's first read is a valid start; catch-up starts at the earliest.)
     A batch that loses a race is left alone: :func:`copy_table` stamps those tables itself."""
     store = MigrationStore(zk)
-    pos = binlog_pos(links.source)
+    pos, state = start_point(links.source)
     now = time.time()
     batch: list[tuple[str, dict[str, Any], int]] = []
     for db, table in tables:
@@ -124,7 +124,7 @@ def stamp_start(zk: ZK, mid: str, tables: list[tuple[str, str]], links: Links) -
         prog, version = store.get_progress(mid, key)
         if prog is None or version is None or prog.get("done") or prog.get("start_gtid") is not None:
             continue
-        batch.append((key, dict(prog, start_gtid=pos, started_at=now), version))
+        batch.append((key, dict(prog, start_gtid=pos, start_state=state, started_at=now), version))
         if len(batch) >= STAMP_BATCH:
             store.put_progress_many(mid, batch)
             batch = []

@@ -122,15 +122,19 @@ class ReverseDrainer(TailDrainer):
                 self._lock = applier_lock(self.store.zk, f"{self.spec.id}-rollback", "rollback")
             node, _ = self.store.get_progress(self.spec.id, TAIL_NODE)
             start = (node or {}).get("gtid") or self.start
+            tailer = Tailer(
+                self.new_master, self.old_master, self.credentials, start=GtidPos.parse(start),
+                start_state=(node or {}).get("state") if (node or {}).get("gtid") else None,
+                schema_map={db: tomb_db(self.spec.id, db) for db in self.spec.databases},
+                tables=_with_sentinel(tail_tables(self.spec)),
+            )
 
             def checkpoint(pos: GtidPos) -> None:
-                self.store.put_progress(self.spec.id, TAIL_NODE, {"gtid": str(pos), "at": time.time()})
+                self.store.put_progress(self.spec.id, TAIL_NODE, {"gtid": str(pos), "state": str(tailer.applied_state),
+                                                                  "at": time.time()})
 
-            self._tailer = Tailer(
-                self.new_master, self.old_master, self.credentials, start=GtidPos.parse(start),
-                schema_map={db: tomb_db(self.spec.id, db) for db in self.spec.databases},
-                tables=_with_sentinel(tail_tables(self.spec)), on_checkpoint=checkpoint,
-            )
+            tailer.on_checkpoint = checkpoint
+            self._tailer = tailer
         return self
 
 

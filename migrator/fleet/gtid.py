@@ -19,6 +19,19 @@ Semantics used by catch-up:
   domain from its beginning.
 * ``latest([...])`` (per-domain maximum) is the union.
 
+Per-domain order holds only where every domain has one writer (one domain per
+server, ``gtid_strict_mode``). With MariaDB's default of one domain shared by
+both members of a pair, a member's binlog holds its partner's transactions in
+the order it applied them: a late one keeps its lower ``seq_no`` and follows
+transactions with higher ones, so "the position after X has a higher seq_no"
+no longer means "after X". What stays ordered in every layout is the
+transactions of one *server* within one domain: a server numbers its own
+transactions above everything its binlog already holds, and a replica applies
+(and re-logs) a peer's transactions in the peer's order. :class:`GtidState`
+tracks that, per (domain, server), the way MariaDB's ``@@gtid_binlog_state``
+does, and says exactly when a reader or a replica has passed a transaction
+(:meth:`GtidState.reaches`), whatever the layout.
+
 Pure functions and immutable values; runs anywhere (no server needed).
 """
 
@@ -176,3 +189,102 @@ def latest(positions: Iterable[GtidPos | str]) -> GtidPos:
             if d not in best or g.seq > best[d].seq:
                 best[d] = g
     return GtidPos(best)
+
+
+class GtidState(Mapping[tuple[int, int], Gtid]):
+    """The last transaction of each (domain, server) a binlog holds: MariaDB's ``@@gtid_binlog_state``.
+
+    A binlog holds the transactions of one server in one domain in that server's own order (see the
+    module doc), so ``state.reaches(g)`` (the transaction of server ``g.server`` numbered ``g.seq`` or a
+    later one of that server is in the binlog, or has been read by a reader that tracks its state) is
+    exact in every GTID layout, where :meth:`GtidPos.contains` is exact only with one writer per domain.
+    A target given as a position (``@@gtid_binlog_pos``: the last transaction of each domain) is reached
+    once each of its GTIDs is: the last transaction the binlog held is one of them.
+    """
+
+    __slots__ = ("_by_key",)
+
+    def __init__(self, gtids: Iterable[Gtid] = ()):
+        by: dict[tuple[int, int], Gtid] = {}
+        for g in gtids:
+            prev = by.get((g.domain, g.server))
+            if prev is None or g.seq > prev.seq:
+                by[(g.domain, g.server)] = g
+        self._by_key = by
+
+    @classmethod
+    def parse(cls, text: str | None) -> GtidState:
+        """Parse ``"0-1-100,0-2-7"`` (several GTIDs per domain allowed); ``""``/None is empty."""
+        if not text:
+            return cls()
+        if isinstance(text, GtidState):
+            return text
+        return cls(Gtid.parse(p) for p in str(text).replace("\n", ",").split(",") if p.strip())
+
+    @classmethod
+    def of(cls, *parts: GtidState | GtidPos | str | Iterable[Gtid] | None) -> GtidState:
+        """The union (per key, the highest ``seq``) of states, positions and GTID lists."""
+        out: list[Gtid] = []
+        for p in parts:
+            if p is None:
+                continue
+            if isinstance(p, str):
+                p = GtidState.parse(p)
+            out.extend(p.values() if isinstance(p, Mapping) else p)
+        return cls(out)
+
+    def with_gtid(self, gtid: Gtid) -> GtidState:
+        """This state after one more transaction (a server's own numbering only grows)."""
+        prev = self._by_key.get((gtid.domain, gtid.server))
+        if prev is not None and prev.seq >= gtid.seq:
+            return self
+        out = GtidState.__new__(GtidState)
+        out._by_key = {**self._by_key, (gtid.domain, gtid.server): gtid}
+        return out
+
+    def __getitem__(self, key: tuple[int, int]) -> Gtid:
+        return self._by_key[key]
+
+    def __iter__(self) -> Iterator[tuple[int, int]]:
+        return iter(sorted(self._by_key))
+
+    def __len__(self) -> int:
+        return len(self._by_key)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, str):
+            other = GtidState.parse(other)
+        if not isinstance(other, GtidState):
+            return NotImplemented
+        return self._by_key == other._by_key
+
+    def __hash__(self) -> int:
+        return hash(frozenset(self._by_key.items()))
+
+    def __str__(self) -> str:
+        return ",".join(str(self._by_key[k]) for k in sorted(self._by_key))
+
+    def __repr__(self) -> str:
+        return f"GtidState({str(self)!r})"
+
+    def reaches(self, target: GtidPos | GtidState | Gtid | str | Iterable[Gtid]) -> bool:
+        """Every transaction of ``target`` (one GTID, a position or a state) is at or before this state."""
+        if isinstance(target, str):
+            target = GtidState.parse(target)
+        gtids: Iterable[Gtid] = (target,) if isinstance(target, Gtid) else \
+            (target.values() if isinstance(target, Mapping) else target)
+        for g in gtids:
+            have = self._by_key.get((g.domain, g.server))
+            if have is None or have.seq < g.seq:
+                return False
+        return True
+
+    def own(self, server_id: int) -> GtidPos:
+        """The last transaction ``server_id`` wrote itself, per domain (what a peer must apply to have
+        every write that server accepted)."""
+        return GtidPos(g for (_, s), g in sorted(self._by_key.items()) if s == server_id)
+
+    def earlier_than(self, other: GtidState) -> bool:
+        """True when this state is at or before ``other`` in every (domain, server) of either (two
+        states of one binlog read at different times are always ordered so)."""
+        return other.reaches(self)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 import ssl
 import threading
+import time
 from typing import Any
 
 import pymysql
@@ -16,7 +17,7 @@ import pymysql.cursors
 
 from migrator.errors import MigratorError, MySQLUnavailable
 from migrator.fleet.config import Credentials
-from migrator.fleet.gtid import GtidPos
+from migrator.fleet.gtid import GtidPos, GtidState
 from migrator.fleet.model import Host
 from migrator.fleet.tls import MySQLTLS
 
@@ -31,6 +32,11 @@ ER_BAD_DB_ERROR = 1049
 ER_LOCK_WAIT_TIMEOUT = 1205
 ER_LOCK_DEADLOCK = 1213
 ER_DUP_ENTRY = 1062
+ER_OPTION_PREVENTS_STATEMENT = 1290  # read_only
+
+#: the migrator's own schema on fleet hosts (replicated like any schema): :func:`write_mark`'s table
+OWN_SCHEMA = "_migrator"
+MARKS_TABLE = "marks"
 
 
 class MySQLTLSFailed(MySQLUnavailable):
@@ -190,20 +196,101 @@ def binlog_pos(conn: pymysql.connections.Connection) -> str:
     return str(scalar(conn, tag("gtid") + "SELECT @@gtid_binlog_pos") or "")
 
 
-def wait_applied(conn: pymysql.connections.Connection, pos: GtidPos | str, timeout: float) -> bool:
-    """Wait until this server has applied ``pos`` from its replication peer.
+def start_point(conn: pymysql.connections.Connection) -> tuple[str, str]:
+    """Where a binlog tail that wants everything from now on starts: ``(@@gtid_binlog_pos,
+    @@gtid_binlog_state)``. The state is read first, so it never names a transaction the position
+    does not cover; it orders start points read at different times in every GTID layout
+    (:meth:`~migrator.fleet.gtid.GtidState.reaches`), where positions are ordered only per domain."""
+    state = str(scalar(conn, tag("gtid") + "SELECT @@gtid_binlog_state") or "")
+    return binlog_pos(conn), state
 
-    The server's own GTID domain is left out (its own writes are in its binlog
-    by definition). True when reached, False on timeout.
+
+def binlog_state(conn: pymysql.connections.Connection) -> GtidState:
+    """The server's ``@@gtid_binlog_state``: the last transaction of each (domain, server) in its binlog."""
+    return GtidState.parse(str(scalar(conn, tag("gtid") + "SELECT @@gtid_binlog_state") or ""))
+
+
+def own_gtids(conn: pymysql.connections.Connection) -> GtidPos:
+    """The last transaction this server wrote itself, per domain: what its pair partner must apply to
+    have every write it accepted (see :func:`wait_applied`). Empty when it never wrote one."""
+    rows = query(conn, tag("gtid") + "SELECT @@gtid_binlog_state, @@server_id")
+    return GtidState.parse(str(rows[0][0] or "")).own(int(rows[0][1]))
+
+
+class MarkRefused(MigratorError):
+    """A server refused the migrator's marker row (read_only, or a missing privilege)."""
+
+    component = "mysql"
+
+
+def write_mark(conn: pymysql.connections.Connection, name: str) -> GtidPos:
+    """Write one marker transaction on this server and return its own GTID (a position of one domain).
+
+    The row (``_migrator.marks``, one per ``name``, a counter) is binlogged and replicates like any
+    write: a peer has applied it, and everything this server wrote before it, once
+    :func:`wait_applied` says so for the GTID returned. ``conn`` must log to the binlog, in autocommit.
+    Raises :class:`MarkRefused` when the server refuses the write (read_only)."""
+    sql = (tag("mark") + f"INSERT INTO {qualified(OWN_SCHEMA, MARKS_TABLE)} (name, n, at) VALUES (%s, 1, NOW(6)) "
+           "ON DUPLICATE KEY UPDATE n = n + 1, at = NOW(6)")
+    for attempt in range(2):
+        try:
+            with conn.cursor() as cur:
+                cur.execute(sql, (name,))
+            break
+        except pymysql.err.MySQLError as exc:
+            code = exc.args[0] if exc.args else None
+            if code in (ER_NO_SUCH_TABLE, ER_BAD_DB_ERROR) and attempt == 0:
+                with conn.cursor() as cur:
+                    cur.execute(tag("mark") + f"CREATE DATABASE IF NOT EXISTS {ident(OWN_SCHEMA)}")
+                    cur.execute(tag("mark") + f"CREATE TABLE IF NOT EXISTS {qualified(OWN_SCHEMA, MARKS_TABLE)} "
+                                "(name VARCHAR(190) NOT NULL PRIMARY KEY, n BIGINT UNSIGNED NOT NULL, "
+                                "at DATETIME(6) NOT NULL) ENGINE=InnoDB")
+                continue
+            raise MarkRefused(f"could not write the migrator's marker row ({OWN_SCHEMA}.{MARKS_TABLE}): "
+                              f"{exc.args[-1] if exc.args else exc}; the migrator's user needs INSERT and CREATE "
+                              "there, and a read_only server needs READ ONLY ADMIN") from None
+    rows = query(conn, tag("mark") + "SELECT @@last_gtid, @@session.sql_log_bin")
+    gtid, logged = rows[0]
+    if not int(logged) or not gtid:
+        raise MarkRefused("the marker row was not binlogged (sql_log_bin=0 on this connection): write it on a "
+                          "connection that logs")
+    return GtidPos.parse(str(gtid))
+
+
+#: the longest single wait inside :func:`wait_applied` before the binlog state is read again
+_WAIT_SLICE_S = 0.05
+
+
+def wait_applied(conn: pymysql.connections.Connection, gtids: GtidPos | str, timeout: float) -> bool:
+    """Wait until this server has applied (and binlogged) each transaction of ``gtids``.
+
+    ``gtids`` names transactions by their own GTIDs (domain, server, seq), typically a peer's
+    :func:`own_gtids`, and "applied" is read from this server's ``@@gtid_binlog_state``, which keeps
+    the last transaction of each (domain, server): a replica applies (and, with ``log_slave_updates``,
+    binlogs) a peer's transactions in the peer's own order, so the entry of the peer's server reaching
+    the seq_no means that transaction and everything the peer wrote before it are here. That holds in
+    every GTID layout: one domain per server, one domain shared by both members (MariaDB's default,
+    where a domain position says nothing about which member's writes arrived), parallel replication
+    with in-order commit. ``MASTER_GTID_WAIT`` only wakes the wait early; it never decides it (its
+    per-domain slave position is not per server). Needs ``log_slave_updates`` (preflight checks it).
+
+    True when applied, False on timeout.
     """
-    pos = GtidPos.parse(str(pos))
-    own = int(scalar(conn, "SELECT @@gtid_domain_id"))
-    want = GtidPos(g for d, g in pos.items() if d != own)
+    want = GtidPos.parse(str(gtids)) if not isinstance(gtids, GtidPos) else gtids
     if not want:
         return True
-    res = scalar(conn, tag("replication") + "SELECT MASTER_GTID_WAIT(%s, %s)",
-                 (str(want), max(0.001, float(timeout))))
-    return res is not None and int(res) == 0
+    deadline = time.monotonic() + max(0.0, float(timeout))
+    nap = 0.002
+    while True:
+        if binlog_state(conn).reaches(want):
+            return True
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        nap = min(nap * 2, _WAIT_SLICE_S, left)
+        woke = scalar(conn, tag("replication") + "SELECT MASTER_GTID_WAIT(%s, %s)", (str(want), max(0.001, nap)))
+        if woke is not None and int(woke) == 0:
+            time.sleep(nap)  # the slave position passed it but the binlog state did not: not a busy loop
 
 
 def replication_problem(conn: pymysql.connections.Connection, name: str, peer: str) -> str | None:

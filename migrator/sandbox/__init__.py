@@ -8,7 +8,18 @@ creates and seeds the shard databases on their owning masters. Spare pairs
 start empty: they are split targets.
 
 Everything the sandbox started is recorded in ``<dir>/state.json`` (process,
-port, pid) and stopped by pid. The settings mirror ``docker-compose.yml``; keep
+port, pid) and stopped by pid.
+
+GTID layouts (``--gtid-layout``, fixed when the sandbox is created): the
+fleets people run differ in how their servers number transactions, and every
+guarantee must hold in each (:data:`GTID_LAYOUTS`). ``per-server`` gives every
+server a domain of its own with ``gtid_strict_mode`` (what this sandbox did
+first); ``shared`` is MariaDB's default: every server in domain 0, strict mode
+off, so a pair member's binlog holds its partner's late transactions with lower
+seq_nos than its own. ``--parallel-replication N`` turns on N optimistic
+parallel applier threads on every pair link. :meth:`Sandbox.set_link_delay`
+makes a member apply its partner's writes late (``MASTER_DELAY``): lag inside a
+pair, on demand. The settings mirror ``docker-compose.yml``; keep
 the two in step (``tests/unit/sandbox/test_compose_in_step.py`` checks it).
 
 :mod:`.procs` starts nothing itself: it finds free ports and checks, and stops
@@ -37,6 +48,7 @@ from migrator.fleet import config as config_mod
 from migrator.fleet import zk as zk_mod
 from migrator.fleet.config import Config, Credentials
 from migrator.fleet.model import Host, ShardMap, even_layout, pair_names
+from migrator.fleet.mysql import own_gtids, wait_applied
 from migrator.fleet.shard_map import HostRegistry, ShardMapStore
 from migrator.fleet.topology import create_shards
 from migrator.sandbox.procs import (
@@ -55,18 +67,39 @@ from migrator.sandbox.procs import (
 from migrator.sandbox.reset import reset_fleet
 from migrator.sandbox.tls import SandboxTLS
 
-__all__ = ["MARIADB_FLAGS", "MIGRATOR_GRANTS", "Sandbox", "find_base_port", "port_free", "reset_fleet", "stop_pid"]
+__all__ = ["GTID_LAYOUTS", "MARIADB_FLAGS", "MIGRATOR_GRANTS", "Sandbox", "find_base_port", "layout_flags", "port_free",
+           "reset_fleet", "stop_pid"]
 
 DEFAULT_DIR = Path(".sandbox")
 DEFAULT_BASE_PORT = 33100
 
-#: mariadbd settings every pair member gets (docker-compose.yml repeats them)
+#: how the servers' GTID domains are laid out: what ``gtid_domain_id`` each server gets (from its server
+#: id) and whether ``gtid_strict_mode`` is on
+GTID_LAYOUTS: dict[str, str] = {
+    "per-server": "a domain per server (gtid_domain_id = server_id), gtid_strict_mode on",
+    "shared": "one domain for every server (gtid_domain_id = 0, MariaDB's default), gtid_strict_mode off",
+}
+
+
+def layout_flags(layout: str, server_id: int, parallel_threads: int = 0) -> dict[str, str | None]:
+    """The mariadbd settings of one server in a GTID layout (docker-compose.yml runs ``per-server``)."""
+    if layout not in GTID_LAYOUTS:
+        raise SandboxError(f"unknown GTID layout {layout!r}: choose one of {', '.join(GTID_LAYOUTS)}")
+    shared = layout == "shared"
+    flags: dict[str, str | None] = {"gtid-domain-id": "0" if shared else str(server_id),
+                                    "gtid-strict-mode": "0" if shared else "1"}
+    if parallel_threads:
+        flags["slave-parallel-threads"] = str(int(parallel_threads))
+        flags["slave-parallel-mode"] = "optimistic"
+    return flags
+
+
+#: mariadbd settings every pair member gets, whatever the GTID layout (docker-compose.yml repeats them)
 MARIADB_FLAGS: dict[str, str | None] = {
     "log-slave-updates": None,
     "binlog-format": "ROW",
     "binlog-row-image": "FULL",
     "binlog-row-metadata": "FULL",
-    "gtid-strict-mode": "1",
     "auto-increment-increment": "2",
     "innodb-buffer-pool-size": "32M",
     "innodb-log-file-size": "16M",
@@ -162,10 +195,14 @@ class Sandbox:
         base_port: int = DEFAULT_BASE_PORT,
         zk_root: str = "/migrator",
         tls: bool = True,
+        gtid_layout: str = "per-server",
+        parallel_threads: int = 0,
         log: Any = print,
     ) -> bool:
         """Start the fleet. Returns False (and changes nothing) if it already runs. With ``tls`` (a new
-        sandbox only) MariaDB takes TLS connections only, with certificates of the sandbox's own CA."""
+        sandbox only) MariaDB takes TLS connections only, with certificates of the sandbox's own CA.
+        ``gtid_layout`` (:data:`GTID_LAYOUTS`) and ``parallel_threads`` (optimistic parallel appliers on
+        every pair link, 0: one SQL thread) are fixed when the sandbox is created."""
         if self.state and all(p.alive() for p in self.state.procs.values()):
             log(f"sandbox in {self.dir} is already running; nothing to do (`migrator sandbox status`)")
             return False
@@ -176,10 +213,14 @@ class Sandbox:
                 raise SandboxError("--pairs must be at least 1 and --spare-pairs at least 0")
             if shards < pairs:
                 raise SandboxError(f"--shards {shards} cannot be spread over {pairs} pairs")
+            layout_flags(gtid_layout, 1, parallel_threads)  # an unknown layout is refused before anything
+            if parallel_threads < 0:
+                raise SandboxError("--parallel-replication must be 0 (off) or a number of threads")
             self.dir.mkdir(parents=True, exist_ok=True)
             self.state = SandboxState(
                 dir=str(self.dir), base_port=base_port, pairs=pairs, spare_pairs=spare_pairs,
                 shards=shards, rows=rows, procs=self._layout(pairs, spare_pairs, base_port), tls=tls,
+                gtid_layout=gtid_layout, parallel_threads=parallel_threads,
             )
         busy = [p for p in self.state.procs.values() if not p.alive() and not port_free(p.port)]
         if busy:
@@ -264,12 +305,14 @@ class Sandbox:
             f"tmpdir={d / 'tmp'}",
             f"log-error={d / 'error.log'}",
             f"server-id={p.server_id}",
-            f"gtid-domain-id={p.server_id}",
             f"log-bin={d / 'binlog' / 'mysql-bin'}",
             f"relay-log={d / 'binlog' / 'relay-bin'}",
             f"auto-increment-offset={p.offset}",
         ]
-        for k, v in MARIADB_FLAGS.items():
+        st = self.state
+        flags = {**MARIADB_FLAGS, **layout_flags(st.gtid_layout if st else "per-server", p.server_id or 0,
+                                                 st.parallel_threads if st else 0)}
+        for k, v in flags.items():
             lines.append(k if v is None else f"{k}={v}")
         if self.state and self.state.tls:
             lines += self.tls.server_options()
@@ -424,16 +467,13 @@ class Sandbox:
         create_shards(smap, hosts, creds, rows=rows)
 
     def wait_pairs_converged(self, timeout: float = 60) -> None:
-        """Each side has applied everything its peer has binlogged (MASTER_GTID_WAIT)."""
+        """Each side has applied every transaction its peer wrote itself (in any GTID layout:
+        :func:`migrator.fleet.mysql.wait_applied`)."""
         for p in self.mariadb_procs():
-            with self.root_conn(p.partner or "") as peer, peer.cursor() as cur:
-                cur.execute("SELECT @@gtid_binlog_pos")
-                pos = cur.fetchone()[0]
-            if not pos:
-                continue
-            with self.root_conn(p.name, read_timeout=timeout + 5) as c, c.cursor() as cur:
-                cur.execute("SELECT MASTER_GTID_WAIT(%s, %s)", (pos, timeout))
-                if cur.fetchone()[0] != 0:
+            with self.root_conn(p.partner or "") as peer:
+                own = own_gtids(peer)
+            with self.root_conn(p.name, read_timeout=timeout + 5) as c:
+                if not wait_applied(c, own, timeout):
                     raise SandboxError(f"{p.name} did not catch up with {p.partner} within {timeout}s")
 
     def problems(self) -> list[str]:
@@ -496,6 +536,21 @@ class Sandbox:
         return stopped
 
     # -- single-host control (fault tests) ---------------------------------------------------
+    def set_link_delay(self, name: str, seconds: int) -> None:
+        """Make ``name`` apply its partner's writes ``seconds`` late (``MASTER_DELAY``; 0: no delay):
+        lag inside a pair, as a lagging link of a production pair has it."""
+        with self.root_conn(name) as c, c.cursor() as cur:
+            cur.execute("STOP SLAVE")
+            cur.execute("CHANGE MASTER TO MASTER_DELAY = %s", (int(seconds),))
+            cur.execute("START SLAVE")
+
+    def link_delay(self, name: str) -> int:
+        """The ``MASTER_DELAY`` of ``name``'s link from its partner (seconds)."""
+        with self.root_conn(name) as c, c.cursor(pymysql.cursors.DictCursor) as cur:
+            cur.execute("SHOW SLAVE STATUS")
+            st = cur.fetchone() or {}
+        return int(st.get("SQL_Delay") or 0)
+
     def stop_host(self, name: str, *, kill: bool = False) -> None:
         assert self.state
         p = self.state.procs[name]

@@ -57,6 +57,10 @@ class SandboxState:
     seeded: bool = False
     #: MariaDB with TLS only (require_secure_transport); False for a state written before it existed
     tls: bool = False
+    #: how the servers' GTID domains are laid out (:data:`migrator.sandbox.GTID_LAYOUTS`)
+    gtid_layout: str = "per-server"
+    #: ``slave_parallel_threads`` of every pair link (0: one SQL thread)
+    parallel_threads: int = 0
 
     def to_json(self) -> str:
         d = asdict(self)

@@ -69,7 +69,7 @@ from typing import Any
 from migrator.engine.migration import MigrationStore, Options, Phase, Spec, State
 from migrator.engine.names import SENTINEL_TABLE, tomb_db
 from migrator.fleet import redis_client
-from migrator.fleet.gtid import Gtid, GtidPos
+from migrator.fleet.gtid import Gtid, GtidState
 from migrator.fleet.model import Host
 from migrator.fleet.mysql import binlog_pos, qualified, ssl_kwargs
 from migrator.fleet.mysql import connect as mysql_connect
@@ -399,10 +399,10 @@ def row_events(host: Host, creds: Any, since: str, keep: Callable[[str, str], bo
     from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
     with mysql_connect(host, creds) as c:
-        head = GtidPos.parse(binlog_pos(c))
-    seen = GtidPos.parse(since)
+        head = GtidState.parse(binlog_pos(c))
+    seen = GtidState.parse(since)  # per (domain, server): exact in every GTID layout
     out: list[tuple[str, str, str, list]] = []
-    if seen.contains(head):
+    if seen.reaches(head):
         return out
     stream = BinLogStreamReader(
         connection_settings={"host": host.address, "port": host.port, "user": creds.mysql_user,
@@ -425,7 +425,7 @@ def row_events(host: Host, creds: Any, since: str, keep: Callable[[str, str], bo
                 if pending is not None:
                     seen = seen.with_gtid(pending)
                     pending = None
-                if seen.contains(head):
+                if seen.reaches(head):
                     break
             if time.monotonic() > deadline:
                 raise TimeoutError("binlog scan did not reach the head")
@@ -494,21 +494,21 @@ def compare_moved_batches(source: Host, target: Host, creds: Any,
     src = mysql_connect(source, creds)
     dst = mysql_connect(target, creds)
     try:
-        ref_of: dict[tuple[str, str], GtidPos] = {}
+        ref_of: dict[tuple[str, str], GtidState] = {}
         listed = []
         for spec, ref in batches:
             tables = moved_tables(src, spec)
             assert tables, f"no tombstone tables of {spec.id}: nothing moved?"
             if spec.tables:
                 assert {t for _, t in tables} == set(spec.tables), (tables, spec.tables)
-            ref_of.update({k: GtidPos.parse(ref) for k in tables})
+            ref_of.update({k: GtidState.parse(ref) for k in tables})
             listed.append((spec, tables))
         pks = {k: _pk(dst, *k) for k in ref_of}
         touched: dict[tuple[str, str], set[tuple]] = {k: set() for k in ref_of}
         gtids: list[Any] = []
         events = row_events(target, creds, batches[0][1], lambda s, t: (s, t) in ref_of, gtids)
         for (db, t, _e, rows), gtid in zip(events, gtids, strict=True):
-            if gtid is not None and ref_of[(db, t)].contains(gtid):
+            if gtid is not None and ref_of[(db, t)].reaches(gtid):
                 continue  # before this table's own flip: the applier's copy of a source write
             pk = pks[(db, t)]
             for row in rows:

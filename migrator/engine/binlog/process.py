@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from migrator.engine.binlog import client as bl
-from migrator.engine.binlog.reader import Committed, ReaderError, TxnReader, format_pos
+from migrator.engine.binlog.reader import Committed, ReaderError, TxnReader, format_pos, format_state
 from migrator.fleet.tls import MySQLTLS
 
 
@@ -42,9 +42,10 @@ class ReaderSpec:
 def run_reader(spec: ReaderSpec, conn: Any) -> None:
     """Entry point of the reader process: read, decode and send batches until told to stop.
 
-    Messages sent: ``("shapes", [Shape...])``, ``("txns", [Txn...], position, last_ts, sent_at)``
-    (``sent_at``: ``time.monotonic()``, one clock for both processes on Linux), ``("tick",
-    position, last_ts)`` when idle, ``("error", message, code)`` before exiting on an error.
+    Messages sent: ``("shapes", [Shape...])``, ``("txns", [Txn...], position, last_ts, sent_at, state)``
+    (``sent_at``: ``time.monotonic()``, one clock for both processes on Linux; ``state``: the last
+    transaction read of each (domain, server), :attr:`TxnReader.state`), ``("tick", position, last_ts,
+    state)`` when idle, ``("error", message, code)`` before exiting on an error.
     The parent's only message is ``"stop"`` (or closing the pipe).
     """
     _die_with_parent()
@@ -79,14 +80,14 @@ def run_reader(spec: ReaderSpec, conn: Any) -> None:
             if batch and (nchanges >= spec.batch_changes or now - started >= spec.batch_s or quiet
                           or ev.type == bl.HEARTBEAT or txn is not None and txn.statements):
                 sent = format_pos(rd.position)
-                conn.send(("txns", batch, sent, rd.last_ts, now))
+                conn.send(("txns", batch, sent, rd.last_ts, now, format_state(rd.seen)))
                 batch, nchanges = [], 0
                 last_tick = now
             elif not batch and (now - last_tick >= spec.tick_s or quiet):
                 pos = format_pos(rd.position)
                 if pos != sent or now - last_tick >= spec.tick_s:
                     sent = pos
-                    conn.send(("tick", pos, rd.last_ts))
+                    conn.send(("tick", pos, rd.last_ts, format_state(rd.seen)))
                     last_tick = now
             polls += 1
             if polls >= 512 or ev.type == bl.HEARTBEAT:

@@ -23,8 +23,13 @@ for the decoding):
   stays before it, so a restart reads it again.
 
 Position: :attr:`TxnReader.position` is the GTID position every transaction
-up to which has been read whole; it advances over transactions of other
-schemas too, so a target position is always reached.
+up to which has been read whole (where a reader resumes: the server starts
+after each domain's exact GTID); it advances over transactions of other
+schemas too, so a target position is always reached. Whether a target has
+been passed is asked of :attr:`TxnReader.state` (:meth:`TxnReader.reaches`):
+the last transaction read of each (domain, server), which is exact in every
+GTID layout where the per-domain position is not (two pair members sharing a
+domain: :mod:`migrator.fleet.gtid`).
 """
 
 from __future__ import annotations
@@ -96,11 +101,60 @@ def format_pos(pos: dict[int, Gtid]) -> str:
 
 
 def contains(pos: dict[int, Gtid], want: dict[int, Gtid]) -> bool:
+    """Per-domain order: exact only with one writer per domain (use :func:`reaches` to decide whether a
+    reader passed a target)."""
     for d, g in want.items():
         have = pos.get(d)
         if have is None or have.seq < g.seq:
             return False
     return True
+
+
+#: the last transaction read of each (domain, server): ``{(domain, server): seq}``
+State = dict[tuple[int, int], int]
+
+
+def state_of(*positions: str | dict[int, Gtid] | None) -> State:
+    """A state from positions and state texts (``"0-1-5,0-2-9"``: several GTIDs of one domain allowed)."""
+    out: State = {}
+    for p in positions:
+        if not p:
+            continue
+        gtids: Iterable[Gtid | tuple[int, int, int]]
+        if isinstance(p, dict):
+            gtids = p.values()
+        else:
+            gtids = (tuple(int(x) for x in part.strip().split("-"))  # type: ignore[misc]
+                     for part in str(p).replace("\n", ",").split(",") if part.strip())
+        for d, s, q in gtids:
+            if out.get((d, s), -1) < q:
+                out[(d, s)] = q
+    return out
+
+
+def format_state(state: State) -> str:
+    return ",".join(f"{d}-{s}-{state[(d, s)]}" for d, s in sorted(state))
+
+
+def merge_state(into: State, other: State) -> None:
+    for k, q in other.items():
+        if into.get(k, -1) < q:
+            into[k] = q
+
+
+def reaches(state: State, want: dict[int, Gtid] | Iterable[Gtid]) -> bool:
+    """Every transaction of ``want`` (a position or GTIDs) is at or before ``state``, per (domain, server)."""
+    for g in (want.values() if isinstance(want, dict) else want):
+        if state.get((g.domain, g.server), -1) < g.seq:
+            return False
+    return True
+
+
+def wanted(target: str | None) -> list[Gtid] | None:
+    """The GTIDs of a target given as a position or a state text (None: no target)."""
+    if target is None:
+        return None
+    return [Gtid(d, s, q) for (d, s), q in state_of(str(target)).items()]
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +191,8 @@ class Committed(NamedTuple):
     changes: list[Change]
     statements: list[Statement]
     size: int
+    #: the seq_no of the previous transaction read of this one's (domain, server), None if none was
+    prev_seen: int | None = None
 
 
 @dataclass(slots=True)
@@ -150,9 +206,11 @@ class Txn:
     statements: list[Statement] = field(default_factory=list)
     size: int = 0
     xid: bytes | None = None
+    prev_seen: int | None = None
 
     def done(self) -> Committed:
-        return Committed(self.gtid, self.prev, self.timestamp, self.changes, self.statements, self.size)
+        return Committed(self.gtid, self.prev, self.timestamp, self.changes, self.statements, self.size,
+                         self.prev_seen)
 
 
 def _query_text(body: bytes) -> tuple[str, str]:
@@ -179,6 +237,8 @@ class TxnReader:
 
     def __init__(self, start: str, schemas: Iterable[str], tables: Iterable[str] | None = None):
         self.pos = parse_pos(start)
+        #: the last transaction read of each (domain, server); starts from what ``start`` names
+        self.seen: State = state_of(self.pos)
         self.schemas = frozenset(schemas)
         self.tables = frozenset(tables) if tables else None
         self._maps: dict[int, TableMap | None] = {}
@@ -194,18 +254,34 @@ class TxnReader:
     # -- positions --------------------------------------------------------------------
     @property
     def position(self) -> dict[int, Gtid]:
-        """Every transaction up to here was read whole (capped before unresolved XA prepares)."""
+        """Every transaction up to here was read whole (capped before unresolved XA prepares).
+
+        A domain with prepared, unresolved transactions is capped just before the first of them in
+        binlog order (the held ones are kept in the order read), never by comparing seq_nos: with a
+        domain shared by two servers a later transaction may have the lower seq_no."""
         if not self._held:
             return dict(self.pos)
         out = dict(self.pos)
+        capped: set[int] = set()
         for t in self._held.values():
             d = t.gtid.domain
-            cap = t.prev
-            if cap is None:
+            if d in capped:
+                continue
+            capped.add(d)
+            if t.prev is None:
                 out.pop(d, None)
-            elif d in out and out[d].seq > cap.seq:
-                out[d] = cap
+            else:
+                out[d] = t.prev
         return out
+
+    @property
+    def state(self) -> State:
+        """The last transaction read of each (domain, server) (a copy)."""
+        return dict(self.seen)
+
+    def reaches(self, want: dict[int, Gtid] | Iterable[Gtid]) -> bool:
+        """This reader has read past every transaction of ``want``."""
+        return reaches(self.seen, want)
 
     def keep_table(self, schema: str, table: str) -> bool:
         return schema in self.schemas and (self.tables is None or table in self.tables)
@@ -341,6 +417,9 @@ class TxnReader:
         g = txn.gtid
         txn.prev = self.pos.get(g.domain)
         self.pos[g.domain] = g
+        txn.prev_seen = self.seen.get((g.domain, g.server))
+        if txn.prev_seen is None or txn.prev_seen < g.seq:
+            self.seen[(g.domain, g.server)] = g.seq
         self.transactions_read += 1
         self.last_ts = txn.timestamp
 
@@ -413,15 +492,17 @@ class LocalReader:
 
     def transactions(self, until: str | None = None, *, deadline: float | None = None,
                      tick_s: float = 0.1) -> Iterator[Committed | None]:
-        want = parse_pos(until) if until is not None else None
-        if want is not None and contains(self.reader.position, want):
+        """Kept transactions up to ``until`` (a position or state text whose every transaction has then
+        been read: :meth:`TxnReader.reaches`), or until ``deadline``."""
+        want = wanted(until)
+        if want is not None and self.reader.reaches(want):
             return
         last = time.monotonic()
         for ev in self.client.events():
             txn = self.reader.feed(ev)
             if txn is not None:
                 yield txn
-            if want is not None and contains(self.reader.position, want):
+            if want is not None and self.reader.reaches(want):
                 return
             now = time.monotonic()
             if now - last >= tick_s or ev.type == bl.HEARTBEAT:

@@ -2,11 +2,15 @@
 
 The resume contract: the ``catchup`` progress node of the migration record
 (ZooKeeper) holds ``gtid``, and every transaction up to it is applied on the
-target. It is written by compare-and-set after each committed batch, so a
-second catch-up worker on the same migration loses a CAS and steps aside
+target; ``state`` says the same per (domain, server) (what decides whether a
+target is reached in every GTID layout: :mod:`migrator.fleet.gtid`). It is
+written by compare-and-set after each committed batch, so a second catch-up
+worker on the same migration loses a CAS and steps aside
 (:class:`CatchUpConflict`). Before the first pass there is no ``gtid`` yet: the
-tail starts at the earliest ``start_gtid`` (per replication domain) that the
-copy recorded for its tables (:func:`copy_start`). Replaying from any earlier
+tail starts at the earliest ``start_gtid`` that the copy recorded for its
+tables (:func:`copy_start`): the one read first, told by the ``start_state``
+recorded beside each (per-domain minima would pick a later position when two
+servers share a domain). Replaying from any earlier
 position is harmless because apply is idempotent by key.
 
 :func:`open_tailer` is how every user gets a tailer for a migration: catch-up
@@ -25,7 +29,7 @@ from migrator.engine.migration import MigrationStore, Spec
 from migrator.fleet import config as config_mod
 from migrator.fleet import zk as zk_mod
 from migrator.fleet.config import Config, Credentials
-from migrator.fleet.gtid import GtidPos, earliest
+from migrator.fleet.gtid import GtidPos, GtidState, earliest
 from migrator.fleet.model import Host
 from migrator.fleet.shard_map import HostRegistry
 
@@ -97,13 +101,26 @@ class Checkpoint:
                 "only one catch-up worker may run per migration (check `rq info` and stop the other one)"
             ) from None
 
-    def set_gtid(self, pos: GtidPos) -> None:
-        self.save(gtid=str(pos))
+    @property
+    def state(self) -> str:
+        return str(self.data.get("state") or "")
+
+    def set_gtid(self, pos: GtidPos, state: GtidState | str | None = None) -> None:
+        if state is None:
+            self.save(gtid=str(pos))
+        else:
+            self.save(gtid=str(pos), state=str(state))
 
 
 def copy_start(store: MigrationStore, migration_id: str) -> tuple[GtidPos, list[str]]:
-    """The earliest ``start_gtid`` (per domain) of the copy's table nodes, and those
-    still not done. Raises when the copy recorded nothing."""
+    """The earliest ``start_gtid`` of the copy's table nodes, and those still not done. Raises when the
+    copy recorded nothing.
+
+    Each start was read on the source when its table's copy began, with ``start_state`` (the source's
+    ``@@gtid_binlog_state``, read just before). States read at different times on one binlog are ordered,
+    so the earliest start is the one whose state every other reaches: in every GTID layout. Positions
+    alone are ordered per domain only with one writer per domain; nodes without a state (written before
+    states were recorded) fall back to the per-domain minimum."""
     keys = store.progress_keys(migration_id, COPY_PREFIX)
     starts, unfinished = [], []
     for key in keys:
@@ -111,7 +128,7 @@ def copy_start(store: MigrationStore, migration_id: str) -> tuple[GtidPos, list[
         if not node or node.get("start_gtid") is None:
             unfinished.append(key)
             continue
-        starts.append(GtidPos.parse(node["start_gtid"]))
+        starts.append((GtidPos.parse(node["start_gtid"]), node.get("start_state")))
         if not node.get("done"):
             unfinished.append(key)
     if not starts:
@@ -119,7 +136,15 @@ def copy_start(store: MigrationStore, migration_id: str) -> tuple[GtidPos, list[
             f"migration {migration_id}: the copy recorded no start position (no copy/<db>.<table> node with "
             "start_gtid); run the copy first (`migrator copy ID`)"
         )
-    return earliest(starts), unfinished
+    if all(st is not None for _, st in starts):
+        first = min(starts, key=lambda s: _state_rank(GtidState.parse(s[1]), [GtidState.parse(x) for _, x in starts]))
+        return first[0], unfinished
+    return earliest(p for p, _ in starts), unfinished
+
+
+def _state_rank(state: GtidState, all_states: list[GtidState]) -> int:
+    """How many of ``all_states`` this one is not at or before (0 for the earliest)."""
+    return sum(1 for other in all_states if not other.reaches(state))
 
 
 def _hosts(zk: zk_mod.ZK, spec: Spec) -> tuple[Host, Host]:
@@ -178,6 +203,7 @@ def open_tailer(
         lock = applier_lock(sess.zk, migration_id, "catch-up")  # before the checkpoint is read
         ckpt = Checkpoint(sess.store, migration_id)
         start = ckpt.gtid
+        start_state = ckpt.state
         if start is None:
             start, unfinished = copy_start(sess.store, migration_id)
             if unfinished:
@@ -192,10 +218,10 @@ def open_tailer(
         if tables is not None:
             tables |= set(extra_tables)
         tailer = Tailer(
-            source, target, sess.credentials, start=start,
+            source, target, sess.credentials, start=start, start_state=start_state,
             schema_map={db: db for db in spec.databases}, tables=tables,
-            on_checkpoint=ckpt.set_gtid,
         )
+        tailer.on_checkpoint = lambda pos: ckpt.set_gtid(pos, tailer.applied_state)
     except BaseException:
         _release(lock)
         sess.close()

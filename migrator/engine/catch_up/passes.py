@@ -189,7 +189,8 @@ def run_pass(
         if result.not_converging:
             verdict["not_converging"] = {"apply_rate": result.apply_rate, "write_rate": result.write_rate,
                                          "passes": opts.not_converging_passes}
-        ckpt.save(passes=passes[-PASS_HISTORY:], head_at=head_at, gtid=str(tailer.applied), **verdict)
+        ckpt.save(passes=passes[-PASS_HISTORY:], head_at=head_at, gtid=str(tailer.applied),
+                  state=str(tailer.applied_state), **verdict)
 
         def record(st: State) -> State:
             st.predicted_freeze_ms = result.predicted_freeze_ms

@@ -44,7 +44,7 @@ from migrator.engine.catch_up.statements import WHOLE_TABLE, apply_statement, cl
 from migrator.errors import MigratorError
 from migrator.fleet import mysql
 from migrator.fleet.config import Credentials
-from migrator.fleet.gtid import GtidPos
+from migrator.fleet.gtid import GtidPos, GtidState
 from migrator.fleet.model import Host
 from migrator.fleet.mysql import binlog_pos, ident
 
@@ -115,16 +115,19 @@ class TailStats:
 
 @dataclass
 class _Rounds:
-    """Where the round being collected and the round being written end (reader positions)."""
+    """Where the round being collected and the round being written end (reader positions, and the
+    reader's state there: the last transaction read of each (domain, server))."""
 
     collect_pos: str | None = None
     inflight_pos: str | None = None
+    collect_state: str = ""
+    inflight_state: str = ""
     started: float = 0.0
 
-    def covers(self, want: dict[int, rd.Gtid]) -> bool:
+    def covers(self, want: list[rd.Gtid]) -> bool:
         """The rounds read so far reach ``want``: committing them is all that is left."""
-        for p in (self.collect_pos, self.inflight_pos):
-            if p is not None and rd.contains(rd.parse_pos(p), want):
+        for p, st in ((self.collect_pos, self.collect_state), (self.inflight_pos, self.inflight_state)):
+            if p is not None and rd.reaches(rd.state_of(st), want):
                 return True
         return False
 
@@ -143,7 +146,9 @@ class Tailer:
     ``schema_map``: source schema -> target schema; its keys are the schemas
     read. ``tables``: only these tables of those schemas (None: all).
     ``on_checkpoint(pos)`` is called after each round every lane committed,
-    with the position whose every transaction is now applied.
+    with the position whose every transaction is now applied (:attr:`applied_state`
+    says the same per (domain, server): what decides whether a target is reached,
+    exact in every GTID layout; :mod:`migrator.fleet.gtid`).
 
     Keep one open across several calls (passes, then the cutover's drain): the
     reader process, the lanes' connections and the source control connection
@@ -151,6 +156,7 @@ class Tailer:
     """
 
     def __init__(self, source: Host, target: Host, credentials: Credentials, *, start: GtidPos,
+                 start_state: GtidState | str | None = None,
                  schema_map: Mapping[str, str], tables: Iterable[str] | None = None,
                  on_checkpoint: Callable[[GtidPos], None] | None = None, pacer: Pacer | None = None,
                  idle_checkpoint_s: float = 1.0, heartbeat_s: float = 0.25, checkpoint_every_s: float = 0.5):
@@ -168,6 +174,9 @@ class Tailer:
         self._credentials = credentials
         self.applied = start
         self._applied_text = str(start)
+        #: the last applied transaction of each (domain, server); ``start_state`` is what the tail that
+        #: saved ``start`` had (a saved checkpoint's ``state``), else what ``start`` itself names
+        self._seen: rd.State = rd.state_of(str(start), str(start_state or ""))
         #: notified whenever ``applied`` moves (and by whoever stops waiting on the tail)
         self.applied_changed = threading.Condition()
         #: row changes read so far (all calls)
@@ -188,7 +197,7 @@ class Tailer:
         self.lanes = LaneSet(self._connect_target, self._target, pacer or pacer_from_env())
         self._proc: Any = None
         self._pipe: Any = None
-        self._pending: list[tuple[list[rd.Committed], str, int]] = []  # messages read, not yet applied
+        self._pending: list[tuple[list[rd.Committed], str, int, str]] = []  # messages read, not yet applied
         self._last_checkpoint_at = time.monotonic()
         #: keys of changes to these (source schema, table) since :meth:`collect`, as SQL literal tuples
         self._collect: dict[tuple[str, str], set[tuple[str, ...]]] | None = None
@@ -280,11 +289,11 @@ class Tailer:
             raise CatchUpError(f"the binlog reader process of {self.source.name} closed its pipe") from None
         kind = msg[0]
         if kind == "txns":
-            self._pending.append((msg[1], msg[2], msg[3]))
+            self._pending.append((msg[1], msg[2], msg[3], msg[5]))
             self.last_txns_at = time.monotonic()
             self.last_txns_sent_at = msg[4]
         elif kind == "tick":
-            self._pending.append(([], msg[1], msg[2]))
+            self._pending.append(([], msg[1], msg[2], msg[3]))
         elif kind == "shapes":
             for sh in msg[1]:
                 self._shapes[sh.id] = sh
@@ -322,12 +331,23 @@ class Tailer:
         return {k: set(v) for k, v in (self._collect or {}).items()}
 
     # -- applying ------------------------------------------------------------------------------
-    def _checkpoint(self, pos: str) -> None:
-        if pos == self._applied_text:
+    @property
+    def applied_state(self) -> GtidState:
+        """The last applied transaction of each (domain, server) (:class:`~migrator.fleet.gtid.GtidState`)."""
+        return GtidState.parse(rd.format_state(self._seen))
+
+    def reached(self, target: GtidPos | GtidState | str) -> bool:
+        """Every transaction of ``target`` (a position, e.g. a head read from the source, or a state)
+        is applied: exact in every GTID layout, unlike comparing positions per domain."""
+        return rd.reaches(self._seen, rd.wanted(str(target)) or [])
+
+    def _checkpoint(self, pos: str, state: str = "") -> None:
+        if pos == self._applied_text and not state:
             return
         self._applied_text = pos
         with self.applied_changed:
             self.applied = GtidPos.parse(pos)
+            rd.merge_state(self._seen, rd.state_of(pos, state))
             self.applied_changed.notify_all()
         self._last_checkpoint_at = time.monotonic()
         self._save()
@@ -346,7 +366,7 @@ class Tailer:
         self._saved_text, self._saved_at = self._applied_text, now
         self.save_s += time.monotonic() - now
 
-    def apply_until(self, until: GtidPos | None, *, timeout_s: float | None = None,
+    def apply_until(self, until: GtidPos | GtidState | str | None, *, timeout_s: float | None = None,
                     stop: threading.Event | None = None, save: bool = True) -> TailStats:
         """Apply every kept transaction up to and including ``until`` (None: until the timeout),
         checkpointing after each committed round. Returns once ``until`` is committed and
@@ -361,7 +381,7 @@ class Tailer:
         t0 = time.monotonic()
         saved0, retries0 = self.save_s, self.lanes.retries
         deadline = None if timeout_s is None else t0 + timeout_s
-        want = rd.parse_pos(str(until)) if until is not None else None
+        want = rd.wanted(str(until)) if until is not None else None
         stats = TailStats(start=self._applied_text, end="", reached=False)
         rounds = _Rounds()
         try:
@@ -375,7 +395,7 @@ class Tailer:
             except Exception as exc:  # noqa: BLE001 - the first error is the one reported
                 log.warning("a round in flight failed too: %s", exc)
             raise
-        stats.reached = want is None or rd.contains(rd.parse_pos(self._applied_text), want)
+        stats.reached = want is None or rd.reaches(self._seen, want)
         stats.end = self._applied_text
         stats.duration_s = time.monotonic() - t0
         stats.lanes = self.lanes.lanes
@@ -384,14 +404,14 @@ class Tailer:
         stats.retry_cause = self.lanes.last_retry if stats.retries else ""
         return stats
 
-    def _loop(self, want: dict[int, rd.Gtid] | None, deadline: float | None, rounds: _Rounds,
+    def _loop(self, want: list[rd.Gtid] | None, deadline: float | None, rounds: _Rounds,
               stats: TailStats, stop: threading.Event | None, t0: float) -> None:
         lanes = self.lanes
         while True:
             if stop is not None and stop.is_set():
                 return
             if want is not None:
-                if rd.contains(rd.parse_pos(self._applied_text), want):
+                if rd.reaches(self._seen, want):
                     return
                 if rounds.covers(want):
                     stats.read_s = stats.read_s or time.monotonic() - t0
@@ -414,10 +434,10 @@ class Tailer:
                         self._submit(rounds, stats)
                     self._save()
                 continue
-            txns, pos, last_ts = self._pending.pop(0)
+            txns, pos, last_ts, state = self._pending.pop(0)
             stats.last_ts = last_ts or stats.last_ts
             if not txns:  # a tick: the reader passed transactions we do not keep
-                rounds.collect_pos = pos
+                rounds.collect_pos, rounds.collect_state = pos, state
                 if not lanes.pending() and rounds.inflight_pos is None and \
                         time.monotonic() - self._last_checkpoint_at >= self.idle_checkpoint_s:
                     self._settle(rounds, stats)
@@ -431,8 +451,8 @@ class Tailer:
                 stats.bytes += txn.size
                 self._add_rows(txn.changes, stats)
                 if txn.statements:
-                    self._barrier(txn, pos, rounds, stats)
-            rounds.collect_pos = pos
+                    self._barrier(txn, pos, state, rounds, stats)
+            rounds.collect_pos, rounds.collect_state = pos, state
             cut = lanes.pending() >= lanes.pacer.round_rows
             if not cut and lanes.busy():
                 # the round in flight is still being written: keep reading and collecting (the reader
@@ -447,7 +467,7 @@ class Tailer:
                 self._submit(rounds, stats, cut_by_size=cut)
                 rounds.started = time.monotonic()
 
-    def _barrier(self, txn: rd.Committed, pos: str, rounds: _Rounds, stats: TailStats) -> None:
+    def _barrier(self, txn: rd.Committed, pos: str, state: str, rounds: _Rounds, stats: TailStats) -> None:
         """Commit everything before a statement (checkpointed just before it), then run the statement.
 
         The reader ends a message at a statement, so ``txn`` is its message's last
@@ -458,7 +478,13 @@ class Tailer:
             before.pop(txn.gtid.domain, None)
         else:
             before[txn.gtid.domain] = txn.prev
-        rounds.collect_pos = rd.format_pos(before)
+        seen_before = rd.state_of(state)
+        key = (txn.gtid.domain, txn.gtid.server)
+        if txn.prev_seen is None:
+            seen_before.pop(key, None)
+        else:
+            seen_before[key] = txn.prev_seen
+        rounds.collect_pos, rounds.collect_state = rd.format_pos(before), rd.format_state(seen_before)
         self._settle(rounds, stats)
         self._save(force=True)  # a crash after the statement never replays rows from before it
         for st in txn.statements:
@@ -499,15 +525,15 @@ class Tailer:
         lanes = self.lanes
         lanes.wait()
         if rounds.inflight_pos is not None:
-            self._checkpoint(rounds.inflight_pos)
+            self._checkpoint(rounds.inflight_pos, rounds.inflight_state)
             rounds.inflight_pos = None
         if lanes.pending():
             lanes.submit(cut_by_size=cut_by_size)
             self.last_submit_at = time.monotonic()
             stats.batches += 1
-            rounds.inflight_pos = rounds.collect_pos
+            rounds.inflight_pos, rounds.inflight_state = rounds.collect_pos, rounds.collect_state
         elif rounds.collect_pos is not None:
-            self._checkpoint(rounds.collect_pos)
+            self._checkpoint(rounds.collect_pos, rounds.collect_state)
         rounds.collect_pos = None
 
     def _settle(self, rounds: _Rounds, stats: TailStats) -> None:
@@ -515,7 +541,7 @@ class Tailer:
         self._submit(rounds, stats)
         self.lanes.wait()
         if rounds.inflight_pos is not None:
-            self._checkpoint(rounds.inflight_pos)
+            self._checkpoint(rounds.inflight_pos, rounds.inflight_state)
             rounds.inflight_pos = None
 
     def warm(self) -> TailStats:
@@ -523,10 +549,11 @@ class Tailer:
         inside one: the reader process and the server's GTID lookup take a few hundred ms."""
         return self.apply_until(None, timeout_s=0.5)
 
-    def drain_to(self, target_gtid: GtidPos | str, timeout_s: float, *, save: bool = True) -> TailStats:
-        """Apply up to and including ``target_gtid``; raise :class:`DrainTimeout` if it is not
-        committed (and, with ``save``, checkpointed) within ``timeout_s``."""
-        target = GtidPos.parse(target_gtid) if isinstance(target_gtid, str) else target_gtid
+    def drain_to(self, target_gtid: GtidPos | GtidState | str, timeout_s: float, *, save: bool = True) -> TailStats:
+        """Apply up to and including ``target_gtid`` (a position, or a state: ``@@gtid_binlog_state``);
+        raise :class:`DrainTimeout` if it is not committed (and, with ``save``, checkpointed) within
+        ``timeout_s``."""
+        target = target_gtid
         stats = self.apply_until(target, timeout_s=timeout_s, save=save)
         if not stats.reached:
             raise DrainTimeout(

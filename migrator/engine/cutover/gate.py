@@ -2,21 +2,24 @@
 
 Runs in the cutover process after the run is prepared (fence connections
 open, sentinels in place) and before anything is frozen. The prediction is
-a timed drain to the source head (with the tail warm) plus the fixed cost of a
-freeze, learned from this migration's earlier attempts. A migration that does not
-pass is left converged and serving from the source.
+a timed drain to the source head (with the tail warm), plus the lag inside the
+source pair (the freeze waits, after closing the passive member, until the
+master has applied its last writes: :func:`pair_lag_ms` times a marker row
+the same way), plus the fixed cost of a freeze, learned from this migration's
+earlier attempts. A migration that does not pass is left converged and
+serving from the source.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from typing import Any
 
 from migrator.engine.cutover.errors import FreezeBudgetExceeded
 from migrator.engine.cutover.run import CutoverRun
-from migrator.fleet.gtid import GtidPos
-from migrator.fleet.mysql import binlog_pos
+from migrator.fleet.mysql import MarkRefused, binlog_pos, wait_applied, write_mark
 from migrator.fleet.mysql import connect as mysql_connect
 
 #: what a freeze costs besides the drain (two CAS, the gates, fence, sentinel, compare) when this
@@ -24,6 +27,8 @@ from migrator.fleet.mysql import connect as mysql_connect
 FIXED_FREEZE_MS = 120.0
 #: the steps of a freeze that are the drain (the rest is its fixed cost)
 DRAIN_STEPS = ("drain", "drain_follow_stop")  # (drain_follow_stop: recorded before the drain waited for the follower)
+#: the step of a freeze that waits for the source pair's passive member (predicted apart: :func:`pair_lag_ms`)
+PAIR_STEPS = ("passive_sync",)
 
 
 #: the rename fence's release of one table (its queued RENAME after the UNLOCK), when this migration has
@@ -50,7 +55,7 @@ def fixed_cost_ms(run: CutoverRun) -> float:
     for a in (node or {}).get("attempts", []):
         steps = a.get("steps_ms") or {}
         if a.get("freeze_ms") and "flip_cas" in steps:
-            costs.append(a["freeze_ms"] - sum(steps.get(k, 0.0) for k in DRAIN_STEPS))
+            costs.append(a["freeze_ms"] - sum(steps.get(k, 0.0) for k in (*DRAIN_STEPS, *PAIR_STEPS)))
     if costs:
         return statistics.median(costs)
     release = RELEASE_PER_TABLE_MS * len(run.tables) if run.fence_mode == "rename" else 0.0
@@ -61,15 +66,36 @@ def _follow_until_steady(run: CutoverRun, conn: Any) -> None:
     """With the tail following: wait at least :data:`FOLLOW_MIN_S`, then until it reaches a fresh
     head within :data:`FOLLOW_STEADY_S` (it has caught up with what piled up meanwhile and follows at
     its steady lag; each step is shorter, as passes are), at most :data:`FOLLOW_MAX_S`."""
-    applied = getattr(run.drainer, "applied", None)
+    reached = getattr(run.drainer, "reached", None)
     deadline = time.monotonic() + FOLLOW_MAX_S
     time.sleep(FOLLOW_MIN_S)
-    while applied is not None and time.monotonic() < deadline:
-        mark, t = GtidPos.parse(binlog_pos(conn)), time.monotonic()
-        while time.monotonic() < deadline and not applied().contains(mark):
+    while reached is not None and time.monotonic() < deadline:
+        mark, t = binlog_pos(conn), time.monotonic()
+        while time.monotonic() < deadline and not reached(mark):
             time.sleep(0.01)
         if time.monotonic() - t < FOLLOW_STEADY_S:
             return
+
+
+def pair_lag_ms(run: CutoverRun, timeout_s: float) -> float | None:
+    """How late the source master applies its pair partner's writes now, in ms: a marker row written
+    on the passive member (:func:`~migrator.fleet.mysql.write_mark`), timed until the master has
+    applied it. The freeze's ``passive_sync`` step waits for the same thing. None when the cutover
+    fences no passive member, or the member refuses writes (read_only: its clients cannot write
+    either); ``inf`` when the master had not applied it within ``timeout_s``."""
+    passive = run.direction.passive
+    if passive is None or run.passive_gate is None:
+        return None
+    with mysql_connect(passive, run.creds) as p, \
+            mysql_connect(run.source, run.creds, read_timeout=int(timeout_s) + 30) as m:
+        try:
+            mark = write_mark(p, f"pair_lag:{passive.name}")
+        except MarkRefused:
+            return None
+        t0 = time.monotonic()
+        if not wait_applied(m, mark, timeout_s):
+            return math.inf
+        return (time.monotonic() - t0) * 1000
 
 
 def predict_freeze_ms(run: CutoverRun) -> float:
@@ -111,11 +137,14 @@ def predict_freeze_ms(run: CutoverRun) -> float:
     samples.sort(key=lambda x: x[0])
     drain_ms, stats = samples[len(samples) // 2]
     fixed = fixed_cost_ms(run)
+    lag = pair_lag_ms(run, run.spec.options.freeze_budget_ms / 1000)
     run.predicted = {"drain_ms": round(drain_ms, 1), "fixed_ms": round(fixed, 1), "catch_up_ms": round(catch_up_ms, 1),
                      "drain_samples_ms": [round(ms, 1) for ms, _ in samples]}
+    if lag is not None:
+        run.predicted["pair_lag_ms"] = round(lag, 1) if math.isfinite(lag) else None
     if stats is not None:
         run.predicted.update({f"drain_{k}": v for k, v in stats.drain_record().items()})
-    return drain_ms + fixed
+    return drain_ms + fixed + (lag or 0.0)
 
 
 def check_budget(run: CutoverRun, from_passes: float | None) -> float:
@@ -125,14 +154,29 @@ def check_budget(run: CutoverRun, from_passes: float | None) -> float:
     it exceeds the migration's budget."""
     budget = run.spec.options.freeze_budget_ms
     predicted = predict_freeze_ms(run)
-    run.predicted = {**run.predicted, "timed_ms": round(predicted, 1), "from_passes_ms": from_passes}
-    if predicted > budget:
-        p = run.predicted
-        parts = ""
-        if "drain_ms" in p:
-            parts = (f" (a drain of {p['drain_ms']:.0f} ms for {p.get('drain_events', '?')} row changes the tail "
-                     f"lagged behind, plus {p['fixed_ms']:.0f} ms for the freeze's other steps)")
+    run.predicted = {**run.predicted, "timed_ms": round(predicted, 1) if math.isfinite(predicted) else None,
+                     "from_passes_ms": from_passes}
+    p = run.predicted
+    passive = run.direction.passive.name if run.direction.passive is not None else "the passive member"
+    if "pair_lag_ms" in p and p["pair_lag_ms"] is None:
         raise FreezeBudgetExceeded(
-            f"predicted freeze {predicted:.0f} ms{parts} exceeds the budget of {budget} ms: let catch-up converge "
-            "further (lower write load) or raise freeze_budget_ms", phase="cutover")
+            f"the source pair lags: {run.source.name} had not applied a write of {passive} after {budget} ms, and a "
+            f"freeze waits for that member's last writes before it fences; repair or wait out the replication "
+            f"{passive} -> {run.source.name} (SHOW SLAVE STATUS on {run.source.name}), then retry", phase="cutover")
+    if predicted > budget:
+        parts = []
+        if "drain_ms" in p:
+            parts.append(f"a drain of {p['drain_ms']:.0f} ms for {p.get('drain_events', '?')} row changes the tail "
+                         "lagged behind")
+        if p.get("pair_lag_ms"):
+            parts.append(f"{p['pair_lag_ms']:.0f} ms for {passive}'s writes to reach {run.source.name}")
+        if "fixed_ms" in p:
+            parts.append(f"{p['fixed_ms']:.0f} ms for the freeze's other steps")
+        lagging = p.get("pair_lag_ms") and p["pair_lag_ms"] > p.get("drain_ms", 0) + p.get("fixed_ms", 0)
+        todo = (f"the replication {passive} -> {run.source.name} lags: let it catch up (SHOW SLAVE STATUS on "
+                f"{run.source.name}), then retry" if lagging else
+                "let catch-up converge further (lower write load) or raise freeze_budget_ms")
+        raise FreezeBudgetExceeded(
+            f"predicted freeze {predicted:.0f} ms ({', '.join(parts)}) exceeds the budget of {budget} ms: {todo}",
+            phase="cutover")
     return predicted

@@ -26,13 +26,17 @@ file). Inside the freeze:
    after it queue behind the DROP and then fail with 1146 ``Table
    '_migrator_gates.moving_<suffix>' doesn't exist``, the same clean "this
    shard moved, refresh and retry" error the master's fence gives. When it
-   returns, the member's ``@@gtid_binlog_pos`` covers every write it accepted.
-2. :func:`wait_applied` on the master for that position (its own domain left
-   out): the passive side's last writes are now in the master's binlog, ahead
-   of the master's fence, so the drain carries them to the target.
+   returns, the member's own last transactions (:func:`own_gtids`: the entries
+   of its server in ``@@gtid_binlog_state``) include every write it accepted.
+2. :func:`wait_applied` on the master for those transactions: the passive
+   side's last writes are now in the master's binlog, ahead of the master's
+   fence, so the drain carries them to the target. The wait names the passive
+   member's own transactions, not a domain position, so it holds when both
+   members share one GTID domain (MariaDB's default).
 3. (The master's fence, drain, compare and flip follow.)
 4. :meth:`TriggerGate.finish`, after the flip: wait until the passive member
-   has applied the master up to the fence position, then rename its moving
+   has applied the master's own transactions up to the fence (its sentinel
+   write and everything before it), then rename its moving
    tables to the tombstones with the master's own protocol (``LOCK TABLES``,
    one queued RENAME per table) and drop the triggers under that lock (MariaDB
    refuses to move a table with triggers to another schema, error 1435).
@@ -82,7 +86,7 @@ from migrator.fleet.config import Credentials
 from migrator.fleet.gtid import GtidPos
 from migrator.fleet.model import Host
 from migrator.fleet.mysql import connect as mysql_connect
-from migrator.fleet.mysql import ident, qualified, query, replication_problem, scalar, tag, wait_applied
+from migrator.fleet.mysql import ident, own_gtids, qualified, query, replication_problem, scalar, tag, wait_applied
 
 TAG = tag("cutover-passive")
 GATE_SCHEMA = "_migrator_gates"
@@ -219,7 +223,8 @@ class TriggerGate:
     def close(self, timeout: float) -> GtidPos:
         """Drop the gate: every client write on the moving tables fails from now on.
 
-        Returns the member's binlog position, which covers every write it accepted.
+        Returns the member's own last transactions (:func:`own_gtids`), which include every write it
+        accepted: what the master must apply before its fence.
         """
         with self._state:
             if self.aborted:
@@ -229,8 +234,8 @@ class TriggerGate:
             with self._cur() as cur:
                 cur.execute(f"{TAG}SET SESSION lock_wait_timeout = {max(1, int(timeout + 0.999))}")
                 cur.execute(f"{TAG}DROP TABLE IF EXISTS {qualified(GATE_SCHEMA, self.gate)}")
-                cur.execute("SELECT @@gtid_binlog_pos")
-                row = cur.fetchone()
+            assert self.conn is not None
+            own = own_gtids(self.conn)
         except pymysql.err.MySQLError as exc:
             if self.aborted:
                 raise GateError(f"the gate on {self.host.name} was reopened while closing",
@@ -241,8 +246,8 @@ class TriggerGate:
         finally:
             with self._state:
                 self._closing = False
-        self.closed_at = GtidPos.parse(row[0] if row else "")
-        return self.closed_at
+        self.closed_at = own
+        return own
 
     def reopen(self) -> None:
         """Undo :meth:`close` (the cutover stopped before the flip): clients may write again.
@@ -271,8 +276,11 @@ class TriggerGate:
                         "(open TINYINT NOT NULL) ENGINE=MEMORY")
 
     # -- after the flip -----------------------------------------------------------------
-    def finish(self, fence_pos: GtidPos | str, timeout: float = 60.0, *, log_renames: bool = False) -> None:
+    def finish(self, peer_gtids: GtidPos | str, timeout: float = 60.0, *, log_renames: bool = False) -> None:
         """Rename the member's moving tables to the tombstones, once it has every row of its peer.
+
+        ``peer_gtids``: the peer's own transactions up to its fence (:func:`own_gtids` read on the peer
+        after the fence's sentinel): the member applies them before anything is renamed.
 
         The gate stays closed throughout: the triggers are dropped under the
         rename fence's lock, so no client write gets in between. At most
@@ -283,9 +291,9 @@ class TriggerGate:
         if self.conn is None:
             self.open()
         deadline = time.monotonic() + timeout
-        if not wait_applied(self.conn, fence_pos, timeout):  # type: ignore[arg-type]
+        if not wait_applied(self.conn, peer_gtids, timeout):  # type: ignore[arg-type]
             raise GateError(
-                f"{self.host.name} did not apply its peer up to the fence position {fence_pos} within "
+                f"{self.host.name} did not apply its peer's writes up to the fence ({peer_gtids}) within "
                 f"{timeout:.0f}s; its moving tables stay closed (gate dropped); run `migrator cutover ID` again "
                 "to finish", phase="cutover")
         live = self._live_tables()

@@ -38,7 +38,7 @@ from migrator.fleet import zk as zk_mod
 from migrator.fleet.config import Config, Credentials, load_credentials
 from migrator.fleet.gtid import GtidPos
 from migrator.fleet.model import Host
-from migrator.fleet.mysql import binlog_pos, ident, qualified, query, tag, tls_of
+from migrator.fleet.mysql import binlog_pos, ident, own_gtids, qualified, query, tag, tls_of
 from migrator.fleet.mysql import connect as mysql_connect
 from migrator.fleet.shard_map import HostRegistry, ShardMapStore
 from migrator.fleet.zk import ZK
@@ -150,7 +150,7 @@ def _settle_fenced_pair(source: Host, passive: Host | None, creds: Credentials, 
             if gate.gate_exists():
                 gate.close(timeout=30)
             with mysql_connect(source, creds) as conn:
-                head = binlog_pos(conn)
+                head = own_gtids(conn)
             gate.finish(head, timeout=60 + 0.05 * len(moving))
         else:
             gate.reopen()
@@ -224,7 +224,7 @@ def _settle_source_gate(source: Host, creds: Credentials, spec: Spec, *, landed:
             if gate.gate_exists():
                 gate.close(timeout=30)
             with mysql_connect(source, creds) as conn:
-                head = binlog_pos(conn)
+                head = own_gtids(conn)
             gate.finish(head, timeout=60 + 0.05 * len(tables), log_renames=logged)
         else:
             gate.reopen()

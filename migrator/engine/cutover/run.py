@@ -48,12 +48,25 @@ from migrator.errors import MigratorError, ShardMapConflict, ShardMapGuardLost
 from migrator.fleet.config import Config, Credentials
 from migrator.fleet.gtid import GtidPos
 from migrator.fleet.model import Host, ShardMap
-from migrator.fleet.mysql import binlog_pos, ident, qualified, query, replication_problem, scalar, tag, wait_applied
+from migrator.fleet.mysql import (
+    binlog_pos,
+    ident,
+    own_gtids,
+    qualified,
+    query,
+    replication_problem,
+    scalar,
+    tag,
+    wait_applied,
+)
 from migrator.fleet.mysql import connect as mysql_connect
 from migrator.fleet.shard_map import HostRegistry, ShardMapStore
 from migrator.fleet.zk import ZK
 
 TAG = tag("cutover")
+#: the steps of a freeze in the order they run (what the attempt records in ``steps_ms``)
+FREEZE_STEPS = ("freeze_cas", "passive_close", "passive_sync", "fence", "sentinel", "drain", "compare", "flip_cas",
+                "release")
 
 
 class CutoverRun:
@@ -102,6 +115,9 @@ class CutoverRun:
         self.frozen_map: ShardMap | None = None
         self.flipped_epoch: int | None = None
         self.fence_gtid = ""
+        #: the source master's own transactions up to and including the sentinel write (what a member of
+        #: its pair must have applied before it renames: :func:`~migrator.fleet.mysql.wait_applied`)
+        self.fence_own: GtidPos = GtidPos()
         self.steps: dict[str, float] = {}
         self.rows_checked = 0
         self.rows_repaired = 0
@@ -205,7 +221,7 @@ class CutoverRun:
         """
         assert self.target_conn is not None
         standby = HostRegistry(self.zk).get(self.direction.to_slave)
-        head = binlog_pos(self.target_conn)
+        head = own_gtids(self.target_conn)  # everything the target master wrote itself: the copy, the tail
         with mysql_connect(standby, self.creds, read_timeout=int(timeout) + 30) as conn:
             problem = replication_problem(conn, standby.name, self.target.name)
             if problem is None and wait_applied(conn, head, timeout):
@@ -365,15 +381,19 @@ class CutoverRun:
             if hooks.after_freeze:
                 hooks.after_freeze(self)
             if self.passive_gate is not None:
-                # the passive member's clients stop; its last writes reach the master's binlog before the fence
+                # the passive member's clients stop; its last writes (named by their own GTIDs, which
+                # holds in any GTID layout) reach the master's binlog before the fence
                 passive_pos = self._close_gates()
                 t = self._step("passive_close", t)
                 ctl = self.fence.c if self.fence is not None else self.writer
                 assert ctl is not None
                 if not wait_applied(ctl, passive_pos, self.remaining_s()):
-                    raise CutoverAborted(f"{self.source.name} did not apply the last writes of "
-                                         f"{self.passive_gate.host.name} ({passive_pos}) within the freeze budget: "
-                                         "its replication lags; retry when it has caught up", phase="cutover")
+                    p = self.passive_gate.host.name
+                    raise CutoverAborted(f"{self.source.name} had not applied the last writes of {p} ({passive_pos}) "
+                                         f"when the freeze budget ran out: the replication {p} -> {self.source.name} "
+                                         "lags (lag inside the source pair); the freeze was undone and the source "
+                                         f"still serves; let it catch up (SHOW SLAVE STATUS on {self.source.name}), "
+                                         "then retry", phase="cutover")
                 t = self._step("passive_sync", t)
             if self.fence is not None:
                 self.fence.lock()
@@ -424,10 +444,10 @@ class CutoverRun:
             # outside the freeze: each gated member stays closed by its gate meanwhile
             finish_s = 60 + 0.05 * len(self.tables)
             if self.active_gate is not None:
-                self.active_gate.finish(self.fence_gtid, timeout=finish_s, log_renames=self.passive_gate is None)
+                self.active_gate.finish(self.fence_own, timeout=finish_s, log_renames=self.passive_gate is None)
                 t_end = self._step("active_finish", t_end)
             if self.passive_gate is not None:
-                self.passive_gate.finish(self.fence_gtid, timeout=finish_s)
+                self.passive_gate.finish(self.fence_own, timeout=finish_s)
                 self._step("passive_finish", t_end)
         except FlipUnknown:
             # Neither undo nor claim success: let the RENAME run (or keep the gate closed). If
@@ -476,7 +496,8 @@ class CutoverRun:
 
     def _write_sentinels(self) -> None:
         """A unique row in each moving db's sentinel table, all in one commit; ``fence_gtid`` is the
-        position after it.
+        position after it (where the drain goes, and where a reader of what came after the fence starts),
+        ``fence_own`` the master's own transactions up to it (what its partner waits for).
 
         Under the rename fence the rows are written with ``autocommit=0`` and one
         COMMIT: START TRANSACTION would end LOCK TABLES, a COMMIT does not (checked
@@ -495,6 +516,7 @@ class CutoverRun:
             if self.fence is not None:
                 cur.execute(f"{TAG}SET SESSION autocommit = 1")
         self.fence_gtid = binlog_pos(w)
+        self.fence_own = own_gtids(w)
 
     def _sentinels_missing(self, per_query: int = 200) -> list[str]:
         """The moving dbs whose sentinel row is not on the target (a few queries, not one per db)."""
@@ -509,9 +531,22 @@ class CutoverRun:
         return [db for i, db in enumerate(dbs) if i not in have]
 
     def _overrun_msg(self) -> str:
+        """Why the watchdog undid the freeze, named by the step that was running when the budget ran out."""
         extra = f" (undo failed: {self.watchdog.error})" if self.watchdog and self.watchdog.error else ""
+        skip = () if self.passive_gate is not None else ("passive_close", "passive_sync")
+        step = next((s for s in FREEZE_STEPS if s not in self.steps and s not in skip), "release")
+        passive = self.passive_gate.host.name if self.passive_gate is not None else "the passive member"
+        why = {
+            "passive_close": (f"while closing the write gate on {passive}: a transaction there holds a moving "
+                              "table; let it end (or end it), then retry"),
+            "passive_sync": (f"while {self.source.name} applied the last writes of {passive}: the replication "
+                             f"{passive} -> {self.source.name} lags (lag inside the source pair); let it catch up "
+                             f"(SHOW SLAVE STATUS on {self.source.name}), then retry"),
+            "fence": ("while the fence waited for the moving tables' locks: a long transaction on a moving table "
+                      f"holds them on {self.source.name} (SHOW PROCESSLIST); let it end (or end it), then retry"),
+        }.get(step, f"in its {step} step: let catch-up converge further (or raise freeze_budget_ms) and retry")
         return (f"the freeze overran its budget of {self.spec.options.freeze_budget_ms} ms and was undone{extra}; "
-                "the source still serves. Let catch-up converge further (or raise freeze_budget_ms) and retry")
+                f"the source still serves. It ran out {why}")
 
     def _compare_in_freeze(self, verified: str, suspect: list[dict[str, Any]]) -> None:
         recheck.compare_in_freeze(self, verified, suspect)

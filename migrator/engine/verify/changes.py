@@ -29,11 +29,11 @@ from typing import Any
 
 import pymysql
 
-from migrator.engine.binlog.reader import LocalReader
+from migrator.engine.binlog.reader import LocalReader, format_state, wanted
 from migrator.engine.catch_up.statements import WHOLE_TABLE, classify
 from migrator.engine.verify.checksums import Key, LiteralKey, TableInfo, VerifyError, keys_of
 from migrator.fleet.config import Credentials
-from migrator.fleet.gtid import GtidPos
+from migrator.fleet.gtid import GtidPos, GtidState
 from migrator.fleet.model import Host
 from migrator.fleet.mysql import tls_of
 
@@ -71,7 +71,7 @@ def changed_keys(host: Host, creds: Credentials, tables: Sequence[TableInfo], si
     ``until``, so its cost follows the writes since ``since``, not the table sizes.
     """
     out: dict[str, set[Key]] = {t.name: set() for t in tables}
-    if not tables or GtidPos.parse(since).contains(GtidPos.parse(until)):
+    if not tables or GtidState.parse(since).reaches(GtidState.parse(until)):
         return out
     names = {(t.db, t.table): t.name for t in tables}
     deadline = time.monotonic() + timeout
@@ -80,7 +80,7 @@ def changed_keys(host: Host, creds: Credentials, tables: Sequence[TableInfo], si
         for txn in rd.transactions(until, deadline=deadline):
             if txn is not None:
                 _note(out, names, shapes, txn)
-        if not GtidPos.parse(rd.position).contains(GtidPos.parse(until)):
+        if not rd.reader.reaches(wanted(until) or []):
             raise VerifyError(f"reading the binlog of {host.name} up to {until} took over {timeout:.1f}s",
                               phase="verify")
     return out
@@ -118,6 +118,8 @@ class ChangeTracker:
         self.tables = list(tables)
         self.since = since
         self.pos = GtidPos.parse(since)
+        #: what the reader has passed, per (domain, server): decides :meth:`keys_until`
+        self.state: GtidState = GtidState.parse(since)
         self.keys: dict[str, set[Key]] = {t.name: set() for t in self.tables}
         self.error: BaseException | None = None
         self._cond = threading.Condition()
@@ -143,6 +145,7 @@ class ChangeTracker:
                         for n, ks in got.items():
                             self.keys[n] |= ks
                         self.pos = GtidPos.parse(self._rd.position)
+                        self.state = GtidState.of(format_state(self._rd.reader.seen))
                         self._cond.notify_all()
             except BaseException as exc:  # noqa: BLE001 - reported to the waiter
                 if not self._stop:
@@ -156,9 +159,9 @@ class ChangeTracker:
 
     def keys_until(self, until: str, timeout: float) -> dict[str, set[Key]]:
         """Keys changed in ``(since, until]`` (and possibly a little after): waits for the reader."""
-        target = GtidPos.parse(until)
+        target = GtidState.parse(until)
         with self._cond:
-            ok = self._cond.wait_for(lambda: self.error is not None or self.pos.contains(target), timeout)
+            ok = self._cond.wait_for(lambda: self.error is not None or self.state.reaches(target), timeout)
             if self.error is not None:
                 raise VerifyError(f"the binlog reader on {self.host.name} failed: {self.error}", phase="verify")
             if not ok:

@@ -20,7 +20,7 @@ from migrator.engine.verify.changes import KeyCollector
 from migrator.engine.verify.checksums import VerifyError
 from migrator.fleet import zk as zk_mod
 from migrator.fleet.config import Config, load_credentials
-from migrator.fleet.gtid import GtidPos
+from migrator.fleet.gtid import GtidPos, GtidState
 
 
 class Drainer(Protocol):
@@ -55,7 +55,7 @@ class CheckpointWaiter:
         self.poll_s = poll_s
 
     def drain_to(self, gtid: str, timeout: float, *, save: bool = True) -> None:
-        target = GtidPos.parse(gtid)
+        target = GtidState.parse(str(gtid))
         deadline = time.monotonic() + timeout
         changed = threading.Event()
 
@@ -67,8 +67,10 @@ class CheckpointWaiter:
             while True:
                 changed.clear()
                 node, _ = store.get_progress(self.migration_id, "catchup", watch=on_change)
-                at = GtidPos.parse((node or {}).get("gtid") or "")
-                if at.contains(target):
+                # the checkpoint's per-(domain, server) state decides (exact in any GTID layout); a
+                # checkpoint saved without one names only its position
+                at = GtidState.of((node or {}).get("state"), (node or {}).get("gtid"))
+                if at.reaches(target):
                     return
                 if time.monotonic() > deadline:
                     raise VerifyError(f"catch-up of {self.migration_id} did not reach {gtid} within {timeout:.0f}s "
@@ -111,6 +113,11 @@ class TailDrainer(KeyCollector):
         """What the tail has committed so far (read while it follows, too)."""
         return self._tailer.applied if self._tailer is not None else GtidPos.parse("")
 
+    def reached(self, target: str) -> bool:
+        """The tail has applied every transaction of ``target`` (a position or state; exact in any GTID
+        layout: :meth:`~migrator.engine.catch_up.tailer.Tailer.reached`)."""
+        return self._tailer is not None and self._tailer.reached(target)
+
     def stop_following(self) -> None:
         """Stop the background tail (its last round committed); raise what it failed with."""
         follower, self._follower = self._follower, None
@@ -130,7 +137,7 @@ class TailDrainer(KeyCollector):
         follower = self._follower
         reached = stopped = 0.0
         if follower is not None:
-            follower.wait_for(GtidPos.parse(gtid), t0 + timeout)
+            follower.wait_for(str(gtid), t0 + timeout)
             reached = time.monotonic() - t0
             self.stop_following()
             stopped = time.monotonic() - t0
@@ -196,12 +203,12 @@ class _Follower:
         self._thread = threading.Thread(target=self._run, name="drainer-follow", daemon=True)
         self._thread.start()
 
-    def wait_for(self, pos: GtidPos, deadline: float) -> None:
+    def wait_for(self, pos: str, deadline: float) -> None:
         """Until the tail has applied ``pos``, has stopped (an error: :meth:`stop` raises it), or the
         deadline (monotonic) has passed."""
         tailer = self.tailer
         with tailer.applied_changed:
-            tailer.applied_changed.wait_for(lambda: self.done or tailer.applied.contains(pos),
+            tailer.applied_changed.wait_for(lambda: self.done or tailer.reached(pos),
                                             timeout=max(0.0, deadline - time.monotonic()))
 
     def _run(self) -> None:

@@ -19,6 +19,7 @@ import pymysql
 
 from migrator.engine.migration import MigrationStore, Options, Phase, Spec, new_id
 from migrator.fleet import mysql
+from migrator.fleet.mysql import binlog_state, own_gtids, wait_applied
 
 SOURCE, SOURCE_SLAVE = "MySQL001A", "MySQL001B"
 TARGET, TARGET_SLAVE = "MySQL003A", "MySQL003B"
@@ -200,10 +201,9 @@ def compare(fleet: Any, spec: Spec) -> dict[str, tuple[dict[str, Any], dict[str,
 
 def wait_target_slave(fleet: Any, timeout: float = 30) -> None:
     with conn(fleet, TARGET) as t:
-        pos = binlog_pos(t)
-    with conn(fleet, TARGET_SLAVE, read_timeout=timeout + 5) as s, s.cursor() as cur:
-        cur.execute("SELECT MASTER_GTID_WAIT(%s, %s)", (pos, timeout))
-        assert cur.fetchone()[0] == 0, "target standby did not catch up"
+        own = own_gtids(t)
+    with conn(fleet, TARGET_SLAVE, read_timeout=timeout + 5) as s:
+        assert wait_applied(s, own, timeout), "target standby did not catch up"
 
 
 # -- background writes ----------------------------------------------------------------------
@@ -343,10 +343,10 @@ class Writer:
 
 
 def wait_source_has_partner_writes(fleet: Any, timeout: float = 30) -> str:
-    """Wait until the source master applied everything its partner binlogged; returns its position."""
+    """Wait until the source master applied everything its partner wrote itself (in any GTID layout);
+    returns the source's binlog state then (which names the partner's server)."""
     with conn(fleet, SOURCE_SLAVE) as b:
-        pos = binlog_pos(b)
-    with conn(fleet, SOURCE, read_timeout=timeout + 5) as a, a.cursor() as cur:
-        cur.execute("SELECT MASTER_GTID_WAIT(%s, %s)", (pos, timeout))
-        assert cur.fetchone()[0] == 0, "source master did not apply its partner's writes"
-        return binlog_pos(a)
+        own = own_gtids(b)
+    with conn(fleet, SOURCE, read_timeout=timeout + 5) as a:
+        assert wait_applied(a, own, timeout), "source master did not apply its partner's writes"
+        return str(binlog_state(a))

@@ -25,9 +25,17 @@ from migrator.engine.verify.checksums import moving_tables
 from migrator.engine.verify.drainers import CatchUpDrainer
 from migrator.fleet import redis_client
 from migrator.fleet.config import Credentials
-from migrator.fleet.gtid import Gtid, GtidPos
+from migrator.fleet.gtid import Gtid, GtidState
 from migrator.fleet.model import Host
-from migrator.fleet.mysql import ER_BAD_DB_ERROR, ER_NO_SUCH_TABLE, binlog_pos, qualified, ssl_kwargs
+from migrator.fleet.mysql import (
+    ER_BAD_DB_ERROR,
+    ER_NO_SUCH_TABLE,
+    binlog_pos,
+    own_gtids,
+    qualified,
+    ssl_kwargs,
+    wait_applied,
+)
 from migrator.fleet.mysql import connect as mysql_connect
 
 
@@ -120,10 +128,10 @@ def row_events_after(host: Host, creds: Credentials, since: str, schemas: list[s
     from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
     with mysql_connect(host, creds) as c:
-        head = GtidPos.parse(binlog_pos(c))
-    seen = GtidPos.parse(since)
+        head = GtidState.parse(binlog_pos(c))
+    seen = GtidState.parse(since)  # per (domain, server): exact in every GTID layout
     out: list[tuple[str, str, str]] = []
-    if seen.contains(head):
+    if seen.reaches(head):
         return out
     stream = BinLogStreamReader(
         connection_settings={"host": host.address, "port": host.port, "user": creds.mysql_user,
@@ -144,7 +152,7 @@ def row_events_after(host: Host, creds: Credentials, since: str, schemas: list[s
                 if pending is not None:
                     seen = seen.with_gtid(pending)
                     pending = None
-                if seen.contains(head):
+                if seen.reaches(head):
                     break
             if time.monotonic() > deadline:
                 raise TimeoutError("binlog scan did not reach the head")
@@ -267,14 +275,9 @@ def replicating(conn: Any) -> None:
 
 
 def pair_synced(a: Any, b: Any, timeout: float = 30) -> None:
-    """Each member of a pair has applied everything the other has written."""
+    """Each member of a pair has applied everything the other has written (itself: in any GTID layout)."""
     for x, y in ((a, b), (b, a)):
-        with x.cursor() as cur:
-            cur.execute("SELECT @@gtid_binlog_pos")
-            pos = cur.fetchone()[0]
-        with y.cursor() as cur:
-            cur.execute("SELECT MASTER_GTID_WAIT(%s, %s)", (pos, timeout))
-            assert cur.fetchone()[0] == 0
+        assert wait_applied(y, own_gtids(x), timeout)
 
 
 def gate_leftovers(conn: Any, dbs: Any = ()) -> list:  # noqa: ARG001 - every gate on the server counts

@@ -17,12 +17,13 @@ import pymysql
 import pytest
 
 from migrator.engine.cutover import cutover
-from migrator.engine.cutover.errors import FreezeBudgetExceeded
+from migrator.engine.cutover.errors import CutoverAborted, FreezeBudgetExceeded
 from migrator.engine.cutover.hooks import CutoverHooks
 from migrator.engine.migration import Options, Phase
 from migrator.engine.names import tomb_db
 from migrator.fleet.mysql import connect as mysql_connect
 from migrator.fleet.router import ShardRouter
+from migrator.fleet.shard_map import ShardMapStore
 
 from .cutover_setup import Writer, missing_acks, prepare_converged, row_events_after
 from .cutover_setup import gate_leftovers as _gate_leftovers
@@ -191,3 +192,67 @@ def test_an_undone_freeze_reopens_the_passive_member(fleet, fence):
         b.close()
     st, _ = prep.store.state(spec.id)
     assert st.phase == Phase.CONVERGED
+
+
+def test_a_lagging_link_inside_the_source_pair_refuses_the_cutover_and_loses_nothing(fleet):
+    """The source master applies its partner's writes 2 s late (``MASTER_DELAY``) while a client writes on the
+    partner: in any GTID layout (one domain shared by both members included), the gate refuses the cutover
+    naming the lag, a freeze that meets the lag is undone by its watchdog in ``passive_sync``, and once the
+    link catches up the cutover carries every write the partner acknowledged and both links still replicate
+    (before, a shared domain made the wait for the partner's writes wait for nothing: they arrived after the
+    rename, stopped the master's SQL thread with 1146 and never reached the new owner)."""
+    prep = prepare_converged(fleet, MOVING, options=Options(freeze_budget_ms=800))
+    spec = prep.spec
+    passive = fleet.hosts[spec.source_slave]
+    pw = PassiveWriter(passive, fleet.credentials, MOVING).start()
+    sb = fleet.sandbox
+    try:
+        sb.set_link_delay(spec.source_master, 2)
+        time.sleep(1.0)
+        # 1. the gate sees the lag: refused before anything is frozen
+        with pytest.raises(FreezeBudgetExceeded, match=f"{spec.source_slave}'s writes|the source pair lags"):
+            cutover(fleet.config, spec.id)
+        assert prep.store.state(spec.id)[0].phase == Phase.CONVERGED
+        smap = ShardMapStore(fleet.zk).read()
+        assert all(smap.master_of(s) == spec.source_master and not smap.is_frozen(s) for s in MOVING)
+        # 2. a freeze that meets the lag (it starts after the gate looked) is undone by its watchdog
+        sb.set_link_delay(spec.source_master, 0)
+
+        def lag_now(_run):
+            sb.set_link_delay(spec.source_master, 2)
+            time.sleep(0.05)  # the partner's client writes meanwhile: they arrive 2 s late
+
+        # (the wait for the partner's writes, or the watchdog, ends it when the budget runs out)
+        with pytest.raises((CutoverAborted, FreezeBudgetExceeded), match="lag inside the source pair"):
+            cutover(fleet.config, spec.id, hooks=CutoverHooks(after_freeze=lag_now))
+        assert prep.store.state(spec.id)[0].phase == Phase.CONVERGED
+        acked_while_refused = len(pw.acks)
+        time.sleep(0.5)
+        assert len(pw.acks) > acked_while_refused, "the partner must take writes again after the undo"
+        # 3. the link catches up: the cutover carries everything
+        sb.set_link_delay(spec.source_master, 0)
+        result = cutover(fleet.config, spec.id)
+        time.sleep(0.5)
+    finally:
+        pw.stop()
+        sb.set_link_delay(spec.source_master, 0)
+    assert not pw.other_errors, pw.other_errors[:5]
+    assert {"passive_close", "passive_sync", "passive_finish"} <= set(result.steps_ms)
+    with mysql_connect(prep.target, fleet.credentials) as target, target.cursor() as cur:
+        for (shard, lid), data in pw.acks.items():
+            cur.execute(f"SELECT data FROM db{shard:05d}.pins WHERE local_id = %s", (lid,))
+            row = cur.fetchone()
+            assert row is not None and row[0] == data, (shard, lid)
+    a = mysql_connect(prep.source, fleet.credentials)
+    b = mysql_connect(passive, fleet.credentials)
+    try:
+        _pair_synced(a, b)
+        _slave_ok(a)
+        _slave_ok(b)
+        assert _gate_leftovers(a, spec.databases) == [] and _gate_leftovers(b, spec.databases) == []
+    finally:
+        a.close()
+        b.close()
+    assert prep.store.state(spec.id)[0].phase == Phase.DONE
+    tombs = [tomb_db(spec.id, db) for db in spec.databases]
+    assert row_events_after(prep.source, fleet.credentials, result.fence_gtid, [*spec.databases, *tombs]) == []

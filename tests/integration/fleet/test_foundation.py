@@ -13,6 +13,7 @@ from kazoo.exceptions import NoAuthError
 
 from migrator.errors import ShardMapConflict
 from migrator.fleet import zk as zk_mod
+from migrator.fleet.mysql import own_gtids, wait_applied
 from migrator.fleet.router import ShardRouter
 from migrator.fleet.shard_map import HostRegistry, ShardMapStore
 from tests.integration.cli_helpers import assert_one_line_error, run_cli
@@ -26,11 +27,9 @@ def test_each_pair_replicates_both_ways(sandbox):
                 cur.execute(f"CREATE DATABASE IF NOT EXISTS {db}")
                 cur.execute(f"CREATE TABLE IF NOT EXISTS {db}.t (id INT AUTO_INCREMENT PRIMARY KEY, v VARCHAR(20))")
                 cur.execute(f"INSERT INTO {db}.t (v) VALUES ('from-{writer}')")
-                cur.execute("SELECT @@gtid_binlog_pos")
-                pos = cur.fetchone()[0]
+                own = own_gtids(c)
             with sandbox.root_conn(reader) as c, c.cursor() as cur:
-                cur.execute("SELECT MASTER_GTID_WAIT(%s, 10)", (pos,))
-                assert cur.fetchone()[0] == 0, f"{reader} did not receive {writer}'s write"
+                assert wait_applied(c, own, 10), f"{reader} did not receive {writer}'s write"
                 cur.execute(f"SELECT v FROM {db}.t")
                 assert (f"from-{writer}",) in cur.fetchall()
             with sandbox.root_conn(writer) as c, c.cursor() as cur:

@@ -1,10 +1,11 @@
-"""docker-compose.yml runs the same fleet as `migrator sandbox up`: same MariaDB flags."""
+"""docker-compose.yml runs the same fleet as `migrator sandbox up`: same MariaDB flags (the default GTID
+layout, a domain per server)."""
 
 from pathlib import Path
 
 import yaml
 
-from migrator.sandbox import MARIADB_FLAGS
+from migrator.sandbox import MARIADB_FLAGS, layout_flags
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -21,7 +22,9 @@ def test_every_mariadb_service_has_the_sandbox_flags():
         assert want <= cmd, (name, sorted(want - cmd))
         sid = next(c for c in cmd if c.startswith("--server-id="))
         ids.add(sid)
-        assert f"--gtid-domain-id={sid.split('=')[1]}" in cmd
+        layout = {f"--{k}" if v is None else f"--{k}={v}"
+                  for k, v in layout_flags("per-server", int(sid.split("=")[1])).items()}
+        assert layout <= cmd, (name, sorted(layout - cmd))
         offsets[name] = next(c for c in cmd if c.startswith("--auto-increment-offset="))
     assert len(ids) == 6  # distinct server ids
     for pair in ("001", "002", "003"):
