@@ -7,7 +7,11 @@ workers, the three end checks). On top of it:
 
 * sysbench ``oltp_write_only`` writes a moving shard database on the source
   master the whole time (``--mysql-ignore-errors=all``: after the fence its
-  tables answer 1146); a sysbench that a restart killed is started again;
+  tables answer 1146), and a second one, slower, another moving shard database
+  on the source pair's passive member (a client writing the standby: its
+  writes reach the master through the pair's replication, late when the
+  ``lag_pair`` fault delays that link); a sysbench that a restart killed is
+  started again;
 * faults from outside (see :mod:`tests.nemesis.schedule`) fire while the
   migration copies or catches up (catch-up is held until the schedule's
   catch-up faults fired, then released); two faults at once fire from two
@@ -54,6 +58,11 @@ ZK_SESSION_S = 3.0
 OPTIONS = dict(freeze_budget_ms=3000, chunk_rows=20, chunk_max_rows=50, copy_workers=2)
 SB_TABLES = 2
 SB_ROWS = 1000
+#: how long the ``lag_pair`` fault delays the source master's link from its partner, and by how much (seconds)
+LAG_FOR_S = 8.0
+LAG_DELAY_S = 2
+#: transactions/s of the sysbench on the source pair's passive member
+PASSIVE_RATE = 10
 #: a migration sitting with an error this long after its last resume is resumed again (at most MAX_RESUMES)
 STALL_S = 10.0
 MAX_RESUMES = 4
@@ -93,6 +102,8 @@ class Nemesis(ABC):
         self.fleet = dataclasses.replace(fleet, config_path=path, config=config_mod.load(path))
         self.run: FaultRun | None = None
         self.bench: sysbench.Background | None = None
+        self.passive_bench: sysbench.Background | None = None
+        self.passive_bench_args: tuple[Any, ...] | None = None
         self.bench_args: tuple = ()
         self.resumes = 0
         self._last_resume = 0.0
@@ -116,9 +127,10 @@ class Nemesis(ABC):
             self.close()
 
     def close(self) -> None:
-        if self.bench is not None:
-            self.bench.stop()
-            self.bench = None
+        for b in (self.bench, self.passive_bench):
+            if b is not None:
+                b.stop()
+        self.bench = self.passive_bench = None
         if self.run is not None:
             self.run.close()
 
@@ -192,6 +204,17 @@ class Nemesis(ABC):
         for p in procs:
             signal_tree(p.pid, signal.SIGCONT)
         self.events(f"{len(procs)} worker(s) stopped {ZK_SESSION_S + 2.0:.0f}s and continued")
+
+    def _lag_pair(self) -> None:
+        """The source master applies its partner's writes :data:`LAG_DELAY_S` late for :data:`LAG_FOR_S`."""
+        master = self.pair_hosts()[0]
+        self.fleet.sandbox.set_link_delay(master, LAG_DELAY_S)
+        self.events(f"{master} applies its partner's writes {LAG_DELAY_S}s late")
+        try:
+            time.sleep(LAG_FOR_S)
+        finally:
+            self.fleet.sandbox.set_link_delay(master, 0)
+        self.events(f"{master} no longer delays its partner's writes")
 
     def _wipe_redis(self) -> None:
         from migrator.fleet import redis_client
@@ -274,21 +297,32 @@ class Nemesis(ABC):
         self.bench = sysbench.Background(*self.bench_args, threads=2, rate=self.plan.sysbench_rate,
                                          tables=SB_TABLES, table_size=SB_ROWS)
 
+    def _start_passive_bench(self) -> None:
+        if self.passive_bench_args is not None:
+            # text statements: the passive gate's triggers break statements prepared before them (MDEV-26048)
+            self.passive_bench = sysbench.Background(*self.passive_bench_args, threads=1, rate=PASSIVE_RATE,
+                                                     tables=SB_TABLES, table_size=SB_ROWS, prepared=False)
+
     def _keep_bench(self) -> None:
         """Start sysbench again when a restart of its server ended it; not when it cannot even start (its
         tables are tombstones by now: the move flipped)."""
-        if self.bench is not None and self.bench.proc.poll() is not None:
-            res = self.bench.stop()
-            if res.seconds == 0:
-                self.bench = None
-                self.events("sysbench exited at its start (its tables moved); not started again")
-                return
-            self.events(f"sysbench exited ({res}); started again")
-            self._start_bench()
+        for attr, start, what in (("bench", self._start_bench, "sysbench"),
+                                  ("passive_bench", self._start_passive_bench, "sysbench on the passive member")):
+            bench = getattr(self, attr)
+            if bench is not None and bench.proc.poll() is not None:
+                res = bench.stop()
+                setattr(self, attr, None)
+                if res.seconds == 0:
+                    self.events(f"{what} exited at its start (its tables moved); not started again")
+                    continue
+                self.events(f"{what} exited ({res}); started again")
+                start()
 
     def _stop_bench(self) -> Any:
         res, self.bench = (self.bench.stop() if self.bench is not None else "already stopped"), None
-        return res
+        passive = self.passive_bench.stop() if self.passive_bench is not None else "already stopped"
+        self.passive_bench = None
+        return f"{res}; on the passive member: {passive}"
 
     # -- checks ------------------------------------------------------------------------------------
     def replication_checks(self) -> None:
@@ -334,10 +368,14 @@ class SplitNemesis(Nemesis):
         in_cutover = plan.in_phase(sched.CUTOVER)
         spec = run.plan_split(**OPTIONS, **(HOLD_CATCH_UP if held else {}))
         source = fleet.hosts[spec.source_master]
+        passive = fleet.hosts[spec.source_slave]
         sysbench.prepare(source, fleet.credentials, spec.databases[0], tables=SB_TABLES, table_size=SB_ROWS)
+        sysbench.prepare(passive, fleet.credentials, spec.databases[-1], tables=SB_TABLES, table_size=SB_ROWS)
         fleet.sandbox.wait_pairs_converged()
         self.bench_args = (source, fleet.credentials, spec.databases[0])
+        self.passive_bench_args = (passive, fleet.credentials, spec.databases[-1])
         self._start_bench()
+        self._start_passive_bench()
         run.launch(postpone=bool(in_cutover))
         for fault in plan.in_phase(sched.COPYING):
             self._reach(Phase.COPYING, lambda: run.copy_started())
@@ -354,7 +392,7 @@ class SplitNemesis(Nemesis):
         self.events(f"sysbench: {self._stop_bench()}")
         out = run.end_checks()
         moved = set(out["tables"])
-        sb = {f"{spec.databases[0]}.sbtest{i}" for i in range(1, SB_TABLES + 1)}
+        sb = {f"{db}.sbtest{i}" for db in {spec.databases[0], spec.databases[-1]} for i in range(1, SB_TABLES + 1)}
         assert sb <= moved, f"the sysbench tables did not move: {sorted(moved)}"
         self.replication_checks()
         self.events(f"resumes {self.resumes}; tables {len(moved)} equal to their tombstones; replication healthy")

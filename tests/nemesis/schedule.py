@@ -19,7 +19,8 @@ RESTART_PASSIVE = "restart_passive"  # ... of the source pair's passive member
 RESTART_TARGET = "restart_target"  # ... of the target master
 EXPIRE_ZK = "expire_zk"  # the workers stopped (SIGSTOP) past their ZooKeeper session timeout, then continued
 WIPE_REDIS = "wipe_redis"  # FLUSHALL: every RQ job and registry gone; resumed from the ZooKeeper record
-OUTSIDE = (KILL_WORKERS, RESTART_SOURCE, RESTART_PASSIVE, RESTART_TARGET, EXPIRE_ZK, WIPE_REDIS)
+LAG_PAIR = "lag_pair"  # the source master applies its partner's writes late (MASTER_DELAY) for a while
+OUTSIDE = (KILL_WORKERS, RESTART_SOURCE, RESTART_PASSIVE, RESTART_TARGET, EXPIRE_ZK, WIPE_REDIS, LAG_PAIR)
 
 COPYING = "copying"
 CATCHING_UP = "catching_up"

@@ -29,6 +29,8 @@ FIXED_FREEZE_MS = 120.0
 DRAIN_STEPS = ("drain", "drain_follow_stop")  # (drain_follow_stop: recorded before the drain waited for the follower)
 #: the step of a freeze that waits for the source pair's passive member (predicted apart: :func:`pair_lag_ms`)
 PAIR_STEPS = ("passive_sync",)
+#: the least time the lag probe waits for the master to apply the passive member's marker row
+PAIR_LAG_MIN_WAIT_S = 2.0
 
 
 #: the rename fence's release of one table (its queued RENAME after the UNLOCK), when this migration has
@@ -137,7 +139,8 @@ def predict_freeze_ms(run: CutoverRun) -> float:
     samples.sort(key=lambda x: x[0])
     drain_ms, stats = samples[len(samples) // 2]
     fixed = fixed_cost_ms(run)
-    lag = pair_lag_ms(run, run.spec.options.freeze_budget_ms / 1000)
+    # timed past the budget (a lag over it refuses with its size), up to a bound for a link that is stuck
+    lag = pair_lag_ms(run, max(2 * run.spec.options.freeze_budget_ms / 1000, PAIR_LAG_MIN_WAIT_S))
     run.predicted = {"drain_ms": round(drain_ms, 1), "fixed_ms": round(fixed, 1), "catch_up_ms": round(catch_up_ms, 1),
                      "drain_samples_ms": [round(ms, 1) for ms, _ in samples]}
     if lag is not None:
@@ -160,7 +163,8 @@ def check_budget(run: CutoverRun, from_passes: float | None) -> float:
     passive = run.direction.passive.name if run.direction.passive is not None else "the passive member"
     if "pair_lag_ms" in p and p["pair_lag_ms"] is None:
         raise FreezeBudgetExceeded(
-            f"the source pair lags: {run.source.name} had not applied a write of {passive} after {budget} ms, and a "
+            f"the source pair lags: {run.source.name} had not applied a write of {passive} within "
+            f"{max(2 * budget / 1000, PAIR_LAG_MIN_WAIT_S):.0f} s, and a "
             f"freeze waits for that member's last writes before it fences; repair or wait out the replication "
             f"{passive} -> {run.source.name} (SHOW SLAVE STATUS on {run.source.name}), then retry", phase="cutover")
     if predicted > budget:
