@@ -7,29 +7,37 @@ cutover's compare under the fence. The binlog path (catch-up) renders its own
 exact literals from the row images (:mod:`migrator.engine.binlog.rows`).
 
 What MariaDB's text protocol does to each type (checked on MariaDB 10.11.19
-with PyMySQL 1.2.4, session ``time_zone = '+00:00'``):
+with PyMySQL 1.2.4 and a utf8mb4 connection, session ``time_zone = '+00:00'``;
+a value read, written back with ``REPLACE`` and compared by ``CHECKSUM TABLE``:
+``tests/integration/engine/test_values.py``):
 
-======================================  ==============================================  =========================
-type                                    through the text protocol                        read here as
-======================================  ==============================================  =========================
-FLOAT, FLOAT(M,D)                       6 significant digits: ``0.143443`` for          ``CAST(c AS DOUBLE)``
-                                        0.14344295859336853; 97% of 100,000 random
-                                        floats came back different
-DOUBLE, DOUBLE(M,D)                     the shortest digits that parse back: 100,000    as is
-                                        random doubles all exact (``-0`` is stored 0)
-integers, BIGINT UNSIGNED, DECIMAL      exact                                           as is
-DATE, DATETIME(n), TIME(n), YEAR        exact (negative TIME too)                       as is
-TIMESTAMP(n)                            exact in a ``+00:00`` session                   as is
-INET6, UUID                             canonical text, parsed back to the same bytes   as is
-ENUM, SET                               the label: ``''`` is both a ``''`` member and   ``c + 0`` (index,
-                                        the invalid value (index 0); ``ORDER BY`` is    bit set)
-                                        by index but ``c > 'x'`` compares labels, so
-                                        keyset paging by label skips rows
-BIT                                     bytes, which ``c = X'..'`` compares wrongly     ``c + 0``
-CHAR, VARCHAR, TEXT (any charset)       converted to utf8mb4: a byte the charset does   ``CAST(c AS BINARY)``
-                                        not map (cp1251 ``0x98``) comes back ``?``
-BINARY, VARBINARY, BLOB, GEOMETRY       bytes, exact                                    as is
-======================================  ==============================================  =========================
+===================================  =================================================  ======================
+type                                 through the text protocol                           read here as
+===================================  =================================================  ======================
+FLOAT                                **changed**: 6 significant digits (``0.143443``     ``CAST(c AS DOUBLE)``
+                                     for 0.14344295859336853); 97% of 100,000 random
+                                     floats came back another float
+FLOAT(M,D), DOUBLE(M,D)              exact (D decimals of a value stored rounded to D)   FLOAT(M,D) as DOUBLE
+DOUBLE                               exact: the shortest digits that parse back          as is
+                                     (100,000 random doubles; ``-0`` is stored 0)
+integers, BIGINT UNSIGNED, DECIMAL   exact                                               as is
+DATE, DATETIME(n), TIME(n), YEAR     exact (negative TIME too)                           as is
+TIMESTAMP(n)                         exact in a ``+00:00`` session                       as is
+INET6, UUID                          exact: canonical text, parsed back to the bytes     as is
+GEOMETRY, BINARY, VARBINARY, BLOB    exact: bytes                                        as is
+ENUM                                 **changed**: the label ``''`` is both a member      ``c + 0`` (the index)
+                                     ``''`` and the invalid value (index 0)
+SET                                  exact as a value                                    ``c + 0`` (the bit set)
+BIT                                  exact as a value (bytes)                            ``c + 0``
+CHAR, VARCHAR, TEXT, JSON            **changed** where the character set has bytes       ``CAST(c AS BINARY)``
+                                     utf8mb4 cannot hold: cp1251 ``0x98`` comes back
+                                     ``?`` (latin1 maps every byte and is exact)
+===================================  =================================================  ======================
+
+ENUM, SET and BIT are read as numbers for their keys too: ``ORDER BY`` sorts
+an ENUM or SET by its number but ``c > 'x'`` compares labels, so keyset paging
+by label skips rows; ``bit_col = X'000B'`` found the row whose value is 11
+through the column's index and the row whose value is 0 without it.
 
 A value read as :func:`read_expr` says is exact in Python and is written back
 exactly by PyMySQL's parameter escaping (a float as ``repr`` + ``e0``, bytes as
