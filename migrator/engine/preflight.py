@@ -346,17 +346,15 @@ def _check_engines(src: pymysql.connections.Connection, spec: Spec, res: Preflig
     """Every moving table is transactional (InnoDB); Aria, MyISAM, MEMORY and the like are refused.
 
     Refused rather than handled, because what makes a move lossless rests on
-    transactions on both sides: the copy loads a chunk, and catch-up applies a
-    batch with its checkpoint, in one target transaction that a failure or a
-    stale applier (one whose fencing token no longer holds) rolls back whole, and
-    a repair that loses a deadlock is rolled back and redone. A non-transactional
-    target table keeps the half of each that ran. On the source, a MEMORY table
-    empties at a restart without a row event (MariaDB logs a DELETE of the whole
-    table on its first open, which catch-up would carry), and the cutover's
-    fence and drain prove that everything committed before the sentinel was
-    applied: a write that is not part of a transaction commits at once, outside
-    that order. Converting the table (``ALTER TABLE .. ENGINE=InnoDB``) is one
-    statement; carrying each engine's own failure modes would not be.
+    rolling writes on the target back whole: the copy loads a chunk in one
+    target transaction and rolls it back when a value changed on the way;
+    catch-up's lanes and verify's repairs roll back a batch that lost a deadlock
+    and write it again; fencing a stale applier (DESIGN.md, section 8) means its
+    transaction finds its token gone and rolls back. On a non-transactional table
+    each of these keeps the part that ran. A MEMORY table also empties when its
+    server restarts, a change no row event carries, on the source or on the
+    target. Converting the table (``ALTER TABLE .. ENGINE=InnoDB``) is one
+    statement; carrying each engine's own ways of losing rows would not be.
     """
     moving = set(moving_tables(src, spec))
     dbs = sorted({db for db, _ in moving})
