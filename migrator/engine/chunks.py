@@ -16,7 +16,6 @@ import datetime as dt
 import decimal
 from typing import Any
 
-from migrator.engine.inspector import TableInfo
 from migrator.errors import MigratorError
 from migrator.fleet.mysql import ident, tag
 
@@ -88,10 +87,6 @@ def after_key_clause(key: tuple[str, ...], last: tuple[Any, ...] | None) -> tupl
         params.extend(last[: i + 1])
         ors.append("(" + " AND ".join(parts) + ")")
     return f"{cols[0]} >= %s AND (" + " OR ".join(ors) + ")", params
-
-
-def key_expr(info: TableInfo, column: str) -> str:
-    return f"CAST({ident(column)} AS DOUBLE)" if column in info.float_columns else ident(column)
 
 
 def create_table_sql(create_sql: str) -> str:

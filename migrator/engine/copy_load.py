@@ -17,11 +17,21 @@ the file is loaded ``CHARACTER SET binary`` so no byte is converted):
   ``\\N``, so NULL and the empty string stay apart;
 * numbers, dates and times travel as their text (DECIMAL exact, DATETIME(6)
   with its fraction, FLOAT widened to DOUBLE so its value survives);
+* ENUM and SET travel as their number (index, bit set) and are loaded as
+  that number: a label cannot tell the member ``''`` from the invalid value
+  (index 0);
 * BIT and GEOMETRY travel as their stored bytes, like any binary value;
 * generated columns are not in the column list (the target computes them).
 
+The chunk's last key is read exactly (:func:`migrator.engine.values.read_expr`:
+a FLOAT as DOUBLE, an ENUM as its index, text as its bytes), so the next
+chunk starts exactly after it: an ENUM compared by label, or text converted
+to utf8mb4, could skip rows.
+
 The target session keeps explicit zero ids (``NO_AUTO_VALUE_ON_ZERO``); a
-load that raises any warning (a value changed on the way) fails the chunk.
+load that raises any warning (a value changed on the way) fails the chunk,
+but for the one warning an exact copy raises: an ENUM's invalid value
+(index 0) is stored with "Data truncated", as it was on the source.
 Hex literals (``X'5C'``) make the read independent of the source's sql_mode.
 """
 
@@ -38,9 +48,10 @@ from typing import Any
 import pymysql
 from tenacity import retry, retry_if_exception, stop_after_attempt, wait_exponential
 
-from migrator.engine.chunks import CopyError, after_key_clause, key_expr
+from migrator.engine.chunks import CopyError, after_key_clause
 from migrator.engine.inspector import TableInfo
 from migrator.engine.throttler import Throttler
+from migrator.engine.values import max_expr, read_expr
 from migrator.fleet.config import Credentials
 from migrator.fleet.model import Host
 from migrator.fleet.mysql import ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT, connect, ident, qualified, tag
@@ -48,7 +59,9 @@ from migrator.fleet.mysql import ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT, connect
 T = tag("copy")
 #: types whose text never holds a backslash, a TAB or a newline: no escaping needed
 PLAIN_TYPES = frozenset({"tinyint", "smallint", "mediumint", "int", "bigint", "decimal", "double", "float",
-                         "date", "datetime", "timestamp", "time", "year"})
+                         "date", "datetime", "timestamp", "time", "year", "enum", "set"})
+#: types that travel as their number and are loaded as one (not as a label)
+NUMBERED_TYPES = frozenset({"enum", "set"})
 #: a chunk's blob stays under this share of the source's max_allowed_packet
 PACKET_SHARE = 0.5
 #: session of the reading connection: GROUP_CONCAT may return a whole chunk
@@ -77,6 +90,8 @@ def field_expr(column: str, data_type: str) -> str:
     c = ident(column)
     if data_type == "float":
         return f"IFNULL(CAST(CAST({c} AS DOUBLE) AS BINARY), X'5C4E')"
+    if data_type in NUMBERED_TYPES:
+        return f"IFNULL(CAST({c} + 0 AS BINARY), X'5C4E')"
     if not escaped_type(data_type):
         return f"IFNULL(CAST({c} AS BINARY), X'5C4E')"
     # text in its own character set, and raw bytes: BLOBs, BIT, GEOMETRY's stored form
@@ -95,20 +110,22 @@ def chunk_read_sql(info: TableInfo, last: tuple[Any, ...] | None, limit: int) ->
 
     A one-column key's last value is ``MAX(key)``; a composite key's is taken
     with ``LAST_VALUE`` over the chunk in key order (a per-column MAX is not
-    the last tuple).
+    the last tuple). The key columns are ordered as they are and read exactly
+    (:func:`migrator.engine.values.read_expr`).
     """
     where, params = after_key_clause(info.key, last)
     order = ", ".join(ident(c) for c in info.key)
-    keys = ", ".join(f"{key_expr(info, c)} AS _k{i}" for i, c in enumerate(info.key))
+    types = [info.types.get(c, "") for c in info.key]
+    keys = ", ".join(f"{ident(c)} AS _k{i}" for i, c in enumerate(info.key))
     inner = (f"SELECT {keys}, {line_expr(info)} AS _line FROM {qualified(info.db, info.table)} "
              f"WHERE {where} ORDER BY {order} LIMIT %s")
     blob = "GROUP_CONCAT(_line SEPARATOR X'0A')"
     if len(info.key) == 1:
-        sql = f"SELECT COUNT(*), MAX(_k0), {blob} FROM ({inner}) AS _chunk"
+        sql = f"SELECT COUNT(*), {max_expr('_k0', types[0])}, {blob} FROM ({inner}) AS _chunk"
     else:
         n = len(info.key)
         korder = ", ".join(f"_k{i}" for i in range(n))
-        lasts = ", ".join(f"LAST_VALUE(_k{i}) OVER _w AS _l{i}" for i in range(n))
+        lasts = ", ".join(f"LAST_VALUE({read_expr(f'_k{i}', types[i])}) OVER _w AS _l{i}" for i in range(n))
         sql = (f"SELECT COUNT(*), {', '.join(f'MAX(_l{i})' for i in range(n))}, {blob} FROM ("
                f"SELECT _line, {lasts} FROM ({inner}) AS _chunk "
                f"WINDOW _w AS (ORDER BY {korder} ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING)"
@@ -119,16 +136,18 @@ def chunk_read_sql(info: TableInfo, last: tuple[Any, ...] | None, limit: int) ->
 def load_sql(info: TableInfo, path: str) -> str:
     """``LOAD DATA LOCAL INFILE path REPLACE`` of the fields :func:`line_expr` renders.
 
-    With string columns every field goes to a user variable and every column
-    is set from one: a ``SET`` clause that leaves the AUTO_INCREMENT column
-    out makes MariaDB 10.11 give an explicit id 0 a new id despite
-    ``NO_AUTO_VALUE_ON_ZERO``; setting it too keeps the 0. BIT and GEOMETRY
-    carry their stored bytes, which are stored as they are.
+    With string, ENUM or SET columns every field goes to a user variable and
+    every column is set from one: a ``SET`` clause that leaves the
+    AUTO_INCREMENT column out makes MariaDB 10.11 give an explicit id 0 a new id
+    despite ``NO_AUTO_VALUE_ON_ZERO``; setting it too keeps the 0. BIT and
+    GEOMETRY carry their stored bytes, which are stored as they are; an ENUM or
+    SET is set from its number (``CAST(@v AS UNSIGNED)``: a string would be
+    taken for a label first).
     """
     head = (T + f"LOAD DATA LOCAL INFILE {pymysql.converters.escape_string(path)!r} REPLACE INTO TABLE "
             f"{qualified(info.db, info.table)} CHARACTER SET binary "
             f"FIELDS TERMINATED BY '\\t' ENCLOSED BY '' ESCAPED BY '\\\\' LINES TERMINATED BY '\\n' ")
-    if not any(escaped_type(info.types.get(c, "")) for c in info.columns):
+    if not any(escaped_type(info.types.get(c, "")) or info.types.get(c) in NUMBERED_TYPES for c in info.columns):
         return head + f"({', '.join(ident(c) for c in info.columns)})"
     fields: list[str] = []
     sets: list[str] = []
@@ -136,6 +155,9 @@ def load_sql(info: TableInfo, path: str) -> str:
         if escaped_type(info.types.get(c, "")):
             fields += [f"@r{i}", f"@h{i}"]
             sets.append(f"{ident(c)} = IF(@h{i} IS NULL, @r{i}, UNHEX(@h{i}))")
+        elif info.types.get(c) in NUMBERED_TYPES:
+            fields.append(f"@v{i}")
+            sets.append(f"{ident(c)} = CAST(@v{i} AS UNSIGNED)")
         else:
             fields.append(f"@v{i}")
             sets.append(f"{ident(c)} = @v{i}")
@@ -221,18 +243,36 @@ class LoadFile:
             os.close(self.fd)
 
 
+#: "Data truncated for column ..." (what storing an ENUM's invalid value, index 0, raises)
+WARN_DATA_TRUNCATED = 1265
+
+
+def changed_values(info: TableInfo, warnings: list[tuple[Any, ...]], count: int) -> list[str]:
+    """The load's warnings that mean a value changed on the way: every warning but "Data truncated" on
+    an ENUM column, which only its invalid value (index 0, loaded as 0) raises; all of them when the
+    server kept fewer than ``count`` (some unseen)."""
+    enums = {f"column '{c}'" for c in info.columns if info.types.get(c) == "enum"}
+    changed = [str(w[2]) for w in warnings
+               if not (int(w[1]) == WARN_DATA_TRUNCATED and any(e in str(w[2]) for e in enums))]
+    if changed or len(warnings) >= count:
+        return changed
+    return [f"{count - len(warnings)} more warnings than the server kept"]
+
+
 def load_chunk(tgt: pymysql.connections.Connection, info: TableInfo, chunk: Chunk, file: LoadFile) -> None:
-    """Load the chunk in one target transaction; any warning (a changed value) fails it."""
+    """Load the chunk in one target transaction; a warning that means a changed value fails it."""
     file.write(chunk.blob)
     try:
         tgt.begin()
         with tgt.cursor() as cur:
             cur.execute(load_sql(info, file.path))
             if cur.warning_count:
-                cur.execute("SHOW WARNINGS LIMIT 3")
-                warnings = "; ".join(f"{w[2]}" for w in cur.fetchall())
-                raise CopyError(f"{info.name}: the target changed values while loading a chunk: {warnings}",
-                                phase="copy")
+                count = cur.warning_count
+                cur.execute("SHOW WARNINGS")
+                changed = changed_values(info, list(cur.fetchall()), count)
+                if changed:
+                    raise CopyError(f"{info.name}: the target changed values while loading a chunk: "
+                                    f"{'; '.join(changed[:3])}", phase="copy")
         tgt.commit()
     except BaseException:
         try:
@@ -336,7 +376,7 @@ class ReadAhead:
 
 #: session settings of the writing connection: keep explicit zero ids, write what was read
 TARGET_SESSION = ("SET SESSION sql_mode = 'NO_AUTO_VALUE_ON_ZERO,NO_ENGINE_SUBSTITUTION', "
-                  "time_zone = '+00:00', foreign_key_checks = 0")
+                  "time_zone = '+00:00', foreign_key_checks = 0, max_error_count = 65535")
 SOURCE_SESSION = "SET SESSION time_zone = '+00:00'"
 #: connections that create a migration's tables on the target side by side (the copy's prepare)
 PREPARE_THREADS = 4

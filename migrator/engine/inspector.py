@@ -42,9 +42,8 @@ class TableInfo:
     data_bytes: int = 0
     avg_row_bytes: int = 0
     partitioned: bool = False
-    #: single-precision FLOAT columns: read widened to DOUBLE so the value survives the text protocol
-    float_columns: tuple[str, ...] = ()
-    #: column -> information_schema DATA_TYPE (lower case)
+    #: column -> information_schema DATA_TYPE (lower case): how each value is read exactly
+    #: (:mod:`migrator.engine.values`) and rendered for the copy
     types: dict[str, str] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -107,7 +106,6 @@ def describe(conn: pymysql.connections.Connection, db: str, table: str) -> Table
         raise InspectError(f"table {db}.{table} does not exist on the source", phase="copy")
     # generated (virtual or stored) columns are computed by the target itself
     columns = tuple(c for c, extra, _ in cols if "GENERATED" not in (extra or "").upper())
-    floats = tuple(c for c, _, dtype in cols if (dtype or "").lower() == "float")
     key, kind = copy_key(conn, db, table)
     create = query(conn, T + f"SHOW CREATE TABLE {qualified(db, table)}")[0][1]
     meta = query(conn, T + "SELECT auto_increment, table_rows, data_length + index_length, avg_row_length, "
@@ -118,7 +116,7 @@ def describe(conn: pymysql.connections.Connection, db: str, table: str) -> Table
         db=db, table=table, columns=columns, key=key, key_kind=kind, create_sql=create,
         auto_increment=int(auto_inc) if auto_inc is not None else None,
         est_rows=int(est_rows or 0), data_bytes=int(data_bytes or 0), avg_row_bytes=int(avg_row or 0),
-        partitioned="partitioned" in (options or "").lower(), float_columns=floats,
+        partitioned="partitioned" in (options or "").lower(),
         types={c: (dtype or "").lower() for c, _, dtype in cols},
     )
 

@@ -9,10 +9,16 @@ structured :class:`PreflightResult` the CLI prints and playbooks gate on.
 Checks (source = the source pair's master, target = the target pair):
 
 * binlog: ``log_bin``, ``binlog_format=ROW``, ``binlog_row_image=FULL``,
-  ``binlog_row_metadata=FULL``, ``log_slave_updates`` on the source;
+  ``binlog_row_metadata=FULL`` on all four hosts (the passive members' writes
+  reach the masters' binlogs through replication; the target pair's binlog is
+  what a rollback reads), ``log_slave_updates`` on both masters;
 * distinct ``server_id`` on the four hosts; GTID position readable;
 * binlog retention longer than the estimated copy;
 * every moving table has a primary key (or a NOT NULL unique key);
+* every moving table is transactional (:func:`_check_engines` says why the
+  others are refused);
+* no foreign key of a moving table has an action (``CASCADE``, ``SET NULL``,
+  ``SET DEFAULT``), and none crosses the moving set (:func:`_check_foreign_keys`);
 * no trigger or event in the moving shards (they are not carried), and the
   views and routines (which the copy carries) can be created on the target:
   privileges, DEFINER accounts (:mod:`migrator.engine.objects`);
@@ -186,9 +192,12 @@ def run(zk: ZK, spec: Spec, creds: Credentials, *, phase: Phase = Phase.PLANNED)
         _check_tls(conns, roles, hosts, creds, tls_failed, res)
         _check_source_master(zk, spec, res)
         src = conns.get("source master")
+        _check_binlog(conns, roles, res)
         if src is not None:
-            _check_binlog(src, spec, res)
+            _check_gtid(src, spec, res)
             _check_keys(src, spec, res)
+            _check_engines(src, spec, res)
+            _check_foreign_keys(src, spec, res)
             _check_retention(zk, src, spec, creds, res)
         if len(conns) == len(roles):
             _check_server_ids(conns, roles, res)
@@ -250,20 +259,36 @@ def _check_gate(conn: pymysql.connections.Connection, name: str, res: PreflightR
         res.add(label, True, f"{name} can be closed to clients during the freeze")
 
 
-def _check_binlog(src: pymysql.connections.Connection, spec: Spec, res: PreflightResult) -> None:
-    v = inspector.global_variables(src, ["log_bin", "binlog_format", "binlog_row_image", "binlog_row_metadata",
-                                         "log_slave_updates"])
-    want = {"log_bin": "ON", "binlog_format": "ROW", "binlog_row_image": "FULL", "binlog_row_metadata": "FULL",
-            "log_slave_updates": "ON"}
+#: what every pair member's binlog must be: catch-up decodes full row images by column name
+BINLOG_SETTINGS = {"log_bin": "ON", "binlog_format": "ROW", "binlog_row_image": "FULL", "binlog_row_metadata": "FULL"}
+
+
+def _check_binlog(conns: dict[str, pymysql.connections.Connection], roles: dict[str, str],
+                  res: PreflightResult) -> None:
+    """ROW binlogs with full images and metadata on the four hosts, ``log_slave_updates`` on both masters.
+
+    The passive members count as much as the masters: a write a client makes on a passive member reaches
+    its master's binlog through replication (``log_slave_updates``), and a statement-format event from
+    there would reach catch-up as a statement, not as rows; the target pair's binlog is what a rollback
+    tails back."""
     bad = False
-    for name, value in want.items():
-        got = str(v.get(name, "")).upper()
-        if got != value:
-            bad = True
-            res.add("binlog", False, f"{name} is {got or 'unset'} on source {spec.source_master}; set {name}={value} "
-                    "(my.cnf and SET GLOBAL) and reconnect writers")
-    if not bad:
-        res.add("binlog", True, "ROW format, FULL row image and metadata, log_slave_updates on the source")
+    for role, conn in conns.items():
+        want = dict(BINLOG_SETTINGS)
+        if role.endswith("master"):
+            want["log_slave_updates"] = "ON"
+        v = inspector.global_variables(conn, list(want))
+        for name, value in want.items():
+            got = str(v.get(name, "")).upper()
+            if got != value:
+                bad = True
+                res.add("binlog", False, f"{name} is {got or 'unset'} on {role} {roles[role]}; set {name}={value} "
+                        "(my.cnf and SET GLOBAL) and reconnect writers")
+    if not bad and conns:
+        res.add("binlog", True, "ROW format, FULL row image and metadata on every member, log_slave_updates on "
+                "both masters")
+
+
+def _check_gtid(src: pymysql.connections.Connection, spec: Spec, res: PreflightResult) -> None:
     try:
         pos = binlog_pos(src)
         query(src, T + "SHOW BINARY LOGS")
@@ -307,6 +332,101 @@ def _check_keys(src: pymysql.connections.Connection, spec: Spec, res: PreflightR
             "until they prepare them again (MariaDB MDEV-26048); clients that keep prepared statements should "
             f"move at most {FENCE_MAX_TABLES} tables at a time (fence=rename)", "warning")
     _check_gate(src, spec.source_master, res, label="master gate")
+
+
+def _names(items: list[str], most: int = 10) -> str:
+    return ", ".join(items[:most]) + (f" and {len(items) - most} more" if len(items) > most else "")
+
+
+def _schemas_sql(dbs: list[str]) -> str:
+    return ", ".join(["%s"] * len(dbs)) or "NULL"
+
+
+def _check_engines(src: pymysql.connections.Connection, spec: Spec, res: PreflightResult) -> None:
+    """Every moving table is transactional (InnoDB); Aria, MyISAM, MEMORY and the like are refused.
+
+    Refused rather than handled, because what makes a move lossless rests on
+    rolling writes on the target back whole: the copy loads a chunk in one
+    target transaction and rolls it back when a value changed on the way;
+    catch-up's lanes and verify's repairs roll back a batch that lost a deadlock
+    and write it again; fencing a stale applier (DESIGN.md, section 8) means its
+    transaction finds its token gone and rolls back. On a non-transactional table
+    each of these keeps the part that ran. A MEMORY table also empties when its
+    server restarts, a change no row event carries, on the source or on the
+    target. Converting the table (``ALTER TABLE .. ENGINE=InnoDB``) is one
+    statement; carrying each engine's own ways of losing rows would not be.
+    """
+    moving = set(moving_tables(src, spec))
+    dbs = sorted({db for db, _ in moving})
+    rows = query(src, T + "SELECT t.TABLE_SCHEMA, t.TABLE_NAME, t.ENGINE FROM information_schema.TABLES t "
+                 "LEFT JOIN information_schema.ENGINES e ON e.ENGINE = t.ENGINE "
+                 f"WHERE t.TABLE_SCHEMA IN ({_schemas_sql(dbs)}) AND t.TABLE_TYPE = 'BASE TABLE' "
+                 "AND COALESCE(e.TRANSACTIONS, 'NO') <> 'YES' ORDER BY 1, 2", dbs)
+    by_engine: dict[str, list[str]] = {}
+    for db, table, engine in rows:
+        if (db, table) in moving:
+            by_engine.setdefault(engine or "unknown", []).append(f"{db}.{table}")
+    for engine, names in sorted(by_engine.items()):
+        first = names[0].split(".", 1)
+        res.add("transactional tables", False,
+                f"{len(names)} moving table(s) use {engine}, which is not transactional: {_names(names)}; "
+                f"convert them (ALTER TABLE `{first[0]}`.`{first[1]}` ENGINE=InnoDB, and the same for each) or "
+                "keep them out of the shards, then plan again: the copy, catch-up and the cutover's fence "
+                "need transactions to lose nothing")
+    if not by_engine:
+        res.add("transactional tables", True, f"all {len(moving)} moving tables are transactional")
+
+
+#: foreign-key rules that never change another row (the only ones a move can carry)
+INERT_RULES = frozenset({"RESTRICT", "NO ACTION"})
+
+
+def _check_foreign_keys(src: pymysql.connections.Connection, spec: Spec, res: PreflightResult) -> None:
+    """No moving table has a foreign key with an action, and no foreign key crosses the moving set.
+
+    An action (``ON DELETE/UPDATE CASCADE``, ``SET NULL``, ``SET DEFAULT``)
+    changes the child rows inside the server: MariaDB's row binlog holds the
+    parent's change only, and the copy, catch-up and repairs write with
+    ``foreign_key_checks=0`` (rows arrive in any order), so the target would
+    keep children the source removed. A key between a moving table and one that
+    stays (another schema, or a table a queue-partition move leaves behind)
+    would reference a table on another pair after the flip. Keys with
+    ``RESTRICT``/``NO ACTION`` inside the moving set only check, never write:
+    they move with their tables.
+    """
+    moving = set(moving_tables(src, spec))
+    dbs = sorted({db for db, _ in moving})
+    marks = _schemas_sql(dbs)
+    rows = query(src, T + "SELECT CONSTRAINT_SCHEMA, CONSTRAINT_NAME, TABLE_NAME, UNIQUE_CONSTRAINT_SCHEMA, "
+                 "REFERENCED_TABLE_NAME, UPDATE_RULE, DELETE_RULE FROM information_schema.REFERENTIAL_CONSTRAINTS "
+                 f"WHERE CONSTRAINT_SCHEMA IN ({marks}) OR UNIQUE_CONSTRAINT_SCHEMA IN ({marks}) ORDER BY 1, 3, 2",
+                 dbs + dbs)
+    bad = 0
+    for schema, name, table, ref_schema, ref_table, on_update, on_delete in rows:
+        child, parent = (schema, table), (ref_schema, ref_table)
+        if child not in moving and parent not in moving:
+            continue
+        what = f"foreign key `{name}` of {schema}.{table} on {ref_schema}.{ref_table}"
+        actions = [f"ON {verb} {rule}" for verb, rule in (("DELETE", on_delete), ("UPDATE", on_update))
+                   if rule not in INERT_RULES]
+        if actions and child in moving:
+            bad += 1
+            res.add("foreign keys", False,
+                    f"{what} has {' and '.join(actions)}: the server changes {schema}.{table} for it without row "
+                    "events, so the target would keep rows the source removed or changed; drop the constraint "
+                    f"(ALTER TABLE `{schema}`.`{table}` DROP FOREIGN KEY `{name}`) or make it RESTRICT and "
+                    "change the child rows in the application, then plan again")
+        if (child in moving) != (parent in moving):
+            bad += 1
+            stays = parent if child in moving else child
+            res.add("foreign keys", False,
+                    f"{what} crosses the moving set: {stays[0]}.{stays[1]} does not move, so after the move the "
+                    "key would join tables on two pairs; move both tables together (or neither), or drop the "
+                    f"constraint (ALTER TABLE `{schema}`.`{table}` DROP FOREIGN KEY `{name}`), then plan again")
+    if not bad:
+        n = sum(1 for r in rows if (r[0], r[2]) in moving)
+        res.add("foreign keys", True, f"{n} foreign key(s) of moving tables, all RESTRICT/NO ACTION inside the "
+                "moving set" if n else "no foreign key on a moving table")
 
 
 def _check_retention(zk: ZK, src: pymysql.connections.Connection, spec: Spec, creds: Credentials,

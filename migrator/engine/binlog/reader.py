@@ -17,6 +17,14 @@ for the decoding):
 * ``GTID`` opens a transaction, ``XID``/``COMMIT`` close it; a statement that
   is not ``BEGIN``/``COMMIT`` is handed over as a :class:`Statement` (the
   applier decides what DDL means); a stand-alone GTID group is one statement;
+* ``ROLLBACK`` alone ends a group whose changes were undone (a transaction that
+  also wrote a non-transactional table is logged whole, then ``ROLLBACK``): it
+  is dropped. Savepoints are the transaction's own business: ``SAVEPOINT x``
+  marks where its changes stand, ``ROLLBACK TO x`` drops the changes read since
+  that mark (MariaDB logs them, and the statement, when a non-transactional
+  write came after the savepoint: the row events up to ``ROLLBACK TO`` were
+  undone, the rest of the group commits), ``RELEASE SAVEPOINT x`` forgets it;
+  none of them is handed over, and none ends the transaction;
 * XA: a group that ends in ``XA PREPARE`` is held until its ``XA COMMIT``
   (then applied, under the commit's GTID) or ``XA ROLLBACK`` (then dropped).
   While a prepared transaction is unresolved the safe position of its domain
@@ -34,6 +42,7 @@ domain: :mod:`migrator.fleet.gtid`).
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -207,10 +216,60 @@ class Txn:
     size: int = 0
     xid: bytes | None = None
     prev_seen: int | None = None
+    #: savepoint name (lower case: savepoint names ignore case) -> (changes, statements) read before it,
+    #: in the order they were set
+    savepoints: dict[str, tuple[int, int]] = field(default_factory=dict)
 
     def done(self) -> Committed:
         return Committed(self.gtid, self.prev, self.timestamp, self.changes, self.statements, self.size,
                          self.prev_seen)
+
+    def savepoint(self, name: str) -> None:
+        self.savepoints.pop(name, None)  # set again: it moves to here (and after every other one)
+        self.savepoints[name] = (len(self.changes), len(self.statements))
+
+    def rollback_to(self, name: str) -> None:
+        """Drop what was read since savepoint ``name`` and the savepoints set after it (which stays).
+
+        A name this transaction never logged is refused (:class:`ReaderError`) rather than
+        guessed at: MariaDB logs a savepoint set before any change as nothing and a rollback to
+        it as a group of its own ending in ``ROLLBACK``, so it is not expected here."""
+        if name not in self.savepoints:
+            raise ReaderError(f"ROLLBACK TO `{name}` in the transaction {self.gtid} names a savepoint its binlog "
+                              "group never set: catch-up cannot tell which of its changes were undone")
+        changes, statements = self.savepoints[name]
+        del self.changes[changes:]
+        del self.statements[statements:]
+        names = list(self.savepoints)
+        for later in names[names.index(name) + 1:]:
+            del self.savepoints[later]
+
+    def release(self, name: str) -> None:
+        """``RELEASE SAVEPOINT``: the savepoint and those set after it are gone; nothing is undone."""
+        if name in self.savepoints:
+            names = list(self.savepoints)
+            for gone in names[names.index(name):]:
+                del self.savepoints[gone]
+
+
+_SAVEPOINT = re.compile(r"^(SAVEPOINT|ROLLBACK\s+(?:WORK\s+)?TO(?:\s+SAVEPOINT)?|RELEASE\s+SAVEPOINT)(?:\s+|(?=`))"
+                        r"(`(?:[^`]|``)+`|[^\s;`]+)\s*;?\s*$", re.I | re.S)
+_COMMENTS = re.compile(r"^\s*(?:/\*.*?\*/\s*)*", re.S)
+#: the end of a group whose changes were all undone (``ROLLBACK``, as MariaDB logs it)
+_FULL_ROLLBACK = re.compile(r"^\s*ROLLBACK(?:\s+WORK)?\s*(?:/\*.*?\*/\s*)*;?\s*$", re.I | re.S)
+
+
+def savepoint_statement(query: str) -> tuple[str, str] | None:
+    """(``"set"`` | ``"rollback_to"`` | ``"release"``, the savepoint's lower-case name) when ``query``
+    is ``SAVEPOINT x``, ``ROLLBACK [WORK] TO [SAVEPOINT] x`` or ``RELEASE SAVEPOINT x``; else None."""
+    m = _SAVEPOINT.match(_COMMENTS.sub("", query, count=1).strip())
+    if m is None:
+        return None
+    verb = m.group(1).split()[0].upper()
+    name = m.group(2)
+    if name.startswith("`"):
+        name = name[1:-1].replace("``", "`")
+    return {"SAVEPOINT": "set", "ROLLBACK": "rollback_to", "RELEASE": "release"}[verb], name.lower()
 
 
 def _query_text(body: bytes) -> tuple[str, str]:
@@ -344,9 +403,22 @@ class TxnReader:
                 return None
             if head.startswith("COMMIT"):
                 return self._end()
-            if head.startswith("ROLLBACK"):
-                self._txn = None  # nothing of it reached the data
-                return None
+            if head.startswith(("SAVEPOINT", "ROLLBACK", "RELEASE")):
+                sp = savepoint_statement(q)
+                if sp is not None:
+                    self._savepoint(*sp)
+                    return None
+                if head.startswith("ROLLBACK"):
+                    if not _FULL_ROLLBACK.match(q):
+                        raise ReaderError(f"a ROLLBACK the binlog reader does not understand ends a transaction "
+                                          f"after {format_pos(self.pos)}: `{q[:200]}`; catch-up cannot tell which "
+                                          "of its changes were undone")
+                    # nothing of it reached the moving (transactional: preflight) tables; read past it, so
+                    # a target naming this group (the last one logged) is reached
+                    txn, self._txn = self._txn, None
+                    if txn is not None:
+                        self._advance(txn)
+                    return None
             if head.startswith("XA COMMIT") or head.startswith("XA ROLLBACK"):
                 return self._complete_xa(commit=head.startswith("XA COMMIT"))
             txn = self._txn
@@ -379,6 +451,17 @@ class TxnReader:
         if t == bl.START_ENCRYPTION:
             raise ReaderError("the source sent an encrypted binlog event stream; catch-up reads plain events")
         return None
+
+    def _savepoint(self, verb: str, name: str) -> None:
+        txn = self._txn
+        if txn is None:
+            return
+        if verb == "set":
+            txn.savepoint(name)
+        elif verb == "rollback_to":
+            txn.rollback_to(name)
+        else:
+            txn.release(name)
 
     def _mentions(self, schema: str, q: str) -> bool:
         if schema in self.schemas:

@@ -13,7 +13,11 @@ committed on the target first (:mod:`.tailer`). :func:`classify` parses just eno
   the target schema (:meth:`Decision.render`).
 * **unsafe**: anything else that changes a moving table's shape, a unique
   index (it could reject rows), ``DROP`` or ``RENAME`` of a moving table, a
-  new table in a moving shard, ``DROP/ALTER DATABASE`` of a moving schema, and
+  new table in a moving shard, ``DROP/ALTER DATABASE`` of a moving schema, a
+  moving table named anywhere in an ``ALTER TABLE`` of another table
+  (``EXCHANGE PARTITION p WITH TABLE <moving>`` swaps its rows without row
+  events, ``RENAME TO <moving db>.x`` makes a new table there, ``REFERENCES
+  <moving>`` a foreign key onto it) or in a ``CREATE TABLE``'s ``REFERENCES``, and
   any statement it does not recognise that names one or runs with one as its
   default schema (a view, trigger or routine created during the migration
   would not be carried, a statement-logged DML would be lost). The migration
@@ -62,6 +66,12 @@ _INDEX_STMT = re.compile(
     rf"^(?:CREATE\s+(?:OR\s+REPLACE\s+)?(?:UNIQUE\s+|FULLTEXT\s+|SPATIAL\s+)?INDEX|DROP\s+INDEX)\s+(?:IF\s+(?:NOT\s+)?EXISTS\s+)?{_NAME}\s+ON\s+{_REF}\s*(?P<rest>.*)$",
     re.S | re.I,
 )
+#: a table named in the rest of an ALTER TABLE (or a CREATE TABLE): the ways another table's DDL reaches one
+_OTHER_TABLE = {
+    "EXCHANGE PARTITION": re.compile(rf"\bEXCHANGE\s+PARTITION\s+{_NAME}\s+WITH\s+TABLE\s+{_REF}", re.S | re.I),
+    "RENAME TO": re.compile(rf"(?:^|,)\s*RENAME\s+(?:TO\s+|AS\s+)?(?!(?:COLUMN|INDEX|KEY)\b){_REF}", re.S | re.I),
+    "REFERENCES": re.compile(rf"\bREFERENCES\s+{_REF}", re.S | re.I),
+}
 _DB_STMT = re.compile(rf"^(?:DROP|ALTER)\s+(?:DATABASE|SCHEMA)\s+(?:IF\s+EXISTS\s+)?(?P<db>{_NAME})", re.S | re.I)
 _HARMLESS = re.compile(r"^(?:ANALYZE|OPTIMIZE|CHECK|REPAIR|FLUSH|GRANT|REVOKE|CREATE\s+USER|DROP\s+USER|ALTER\s+USER"
                        r"|SET\s+PASSWORD|CREATE\s+DATABASE|CREATE\s+SCHEMA|CREATE\s+ROLE|DROP\s+ROLE|SAVEPOINT"
@@ -121,12 +131,23 @@ def classify(st: Statement, moving_schemas: set[str], tables: set[str] | None = 
                     "once the schema change is done"),
         )
 
+    def named_elsewhere(rest: str, default_schema: str, where: str, verbs: tuple[str, ...]) -> Decision | None:
+        """Unsafe when a moving table is named in ``rest`` by one of ``verbs`` (:data:`_OTHER_TABLE`)."""
+        for verb in verbs:
+            for found in _OTHER_TABLE[verb].finditer(rest):
+                schema, table = _split_ref(found.group("ref"), default_schema)
+                if moving(schema, table) or (verb == "RENAME TO" and schema in moving_schemas and tables is None):
+                    return unsafe(f"{verb} (in another table's {where})", schema, table)
+        return None
+
     m = _ALTER.match(q)
     if m:
         schema, table = _split_ref(m.group("ref"), st.schema)
-        if not moving(schema, table):
-            return Decision("ignore")
         rest = m.group("rest").strip()
+        if not moving(schema, table):
+            # another table's ALTER may name a moving one: EXCHANGE PARTITION swaps rows with it
+            return named_elsewhere(rest, st.schema, "ALTER TABLE", ("EXCHANGE PARTITION", "RENAME TO", "REFERENCES")) \
+                or Decision("ignore")
         if _PARTITION_OPS.match(rest) or _index_only(rest):
             return Decision("apply", schema=schema, table=table, head="ALTER TABLE", rest=rest)
         return unsafe("ALTER TABLE", schema, table)
@@ -168,7 +189,7 @@ def classify(st: Statement, moving_schemas: set[str], tables: set[str] | None = 
         schema, table = _split_ref(m.group("ref"), st.schema)
         if schema in moving_schemas and tables is None:
             return unsafe("CREATE TABLE (a new table in a moving shard)", schema, table)
-        return Decision("ignore")
+        return named_elsewhere(q[m.end():], st.schema, "CREATE TABLE", ("REFERENCES",)) or Decision("ignore")
     m = _DB_STMT.match(q)
     if m:
         db = _unquote(m.group("db"))

@@ -10,11 +10,16 @@ How a table is compared
 * Each side computes, in SQL, ``COUNT(*)``, ``BIT_XOR`` and ``SUM`` of
   ``CRC32`` over a row image of every row in the chunk (:func:`chunk_checksum_sql`).
   The row image is ``CONCAT_WS('#', LENGTH(c1), c1, LENGTH(c2), c2, ...,
-  CONCAT(ISNULL(c1), ISNULL(c2), ...))`` with every column cast to BINARY: the
-  lengths make ``('a#', 'b')`` differ from ``('a', '#b')``, the ISNULL flags make
-  NULL differ from ``''`` (``CONCAT_WS`` skips NULLs), and the binary cast makes
-  columns of different character sets comparable byte for byte. Both sessions
-  use ``time_zone = '+00:00'`` so TIMESTAMP columns print the same.
+  CONCAT(ISNULL(c1), ISNULL(c2), ...))`` with every column's exact value as a
+  binary string (:func:`migrator.engine.values.image_expr`: a FLOAT widened to
+  DOUBLE, whose text keeps every bit, an ENUM or SET as its number, text as its
+  own bytes): the lengths make ``('a#', 'b')`` differ from ``('a', '#b')``, the
+  ISNULL flags make NULL differ from ``''`` (``CONCAT_WS`` skips NULLs), and the
+  binary cast makes columns of different character sets comparable byte for
+  byte. Both sessions use ``time_zone = '+00:00'`` so TIMESTAMP columns print
+  the same.
+* Keys and chunk bounds are read exactly too (:func:`migrator.engine.values.read_expr`):
+  a FLOAT key as DOUBLE, an ENUM key as its index, a text key as its bytes.
 * A chunk that differs is compared again row by row (primary key + CRC32)
   after catch-up has drained to the source head. A differing row that the
   source binlog shows changed since the pass began is *in flight* (a live
@@ -33,6 +38,7 @@ import pymysql
 
 from migrator.engine.inspector import copy_key
 from migrator.engine.names import SENTINEL_TABLE
+from migrator.engine.values import image_expr, read_column
 from migrator.errors import MigratorError
 from migrator.fleet.mysql import ident, qualified, query, tag
 
@@ -55,21 +61,35 @@ class TableInfo:
     pk: tuple[str, ...]
     #: columns a REPLACE may write (generated columns excluded)
     writable: tuple[str, ...] = ()
+    #: information_schema DATA_TYPE of each column, in the order of ``columns`` (empty: unknown, read as is)
+    types: tuple[str, ...] = ()
 
     def on(self, db: str) -> TableInfo:
         """The same table in another schema (a tombstone, a renamed db)."""
-        return TableInfo(db, self.table, self.columns, self.pk, self.writable)
+        return TableInfo(db, self.table, self.columns, self.pk, self.writable, self.types)
 
     @property
     def name(self) -> str:
         return f"{self.db}.{self.table}"
+
+    def type_of(self, column: str) -> str:
+        return self.types[self.columns.index(column)] if self.types else ""
+
+    def read(self, columns: Sequence[str]) -> str:
+        """The select list reading ``columns`` exactly (:func:`migrator.engine.values.read_expr`)."""
+        return ", ".join(read_column(c, self.type_of(c)) for c in columns)
+
+    @property
+    def key_sql(self) -> str:
+        """The primary key's columns, read exactly."""
+        return self.read(self.pk)
 
 
 def table_info(conn: pymysql.connections.Connection, db: str, table: str) -> TableInfo:
     """Read columns (information_schema) and the key (:func:`~migrator.engine.inspector.copy_key`)."""
     cols = query(
         conn,
-        TAG + "SELECT COLUMN_NAME, IS_GENERATED FROM information_schema.COLUMNS "
+        TAG + "SELECT COLUMN_NAME, IS_GENERATED, DATA_TYPE FROM information_schema.COLUMNS "
         "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s ORDER BY ORDINAL_POSITION",
         (db, table),
     )
@@ -85,7 +105,7 @@ def table_info(conn: pymysql.connections.Connection, db: str, table: str) -> Tab
     for c in columns:
         ident(c)
     writable = tuple(c[0] for c in cols if (c[1] or "NEVER") == "NEVER")
-    return TableInfo(db, table, columns, tuple(pk), writable)
+    return TableInfo(db, table, columns, tuple(pk), writable, tuple((c[2] or "").lower() for c in cols))
 
 
 def moving_tables(conn: pymysql.connections.Connection, db: str, only: Sequence[str] = ()) -> list[str]:
@@ -117,11 +137,14 @@ def load_tables(conn: pymysql.connections.Connection, databases: Sequence[str], 
 
 # -- SQL builders (pure; unit-tested) --------------------------------------------------------
 
-def row_image_sql(columns: Sequence[str]) -> str:
-    """The CRC32 of one row's image: lengths + bytes of each column, then NULL flags."""
+def row_image_sql(columns: Sequence[str], types: Sequence[str] = ()) -> str:
+    """The CRC32 of one row's image: lengths + exact bytes of each column, then NULL flags.
+
+    ``types`` (information_schema DATA_TYPE, one per column) picks each column's exact image
+    (:func:`migrator.engine.values.image_expr`); without it every column is cast to BINARY."""
     parts = []
-    for c in columns:
-        q = f"CAST({ident(c)} AS BINARY)"
+    for i, c in enumerate(columns):
+        q = image_expr(c, types[i] if types else "")
         parts.append(f"LENGTH({q})")
         parts.append(q)
     flags = "CONCAT(" + ", ".join(f"ISNULL({ident(c)})" for c in columns) + ")"
@@ -176,7 +199,7 @@ def chunk_checksum_sql(t: TableInfo, lo: Sequence[Any] | None, hi: Sequence[Any]
     where, args = range_where(t.pk, lo, hi)
     sql = (
         f"{TAG}SELECT COUNT(*), COALESCE(BIT_XOR(h), 0), COALESCE(SUM(h), 0) FROM "
-        f"(SELECT {row_image_sql(t.columns)} AS h FROM {qualified(t.db, t.table)} WHERE {where}) AS c"
+        f"(SELECT {row_image_sql(t.columns, t.types)} AS h FROM {qualified(t.db, t.table)} WHERE {where}) AS c"
     )
     return sql, args
 
@@ -184,8 +207,7 @@ def chunk_checksum_sql(t: TableInfo, lo: Sequence[Any] | None, hi: Sequence[Any]
 def row_hashes_sql(t: TableInfo, lo: Sequence[Any] | None, hi: Sequence[Any] | None) -> tuple[str, list[Any]]:
     """Primary key + row CRC of every row in ``(lo, hi]``."""
     where, args = range_where(t.pk, lo, hi)
-    pk = ", ".join(ident(c) for c in t.pk)
-    sql = f"{TAG}SELECT {pk}, {row_image_sql(t.columns)} FROM {qualified(t.db, t.table)} WHERE {where}"
+    sql = f"{TAG}SELECT {t.key_sql}, {row_image_sql(t.columns, t.types)} FROM {qualified(t.db, t.table)} WHERE {where}"
     return sql, args
 
 
@@ -198,9 +220,9 @@ def keys_where(pk: Sequence[str], n: int) -> str:
 def boundary_sql(t: TableInfo, after: Sequence[Any] | None, step: int) -> tuple[str, list[Any]]:
     """The key ``step`` rows after ``after`` (the inclusive end of the next chunk)."""
     where, args = range_where(t.pk, after, None)
-    pk = ", ".join(ident(c) for c in t.pk)
-    sql = (f"{TAG}SELECT {pk} FROM {qualified(t.db, t.table)} WHERE {where} "
-           f"ORDER BY {pk} LIMIT 1 OFFSET {int(step) - 1}")
+    order = ", ".join(ident(c) for c in t.pk)
+    sql = (f"{TAG}SELECT {t.key_sql} FROM {qualified(t.db, t.table)} WHERE {where} "
+           f"ORDER BY {order} LIMIT 1 OFFSET {int(step) - 1}")
     return sql, args
 
 
@@ -263,10 +285,13 @@ def _key(row: Sequence[Any], n: int) -> Key:
 
 
 def prepare_session(conn: pymysql.connections.Connection) -> None:
-    """Same TIMESTAMP rendering on both sides; a repair keeps explicit zero ids."""
+    """Same TIMESTAMP rendering on both sides; a repair keeps explicit zero ids and writes rows in any
+    order, as the copy and catch-up do (no foreign-key checks: a parent re-copied by REPLACE keeps
+    its children, a child may arrive before its parent)."""
     with conn.cursor() as cur:
         # explicit zero ids stay zero when a repair REPLACEs a row
-        cur.execute(TAG + "SET SESSION time_zone = '+00:00', sql_mode = 'NO_AUTO_VALUE_ON_ZERO,NO_ENGINE_SUBSTITUTION'")
+        cur.execute(TAG + "SET SESSION time_zone = '+00:00', foreign_key_checks = 0, "
+                    "sql_mode = 'NO_AUTO_VALUE_ON_ZERO,NO_ENGINE_SUBSTITUTION'")
 
 
 def chunk_bounds(conn: pymysql.connections.Connection, t: TableInfo,
@@ -311,10 +336,10 @@ def row_hashes_for(conn: pymysql.connections.Connection, t: TableInfo, keys: Seq
     keyed by the key values the query returns."""
     out: dict[Key, int] = {}
     n = len(t.pk)
-    pk = ", ".join(ident(c) for c in t.pk)
     for i in range(0, len(keys), batch):
         where, args = _select_keys(t, keys[i:i + batch])
-        sql = f"{TAG}SELECT {pk}, {row_image_sql(t.columns)} FROM {qualified(t.db, t.table)} WHERE {where}"
+        sql = (f"{TAG}SELECT {t.key_sql}, {row_image_sql(t.columns, t.types)} FROM {qualified(t.db, t.table)} "
+               f"WHERE {where}")
         for r in query(conn, sql, args):
             out[_key(r, n)] = int(r[n])
     return out
@@ -324,10 +349,9 @@ def keys_of(conn: pymysql.connections.Connection, t: TableInfo, keys: Sequence[K
     """The key values of the rows these keys select (the rows that exist on this side)."""
     out: set[Key] = set()
     n = len(t.pk)
-    pk = ", ".join(ident(c) for c in t.pk)
     for i in range(0, len(keys), batch):
         where, args = _select_keys(t, keys[i:i + batch])
-        for r in query(conn, f"{TAG}SELECT {pk} FROM {qualified(t.db, t.table)} WHERE {where}", args):
+        for r in query(conn, f"{TAG}SELECT {t.key_sql} FROM {qualified(t.db, t.table)} WHERE {where}", args):
             out.add(_key(r, n))
     return out
 

@@ -16,7 +16,10 @@ no second reader). So the freeze check grows with the write rate, not with the
 shard size.
 
 A re-copy REPLACEs the source rows into the target and DELETEs the target rows
-the source does not have; both are idempotent.
+the source does not have; both are idempotent. The rows are read exactly
+(:func:`migrator.engine.values.read_expr`: a FLOAT as DOUBLE, an ENUM or SET as
+its number, text as its bytes), so the row written is the row read, bit for
+bit: through the text protocol a FLOAT keeps only 6 significant digits.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import pymysql
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_random
 
 from migrator.engine.catch_up.statements import WHOLE_TABLE
+from migrator.engine.chunks import decode_key
 from migrator.engine.verify.checksums import (
     TAG,
     Key,
@@ -81,7 +85,7 @@ def _repair_rows_once(src: pymysql.connections.Connection, dst: pymysql.connecti
     with dst.cursor() as dcur:
         for i in range(0, len(copy_keys), batch):
             part = copy_keys[i:i + batch]
-            rows = query(src, f"{TAG}SELECT {col_sql} FROM {qualified(s_t.db, s_t.table)} "
+            rows = query(src, f"{TAG}SELECT {s_t.read(cols)} FROM {qualified(s_t.db, s_t.table)} "
                               f"WHERE {keys_where(s_t.pk, len(part))}", [v for k in part for v in k])
             present = {tuple(r[cols.index(c)] for c in s_t.pk) for r in rows}
             gone = [k for k in part if k not in present]  # deleted on the source since the check
@@ -103,7 +107,12 @@ def _repair_rows_once(src: pymysql.connections.Connection, dst: pymysql.connecti
 
 def check_chunk(src: Side, dst: Side, t: TableInfo, lo: Key | None, hi: Key | None, *,
                 repair: bool) -> tuple[list[RowDiff], int]:
-    """Row-level diff of one chunk, optionally re-copied; returns (diffs, rows repaired)."""
+    """Row-level diff of one chunk, optionally re-copied; returns (diffs, rows repaired).
+
+    ``lo``/``hi`` are key values, or their JSON form as the verify record keeps a suspect chunk's
+    bounds (:func:`migrator.engine.chunks.encode_key`: bytes, decimals and times tagged)."""
+    lo = decode_key(list(lo)) if lo is not None else None
+    hi = decode_key(list(hi)) if hi is not None else None
     s_t, d_t = t.on(src.db_of(t.db)), t.on(dst.db_of(t.db))
     diffs = diff_hashes(t.name, row_hashes(src.conn, s_t, lo, hi), row_hashes(dst.conn, d_t, lo, hi))
     fixed = repair_rows(src.conn, dst.conn, s_t, d_t, diffs) if (repair and diffs) else 0

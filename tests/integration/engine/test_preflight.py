@@ -25,7 +25,8 @@ def test_clean_split_passes_every_check(fleet):
     assert res.ok, res.lines()
     names = {c.name for c in res.checks if c.ok}
     assert {"hosts", "binlog", "gtid", "primary keys", "server ids", "target replication", "target empty",
-            "source is master", "grants", "binlog retention", "local_infile"} <= names
+            "source is master", "grants", "binlog retention", "local_infile", "transactional tables",
+            "foreign keys"} <= names
     assert not res.warnings, res.lines()
 
 
@@ -55,6 +56,45 @@ def test_statement_binlog_on_the_source_fails(fleet):
         finally:
             cur.execute("SET GLOBAL binlog_format = 'ROW'")
     _fails(res, "binlog", "binlog_format is STATEMENT", "MySQL001A")
+
+
+@pytest.mark.parametrize("host,role", [("MySQL001B", "source slave"), ("MySQL003B", "target slave"),
+                                       ("MySQL003A", "target master")])
+def test_statement_binlog_on_any_member_of_either_pair_fails(fleet, host, role):
+    """The passive member's writes reach the master's binlog through replication: its format counts too."""
+    spec = command.plan_split(fleet.config, "MySQL001A").spec
+    with fleet.sandbox.root_conn(host) as root, root.cursor() as cur:
+        cur.execute("SET GLOBAL binlog_format = 'STATEMENT'")
+        try:
+            res = command.preflight(fleet.config, spec.id)
+            with pytest.raises(PreflightFailed, match=f"binlog_format is STATEMENT on {role} {host}"):
+                command.run_copy(fleet.config, spec.id)
+        finally:
+            cur.execute("SET GLOBAL binlog_format = 'ROW'")
+    line = _fails(res, "binlog", "binlog_format is STATEMENT", f"{role} {host}", "binlog_format=ROW")[0]
+    assert len([c for c in res.failures if c.name == "binlog"]) == 1, line
+
+
+def test_non_transactional_moving_tables_are_refused_before_any_copy(fleet, conns):
+    with conns("MySQL001A").cursor() as cur:
+        cur.execute("CREATE TABLE db00003.log_aria (id INT PRIMARY KEY, v INT) ENGINE=Aria")
+        cur.execute("CREATE TABLE db00002.log_aria (id INT PRIMARY KEY, v INT) ENGINE=Aria TRANSACTIONAL=1")
+        cur.execute("CREATE TABLE db00002.log_myisam (id INT PRIMARY KEY, v INT) ENGINE=MyISAM")
+        cur.execute("CREATE TABLE db00003.hot (id INT PRIMARY KEY, v INT) ENGINE=MEMORY")
+        cur.execute("CREATE TABLE db00001.log_aria (id INT PRIMARY KEY) ENGINE=Aria")  # shard 1 does not move
+    spec = command.plan_split(fleet.config, "MySQL001A").spec
+    res = command.preflight(fleet.config, spec.id)
+    aria = [c.line() for c in res.failures if c.name == "transactional tables" and "Aria" in c.line()][0]
+    assert "2 moving table(s) use Aria" in aria and "db00002.log_aria, db00003.log_aria" in aria, aria
+    assert "ALTER TABLE `db00002`.`log_aria` ENGINE=InnoDB" in aria and "keep them out of the shards" in aria
+    assert "db00001" not in aria
+    _fails(res, "transactional tables", "MyISAM", "db00002.log_myisam")
+    _fails(res, "transactional tables", "MEMORY", "db00003.hot")
+    with pytest.raises(PreflightFailed, match="preflight check"):
+        command.run_copy(fleet.config, spec.id)
+    with conns("MySQL003A").cursor() as cur:  # nothing was created on the target
+        cur.execute("SELECT COUNT(*) FROM information_schema.schemata WHERE schema_name LIKE 'db0000%'")
+        assert cur.fetchone()[0] == 0
 
 
 def test_target_refusing_load_data_local_fails(fleet):

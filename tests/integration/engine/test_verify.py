@@ -48,8 +48,9 @@ def test_verify_finds_and_repairs_injected_differences(fleet):
     found = {(d.table, d.key, d.kind) for d in report.differing_rows}
     assert ("db00002.pins", (5,), "changed") in found
     assert ("db00003.pins", (7,), "missing_on_target") in found
-    assert ("db00002.edge_cases", (3, "k3"), "changed") in found
-    assert ("db00002.edge_cases", (1, "k1"), "changed") in found
+    # text keys come back as their bytes (exact whatever the column's character set)
+    assert ("db00002.edge_cases", (3, b"k3"), "changed") in found
+    assert ("db00002.edge_cases", (1, b"k1"), "changed") in found
     assert ("db00003.board_has_pins", (1, 2), "extra_on_target") in found
     assert len(found) == 5, found
     assert len(report.mismatched_chunks) >= 4 and report.chunks > 10
@@ -141,3 +142,67 @@ def test_a_repair_that_meets_a_row_lock_on_the_target_retries(fleet):
             cur.execute(f"DROP TABLE `{db}`.repair_lock_t")
         with src.cursor() as cur:
             cur.execute(f"DROP TABLE `{db}`.repair_lock_t")
+
+
+def test_verify_sees_and_repairs_what_the_text_protocol_rounds(fleet):
+    """A target FLOAT differing from the source beyond its 6th digit is a difference, and the repair
+    writes the source's exact value: CHECKSUM TABLE equal after it. So are an ENUM's invalid value
+    (index 0, whose label '' is also a member's) and a cp1251 byte without a Unicode mapping."""
+    db = "db00002"
+    with mysql_connect(fleet.hosts["MySQL001A"], fleet.credentials) as c, c.cursor() as cur:
+        cur.execute(f"CREATE TABLE `{db}`.exact_values (id INT NOT NULL PRIMARY KEY, f FLOAT NULL, "
+                    "en ENUM('', 'x') NULL, cy VARCHAR(10) CHARACTER SET cp1251 NULL) ENGINE=InnoDB")
+        cur.execute(f"CREATE TABLE `{db}`.exact_float_keys (f FLOAT NOT NULL PRIMARY KEY, v INT NOT NULL)")
+        cur.execute("SET SESSION sql_mode = ''")  # the ENUM's invalid value is stored with a warning
+        cur.executemany(f"INSERT INTO `{db}`.exact_values VALUES (%s, 1e0 / (%s + 6), %s, IF(%s, X'98C0', 'ok'))",
+                        [(i, i, 0 if i % 3 == 0 else 1, i % 5 == 0) for i in range(1, 31)])
+        cur.execute(f"UPDATE `{db}`.exact_values SET f = 0.14344295859336853 WHERE id = 1")
+        cur.executemany(f"INSERT INTO `{db}`.exact_float_keys VALUES (1e0 / (%s + 2), %s)",
+                        [(i, i) for i in range(1, 21)])
+        # two keys with the same 6 significant digits: two rows
+        cur.execute(f"INSERT INTO `{db}`.exact_float_keys VALUES (0.14344295859336853, 100), (0.1434430032968521, 101)")
+    prep = prepare_converged(fleet, (2,))
+    src = mysql_connect(prep.source, fleet.credentials)
+    tgt = mysql_connect(prep.target, fleet.credentials)
+    tables = ["exact_values", "exact_float_keys"]
+    with src.cursor() as s_cur, tgt.cursor() as cur:
+        # whatever the test's copy did, make the target what the text protocol makes of the source:
+        # each FLOAT the float nearest its 6-digit text, the ENUM by label, cp1251 through utf8mb4
+        cur.execute(f"DELETE FROM `{db}`.exact_values")
+        cur.execute(f"DELETE FROM `{db}`.exact_float_keys")
+        s_cur.execute(f"SELECT id, f, en, cy FROM `{db}`.exact_values")
+        cur.executemany(f"INSERT INTO `{db}`.exact_values VALUES (%s, %s, %s, %s)", s_cur.fetchall())
+        s_cur.execute(f"SELECT f, v FROM `{db}`.exact_float_keys")
+        cur.executemany(f"REPLACE INTO `{db}`.exact_float_keys VALUES (%s, %s)", s_cur.fetchall())
+        cur.execute(f"SELECT f FROM `{db}`.exact_values WHERE id = 1")
+        assert cur.fetchone()[0] == 0.143443  # the same 6 digits as the source's 0.14344295859336853
+        cur.execute(f"SELECT COUNT(*), SUM(CAST(f AS DOUBLE) = 0.1434430032968521) FROM `{db}`.exact_float_keys")
+        assert cur.fetchone() == (21, 1)  # the twins of 6 digits made one row
+        # the rows whose FLOAT is another float once printed with 6 digits (not 1/8 = 0.125, say)
+        s_cur.execute(f"SELECT id FROM `{db}`.exact_values WHERE f <> CAST(CAST(f AS CHAR) AS FLOAT)")
+        rounded = {r[0] for r in s_cur.fetchall()}
+    other = {i for i in range(1, 31) if i % 3 == 0 or i % 5 == 0}  # the ENUM's and cp1251's rows
+    assert 2 not in rounded and len(rounded - other) >= 10
+    assert _checksums(src, db, tables) != _checksums(tgt, db, tables)
+
+    report = verify_migration(fleet.config, prep.spec.id, repair=False, chunk_rows=8, drainer=prep.drainer)
+    found = {(d.table, d.key, d.kind) for d in report.differing_rows}
+    changed = {k[0] for t, k, kind in found if t == f"{db}.exact_values" and kind == "changed"}
+    assert changed == rounded | other, found  # FLOATs differing beyond the 6th digit only, and the others
+    assert (f"{db}.exact_float_keys", (0.14344295859336853,), "missing_on_target") in found, found
+    assert not report.ok
+
+    report = verify_migration(fleet.config, prep.spec.id, repair=True, chunk_rows=8, drainer=prep.drainer)
+    assert report.ok and report.repaired_rows >= 31, report.to_dict()
+    assert _checksums(src, db, tables) == _checksums(tgt, db, tables)
+    exact = f"SELECT CAST(f AS DOUBLE), en + 0, HEX(cy) FROM `{db}`.exact_values WHERE id IN (1, 15) ORDER BY id"
+    with src.cursor() as s_cur, tgt.cursor() as cur:
+        s_cur.execute(exact)
+        cur.execute(exact)
+        mine = cur.fetchall()
+        assert mine == s_cur.fetchall()
+        assert mine[0] == (0.14344295859336853, 1, "6F6B") and mine[1][1:] == (0, "98C0")
+    again = verify_migration(fleet.config, prep.spec.id, chunk_rows=8, drainer=prep.drainer)
+    assert again.ok and not again.mismatched_chunks
+    src.close()
+    tgt.close()

@@ -102,3 +102,17 @@ def test_state_reaches_and_own():
 def test_reaches_of_a_plain_state():
     assert reaches({(0, 1): 12, (0, 2): 7}, wanted("0-1-12,0-2-7"))
     assert not reaches({(0, 1): 12}, wanted("0-1-12,0-2-7"))
+
+
+def rollback_event(server: int) -> bl.Event:
+    q = b"ROLLBACK"
+    body = struct.pack("<IIBHH", 1, 0, 0, 0, 0) + b"" + b"\x00" + q  # no status vars, no schema
+    return bl.Event(bl.QUERY, 0, server, 0, body)
+
+
+def test_a_group_ending_in_rollback_is_read_past():
+    rd = TxnReader("0-1-2", ["db"])
+    read(rd, (0, 1, 3))
+    rd.feed(gtid_event(0, 1, 4))
+    assert rd.feed(rollback_event(1)) is None  # nothing of it is applied...
+    assert rd.reaches(wanted("0-1-4")) and format_pos(rd.position) == "0-1-4"  # ...but it was read

@@ -113,3 +113,39 @@ def test_the_whole_table_key_is_no_literal_the_decoder_renders():
     from migrator.engine.catch_up.statements import WHOLE_TABLE
 
     assert WHOLE_TABLE[0].startswith("/*")
+
+
+@pytest.mark.parametrize("query,schema,named", [
+    # another table's partition swapped with a moving table: its rows change without row events
+    ("ALTER TABLE other.t EXCHANGE PARTITION p0 WITH TABLE db00001.pins", "db00009", "db00001.pins"),
+    ("ALTER TABLE `other`.`t` EXCHANGE PARTITION `p 0` WITH TABLE `boards` WITHOUT VALIDATION", "db00002",
+     "db00002.boards"),
+    ("/* x */ ALTER TABLE other.t EXCHANGE PARTITION p0 WITH TABLE db00001.pins", "", "db00001.pins"),
+    # a moving table first: an ALTER that is no partition maintenance
+    ("ALTER TABLE db00001.pins EXCHANGE PARTITION p0 WITH TABLE other.t", "db00009", "db00001.pins"),
+    # a table renamed into a moving shard, a foreign key onto a moving table
+    ("ALTER TABLE other.t RENAME TO db00001.t2", "db00009", "db00001.t2"),
+    ("ALTER TABLE other.t ADD CONSTRAINT fk FOREIGN KEY (p) REFERENCES db00001.pins (local_id)", "x", "db00001.pins"),
+    ("CREATE TABLE other.c (id INT PRIMARY KEY, p BIGINT, FOREIGN KEY (p) REFERENCES db00002.pins (local_id))",
+     "x", "db00002.pins"),
+])
+def test_a_moving_table_anywhere_in_another_table_s_ddl_stops(query, schema, named):
+    d = decide(query, schema=schema)
+    assert d.action == "unsafe" and f"moving table {named}" in d.reason and "abort" in d.reason, d
+    assert f"`{query.split('*/')[-1].strip()[:40]}" in d.reason  # the statement is named
+
+
+@pytest.mark.parametrize("query", [
+    "ALTER TABLE other.t EXCHANGE PARTITION p0 WITH TABLE other.u",
+    "ALTER TABLE other.t RENAME COLUMN a TO b",
+    "ALTER TABLE other.t RENAME TO other.t2",
+    "CREATE TABLE other.c (id INT PRIMARY KEY, p INT, FOREIGN KEY (p) REFERENCES other.p (id))",
+])
+def test_other_tables_ddl_that_names_no_moving_table_is_ignored(query):
+    assert decide(query, schema="db00009").action == "ignore"
+
+
+def test_a_table_level_move_minds_only_its_tables_in_an_exchange():
+    q = "ALTER TABLE other.t EXCHANGE PARTITION p0 WITH TABLE db00001.{}"
+    assert decide(q.format("jobs_q1"), schema="x", tables={"jobs_q1"}).action == "unsafe"
+    assert decide(q.format("pins"), schema="x", tables={"jobs_q1"}).action == "ignore"

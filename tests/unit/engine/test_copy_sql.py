@@ -54,7 +54,7 @@ def _info(**kw):
     from migrator.engine.inspector import TableInfo
 
     base = dict(db="d", table="t", columns=("id", "b", "f", "s", "k"), key=("id",), key_kind="primary",
-                create_sql="", float_columns=("f",),
+                create_sql="",
                 types={"id": "bigint", "b": "varbinary", "f": "float", "s": "varchar", "k": "bit"})
     base.update(kw)
     return TableInfo(**base)
@@ -79,9 +79,47 @@ def test_a_composite_key_takes_the_last_tuple_not_a_max_per_column():
     from migrator.engine.copy_load import chunk_read_sql
 
     sql, args = chunk_read_sql(_info(key=("id", "s")), None, 10)
-    assert "MAX(_l0), MAX(_l1)" in sql and "LAST_VALUE(_k1) OVER _w" in sql
+    assert "MAX(_l0), MAX(_l1)" in sql and "LAST_VALUE(CAST(_k1 AS BINARY)) OVER _w" in sql
+    # ordered by the columns as they are (the collation's order), read as bytes
+    assert "SELECT `id` AS _k0, `s` AS _k1," in sql
     assert "WINDOW _w AS (ORDER BY _k0, _k1 ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING)" in sql
     assert args == [10]
+
+
+@pytest.mark.parametrize(("dtype", "last"), [
+    ("float", "MAX(CAST(_k0 AS DOUBLE))"),       # 6 digits through the text protocol
+    ("enum", "MAX((_k0 + 0))"),                  # ordered by index; a label max is another row
+    ("set", "MAX((_k0 + 0))"),
+    ("varchar", "CAST(MAX(_k0) AS BINARY)"),     # the collation's max, then its bytes
+    ("bigint", "MAX(_k0)"),
+])
+def test_a_chunk_s_last_key_is_read_exactly_in_key_order(dtype, last):
+    from migrator.engine.copy_load import chunk_read_sql
+
+    sql, _ = chunk_read_sql(_info(columns=("k", "v"), key=("k",), types={"k": dtype, "v": "int"}), (1,), 10)
+    assert f"SELECT COUNT(*), {last}, GROUP_CONCAT" in sql
+    assert "SELECT `k` AS _k0," in sql and "ORDER BY `k` LIMIT %s" in sql
+
+
+def test_enum_and_set_travel_and_load_as_their_number():
+    from migrator.engine.copy_load import field_expr, load_sql
+
+    assert field_expr("e", "enum") == "IFNULL(CAST(`e` + 0 AS BINARY), X'5C4E')"
+    info = _info(columns=("id", "e", "s"), types={"id": "int", "e": "enum", "s": "set"})
+    assert load_sql(info, "/f").endswith("(@v0, @v1, @v2) SET `id` = @v0, `e` = CAST(@v1 AS UNSIGNED), "
+                                         "`s` = CAST(@v2 AS UNSIGNED)")
+
+
+def test_only_an_enum_s_invalid_value_may_warn_during_a_load():
+    from migrator.engine.copy_load import changed_values
+
+    info = _info(columns=("id", "e", "t"), types={"id": "int", "e": "enum", "t": "varchar"})
+    enum0 = ("Warning", 1265, "Data truncated for column 'e' at row 3")
+    assert changed_values(info, [enum0, enum0], 2) == []
+    text = ("Warning", 1265, "Data truncated for column 't' at row 1")
+    assert changed_values(info, [enum0, text], 2) == [text[2]]
+    assert changed_values(info, [("Warning", 1366, "Incorrect integer value")], 1) == ["Incorrect integer value"]
+    assert changed_values(info, [enum0], 5) == ["4 more warnings than the server kept"]
 
 
 def test_the_load_sets_every_column_when_any_travels_as_two_fields():

@@ -33,6 +33,24 @@ def test_row_image_separates_null_from_empty_and_binds_lengths():
     assert sql.endswith("CONCAT(ISNULL(`a`), ISNULL(`name`))))")
 
 
+def test_row_image_and_keys_use_each_type_s_exact_form():
+    t = TableInfo("d", "t", ("id", "f", "d", "e", "s", "b", "txt", "ts"), ("e", "txt", "f"),
+                  types=("int", "float", "double", "enum", "set", "bit", "varchar", "timestamp"))
+    img = row_image_sql(t.columns, t.types)
+    # a FLOAT's text has 6 digits: hashed widened to DOUBLE, whose text keeps every bit
+    assert "LENGTH(CAST(CAST(`f` AS DOUBLE) AS BINARY)), CAST(CAST(`f` AS DOUBLE) AS BINARY)" in img
+    # ENUM/SET by number (a label cannot tell '' from the invalid value), the rest as bytes
+    assert "CAST(`e` + 0 AS BINARY)" in img and "CAST(`s` + 0 AS BINARY)" in img
+    for c in ("id", "d", "b", "txt", "ts"):
+        assert f"LENGTH(CAST(`{c}` AS BINARY)), CAST(`{c}` AS BINARY)" in img
+    # keys come back exact: an index, bytes, a double
+    assert t.key_sql == "(`e` + 0), CAST(`txt` AS BINARY), CAST(`f` AS DOUBLE)"
+    sql, _ = boundary_sql(t, None, 10)
+    assert sql.startswith(f"/* migrator:verify */ SELECT {t.key_sql} FROM")
+    assert "ORDER BY `e`, `txt`, `f` LIMIT 1" in sql
+    assert t.on("tomb").types == t.types
+
+
 def test_chunk_checksum_sql_open_and_closed_ranges():
     t = TableInfo("db00003", "board_has_pins", ("board_id", "pin_id", "sequence"), ("board_id", "pin_id"))
     sql, args = chunk_checksum_sql(t, None, None)
