@@ -11,7 +11,9 @@ Checks (source = the source pair's master, target = the target pair):
 * binlog: ``log_bin``, ``binlog_format=ROW``, ``binlog_row_image=FULL``,
   ``binlog_row_metadata=FULL`` on all four hosts (the passive members' writes
   reach the masters' binlogs through replication; the target pair's binlog is
-  what a rollback reads), ``log_slave_updates`` on both masters;
+  what a rollback reads), ``log_slave_updates`` on all four (whether a member
+  has applied its partner's writes is read from its binlog state:
+  :func:`migrator.fleet.mysql.wait_applied`);
 * distinct ``server_id`` on the four hosts; GTID position readable;
 * binlog retention longer than the estimated copy;
 * every moving table has a primary key (or a NOT NULL unique key);
@@ -265,17 +267,18 @@ BINLOG_SETTINGS = {"log_bin": "ON", "binlog_format": "ROW", "binlog_row_image": 
 
 def _check_binlog(conns: dict[str, pymysql.connections.Connection], roles: dict[str, str],
                   res: PreflightResult) -> None:
-    """ROW binlogs with full images and metadata on the four hosts, ``log_slave_updates`` on both masters.
+    """ROW binlogs with full images and metadata, and ``log_slave_updates``, on the four hosts.
 
     The passive members count as much as the masters: a write a client makes on a passive member reaches
     its master's binlog through replication (``log_slave_updates``), and a statement-format event from
     there would reach catch-up as a statement, not as rows; the target pair's binlog is what a rollback
-    tails back."""
+    tails back. Every member needs ``log_slave_updates`` because every wait for a partner's writes (the
+    passive member's before the fence and after the flip, the target standby's, cleanup's) reads the
+    waiting member's binlog state, which holds the partner's transactions only when it logs them."""
     bad = False
     for role, conn in conns.items():
         want = dict(BINLOG_SETTINGS)
-        if role.endswith("master"):
-            want["log_slave_updates"] = "ON"
+        want["log_slave_updates"] = "ON"
         v = inspector.global_variables(conn, list(want))
         for name, value in want.items():
             got = str(v.get(name, "")).upper()
@@ -284,8 +287,7 @@ def _check_binlog(conns: dict[str, pymysql.connections.Connection], roles: dict[
                 res.add("binlog", False, f"{name} is {got or 'unset'} on {role} {roles[role]}; set {name}={value} "
                         "(my.cnf and SET GLOBAL) and reconnect writers")
     if not bad and conns:
-        res.add("binlog", True, "ROW format, FULL row image and metadata on every member, log_slave_updates on "
-                "both masters")
+        res.add("binlog", True, "ROW format, FULL row image and metadata, log_slave_updates on every member")
 
 
 def _check_gtid(src: pymysql.connections.Connection, spec: Spec, res: PreflightResult) -> None:
