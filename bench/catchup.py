@@ -28,52 +28,31 @@ import argparse
 import os
 import shutil
 import statistics
-import subprocess
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 import pymysql
 
-from bench import sysbench
-from bench import tls as bench_tls
+from bench import replica, sysbench
 from migrator.engine.catch_up.lanes import Pacer
 from migrator.engine.catch_up.tailer import Tailer
 from migrator.fleet import mysql
 from migrator.fleet.gtid import GtidPos
 from migrator.fleet.model import even_layout
-from migrator.sandbox import MARIADB_FLAGS, Sandbox, find_base_port, port_free, reset_fleet, stop_pid
+from migrator.sandbox import Sandbox, find_base_port, reset_fleet
 
 SOURCE, TARGET = "MySQL001A", "MySQL003A"
 DB = "db00002"
 TABLES = [f"sbtest{i}" for i in range(1, 5)]
 
 
-def _client(sock_or_host: Any, creds: Any | None = None) -> list[str]:
-    if isinstance(sock_or_host, str):
-        return ["mariadb", "--no-defaults", "-uroot", "-S", sock_or_host]
-    return ["mariadb", "--no-defaults", "-h", sock_or_host.address, "-P", str(sock_or_host.port),
-            "-u", creds.mysql_user, *bench_tls.cli_args(sock_or_host, creds)]
-
-
-def _env(creds: Any) -> dict[str, str]:
-    return {**os.environ, "MYSQL_PWD": creds.mysql_password}
-
-
 def snapshot(sb: Sandbox, path: Path) -> None:
-    host, creds = sb.hosts()[SOURCE], sb.credentials()
-    with open(path, "wb") as f:
-        subprocess.run(["mariadb-dump", "--no-defaults", "-h", host.address, "-P", str(host.port), "-u",
-                        creds.mysql_user, *bench_tls.cli_args(host, creds), "--single-transaction",
-                        "--skip-add-locks", "--skip-triggers", DB],
-                       stdout=f, check=True, env=_env(creds))
+    replica.snapshot(sb, SOURCE, DB, path)
 
 
 def load(client: list[str], env: dict[str, str], path: Path) -> None:
-    subprocess.run([*client, "-e", f"DROP DATABASE IF EXISTS {DB}; CREATE DATABASE {DB}"], check=True, env=env)
-    with open(path, "rb") as f:
-        subprocess.run([*client, DB], stdin=f, check=True, env=env)
+    replica.load(client, env, DB, path)
 
 
 def checksums(conn: pymysql.connections.Connection) -> list[int]:
@@ -88,7 +67,7 @@ def run_tailer(sb: Sandbox, snap: Path, start: str, end: str, want: list[int], l
     hosts, creds = sb.hosts(), sb.credentials()
     with sb.root_conn(TARGET) as c, c.cursor() as cur:
         cur.execute(f"DROP DATABASE IF EXISTS {DB}")
-    load(_client(hosts[TARGET], creds), _env(creds), snap)
+    load(replica.client(hosts[TARGET], creds), replica.env(creds), snap)
     pacer = Pacer(lanes=lanes, adapt=False) if lanes else Pacer()
     tailer = Tailer(hosts[SOURCE], hosts[TARGET], creds, start=GtidPos.parse(start), schema_map={DB: DB},
                     pacer=pacer)
@@ -108,56 +87,7 @@ def run_tailer(sb: Sandbox, snap: Path, start: str, end: str, want: list[int], l
 
 def run_replica(sb: Sandbox, snap: Path, start: str, end: str, want: list[int], workdir: Path) -> float:
     """Seconds a fresh single-threaded replica takes to apply start -> end."""
-    port = find_base_port(1, start=int(os.environ.get("BENCH_REPLICA_PORT", "20000")))
-    assert port_free(port)
-    d = workdir / f"replica-{port}"
-    for sub in ("data", "tmp", "binlog"):
-        (d / sub).mkdir(parents=True, exist_ok=True)
-    lines = ["[mariadbd]", "user=root", f"datadir={d / 'data'}", f"socket={d / 'mysqld.sock'}",
-             f"pid-file={d / 'mysqld.pid'}", f"port={port}", "bind-address=127.0.0.1", f"tmpdir={d / 'tmp'}",
-             f"log-error={d / 'error.log'}", "server-id=99", "gtid-domain-id=99",
-             f"log-bin={d / 'binlog' / 'mysql-bin'}", f"relay-log={d / 'binlog' / 'relay-bin'}",
-             f"replicate-do-db={DB}"]
-    lines += [k if v is None else f"{k}={v}" for k, v in MARIADB_FLAGS.items()]
-    cnf = d / "my.cnf"
-    cnf.write_text("\n".join(lines) + "\n")
-    subprocess.run(["mariadb-install-db", f"--defaults-file={cnf}", "--auth-root-authentication-method=normal",
-                    "--skip-test-db"], check=True, capture_output=True)
-    log = open(d / "stdout.log", "ab")  # noqa: SIM115 - closed after the server stops
-    proc = subprocess.Popen(["mariadbd", f"--defaults-file={cnf}"], stdout=log, stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL, start_new_session=True)
-    try:
-        conn = None
-        for _ in range(300):
-            try:
-                conn = pymysql.connect(unix_socket=str(d / "mysqld.sock"), user="root", autocommit=True)
-                break
-            except pymysql.err.MySQLError:
-                time.sleep(0.1)
-        assert conn is not None, "the bench replica did not start"
-        load(_client(str(d / "mysqld.sock")), dict(os.environ), snap)
-        creds, src = sb.credentials(), sb.hosts()[SOURCE]
-        with conn.cursor() as cur:
-            cur.execute("RESET MASTER")  # its own schema DDL must not count as a GTID domain
-            cur.execute("SET GLOBAL gtid_slave_pos = %s", (start,))
-            ssl_sql, ssl_args = bench_tls.change_master(src, creds)
-            cur.execute("CHANGE MASTER TO MASTER_HOST=%s, MASTER_PORT=%s, MASTER_USER=%s, MASTER_PASSWORD=%s, "
-                        "MASTER_USE_GTID=slave_pos" + ssl_sql,
-                        (src.address, src.port, creds.mysql_user, creds.mysql_password, *ssl_args))
-            t0 = time.monotonic()
-            cur.execute("START SLAVE")
-            cur.execute("SELECT MASTER_GTID_WAIT(%s, 900)", (end,))
-            reached = cur.fetchone()[0] == 0
-            elapsed = time.monotonic() - t0
-            cur.execute("STOP SLAVE")
-        assert reached, "the bench replica did not reach the end position"
-        assert checksums(conn) == want, "the native replica differs from the source"
-        conn.close()
-        return elapsed
-    finally:
-        stop_pid(proc.pid, timeout=30)
-        log.close()
-        shutil.rmtree(d, ignore_errors=True)
+    return replica.run_replica(sb, SOURCE, DB, snap, start, end, workdir, checksum=checksums, want=want)
 
 
 def purge(sb: Sandbox, names: tuple[str, ...]) -> None:
