@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from migrator.engine.binlog import client as bl
-from migrator.engine.binlog.reader import Committed, ReaderError, TxnReader, format_pos, format_state
+from migrator.engine.binlog.reader import PART_CHANGES, Committed, ReaderError, TxnReader, format_pos, format_state
 from migrator.fleet.tls import MySQLTLS
 
 
@@ -35,6 +35,8 @@ class ReaderSpec:
     batch_changes: int = 2000
     batch_s: float = 0.02
     tick_s: float = 0.1
+    #: row changes of one transaction held at most (the rest goes on as parts, or to disk): the memory bound
+    part_changes: int | None = PART_CHANGES
     #: the source's TLS settings (paths; the process builds its own context from them)
     tls: MySQLTLS | None = None
 
@@ -45,7 +47,9 @@ def run_reader(spec: ReaderSpec, conn: Any) -> None:
     Messages sent: ``("shapes", [Shape...])``, ``("txns", [Txn...], position, last_ts, sent_at, state)``
     (``sent_at``: ``time.monotonic()``, one clock for both processes on Linux; ``state``: the last
     transaction read of each (domain, server), :attr:`TxnReader.state`), ``("tick", position, last_ts,
-    state)`` when idle, ``("error", message, code)`` before exiting on an error.
+    state)`` when idle, ``("error", message, code)`` before exiting on an error. A transaction over
+    ``part_changes`` row changes goes in parts (``partial`` set), each a ``"txns"`` message of its own
+    whose position is still before the transaction: the applier commits it, the checkpoint stays put.
     The parent's only message is ``"stop"`` (or closing the pipe).
     """
     _die_with_parent()
@@ -53,7 +57,7 @@ def run_reader(spec: ReaderSpec, conn: Any) -> None:
     try:
         client = bl.BinlogClient(spec.host, spec.port, spec.user, spec.password, spec.start,
                                  heartbeat_s=spec.heartbeat_s, tls=spec.tls)
-        rd = TxnReader(spec.start, spec.schemas, spec.tables)
+        rd = TxnReader(spec.start, spec.schemas, spec.tables, part_changes=spec.part_changes)
         batch: list[Committed] = []
         nchanges = 0
         started = last_tick = time.monotonic()
@@ -64,6 +68,26 @@ def run_reader(spec: ReaderSpec, conn: Any) -> None:
             txn = rd.feed(ev)
             if rd.new_shapes:
                 conn.send(("shapes", rd.take_shapes()))
+            for part in rd.take_parts():
+                if not part.partial:  # the end of a transaction that had spilled: as any end
+                    if not batch:
+                        started = time.monotonic()
+                    batch.append(part)
+                    nchanges += len(part.changes) + len(part.statements)
+                    if part.statements:  # a message ends at a statement (the tailer's barrier relies on it)
+                        sent = format_pos(rd.position)
+                        conn.send(("txns", batch, sent, rd.last_ts, time.monotonic(), format_state(rd.seen)))
+                        batch, nchanges = [], 0
+                    continue
+                # a part of a transaction over the memory bound: what came before goes first, then the
+                # part alone (its position is still before its transaction)
+                now = time.monotonic()
+                if batch:
+                    sent = format_pos(rd.position)
+                    conn.send(("txns", batch, sent, rd.last_ts, now, format_state(rd.seen)))
+                    batch, nchanges = [], 0
+                conn.send(("txns", [part], format_pos(rd.position), rd.last_ts, now, format_state(rd.seen)))
+                last_tick = now
             if txn is not None:
                 if not batch:
                     started = time.monotonic()

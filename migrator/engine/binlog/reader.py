@@ -30,6 +30,17 @@ for the decoding):
   While a prepared transaction is unresolved the safe position of its domain
   stays before it, so a restart reads it again.
 
+Memory is bounded by ``part_changes``, not by the source's transactions: a
+transaction never holds more than that many row changes in memory. Beyond it,
+its changes so far leave as a *part* (a :class:`Committed` with ``partial``
+set, :meth:`TxnReader.take_parts`) when nothing can undo them any more, or go
+to a temporary file on local disk (:class:`Spill`) while something still can
+(a savepoint is set, or the group is an XA prepare): they leave as parts once
+the transaction commits, and a ``ROLLBACK TO`` or ``XA ROLLBACK`` truncates or
+drops the file. A part does not move the position: it stays before the
+transaction until its commit, so a reader or applier that stops midway
+replays the transaction whole.
+
 Position: :attr:`TxnReader.position` is the GTID position every transaction
 up to which has been read whole (where a reader resumes: the server starts
 after each domain's exact GTID); it advances over transactions of other
@@ -42,11 +53,14 @@ domain: :mod:`migrator.fleet.gtid`).
 
 from __future__ import annotations
 
+import os
+import pickle
 import re
+import tempfile
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from migrator.engine.binlog import client as bl
 from migrator.engine.binlog.rows import (
@@ -202,6 +216,60 @@ class Committed(NamedTuple):
     size: int
     #: the seq_no of the previous transaction read of this one's (domain, server), None if none was
     prev_seen: int | None = None
+    #: a part of a transaction still being read (its commit comes later, with the rest): applying it
+    #: does not move the position
+    partial: bool = False
+
+
+#: row changes of one transaction held in memory at most, by default (``MIGRATOR_CATCHUP_PART_CHANGES``):
+#: about 0.75 KB each once decoded, so a few MB
+PART_CHANGES = int(os.environ.get("MIGRATOR_CATCHUP_PART_CHANGES", "") or 5000)
+
+
+class Spill:
+    """Row changes of one transaction on local disk: a temporary file of pickled chunks (gone when closed).
+
+    Holds what may still be undone (after a savepoint, or in an XA prepare) beyond the memory bound;
+    chunks come back in order (:meth:`chunks`), and :meth:`truncate` drops every change from a given
+    index on (a ``ROLLBACK TO``)."""
+
+    def __init__(self) -> None:
+        self._f: Any = tempfile.TemporaryFile(prefix="migrator-txn-")
+        self.count = 0
+        #: (index of its first change, file offset) of each chunk
+        self._starts: list[tuple[int, int]] = []
+
+    def write(self, changes: list[Change]) -> None:
+        if not changes:
+            return
+        self._f.seek(0, os.SEEK_END)
+        self._starts.append((self.count, self._f.tell()))
+        pickle.dump(changes, self._f, protocol=pickle.HIGHEST_PROTOCOL)
+        self.count += len(changes)
+
+    def truncate(self, index: int) -> None:
+        """Keep the first ``index`` changes only."""
+        if index >= self.count:
+            return
+        k = max(i for i, (first, _) in enumerate(self._starts) if first <= index)
+        first, offset = self._starts[k]
+        keep: list[Change] = []
+        if index > first:
+            self._f.seek(offset)
+            keep = pickle.load(self._f)[:index - first]
+        self._f.seek(offset)
+        self._f.truncate()
+        del self._starts[k:]
+        self.count = first
+        self.write(keep)
+
+    def chunks(self) -> Iterator[list[Change]]:
+        for _, offset in list(self._starts):
+            self._f.seek(offset)
+            yield pickle.load(self._f)
+
+    def close(self) -> None:
+        self._f.close()
 
 
 @dataclass(slots=True)
@@ -217,16 +285,60 @@ class Txn:
     xid: bytes | None = None
     prev_seen: int | None = None
     #: savepoint name (lower case: savepoint names ignore case) -> (changes, statements) read before it,
-    #: in the order they were set
+    #: in the order they were set (changes counted from the transaction's start: parts and spill too)
     savepoints: dict[str, tuple[int, int]] = field(default_factory=dict)
+    #: changes already handed out as parts, and those spilled to disk (they come before ``changes``)
+    streamed: int = 0
+    spill: Spill | None = None
+
+    @property
+    def count(self) -> int:
+        """Row changes read so far (handed out, spilled and in memory)."""
+        return self.streamed + (self.spill.count if self.spill is not None else 0) + len(self.changes)
 
     def done(self) -> Committed:
         return Committed(self.gtid, self.prev, self.timestamp, self.changes, self.statements, self.size,
                          self.prev_seen)
 
+    def part(self, changes: list[Change]) -> Committed:
+        return Committed(self.gtid, self.prev, self.timestamp, changes, [], 0, None, True)
+
+    def bound(self, limit: int | None) -> Committed | None:
+        """Keep at most ``limit`` changes in memory: hand them out as a part when nothing can undo them
+        any more (returned), else spill them (a savepoint is set, or it is an XA prepare)."""
+        if limit is None or len(self.changes) < limit:
+            return None
+        out, self.changes = self.changes, []
+        if self.savepoints or self.xid is not None or self.spill is not None:
+            if self.spill is None:
+                self.spill = Spill()
+            self.spill.write(out)
+            return None
+        self.streamed += len(out)
+        return self.part(out)
+
+    def held_parts(self) -> Iterator[Committed]:
+        """The spilled changes as parts, in order, then the file is closed (at the commit)."""
+        spill, self.spill = self.spill, None
+        if spill is None:
+            return
+        try:
+            for chunk in spill.chunks():
+                self.streamed += len(chunk)
+                yield self.part(chunk)
+        finally:
+            spill.close()
+
+    def discard(self) -> None:
+        """Drop everything held (a rollback)."""
+        if self.spill is not None:
+            self.spill.close()
+            self.spill = None
+        self.changes = []
+
     def savepoint(self, name: str) -> None:
         self.savepoints.pop(name, None)  # set again: it moves to here (and after every other one)
-        self.savepoints[name] = (len(self.changes), len(self.statements))
+        self.savepoints[name] = (self.count, len(self.statements))
 
     def rollback_to(self, name: str) -> None:
         """Drop what was read since savepoint ``name`` and the savepoints set after it (which stays).
@@ -238,7 +350,13 @@ class Txn:
             raise ReaderError(f"ROLLBACK TO `{name}` in the transaction {self.gtid} names a savepoint its binlog "
                               "group never set: catch-up cannot tell which of its changes were undone")
         changes, statements = self.savepoints[name]
-        del self.changes[changes:]
+        held = self.streamed + (self.spill.count if self.spill is not None else 0)
+        if changes >= held:
+            del self.changes[changes - held:]
+        else:  # a savepoint is never before what was handed out (nothing is while one is set)
+            assert self.spill is not None and changes >= self.streamed
+            self.spill.truncate(changes - self.streamed)
+            self.changes = []
         del self.statements[statements:]
         names = list(self.savepoints)
         for later in names[names.index(name) + 1:]:
@@ -292,10 +410,18 @@ def _gtid_xid(body: bytes, flags2: int) -> bytes | None:
 
 
 class TxnReader:
-    """Turns framed events into :class:`Txn` records of the kept tables (no I/O of its own)."""
+    """Turns framed events into :class:`Txn` records of the kept tables (no I/O of its own but the
+    temporary files of :class:`Spill`).
 
-    def __init__(self, start: str, schemas: Iterable[str], tables: Iterable[str] | None = None):
+    After every :meth:`feed`, take the parts it made (:meth:`take_parts`) before what it returned:
+    a part of a transaction always comes before the transaction's end."""
+
+    def __init__(self, start: str, schemas: Iterable[str], tables: Iterable[str] | None = None, *,
+                 part_changes: int | None = PART_CHANGES):
         self.pos = parse_pos(start)
+        #: row changes of one transaction held in memory at most (None: no bound)
+        self.part_changes = part_changes
+        self._parts: list[Committed | Iterator[Committed]] = []
         #: the last transaction read of each (domain, server); starts from what ``start`` names
         self.seen: State = state_of(self.pos)
         self.schemas = frozenset(schemas)
@@ -379,6 +505,9 @@ class TxnReader:
                     ka = tuple(after[i] for i in pk)
                     ch.append((sid, UPDATE, ka, kb if kb != ka else None, after))
             txn.size += len(ev.body)
+            part = txn.bound(self.part_changes)
+            if part is not None:
+                self._parts.append(part)
             return None
         if t == bl.TABLE_MAP:
             self._table_map(ev.body)
@@ -417,6 +546,7 @@ class TxnReader:
                     # a target naming this group (the last one logged) is reached
                     txn, self._txn = self._txn, None
                     if txn is not None:
+                        txn.discard()
                         self._advance(txn)
                     return None
             if head.startswith("XA COMMIT") or head.startswith("XA ROLLBACK"):
@@ -506,10 +636,32 @@ class TxnReader:
         self.transactions_read += 1
         self.last_ts = txn.timestamp
 
+    def take_parts(self) -> Iterator[Committed]:
+        """The parts made since the last call, in order (spilled ones read back lazily). When a
+        transaction that had spilled ended, its spilled parts come here, then its end (not
+        ``partial``): the position moves past it only after its last part was taken."""
+        out, self._parts = self._parts, []
+        for p in out:
+            if isinstance(p, Committed):
+                yield p
+            else:
+                yield from p
+
+    def _finish_held(self, txn: Txn) -> Iterator[Committed]:
+        """A transaction that spilled, at its commit: its spilled parts, then (its position moved past
+        it) its end."""
+        yield from txn.held_parts()
+        self._advance(txn)
+        if txn.changes or txn.statements:
+            yield txn.done()
+
     def _end(self) -> Committed | None:
         txn = self._txn
         self._txn = None
         if txn is None:
+            return None
+        if txn.spill is not None:
+            self._parts.append(self._finish_held(txn))
             return None
         self._advance(txn)
         return txn.done() if (txn.changes or txn.statements) else None
@@ -519,21 +671,39 @@ class TxnReader:
         self._txn = None
         if txn is None:
             return None
-        self._advance(txn)
-        held = self._held.pop(txn.xid, None) if txn.xid is not None else None
+        held = self._held.get(txn.xid) if txn.xid is not None else None
         if held is None:
+            self._advance(txn)
             if commit and txn.xid is not None:
                 raise ReaderError(
                     f"XA COMMIT at {txn.gtid} ends a transaction prepared before catch-up's start position: its "
                     "rows were neither in the copy nor in the binlog read; redo the copy (`migrator restart-copy "
                     "ID`) once no XA transaction is left prepared on the source (XA RECOVER)")
             return None
+        xid = txn.xid
         if not commit:
+            self._held.pop(xid, None)
+            self._advance(txn)
+            held.discard()
             return None  # rolled back: nothing of it applies
         txn.changes = held.changes
         txn.statements = held.statements
         txn.size = held.size
+        txn.spill, held.spill = held.spill, None
+        if txn.spill is not None:
+            # the prepare stays held (the position capped before it) until its last part was taken
+            self._parts.append(self._finish_xa(txn, xid))
+            return None
+        self._held.pop(xid, None)
+        self._advance(txn)
         return txn.done() if (txn.changes or txn.statements) else None
+
+    def _finish_xa(self, txn: Txn, xid: bytes) -> Iterator[Committed]:
+        yield from txn.held_parts()
+        self._held.pop(xid, None)
+        self._advance(txn)
+        if txn.changes or txn.statements:
+            yield txn.done()
 
     def take_shapes(self) -> list[Shape]:
         out, self.new_shapes = self.new_shapes, []
@@ -556,9 +726,10 @@ class LocalReader:
     """
 
     def __init__(self, address: str, port: int, user: str, password: str, start: str, schemas: Iterable[str],
-                 tables: Iterable[str] | None = None, *, heartbeat_s: float = 0.2, tls: MySQLTLS | None = None):
+                 tables: Iterable[str] | None = None, *, heartbeat_s: float = 0.2, tls: MySQLTLS | None = None,
+                 part_changes: int | None = PART_CHANGES):
         self.client = bl.BinlogClient(address, port, user, password, start, heartbeat_s=heartbeat_s, tls=tls)
-        self.reader = TxnReader(start, schemas, tables)
+        self.reader = TxnReader(start, schemas, tables, part_changes=part_changes)
 
     @property
     def position(self) -> str:
@@ -576,13 +747,15 @@ class LocalReader:
     def transactions(self, until: str | None = None, *, deadline: float | None = None,
                      tick_s: float = 0.1) -> Iterator[Committed | None]:
         """Kept transactions up to ``until`` (a position or state text whose every transaction has then
-        been read: :meth:`TxnReader.reaches`), or until ``deadline``."""
+        been read: :meth:`TxnReader.reaches`), or until ``deadline``. A transaction over the reader's
+        memory bound comes in parts (``partial`` set) before its end."""
         want = wanted(until)
         if want is not None and self.reader.reaches(want):
             return
         last = time.monotonic()
         for ev in self.client.events():
             txn = self.reader.feed(ev)
+            yield from self.reader.take_parts()
             if txn is not None:
                 yield txn
             if want is not None and self.reader.reaches(want):
