@@ -303,19 +303,21 @@ class Txn:
     def part(self, changes: list[Change]) -> Committed:
         return Committed(self.gtid, self.prev, self.timestamp, changes, [], 0, None, True)
 
-    def bound(self, limit: int | None) -> Committed | None:
-        """Keep at most ``limit`` changes in memory: hand them out as a part when nothing can undo them
-        any more (returned), else spill them (a savepoint is set, or it is an XA prepare)."""
+    def bound(self, limit: int | None) -> list[Committed]:
+        """Keep fewer than ``limit`` changes in memory (beyond one row event's rows): hand them out as
+        parts of at most ``limit`` when nothing can undo them any more (returned), else spill them (a
+        savepoint is set, or it is an XA prepare)."""
         if limit is None or len(self.changes) < limit:
-            return None
+            return []
         out, self.changes = self.changes, []
         if self.savepoints or self.xid is not None or self.spill is not None:
             if self.spill is None:
                 self.spill = Spill()
-            self.spill.write(out)
-            return None
+            for k in range(0, len(out), limit):
+                self.spill.write(out[k:k + limit])
+            return []
         self.streamed += len(out)
-        return self.part(out)
+        return [self.part(out[k:k + limit]) for k in range(0, len(out), limit)]
 
     def held_parts(self) -> Iterator[Committed]:
         """The spilled changes as parts, in order, then the file is closed (at the commit)."""
@@ -505,9 +507,7 @@ class TxnReader:
                     ka = tuple(after[i] for i in pk)
                     ch.append((sid, UPDATE, ka, kb if kb != ka else None, after))
             txn.size += len(ev.body)
-            part = txn.bound(self.part_changes)
-            if part is not None:
-                self._parts.append(part)
+            self._parts.extend(txn.bound(self.part_changes))
             return None
         if t == bl.TABLE_MAP:
             self._table_map(ev.body)

@@ -112,3 +112,66 @@ def test_a_savepoint_transaction_after_the_last_verify_reaches_the_target(fleet,
         c2.execute(f"CHECKSUM TABLE `{DB}`.sp_moving EXTENDED")
         assert c1.fetchone()[1] == c2.fetchone()[1]
     assert result.rows_checked >= 1  # the compare under the fence looked at its key
+
+
+def _parts(fleet, host, start: str, end: str, bound: int) -> list[tuple[bool, list[str]]]:
+    """(partial, keys of its row changes) of every transaction or part read with a memory bound of ``bound``."""
+    out = []
+    with LocalReader(host.address, host.port, fleet.credentials.mysql_user, fleet.credentials.mysql_password,
+                     start, [DB], tls=tls_of(host, fleet.credentials), part_changes=bound) as rd:
+        for t in rd.transactions(end):
+            if t is not None:
+                out.append((t.partial, [ch[2][0] for ch in t.changes]))
+                assert len(t.changes) <= bound
+        assert rd.position == end
+    return out
+
+
+def test_transactions_over_the_memory_bound_come_in_parts_and_in_order(fleet):
+    """A transaction of 300 row changes read with a bound of 40: in parts of at most 40, in order, whole; one
+    with a savepoint rolled back to past a non-transactional write spills to disk and comes back without the
+    undone rows; an XA transaction is held (spilled) until its commit, and one rolled back yields nothing."""
+    host = fleet.hosts["MySQL001A"]
+    with connect(host, fleet.credentials) as c, c.cursor() as cur:
+        cur.execute(f"CREATE TABLE `{DB}`.big_t (id INT PRIMARY KEY, v INT NOT NULL) ENGINE=InnoDB")
+        cur.execute(f"INSERT INTO `{DB}`.big_t SELECT seq, 0 FROM `{DB}`.seq_1_to_300")
+        cur.execute(f"CREATE DATABASE IF NOT EXISTS `{OTHER}`")
+        cur.execute(f"CREATE TABLE IF NOT EXISTS `{OTHER}`.log_aria (id INT PRIMARY KEY) ENGINE=Aria")
+        try:
+            start = binlog_pos(c)
+            cur.execute(f"UPDATE `{DB}`.big_t SET v = 1")  # one transaction, 300 changes
+            end = binlog_pos(c)
+            got = _parts(fleet, host, start, end, 40)
+            assert len(got) >= 8 and all(partial for partial, _ in got[:-1])  # (its end may hold no change)
+            assert [k for _, ks in got for k in ks] == [str(i) for i in range(1, 301)]
+            # a savepoint, 100 changes after it, a non-transactional write, ROLLBACK TO: the 100 are undone
+            start = binlog_pos(c)
+            cur.execute("BEGIN")
+            cur.execute(f"UPDATE `{DB}`.big_t SET v = 2 WHERE id <= 50")
+            cur.execute("SAVEPOINT s1")
+            cur.execute(f"UPDATE `{DB}`.big_t SET v = 3 WHERE id > 200")
+            cur.execute(f"INSERT INTO `{OTHER}`.log_aria VALUES (7)")
+            cur.execute("ROLLBACK TO SAVEPOINT s1")
+            cur.execute(f"UPDATE `{DB}`.big_t SET v = 4 WHERE id > 50 AND id <= 120")
+            cur.execute("COMMIT")
+            end = binlog_pos(c)
+            got = _parts(fleet, host, start, end, 40)
+            assert [k for _, ks in got for k in ks] == [str(i) for i in range(1, 121)]
+            # XA: prepared (held, spilled), then committed; another prepared, then rolled back
+            start = binlog_pos(c)
+            cur.execute("XA START 'big1'")
+            cur.execute(f"UPDATE `{DB}`.big_t SET v = 5 WHERE id <= 150")
+            cur.execute("XA END 'big1'")
+            cur.execute("XA PREPARE 'big1'")
+            cur.execute("XA COMMIT 'big1'")
+            cur.execute("XA START 'big2'")
+            cur.execute(f"UPDATE `{DB}`.big_t SET v = 6")
+            cur.execute("XA END 'big2'")
+            cur.execute("XA PREPARE 'big2'")
+            cur.execute("XA ROLLBACK 'big2'")
+            end = binlog_pos(c)
+            got = _parts(fleet, host, start, end, 40)
+            assert [k for _, ks in got for k in ks] == [str(i) for i in range(1, 151)]
+        finally:
+            cur.execute(f"DROP DATABASE `{OTHER}`")
+            cur.execute(f"DROP TABLE `{DB}`.big_t")
