@@ -22,6 +22,7 @@ ordinary values. :func:`as_values` turns literal keys into those values.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Iterable, Sequence
@@ -43,6 +44,23 @@ def _reader(host: Host, creds: Credentials, tables: Sequence[TableInfo], since: 
                        sorted({t.db for t in tables}), sorted({t.table for t in tables}), tls=tls_of(host, creds))
 
 
+#: distinct keys of one table remembered at most (``MIGRATOR_CHANGED_KEYS_MAX``): past it the table is to be
+#: compared whole (:data:`WHOLE_TABLE`), so a backfill of millions of rows costs no more memory than this
+MAX_KEYS = int(os.environ.get("MIGRATOR_CHANGED_KEYS_MAX", "") or 200_000)
+_WHOLE = LiteralKey(WHOLE_TABLE)
+
+
+def note_key(keys: set[Key], key: Key, limit: int | None = None) -> None:
+    """Remember ``key`` in ``keys``; past ``limit`` keys (:data:`MAX_KEYS`) the set becomes the one
+    :data:`WHOLE_TABLE` key: every row of the table is to be compared."""
+    if _WHOLE in keys or WHOLE_TABLE in keys:
+        return
+    keys.add(key)
+    if len(keys) > (MAX_KEYS if limit is None else limit):
+        keys.clear()
+        keys.add(_WHOLE)
+
+
 def _note(out: dict[str, set[Key]], names: dict[tuple[str, str], str], shapes: Any, txn: Any) -> None:
     if txn.statements:
         schemas = {s for s, _ in names}
@@ -58,9 +76,9 @@ def _note(out: dict[str, set[Key]], names: dict[tuple[str, str], str], shapes: A
         sh = shapes[sid]
         name = names.get((sh.schema, sh.table))
         if name is not None:
-            out[name].add(LiteralKey(key))
+            note_key(out[name], LiteralKey(key))
             if old_key is not None:
-                out[name].add(LiteralKey(old_key))
+                note_key(out[name], LiteralKey(old_key))
 
 
 def changed_keys(host: Host, creds: Credentials, tables: Sequence[TableInfo], since: str, until: str, *,
@@ -143,7 +161,8 @@ class ChangeTracker:
                         _note(got, names, shapes, txn)
                     with self._cond:
                         for n, ks in got.items():
-                            self.keys[n] |= ks
+                            for k in ks:
+                                note_key(self.keys[n], k)
                         self.pos = GtidPos.parse(self._rd.position)
                         self.state = GtidState.of(format_state(self._rd.reader.seen))
                         self._cond.notify_all()

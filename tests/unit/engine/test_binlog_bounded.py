@@ -92,3 +92,16 @@ def test_a_transaction_that_spilled_moves_the_position_only_after_its_last_part(
         seen.append((p.partial, keys(p.changes), format_pos(rd.position)))
     assert seen[:-1] == [(True, list(range(10)), "0-1-8"), (True, list(range(10, 20)), "0-1-8")]
     assert seen[-1] == (False, list(range(20, 25)), "0-1-9")
+
+
+def test_the_keys_of_a_huge_change_become_the_whole_table():
+    from migrator.engine.catch_up.statements import WHOLE_TABLE
+    from migrator.engine.verify.changes import note_key
+    from migrator.engine.verify.checksums import LiteralKey
+
+    keys: set = set()
+    for k in range(5):
+        note_key(keys, LiteralKey((str(k),)), limit=4)
+    assert keys == {LiteralKey(WHOLE_TABLE)}  # compared whole: no key set grows past the bound
+    note_key(keys, LiteralKey(("9",)), limit=4)
+    assert keys == {LiteralKey(WHOLE_TABLE)}
