@@ -61,7 +61,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from migrator.engine.catch_up.checkpoint import applier_lock
+from kazoo.exceptions import SessionExpiredError
+
+from migrator.engine.catch_up.checkpoint import applier_claim, applier_lock
 from migrator.engine.catch_up.checkpoint import moving_tables as tail_tables
 from migrator.engine.catch_up.passes import PassResult, judge, measure_pass
 from migrator.engine.catch_up.tailer import DrainTimeout, Tailer
@@ -122,18 +124,28 @@ class ReverseDrainer(TailDrainer):
 
     def open(self) -> ReverseDrainer:
         if self._tailer is None:
+            key = f"{self.spec.id}-rollback"
             if self._lock is None:  # one reverse tail at a time, taken before the checkpoint is read
-                self._lock = applier_lock(self.store.zk, f"{self.spec.id}-rollback", "rollback")
+                self._lock = applier_lock(self.store.zk, key, "rollback")
+            # its node guards the checkpoint writes; its token fences the writes into the tombstones
+            claim = applier_claim(self.store.zk, self._lock, key)
             node, _ = self.store.get_progress(self.spec.id, TAIL_NODE)
             start = (node or {}).get("gtid") or self.start
 
             def checkpoint(pos: GtidPos) -> None:
-                self.store.put_progress(self.spec.id, TAIL_NODE, {"gtid": str(pos), "at": time.time()})
+                try:
+                    self.store.put_progress(self.spec.id, TAIL_NODE, {"gtid": str(pos), "at": time.time()},
+                                            guard=claim.node)
+                except GuardLost:
+                    raise claim.lost("its applier lock is gone, so the reverse tail's checkpoint was not "
+                                     "written") from None
+                except SessionExpiredError:
+                    raise claim.lost("its ZooKeeper session expired, and its applier lock with it") from None
 
             self._tailer = Tailer(
                 self.new_master, self.old_master, self.credentials, start=GtidPos.parse(start),
                 schema_map={db: tomb_db(self.spec.id, db) for db in self.spec.databases},
-                tables=_with_sentinel(tail_tables(self.spec)), on_checkpoint=checkpoint,
+                tables=_with_sentinel(tail_tables(self.spec)), on_checkpoint=checkpoint, epoch=claim.epoch(),
             )
         return self
 
