@@ -38,6 +38,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pymysql
+from kazoo.exceptions import KazooException
 
 from migrator.engine.binlog.rows import string_literal
 from migrator.engine.cutover import recheck
@@ -144,6 +145,8 @@ class CutoverRun:
         self.reread_s = 60.0
         #: an undo found the lease gone (its unfreeze was refused): the settler finishes the undo
         self.lease_lost = False
+        #: the lease's node as last seen (see :attr:`guard`); a path no lease ever has until then
+        self._guard_path = "/migrator-no-lease-held"
 
     # -- helpers ------------------------------------------------------------------------
     def attempt(self, outcome: str) -> dict[str, Any]:
@@ -176,8 +179,13 @@ class CutoverRun:
 
     @property
     def guard(self) -> str | None:
-        """The lease's znode: the ZooKeeper writes of this attempt commit only while it exists."""
-        return self.lease.path if self.lease is not None else None
+        """The lease's znode: the ZooKeeper writes of this attempt commit only while it exists (once
+        the lease is given up, the node it had: nothing it guards commits any more)."""
+        if self.lease is None:
+            return None
+        if self.lease.path is not None:
+            self._guard_path = self.lease.path
+        return self._guard_path
 
     def _while_holding(self, action: Any) -> bool:
         """Run ``action(self)``, a change to what is not this attempt's own (the old master's tables
@@ -508,18 +516,25 @@ class CutoverRun:
                 self.passive_gate.finish(self.fence_gtid, timeout=finish_s)
                 self._step("passive_finish", t_end)
         except FlipUnknown as exc:
-            # An unknown outcome is its own outcome: neither undo nor claim success. The RENAMEs
-            # run (the tables stay fenced, in the tombstones) and the gates stay closed with their
-            # triggers (close() leaves them). If the flip landed this is the finish; if not,
-            # writers get 1146 until the settler, reading the map once the lease is gone,
-            # renames the tables back and opens the gates. Never a split brain.
+            # An unknown outcome is its own outcome: neither undo nor claim success. The gates stay
+            # closed with their triggers (close() leaves them) and the lock stays held while the
+            # lease is given up; from then on the flip CAS (guarded by it) cannot commit, so the
+            # map read after that is final. Landed, or still unknown (ZooKeeper unreachable): the
+            # RENAMEs run, the tables stay fenced in the tombstones and writers get 1146 until the
+            # settler renames them back (not landed) or finishes. Known not landed: the RENAMEs are
+            # killed, the tables stay where they are. Gates, unfreeze and phase are the settler's
+            # (:func:`migrator.engine.cutover.reconcile.settle_unknown`). Never a split brain.
             self.flip_unknown = True
+            landed = self._landed_once_lease_is_gone()
             if self.fence is not None:
                 try:
-                    self.fence.release()
+                    if landed is False:
+                        self.fence.abort()
+                    else:
+                        self.fence.release()
                 except BaseException as rel:  # noqa: BLE001 - the unknown flip is what the caller must see
-                    exc.message = (f"{exc.message}; also, releasing the rename fence failed ({rel}): the settler "
-                                   "finishes or undoes it")
+                    exc.message = (f"{exc.message}; also, putting the rename fence on its side failed ({rel}): the "
+                                   "settler finishes or undoes it")
             exc.result = self._result((time.monotonic() - (self.t_freeze or time.monotonic())) * 1000)
             raise
         except BaseException as exc:
@@ -539,6 +554,21 @@ class CutoverRun:
             hooks.after_flip(self)
         assert self.flipped_epoch is not None
         return self._result(freeze_ms)
+
+    def _landed_once_lease_is_gone(self, timeout: float = 10.0) -> bool | None:
+        """After an unknown flip: give the lease up, then read the map. True/False once the lease node
+        is known gone (the guarded flip CAS can no longer commit, so the map is final); None when
+        that cannot be known now (ZooKeeper unreachable)."""
+        path = self.guard
+        if self.lease is None or path is None:
+            return None
+        self.lease.release()  # its record stays while the phase is still "cutover": for the settler
+        try:
+            if self.zk.client.exists(path) is not None:
+                return None  # not deleted (the lease's own session was cut off): it ends with that session
+            return self.flip_landed(reread_map(self.maps, timeout))
+        except (*ZK_LOST, KazooException):
+            return None
 
     def _result(self, freeze_ms: float) -> CutoverResult:
         return CutoverResult(self.spec.id, round(freeze_ms, 2), self.flipped_epoch or 0, self.fence_gtid,

@@ -191,16 +191,24 @@ def test_a_live_lease_is_never_settled(fleet):
 
 
 def test_a_holder_that_lost_its_lease_does_not_flip(fleet):
-    """The flip CAS is guarded by the lease: once it is gone (a settler may be at work) the flip is refused."""
+    """The flip CAS is guarded by the lease: once it is gone (a settler may be at work) the flip is
+    refused. The holder undoes what is its own (its fence, its gates); the unfreeze and the phase,
+    guarded by the lease as well, are left to the settler, which then settles it before the flip."""
     prep = prepare_converged(fleet, MOVING, options=Options(freeze_budget_ms=20000))
     spec = prep.spec
 
     def lose_lease(run):  # as a session expiry would: the ephemeral node goes
         run.lease.zk.client.delete(run.lease.path)
 
-    with pytest.raises(CutoverAborted, match="lost the cutover's lease"):
+    with pytest.raises(CutoverAborted, match="lost the cutover's lease") as err:
         cutover(fleet.config, spec.id, drainer=prep.drainer, hooks=CutoverHooks(before_flip=lose_lease))
     prep.drainer.close()
+    assert "left the unfreeze and the phase to the worker" in err.value.message
+    smap = ShardMapStore(fleet.zk).read()
+    assert all(smap.is_frozen(s) for s in MOVING) and prep.store.state(spec.id)[0].phase == Phase.CUTOVER
+    with mysql_connect(fleet.hosts[spec.source_slave], fleet.credentials) as b:
+        assert gate_leftovers(b) == []  # its own gate: reopened and removed
+    assert reconcile(fleet.config, spec.id) == Phase.CONVERGED  # the settler
     assert _sides(fleet, spec) == "before"
     assert prep.store.state(spec.id)[0].phase == Phase.CONVERGED
 
