@@ -196,7 +196,10 @@ class CutoverRun:
             action(self)
             return True
         lock = settle_lock(self.zk, self.spec.id)
-        if not lock.acquire(blocking=True, timeout=5):
+        try:
+            if not lock.acquire(blocking=True, timeout=5):
+                return False
+        except KazooException:  # ZooKeeper unreachable: the lease cannot be confirmed either
             return False
         try:
             if not self.lease.alive:
@@ -204,7 +207,10 @@ class CutoverRun:
             action(self)
             return True
         finally:
-            lock.release()
+            try:
+                lock.release()
+            except KazooException:
+                pass  # the lock ends with this process's session
 
     # -- prepare --------------------------------------------------------------------------
     def prepare(self) -> None:
@@ -408,19 +414,21 @@ class CutoverRun:
             self._undone = True
             try:
                 if self._pre_flipped and self.direction.undo_pre_flip is not None:
+                    self._pre_flipped = False
                     if not self._while_holding(self.direction.undo_pre_flip):
                         self.lease_lost = True
-                    self._pre_flipped = False
-                if self.fence is not None:
-                    self.fence.abort()
             finally:
                 try:
-                    for gate in (self.active_gate, self.passive_gate):
-                        if gate is not None:
-                            gate.reopen()
+                    if self.fence is not None:
+                        self.fence.abort()
                 finally:
-                    if self.frozen_epoch is not None and self.unfreeze():
-                        self.t_released = time.monotonic()  # clients wait no longer
+                    try:
+                        for gate in (self.active_gate, self.passive_gate):
+                            if gate is not None:
+                                gate.reopen()
+                    finally:
+                        if self.frozen_epoch is not None and self.unfreeze():
+                            self.t_released = time.monotonic()  # clients wait no longer
 
     # -- the freeze ----------------------------------------------------------------------------
     def run(self, hooks: CutoverHooks) -> CutoverResult:
@@ -496,8 +504,9 @@ class CutoverRun:
                 if not self._while_holding(self.direction.pre_flip):
                     self._pre_flipped = False
                     raise CutoverAborted(f"this process lost the {self.direction.label}'s lease in ZooKeeper before "
-                                         "the flip (its session expired), so a worker may be settling it: nothing "
-                                         "was renamed and the flip was not made; retry", phase=self.direction.label)
+                                         "the flip (its session expired, or ZooKeeper did not answer), so a worker "
+                                         "may be settling it: nothing was renamed and the flip was not made; retry",
+                                         phase=self.direction.label)
             flipped = self._flip()
             t = self._step("flip_cas", t)
             if self.fence is not None:

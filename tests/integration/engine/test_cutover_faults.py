@@ -183,6 +183,41 @@ def _pause_zookeeper(sb, seconds: float) -> threading.Thread:
     return t
 
 
+def _pause_at_the_flip_cas(sb, reread: str, resumer: list[threading.Thread]):
+    """A ``before_flip`` hook: pause the server the moment the flip's transaction is committed, so
+    the request goes out to a server that holds it, unanswered, until it resumes (``PAUSE_S``).
+    ``no_answer``/``lost_answer``: the run gives up reading the map back while the server is still
+    paused; ``lost_answer``: the transaction commits first and only its answer is lost."""
+
+    def at_flip(run) -> None:
+        if reread in ("no_answer", "lost_answer"):
+            run.reread_s = 3.0
+        client = run.maps.zk.client
+        plain = client.transaction
+
+        def paused_transaction():
+            tx = plain()
+            commit_async = tx.commit_async
+
+            def commit_paused():
+                if not any(getattr(op, "path", None) == run.maps.path for op in tx.operations):
+                    return commit_async()  # not the flip's (a rollback's settle lock before it)
+                client.transaction = plain  # the flip's transaction only
+                if reread == "lost_answer":
+                    commit_async().get()
+                    resumer.append(_pause_zookeeper(sb, PAUSE_S))
+                    raise ConnectionLoss()
+                resumer.append(_pause_zookeeper(sb, PAUSE_S))
+                return commit_async()
+
+            tx.commit_async = commit_paused
+            return tx
+
+        client.transaction = paused_transaction
+
+    return at_flip
+
+
 @pytest.mark.parametrize("reread", ["answers", "no_answer", "lost_answer"])
 def test_zookeeper_paused_at_the_flip_keeps_the_fences_closed_until_settled(fleet, tmp_path, reread):
     """ZooKeeper is paused (SIGSTOP) right as the flip CAS goes out and resumed after every
@@ -207,32 +242,7 @@ def test_zookeeper_paused_at_the_flip_keeps_the_fences_closed_until_settled(flee
     workers = Workers(fleet.config_path, tmp_path).start(1)  # a settler, should the cutover not settle it
     resumer: list[threading.Thread] = []
 
-    def at_flip(run) -> None:
-        """Pause the server the moment the flip's transaction is committed: the request goes out to
-        a server that holds it, unanswered, until it resumes."""
-        if reread in ("no_answer", "lost_answer"):
-            run.reread_s = 3.0  # gives up reading the map back while the server is still paused
-        client = run.maps.zk.client
-        plain = client.transaction
-
-        def paused_transaction():
-            tx = plain()
-            commit_async = tx.commit_async
-
-            def commit_paused():
-                client.transaction = plain  # the flip's transaction only
-                if reread == "lost_answer":  # it commits, and its answer is lost with the server
-                    commit_async().get()
-                    resumer.append(_pause_zookeeper(sb, PAUSE_S))
-                    raise ConnectionLoss()
-                resumer.append(_pause_zookeeper(sb, PAUSE_S))
-                return commit_async()
-
-            tx.commit_async = commit_paused
-            return tx
-
-        client.transaction = paused_transaction
-
+    at_flip = _pause_at_the_flip_cas(sb, reread, resumer)
     outcome = "after"
     try:
         time.sleep(1.0)
@@ -295,3 +305,96 @@ def test_zookeeper_paused_at_the_flip_keeps_the_fences_closed_until_settled(flee
                     assert not (live & SEED_TABLES) and SEED_TABLES <= dead, (db, live, dead)
                 else:
                     assert SEED_TABLES <= live and not (dead & SEED_TABLES), (db, live, dead)
+
+
+@pytest.mark.parametrize("reread", ["no_answer", "lost_answer"])
+def test_zookeeper_paused_at_the_flip_back_keeps_the_fences_closed_until_settled(fleet, tmp_path, reread):
+    """The same fault at a rollback's flip back: the new pair is fenced (its passive member written
+    to throughout), the old master's tables were renamed live just before the CAS. The fences stay
+    closed until the settle from the map: wholly flipped back (the new pair's tables tombstoned on
+    both members, the old master's live) or wholly not (the new pair serves, the old master's tables
+    back in the tombstones), every acknowledged write on the final owner, both directions of the new
+    pair replicating, no gate left."""
+    from migrator.engine.cutover.errors import FlipUnknown
+    from migrator.engine.rollback import RollbackError, rollback
+
+    from .cutover_setup import PassiveWriter, Workers, gate_leftovers, pair_synced, replicating, tables_in
+
+    prep = prepare_converged(fleet, MOVING, options=Options(freeze_budget_ms=20000))
+    spec = prep.spec
+    sb = fleet.sandbox
+    cutover(fleet.config, spec.id, drainer=prep.drainer)
+    prep.drainer.close()
+    passive = fleet.hosts[spec.target_slave]  # the new pair's passive member: gated by the flip back
+    router = ShardRouter(fleet.zk, fleet.credentials).start()
+    routed = Writer(router, shards=MOVING, patience_s=120).start()
+    pw = PassiveWriter(passive, fleet.credentials, MOVING).start()
+    workers = Workers(fleet.config_path, tmp_path).start(1)
+    resumer: list[threading.Thread] = []
+
+    at_flip = _pause_at_the_flip_cas(sb, reread, resumer)
+    outcome = "after"
+    try:
+        time.sleep(1.0)
+        try:
+            rollback(fleet.config, spec.id, hooks=CutoverHooks(before_flip=at_flip))
+        except RollbackError as exc:
+            assert "had not landed" in exc.message, exc.message
+            outcome = "before"
+        except FlipUnknown as exc:
+            print(f"left to the settler: {exc.message}")
+            outcome = "settler"
+        for t in resumer:
+            t.join(60)
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                smap = ShardMapStore(fleet.zk).read()
+                phase = prep.store.state(spec.id)[0].phase
+                if not smap.frozen and phase != Phase.ROLLING_BACK and \
+                        not fleet.zk.client.exists(fleet.zk.path("cutovers", spec.id)):
+                    break
+            except KazooException:
+                phase, smap = None, None
+            assert time.monotonic() < deadline, f"not settled: {phase}, {smap}\n{workers.logs()}"
+            time.sleep(0.2)
+        time.sleep(1.0)
+    finally:
+        for t in resumer:
+            t.join(60)
+        pw.stop()
+        routed.stop()
+        workers.stop()
+    smap = ShardMapStore(fleet.zk).read()
+    owners = {smap.master_of(s) for s in MOVING}
+    assert len(owners) == 1
+    where = "after" if owners == {spec.source_master} else "before"
+    assert outcome == "settler" or where == outcome, (outcome, where)
+    if reread == "lost_answer":
+        assert where == "after"
+    assert prep.store.state(spec.id)[0].phase == (Phase.ROLLED_BACK if where == "after" else Phase.DONE)
+    print(f"ZooKeeper paused at the flip back ({reread}): ended {where} it; passive writes refused: {pw.refused}")
+    assert not routed.errors, routed.errors[:5]
+    assert not pw.other_errors, pw.other_errors[:5]
+    owner = fleet.hosts[owners.pop()]
+    with mysql_connect(owner, fleet.credentials) as c, c.cursor() as cur:
+        for (shard, lid), data in {**pw.acks, **routed.acks}.items():
+            cur.execute(f"SELECT data FROM db{shard:05d}.pins WHERE local_id = %s", (lid,))
+            row = cur.fetchone()
+            assert row is not None and row[0] == data, (shard, lid, row, data)
+    with mysql_connect(prep.target, fleet.credentials) as a, mysql_connect(passive, fleet.credentials) as b:
+        pair_synced(a, b)
+        replicating(a)
+        replicating(b)
+        for c in (a, b):
+            assert gate_leftovers(c) == []
+            for db in spec.databases:
+                live, dead = tables_in(c, db), tables_in(c, tomb_db(spec.id, db))
+                if where == "after":
+                    assert not (live & SEED_TABLES) and SEED_TABLES <= dead, (db, live, dead)
+                else:
+                    assert SEED_TABLES <= live and not (dead & SEED_TABLES), (db, live, dead)
+    with mysql_connect(prep.source, fleet.credentials) as old:
+        for db in spec.databases:
+            live, dead = tables_in(old, db), tables_in(old, tomb_db(spec.id, db))
+            assert (SEED_TABLES <= live) == (where == "after") and (SEED_TABLES <= dead) == (where == "before")
