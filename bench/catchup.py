@@ -1,6 +1,6 @@
 """Benchmark: catch-up apply rate vs an ordinary writer and vs a native MariaDB replica.
 
-    python -m bench.catchup [--sandbox DIR] [--seconds 15] [--repeat 3] [--lanes N]
+    python -m bench.catchup [--sandbox DIR] [--seconds 15] [--repeat 3] [--lanes N] [--fence on|off|both]
 
 1. sysbench ``oltp_write_only`` (4 threads, unthrottled, over TCP as a client)
    writes into ``db00002`` on MySQL001A for ``--seconds``: the write rate is the
@@ -9,7 +9,9 @@
    tables) is applied ``--repeat`` times by each, interleaved, from the same
    snapshot of the tables (taken at the start position):
    - the migrator catch-up :class:`~migrator.engine.catch_up.tailer.Tailer`
-     (reader process + applier lanes) into MySQL003A;
+     (reader process + applier lanes) into MySQL003A, with its fencing token
+     (every lane transaction checks it on the target, as a migration's tail
+     does; ``--fence off`` leaves it out, ``--fence both`` runs both, side by side);
    - a fresh native replica (a standalone mariadbd started here with the
      fleet's settings, one SQL thread, ``replicate_do_db``): ``START SLAVE``
      until ``MASTER_GTID_WAIT(end)`` (its start-up and snapshot load not timed).
@@ -35,7 +37,7 @@ from pathlib import Path
 import pymysql
 
 from bench import replica, sysbench
-from migrator.engine.catch_up.lanes import Pacer
+from migrator.engine.catch_up.lanes import Epoch, Pacer
 from migrator.engine.catch_up.tailer import Tailer
 from migrator.fleet import mysql
 from migrator.fleet.gtid import GtidPos
@@ -63,14 +65,16 @@ def checksums(conn: pymysql.connections.Connection) -> list[int]:
 
 # -- the migrator tailer ---------------------------------------------------------------------
 
-def run_tailer(sb: Sandbox, snap: Path, start: str, end: str, want: list[int], lanes: int | None) -> tuple[int, float]:
+def run_tailer(sb: Sandbox, snap: Path, start: str, end: str, want: list[int], lanes: int | None,
+               fenced: bool = True) -> tuple[int, float]:
     hosts, creds = sb.hosts(), sb.credentials()
     with sb.root_conn(TARGET) as c, c.cursor() as cur:
         cur.execute(f"DROP DATABASE IF EXISTS {DB}")
     load(replica.client(hosts[TARGET], creds), replica.env(creds), snap)
     pacer = Pacer(lanes=lanes, adapt=False) if lanes else Pacer()
+    epoch = Epoch("bench-catchup", time.time_ns(), "bench") if fenced else None  # a larger token every run
     tailer = Tailer(hosts[SOURCE], hosts[TARGET], creds, start=GtidPos.parse(start), schema_map={DB: DB},
-                    pacer=pacer)
+                    pacer=pacer, epoch=epoch)
     try:
         t0 = time.monotonic()  # the reader process starts inside the timing, as a replica's threads do
         stats = tailer.apply_until(GtidPos.parse(end), timeout_s=900)
@@ -104,6 +108,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=4)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--lanes", type=int, default=0, help="fixed lane count (default: adapt)")
+    ap.add_argument("--fence", choices=("on", "off", "both"), default="on",
+                    help="the tail's fencing token: with it (as in a migration), without, or both side by side")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="migrator-bench-catchup-"))
     own = args.sandbox is None
@@ -124,14 +130,23 @@ def main() -> None:
             end = str(mysql.binlog_pos(c))
             want = checksums(c)
         mine: list[tuple[int, float]] = []
+        bare: list[tuple[int, float]] = []
         native: list[float] = []
         for i in range(args.repeat):
-            mine.append(run_tailer(sb, snap, start, end, want, args.lanes or None))
+            extra = ""
+            if args.fence == "both" and i % 2:  # every other run without the token first: no order effect
+                bare.append(run_tailer(sb, snap, start, end, want, args.lanes or None, fenced=False))
+            mine.append(run_tailer(sb, snap, start, end, want, args.lanes or None, fenced=args.fence != "off"))
+            if args.fence == "both" and not i % 2:
+                bare.append(run_tailer(sb, snap, start, end, want, args.lanes or None, fenced=False))
+            if bare:
+                extra = f", without the token {bare[-1][0] / bare[-1][1]:.0f} events/s ({bare[-1][1]:.2f} s)"
             native.append(run_replica(sb, snap, start, end, want, tmp))
-            print(f"run {i + 1}: migrator {mine[-1][0] / mine[-1][1]:.0f} events/s ({mine[-1][1]:.2f} s), "
+            print(f"run {i + 1}: migrator {mine[-1][0] / mine[-1][1]:.0f} events/s ({mine[-1][1]:.2f} s){extra}, "
                   f"native replica {mine[-1][0] / native[-1]:.0f} events/s ({native[-1]:.2f} s)", flush=True)
         with sb.root_conn(TARGET) as c, c.cursor() as cur:
             cur.execute(f"DROP DATABASE IF EXISTS {DB}")
+            cur.execute("DROP DATABASE IF EXISTS `_migrator_fence`")  # the runs' fencing tokens
         purge(sb, ("MySQL001A", "MySQL001B", "MySQL003A", "MySQL003B"))
     finally:
         if own:
@@ -144,8 +159,14 @@ def main() -> None:
     print(f"{'what':<16} {'how':<44} {'events':>8} {'seconds':>8} {'events/s':>9}")
     print(f"{'writer':<16} {f'sysbench oltp_write_only, {args.threads} threads, {writer.tps:.0f} tps':<44} "
           f"{events:>8} {writer.seconds:>8.2f} {write_rate:>9.0f}")
-    print(f"{'catch-up':<16} {'reader process + lanes, median of ' + str(args.repeat):<44} {events:>8} "
+    how = "fencing token" if args.fence != "off" else "no fencing token"
+    print(f"{'catch-up':<16} {f'reader process + lanes, {how}, median of {args.repeat}':<44} {events:>8} "
           f"{statistics.median(s for _, s in mine):>8.2f} {apply_rate:>9.0f}")
+    if bare:
+        bare_rate = statistics.median(n / s for n, s in bare)
+        print(f"{'catch-up':<16} {f'reader process + lanes, no token, median of {args.repeat}':<44} {events:>8} "
+              f"{statistics.median(s for _, s in bare):>8.2f} {bare_rate:>9.0f}")
+        print(f"fenced_vs_unfenced={apply_rate / bare_rate:.2f}")
     print(f"{'native replica':<16} {'1 SQL thread, median of ' + str(args.repeat):<44} {events:>8} "
           f"{statistics.median(native):>8.2f} {replica_rate:>9.0f}")
     print(f"binlog range {start} -> {end}")

@@ -11,7 +11,13 @@ record: :func:`migrator.ops.steps.enqueue_current_step`).
   queue partition), options. Changing what to move means a new migration.
 * ``state`` (the node's own data, written by compare-and-set on its znode
   version) holds the phase and small counters. Phases only move forward,
-  except ``abort``/``rollback`` which have their own terminal phases.
+  except ``abort``/``rollback`` which have their own terminal phases. A phase
+  change that must start from a known phase says so (``expect``: refused with
+  :class:`PhaseConflict` otherwise), and one made on behalf of a claim that can
+  be lost (a cutover's lease, a settler's lock) names that claim's znode
+  (``guard``): the write commits in one ZooKeeper transaction with a check that
+  the node still exists, so a process that lost its claim cannot write the
+  phase behind the back of whoever took over (:class:`GuardLost`).
 * Per-table copy progress lives in child nodes ``copy/<db>.<table>``
   (``last_key``: the primary key of the last row copied, ``done``, ``rows``,
   ``start_gtid``: the source position seen before the first chunk). A chunk is
@@ -36,7 +42,7 @@ from collections.abc import Callable
 from enum import Enum
 from typing import Any, Literal
 
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, RolledBackError
 from pydantic import BaseModel, ConfigDict, Field
 
 from migrator.errors import MigratorError
@@ -53,6 +59,19 @@ class MigrationError(MigratorError):
 
 class MigrationNotFound(MigrationError):
     exit_code = 2
+
+
+class PhaseConflict(MigrationError):
+    """A phase change found the migration in another phase than the one it starts from."""
+
+    exit_code = 3
+
+
+class GuardLost(MigrationError):
+    """A guarded write was refused: its guard znode (a lease, a lock) is gone, so the process
+    that made it no longer holds the claim the write was made under."""
+
+    exit_code = 3
 
 
 class ShardsBusy(MigrationError):
@@ -254,10 +273,13 @@ class MigrationStore:
             return []
 
     # -- state changes -------------------------------------------------------
-    def update(self, mid: str, change: Callable[[State], State | None], *, attempts: int = 20) -> State:
+    def update(self, mid: str, change: Callable[[State], State | None], *, attempts: int = 20,
+               guard: str | None = None) -> State:
         """Apply ``change`` to the state by CAS, re-reading on a lost race.
 
         ``change`` may mutate and return the state, or return None to skip.
+        ``guard``: a znode that must still exist for the write to commit (checked in the
+        same ZooKeeper transaction); :class:`GuardLost` when it is gone.
         """
         for _ in range(attempts):
             st, version = self.state(mid)
@@ -266,15 +288,42 @@ class MigrationStore:
                 return st
             _stamp_actor(new.history, len(st.history))
             new.updated_at = time.time()
-            try:
-                self.zk.client.set(self._node(mid), new.model_dump_json().encode(), version=version)
-                return new
-            except BadVersionError:
+            data = new.model_dump_json().encode()
+            if guard is None:
+                try:
+                    self.zk.client.set(self._node(mid), data, version=version)
+                    return new
+                except BadVersionError:
+                    continue
+            tx = self.zk.client.transaction()
+            tx.check(guard, -1)
+            tx.set_data(self._node(mid), data, version=version)
+            results = tx.commit()
+            if isinstance(results[0], NoNodeError):
+                raise GuardLost(f"migration {mid}: {guard} is gone, so the state was not changed: the process "
+                                "that held it lost its claim (its ZooKeeper session expired) and whoever took "
+                                "over decides now")
+            if isinstance(results[1], BadVersionError):
                 continue
+            _raise_first(results)
+            return new
         raise MigrationError(f"migration {mid}: state kept changing under us ({attempts} tries)")
 
-    def set_phase(self, mid: str, phase: Phase, *, error: str | None = None, **fields: Any) -> State:
+    def set_phase(self, mid: str, phase: Phase, *, error: str | None = None,
+                  expect: Phase | tuple[Phase, ...] | None = None, guard: str | None = None,
+                  **fields: Any) -> State:
+        """Set the phase (and ``fields``); a compare-and-set on the record.
+
+        ``expect``: the phase (or phases) the change starts from; in any other phase it is
+        refused with :class:`PhaseConflict` and nothing is written. ``guard``: see :meth:`update`.
+        """
+        allowed = (expect,) if isinstance(expect, Phase) else expect
+
         def change(st: State) -> State:
+            if allowed is not None and st.phase not in allowed:
+                raise PhaseConflict(f"migration {mid} is {st.phase.value}, not "
+                                    f"{' or '.join(p.value for p in allowed)}: someone else moved it on; "
+                                    f"not setting it to {phase.value} (see `migrator status {mid}`)")
             if st.phase != phase:
                 st.history.append(_transition(st.phase, phase, error))
             st.phase = phase
@@ -283,7 +332,7 @@ class MigrationStore:
                 setattr(st, k, v)
             return st
 
-        return self.update(mid, change)
+        return self.update(mid, change, guard=guard)
 
     def record_stop(self, mid: str, step: str, reason: str, next_step: str) -> State:
         """The pipeline gave up on ``step``: say why and what to do next, where ``status`` shows it."""
@@ -306,10 +355,15 @@ class MigrationStore:
             return None, None
         return json.loads(data), stat.version
 
-    def put_progress(self, mid: str, key: str, value: dict[str, Any], version: int | None = None) -> int:
-        """Write a progress node; with ``version`` it is a CAS (BadVersionError on a race)."""
+    def put_progress(self, mid: str, key: str, value: dict[str, Any], version: int | None = None,
+                     guard: str | None = None) -> int:
+        """Write a progress node; with ``version`` it is a CAS (BadVersionError on a race). With
+        ``guard`` the write commits only while that znode exists (one ZooKeeper transaction;
+        :class:`GuardLost` otherwise): a tail writes its checkpoint so, guarded by its applier lock."""
         path = self._node(mid, key)
         data = json.dumps(value, default=str).encode()
+        if guard is not None:
+            return self._put_guarded(mid, path, data, version, guard)
         if version is None:
             try:
                 stat = self.zk.client.set(path, data)
@@ -319,6 +373,25 @@ class MigrationStore:
                 return 0
         stat = self.zk.client.set(path, data, version=version)
         return stat.version
+
+    def _put_guarded(self, mid: str, path: str, data: bytes, version: int | None, guard: str) -> int:
+        for create in (False, True):
+            tx = self.zk.client.transaction()
+            tx.check(guard, -1)
+            if create:
+                tx.create(path, data, acl=self.zk.protected_acl())
+            else:
+                tx.set_data(path, data, version=-1 if version is None else version)
+            results = tx.commit()
+            if isinstance(results[0], NoNodeError):
+                raise GuardLost(f"migration {mid}: {guard} is gone, so {path.rsplit('/', 1)[1]} was not written: "
+                                "the process that held it lost its claim (its ZooKeeper session expired)")
+            if not create and version is None and isinstance(results[1], NoNodeError):
+                self.zk.ensure(path.rsplit("/", 1)[0])
+                continue  # a first write: create the node, under the same guard
+            _raise_first(results)
+            return 0 if create else results[1].version
+        raise AssertionError("unreachable")
 
     def progress_keys(self, mid: str, prefix: str) -> list[str]:
         try:
@@ -349,6 +422,15 @@ class MigrationStore:
         spec = self.spec(mid)
         self.release_locks(spec)
         self.zk.client.delete(self._node(mid), recursive=True)
+
+
+def _raise_first(results: list[Any]) -> None:
+    """kazoo's ``transaction().commit()`` returns exceptions instead of raising them: raise the first
+    real one (the others of a failed transaction are RolledBackError)."""
+    errors = [r for r in results if isinstance(r, Exception)]
+    real = [r for r in errors if not isinstance(r, RolledBackError)]
+    if real or errors:
+        raise (real or errors)[0]
 
 
 def _stamp_actor(history: list[dict[str, Any]], since: int) -> None:

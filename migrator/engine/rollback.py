@@ -36,8 +36,12 @@ were at the flip. Since then clients wrote to the new master. So:
    reverse tail, compare, then, still under the fence, rename the old master's
    tombstones back to ``dbNNNNN`` and flip the ranges back in one CAS. If the
    flip does not land, the old master's tables go back to the tombstone names
-   and the new master's fence is undone: the new master keeps serving. A
-   process killed inside it is settled by a live ``migrator worker``
+   and the new master's fence is undone: the new master keeps serving. Those
+   renames of the old master's tables are made under the settle lock while the
+   lease is held, never by a process that lost it. A flip back whose outcome
+   is unknown keeps its fences closed and is settled from the map once the
+   lease is given up, as the cutover's is. A process killed inside it is
+   settled by a live ``migrator worker``
    (:mod:`migrator.engine.cutover.settle`), wholly before or after the flip.
    An attempt stopped before the flip (budget overrun, drain timeout) is
    followed by more passes and another attempt, up to :data:`MAX_ATTEMPTS` in
@@ -57,7 +61,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from migrator.engine.catch_up.checkpoint import applier_lock
+from kazoo.exceptions import SessionExpiredError
+
+from migrator.engine.catch_up.checkpoint import applier_claim, applier_lock
 from migrator.engine.catch_up.checkpoint import moving_tables as tail_tables
 from migrator.engine.catch_up.passes import PassResult, judge, measure_pass
 from migrator.engine.catch_up.tailer import DrainTimeout, Tailer
@@ -66,10 +72,10 @@ from migrator.engine.cutover.errors import CutoverError, FlipUnknown, FreezeBudg
 from migrator.engine.cutover.gate import FIXED_FREEZE_MS
 from migrator.engine.cutover.hooks import CutoverHooks, CutoverResult
 from migrator.engine.cutover.lease import CutoverLease
-from migrator.engine.cutover.reconcile import reconcile
+from migrator.engine.cutover.reconcile import reconcile, settle_unknown
 from migrator.engine.cutover.run import CutoverRun
 from migrator.engine.cutover.sentinel import ensure_sentinel
-from migrator.engine.migration import MigrationStore, Phase, Spec
+from migrator.engine.migration import GuardLost, MigrationStore, Phase, PhaseConflict, Spec
 from migrator.engine.names import SENTINEL_TABLE, rename_tomb_tables, tomb_db
 from migrator.engine.verify.checksums import moving_tables
 from migrator.engine.verify.drainers import Drainer, TailDrainer
@@ -118,20 +124,29 @@ class ReverseDrainer(TailDrainer):
 
     def open(self) -> ReverseDrainer:
         if self._tailer is None:
+            key = f"{self.spec.id}-rollback"
             if self._lock is None:  # one reverse tail at a time, taken before the checkpoint is read
-                self._lock = applier_lock(self.store.zk, f"{self.spec.id}-rollback", "rollback")
+                self._lock = applier_lock(self.store.zk, key, "rollback")
+            # its node guards the checkpoint writes; its token fences the writes into the tombstones
+            claim = applier_claim(self.store.zk, self._lock, key)
             node, _ = self.store.get_progress(self.spec.id, TAIL_NODE)
             start = (node or {}).get("gtid") or self.start
             tailer = Tailer(
                 self.new_master, self.old_master, self.credentials, start=GtidPos.parse(start),
                 start_state=(node or {}).get("state") if (node or {}).get("gtid") else None,
                 schema_map={db: tomb_db(self.spec.id, db) for db in self.spec.databases},
-                tables=_with_sentinel(tail_tables(self.spec)),
+                tables=_with_sentinel(tail_tables(self.spec)), epoch=claim.epoch(),
             )
 
             def checkpoint(pos: GtidPos) -> None:
-                self.store.put_progress(self.spec.id, TAIL_NODE, {"gtid": str(pos), "state": str(tailer.applied_state),
-                                                                  "at": time.time()})
+                try:
+                    node = {"gtid": str(pos), "state": str(tailer.applied_state), "at": time.time()}
+                    self.store.put_progress(self.spec.id, TAIL_NODE, node, guard=claim.node)
+                except GuardLost:
+                    raise claim.lost("its applier lock is gone, so the reverse tail's checkpoint was not "
+                                     "written") from None
+                except SessionExpiredError:
+                    raise claim.lost("its ZooKeeper session expired, and its applier lock with it") from None
 
             tailer.on_checkpoint = checkpoint
             self._tailer = tailer
@@ -388,34 +403,77 @@ def _attempt(config: Config, zk: Any, store: MigrationStore, creds: Credentials,
     lease = CutoverLease(config, creds, migration_id).acquire()
     run = CutoverRun(config, zk, creds, spec, drainer, direction)
     run.lease = lease
+    unknown: FlipUnknown | None = None
     try:
         run.prepare()
         run.check_target_standby()
         run.refresh_verified_gtid()
-        store.set_phase(migration_id, Phase.ROLLING_BACK)
+        # from done, and only while this process holds the lease
+        store.set_phase(migration_id, Phase.ROLLING_BACK, expect=Phase.DONE, guard=lease.path)
         try:
             result = run.run(hooks or CutoverHooks())
-        except FlipUnknown:
-            raise  # phase stays rolling_back: a worker settles it once this lease ends
+        except FlipUnknown as exc:
+            unknown = exc  # phase stays rolling_back, fences closed: settled from the map below
         except BaseException as exc:
             msg = exc.message if isinstance(exc, MigratorError) else f"{type(exc).__name__}: {exc}"
             if run.flipped_epoch is not None:
                 # flipped back, the release did not complete: a worker settles it (finishes) once the lease ends
-                store.set_phase(migration_id, Phase.ROLLING_BACK, error=f"flipped back; release failed: {msg}")
+                _phase_while_held(store, migration_id, Phase.ROLLING_BACK, lease,
+                                  error=f"flipped back; release failed: {msg}")
                 raise RollbackError(f"the ranges flipped back to {spec.source_master} but releasing the fence on "
                                     f"{spec.target_master} failed ({msg}); a running `migrator worker` finishes "
                                     f"it within seconds, or run `migrator rollback {migration_id}` again",
                                     phase="rollback") from None
-            store.set_phase(migration_id, Phase.DONE, error=f"rollback aborted: {msg}")
+            if not _phase_while_held(store, migration_id, Phase.DONE, lease, error=f"rollback aborted: {msg}"):
+                note = ("this process lost its lease meanwhile, so it left the unfreeze, the old master's tables "
+                        "and the phase to the worker that settles the attempt (within seconds)")
+                if isinstance(exc, MigratorError):
+                    exc.message = f"{exc.message}; {note}"
+                else:
+                    exc.add_note(note)
             _record_attempt(store, migration_id, run.attempt(f"aborted: {msg}"))
             raise
-        store.set_phase(migration_id, Phase.ROLLED_BACK, freeze_ms=result.freeze_ms,
-                        flipped_epoch=result.flipped_epoch)
-        store.put_progress(migration_id, "rollback", result.to_dict())
-        _record_attempt(store, migration_id, run.attempt("flipped back"))
-        return result
+        if unknown is None:
+            try:
+                store.set_phase(migration_id, Phase.ROLLED_BACK, freeze_ms=result.freeze_ms,
+                                flipped_epoch=result.flipped_epoch, expect=Phase.ROLLING_BACK)
+                store.put_progress(migration_id, "rollback", result.to_dict())
+            except PhaseConflict:
+                pass  # a settler finished it first: the flip back stands, recorded by it
+            _record_attempt(store, migration_id, run.attempt("flipped back"))
+            return result
     finally:
         try:
-            run.close()
+            run.close()  # an unknown flip back keeps its gates closed (CutoverRun.close)
         finally:
             lease.release()
+    # the flip back's outcome was unknown: the lease is given up (the guarded CAS can no longer land),
+    # then the map decides, as a settler would
+    phase = settle_unknown(config, zk, migration_id, lease)
+    if phase == Phase.ROLLED_BACK and unknown.result is not None:
+        state, _ = store.state(migration_id)
+        unknown.result.flipped_epoch = state.flipped_epoch or 0
+        _record_attempt(store, migration_id, run.attempt("flipped back (outcome unknown at the CAS; settled from the "
+                                                         "map)"))
+        return unknown.result
+    if phase == Phase.DONE:
+        _record_attempt(store, migration_id, run.attempt("aborted: flip back outcome unknown; settled from the map: "
+                                                         "not landed, undone"))
+        raise RollbackError(f"{unknown.message}. Settled from the map once the lease was given up: the flip back had "
+                            f"not landed, so it was undone and {spec.target_master} still serves; run `migrator "
+                            f"rollback {migration_id}` again", phase="rollback")
+    unknown.message = (f"{unknown.message}. It could not be settled now (ZooKeeper unreachable, or another settler "
+                       f"at it): a running `migrator worker` settles it once this process's lease has ended, or run "
+                       f"`migrator rollback {migration_id}` again")
+    raise unknown
+
+
+def _phase_while_held(store: MigrationStore, migration_id: str, phase: Phase, lease: CutoverLease,
+                      error: str) -> bool:
+    """Set the phase from ``rolling_back``, guarded by the lease; False when the lease is gone (the
+    settler sets it then) or the phase moved on."""
+    try:
+        store.set_phase(migration_id, phase, error=error, expect=Phase.ROLLING_BACK, guard=lease.path)
+        return True
+    except (GuardLost, PhaseConflict):
+        return False

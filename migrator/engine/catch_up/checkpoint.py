@@ -6,11 +6,18 @@ target; ``state`` says the same per (domain, server) (what decides whether a
 target is reached in every GTID layout: :mod:`migrator.fleet.gtid`). It is
 written by compare-and-set after each committed batch, so a second catch-up
 worker on the same migration loses a CAS and steps aside
-(:class:`CatchUpConflict`). Before the first pass there is no ``gtid`` yet: the
-tail starts at the earliest ``start_gtid`` that the copy recorded for its
-tables (:func:`copy_start`): the one read first, told by the ``start_state``
-recorded beside each (per-domain minima would pick a later position when two
-servers share a domain). Replaying from any earlier
+(:class:`CatchUpConflict`). Before any of that, a tail takes the migration's
+applier lock (:func:`applier_lock`); the lock's node is its claim
+(:class:`ApplierClaim`): its checkpoint writes commit only while that node
+exists (one ZooKeeper transaction with a check of it), and the node's czxid is
+the fencing token every write of the tail to the target carries
+(:class:`~migrator.engine.catch_up.lanes.Epoch`). A tail whose session expired
+while it lived on can then neither land rows nor move the checkpoint
+(:class:`~migrator.engine.catch_up.tailer.StaleApplier`). Before the first pass
+there is no ``gtid`` yet: the tail starts at the earliest ``start_gtid`` that
+the copy recorded for its tables (:func:`copy_start`): the one read first, told
+by the ``start_state`` recorded beside each (per-domain minima would pick a
+later position when two servers share a domain). Replaying from any earlier
 position is harmless because apply is idempotent by key.
 
 :func:`open_tailer` is how every user gets a tailer for a migration: catch-up
@@ -20,12 +27,14 @@ passes, verify's drains and the cutover's drain under its fence.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any
 
-from kazoo.exceptions import BadVersionError, LockTimeout
+from kazoo.exceptions import BadVersionError, LockTimeout, SessionExpiredError
 
-from migrator.engine.catch_up.tailer import CatchUpError, Tailer
-from migrator.engine.migration import MigrationStore, Spec
+from migrator.engine.catch_up.lanes import Epoch
+from migrator.engine.catch_up.tailer import CatchUpConflict, CatchUpError, StaleApplier, Tailer, stale_message
+from migrator.engine.migration import GuardLost, MigrationStore, Spec
 from migrator.fleet import config as config_mod
 from migrator.fleet import zk as zk_mod
 from migrator.fleet.config import Config, Credentials
@@ -37,14 +46,36 @@ CHECKPOINT_KEY = "catchup"
 COPY_PREFIX = "copy"
 
 
-class CatchUpConflict(CatchUpError):
-    """Someone else wrote the checkpoint meanwhile: two catch-up workers run."""
-
-    exit_code = 3
-
-
 #: where the applier locks live: ``<root>/appliers/<migration id>[-rollback]``
 APPLIERS = "appliers"
+
+
+@dataclass(frozen=True)
+class ApplierClaim:
+    """What a tail holds while it applies: its applier-lock node and the fencing token from it."""
+
+    #: the applier: the migration id, or ``<id>-rollback``
+    key: str
+    #: the lock's node (ephemeral, of the tail's session): the guard of its checkpoint writes
+    node: str
+    #: the node's czxid: ZooKeeper's transaction id at its creation, larger for every later holder
+    token: int
+
+    def epoch(self) -> Epoch:
+        return Epoch(self.key, self.token, zk_mod.holder())
+
+    def lost(self, detail: str) -> StaleApplier:
+        return StaleApplier(stale_message(self.key, "the target", detail))
+
+
+def applier_claim(zk: zk_mod.ZK, lock: Any, key: str) -> ApplierClaim:
+    """The claim of a held applier lock (its node and token)."""
+    node = f"{lock.path}/{lock.node}"
+    stat = zk.client.exists(node)
+    if stat is None:
+        raise CatchUpConflict(f"{key}: the applier lock's node {node} vanished right after it was taken "
+                              "(the ZooKeeper session expired?); try again")
+    return ApplierClaim(key, node, stat.czxid)
 
 
 def applier_lock(zk: zk_mod.ZK, key: str, what: str, timeout: float = 30.0) -> Any:
@@ -78,9 +109,11 @@ class Checkpoint:
     catch-up worker writes it too: that raises :class:`CatchUpConflict`.
     """
 
-    def __init__(self, store: MigrationStore, migration_id: str):
+    def __init__(self, store: MigrationStore, migration_id: str, claim: ApplierClaim | None = None):
         self.store = store
         self.mid = migration_id
+        #: with a claim, every write commits only while the applier lock's node exists
+        self.claim = claim
         data, version = store.get_progress(migration_id, CHECKPOINT_KEY)
         self.data: dict[str, Any] = data or {"gtid": None, "passes": []}
         self.version = version
@@ -94,7 +127,15 @@ class Checkpoint:
         self.data.update(fields)
         self.data["updated_at"] = time.time()
         try:
-            self.version = self.store.put_progress(self.mid, CHECKPOINT_KEY, self.data, version=self.version)
+            self.version = self.store.put_progress(self.mid, CHECKPOINT_KEY, self.data, version=self.version,
+                                                   guard=self.claim.node if self.claim is not None else None)
+        except GuardLost:
+            assert self.claim is not None
+            raise self.claim.lost("its applier lock is gone, so the checkpoint was not written") from None
+        except SessionExpiredError:
+            if self.claim is None:
+                raise
+            raise self.claim.lost("its ZooKeeper session expired, and its applier lock with it") from None
         except BadVersionError:
             raise CatchUpConflict(
                 f"migration {self.mid}: the catch-up checkpoint was written by someone else meanwhile; "
@@ -201,7 +242,8 @@ def open_tailer(
     try:
         spec = sess.store.spec(migration_id)
         lock = applier_lock(sess.zk, migration_id, "catch-up")  # before the checkpoint is read
-        ckpt = Checkpoint(sess.store, migration_id)
+        claim = applier_claim(sess.zk, lock, migration_id)
+        ckpt = Checkpoint(sess.store, migration_id, claim)
         start = ckpt.gtid
         start_state = ckpt.state
         if start is None:
@@ -220,6 +262,7 @@ def open_tailer(
         tailer = Tailer(
             source, target, sess.credentials, start=start, start_state=start_state,
             schema_map={db: db for db in spec.databases}, tables=tables,
+            epoch=claim.epoch(),
         )
         tailer.on_checkpoint = lambda pos: ckpt.set_gtid(pos, tailer.applied_state)
     except BaseException:

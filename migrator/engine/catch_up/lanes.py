@@ -27,6 +27,29 @@ lane's round is a wait on the target server (parse, index maintenance, its
 binlog); several lanes keep several server threads busy while Python builds
 the next statements, which pays off on wide rows, on tables with many
 secondary indexes and on machines with more cores than this one.
+
+Fencing token
+-------------
+A ZooKeeper lock proves nothing to a MySQL server: a tail whose session
+expired while it applied keeps its connections and would go on writing beside
+the tail that took the lock over, older row images after newer ones. So every
+lane transaction carries the tail's :class:`Epoch` and the target checks it in
+the same transaction (Kleppmann's fencing token). The target holds one row per
+applier (``_migrator_fence.appliers``); a tail raises it to its own token when
+it starts (:meth:`Epoch.claim`: the token is the czxid of its applier-lock
+node, which grows with every new holder), and each lane transaction begins
+with a shared-mode read of that row (``LOCK IN SHARE MODE``) and rolls back
+unless it holds this tail's token (:class:`StaleEpoch`).
+
+Why a shared-mode read and not ``UPDATE ... WHERE epoch = mine``: an update
+takes the row's exclusive lock, and every lane would wait for the one before
+it to commit: one hot row would serialise the lanes. Shared locks do not
+conflict with each other, so the lanes still commit side by side; the claim's
+exclusive lock waits for the lane transactions in flight (their writes land
+before the new tail writes anything) and, queued, holds back any lane
+transaction that starts after it, which then reads the new token and rolls
+back. The read comes first in the transaction: a lane waiting on the row holds
+no other lock yet, so the row adds no deadlock.
 """
 
 from __future__ import annotations
@@ -66,6 +89,75 @@ class Target:
 
 class LaneError(Exception):
     pass
+
+
+#: where fencing tokens live on a target: one row per applier (a migration's tail, or its reverse tail)
+EPOCH_SCHEMA = "_migrator_fence"
+EPOCH_TABLE = "appliers"
+_EPOCH = f"`{EPOCH_SCHEMA}`.`{EPOCH_TABLE}`"
+
+
+class StaleEpoch(LaneError):
+    """The target's epoch row does not hold this tail's token: a newer tail took over."""
+
+    def __init__(self, applier: str, mine: int, found: int | None, holder: str = ""):
+        super().__init__(f"{applier}: the target holds fencing token {found} ({holder or '?'}), not {mine}")
+        self.applier = applier
+        self.mine = mine
+        self.found = found
+        self.holder = holder
+
+
+@dataclass(frozen=True)
+class Epoch:
+    """A tail's fencing token on its target, checked in every transaction it writes there.
+
+    ``applier`` names the row (the migration id, ``<id>-rollback`` for a reverse tail),
+    ``token`` must grow with every new holder of the applier's lock, ``holder`` is for people.
+    """
+
+    applier: str
+    token: int
+    holder: str = ""
+
+    def claim(self, conn: pymysql.connections.Connection) -> None:
+        """Raise the target's token to ours (never lower it); :class:`StaleEpoch` if a newer one is there.
+
+        Waits, on the row's exclusive lock, for the lane transactions of an older tail still
+        in flight: they commit (or roll back) before this returns, so none lands after it."""
+        with conn.cursor() as cur:
+            # made once per target; not again when it exists (DDL on the table would wait for the
+            # metadata locks of every lane transaction of an older tail, and stop new ones meanwhile)
+            cur.execute(f"{TAG}SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s "
+                        "AND TABLE_NAME = %s", (EPOCH_SCHEMA, EPOCH_TABLE))
+            row = cur.fetchone()
+            if not row or not row[0]:
+                cur.execute(f"{TAG}CREATE DATABASE IF NOT EXISTS `{EPOCH_SCHEMA}`")
+                cur.execute(f"{TAG}CREATE TABLE IF NOT EXISTS {_EPOCH} (applier VARBINARY(255) NOT NULL "
+                            "PRIMARY KEY, epoch BIGINT UNSIGNED NOT NULL, holder VARCHAR(255) NOT NULL DEFAULT '', "
+                            "claimed_at DATETIME(6) NOT NULL) ENGINE=InnoDB")
+            # assignments run left to right: holder and claimed_at look at the epoch before it is raised
+            cur.execute(f"{TAG}INSERT INTO {_EPOCH} (applier, epoch, holder, claimed_at) "
+                        "VALUES (%s, %s, %s, UTC_TIMESTAMP(6)) ON DUPLICATE KEY UPDATE "
+                        "holder = IF(VALUES(epoch) > epoch, VALUES(holder), holder), "
+                        "claimed_at = IF(VALUES(epoch) > epoch, VALUES(claimed_at), claimed_at), "
+                        "epoch = GREATEST(epoch, VALUES(epoch))", (self.applier, self.token, self.holder[:255]))
+            cur.execute(f"{TAG}SELECT epoch, holder FROM {_EPOCH} WHERE applier = %s", (self.applier,))
+            row = cur.fetchone()
+        conn.commit()
+        if row is None or int(row[0]) != self.token:
+            raise StaleEpoch(self.applier, self.token, None if row is None else int(row[0]),
+                             "" if row is None else row[1])
+
+    def check(self, cur: pymysql.cursors.Cursor) -> None:
+        """First statement of a transaction: hold the epoch row in share mode until it ends, and
+        raise :class:`StaleEpoch` (the caller rolls back) unless it holds our token."""
+        cur.execute(f"{TAG}SELECT epoch, holder FROM {_EPOCH} WHERE applier = %s LOCK IN SHARE MODE",
+                    (self.applier,))
+        row = cur.fetchone()
+        if row is None or int(row[0]) != self.token:
+            raise StaleEpoch(self.applier, self.token, None if row is None else int(row[0]),
+                             "" if row is None else row[1])
 
 
 # -- one lane's part of a round ---------------------------------------------------------------
@@ -142,8 +234,10 @@ class Lane:
     """One target connection and the thread that writes its parts."""
 
     def __init__(self, index: int, connect: Callable[[], pymysql.connections.Connection],
-                 targets: Callable[[int], Target], on_done: Callable[[], None] | None = None):
+                 targets: Callable[[int], Target], on_done: Callable[[], None] | None = None,
+                 epoch: Epoch | None = None):
         self.index = index
+        self.epoch = epoch
         self._on_done = on_done
         self.stagger_s = index * float(os.environ.get(STAGGER_ENV, "0") or 0) / 1000
         self._connect = connect
@@ -249,6 +343,8 @@ class Lane:
         conn = self.conn
         try:
             with conn.cursor() as cur:
+                if self.epoch is not None:
+                    self.epoch.check(cur)  # before any write: a stale tail writes nothing
                 for tkey, keys in part.dels.items():
                     if keys:
                         t = self._targets(tkey)
@@ -348,9 +444,11 @@ class LaneSet:
     """The lanes, the round being collected and the round being written."""
 
     def __init__(self, connect: Callable[[], pymysql.connections.Connection], targets: Callable[[int], Target],
-                 pacer: Pacer | None = None):
+                 pacer: Pacer | None = None, epoch: Epoch | None = None):
         self._connect = connect
         self._targets = targets
+        #: the tail's fencing token, checked by every lane transaction (None: unchecked)
+        self.epoch = epoch
         self.pacer = pacer or Pacer()
         self._lanes: list[Lane] = []
         #: a byte is written here whenever a lane finishes its part: the coordinator can wait on it
@@ -372,7 +470,7 @@ class LaneSet:
 
     def _ensure(self, n: int) -> None:
         while len(self._lanes) < n:
-            self._lanes.append(Lane(len(self._lanes), self._connect, self._targets, self.wake))
+            self._lanes.append(Lane(len(self._lanes), self._connect, self._targets, self.wake, self.epoch))
 
     @property
     def lanes(self) -> int:

@@ -40,14 +40,19 @@ catch-up has converged. It reads like the runbook:
    epoch, the tombstone suffix and ``cleanup_after``; phase ``done``.
 
 Any failure before the flip leaves the source serving and the ranges unfrozen.
-A ZooKeeper connection loss during the flip CAS is resolved by re-reading the
-map after reconnecting: the flip is one CAS, so it either landed (finish) or
-did not (undo the fence). A cutover whose process died midway (phase still
-``cutover``) is never left so: the process holds a lease in ZooKeeper
-(:mod:`migrator.engine.cutover.lease`) and, once it ends, a live ``migrator
-worker`` reconciles the cutover the same way within seconds
-(:mod:`migrator.engine.cutover.settle`); so does the next ``cutover`` call.
-The flip CAS is guarded by the lease: a process that lost it cannot flip.
+A ZooKeeper connection loss during the flip CAS is an unknown outcome, not a
+failure: if the map read back shows the flip, it is finished; if not, the CAS
+may still commit (a server that held the request), so the fences stay closed,
+the lease is given up (from then on the guarded CAS cannot commit) and the
+cutover is settled from the map as a settler would
+(:func:`~migrator.engine.cutover.reconcile.settle_unknown`). A cutover whose
+process died midway (phase still ``cutover``) is never left so: the process
+holds a lease in ZooKeeper (:mod:`migrator.engine.cutover.lease`) and, once it
+ends, a live ``migrator worker`` reconciles the cutover the same way within
+seconds (:mod:`migrator.engine.cutover.settle`); so does the next ``cutover``
+call. The flip CAS is guarded by the lease: a process that lost it cannot
+flip, nor unfreeze the ranges or set the phase (those writes carry the same
+guard), nor open another attempt's gates (they are named per attempt).
 
 Queue-partition moves
 ---------------------
@@ -82,10 +87,10 @@ from migrator.engine.cutover.errors import (
 from migrator.engine.cutover.gate import FIXED_FREEZE_MS, check_budget, predict_freeze_ms
 from migrator.engine.cutover.hooks import CutoverHooks, CutoverResult
 from migrator.engine.cutover.lease import CutoverLease, CutoverRunning
-from migrator.engine.cutover.reconcile import reconcile
+from migrator.engine.cutover.reconcile import reconcile, settle_unknown
 from migrator.engine.cutover.run import CutoverRun
 from migrator.engine.cutover.sentinel import prepare_sentinels
-from migrator.engine.migration import MigrationStore, Phase
+from migrator.engine.migration import GuardLost, MigrationStore, Phase, PhaseConflict
 from migrator.engine.names import tomb_suffix
 from migrator.engine.plan import release_maintenance_pause
 from migrator.engine.verify.drainers import Drainer, default_drainer
@@ -115,6 +120,17 @@ def _record_attempt(store: MigrationStore, migration_id: str, attempt: dict) -> 
         pass
 
 
+def _phase_while_held(store: MigrationStore, migration_id: str, phase: Phase, lease: CutoverLease,
+                      error: str) -> bool:
+    """Set the phase from ``cutover``, guarded by the lease; False when the lease is gone (the
+    settler sets it then) or the phase moved on (it settled already)."""
+    try:
+        store.set_phase(migration_id, phase, error=error, expect=Phase.CUTOVER, guard=lease.path)
+        return True
+    except (GuardLost, PhaseConflict):
+        return False
+
+
 def cutover(config: Config, migration_id: str, *, drainer: Drainer | None = None,
             hooks: CutoverHooks | None = None, now: Callable[[], float] = time.time) -> CutoverResult:
     """Freeze, fence, drain to the sentinel, compare, flip and release (see the module doc).
@@ -132,8 +148,37 @@ def cutover(config: Config, migration_id: str, *, drainer: Drainer | None = None
         lease = CutoverLease(config, creds, migration_id).acquire()
         try:
             return _cutover(config, zk, creds, migration_id, lease, drainer, hooks, now)
+        except FlipUnknown as exc:
+            return _settle_unknown(config, zk, migration_id, lease, exc)
         finally:
             lease.release()
+
+
+def _settle_unknown(config: Config, zk: ZK, migration_id: str, lease: CutoverLease, exc: FlipUnknown) -> CutoverResult:
+    """The flip's outcome was unknown and the fences stayed closed: give the lease up and settle
+    from the map. Returns the result when the flip had landed (the cutover is finished); raises
+    :class:`CutoverAborted` when it had not (undone, the source serves), or the
+    :class:`FlipUnknown` itself when it cannot be settled now (a worker settles it later)."""
+    store = MigrationStore(zk)
+    phase = settle_unknown(config, zk, migration_id, lease)
+    if phase == Phase.DONE and exc.result is not None:
+        state, _ = store.state(migration_id)
+        result = exc.result
+        result.flipped_epoch = state.flipped_epoch or 0
+        store.put_progress(migration_id, "cutover", {**result.to_dict(), "settled_by": "reconcile"})
+        _record_attempt(store, migration_id, {"at": time.time(), "outcome": "flipped (outcome unknown at the CAS; "
+                                              "settled from the map)", "steps_ms": dict(result.steps_ms)})
+        return result
+    if phase == Phase.CONVERGED:
+        _record_attempt(store, migration_id, {"at": time.time(), "outcome": "aborted: flip outcome unknown; "
+                                              "settled from the map: not landed, undone"})
+        raise CutoverAborted(f"{exc.message}. Settled from the map once the lease was given up: the flip had not "
+                             f"landed, so the cutover was undone and the source still serves; retry "
+                             f"`migrator cutover {migration_id}`", phase="cutover") from None
+    exc.message = (f"{exc.message}. It could not be settled now (ZooKeeper unreachable, or another settler at it): "
+                   f"a running `migrator worker` settles it once this process's lease has ended, or run "
+                   f"`migrator cutover {migration_id}` again")
+    raise exc
 
 
 def _cutover(config: Config, zk: ZK, creds: Credentials, migration_id: str, lease: CutoverLease,
@@ -163,33 +208,49 @@ def _cutover(config: Config, zk: ZK, creds: Credentials, migration_id: str, leas
             raise
         run.check_target_standby()
         run.refresh_verified_gtid()
-        store.set_phase(migration_id, Phase.CUTOVER, predicted_freeze_ms=predicted)
+        # from converged, and only while this process holds the lease (a settler may be at work otherwise)
+        store.set_phase(migration_id, Phase.CUTOVER, predicted_freeze_ms=predicted, expect=Phase.CONVERGED,
+                        guard=lease.path)
         try:
             result = run.run(hooks)
         except FlipUnknown:
-            raise  # phase stays "cutover": a worker settles it once this lease ends
+            raise  # phase stays "cutover", fences closed: settled from the map once the lease is given up
         except BaseException as exc:
             msg = exc.message if isinstance(exc, MigratorError) else f"{type(exc).__name__}: {exc}"
             if run.flipped_epoch is not None:
                 # flipped, but the release did not complete: a worker settles it (finishes) once this lease ends
-                store.set_phase(migration_id, Phase.CUTOVER, error=f"flipped; release failed: {msg}")
+                _phase_while_held(store, migration_id, Phase.CUTOVER, lease, error=f"flipped; release failed: {msg}")
                 raise CutoverError(f"the ranges flipped to {spec.target_master} but releasing the fence failed "
                                    f"({msg}); a running `migrator worker` finishes it within seconds, or run "
                                    f"`migrator cutover {migration_id}` again", phase="cutover") from None
-            store.set_phase(migration_id, Phase.CONVERGED, error=f"cutover aborted: {msg}")
+            if not _phase_while_held(store, migration_id, Phase.CONVERGED, lease, error=f"cutover aborted: {msg}") \
+                    or run.lease_lost:
+                note = ("this process lost its lease meanwhile, so it left the unfreeze and the phase to the "
+                        "worker that settles the attempt (within seconds)")
+                if isinstance(exc, MigratorError):
+                    exc.message = f"{exc.message}; {note}"
+                else:
+                    exc.add_note(note)
             _record_attempt(store, migration_id, run.attempt(f"aborted: {msg}"))
             raise
         retention = spec.options.retention_s
-        # the flip landed: record it even across a ZooKeeper session loss (each write is idempotent)
+        # the flip landed: record it even across a ZooKeeper session loss (each write is idempotent). From
+        # "cutover" only, and not guarded by the lease: the flip stands whoever records it; a settler that
+        # finished it first leaves the phase "done" (PhaseConflict: nothing left to write here)
+        recorded = True
         for attempt in Retrying(stop=stop_after_delay(60), wait=wait_fixed(0.2),
                                 retry=retry_if_exception_type(ZK_LOST), reraise=True):
             with attempt:
-                store.set_phase(migration_id, Phase.DONE, freeze_ms=result.freeze_ms,
-                                flipped_epoch=result.flipped_epoch, tombstone_db_suffix=tomb_suffix(migration_id),
-                                cleanup_after=now() + retention)
-                store.put_progress(migration_id, "cutover", result.to_dict())
+                try:
+                    store.set_phase(migration_id, Phase.DONE, freeze_ms=result.freeze_ms,
+                                    flipped_epoch=result.flipped_epoch, tombstone_db_suffix=tomb_suffix(migration_id),
+                                    cleanup_after=now() + retention, expect=Phase.CUTOVER)
+                except PhaseConflict:
+                    recorded = False
+                if recorded:
+                    store.put_progress(migration_id, "cutover", result.to_dict())
                 release_maintenance_pause(zk, spec)
-        _record_attempt(store, migration_id, run.attempt("flipped"))
+        _record_attempt(store, migration_id, run.attempt("flipped" if recorded else "flipped (recorded by a settler)"))
         return result
     except BaseException as exc:
         failure = exc

@@ -3,11 +3,16 @@
 Raised by the cutover and the rollback (which reuses its protocol). Before the
 flip every error leaves the source serving and the ranges unfrozen
 (:class:`NotConverged`, :class:`FreezeBudgetExceeded`, :class:`CutoverAborted`);
-:class:`FlipUnknown` means ZooKeeper stayed unreachable after the flip CAS, and
-the next ``migrator cutover ID`` reconciles it wholly before or after the flip.
+:class:`FlipUnknown` means the flip CAS went out and its outcome is unknown (no
+answer, and the map read back does not show it): the fences stay closed, and
+once the lease is gone the settler (a ``migrator worker``, the cutover itself,
+or the next ``migrator cutover ID``) reads the map and settles it wholly before
+or after the flip.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from kazoo.exceptions import ConnectionLoss, OperationTimeoutError, SessionExpiredError
 
@@ -36,6 +41,9 @@ class CutoverAborted(CutoverError):
 
 
 class FlipUnknown(CutoverError):
-    """ZooKeeper stayed unreachable after the flip CAS: run ``cutover ID`` again to reconcile."""
+    """The flip CAS's outcome is unknown: the fences stay closed until the settler reads the map."""
 
     exit_code = 4
+    #: what the attempt had measured (a :class:`~migrator.engine.cutover.hooks.CutoverResult`; its
+    #: ``flipped_epoch`` is 0): returned if the settle finds the flip landed
+    result: Any = None

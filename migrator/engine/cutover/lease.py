@@ -8,18 +8,26 @@ Nodes, under ``<root>/cutovers/<migration id>``:
 * the **record** (persistent): who holds the cutover (host, pid, when) and the
   last step of the freeze it reached. It exists from before the phase becomes
   ``cutover`` until the cutover is settled (done, or undone to ``converged``).
-* the **lease** ``lease-<seq>`` (ephemeral, sequential): a child of the record,
-  owned by a ZooKeeper session of the holder's own, with a short timeout
+* the **lease** ``lease-<attempt>-<seq>`` (ephemeral, sequential): a child of the
+  record, owned by a ZooKeeper session of the holder's own, with a short timeout
   (``zookeeper.lease_timeout``). It ends when the holder's process dies (its
-  session expires) or when the holder is done.
+  session expires) or when the holder is done. Its name is unique to the
+  attempt (a random part before the sequence number, which starts again at 0
+  when a settled record is dropped and made again): the lease is the guard of
+  the holder's writes, and a guard another attempt could hold under the same
+  name would guard nothing.
 
 A record without a lease is an **orphan**: its holder died. Any settler may
 settle it, under the settle lock (``<root>/cutover_settle/<id>``, an ephemeral
-node: :class:`SettleLock`): two settlers never both act, and a settler never
-acts while a lease exists. The holder's flip CAS is guarded by its lease
+node, with a sibling of a name of its own as the guard of the settler's writes:
+:class:`SettleLock`): two settlers never both act, and a settler never acts
+while a lease exists. The holder's flip CAS is guarded by its lease
 (checked in the same ZooKeeper transaction), so once the lease is gone the
 holder can no longer flip: a settler that found no lease and undid the fence cannot be overtaken by
-a holder that was merely cut off from ZooKeeper.
+a holder that was merely cut off from ZooKeeper. The same guard covers every
+other ZooKeeper write the holder makes for its attempt (unfreeze, phase, the
+step it reached), and its settler's writes are guarded by the settle lock's
+node: whoever lost its claim can no longer write over whoever holds one now.
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ import json
 import os
 import socket
 import time
+import uuid
 from typing import Any
 
 from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError, NotEmptyError
@@ -53,13 +62,17 @@ def record_path(zk: ZK, migration_id: str) -> str:
     return zk.path(CUTOVERS, migration_id)
 
 
+def _sequence(lease: str) -> str:
+    return lease.rsplit("-", 1)[1]
+
+
 def leases(zk: ZK, migration_id: str) -> list[str]:
     """The live leases of a cutover (sorted by sequence: the first is the holder)."""
     try:
         kids = zk.client.get_children(record_path(zk, migration_id))
     except NoNodeError:
         return []
-    return sorted(k for k in kids if k.startswith(LEASE_PREFIX))
+    return sorted((k for k in kids if k.startswith(LEASE_PREFIX)), key=_sequence)
 
 
 def read_record(zk: ZK, migration_id: str) -> dict[str, Any] | None:
@@ -81,11 +94,18 @@ class SettleLock:
     Not kazoo's ``Lock`` recipe: its contender nodes take the client's default
     (world-writable) ACL, and anyone could then delete the holder's node. The
     node goes with its session, so a settler that dies frees the lock.
+
+    Made in one transaction with a sibling ``<id>.<random>``, ephemeral too: the
+    :attr:`guard` of the settler's writes. The lock's own path is the same for
+    every holder, so a settler whose session expired midway would find it held
+    again (by the next settler) and take that for its own; the sibling is
+    never anyone else's.
     """
 
     def __init__(self, zk: ZK, migration_id: str):
         self.zk = zk
         self.path = zk.path(SETTLE, migration_id)
+        self.guard = f"{self.path}.{uuid.uuid4().hex[:12]}"
         self.held = False
 
     def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
@@ -93,22 +113,27 @@ class SettleLock:
         data = json.dumps({"holder": zk_mod.holder(), "since": time.time()}).encode()
         deadline = time.monotonic() + (timeout if timeout is not None else 1e9)
         while True:
-            try:
-                self.zk.client.create(self.path, data, acl=self.zk.protected_acl(), ephemeral=True)
+            t = self.zk.client.transaction()
+            t.create(self.path, data, acl=self.zk.protected_acl(), ephemeral=True)
+            t.create(self.guard, data, acl=self.zk.protected_acl(), ephemeral=True)
+            results = t.commit()
+            if not any(isinstance(r, Exception) for r in results):
                 self.held = True
                 return True
-            except NodeExistsError:
-                if not blocking or time.monotonic() > deadline:
-                    return False
-                time.sleep(0.2)
+            if not isinstance(results[0], NodeExistsError):
+                raise results[0] if isinstance(results[0], Exception) else results[1]
+            if not blocking or time.monotonic() > deadline:
+                return False
+            time.sleep(0.2)
 
     def release(self) -> None:
         if self.held:
             self.held = False
-            try:
-                self.zk.client.delete(self.path)
-            except NoNodeError:
-                pass
+            for path in (self.guard, self.path):
+                try:
+                    self.zk.client.delete(path)
+                except NoNodeError:
+                    pass
 
 
 def settle_lock(zk: ZK, migration_id: str) -> SettleLock:
@@ -146,6 +171,7 @@ class CutoverLease:
         rec_path = record_path(zk, self.migration_id)
         self.record = {"holder": zk_mod.holder(), "host": socket.gethostname(),
                        "pid": os.getpid(), "since": time.time(), "step": None, "steps": {}}
+        name = f"{LEASE_PREFIX}{uuid.uuid4().hex[:8]}-"  # unique: the guard of this attempt's writes
         try:
             for _ in range(5):
                 zk.ensure(zk.path(CUTOVERS))
@@ -153,7 +179,7 @@ class CutoverLease:
                 # without a lease (it would take it for an orphan and settle it)
                 t = zk.client.transaction()
                 t.create(rec_path, self._data(), acl=zk.protected_acl())
-                t.create(f"{rec_path}/{LEASE_PREFIX}", self._data(), acl=zk.protected_acl(), ephemeral=True,
+                t.create(f"{rec_path}/{name}", self._data(), acl=zk.protected_acl(), ephemeral=True,
                          sequence=True)
                 results = t.commit()
                 if not any(isinstance(r, Exception) for r in results):
@@ -162,7 +188,7 @@ class CutoverLease:
                 if not isinstance(results[0], NodeExistsError):
                     raise results[0] if isinstance(results[0], Exception) else results[1]
                 try:  # the record exists (an earlier attempt's): add a lease under it
-                    self.path = zk.client.create(f"{rec_path}/{LEASE_PREFIX}", self._data(),
+                    self.path = zk.client.create(f"{rec_path}/{name}", self._data(),
                                                  acl=zk.protected_acl(), ephemeral=True, sequence=True)
                     break
                 except NoNodeError:  # a settler dropped the record in between: make it again
@@ -198,13 +224,17 @@ class CutoverLease:
             return False
 
     def step(self, name: str) -> None:
-        """Record the step of the freeze reached (asynchronous: it costs the freeze nothing)."""
-        if self.zk is None:
+        """Record the step of the freeze reached (asynchronous: it costs the freeze nothing). Guarded
+        by the lease: a holder that lost it does not write over a later attempt's record."""
+        if self.zk is None or self.path is None:
             return
         self.record["step"] = name
         self.record["steps"][name] = time.time()
         try:
-            self.zk.client.set_async(record_path(self.zk, self.migration_id), self._data())
+            t = self.zk.client.transaction()
+            t.check(self.path, -1)
+            t.set_data(record_path(self.zk, self.migration_id), self._data())
+            t.commit_async()
         except KazooException:
             pass  # the record is for people; the lease and the map are what settle a cutover
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_fixed
 
 from migrator.engine.cutover.errors import ZK_LOST, CutoverError
-from migrator.errors import ShardMapConflict
+from migrator.errors import ShardMapConflict, ShardMapGuardLost
 from migrator.fleet.model import ShardMap
 from migrator.fleet.shard_map import ShardMapStore
 
@@ -23,8 +23,15 @@ def reread_map(maps: ShardMapStore, timeout: float = 60.0) -> ShardMap:
     raise AssertionError("unreachable")
 
 
-def unfreeze_ranges(maps: ShardMapStore, ranges: list[tuple[int, int]], *, reason: str, attempts: int = 5) -> None:
-    """Remove our frozen ranges. Re-reads on a conflict: it only undoes our own freeze."""
+def unfreeze_ranges(maps: ShardMapStore, ranges: list[tuple[int, int]], *, reason: str, attempts: int = 5,
+                    guard: str | None = None) -> None:
+    """Remove our frozen ranges. Re-reads on a conflict: it only undoes our own freeze.
+
+    ``guard``: the znode of the claim the unfreeze is made under (the cutover's lease, a
+    settler's lock), checked in the same ZooKeeper transaction. Once it is gone the unfreeze
+    is refused (:class:`~migrator.errors.ShardMapGuardLost`, never retried): the ranges may be
+    another attempt's freeze by then, and whoever took over unfreezes them.
+    """
     for _ in range(attempts):
         cur = reread_map(maps)
         new = cur
@@ -34,8 +41,10 @@ def unfreeze_ranges(maps: ShardMapStore, ranges: list[tuple[int, int]], *, reaso
             return
         assert cur.epoch is not None
         try:
-            maps.cas(new, cur.epoch, reason=reason)
+            maps.cas(new, cur.epoch, reason=reason, guard=guard)
             return
+        except ShardMapGuardLost:
+            raise
         except ShardMapConflict:
             continue
         except ZK_LOST:

@@ -65,6 +65,21 @@ every row of the other.
 :meth:`TriggerGate.reopen` undoes a close (the cutover stopped before the
 flip); :meth:`TriggerGate.remove` drops the triggers and the gate.
 
+Names are per attempt
+---------------------
+The triggers and the gate table carry the migration's suffix *and* the
+attempt's (``_mgate_<migration>_<attempt>_<table hash>_<event>``, gate table
+``moving_<migration>_<attempt>``). An attempt's reopen and remove touch only
+what that attempt made. That matters when a cutover process lost its lease
+(its ZooKeeper session expired while it lived on): a settler undoes its attempt,
+a second attempt of the same migration installs and closes its own gate, and
+whatever the first process does after that (its undo, its close) cannot open
+or drop the second attempt's gate. With names per migration it could, and the
+passive member would take writes the second attempt's drain never sees. A
+settler (:mod:`migrator.engine.cutover.reconcile`) works on every attempt of a
+migration at once (``attempt=""``): it acts only when no lease is held, and no
+new attempt installs anything until it has settled.
+
 Needs ``TRIGGER`` (the triggers) and ``BINLOG ADMIN`` (``sql_log_bin``) on the
 passive member, and ``log_bin_trust_function_creators=ON`` there (MariaDB
 otherwise wants SUPER to create a trigger while binary logging is on; with ROW
@@ -110,18 +125,40 @@ def trigger_name(suffix: str, table: str, event_letter: str) -> str:
     return f"{TRIGGER_PREFIX}{suffix}_{h}_{event_letter}"
 
 
+#: the tail of a trigger name after its suffix: ``_<8 hex>_<letter>``
+_NAME_TAIL = 11
+
+
+def gate_of_trigger(name: str) -> str:
+    """The gate table a trigger made by this module reads (from its name)."""
+    return gate_table(name[len(TRIGGER_PREFIX):-_NAME_TAIL])
+
+
+def _like(text: str) -> str:
+    """``text`` as a literal LIKE pattern (``_`` and ``%`` are wildcards there)."""
+    return text.replace("\\", "\\\\").replace("_", "\\_").replace("%", "\\%")
+
+
 class TriggerGate:
-    """Triggers and a gate table that close the moving tables of one member to clients only (not to replication)."""
+    """Triggers and a gate table that close the moving tables of one member to clients only (not to replication).
+
+    ``suffix`` names the migration, ``attempt`` the cutover attempt (see "Names are per
+    attempt" above). With ``attempt=""`` the gate stands for every attempt of the
+    migration: what it finds, closes, finishes or removes is every attempt's (a settler's
+    view); what it installs has the migration's name only.
+    """
 
     def __init__(self, host: Host, credentials: Credentials, tables: Sequence[tuple[str, str]], suffix: str,
-                 tomb_db_of: dict[str, str]):
+                 tomb_db_of: dict[str, str], attempt: str = ""):
         if not tables:
             raise GateError("nothing to gate: no moving tables", phase="cutover")
         self.host = host
         self.credentials = credentials
         self.tables = list(tables)
-        self.suffix = suffix
-        self.gate = gate_table(suffix)
+        self.family = suffix
+        self.attempt = attempt
+        self.suffix = f"{suffix}_{attempt}" if attempt else suffix
+        self.gate = gate_table(self.suffix)
         self.tomb_db_of = dict(tomb_db_of)
         self.conn: pymysql.connections.Connection | None = None
         self._spare: pymysql.connections.Connection | None = None
@@ -190,7 +227,7 @@ class TriggerGate:
             cur.execute(f"{TAG}CREATE DATABASE IF NOT EXISTS {ident(GATE_SCHEMA)}")
             cur.execute(f"{TAG}CREATE TABLE IF NOT EXISTS {qualified(GATE_SCHEMA, self.gate)} "
                         "(open TINYINT NOT NULL) ENGINE=MEMORY")
-            existing = self._existing_triggers()
+            existing = {(db, name) for db, name, _ in self._existing_triggers()}
             for db, table in self.tables:
                 for event, letter in EVENTS:
                     name = trigger_name(self.suffix, table, letter)
@@ -201,23 +238,36 @@ class TriggerGate:
                         f"FOR EACH ROW BEGIN DECLARE n INT; "
                         f"SELECT COUNT(*) INTO n FROM {qualified(GATE_SCHEMA, self.gate)}; END")
 
-    def _existing_triggers(self) -> set[tuple[str, str]]:
-        assert self.conn is not None
+    def _existing_triggers(self, conn: pymysql.connections.Connection | None = None) -> set[tuple[str, str, str]]:
+        """(schema, trigger, table) of this gate's triggers on the member: this attempt's, or with
+        ``attempt=""`` every attempt's of the migration."""
+        conn = conn or self.conn
+        assert conn is not None
         dbs = sorted({db for db, _ in self.tables})
         marks = ", ".join(["%s"] * len(dbs))
-        rows = query(self.conn, f"SELECT TRIGGER_SCHEMA, TRIGGER_NAME FROM information_schema.TRIGGERS "
-                                f"WHERE TRIGGER_SCHEMA IN ({marks}) AND TRIGGER_NAME LIKE %s",
-                     (*dbs, f"{TRIGGER_PREFIX}{self.suffix}\\_%"))
-        return {(r[0], r[1]) for r in rows}
+        rows = query(conn, "SELECT TRIGGER_SCHEMA, TRIGGER_NAME, EVENT_OBJECT_TABLE FROM information_schema.TRIGGERS "
+                           f"WHERE TRIGGER_SCHEMA IN ({marks}) AND TRIGGER_NAME LIKE %s",
+                     (*dbs, f"{_like(TRIGGER_PREFIX + self.suffix)}\\_%"))
+        return {(r[0], r[1], r[2]) for r in rows}
+
+    def _gate_tables(self) -> list[str]:
+        """This gate's gate tables on the member (with ``attempt=""``: every attempt's)."""
+        assert self.conn is not None
+        if self.attempt:
+            rows = query(self.conn, "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s "
+                                    "AND TABLE_NAME = %s", (GATE_SCHEMA, self.gate))
+        else:
+            rows = query(self.conn, "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s "
+                                    "AND (TABLE_NAME = %s OR TABLE_NAME LIKE %s)",
+                         (GATE_SCHEMA, self.gate, f"{_like(self.gate)}\\_%"))
+        return sorted(r[0] for r in rows)
 
     def installed(self) -> bool:
         """Any of this gate's triggers, or its gate table, on the member."""
         return bool(self._existing_triggers()) or self.gate_exists()
 
     def gate_exists(self) -> bool:
-        assert self.conn is not None
-        return bool(scalar(self.conn, "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s "
-                                      "AND TABLE_NAME = %s", (GATE_SCHEMA, self.gate)))
+        return bool(self._gate_tables())
 
     # -- in the freeze -----------------------------------------------------------------
     def close(self, timeout: float) -> GtidPos:
@@ -231,9 +281,10 @@ class TriggerGate:
                 raise GateError(f"the gate on {self.host.name} was reopened; not closing it", phase="cutover")
             self._closing = True
         try:
+            gates = [self.gate] if self.attempt else (self._gate_tables() or [self.gate])
             with self._cur() as cur:
                 cur.execute(f"{TAG}SET SESSION lock_wait_timeout = {max(1, int(timeout + 0.999))}")
-                cur.execute(f"{TAG}DROP TABLE IF EXISTS {qualified(GATE_SCHEMA, self.gate)}")
+                cur.execute(f"{TAG}DROP TABLE IF EXISTS " + ", ".join(qualified(GATE_SCHEMA, g) for g in gates))
             assert self.conn is not None
             own = own_gtids(self.conn)
         except pymysql.err.MySQLError as exc:
@@ -272,8 +323,15 @@ class TriggerGate:
                             f"{self.conn_id}): {exc.args[-1]}; kill it by hand, then retry", phase="cutover") from None
                 self.conn = None
             cur.execute(f"{TAG}CREATE DATABASE IF NOT EXISTS {ident(GATE_SCHEMA)}")
-            cur.execute(f"{TAG}CREATE TABLE IF NOT EXISTS {qualified(GATE_SCHEMA, self.gate)} "
-                        "(open TINYINT NOT NULL) ENGINE=MEMORY")
+            for gate in self._gates_read(side):
+                cur.execute(f"{TAG}CREATE TABLE IF NOT EXISTS {qualified(GATE_SCHEMA, gate)} "
+                            "(open TINYINT NOT NULL) ENGINE=MEMORY")
+
+    def _gates_read(self, conn: pymysql.connections.Connection) -> list[str]:
+        """The gate tables this gate's triggers read: its own, or with ``attempt=""`` every attempt's."""
+        if self.attempt:
+            return [self.gate]
+        return sorted({gate_of_trigger(name) for _, name, _ in self._existing_triggers(conn)} | {self.gate})
 
     # -- after the flip -----------------------------------------------------------------
     def finish(self, peer_gtids: GtidPos | str, timeout: float = 60.0, *, log_renames: bool = False) -> None:
@@ -298,16 +356,20 @@ class TriggerGate:
                 "to finish", phase="cutover")
         live = self._live_tables()
         todo = [(db, t) for db, t in self.tables if (db, t) in live]
+        triggers: dict[tuple[str, str], list[str]] = {}
         if todo:
+            for db, name, table in self._existing_triggers():
+                triggers.setdefault((db, table), []).append(name)
             with self._cur() as cur:
                 for tomb in sorted({self.tomb_db_of[db] for db, _ in todo}):
                     cur.execute(f"{TAG}CREATE DATABASE IF NOT EXISTS {ident(tomb)}")
         for k in range(0, len(todo), MAX_TABLES):
             left = max(1.0, deadline - time.monotonic())
-            self._rename_batch(todo[k:k + MAX_TABLES], left, log_renames)
+            self._rename_batch(todo[k:k + MAX_TABLES], triggers, left, log_renames)
         self.drop_triggers_of_renamed()
 
-    def _rename_batch(self, tables: list[tuple[str, str]], timeout: float, log_renames: bool) -> None:
+    def _rename_batch(self, tables: list[tuple[str, str]], triggers: dict[tuple[str, str], list[str]],
+                      timeout: float, log_renames: bool) -> None:
         deadline = time.monotonic() + timeout
         moves = [Move(db, t, self.tomb_db_of[db]) for db, t in tables]
         fence = Fence(self.host, self.credentials, moves, log_lock=False, log_renames=log_renames,
@@ -317,8 +379,7 @@ class TriggerGate:
             assert fence.a is not None
             with fence.a.cursor() as cur:
                 for db, t in tables:
-                    for _, letter in EVENTS:
-                        name = trigger_name(self.suffix, t, letter)
+                    for name in sorted(triggers.get((db, t), [])):
                         cur.execute(f"{TAG}DROP TRIGGER IF EXISTS {qualified(db, name)}")
             fence.queue_rename(timeout=max(1.0, deadline - time.monotonic()))
             fence.release(timeout=max(1.0, deadline - time.monotonic()))
@@ -331,7 +392,7 @@ class TriggerGate:
     def drop_triggers_of_renamed(self) -> None:
         """Triggers left on tables already renamed (a finish that died midway)."""
         with self._cur() as cur:
-            for db, name in sorted(self._existing_triggers()):
+            for db, name, _ in sorted(self._existing_triggers()):
                 cur.execute(f"{TAG}DROP TRIGGER IF EXISTS {qualified(db, name)}")
 
     def _live_tables(self) -> set[tuple[str, str]]:
@@ -349,6 +410,7 @@ class TriggerGate:
         Only for a gate that is open, or whose cutover was undone (never after a flip:
         then :meth:`finish`)."""
         with self._cur() as cur:
-            for db, name in sorted(self._existing_triggers()):
+            for db, name, _ in sorted(self._existing_triggers()):
                 cur.execute(f"{TAG}DROP TRIGGER IF EXISTS {qualified(db, name)}")
-            cur.execute(f"{TAG}DROP TABLE IF EXISTS {qualified(GATE_SCHEMA, self.gate)}")
+            gates = [self.gate] if self.attempt else (self._gate_tables() or [self.gate])
+            cur.execute(f"{TAG}DROP TABLE IF EXISTS " + ", ".join(qualified(GATE_SCHEMA, g) for g in gates))

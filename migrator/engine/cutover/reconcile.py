@@ -8,6 +8,18 @@ it is on: if the shards are on the target, finish (tables to the tombstones,
 unfreeze, phase done); otherwise undo (tables back from the tombstones,
 unfreeze, phase converged). Never a split brain: until it runs, stale writers
 get "table doesn't exist" on the source.
+
+It also settles a flip whose outcome its holder could not learn
+(:class:`~migrator.engine.cutover.errors.FlipUnknown`, :func:`settle_unknown`):
+the holder gives its lease up, after which the flip CAS (guarded by the lease)
+can no longer commit, and the map read then is final.
+
+A settler works on every attempt of the migration at once: the gates it opens,
+closes or finishes are every attempt's (their names carry the attempt,
+:mod:`migrator.engine.cutover.passive_gate`), since it acts only while no lease
+is held and no new attempt installs anything before the phase it writes last.
+Its map and phase writes are guarded by its settle lock's node: a settler whose
+session expired midway cannot write over the next one.
 """
 
 from __future__ import annotations
@@ -18,6 +30,7 @@ from typing import Any
 from migrator.engine.binlog.reader import LocalReader
 from migrator.engine.catch_up.checkpoint import CHECKPOINT_KEY
 from migrator.engine.cutover.direction import passive_of
+from migrator.engine.cutover.errors import ZK_LOST
 from migrator.engine.cutover.fence import Fence, Move
 from migrator.engine.cutover.lease import (
     CutoverLease,
@@ -75,7 +88,7 @@ def reconcile(config: Config, migration_id: str, *, zk: ZK | None = None, lease:
                                      f"{holder_text(read_record(zk, migration_id))}; it is not settled "
                                      "while that process lives", phase="cutover")
             try:
-                phase = _reconcile(config, creds, zk, migration_id)
+                phase = _reconcile(config, creds, zk, migration_id, lock.guard)
             except MigrationNotFound:
                 drop_record(zk, migration_id)  # a cutover record left by a migration since deleted
                 raise
@@ -89,11 +102,11 @@ def reconcile(config: Config, migration_id: str, *, zk: ZK | None = None, lease:
             zk.close()
 
 
-def _reconcile(config: Config, creds: Credentials, zk: ZK, migration_id: str) -> Phase:
+def _reconcile(config: Config, creds: Credentials, zk: ZK, migration_id: str, guard: str) -> Phase:
     store = MigrationStore(zk)
     state, _ = store.state(migration_id)
     if state.phase == Phase.ROLLING_BACK:
-        return _reconcile_rollback(creds, zk, store.spec(migration_id))
+        return _reconcile_rollback(creds, zk, store.spec(migration_id), guard)
     if state.phase != Phase.CUTOVER:
         return state.phase
     spec = store.spec(migration_id)
@@ -106,18 +119,39 @@ def _reconcile(config: Config, creds: Credentials, zk: ZK, migration_id: str) ->
     _settle_fenced_pair(source, passive, creds, spec, landed=landed)
     if not landed and passive is None:
         skip_tombstone_renames(config, zk, creds, spec, source)
-    unfreeze_ranges(maps, spec.ranges(), reason=f"cutover {migration_id}: reconcile after interruption")
+    unfreeze_ranges(maps, spec.ranges(), reason=f"cutover {migration_id}: reconcile after interruption", guard=guard)
     if landed:
         _record_flip(store, maps, spec, "cutover", "cutover")
         store.set_phase(migration_id, Phase.DONE, flipped_epoch=smap.epoch,
                         tombstone_db_suffix=tomb_suffix(migration_id),
                         cleanup_after=time.time() + spec.options.retention_s,
-                        error="cutover was interrupted after the flip; finished by reconcile")
+                        error="cutover was interrupted after the flip; finished by reconcile",
+                        expect=Phase.CUTOVER, guard=guard)
         release_maintenance_pause(zk, spec)
         return Phase.DONE
     store.set_phase(migration_id, Phase.CONVERGED,
-                    error="cutover was interrupted before the flip; undone by reconcile")
+                    error="cutover was interrupted before the flip; undone by reconcile",
+                    expect=Phase.CUTOVER, guard=guard)
     return Phase.CONVERGED
+
+
+def settle_unknown(config: Config, zk: ZK, migration_id: str, lease: CutoverLease) -> Phase | None:
+    """After a flip whose outcome is unknown: give the lease up, then settle as any settler would.
+
+    The flip CAS is guarded by the lease (checked in its ZooKeeper transaction),
+    so once the lease node is deleted a CAS still held somewhere can no longer
+    commit, and the map read after that says for good which side of the flip
+    the cutover (or rollback) is on. Returns the phase it settled to, or None
+    when it cannot be settled now (ZooKeeper still unreachable, so the lease
+    could not be given up and ends only with its session; another settler at
+    it): then a ``migrator worker`` settles it once the lease has ended, and
+    the fences stay closed until then.
+    """
+    lease.release()  # the record stays (phase cutover / rolling_back): an orphan, for a settler
+    try:
+        return reconcile(config, migration_id, zk=zk)
+    except (CutoverRunning, *ZK_LOST):
+        return None
 
 
 def _record_flip(store: MigrationStore, maps: ShardMapStore, spec: Spec, direction: str, node: str) -> None:
@@ -159,7 +193,7 @@ def _settle_fenced_pair(source: Host, passive: Host | None, creds: Credentials, 
         gate.close_connection()
 
 
-def _reconcile_rollback(creds: Credentials, zk: ZK, spec: Spec) -> Phase:
+def _reconcile_rollback(creds: Credentials, zk: ZK, spec: Spec, guard: str) -> Phase:
     """A rollback that died in its fenced flip back, settled wholly before or after that flip.
 
     The reverse of a cutover: the new master (and its passive member) was fenced
@@ -178,13 +212,15 @@ def _reconcile_rollback(creds: Credentials, zk: ZK, spec: Spec) -> Phase:
     landed = all(smap.master_of(s) == spec.source_master for s in spec.shards)
     _settle_fenced_pair(new, passive, creds, spec, landed=landed)
     _place_old_tables(old, creds, spec, live=landed)
-    unfreeze_ranges(maps, spec.ranges(), reason=f"rollback {spec.id}: reconcile after interruption")
+    unfreeze_ranges(maps, spec.ranges(), reason=f"rollback {spec.id}: reconcile after interruption", guard=guard)
     if landed:
         _record_flip(store, maps, spec, "rollback", "rollback")
         store.set_phase(spec.id, Phase.ROLLED_BACK, flipped_epoch=smap.epoch,
-                        error="rollback was interrupted after the flip back; finished by reconcile")
+                        error="rollback was interrupted after the flip back; finished by reconcile",
+                        expect=Phase.ROLLING_BACK, guard=guard)
         return Phase.ROLLED_BACK
-    store.set_phase(spec.id, Phase.DONE, error="rollback was interrupted before the flip back; undone by reconcile")
+    store.set_phase(spec.id, Phase.DONE, error="rollback was interrupted before the flip back; undone by reconcile",
+                    expect=Phase.ROLLING_BACK, guard=guard)
     return Phase.DONE
 
 

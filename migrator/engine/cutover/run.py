@@ -6,6 +6,27 @@ holds the state of one attempt, which is what the hooks see;
 :meth:`CutoverRun.run` is steps 3 to 8 of the runbook in
 :mod:`migrator.engine.cutover`, and :meth:`CutoverRun.undo` puts everything
 back as long as the flip has not been made.
+
+How an attempt can end, and what it leaves:
+
+* **flipped**: the flip CAS landed (or, after a lost answer, the map read back
+  shows it); the fence is released and the gated members finished.
+* **undone**: it stopped before the flip; the fence and the gates are opened
+  again, the ranges unfrozen, the phase set back.
+* **flip unknown** (:class:`~migrator.engine.cutover.errors.FlipUnknown`): the
+  flip CAS was sent and no answer came back, and the map read back does not
+  show it. A request the ZooKeeper server holds can still commit later, so
+  "not done" is a guess: the fences stay closed (the RENAMEs run, the gates and
+  their triggers stay) and the decision is left to the settler, which reads the
+  map once the lease is gone, when the flip CAS (guarded by the lease) can no
+  longer land (Spirit's ``errRenameOwnershipAmbiguous`` is the same rule).
+
+Nothing a process does after losing its lease can undo another attempt's
+fence: the gates it made are named per attempt (so its reopen and remove reach
+only its own), its unfreeze and phase writes are guarded by the lease in the
+same ZooKeeper transaction (refused once it is gone), and what it changes on
+shared tables (a rollback's renames of the old master's tables) it changes
+under the settle lock, with its lease checked under that lock.
 """
 
 from __future__ import annotations
@@ -17,6 +38,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pymysql
+from kazoo.exceptions import KazooException
 
 from migrator.engine.binlog.rows import string_literal
 from migrator.engine.cutover import recheck
@@ -30,7 +52,7 @@ from migrator.engine.cutover.errors import (
 )
 from migrator.engine.cutover.fence import Fence, Move, fence_mode
 from migrator.engine.cutover.hooks import CutoverHooks, CutoverResult
-from migrator.engine.cutover.lease import CutoverLease
+from migrator.engine.cutover.lease import CutoverLease, settle_lock
 from migrator.engine.cutover.maps import reread_map, unfreeze_ranges
 from migrator.engine.cutover.passive_gate import TriggerGate
 from migrator.engine.cutover.sentinel import ensure_sentinel, has_sentinel
@@ -126,9 +148,21 @@ class CutoverRun:
         self.t_released: float | None = None
         self._undo_lock = threading.Lock()
         self._undone = False
-        #: the cutover's lease (:mod:`migrator.engine.cutover.lease`): it records the steps and guards the flip
+        #: the cutover's lease (:mod:`migrator.engine.cutover.lease`): it records the steps and guards the flip,
+        #: the unfreeze and the phase writes of this attempt
         self.lease: CutoverLease | None = None
         self.hooks = CutoverHooks()
+        #: names what this attempt creates on the servers (its gates' triggers and gate tables)
+        self.attempt_id = uuid.uuid4().hex[:6]
+        #: the flip CAS went out and its outcome is unknown: the fences stay closed for the settler
+        self.flip_unknown = False
+        #: after a lost answer to the flip CAS, how long to try reading the map back before the outcome
+        #: counts as unknown without it (a variable: tests shorten it)
+        self.reread_s = 60.0
+        #: an undo found the lease gone (its unfreeze was refused): the settler finishes the undo
+        self.lease_lost = False
+        #: the lease's node as last seen (see :attr:`guard`); a path no lease ever has until then
+        self._guard_path = "/migrator-no-lease-held"
 
     # -- helpers ------------------------------------------------------------------------
     def attempt(self, outcome: str) -> dict[str, Any]:
@@ -158,6 +192,41 @@ class CutoverRun:
 
     def tomb(self, db: str) -> str:
         return tomb_db(self.spec.id, db)
+
+    @property
+    def guard(self) -> str | None:
+        """The lease's znode: the ZooKeeper writes of this attempt commit only while it exists (once
+        the lease is given up, the node it had: nothing it guards commits any more)."""
+        if self.lease is None:
+            return None
+        if self.lease.path is not None:
+            self._guard_path = self.lease.path
+        return self._guard_path
+
+    def _while_holding(self, action: Any) -> bool:
+        """Run ``action(self)``, a change to what is not this attempt's own (the old master's tables
+        in a rollback), only while this process holds the lease: under the settle lock, which every
+        settler takes before it acts, with the lease checked under it. False (nothing done) when
+        the lease is gone or the lock is not free: then a settler decides, once the lease is gone."""
+        if self.lease is None:
+            action(self)
+            return True
+        lock = settle_lock(self.zk, self.spec.id)
+        try:
+            if not lock.acquire(blocking=True, timeout=5):
+                return False
+        except KazooException:  # ZooKeeper unreachable: the lease cannot be confirmed either
+            return False
+        try:
+            if not self.lease.alive:
+                return False
+            action(self)
+            return True
+        finally:
+            try:
+                lock.release()
+            except KazooException:
+                pass  # the lock ends with this process's session
 
     # -- prepare --------------------------------------------------------------------------
     def prepare(self) -> None:
@@ -194,13 +263,15 @@ class CutoverRun:
         sentinels = [(db, SENTINEL_TABLE) for db in spec.databases]
         if self.direction.passive is not None:
             self.passive_gate = TriggerGate(self.direction.passive, self.creds, [(t.db, t.table) for t in self.tables],
-                                            tomb_suffix(spec.id), {db: self.tomb(db) for db in spec.databases}).open()
+                                            tomb_suffix(spec.id), {db: self.tomb(db) for db in spec.databases},
+                                            attempt=self.attempt_id).open()
             self.passive_gate.install()
         self.fence_mode = fence_mode(spec.options.fence, len(self.tables))
         if self.fence_mode == "gate":
             # one DROP TABLE closes every moving table; the renames come after the flip
             self.active_gate = TriggerGate(self.source, self.creds, [(t.db, t.table) for t in self.tables],
-                                           tomb_suffix(spec.id), {db: self.tomb(db) for db in spec.databases}).open()
+                                           tomb_suffix(spec.id), {db: self.tomb(db) for db in spec.databases},
+                                           attempt=self.attempt_id).open()
             self.active_gate.install()
             self.writer = mysql_connect(self.source, self.creds, read_timeout=600)
             with self.writer.cursor() as cur:
@@ -251,9 +322,14 @@ class CutoverRun:
         return recheck.refresh_verified_gtid(self, max_rounds=max_rounds, quiet_s=quiet_s, quiet_keys=quiet_keys)
 
     def close(self, failure: BaseException | None = None) -> None:
-        """Close connections; a never-flipped attempt puts the passive member back as it was.
+        """Close connections; a never-flipped attempt puts its gated members back as they were.
 
-        A failure to reopen the passive gate is not swallowed: it is raised, or,
+        An attempt whose flip outcome is unknown leaves its gates closed and their
+        triggers in place: the settler opens them (not landed) or finishes them
+        (landed) from the map. The gates reopened and removed here are this
+        attempt's own (named per attempt), never another attempt's.
+
+        A failure to reopen a gate is not swallowed: it is raised, or,
         when the cutover is already failing (``failure``), added to that error.
         """
         if self.tracker is not None:
@@ -270,15 +346,15 @@ class CutoverRun:
         for gate in (self.active_gate, self.passive_gate):
             if gate is None:
                 continue
-            if self.flipped_epoch is None:
-                # never flipped (or undone): the passive member goes back to how it was
+            if self.flipped_epoch is None and not self.flip_unknown:
+                # never flipped (or undone): the member goes back to how it was
                 try:
                     gate.reopen()
                     gate.remove()
                 except Exception as exc:  # noqa: BLE001 - reported below, never instead of the cause
                     problems.append(f"could not reopen the write gate on {gate.host.name} "
                                     f"({type(exc).__name__}: {exc}): its clients may still be refused on the moving "
-                                    f"tables; drop its triggers {gate.suffix!r} (`_mgate_*`) and the table "
+                                    f"tables; drop its triggers `_mgate_{gate.suffix}_*` and the table "
                                     f"`_migrator_gates`.`{gate.gate}` there, or retry the cutover")
             gate.close_connection()
         if self.writer is not None and self.fence is None:
@@ -332,31 +408,43 @@ class CutoverRun:
     def flip_landed(self, smap: ShardMap) -> bool:
         return all(smap.master_of(s) == self.direction.to_master for s in self.spec.shards)
 
-    def unfreeze(self) -> None:
-        unfreeze_ranges(self.maps, self.ranges, reason=f"{self.direction.label} {self.spec.id}: abort, unfreeze")
+    def unfreeze(self) -> bool:
+        """Unfreeze our ranges, guarded by the lease: False (nothing changed) once the lease is gone,
+        when the ranges may be a later attempt's freeze already; the settler unfreezes then."""
+        try:
+            unfreeze_ranges(self.maps, self.ranges, reason=f"{self.direction.label} {self.spec.id}: abort, unfreeze",
+                            guard=self.guard)
+        except ShardMapGuardLost:
+            self.lease_lost = True
+            return False
+        return True
 
     # -- undo --------------------------------------------------------------------------------
     def undo(self) -> None:
-        """Before the flip: kill the pending RENAME, release the lock, unfreeze. Idempotent."""
+        """Before the flip: kill the pending RENAME, release the lock, reopen this attempt's gates,
+        unfreeze. Idempotent. What is not this attempt's own (the unfreeze, a rollback's renames of
+        the old master's tables) is done only while the lease is held; otherwise the settler does it."""
         with self._undo_lock:
             if self._undone:
                 return
             self._undone = True
             try:
                 if self._pre_flipped and self.direction.undo_pre_flip is not None:
-                    self.direction.undo_pre_flip(self)
                     self._pre_flipped = False
-                if self.fence is not None:
-                    self.fence.abort()
+                    if not self._while_holding(self.direction.undo_pre_flip):
+                        self.lease_lost = True
             finally:
                 try:
-                    for gate in (self.active_gate, self.passive_gate):
-                        if gate is not None:
-                            gate.reopen()
+                    if self.fence is not None:
+                        self.fence.abort()
                 finally:
-                    if self.frozen_epoch is not None:
-                        self.unfreeze()
-                        self.t_released = time.monotonic()  # clients wait no longer
+                    try:
+                        for gate in (self.active_gate, self.passive_gate):
+                            if gate is not None:
+                                gate.reopen()
+                    finally:
+                        if self.frozen_epoch is not None and self.unfreeze():
+                            self.t_released = time.monotonic()  # clients wait no longer
 
     # -- the freeze ----------------------------------------------------------------------------
     def run(self, hooks: CutoverHooks) -> CutoverResult:
@@ -367,6 +455,8 @@ class CutoverRun:
         suspect = (node or {}).get("suspect_chunks") or []
         budget_s = self.spec.options.freeze_budget_ms / 1000
 
+        if self.lease is not None:
+            self.lease.record["attempt"] = self.attempt_id  # for people: which gates are this attempt's
         if self.lease is not None and not self.lease.alive:
             # a worker may be settling this cutover already: never start a freeze without the lease
             raise CutoverAborted("this process lost the cutover's lease in ZooKeeper before the freeze (its session "
@@ -431,7 +521,12 @@ class CutoverRun:
                 raise CutoverAborted("the write gate was reopened; not flipping", phase="cutover")
             if self.direction.pre_flip is not None:
                 self._pre_flipped = True
-                self.direction.pre_flip(self)
+                if not self._while_holding(self.direction.pre_flip):
+                    self._pre_flipped = False
+                    raise CutoverAborted(f"this process lost the {self.direction.label}'s lease in ZooKeeper before "
+                                         "the flip (its session expired, or ZooKeeper did not answer), so a worker "
+                                         "may be settling it: nothing was renamed and the flip was not made; retry",
+                                         phase=self.direction.label)
             flipped = self._flip()
             t = self._step("flip_cas", t)
             if self.fence is not None:
@@ -449,12 +544,27 @@ class CutoverRun:
             if self.passive_gate is not None:
                 self.passive_gate.finish(self.fence_own, timeout=finish_s)
                 self._step("passive_finish", t_end)
-        except FlipUnknown:
-            # Neither undo nor claim success: let the RENAME run (or keep the gate closed). If
-            # the flip landed this is the finish; if not, writers get 1146 until reconcile()
-            # renames the tables back (reopens the gate). Never a split brain.
+        except FlipUnknown as exc:
+            # An unknown outcome is its own outcome: neither undo nor claim success. The gates stay
+            # closed with their triggers (close() leaves them) and the lock stays held while the
+            # lease is given up; from then on the flip CAS (guarded by it) cannot commit, so the
+            # map read after that is final. Landed, or still unknown (ZooKeeper unreachable): the
+            # RENAMEs run, the tables stay fenced in the tombstones and writers get 1146 until the
+            # settler renames them back (not landed) or finishes. Known not landed: the RENAMEs are
+            # killed, the tables stay where they are. Gates, unfreeze and phase are the settler's
+            # (:func:`migrator.engine.cutover.reconcile.settle_unknown`). Never a split brain.
+            self.flip_unknown = True
+            landed = self._landed_once_lease_is_gone()
             if self.fence is not None:
-                self.fence.release()
+                try:
+                    if landed is False:
+                        self.fence.abort()
+                    else:
+                        self.fence.release()
+                except BaseException as rel:  # noqa: BLE001 - the unknown flip is what the caller must see
+                    exc.message = (f"{exc.message}; also, putting the rename fence on its side failed ({rel}): the "
+                                   "settler finishes or undoes it")
+            exc.result = self._result((time.monotonic() - (self.t_freeze or time.monotonic())) * 1000)
             raise
         except BaseException as exc:
             if not flipped:
@@ -465,13 +575,32 @@ class CutoverRun:
             if isinstance(exc, (MigratorError, pymysql.err.MySQLError, *ZK_LOST)) and not flipped:
                 if isinstance(exc, MigratorError):
                     raise
-                raise CutoverAborted(f"cutover aborted before the flip, source still serves: {exc}",
+                raise CutoverAborted(f"cutover aborted before the flip, source still serves: "
+                                     f"{str(exc) or type(exc).__name__}",
                                      phase="cutover") from None
             raise
         if hooks.after_flip:
             hooks.after_flip(self)
         assert self.flipped_epoch is not None
-        return CutoverResult(self.spec.id, round(freeze_ms, 2), self.flipped_epoch, self.fence_gtid,
+        return self._result(freeze_ms)
+
+    def _landed_once_lease_is_gone(self, timeout: float = 10.0) -> bool | None:
+        """After an unknown flip: give the lease up, then read the map. True/False once the lease node
+        is known gone (the guarded flip CAS can no longer commit, so the map is final); None when
+        that cannot be known now (ZooKeeper unreachable)."""
+        path = self.guard
+        if self.lease is None or path is None:
+            return None
+        self.lease.release()  # its record stays while the phase is still "cutover": for the settler
+        try:
+            if self.zk.client.exists(path) is not None:
+                return None  # not deleted (the lease's own session was cut off): it ends with that session
+            return self.flip_landed(reread_map(self.maps, timeout))
+        except (*ZK_LOST, KazooException):
+            return None
+
+    def _result(self, freeze_ms: float) -> CutoverResult:
+        return CutoverResult(self.spec.id, round(freeze_ms, 2), self.flipped_epoch or 0, self.fence_gtid,
                              self.target_pos, self.rows_checked, self.rows_repaired, dict(self.steps),
                              self.keys_from)
 
@@ -601,15 +730,28 @@ class CutoverRun:
                                  "expired), so a worker may be undoing it: the flip was not made and the source "
                                  "still serves; retry the cutover", phase="cutover") from None
         except ZK_LOST:
+            # the CAS went out and no answer came back: it may have committed, or may still commit (a
+            # server that held it, paused, processes it when it resumes). Only a map that shows it is
+            # an answer; a map that does not is no proof it never will.
             try:
-                smap = reread_map(self.maps)
+                smap = reread_map(self.maps, self.reread_s)
             except ZK_LOST:
                 raise FlipUnknown(
-                    "lost ZooKeeper during the flip and could not read the map back; the source tables are "
-                    "being released to the tombstones (safe either way); run `migrator cutover ID` again when "
-                    "ZooKeeper is back to finish or undo", phase="cutover") from None
-            if self.flip_landed(smap):
+                    "lost ZooKeeper during the flip and could not read the map back; the fences stay closed "
+                    "(the source tables go to the tombstones, the gates stay shut), safe either way; once this "
+                    "process's lease is gone a worker settles it from the map (`migrator cutover ID` does too)",
+                    phase=self.direction.label) from None
+            if self.flip_landed(smap) and (self.lease is None or self.lease.alive):
                 self.flipped_epoch = smap.epoch
                 return True
-            raise CutoverAborted("lost ZooKeeper during the flip and the flip did not land; the fence was undone "
-                                 "and the source still serves; retry the cutover", phase="cutover") from None
+            if self.flip_landed(smap):
+                # landed, but the lease ended meanwhile: a settler may be finishing it already; this
+                # process does not finish it beside it (the settle below, from the map, does)
+                raise FlipUnknown("lost ZooKeeper during the flip; the map read back shows it landed, but this "
+                                  "process lost its lease meanwhile, so a settler finishes it",
+                                  phase=self.direction.label) from None
+            raise FlipUnknown(
+                "lost ZooKeeper during the flip and the map read back does not show it yet; the request may "
+                "still commit, so the fences stay closed (the source tables go to the tombstones, the gates "
+                "stay shut) until the settler decides from the map once this process's lease is gone",
+                phase=self.direction.label) from None

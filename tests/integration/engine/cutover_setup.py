@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pymysql
+from kazoo.exceptions import KazooException
 
 from migrator.engine.cutover.sentinel import ensure_sentinel
 from migrator.engine.migration import MigrationStore, Options, Phase, Spec, new_id
@@ -241,7 +242,10 @@ class Writer:
                 code = exc.args[0] if exc.args else None
                 if code in (ER_NO_SUCH_TABLE, ER_BAD_DB_ERROR):
                     self.retries += 1
-                    self.router.refresh()
+                    try:
+                        self.router.refresh()
+                    except KazooException:  # ZooKeeper unreachable for now: a client tries again later
+                        time.sleep(0.1)
                     continue
                 if code in (2006, 2013):
                     self._conns.pop((hname, shard), None)
@@ -259,6 +263,56 @@ class Writer:
             self._write_once(shard, rng)
             self.latencies.append((t0, time.monotonic() - t0))
             time.sleep(self.pause_s)
+
+
+@dataclass
+class PassiveWriter:
+    """Writes pins straight into the passive member, as a misrouted client would."""
+
+    host: object
+    creds: object
+    shards: tuple[int, ...]
+    acks: dict[tuple[int, int], str] = field(default_factory=dict)
+    refused: int = 0
+    other_errors: list[str] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def start(self) -> PassiveWriter:
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread:
+            self._thread.join(30)
+
+    def _run(self) -> None:
+        rng = random.Random(99)
+        conn = mysql_connect(self.host, self.creds, read_timeout=30)
+        try:
+            while not self._stop.is_set():
+                shard = rng.choice(self.shards)
+                data = json.dumps({"passive": rng.random()})
+                mine = [k for k in self.acks if k[0] == shard]
+                try:
+                    with conn.cursor() as cur:
+                        if mine and rng.random() < 0.4:
+                            lid = rng.choice(mine)[1]
+                            cur.execute(f"UPDATE `db{shard:05d}`.pins SET data = %s WHERE local_id = %s", (data, lid))
+                        else:
+                            cur.execute(f"INSERT INTO `db{shard:05d}`.pins (data) VALUES (%s)", (data,))
+                            lid = cur.lastrowid
+                    self.acks[(shard, lid)] = data
+                except pymysql.err.MySQLError as exc:
+                    if exc.args and exc.args[0] == 1146:
+                        self.refused += 1  # the gate (or the renamed table): never a silent write
+                    else:
+                        self.other_errors.append(str(exc))
+                time.sleep(0.002)
+        finally:
+            conn.close()
 
 
 # -- the source pair after a cutover -------------------------------------------------------------

@@ -189,3 +189,131 @@ def test_a_second_tail_waits_for_the_first(fleet):
         assert got["tailer"].applied == applied  # from where the first one stopped
     finally:
         got["tailer"].close()
+
+
+# -- fencing tokens: a tail that lost its applier lock lands nothing -------------------------------
+
+def _pins_row(fleet, db: str = "db00002") -> int:
+    with h.conn(fleet, h.SOURCE, db) as c, c.cursor() as cur:
+        cur.execute("SELECT local_id FROM pins ORDER BY local_id LIMIT 1")
+        return int(cur.fetchone()[0])
+
+
+def _source_write(fleet, sql: str, args: tuple = ()) -> str:
+    """Run one statement on the source (autocommit); returns the source position after it."""
+    with h.conn(fleet, h.SOURCE, "db00002") as c, c.cursor() as cur:
+        cur.execute(sql, args)
+        return h.binlog_pos(c)
+
+
+def _lose_applier_lock(tailer) -> None:
+    """Expire the ZooKeeper session a tailer from ``open_tailer`` holds its applier lock with."""
+    from tests.faults.fault_jobs import expire_session
+
+    expire_session(tailer.checkpoint_node.store.zk.client)
+
+
+def test_a_stale_tail_cannot_write_an_older_row_image_over_a_newer_one(fleet):
+    """A tail loses its applier lock (its ZooKeeper session expires) while a row changes twice; a
+    second tail takes the lock and applies both changes. The first one's next round holds the older
+    image: it fails on the target's fencing token instead of landing, and the target keeps the newer
+    image (equal to the source). Its checkpoint write is refused too."""
+    spec = h.create_migration(fleet)
+    h.copy_tables(fleet, spec)
+    lid = _pins_row(fleet)
+    first = catch_up.open_tailer(fleet.config, spec.id)
+    try:
+        catch_up.run_pass(fleet.config, spec.id, tailer=first)
+        older = _source_write(fleet, "UPDATE pins SET data = '{\"v\": 1}' WHERE local_id = %s", (lid,))
+        time.sleep(1.0)  # the first tail's reader has read the older change (a message of its own)
+        _lose_applier_lock(first)
+        newer = _source_write(fleet, "UPDATE pins SET data = '{\"v\": 2}' WHERE local_id = %s", (lid,))
+        second = catch_up.open_tailer(fleet.config, spec.id)
+        try:
+            second.drain_to(newer, 30)
+        finally:
+            second.close()
+        with pytest.raises(catch_up.CatchUpConflict, match="lost its right to apply"):
+            first.drain_to(older, 30)  # its next round: the older image
+    finally:
+        first.close()
+    assert h.compare(fleet, spec) == {}
+    with h.conn(fleet, h.TARGET, "db00002") as t, t.cursor() as cur:
+        cur.execute("SELECT data FROM pins WHERE local_id = %s", (lid,))
+        assert cur.fetchone()[0] == '{"v": 2}'
+    assert GtidPos.parse(catch_up.status(fleet.config, spec.id)["gtid"]).contains(newer)
+
+
+def test_a_stale_tail_cannot_replay_a_statement(fleet):
+    """The same with a statement: the source truncates a table and writes it again; the second tail
+    applies both. The first tail, which lost its lock, would replay the TRUNCATE over the rows the
+    second one wrote since; the fencing token refuses it and the target keeps the rows."""
+    spec = h.create_migration(fleet)
+    h.copy_tables(fleet, spec)
+    first = catch_up.open_tailer(fleet.config, spec.id)
+    try:
+        catch_up.run_pass(fleet.config, spec.id, tailer=first)
+        truncated = _source_write(fleet, "TRUNCATE TABLE board_has_pins")
+        time.sleep(1.0)
+        _lose_applier_lock(first)
+        refilled = _source_write(fleet, "INSERT INTO board_has_pins VALUES (1, 2, 3), (4, 5, 6)")
+        second = catch_up.open_tailer(fleet.config, spec.id)
+        try:
+            second.drain_to(refilled, 30)
+        finally:
+            second.close()
+        with pytest.raises(catch_up.CatchUpConflict, match="lost its right to apply"):
+            first.drain_to(truncated, 30)
+    finally:
+        first.close()
+    assert h.compare(fleet, spec) == {}
+    with h.conn(fleet, h.TARGET, "db00002") as t, t.cursor() as cur:
+        cur.execute("SELECT COUNT(*) FROM board_has_pins")
+        assert cur.fetchone()[0] == 2
+
+
+def test_two_tails_after_a_lost_applier_lock(fleet):
+    """Fault cell: a tail applies under writes and its ZooKeeper session expires; a second tail takes
+    the applier lock and applies. The first one's next round fails on the fencing token instead of
+    landing (it stops with a clear error), and the target ends equal to the source."""
+    import threading
+
+    h.create_extra_tables(fleet)
+    spec = h.create_migration(fleet)
+    writer = h.Writer(fleet, seed=SEED, partner=False).start()
+    failed: list[BaseException] = []
+    try:
+        time.sleep(0.5)
+        h.copy_tables(fleet, spec)
+        first = catch_up.open_tailer(fleet.config, spec.id)
+
+        def tail() -> None:
+            try:
+                while True:
+                    first.apply_until(None, timeout_s=1.0)
+            except BaseException as exc:  # noqa: BLE001 - the stale tail's end, looked at below
+                failed.append(exc)
+
+        t = threading.Thread(target=tail, daemon=True)
+        t.start()
+        time.sleep(2.0)  # applying under writes
+        _lose_applier_lock(first)
+        second = catch_up.open_tailer(fleet.config, spec.id)
+        try:
+            catch_up.run_pass(fleet.config, spec.id, tailer=second)
+            t.join(30)
+            assert not t.is_alive(), "the stale tail is still applying"
+            time.sleep(1.0)
+        finally:
+            writer.stop()
+            try:
+                head = h.wait_source_has_partner_writes(fleet)
+                second.drain_to(head, 60)
+            finally:
+                second.close()
+    finally:
+        first.close()
+    assert failed and isinstance(failed[0], catch_up.CatchUpConflict), failed
+    assert "lost its right to apply" in str(failed[0]), failed[0]
+    print(f"the stale tail stopped with: {failed[0]}")
+    assert h.compare(fleet, spec) == {}

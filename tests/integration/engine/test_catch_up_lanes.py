@@ -208,7 +208,9 @@ def test_kill_9_with_lanes_at_different_points_of_a_round_then_resume(fleet):
                 open_lanes = _lane_transactions(fleet)
                 if 1 <= open_lanes <= 3:  # some lanes committed this round, some have not
                     break
-            time.sleep(0.02)
+            # INNODB_TRX is a cache InnoDB refreshes only once it has not been read for 0.1 s: polled
+            # faster it keeps showing the first state it caught (seen: 4 open transactions, for ever)
+            time.sleep(0.02 if not moved else 0.15)
         assert 1 <= open_lanes <= 3, f"never caught the lanes mid-round (open: {open_lanes}, exit {proc.poll()})"
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(10)
@@ -269,3 +271,69 @@ def test_a_lane_writes_under_read_committed_on_a_row_logging_target(fleet):
             assert cur.fetchone() == ("READ-COMMITTED", "ROW")
     finally:
         lane.close()
+
+
+def test_the_fencing_token_does_not_serialise_the_lanes(fleet):
+    """The lanes' check of the epoch row is a shared-mode read: lane transactions hold it side by
+    side without waiting for each other. A newer tail's claim waits for the ones in flight (their
+    writes land first); a lane transaction that starts while the claim waits queues behind it and
+    then finds the newer token (it writes nothing)."""
+    import threading
+
+    import pymysql
+    import pytest
+
+    from migrator.engine.catch_up.lanes import Epoch, StaleEpoch
+
+    applier = f"test-{SEED}-{time.monotonic_ns()}"
+    old, new = Epoch(applier, 100, "old tail"), Epoch(applier, 200, "new tail")
+
+    def lane_conn():
+        c = h.conn(fleet, h.TARGET, autocommit=False)
+        with c.cursor() as cur:
+            cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+            cur.execute("SET SESSION innodb_lock_wait_timeout = 5")
+        c.commit()
+        return c
+
+    setup, a, b, late, claimer = (lane_conn() for _ in range(5))
+    try:
+        old.claim(setup)
+        with pytest.raises(StaleEpoch):  # a lower token never lowers the row
+            Epoch(applier, 50).claim(setup)
+        t0 = time.monotonic()
+        with a.cursor() as ca, b.cursor() as cb:  # two lanes, each in its transaction, at once
+            old.check(ca)
+            old.check(cb)
+        assert time.monotonic() - t0 < 1.0  # neither waited for the other
+        claimed: list[float] = []
+        t = threading.Thread(target=lambda: (new.claim(claimer), claimed.append(time.monotonic())), daemon=True)
+        t.start()
+        time.sleep(1.0)
+        assert t.is_alive() and not claimed  # the claim waits for the lanes in flight
+        found: list[BaseException] = []
+
+        def late_lane() -> None:
+            with late.cursor() as cl:
+                try:
+                    old.check(cl)  # queued behind the claim's exclusive lock
+                except StaleEpoch as exc:
+                    found.append(exc)
+                finally:
+                    late.rollback()
+
+        lt = threading.Thread(target=late_lane, daemon=True)
+        lt.start()
+        time.sleep(0.5)
+        assert lt.is_alive() and not found  # it waits, it does not read the old token
+        a.commit()
+        b.commit()
+        t.join(10)
+        lt.join(10)
+        assert claimed and found and found[0].found == 200
+    finally:
+        for c in (setup, a, b, late, claimer):
+            try:
+                c.close()
+            except pymysql.err.Error:
+                pass

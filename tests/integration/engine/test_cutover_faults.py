@@ -9,6 +9,9 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
+from kazoo.exceptions import ConnectionLoss, KazooException
+
 from migrator.engine.cutover import cutover
 from migrator.engine.cutover.errors import CutoverAborted
 from migrator.engine.cutover.hooks import CutoverHooks
@@ -155,3 +158,243 @@ def test_zookeeper_lost_during_the_flip_ends_wholly_before_or_after(fleet):
             cur.execute(f"SELECT data FROM db{shard:05d}.pins WHERE local_id = %s", (lid,))
             assert cur.fetchone()[0] == data
     print(f"ZooKeeper loss during the flip ended {outcome} the flip")
+
+
+# -- ZooKeeper paused at the flip CAS: an unknown outcome keeps the fences closed -------------------
+
+#: past both session timeouts of the cutover (10 s, its lease's 4 s)
+PAUSE_S = 15.0
+
+
+def _pause_zookeeper(sb, seconds: float) -> threading.Thread:
+    """SIGSTOP the sandbox's ZooKeeper now and SIGCONT it ``seconds`` later (from a thread)."""
+    import os
+    import signal
+
+    pid = sb.state.procs["zookeeper"].pid
+    os.kill(pid, signal.SIGSTOP)
+
+    def resume() -> None:
+        time.sleep(seconds)
+        os.kill(pid, signal.SIGCONT)
+
+    t = threading.Thread(target=resume, daemon=True)
+    t.start()
+    return t
+
+
+def _pause_at_the_flip_cas(sb, reread: str, resumer: list[threading.Thread]):
+    """A ``before_flip`` hook: pause the server the moment the flip's transaction is committed, so
+    the request goes out to a server that holds it, unanswered, until it resumes (``PAUSE_S``).
+    ``no_answer``/``lost_answer``: the run gives up reading the map back while the server is still
+    paused; ``lost_answer``: the transaction commits first and only its answer is lost."""
+
+    def at_flip(run) -> None:
+        if reread in ("no_answer", "lost_answer"):
+            run.reread_s = 3.0
+        client = run.maps.zk.client
+        plain = client.transaction
+
+        def paused_transaction():
+            tx = plain()
+            commit_async = tx.commit_async
+
+            def commit_paused():
+                if not any(getattr(op, "path", None) == run.maps.path for op in tx.operations):
+                    return commit_async()  # not the flip's (a rollback's settle lock before it)
+                client.transaction = plain  # the flip's transaction only
+                if reread == "lost_answer":
+                    commit_async().get()
+                    resumer.append(_pause_zookeeper(sb, PAUSE_S))
+                    raise ConnectionLoss()
+                resumer.append(_pause_zookeeper(sb, PAUSE_S))
+                return commit_async()
+
+            tx.commit_async = commit_paused
+            return tx
+
+        client.transaction = paused_transaction
+
+    return at_flip
+
+
+@pytest.mark.parametrize("reread", ["answers", "no_answer", "lost_answer"])
+def test_zookeeper_paused_at_the_flip_keeps_the_fences_closed_until_settled(fleet, tmp_path, reread):
+    """ZooKeeper is paused (SIGSTOP) right as the flip CAS goes out and resumed after every
+    session timeout (the cutover's 10 s and its lease's 4 s) has passed, while a client writes on the
+    source pair's passive member and another through the map. Whether the held CAS commits when the
+    server resumes is a race the cutover cannot see: with ``answers`` the map can be read back once
+    the server is back, with ``no_answer`` the cutover stops waiting for it first, and with
+    ``lost_answer`` the CAS commits and only its answer is lost (then the server pauses). Either way
+    the fences stay closed until a settler decides from the map, and the cutover ends wholly before
+    or wholly after the flip with every acknowledged write on the final owner."""
+    from migrator.engine.cutover.errors import FlipUnknown
+
+    from .cutover_setup import PassiveWriter, Workers, gate_leftovers, pair_synced, replicating, tables_in
+
+    prep = prepare_converged(fleet, MOVING, options=Options(freeze_budget_ms=20000))
+    spec = prep.spec
+    sb = fleet.sandbox
+    passive = fleet.hosts[spec.source_slave]
+    router = ShardRouter(fleet.zk, fleet.credentials).start()
+    routed = Writer(router, shards=MOVING, patience_s=120).start()
+    pw = PassiveWriter(passive, fleet.credentials, MOVING).start()
+    workers = Workers(fleet.config_path, tmp_path).start(1)  # a settler, should the cutover not settle it
+    resumer: list[threading.Thread] = []
+
+    at_flip = _pause_at_the_flip_cas(sb, reread, resumer)
+    outcome = "after"
+    try:
+        time.sleep(1.0)
+        try:
+            cutover(fleet.config, spec.id, drainer=prep.drainer, hooks=CutoverHooks(before_flip=at_flip))
+        except CutoverAborted as exc:
+            assert "ZooKeeper" in exc.message and "had not landed" in exc.message, exc.message
+            outcome = "before"
+        except FlipUnknown as exc:  # not settled in-process: the worker's settler settles it
+            print(f"left to the settler: {exc.message}")
+            outcome = "settler"
+        for t in resumer:
+            t.join(60)
+        deadline = time.monotonic() + 60
+        while True:  # settled: unfrozen, phase out of cutover, record gone
+            try:
+                smap = ShardMapStore(fleet.zk).read()
+                phase = prep.store.state(spec.id)[0].phase
+                if not smap.frozen and phase != Phase.CUTOVER and \
+                        not fleet.zk.client.exists(fleet.zk.path("cutovers", spec.id)):
+                    break
+            except KazooException:  # this test's own session expired in the pause too: it comes back
+                phase, smap = None, None
+            assert time.monotonic() < deadline, f"not settled: {phase}, {smap}\n{workers.logs()}"
+            time.sleep(0.2)
+        time.sleep(1.0)  # both writers go on where the map (and the gates) say
+    finally:
+        for t in resumer:
+            t.join(60)
+        pw.stop()
+        routed.stop()
+        workers.stop()
+        prep.drainer.close()
+    where = _where(fleet, prep)
+    assert outcome == "settler" or where == outcome, (outcome, where)
+    if reread == "lost_answer":
+        assert where == "after"
+    assert prep.store.state(spec.id)[0].phase == (Phase.DONE if where == "after" else Phase.CONVERGED)
+    print(f"ZooKeeper paused at the flip ({reread}): ended {where} the flip (settled by "
+          f"{'a worker' if outcome == 'settler' else 'the cutover'}); passive writes refused: {pw.refused}")
+    # every acknowledged write, routed or on the passive member, is on the final owner with its last value
+    assert not routed.errors, routed.errors[:5]
+    assert not pw.other_errors, pw.other_errors[:5]
+    owner = fleet.hosts[ShardMapStore(fleet.zk).read().master_of(MOVING[0])]
+    with mysql_connect(owner, fleet.credentials) as c, c.cursor() as cur:
+        for (shard, lid), data in {**pw.acks, **routed.acks}.items():
+            cur.execute(f"SELECT data FROM db{shard:05d}.pins WHERE local_id = %s", (lid,))
+            row = cur.fetchone()
+            assert row is not None and row[0] == data, (shard, lid, row, data)
+    # both members of the old pair: replicating both ways, tables wholly on one side, no gate left
+    with mysql_connect(prep.source, fleet.credentials) as a, mysql_connect(passive, fleet.credentials) as b:
+        pair_synced(a, b)
+        replicating(a)
+        replicating(b)
+        for c in (a, b):
+            assert gate_leftovers(c) == []
+            for db in spec.databases:
+                live, dead = tables_in(c, db), tables_in(c, tomb_db(spec.id, db))
+                if where == "after":
+                    assert not (live & SEED_TABLES) and SEED_TABLES <= dead, (db, live, dead)
+                else:
+                    assert SEED_TABLES <= live and not (dead & SEED_TABLES), (db, live, dead)
+
+
+@pytest.mark.parametrize("reread", ["no_answer", "lost_answer"])
+def test_zookeeper_paused_at_the_flip_back_keeps_the_fences_closed_until_settled(fleet, tmp_path, reread):
+    """The same fault at a rollback's flip back: the new pair is fenced (its passive member written
+    to throughout), the old master's tables were renamed live just before the CAS. The fences stay
+    closed until the settle from the map: wholly flipped back (the new pair's tables tombstoned on
+    both members, the old master's live) or wholly not (the new pair serves, the old master's tables
+    back in the tombstones), every acknowledged write on the final owner, both directions of the new
+    pair replicating, no gate left."""
+    from migrator.engine.cutover.errors import FlipUnknown
+    from migrator.engine.rollback import RollbackError, rollback
+
+    from .cutover_setup import PassiveWriter, Workers, gate_leftovers, pair_synced, replicating, tables_in
+
+    prep = prepare_converged(fleet, MOVING, options=Options(freeze_budget_ms=20000))
+    spec = prep.spec
+    sb = fleet.sandbox
+    cutover(fleet.config, spec.id, drainer=prep.drainer)
+    prep.drainer.close()
+    passive = fleet.hosts[spec.target_slave]  # the new pair's passive member: gated by the flip back
+    router = ShardRouter(fleet.zk, fleet.credentials).start()
+    routed = Writer(router, shards=MOVING, patience_s=120).start()
+    pw = PassiveWriter(passive, fleet.credentials, MOVING).start()
+    workers = Workers(fleet.config_path, tmp_path).start(1)
+    resumer: list[threading.Thread] = []
+
+    at_flip = _pause_at_the_flip_cas(sb, reread, resumer)
+    outcome = "after"
+    try:
+        time.sleep(1.0)
+        try:
+            rollback(fleet.config, spec.id, hooks=CutoverHooks(before_flip=at_flip))
+        except RollbackError as exc:
+            assert "had not landed" in exc.message, exc.message
+            outcome = "before"
+        except FlipUnknown as exc:
+            print(f"left to the settler: {exc.message}")
+            outcome = "settler"
+        for t in resumer:
+            t.join(60)
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                smap = ShardMapStore(fleet.zk).read()
+                phase = prep.store.state(spec.id)[0].phase
+                if not smap.frozen and phase != Phase.ROLLING_BACK and \
+                        not fleet.zk.client.exists(fleet.zk.path("cutovers", spec.id)):
+                    break
+            except KazooException:
+                phase, smap = None, None
+            assert time.monotonic() < deadline, f"not settled: {phase}, {smap}\n{workers.logs()}"
+            time.sleep(0.2)
+        time.sleep(1.0)
+    finally:
+        for t in resumer:
+            t.join(60)
+        pw.stop()
+        routed.stop()
+        workers.stop()
+    smap = ShardMapStore(fleet.zk).read()
+    owners = {smap.master_of(s) for s in MOVING}
+    assert len(owners) == 1
+    where = "after" if owners == {spec.source_master} else "before"
+    assert outcome == "settler" or where == outcome, (outcome, where)
+    if reread == "lost_answer":
+        assert where == "after"
+    assert prep.store.state(spec.id)[0].phase == (Phase.ROLLED_BACK if where == "after" else Phase.DONE)
+    print(f"ZooKeeper paused at the flip back ({reread}): ended {where} it; passive writes refused: {pw.refused}")
+    assert not routed.errors, routed.errors[:5]
+    assert not pw.other_errors, pw.other_errors[:5]
+    owner = fleet.hosts[owners.pop()]
+    with mysql_connect(owner, fleet.credentials) as c, c.cursor() as cur:
+        for (shard, lid), data in {**pw.acks, **routed.acks}.items():
+            cur.execute(f"SELECT data FROM db{shard:05d}.pins WHERE local_id = %s", (lid,))
+            row = cur.fetchone()
+            assert row is not None and row[0] == data, (shard, lid, row, data)
+    with mysql_connect(prep.target, fleet.credentials) as a, mysql_connect(passive, fleet.credentials) as b:
+        pair_synced(a, b)
+        replicating(a)
+        replicating(b)
+        for c in (a, b):
+            assert gate_leftovers(c) == []
+            for db in spec.databases:
+                live, dead = tables_in(c, db), tables_in(c, tomb_db(spec.id, db))
+                if where == "after":
+                    assert not (live & SEED_TABLES) and SEED_TABLES <= dead, (db, live, dead)
+                else:
+                    assert SEED_TABLES <= live and not (dead & SEED_TABLES), (db, live, dead)
+    with mysql_connect(prep.source, fleet.credentials) as old:
+        for db in spec.databases:
+            live, dead = tables_in(old, db), tables_in(old, tomb_db(spec.id, db))
+            assert (SEED_TABLES <= live) == (where == "after") and (SEED_TABLES <= dead) == (where == "before")

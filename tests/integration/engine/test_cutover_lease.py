@@ -191,16 +191,24 @@ def test_a_live_lease_is_never_settled(fleet):
 
 
 def test_a_holder_that_lost_its_lease_does_not_flip(fleet):
-    """The flip CAS is guarded by the lease: once it is gone (a settler may be at work) the flip is refused."""
+    """The flip CAS is guarded by the lease: once it is gone (a settler may be at work) the flip is
+    refused. The holder undoes what is its own (its fence, its gates); the unfreeze and the phase,
+    guarded by the lease as well, are left to the settler, which then settles it before the flip."""
     prep = prepare_converged(fleet, MOVING, options=Options(freeze_budget_ms=20000))
     spec = prep.spec
 
     def lose_lease(run):  # as a session expiry would: the ephemeral node goes
         run.lease.zk.client.delete(run.lease.path)
 
-    with pytest.raises(CutoverAborted, match="lost the cutover's lease"):
+    with pytest.raises(CutoverAborted, match="lost the cutover's lease") as err:
         cutover(fleet.config, spec.id, drainer=prep.drainer, hooks=CutoverHooks(before_flip=lose_lease))
     prep.drainer.close()
+    assert "left the unfreeze and the phase to the worker" in err.value.message
+    smap = ShardMapStore(fleet.zk).read()
+    assert all(smap.is_frozen(s) for s in MOVING) and prep.store.state(spec.id)[0].phase == Phase.CUTOVER
+    with mysql_connect(fleet.hosts[spec.source_slave], fleet.credentials) as b:
+        assert gate_leftovers(b) == []  # its own gate: reopened and removed
+    assert reconcile(fleet.config, spec.id) == Phase.CONVERGED  # the settler
     assert _sides(fleet, spec) == "before"
     assert prep.store.state(spec.id)[0].phase == Phase.CONVERGED
 
@@ -282,3 +290,120 @@ def test_stopping_the_workers_ends_their_work_horses(fleet, tmp_path):
     finally:
         workers.stop()
     assert not [proc for proc in horse if proc.is_running() and proc.status() != "zombie"]
+
+
+def _triggers_of(conn, attempt: str) -> int:
+    with conn.cursor() as cur:
+        cur.execute("SELECT COUNT(*) FROM information_schema.TRIGGERS WHERE TRIGGER_NAME LIKE %s",
+                    (f"\\_mgate\\_%\\_{attempt}\\_%",))
+        return int(cur.fetchone()[0])
+
+
+def _write_refused(host, creds) -> bool:
+    """A client write on a moving table of ``host`` fails with 1146 (a closed gate or a renamed table)."""
+    import pymysql
+
+    with mysql_connect(host, creds, read_timeout=10) as c, c.cursor() as cur:
+        try:
+            cur.execute("INSERT INTO db00002.pins (data) VALUES ('{\"probe\": 1}')")
+        except pymysql.err.MySQLError as exc:
+            return exc.args[0] == 1146
+    return False
+
+
+@pytest.mark.parametrize("fence", ["rename", "gate"])
+def test_a_holder_that_lost_its_lease_cannot_undo_a_second_attempt(fleet, fence):
+    """A cutover process loses only its lease (its lease session expires; its main session stays) in
+    the freeze; a settler settles its attempt; a second attempt of the same migration starts and
+    closes its own fence. Then the first process goes on: whatever it does (its drain, its undo, its
+    close) leaves the second attempt's gates closed, its triggers in place, its ranges frozen and its
+    phase, and the second attempt flips with every write: nothing lost, both directions replicate."""
+    import threading
+
+    from tests.faults.fault_jobs import expire_session
+
+    from .cutover_setup import PassiveWriter, missing_acks
+
+    prep = prepare_converged(fleet, MOVING, options=Options(freeze_budget_ms=60000, fence=fence))
+    spec, store = prep.spec, prep.store
+    passive = fleet.hosts[spec.source_slave]
+    router = ShardRouter(fleet.zk, fleet.credentials).start()
+    routed = Writer(router, shards=MOVING, patience_s=60).start()
+    pw = PassiveWriter(passive, fleet.credentials, MOVING).start()
+    runs: dict[str, Any] = {}
+    paused = {k: threading.Event() for k in ("first", "second")}
+    go = {k: threading.Event() for k in ("first", "second")}
+    outcome: dict[str, Any] = {}
+
+    def pause_at(name: str):
+        def hook(run, step: str) -> None:
+            if step == "passive_sync":  # the passive member closed (and with fence=gate, the master)
+                runs[name] = run
+                paused[name].set()
+                assert go[name].wait(180), f"{name} attempt never released"
+        return hook
+
+    def attempt(name: str, **kw: Any) -> None:
+        try:
+            outcome[name] = cutover(fleet.config, spec.id, hooks=CutoverHooks(at_step=pause_at(name)), **kw)
+        except BaseException as exc:  # noqa: BLE001 - looked at below
+            outcome[name] = exc
+
+    first = threading.Thread(target=attempt, args=("first",), kwargs={"drainer": prep.drainer}, daemon=True)
+    second = threading.Thread(target=attempt, args=("second",), daemon=True)
+    try:
+        time.sleep(0.5)
+        first.start()
+        assert paused["first"].wait(120), outcome
+        one = runs["first"]
+        # the first process loses its lease's session, and the tail its drainer holds the applier lock with;
+        # its main session (the one it writes the map and the phase with) stays
+        expire_session(one.lease.zk.client)
+        expire_session(prep.drainer._tailer.checkpoint_node.store.zk.client)
+        assert not one.lease.alive
+        assert reconcile(fleet.config, spec.id) == Phase.CONVERGED  # a settler: the first attempt is undone
+        second.start()
+        assert paused["second"].wait(120), outcome
+        two = runs["second"]
+        go["first"].set()  # the first process goes on: it cannot flip, and it undoes what it can
+        first.join(120)
+        assert not first.is_alive()
+        assert isinstance(outcome["first"], Exception), outcome["first"]
+        print(f"the first attempt ended with: {outcome['first']}")
+        # the second attempt's fence is as it closed it: gates shut, ranges frozen, phase cutover
+        assert _write_refused(passive, fleet.credentials)
+        if fence == "gate":
+            assert _write_refused(prep.source, fleet.credentials)
+        smap = ShardMapStore(fleet.zk).read()
+        assert all(smap.is_frozen(s) for s in MOVING), smap.frozen
+        assert store.state(spec.id)[0].phase == Phase.CUTOVER
+        assert two.attempt_id != one.attempt_id
+        with mysql_connect(passive, fleet.credentials) as b:
+            assert _triggers_of(b, two.attempt_id) > 0
+            assert _triggers_of(b, one.attempt_id) == 0
+        go["second"].set()
+        second.join(120)
+        assert not isinstance(outcome.get("second"), BaseException), outcome.get("second")
+        time.sleep(0.5)
+    finally:
+        for e in go.values():
+            e.set()
+        first.join(60)
+        second.join(60)
+        pw.stop()
+        routed.stop()
+        prep.drainer.close()
+    assert _sides(fleet, spec) == "after"
+    assert store.state(spec.id)[0].phase == Phase.DONE
+    assert not routed.errors, routed.errors[:5]
+    assert not pw.other_errors, pw.other_errors[:5]
+    assert missing_acks(fleet, routed.acks) == []
+    with mysql_connect(prep.target, fleet.credentials) as t, t.cursor() as cur:
+        for (shard, lid), data in pw.acks.items():  # every write the passive member took reached the target
+            cur.execute(f"SELECT data FROM db{shard:05d}.pins WHERE local_id = %s", (lid,))
+            row = cur.fetchone()
+            assert row is not None and row[0] == data, (shard, lid, row, data)
+    with mysql_connect(prep.source, fleet.credentials) as a, mysql_connect(passive, fleet.credentials) as b:
+        pair_synced(a, b)
+        replicating(a)
+        replicating(b)

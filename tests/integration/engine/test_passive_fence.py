@@ -7,11 +7,7 @@ pair must still replicate afterwards.
 
 from __future__ import annotations
 
-import json
-import random
-import threading
 import time
-from dataclasses import dataclass, field
 
 import pymysql
 import pytest
@@ -25,63 +21,13 @@ from migrator.fleet.mysql import connect as mysql_connect
 from migrator.fleet.router import ShardRouter
 from migrator.fleet.shard_map import ShardMapStore
 
-from .cutover_setup import Writer, missing_acks, prepare_converged, row_events_after
+from .cutover_setup import PassiveWriter, Writer, missing_acks, prepare_converged, row_events_after
 from .cutover_setup import gate_leftovers as _gate_leftovers
 from .cutover_setup import pair_synced as _pair_synced
 from .cutover_setup import replicating as _slave_ok
 
 MOVING = (2, 3)
 SEED_TABLES = ["pins", "boards", "users", "board_has_pins", "user_has_boards"]
-
-
-@dataclass
-class PassiveWriter:
-    """Writes pins straight into the passive member, as a misrouted client would."""
-
-    host: object
-    creds: object
-    shards: tuple[int, ...]
-    acks: dict[tuple[int, int], str] = field(default_factory=dict)
-    refused: int = 0
-    other_errors: list[str] = field(default_factory=list)
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
-
-    def start(self) -> PassiveWriter:
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread:
-            self._thread.join(30)
-
-    def _run(self) -> None:
-        rng = random.Random(99)
-        conn = mysql_connect(self.host, self.creds, read_timeout=30)
-        try:
-            while not self._stop.is_set():
-                shard = rng.choice(self.shards)
-                data = json.dumps({"passive": rng.random()})
-                mine = [k for k in self.acks if k[0] == shard]
-                try:
-                    with conn.cursor() as cur:
-                        if mine and rng.random() < 0.4:
-                            lid = rng.choice(mine)[1]
-                            cur.execute(f"UPDATE `db{shard:05d}`.pins SET data = %s WHERE local_id = %s", (data, lid))
-                        else:
-                            cur.execute(f"INSERT INTO `db{shard:05d}`.pins (data) VALUES (%s)", (data,))
-                            lid = cur.lastrowid
-                    self.acks[(shard, lid)] = data
-                except pymysql.err.MySQLError as exc:
-                    if exc.args and exc.args[0] == 1146:
-                        self.refused += 1  # the gate (or the renamed table): never a silent write
-                    else:
-                        self.other_errors.append(str(exc))
-                time.sleep(0.002)
-        finally:
-            conn.close()
 
 
 @pytest.mark.parametrize("fence", ["rename", "gate"])

@@ -165,3 +165,43 @@ def test_rollback_command_runs_on_workers_and_stops_with_the_verdict(fleet, tmp_
     assert ShardMapStore(fleet.zk).read().master_of(4) == spec.source_master
     st, _ = prep.store.state(spec.id)
     assert st.phase == Phase.ROLLED_BACK and st.stopped is None
+
+
+def test_a_rollback_that_lost_its_lease_leaves_the_old_master_to_the_settler(fleet):
+    """The flip back renames the old master's tombstones to the live names just before its CAS, on
+    tables no attempt owns: only under the settle lock, with the lease checked under it. A rollback
+    whose lease is gone there renames nothing and does not flip; its unfreeze and phase writes
+    (guarded by the lease) are refused, so the settler settles it (the new master serves, phase
+    done), and the next rollback goes through."""
+    import pytest
+
+    from migrator.engine.cutover.errors import CutoverAborted
+    from migrator.engine.cutover.hooks import CutoverHooks
+    from migrator.engine.cutover.reconcile import reconcile
+
+    prep = prepare_converged(fleet, MOVING, options=Options(freeze_budget_ms=20000))
+    spec = prep.spec
+    maps = ShardMapStore(fleet.zk)
+    cutover(fleet.config, spec.id)
+
+    def lose_lease(run):  # as a session expiry would: the ephemeral node goes
+        run.lease.zk.client.delete(run.lease.path)
+
+    with pytest.raises(CutoverAborted) as err:
+        rollback(fleet.config, spec.id, hooks=CutoverHooks(before_flip=lose_lease))
+    assert prep.store.state(spec.id)[0].phase == Phase.ROLLING_BACK  # left to the settler
+    assert "lost the rollback's lease" in err.value.message and "nothing was renamed" in err.value.message
+    with mysql_connect(prep.source, fleet.credentials) as old:
+        for db in spec.databases:  # the old master's tables stayed in the tombstones
+            assert not (set(SEED_TABLES) & _tables(old, db))
+            assert set(SEED_TABLES) <= _tables(old, tomb_db(spec.id, db))
+    smap = maps.read()
+    assert all(smap.is_frozen(s) and smap.master_of(s) == spec.target_master for s in MOVING)
+    assert reconcile(fleet.config, spec.id) == Phase.DONE
+    smap = maps.read()
+    assert not smap.frozen and all(smap.master_of(s) == spec.target_master for s in MOVING)
+    with mysql_connect(prep.target, fleet.credentials) as new:
+        for db in spec.databases:  # the new master serves again
+            assert set(SEED_TABLES) <= _tables(new, db)
+    rollback(fleet.config, spec.id)
+    assert prep.store.state(spec.id)[0].phase == Phase.ROLLED_BACK
