@@ -401,7 +401,7 @@ class TriggerGate:
         marks = ", ".join(["%s"] * len(dbs))
         return {(r[0], r[1]) for r in query(self.conn,
                                             f"SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES "
-                                                       f"WHERE TABLE_SCHEMA IN ({marks})", dbs)}
+                                            f"WHERE TABLE_SCHEMA IN ({marks}) AND TABLE_TYPE = 'BASE TABLE'", dbs)}
 
     # -- removal --------------------------------------------------------------------------
     def remove(self) -> None:

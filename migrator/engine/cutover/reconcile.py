@@ -270,13 +270,15 @@ def _settle_source_gate(source: Host, creds: Credentials, spec: Spec, *, landed:
 
 
 def _live_and_tombstoned(conn: Any, spec: Spec, db: str) -> tuple[set[str], set[str], list[str]]:
-    """The tables of ``db`` under its live name and in its tombstone schema (as they are on this
-    server), and the moving ones of them: the migration's tables, or every table on either side
-    but the sentinel."""
+    """The base tables of ``db`` under its live name and in its tombstone schema (as they are on this
+    server), and the moving ones of them: the migration's tables, or every base table on either side
+    but the sentinel. Views stay where they are (the copy carries them; a cutover never renames one,
+    and MariaDB refuses to rename a view into another schema)."""
     live = {r[0] for r in query(conn, "SELECT TABLE_NAME FROM information_schema.TABLES "
-                                      "WHERE TABLE_SCHEMA = %s", (db,))}
+                                      "WHERE TABLE_SCHEMA = %s AND TABLE_TYPE = 'BASE TABLE'", (db,))}
     dead = {r[0] for r in query(conn, "SELECT TABLE_NAME FROM information_schema.TABLES "
-                                      "WHERE TABLE_SCHEMA = %s", (tomb_db(spec.id, db),))}
+                                      "WHERE TABLE_SCHEMA = %s AND TABLE_TYPE = 'BASE TABLE'",
+                                (tomb_db(spec.id, db),))}
     return live, dead, list(spec.tables) or sorted((live | dead) - {SENTINEL_TABLE})
 
 

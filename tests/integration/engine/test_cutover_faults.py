@@ -97,9 +97,18 @@ def test_interrupted_before_the_flip_is_undone_then_cut_over(fleet):
     assert _where(fleet, prep) == "after" and result.flipped_epoch == maps.read().epoch
 
 
-def test_interrupted_after_the_flip_is_finished(fleet):
+def _add_view(fleet, prep) -> None:
+    """A view in a moving shard on the source pair (it stays where it is: only base tables move)."""
+    with mysql_connect(prep.source, fleet.credentials) as src, src.cursor() as c:
+        c.execute("CREATE VIEW db00002.v_pins AS SELECT local_id FROM db00002.pins")
+
+
+@pytest.mark.parametrize("with_view", [False, True], ids=["tables", "and_a_view"])
+def test_interrupted_after_the_flip_is_finished(fleet, with_view):
     prep = prepare_converged(fleet, MOVING, options=Options(freeze_budget_ms=2000))
     spec = prep.spec
+    if with_view:  # a view is no table to rename (RENAME of a view across schemas is refused)
+        _add_view(fleet, prep)
     maps = ShardMapStore(fleet.zk)
     cur = maps.read()
     flipped = cur
@@ -112,6 +121,9 @@ def test_interrupted_after_the_flip_is_finished(fleet):
     assert _where(fleet, prep) == "after"
     st, _ = prep.store.state(spec.id)
     assert st.phase == Phase.DONE and st.cleanup_after is not None and "after the flip" in st.error
+    if with_view:
+        with mysql_connect(prep.source, fleet.credentials) as src:
+            assert "v_pins" in _tables(src, "db00002")  # left in place
 
 
 def test_zookeeper_lost_during_the_flip_ends_wholly_before_or_after(fleet):
