@@ -374,6 +374,7 @@ class TriggerGate:
         moves = [Move(db, t, self.tomb_db_of[db]) for db, t in tables]
         fence = Fence(self.host, self.credentials, moves, log_lock=False, log_renames=log_renames,
                       lock_wait_timeout=timeout).open()
+        dropped: list[tuple[str, str, str]] = []  # (db, table, trigger) dropped under the lock
         try:
             fence.lock()
             assert fence.a is not None
@@ -381,13 +382,57 @@ class TriggerGate:
                 for db, t in tables:
                     for name in sorted(triggers.get((db, t), [])):
                         cur.execute(f"{TAG}DROP TRIGGER IF EXISTS {qualified(db, name)}")
+                        dropped.append((db, t, name))
             fence.queue_rename(timeout=max(1.0, deadline - time.monotonic()))
             fence.release(timeout=max(1.0, deadline - time.monotonic()))
-        except BaseException:
+        except BaseException as exc:
+            # the tables are still live: they must not be left without their triggers (a stale writer
+            # would get in after the flip). Put them back under the lock while it holds, then let go
+            renamed = {(r.move.db, r.move.table) for r in fence.renamers if r.renamed}
+            live = [d for d in dropped if (d[0], d[1]) not in renamed]
+            if live:
+                self._restore_triggers(fence.a if fence.locked else None, live, exc)
             fence.abort()
             raise
         finally:
             fence.close()
+
+    def _restore_triggers(self, conn: pymysql.connections.Connection | None, dropped: list[tuple[str, str, str]],
+                          failure: BaseException) -> None:
+        """Create again the triggers a failed rename batch dropped (on the fence's lock connection while it
+        lives, else on a new one: then a writer may have got in between, which the error says)."""
+        lost_lock = conn is None or not conn.open
+        try:
+            if lost_lock:
+                conn = mysql_connect(self.host, self.credentials, read_timeout=30)
+            assert conn is not None
+            with conn.cursor() as cur:
+                cur.execute(f"{TAG}SET SESSION sql_log_bin = 0")
+                for db, table, name in dropped:
+                    event = next(ev for ev, letter in EVENTS if name.endswith(f"_{letter}"))
+                    cur.execute(
+                        f"{TAG}CREATE TRIGGER IF NOT EXISTS {qualified(db, name)} BEFORE {event} ON "
+                        f"{qualified(db, table)} FOR EACH ROW BEGIN DECLARE n INT; "
+                        f"SELECT COUNT(*) INTO n FROM {qualified(GATE_SCHEMA, gate_of_trigger(name))}; END")
+        except Exception as exc:  # noqa: BLE001 - added to the rename's own error, which is raised
+            note = (f"the gate's triggers on {self.host.name} could not be put back after the failed rename "
+                    f"({type(exc).__name__}: {exc}): its moving tables take client writes; run `migrator cutover "
+                    "ID` again at once to finish")
+            if isinstance(failure, MigratorError):
+                failure.message = f"{failure.message}; {note}"
+            else:
+                failure.add_note(note)
+            return
+        finally:
+            if lost_lock and conn is not None:
+                conn.close()
+        if lost_lock:
+            note = (f"the rename fence's lock on {self.host.name} was gone when its triggers were put back: a "
+                    "client write may have reached its moving tables in between")
+            if isinstance(failure, MigratorError):
+                failure.message = f"{failure.message}; {note}"
+            else:
+                failure.add_note(note)
 
     def drop_triggers_of_renamed(self) -> None:
         """Triggers left on tables already renamed (a finish that died midway)."""

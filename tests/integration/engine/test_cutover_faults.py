@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 import time
 
+import pymysql
 import pytest
 from kazoo.exceptions import ConnectionLoss, KazooException
 
@@ -410,3 +411,37 @@ def test_zookeeper_paused_at_the_flip_back_keeps_the_fences_closed_until_settled
         for db in spec.databases:
             live, dead = tables_in(old, db), tables_in(old, tomb_db(spec.id, db))
             assert (SEED_TABLES <= live) == (where == "after") and (SEED_TABLES <= dead) == (where == "before")
+
+
+def test_a_failed_rename_batch_of_a_gated_member_keeps_its_tables_closed(fleet, monkeypatch):
+    """With the gate fence the master's triggers are dropped under the rename fence's lock just before its
+    RENAMEs are queued; when the batch fails there (here: the queueing raises), the tables must not be left
+    live without their triggers, open to a stale writer after the flip: the triggers are put back before the
+    lock is let go, the writer is refused (1146), and the settle finishes the move."""
+    from migrator.engine.cutover import fence as fence_mod
+    from migrator.engine.cutover.errors import CutoverError
+
+    prep = prepare_converged(fleet, MOVING, options=Options(freeze_budget_ms=3000, fence="gate"))
+    spec = prep.spec
+    real = fence_mod.Fence.queue_rename
+    calls = {"n": 0}
+
+    def failing(self, *a, **kw):
+        if self.host.name == spec.source_master and calls["n"] == 0:
+            calls["n"] += 1
+            raise fence_mod.FenceError("test: the batch's RENAMEs could not be queued", phase="cutover")
+        return real(self, *a, **kw)
+
+    monkeypatch.setattr(fence_mod.Fence, "queue_rename", failing)
+    with pytest.raises(CutoverError, match="flipped"):
+        cutover(fleet.config, spec.id)
+    assert calls["n"] == 1
+    # the flip stands; the master's tables are still live there, and still closed to a stale writer
+    with mysql_connect(prep.source, fleet.credentials) as src, src.cursor() as c:
+        assert SEED_TABLES <= _tables(src, "db00002")
+        with pytest.raises(pymysql.err.ProgrammingError) as refused:
+            c.execute("INSERT INTO db00002.pins (data) VALUES ('{\"stale\": 1}')")
+        assert refused.value.args[0] == 1146
+    monkeypatch.setattr(fence_mod.Fence, "queue_rename", real)
+    assert reconcile(fleet.config, spec.id) == Phase.DONE
+    assert _where(fleet, prep) == "after"
