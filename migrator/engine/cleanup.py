@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pymysql
+from kazoo.exceptions import LockTimeout
 
 from migrator.engine.migration import MigrationNotFound, MigrationStore, Phase, Spec
 from migrator.engine.names import SENTINEL_TABLE, tomb_db
@@ -165,29 +166,69 @@ def cleanup(config: Config, migration_id: str, *, now: bool = False,
                 f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(state.cleanup_after))} "
                 f"({left / 3600:.1f} h from now); run cleanup then, or with --now to drop them anyway",
                 phase="cleanup")
-        reg = HostRegistry(zk)
-        old, new = reg.get(spec.source_master), reg.get(spec.target_master)
-        result = CleanupResult(migration_id)
-        if state.phase == Phase.DONE:
-            plan = [(old, [tomb_db(migration_id, db) for db in spec.databases], spec.databases)]
-        else:
-            plan = [(new, [tomb_db(migration_id, db) for db in spec.databases], spec.databases),
-                    (old, [tomb_db(migration_id, db) for db in spec.databases], [])]
-        for host, tombs, leftovers in plan:
-            conn = mysql_connect(host, creds, read_timeout=3600)
-            try:
-                before = len(result.dropped)
-                for tomb in tombs:
-                    _drop_schema(conn, host, tomb, result)
-                for db in leftovers:
-                    _drop_leftover(conn, host, db, result)
-                if len(result.dropped) > before:
-                    _wait_partner(reg, host, own_gtids(conn), creds, result)
-            finally:
-                conn.close()
-        result.released_locks, result.released_pauses = release_bookkeeping(zk, store, spec)
-        store.set_phase(migration_id, Phase.CLEANED, cleaned=result.to_dict())
-        return result
+        # the exclusive side of the tombstones' lock: a rollback reading them, on any path (its RQ chain,
+        # --sync, a playbook), holds the shared side; one started later waits until the drops are done
+        lock = store.tombstone_lock(migration_id, "cleanup", exclusive=True)
+        if not _acquire(lock, TOMBSTONE_LOCK_WAIT_S):
+            holders = ", ".join(str(c) for c in lock.contenders()) or "?"
+            raise RollbackUnderWay(
+                f"a rollback of {migration_id} is reading its tombstones ({holders}): cleanup does not drop them "
+                "under it, --now or not; wait for it to end (or stop it), then run cleanup again", phase="cleanup")
+        try:
+            return _drop_tombstones(zk, store, spec, state.phase, creds)
+        finally:
+            _release(lock)
+
+
+#: how long cleanup waits for a rollback's hold on the tombstones before it refuses (seconds)
+TOMBSTONE_LOCK_WAIT_S = 5.0
+
+
+def _acquire(lock: Any, timeout: float) -> bool:
+    try:
+        return bool(lock.acquire(timeout=timeout))
+    except LockTimeout:
+        return False
+
+
+def _release(lock: Any) -> None:
+    try:
+        lock.release()
+    except Exception:  # noqa: BLE001 - a lost session released it already
+        pass
+
+
+def _drop_tombstones(zk: ZK, store: MigrationStore, spec: Spec, phase: Phase, creds: Credentials) -> CleanupResult:
+    """Drop the tombstones (and what is left of the moved dbs), then the phase ``cleaned``: a compare-and-set
+    from the phase cleanup started from (a rollback that moved it on meanwhile makes it refuse)."""
+    migration_id = spec.id
+    state, _ = store.state(migration_id)
+    if state.phase != phase:
+        raise CleanupError(f"migration {migration_id} is {state.phase.value} now, not {phase.value}: not dropping "
+                           "its tombstones", phase="cleanup")
+    reg = HostRegistry(zk)
+    old, new = reg.get(spec.source_master), reg.get(spec.target_master)
+    result = CleanupResult(migration_id)
+    if state.phase == Phase.DONE:
+        plan = [(old, [tomb_db(migration_id, db) for db in spec.databases], spec.databases)]
+    else:
+        plan = [(new, [tomb_db(migration_id, db) for db in spec.databases], spec.databases),
+                (old, [tomb_db(migration_id, db) for db in spec.databases], [])]
+    for host, tombs, leftovers in plan:
+        conn = mysql_connect(host, creds, read_timeout=3600)
+        try:
+            before = len(result.dropped)
+            for tomb in tombs:
+                _drop_schema(conn, host, tomb, result)
+            for db in leftovers:
+                _drop_leftover(conn, host, db, result)
+            if len(result.dropped) > before:
+                _wait_partner(reg, host, own_gtids(conn), creds, result)
+        finally:
+            conn.close()
+    result.released_locks, result.released_pauses = release_bookkeeping(zk, store, spec)
+    store.set_phase(migration_id, Phase.CLEANED, cleaned=result.to_dict(), expect=phase)
+    return result
 
 
 def overdue(zk: ZK, *, grace_s: float = 120.0, clock: Callable[[], float] = time.time) -> list[str]:

@@ -46,11 +46,15 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, Roll
 from pydantic import BaseModel, ConfigDict, Field
 
 from migrator.errors import MigratorError
+from migrator.fleet import zk as zk_mod
 from migrator.fleet.shard_map import actor
 from migrator.fleet.zk import ZK
 
 MIGRATIONS = "migrations"
 LOCKS = "locks/shards"
+#: ``<root>/locks/tombstones/<id>``: a rollback reads a migration's tombstones under the shared side of this
+#: lock, a cleanup drops them under its exclusive side (:meth:`MigrationStore.tombstone_lock`)
+TOMBSTONE_LOCKS = "locks/tombstones"
 
 
 class MigrationError(MigratorError):
@@ -223,6 +227,15 @@ class MigrationStore:
                 raise MigrationError(f"migration {spec.id} already exists")
             raise MigrationError(f"could not store migration {spec.id}: {[type(r).__name__ for r in results]}")
         return state
+
+    def tombstone_lock(self, mid: str, who: str, *, exclusive: bool) -> Any:
+        """The lock on a migration's tombstones: every rollback (its RQ slices, ``--sync``, a playbook's step,
+        ``command.rollback``) holds the shared side while it reads them; cleanup holds the exclusive side
+        while it drops them, so the two never overlap, on any path. A holder that dies lets go with its
+        ZooKeeper session. Returns the kazoo lock, not yet acquired."""
+        path = self.zk.path(TOMBSTONE_LOCKS, mid)
+        ident = f"{zk_mod.holder()} {who}"
+        return (self.zk.client.WriteLock if exclusive else self.zk.client.ReadLock)(path, identifier=ident)
 
     def holders(self, shards: tuple[int, ...] | list[int]) -> dict[int, str]:
         out = {}

@@ -57,11 +57,12 @@ stopped, no freeze inside the budget after :data:`MAX_PASSES` passes) is a
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from kazoo.exceptions import SessionExpiredError
+from kazoo.exceptions import LockTimeout, SessionExpiredError
 
 from migrator.engine.catch_up.checkpoint import applier_claim, applier_lock
 from migrator.engine.catch_up.checkpoint import moving_tables as tail_tables
@@ -307,7 +308,7 @@ def rollback_slice(config: Config, migration_id: str, *, slice_s: float | None =
             on_pass(res)
 
     creds = load_credentials(config)
-    with zk_mod.connect(config, creds) as zk:
+    with zk_mod.connect(config, creds) as zk, _reading_tombstones(zk, migration_id):
         store = MigrationStore(zk)
         spec = store.spec(migration_id)
         state, _ = store.state(migration_id)
@@ -381,6 +382,33 @@ def rollback_slice(config: Config, migration_id: str, *, slice_s: float | None =
         finally:
             if own_drainer and hasattr(drainer, "close"):
                 drainer.close()
+
+
+#: how long a rollback waits for a cleanup that is dropping the tombstones before it refuses (seconds)
+TOMBSTONE_LOCK_WAIT_S = 30.0
+
+
+@contextmanager
+def _reading_tombstones(zk: Any, migration_id: str) -> Iterator[None]:
+    """The shared side of the tombstones' lock, held while this rollback (any path: an RQ slice, ``--sync``,
+    a playbook step, ``command.rollback``) reads them: a cleanup, which takes the exclusive side, never drops
+    them under it, and a rollback never starts while a cleanup drops them."""
+    lock = MigrationStore(zk).tombstone_lock(migration_id, "rollback", exclusive=False)
+    try:
+        got = lock.acquire(timeout=TOMBSTONE_LOCK_WAIT_S)
+    except LockTimeout:
+        got = False
+    if not got:
+        holders = ", ".join(str(c) for c in lock.contenders()) or "?"
+        raise RollbackError(f"a cleanup of {migration_id} is dropping its tombstones ({holders}): there is nothing "
+                            "left to roll back to once it is done; see `migrator status ID`", phase="rollback")
+    try:
+        yield
+    finally:
+        try:
+            lock.release()
+        except Exception:  # noqa: BLE001 - a lost session released it already
+            pass
 
 
 def _timed_gate(spec: Spec, drainer: Drainer, new_master: Host, creds: Credentials) -> None:

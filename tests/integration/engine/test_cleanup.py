@@ -137,3 +137,51 @@ def test_a_cleanup_reports_a_standby_that_has_not_applied_its_drops(fleet, monke
     assert prep.store.state(spec.id)[0].phase == Phase.CLEANED
     fleet.sandbox.wait_pairs_converged()
     assert not _files(fleet, spec.source_slave, tomb)
+
+
+def test_cleanup_never_drops_the_tombstones_under_a_rollback_on_any_path(fleet, monkeypatch):
+    """A rollback run in this process (``--sync``, a playbook's step, ``command.rollback``: no
+    ``rollback_requested`` in the record) reads the tombstones; a cleanup, even with ``--now``, refuses
+    while it does, and the rollback flips back with everything. A rollback started while a cleanup holds
+    the tombstones refuses, naming the cleanup."""
+    import threading
+
+    from migrator.engine import cleanup as cleanup_mod
+    from migrator.engine import rollback as rollback_mod
+    from migrator.engine.cleanup import RollbackUnderWay
+    from migrator.engine.rollback import RollbackError
+
+    prep = prepare_converged(fleet, (5,), options=Options(freeze_budget_ms=2000, retention_s=0))
+    spec = prep.spec
+    cutover(fleet.config, spec.id)
+    monkeypatch.setattr(cleanup_mod, "TOMBSTONE_LOCK_WAIT_S", 0.5)
+    in_rollback, go_on = threading.Event(), threading.Event()
+
+    def slow_pass(_res):  # the rollback is reading the tombstones now
+        in_rollback.set()
+        go_on.wait(30)
+
+    outcome: dict = {}
+    t = threading.Thread(target=lambda: outcome.setdefault("r", rollback(fleet.config, spec.id, on_pass=slow_pass)))
+    t.start()
+    try:
+        assert in_rollback.wait(60)
+        assert prep.store.state(spec.id)[0].rollback_requested is None  # no record of it but the lock
+        with pytest.raises(RollbackUnderWay, match="reading its tombstones"):
+            cleanup(fleet.config, spec.id, now=True)
+    finally:
+        go_on.set()
+        t.join(120)
+    assert "r" in outcome and prep.store.state(spec.id)[0].phase == Phase.ROLLED_BACK
+    # the other way round: a cleanup holding the tombstones keeps a rollback from starting
+    prep2 = prepare_converged(fleet, (6,), options=Options(freeze_budget_ms=2000, retention_s=0))
+    cutover(fleet.config, prep2.spec.id)
+    monkeypatch.setattr(rollback_mod, "TOMBSTONE_LOCK_WAIT_S", 0.5)
+    held = prep2.store.tombstone_lock(prep2.spec.id, "cleanup", exclusive=True)
+    assert held.acquire(timeout=5)
+    try:
+        with pytest.raises(RollbackError, match="cleanup of .* is dropping its tombstones"):
+            rollback(fleet.config, prep2.spec.id)
+    finally:
+        held.release()
+    assert prep2.store.state(prep2.spec.id)[0].phase == Phase.DONE
