@@ -10,7 +10,8 @@ import typer
 
 from migrator.ops import playbook as pbm
 
-playbook_app = typer.Typer(help="Runbook playbooks: runs, their steps, approvals.", no_args_is_help=True)
+playbook_app = typer.Typer(help="Runbook playbooks: runs, their steps, approvals.", no_args_is_help=True,
+                           rich_markup_mode=None)
 
 
 def register(app: typer.Typer) -> None:

@@ -38,8 +38,8 @@ def scrape(port: int) -> dict[tuple[str, str], float]:
 def test_metrics_scraped_during_and_after_a_migration(fleet):
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "migrator", "--config", str(fleet.config_path), "metrics",
-                             "--port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=os.environ.copy())
+                             "--listen", f"127.0.0.1:{port}"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=os.environ.copy())
     try:
         wait_for(lambda: proc.stdout.readline().startswith("serving"), timeout=20)
         mid = planned(fleet)
