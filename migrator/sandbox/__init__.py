@@ -113,6 +113,9 @@ MARIADB_FLAGS: dict[str, str | None] = {
     "max-connections": "500",
     # the passive-side write gate creates triggers; with ROW binlogs that is safe (no SUPER needed)
     "log-bin-trust-function-creators": "1",
+    # information_schema.METADATA_LOCK_INFO: a freeze that waits for a lock names who holds it
+    # (migrator/engine/cutover/blockers.py; without it the refusal names the open transactions)
+    "plugin-load-add": "metadata_lock_info",
 }
 
 #: what the migration identity is granted on the sandbox (preflight checks for these)
