@@ -32,6 +32,8 @@ import pymysql
 from migrator.fleet.mysql import query, scalar, tag
 
 TAG = tag("cutover")
+#: the statements of the cutover's own fence and gates (never a blocker of the cutover itself)
+OWN_TAGS = (tag("cutover"), tag("cutover-passive"))
 
 #: the freeze steps that wait for a lock, and whose host they wait on
 LOCK_STEPS = ("fence", "passive_close")
@@ -102,8 +104,8 @@ def _from_lock_info(conn: pymysql.connections.Connection, tables: list[tuple[str
                        f"WHERE m.THREAD_ID <> CONNECTION_ID() AND m.TABLE_SCHEMA IN ({marks})", tuple(dbs))
     by_id: dict[int, Blocker] = {}
     for tid, db, table, mode, user, host, time_s, info, trx_s in rows:
-        if (db, table) not in wanted:
-            continue
+        if (db, table) not in wanted or str(info or "").startswith(OWN_TAGS):
+            continue  # another table of a moving db, or this cutover's own fence or gate still letting go
         held = f"{db}.{table} ({mode})"
         b = by_id.get(int(tid))
         if b is None:
