@@ -247,7 +247,7 @@ def register(app: typer.Typer) -> None:
         fence: str | None = typer.Option(None, "--fence", help=FENCE_HELP),
         chunk_rows: int | None = typer.Option(None, "--chunk-rows", help="First chunk size (adapts after)."),
         chunk_target_ms: int | None = typer.Option(None, "--chunk-target-ms", help=CHUNK_MS_HELP),
-        workers: int | None = typer.Option(None, "--workers", help="Tables copied at once by --sync."),
+        workers: int | None = typer.Option(None, "--workers", help="Tables copied at once (default 4)."),
         all_tables: bool = typer.Option(False, "--all-tables", help=ALL_TABLES_HELP),
     ) -> None:
         """Move the upper half of every range on SOURCE to a spare pair (or --to).
@@ -279,7 +279,7 @@ def register(app: typer.Typer) -> None:
         fence: str | None = typer.Option(None, "--fence", help=FENCE_HELP),
         chunk_rows: int | None = typer.Option(None, "--chunk-rows", help="First chunk size (adapts after)."),
         chunk_target_ms: int | None = typer.Option(None, "--chunk-target-ms", help=CHUNK_MS_HELP),
-        workers: int | None = typer.Option(None, "--workers", help="Tables copied at once by --sync."),
+        workers: int | None = typer.Option(None, "--workers", help="Tables copied at once (default 4)."),
         all_tables: bool = typer.Option(False, "--all-tables", help=ALL_TABLES_HELP),
     ) -> None:
         """Move shards (all on one source pair) to another pair: a dry run unless --yes (as split)."""
