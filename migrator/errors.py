@@ -6,13 +6,45 @@ reading one line knows where to look. Messages say what to do next.
 
 from __future__ import annotations
 
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    """The ``migrator`` command line's exit codes, one per thing a script would do next.
+
+    ``docs/operations.md`` ("Exit codes") prints this table; a test checks the two agree.
+    """
+
+    #: the command did what it says
+    OK = 0
+    #: it ran and its check failed: verify found rows that still differ, the ledger lost jobs, a migration
+    #: ended failed; read the line (and ``migrator status ID``)
+    FAILED = 1
+    #: a bad option, argument or input file: fix the command line; nothing was touched
+    USAGE = 2
+    #: a safety check said no (shards already moving, preflight failures, not converged yet, a freeze over
+    #: its budget, a concurrent change of the shard map, no confirmation): nothing was changed that the
+    #: line does not name; act on it, then run the command again
+    REFUSED = 3
+    #: ZooKeeper, MySQL or Redis did not answer: retry when it is back
+    UNREACHABLE = 4
+    #: the config file, the secrets or the credentials are missing or wrong (or not authorized)
+    CONFIG = 5
+    #: catch-up (or a rollback's reverse tail) cannot keep up with the writes: lower the write load or move
+    #: fewer shards, then resume
+    NOT_CONVERGING = 6
+    #: stopped following after ``--timeout``; the work goes on (``migrator status ID``)
+    STILL_RUNNING = 7
+    #: Ctrl-C (SIGINT); what was under way resumes from its checkpoints
+    INTERRUPTED = 130
+
 
 class MigratorError(Exception):
     """Base of every error migrator raises on purpose."""
 
     component: str = "migrator"
-    #: an exit code for the CLI; 1 unless a subclass says otherwise
-    exit_code: int = 1
+    #: an exit code for the CLI (:class:`ExitCode`); FAILED unless a subclass says otherwise
+    exit_code: int = ExitCode.FAILED
 
     def __init__(self, message: str, *, component: str | None = None, phase: str | None = None):
         super().__init__(message)
@@ -28,7 +60,7 @@ class MigratorError(Exception):
 
 class ConfigError(MigratorError):
     component = "config"
-    exit_code = 2
+    exit_code = ExitCode.CONFIG
 
 
 class CredentialsError(ConfigError):
@@ -37,21 +69,21 @@ class CredentialsError(ConfigError):
 
 class InvalidIdError(MigratorError):
     component = "ids"
-    exit_code = 2
+    exit_code = ExitCode.USAGE
 
 
 class ShardMapError(MigratorError):
     """The shard map is malformed or inconsistent (overlap, gap, unknown host...)."""
 
     component = "shard_map"
-    exit_code = 2
+    exit_code = ExitCode.USAGE
 
 
 class ShardMapConflict(MigratorError):
     """A compare-and-set on the shard map lost against a concurrent edit."""
 
     component = "shard_map"
-    exit_code = 3
+    exit_code = ExitCode.REFUSED
 
 
 class ShardMapGuardLost(ShardMapConflict):
@@ -60,22 +92,22 @@ class ShardMapGuardLost(ShardMapConflict):
 
 class ZooKeeperUnavailable(MigratorError):
     component = "zookeeper"
-    exit_code = 4
+    exit_code = ExitCode.UNREACHABLE
 
 
 class MySQLUnavailable(MigratorError):
     component = "mysql"
-    exit_code = 4
+    exit_code = ExitCode.UNREACHABLE
 
 
 class RedisUnavailable(MigratorError):
     component = "redis"
-    exit_code = 4
+    exit_code = ExitCode.UNREACHABLE
 
 
 class NotAuthorized(MigratorError):
     component = "zookeeper"
-    exit_code = 5
+    exit_code = ExitCode.CONFIG
 
 
 class SandboxError(MigratorError):

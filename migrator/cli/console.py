@@ -10,8 +10,7 @@ def register(app: typer.Typer) -> None:
 
     @app.command("console")
     def console_cmd(
-        port: int = typer.Option(8080, "--port", min=1, max=65535),
-        bind: str = typer.Option("127.0.0.1", "--bind", help="Address to listen on."),
+        listen: str = typer.Option("127.0.0.1:8080", "--listen", help="HOST:PORT to serve the console on."),
         measure_every: float = typer.Option(30.0, "--measure-every", min=1.0,
                                             help="Seconds between measurements of bytes and writes/s per shard."),
         window: float = typer.Option(2.0, "--window", min=0.1,
@@ -20,6 +19,8 @@ def register(app: typer.Typer) -> None:
         """Serve the operator console: pairs, ranges, bytes and write rates, migrations with their copy and
         catch-up progress, rebalances and their plans, live in a browser (token: [queue] token of the secrets
         file)."""
+        from migrator.cli.options import listen_address
         from migrator.ops.console.app import serve
 
-        serve(load_config(), port=port, bind=bind, measure_every_s=measure_every, window_s=window)
+        host, port = listen_address(listen)
+        serve(load_config(), port=port, bind=host, measure_every_s=measure_every, window_s=window)

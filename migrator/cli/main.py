@@ -1,8 +1,11 @@
 """The ``migrator`` command line (typer).
 
 Each command is a thin shell over a plain function in the library: it parses
-options, calls the function, and turns :class:`MigratorError` into one clear
-line and an exit code. No tracebacks for expected failures.
+options, calls the function and prints the result. Whatever it raises reaches
+one handler, :func:`main`, which prints one line on stderr and exits with a
+code of :class:`~migrator.errors.ExitCode` (:mod:`migrator.cli.failures`);
+what every command means the same way (``--yes``, ``--listen``, the migration
+limits) is in :mod:`migrator.cli.options`.
 """
 
 from __future__ import annotations
@@ -16,20 +19,27 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from migrator.errors import MigratorError
+from migrator.cli import failures
+from migrator.errors import ExitCode, MigratorError
 from migrator.fleet import config as config_mod
 from migrator.fleet import ids
+
+#: help texts are plain text: Rich markup would eat "[queue]" and every other bracketed word
+MARKUP = None
 
 app = typer.Typer(
     help="Shard migration and rebalancing for sharded MySQL/MariaDB fleets.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
+    rich_markup_mode=MARKUP,
 )
 sandbox_app = typer.Typer(help="A real fleet on this machine (MariaDB pairs, ZooKeeper, Redis), no Docker.",
-                          no_args_is_help=True)
-topology_app = typer.Typer(help="The shard map and host registry in ZooKeeper.", no_args_is_help=True)
-id_app = typer.Typer(help="64-bit object ids: (shard << 46) | (type << 36) | local.", no_args_is_help=True)
+                          no_args_is_help=True, rich_markup_mode=MARKUP)
+topology_app = typer.Typer(help="The shard map and host registry in ZooKeeper.", no_args_is_help=True,
+                           rich_markup_mode=MARKUP)
+id_app = typer.Typer(help="64-bit object ids: (shard << 46) | (type << 36) | local.", no_args_is_help=True,
+                     rich_markup_mode=MARKUP)
 app.add_typer(sandbox_app, name="sandbox")
 app.add_typer(topology_app, name="topology")
 app.add_typer(id_app, name="id")
@@ -45,12 +55,31 @@ class State:
 state = State()
 
 
+def version() -> str:
+    """The installed package's version."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
+
+    try:
+        return dist_version("shard-migrator")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        print(f"migrator {version()}")
+        raise typer.Exit(0)
+
+
 @app.callback()
 def _root(
     config: str | None = typer.Option(
         None, "--config", "-c", help="Config file (else $MIGRATOR_CONFIG, else .sandbox/migrator.toml)."
     ),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Log library chatter (ZooKeeper, RQ) too."),
+    _version: bool = typer.Option(False, "--version", callback=_show_version, is_eager=True,
+                                  help="Print the version and exit."),
 ) -> None:
     state.config_path = config
     setup_logging(verbose)
@@ -70,14 +99,6 @@ def load_config() -> config_mod.Config:
     return config_mod.load(state.config_path)
 
 
-def fail(exc: BaseException, code: int = 1) -> None:
-    print_error(exc)
-    raise typer.Exit(code)
-
-
-def print_error(exc: BaseException) -> None:
-    """One line on stderr, never wrapped: operators grep these."""
-    print(f"error: {exc}", file=sys.stderr, flush=True)
 
 
 # -- id ----------------------------------------------------------------------------
@@ -156,16 +177,19 @@ def topology_create_shards(rows: int = typer.Option(0, "--rows", help="Seed pins
 
 
 def _host_arg(spec: str, partner: str) -> Any:
+    from pydantic import ValidationError
+
+    from migrator.cli.options import UsageProblem
     from migrator.fleet.model import Host
 
     name, sep, addr = spec.partition("=")
     host, colon, port = addr.rpartition(":")
     if not sep or not colon or not port.isdigit():
-        raise typer.BadParameter(f"{spec!r}: give NAME=ADDRESS:PORT, e.g. MySQL009A=10.0.3.17:3306")
+        raise UsageProblem(f"{failures.short(spec)}: give NAME=ADDRESS:PORT, e.g. MySQL009A=10.0.3.17:3306")
     try:
         return Host(name=name, address=host, port=int(port), partner=partner)
-    except ValueError as exc:
-        raise typer.BadParameter(f"{spec!r}: {str(exc).splitlines()[-1]}") from None
+    except ValidationError as exc:
+        raise UsageProblem(f"{failures.short(spec)}: {failures.pydantic_reason(exc)}") from None
 
 
 @topology_app.command("add-pair")
@@ -177,7 +201,8 @@ def topology_add_pair(
     from migrator.fleet import topology
 
     a_name, b_name = master.split("=", 1)[0], standby.split("=", 1)[0]
-    out = topology.add_pair(load_config(), _host_arg(master, b_name), _host_arg(standby, a_name))
+    hosts = _host_arg(master, b_name), _host_arg(standby, a_name)  # checked before the fleet is asked
+    out = topology.add_pair(load_config(), *hosts)
     print(f"registered {' and '.join(out['registered'])} (empty pair): `migrator rebalance --add-pair {a_name}` "
           "fills it")
 
@@ -229,7 +254,7 @@ def sandbox_status(directory: Path = typer.Option(Path(".sandbox"), "--dir"),
 
     sb = Sandbox(directory)
     if not sb.state:
-        fail(MigratorError(f"no sandbox in {directory}: start one with `migrator sandbox up`"), 1)
+        raise SandboxMissing(f"no sandbox in {directory}: start one with `migrator sandbox up --dir {directory}`")
     rows = sb.status()
     if as_json:
         print(json.dumps(rows, indent=2))
@@ -264,14 +289,20 @@ def sandbox_add_pair(directory: Path = typer.Option(Path(".sandbox"), "--dir")) 
 
 @sandbox_app.command("down")
 def sandbox_down(directory: Path = typer.Option(Path(".sandbox"), "--dir"),
-                 purge: bool = typer.Option(False, "--purge", help="Also delete the data dirs.")) -> None:
+                 purge: bool = typer.Option(False, "--purge",
+                                            help="Also delete the directory: only one holding a sandbox this tool "
+                                                 "made (its state file names it); anything else is refused.")
+                 ) -> None:
     """Stop every sandbox process by pid."""
     from migrator.sandbox import Sandbox
 
     sb = Sandbox(directory)
+    if sb.state is None and not (purge and sb.dir.exists()):
+        print(f"no sandbox in {sb.dir}: nothing to stop")
+        return
     stopped = sb.down(purge=purge)
     print(f"stopped {len(stopped)} processes" + (f": {', '.join(stopped)}" if stopped else "")
-          + ("; data removed" if purge else ""))
+          + (f"; {sb.dir} removed" if purge else ""))
 
 
 def human_bytes(n: float) -> str:
@@ -287,9 +318,16 @@ def register(module: Any) -> None:
     module.register(app)
 
 
+_loaded: list[str] = []
+
+
 def _load_plugins() -> None:
+    """Add the feature modules' commands to :data:`app`, once per process."""
     import importlib
 
+    if _loaded:
+        return
+    _loaded.append("done")
     for name in ("migrator.cli.queue", "migrator.cli.migrate", "migrator.cli.playbook", "migrator.cli.ops",
                  "migrator.cli.rebalance", "migrator.cli.console"):
         try:
@@ -301,16 +339,33 @@ def _load_plugins() -> None:
         mod.register(app)
 
 
-def main(argv: list[str] | None = None) -> None:
+class SandboxMissing(MigratorError):
+    component = "sandbox"
+    exit_code = ExitCode.USAGE
+
+
+def run(argv: list[str] | None = None) -> int:
+    """Run the command line; every failure becomes one line on stderr and the exit code returned."""
     _load_plugins()
     try:
-        app(args=argv, standalone_mode=True)
-    except MigratorError as exc:
-        print_error(exc)
-        sys.exit(exc.exit_code)
-    except KeyboardInterrupt:
-        err_console.print("interrupted")
-        sys.exit(130)
+        rv = app(args=argv, standalone_mode=False, prog_name="migrator")
+    except typer.TyperException as exc:
+        if type(exc).__name__ != "NoArgsIsHelpError":
+            return failures.report(exc, sys.stderr)
+        print(exc.ctx.get_help())  # type: ignore[attr-defined]  # `migrator`, `migrator queue`: their help
+        return int(ExitCode.USAGE)
+    except SystemExit:
+        raise
+    except BaseException as exc:  # noqa: BLE001 - the one handler: one line and an exit code
+        return failures.report(exc, sys.stderr)
+    code = rv if isinstance(rv, int) else 0
+    if code == ExitCode.INTERRUPTED:  # typer turns Ctrl-C into Exit(130) before it reaches us
+        return failures.report(KeyboardInterrupt(), sys.stderr)
+    return code
+
+
+def main(argv: list[str] | None = None) -> None:
+    sys.exit(run(argv))
 
 
 if __name__ == "__main__":

@@ -2,16 +2,21 @@
 resume / abort / set / postpone``: the migration commands of the CLI.
 
 Each command parses options, calls one function of :mod:`migrator.ops.command`
-and prints its result; :func:`migrator.cli.main.main` turns a
-:class:`~migrator.errors.MigratorError` into one line and an exit code.
-The phase commands (``catchup``, ``verify``, ``cutover``, ``rollback``,
-``cleanup``) live in :mod:`migrator.cli.phases`; :func:`register` adds them
-after these.
+and prints its result; :func:`migrator.cli.main.main` turns whatever it raises
+into one line and an exit code. ``split``, ``move`` and ``move-partition`` are
+dry runs (nothing stored, nothing locked) unless ``--yes``, which stores the
+plan, locks the shards and runs the whole pipeline on the RQ workers
+(``--no-start``: stores and locks only, for running the phases by hand). The
+limits a migration runs under are set at launch with the same flags as
+``migrator set`` (:mod:`migrator.cli.options`). The phase commands
+(``catchup``, ``verify``, ``cutover``, ``rollback``, ``cleanup``) live in
+:mod:`migrator.cli.phases`; :func:`register` adds them after these.
 """
 
 from __future__ import annotations
 
 import json
+import sys
 from typing import Any
 
 import typer
@@ -20,8 +25,10 @@ from rich.table import Table
 
 from migrator.cli import phases
 from migrator.cli import rebalance as rebalance_cli
+from migrator.cli.options import YES_HELP, build_options, confirm, dry_run_or_yes
 from migrator.engine.migration import Options
-from migrator.ops import command
+from migrator.errors import ExitCode
+from migrator.ops import command, intents
 from migrator.ops.rebalance import command as rebalance_cmd
 
 console = Console()
@@ -54,18 +61,26 @@ FENCE_HELP = ("How the source master is fenced: auto (default) and rename: LOCK 
               "table, a move of more than 200 tables runs as batches sized for the freeze budget; gate: one "
               "migration whose master is closed by triggers (any number of tables, weaker guarantees: see "
               "docs/guarantees.md).")
-VERBOSE_HELP = "List every table of a dry run (else summarised by table name at host scale)."
+ALL_TABLES_HELP = "List every table of a dry run (else summarised by table name at host scale)."
+MAX_LAG_HELP = "Throttle the copy above this target standby lag (s; default 5)."
+THREADS_HELP = "Throttle the copy while the source runs this many threads (Threads_running; default 50)."
+CHUNK_MS_HELP = "Time target per copy chunk (ms; default 500)."
+RETRY_HELP = ("How long the pipeline keeps retrying a cutover that stopped before the flip (a lock on a moving "
+              "table, a freeze over budget), with backoff (s; default 600; 0: once).")
+POSTPONE_HELP = "Hold the cutover once caught up, until `migrator postpone ID --release`."
+YES_RUN_HELP = ("Store the plan, lock the shards and run the whole migration on RQ workers (without it: a dry run "
+                "that stores and locks nothing).")
+NO_START_HELP = ("With --yes: store the plan and lock the shards, start nothing (run the phases by hand: "
+                 "`migrator preflight|copy|catchup|verify|cutover ID`, or `migrator resume ID`).")
+DRY_RUN_HELP = "Print shards, tables, rows, bytes, ETA; store nothing (the default without --yes)."
 
 
-def _options(chunk_rows: int | None, chunk_target_ms: int | None, workers: int | None,
-             max_lag: float | None, freeze_budget_ms: int | None = None, fence: str | None = None) -> Options:
-    given = {k: v for k, v in {"chunk_rows": chunk_rows, "chunk_target_ms": chunk_target_ms,
-                               "copy_workers": workers, "max_standby_lag_s": max_lag,
-                               "freeze_budget_ms": freeze_budget_ms, "fence": fence}.items() if v is not None}
-    try:
-        return Options(**given)
-    except Exception as exc:  # pydantic's message names the bad option
-        raise typer.BadParameter(str(exc).splitlines()[-1]) from None
+def _options(chunk_rows: int | None = None, chunk_target_ms: int | None = None, workers: int | None = None,
+             max_lag: float | None = None, freeze_budget_ms: int | None = None, fence: str | None = None,
+             max_threads_running: int | None = None, cutover_retry_s: float | None = None) -> Options:
+    return build_options(chunk_rows=chunk_rows, chunk_target_ms=chunk_target_ms, copy_workers=workers,
+                         max_standby_lag_s=max_lag, freeze_budget_ms=freeze_budget_ms, fence=fence,
+                         max_threads_running=max_threads_running, cutover_retry_s=cutover_retry_s)
 
 
 #: a dry run lists its tables one by one up to this many (more only with --verbose)
@@ -135,16 +150,19 @@ def _print_plan(result: command.PlanResult, as_json: bool, verbose: bool = False
                       f"({est.rate_source}); ETA {_duration(est.eta_s)}. Nothing was stored or locked.",
                       markup=False, highlight=False)
         console.print(f"ETA {est.method}.", markup=False, highlight=False)
+        if result.batches is None:
+            console.print("dry run: nothing was stored or locked; run it with --yes", markup=False,
+                          highlight=False)
     elif result.stored:
         console.print(f"next: `migrator preflight {spec.id}`, then `migrator copy {spec.id}`",
                       markup=False, highlight=False)
 
 
-def _launch_batches(res: command.PlanResult, yes: bool, detach: bool) -> None:
+def _launch_batches(res: command.PlanResult, start: bool, detach: bool, postpone: bool) -> None:
     """A move too big for one fence: its batches run as a chain of migrations (a rebalance record)."""
     cfg = _cfg()
-    rid = rebalance_cmd.start_split(cfg, res.spec, paused=not yes)
-    if not yes:
+    rid = rebalance_cmd.start_split(cfg, res.spec, paused=not start, postpone_cutover=postpone)
+    if not start:
         console.print(f"planned {rid}: {len(res.batches or [])} batches, not started; start it with "
                       f"`migrator resume {rid}` (or drop it with `migrator abort {rid}`)", markup=False,
                       highlight=False)
@@ -156,21 +174,37 @@ def _launch_batches(res: command.PlanResult, yes: bool, detach: bool) -> None:
         return
     end = rebalance_cli.follow(cfg, rid)
     if end["phase"] != "done":
-        console.print(f"{rid} ended {end['phase']}{' (paused)' if end['paused'] else ''}: see "
-                      f"`migrator status {rid}` for the batch that stopped and its error", markup=False,
-                      highlight=False)
-        raise typer.Exit(3)
+        print(f"error: {rid} ended {end['phase']}{' (paused)' if end['paused'] else ''} (see "
+              f"`migrator status {rid}` for the batch that stopped and its error)", file=sys.stderr, flush=True)
+        raise typer.Exit(ExitCode.REFUSED)
     console.print(f"{rid} done: {end['done']} batches, longest write freeze {end['max_freeze_ms'] or 0:.0f} ms; "
                   "tombstones kept for rollback (per batch migration), cleanup scheduled", markup=False,
                   highlight=False)
 
 
-def _maybe_launch(res: command.PlanResult, yes: bool, detach: bool) -> None:
+def _plan_and_launch(plan: Any, *, yes: bool, dry_run: bool, no_start: bool, detach: bool, postpone: bool,
+                     as_json: bool, all_tables: bool = False) -> None:
+    """A dry run unless ``yes``; with it, store (and lock), then launch unless ``no_start``."""
+    dry_run_or_yes(dry_run, yes)
+    if no_start and not yes:
+        from migrator.cli.options import UsageProblem
+
+        raise UsageProblem("--no-start goes with --yes (store the plan and lock the shards, start nothing); "
+                           "without --yes the command is a dry run")
+    res = plan(dry_run=not yes)
+    _print_plan(res, as_json, all_tables)
+    if not yes:
+        return
     if res.batches is not None and res.estimate is None:
-        _launch_batches(res, yes, detach)
+        _launch_batches(res, not no_start, detach, postpone)
         return
-    if not yes or not res.stored:
-        return
+    if postpone:
+        command.postpone(_cfg(), res.spec.id, on=True)
+    if not no_start:
+        _launch(res, detach)
+
+
+def _launch(res: command.PlanResult, detach: bool) -> None:
     from migrator.ops import watch
 
     cfg = _cfg()
@@ -183,12 +217,12 @@ def _maybe_launch(res: command.PlanResult, yes: bool, detach: bool) -> None:
     st = watch.follow(cfg, mid, console=console, until={"done", "cleaned", "aborted", "rolled_back", "failed"})
     stopped = st.get("stopped")
     if stopped and st["phase"] != "done":
-        console.print(f"{mid} stopped in {stopped.get('step')} (phase {st['phase']}): {stopped.get('reason')}\n"
-                      f"next: {stopped.get('next')}", markup=False, highlight=False)
-        raise typer.Exit(3)
+        print(f"error: {mid} stopped in {stopped.get('step')} (phase {st['phase']}): {stopped.get('reason')} "
+              f"(next: {stopped.get('next')})", file=sys.stderr, flush=True)
+        raise typer.Exit(int(stopped.get("exit_code") or ExitCode.REFUSED))
     if st["phase"] != "done":
-        console.print(f"{mid} ended in phase {st['phase']}: {st.get('error') or ''}", markup=False)
-        raise typer.Exit(1)
+        print(f"error: {mid} ended in phase {st['phase']}: {st.get('error') or ''}", file=sys.stderr, flush=True)
+        raise typer.Exit(ExitCode.FAILED)
     console.print(f"{mid} done: write freeze {st.get('freeze_ms') or 0:.0f} ms; tombstones kept for rollback, "
                   "cleanup scheduled", markup=False, highlight=False)
 
@@ -200,65 +234,85 @@ def register(app: typer.Typer) -> None:
     def split(
         source: str = typer.Argument(..., help="The master whose ranges split, e.g. MySQL001A."),
         to: str | None = typer.Option(None, "--to", help="Target pair (its master); default: a spare pair."),
-        dry_run: bool = typer.Option(False, "--dry-run", help="Print shards, tables, rows, bytes, ETA; store nothing."),
-        as_json: bool = typer.Option(False, "--json"),
-        chunk_rows: int | None = typer.Option(None, "--chunk-rows", help="First chunk size (adapts after)."),
-        chunk_target_ms: int | None = typer.Option(None, "--chunk-target-ms", help="Time target per chunk."),
-        workers: int | None = typer.Option(None, "--workers", help="Tables copied at once by --sync."),
-        max_lag: float | None = typer.Option(None, "--max-lag", help="Throttle above this target standby lag (s)."),
-        freeze_budget_ms: int | None = typer.Option(None, "--freeze-budget-ms", help=FREEZE_HELP),
-        fence: str | None = typer.Option(None, "--fence", help=FENCE_HELP),
-        yes: bool = typer.Option(False, "--yes", "-y", help="Run the whole migration on RQ workers now."),
+        yes: bool = typer.Option(False, "--yes", "-y", help=YES_RUN_HELP),
+        dry_run: bool = typer.Option(False, "--dry-run", help=DRY_RUN_HELP),
+        no_start: bool = typer.Option(False, "--no-start", help=NO_START_HELP),
         detach: bool = typer.Option(False, "--detach", help="With --yes: do not follow progress."),
-        verbose: bool = typer.Option(False, "--verbose", "-v", help=VERBOSE_HELP),
+        as_json: bool = typer.Option(False, "--json"),
+        max_lag: float | None = typer.Option(None, "--max-lag", help=MAX_LAG_HELP),
+        max_threads_running: int | None = typer.Option(None, "--max-threads-running", help=THREADS_HELP),
+        freeze_budget_ms: int | None = typer.Option(None, "--freeze-budget-ms", help=FREEZE_HELP),
+        postpone_cutover: bool = typer.Option(False, "--postpone-cutover", help=POSTPONE_HELP),
+        cutover_retry_s: float | None = typer.Option(None, "--cutover-retry-s", help=RETRY_HELP),
+        fence: str | None = typer.Option(None, "--fence", help=FENCE_HELP),
+        chunk_rows: int | None = typer.Option(None, "--chunk-rows", help="First chunk size (adapts after)."),
+        chunk_target_ms: int | None = typer.Option(None, "--chunk-target-ms", help=CHUNK_MS_HELP),
+        workers: int | None = typer.Option(None, "--workers", help="Tables copied at once (default 4)."),
+        all_tables: bool = typer.Option(False, "--all-tables", help=ALL_TABLES_HELP),
     ) -> None:
         """Move the upper half of every range on SOURCE to a spare pair (or --to).
 
-        Without --yes it plans (records and locks); with --yes it also runs plan -> preflight -> copy ->
-        catch-up passes -> verify -> cutover on RQ workers (`migrator worker`), cleanup scheduled."""
-        res = command.plan_split(_cfg(), source, to, dry_run=dry_run, batches_ok=True,
-                                 options=_options(chunk_rows, chunk_target_ms, workers, max_lag, freeze_budget_ms,
-                                                  fence))
-        _print_plan(res, as_json, verbose)
-        _maybe_launch(res, yes and not dry_run, detach)
+        A dry run unless --yes: shards, tables, rows, bytes and ETA, nothing stored or locked. With --yes it
+        stores the plan, locks the shards and runs plan -> preflight -> copy -> catch-up passes -> verify ->
+        cutover on RQ workers (`migrator worker`), cleanup scheduled."""
+        opts = _options(chunk_rows, chunk_target_ms, workers, max_lag, freeze_budget_ms, fence, max_threads_running,
+                        cutover_retry_s)
+        _plan_and_launch(lambda dry_run: command.plan_split(_cfg(), source, to, dry_run=dry_run, batches_ok=True,
+                                                           options=opts),
+                         yes=yes, dry_run=dry_run, no_start=no_start, detach=detach, postpone=postpone_cutover,
+                         as_json=as_json, all_tables=all_tables)
 
     @app.command("move")
     def move(
         shards: str = typer.Option(..., "--shards", help="Shards to move, e.g. 4-7 or 4,6."),
         to: str = typer.Option(..., "--to", help="Target pair (its master)."),
-        dry_run: bool = typer.Option(False, "--dry-run"),
+        yes: bool = typer.Option(False, "--yes", "-y", help=YES_RUN_HELP),
+        dry_run: bool = typer.Option(False, "--dry-run", help=DRY_RUN_HELP),
+        no_start: bool = typer.Option(False, "--no-start", help=NO_START_HELP),
+        detach: bool = typer.Option(False, "--detach", help="With --yes: do not follow progress."),
         as_json: bool = typer.Option(False, "--json"),
-        chunk_rows: int | None = typer.Option(None, "--chunk-rows"),
-        chunk_target_ms: int | None = typer.Option(None, "--chunk-target-ms"),
-        workers: int | None = typer.Option(None, "--workers"),
-        max_lag: float | None = typer.Option(None, "--max-lag"),
+        max_lag: float | None = typer.Option(None, "--max-lag", help=MAX_LAG_HELP),
+        max_threads_running: int | None = typer.Option(None, "--max-threads-running", help=THREADS_HELP),
         freeze_budget_ms: int | None = typer.Option(None, "--freeze-budget-ms", help=FREEZE_HELP),
+        postpone_cutover: bool = typer.Option(False, "--postpone-cutover", help=POSTPONE_HELP),
+        cutover_retry_s: float | None = typer.Option(None, "--cutover-retry-s", help=RETRY_HELP),
         fence: str | None = typer.Option(None, "--fence", help=FENCE_HELP),
-        yes: bool = typer.Option(False, "--yes", "-y", help="Run the whole migration on RQ workers now."),
-        detach: bool = typer.Option(False, "--detach"),
-        verbose: bool = typer.Option(False, "--verbose", "-v", help=VERBOSE_HELP),
+        chunk_rows: int | None = typer.Option(None, "--chunk-rows", help="First chunk size (adapts after)."),
+        chunk_target_ms: int | None = typer.Option(None, "--chunk-target-ms", help=CHUNK_MS_HELP),
+        workers: int | None = typer.Option(None, "--workers", help="Tables copied at once (default 4)."),
+        all_tables: bool = typer.Option(False, "--all-tables", help=ALL_TABLES_HELP),
     ) -> None:
-        """Move shards (all on one source pair) to another pair."""
-        res = command.plan_move(_cfg(), shards, to, dry_run=dry_run, batches_ok=True,
-                                options=_options(chunk_rows, chunk_target_ms, workers, max_lag, freeze_budget_ms,
-                                                 fence))
-        _print_plan(res, as_json, verbose)
-        _maybe_launch(res, yes and not dry_run, detach)
+        """Move shards (all on one source pair) to another pair: a dry run unless --yes (as split)."""
+        opts = _options(chunk_rows, chunk_target_ms, workers, max_lag, freeze_budget_ms, fence, max_threads_running,
+                        cutover_retry_s)
+        _plan_and_launch(lambda dry_run: command.plan_move(_cfg(), shards, to, dry_run=dry_run, batches_ok=True,
+                                                          options=opts),
+                         yes=yes, dry_run=dry_run, no_start=no_start, detach=detach, postpone=postpone_cutover,
+                         as_json=as_json, all_tables=all_tables)
 
     @app.command("move-partition")
     def move_partition(
         queue: str = typer.Option(..., "--queue", help="Queue name."),
         partition: int = typer.Option(..., "--partition", help="Partition index."),
         to: str = typer.Option(..., "--to", help="Target pair (its master)."),
-        dry_run: bool = typer.Option(False, "--dry-run"),
+        yes: bool = typer.Option(False, "--yes", "-y", help=YES_RUN_HELP),
+        dry_run: bool = typer.Option(False, "--dry-run", help=DRY_RUN_HELP),
+        no_start: bool = typer.Option(False, "--no-start", help=NO_START_HELP),
+        detach: bool = typer.Option(False, "--detach", help="With --yes: do not follow progress."),
         as_json: bool = typer.Option(False, "--json"),
-        yes: bool = typer.Option(False, "--yes", "-y", help="Run the whole migration on RQ workers now."),
-        detach: bool = typer.Option(False, "--detach"),
+        max_lag: float | None = typer.Option(None, "--max-lag", help=MAX_LAG_HELP),
+        max_threads_running: int | None = typer.Option(None, "--max-threads-running", help=THREADS_HELP),
+        freeze_budget_ms: int | None = typer.Option(None, "--freeze-budget-ms", help=FREEZE_HELP),
+        postpone_cutover: bool = typer.Option(False, "--postpone-cutover", help=POSTPONE_HELP),
+        cutover_retry_s: float | None = typer.Option(None, "--cutover-retry-s", help=RETRY_HELP),
     ) -> None:
-        """Move one queue partition's jobs table to another pair."""
-        res = command.plan_move_partition(_cfg(), queue, partition, to, dry_run=dry_run)
-        _print_plan(res, as_json)
-        _maybe_launch(res, yes and not dry_run, detach)
+        """Move one queue partition's jobs table to another pair: a dry run unless --yes (as split)."""
+        opts = _options(max_lag=max_lag, freeze_budget_ms=freeze_budget_ms, max_threads_running=max_threads_running,
+                        cutover_retry_s=cutover_retry_s)
+        _plan_and_launch(lambda dry_run: command.plan_move_partition(_cfg(), queue, partition, to, dry_run=dry_run,
+                                                                    options=opts),
+                         yes=yes, dry_run=dry_run, no_start=no_start, detach=detach, postpone=postpone_cutover,
+                         as_json=as_json)
 
     @app.command("preflight")
     def preflight(migration_id: str = typer.Argument(...), as_json: bool = typer.Option(False, "--json")) -> None:
@@ -271,7 +325,7 @@ def register(app: typer.Typer) -> None:
                 console.print(line, markup=False, highlight=False)
             console.print(f"{len(res.failures)} failure(s), {len(res.warnings)} warning(s)", markup=False)
         if not res.ok:
-            raise typer.Exit(6)
+            raise typer.Exit(ExitCode.REFUSED)
 
     @app.command("copy")
     def copy(
@@ -372,10 +426,10 @@ def register(app: typer.Typer) -> None:
 
     @app.command("abort")
     def abort(migration_id: str = typer.Argument(...),
-              yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation.")) -> None:
-        """Stop a migration before cutover: drop the target copies, release the locks."""
-        if not yes and not typer.confirm(f"abort {migration_id} and drop its copies on the target?"):
-            raise typer.Exit(1)
+              yes: bool = typer.Option(False, "--yes", "-y", help=YES_HELP)) -> None:
+        """Stop a migration before cutover: drop the target copies, release the locks (shows what it drops and
+        asks)."""
+        confirm(intents.abort(_cfg(), migration_id), yes)
         if rebalance_cmd.is_rebalance_id(migration_id):
             out = rebalance_cmd.abort(_cfg(), migration_id)
             console.print(f"{migration_id} aborted: {len(out['aborted'])} moves aborted, "
@@ -387,44 +441,57 @@ def register(app: typer.Typer) -> None:
 
     @app.command("set")
     def set_(
-        migration_id: str = typer.Argument(...),
-        max_lag: float | None = typer.Option(None, "--max-lag",
-                                                help="Throttle the copy above this standby lag (s)."),
-        max_threads_running: int | None = typer.Option(None, "--max-threads-running",
-                                                          help="Throttle the copy while the source is this busy."),
-        chunk_target_ms: int | None = typer.Option(None, "--chunk-target-ms", help="Time target per chunk."),
-        freeze_budget_ms: int | None = typer.Option(None, "--freeze-budget-ms",
-                                                       help="Longest write freeze allowed."),
+        migration_id: str = typer.Argument(..., help="The migration id (rb-...: every move of a rebalance or "
+                                                      "batched split, and the moves it starts later)."),
+        max_lag: float | None = typer.Option(None, "--max-lag", help=MAX_LAG_HELP),
+        max_threads_running: int | None = typer.Option(None, "--max-threads-running", help=THREADS_HELP),
+        chunk_target_ms: int | None = typer.Option(None, "--chunk-target-ms", help=CHUNK_MS_HELP),
+        freeze_budget_ms: int | None = typer.Option(None, "--freeze-budget-ms", help=FREEZE_HELP),
+        cutover_retry_s: float | None = typer.Option(None, "--cutover-retry-s", help=RETRY_HELP),
         as_json: bool = typer.Option(False, "--json"),
     ) -> None:
         """Change a running migration's limits: copy jobs pick them up at their next slice,
-        catch-up at its next pass."""
+        catch-up at its next pass, the pipeline at its next cutover attempt."""
         changes = {"max_standby_lag_s": max_lag, "max_threads_running": max_threads_running,
-                   "chunk_target_ms": chunk_target_ms, "freeze_budget_ms": freeze_budget_ms}
+                   "chunk_target_ms": chunk_target_ms, "freeze_budget_ms": freeze_budget_ms,
+                   "cutover_retry_s": cutover_retry_s}
         if all(v is None for v in changes.values()):
-            raise typer.BadParameter("give at least one of --max-lag, --max-threads-running, --chunk-target-ms, "
-                                     "--freeze-budget-ms")
-        try:
+            from migrator.cli.options import UsageProblem
+
+            raise UsageProblem("give at least one of --max-lag, --max-threads-running, --chunk-target-ms, "
+                               "--freeze-budget-ms, --cutover-retry-s")
+        build_options(**changes)  # a bad value is refused here, naming its flag, before anything is read
+        if rebalance_cmd.is_rebalance_id(migration_id):
+            out = rebalance_cmd.set_options(_cfg(), migration_id, **changes)
+        else:
             out = command.set_options(_cfg(), migration_id, **changes)
-        except ValueError as exc:  # pydantic names the option and the bound
-            raise typer.BadParameter(str(exc).splitlines()[-1]) from None
         if as_json:
             print(json.dumps(out, indent=2))
             return
         o = out["options"]
         console.print(f"{migration_id}: max lag {o['max_standby_lag_s']}s, max threads running "
                       f"{o['max_threads_running']}, chunk target {o['chunk_target_ms']} ms, freeze budget "
-                      f"{o['freeze_budget_ms']} ms", markup=False, highlight=False)
+                      f"{o['freeze_budget_ms']} ms, cutover retried for {o['cutover_retry_s']:g} s"
+                      + (f" ({len(out['migrations'])} running moves changed)" if "migrations" in out else ""),
+                      markup=False, highlight=False)
 
     @app.command("postpone")
     def postpone(
-        migration_id: str = typer.Argument(...),
+        migration_id: str = typer.Argument(..., help="The migration id (rb-...: every move of a rebalance or "
+                                                      "batched split, and the moves it starts later)."),
         release: bool = typer.Option(False, "--release", help="Let the pipeline cut over again."),
     ) -> None:
         """Hold the cutover (catch-up keeps the target current); --release lets it go ahead."""
+        if rebalance_cmd.is_rebalance_id(migration_id):
+            out = rebalance_cmd.postpone(_cfg(), migration_id, on=not release)
+            console.print(f"{migration_id}: cutovers " + (
+                f"postponed ({len(out['migrations'])} running moves, and every move it starts); release with "
+                f"`migrator postpone {migration_id} --release`" if not release else
+                f"released ({len(out['migrations'])} running moves)"), markup=False, highlight=False)
+            return
         out = command.postpone(_cfg(), migration_id, on=not release)
         console.print(f"{migration_id} ({out['phase']}): cutover "
-                      + ("postponed; release with `migrator postpone ID --release`" if out["postpone_cutover"]
-                         else "released"), markup=False, highlight=False)
+                      + (f"postponed; release with `migrator postpone {migration_id} --release`"
+                         if out["postpone_cutover"] else "released"), markup=False, highlight=False)
 
     phases.register(app)

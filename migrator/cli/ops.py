@@ -7,6 +7,8 @@ import json
 
 import typer
 
+from migrator.cli.options import YES_HELP, confirm, listen_address
+
 #: RQ runs delayed jobs (the pipeline's re-checks, a rebalance's advances, retries) from a scheduler in one
 #: worker, under a Redis lock that lives 61 s after its holder dies. Another worker takes it over only in its
 #: maintenance, every 10 min by default and only between dequeues (an idle worker waits worker_ttl - 15 s in
@@ -38,7 +40,8 @@ def register(app: typer.Typer) -> None:
             print(f"{r['when_iso']}  {r['what']:9s} {r['who']}{mid}  {r['detail']}")
 
     @app.command("metrics")
-    def metrics_cmd(port: int = typer.Option(9640, "--port"), addr: str = typer.Option("127.0.0.1", "--addr")) -> None:
+    def metrics_cmd(listen: str = typer.Option("127.0.0.1:9640", "--listen", help="HOST:PORT to serve /metrics on.")
+                    ) -> None:
         """Serve Prometheus /metrics of every migration (read from ZooKeeper on scrape)."""
         import time
 
@@ -46,9 +49,10 @@ def register(app: typer.Typer) -> None:
         from migrator.fleet import zk as zk_mod
         from migrator.ops import metrics
 
+        host, port = listen_address(listen)
         cfg = load_config()
-        metrics.serve(zk_mod.connect(cfg, config_mod.load_credentials(cfg)), port, addr)
-        print(f"serving migration metrics on http://{addr}:{port}/metrics", flush=True)
+        server = metrics.serve(zk_mod.connect(cfg, config_mod.load_credentials(cfg)), port, host)
+        print(f"serving migration metrics on http://{host}:{server.server_port}/metrics", flush=True)
         while True:
             time.sleep(3600)
 
@@ -72,14 +76,14 @@ def register(app: typer.Typer) -> None:
 
     @app.command("restart-copy")
     def restart_copy(migration_id: str = typer.Argument(...),
-                     yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation.")) -> None:
+                     yes: bool = typer.Option(False, "--yes", "-y", help=YES_HELP)) -> None:
         """Redo the copy from scratch (e.g. the binlog catch-up needed was purged): drop the target
         copies, reset copy and catch-up progress, keep the migration and its shard locks."""
-        from migrator.ops import command
+        from migrator.ops import command, intents
 
-        if not yes and not typer.confirm(f"drop the target copies of {migration_id} and copy again?"):
-            raise typer.Exit(1)
-        out = command.restart_copy(load_config(), migration_id)
+        cfg = load_config()
+        confirm(intents.restart_copy(cfg, migration_id), yes)
+        out = command.restart_copy(cfg, migration_id)
         print(f"{migration_id}: copy restarted (was {out['was']}); dropped on the target: "
               f"{', '.join(out['dropped']) or 'nothing'}; " +
               (f"enqueued {out['job']}" if out["job"] else f"run `migrator copy {migration_id}`"))
@@ -89,12 +93,12 @@ def register(app: typer.Typer) -> None:
         pairs: str | None = typer.Option(None, "--pairs", help="Serve only the jobs of migrations whose source is "
                                          "one of these pairs (comma-separated host names, e.g. "
                                          "MySQL003A,MySQL004A)."),
-        queues: list[str] = typer.Option([], "--queue", "-q", help="RQ queues to serve; repeatable (with --pairs: "
-                                         "served too, e.g. -q migrator for rebalance advances)."),
+        queues: list[str] = typer.Option([], "--queue", help="RQ queues to serve; repeatable (with --pairs: "
+                                         "served too, e.g. --queue migrator for rebalance advances)."),
         burst: bool = typer.Option(False, "--burst", help="Exit when the queues are empty."),
         name: str | None = typer.Option(None, "--name"),
-        metrics_port: int | None = typer.Option(None, "--metrics-port",
-                                                   help="Serve Prometheus /metrics of migrations on this port."),
+        metrics_listen: str | None = typer.Option(None, "--metrics-listen",
+                                                  help="HOST:PORT to serve Prometheus /metrics of migrations on."),
         settle: bool = typer.Option(True, "--settle/--no-settle",
                                     help="Settle cutovers whose process died (undo before the flip, finish after)."),
     ) -> None:
@@ -112,6 +116,7 @@ def register(app: typer.Typer) -> None:
         from migrator.fleet.shard_map import HostRegistry
         from migrator.ops import steps
 
+        metrics_at = listen_address(metrics_listen, "--metrics-listen") if metrics_listen else None
         cfg = load_config()
         # jobs find the fleet through the same config file
         os.environ.setdefault(config_mod.ENV_CONFIG, str(cfg.path))
@@ -122,10 +127,10 @@ def register(app: typer.Typer) -> None:
         if wanted or not queues:
             with zk_mod.connect(cfg, config_mod.load_credentials(cfg)) as zk:
                 serve += [q for q in steps.worker_queues(HostRegistry(zk).all(), wanted) if q not in serve]
-        if metrics_port:
+        if metrics_at:
             from migrator.ops import metrics
 
-            metrics.serve(zk_mod.connect(cfg, config_mod.load_credentials(cfg)), metrics_port)
+            metrics.serve(zk_mod.connect(cfg, config_mod.load_credentials(cfg)), metrics_at[1], metrics_at[0])
         if settle:
             from migrator.engine.cutover.settle import Settler
 

@@ -1,12 +1,15 @@
 """``migrator catchup / verify / cutover / rollback / cleanup ID``: the phase commands.
 
-Each command parses its options, calls the phase of :mod:`migrator.engine` in
-this process (or, for ``catchup --enqueue``, hands the passes to RQ workers
-through :mod:`migrator.ops.steps`; ``rollback`` hands itself to the workers and
-follows it from the record, unless ``--sync``) and prints the result; a
-:class:`~migrator.errors.MigratorError` becomes one line on stderr and its exit
-code. :func:`register` adds them to the ``migrator`` app after the migration
-commands of :mod:`migrator.cli.migrate`.
+Each command parses its options, calls the phase (of :mod:`migrator.engine`, or
+:mod:`migrator.ops.command`) and prints the result; what it raises becomes one
+line on stderr and an exit code in :func:`migrator.cli.main.main`. ``catchup``
+and ``rollback`` hand their work to the RQ workers (as ``copy`` and ``run`` do)
+and ``--sync`` runs it in this process instead. ``verify`` only reports unless
+``--repair``. ``cutover``, ``rollback`` and ``cleanup --now`` switch traffic or
+end the chance of a rollback: each shows what it will do and asks
+(``--yes`` skips the question; without a terminal it is refused without it).
+:func:`register` adds them to the ``migrator`` app after the migration commands
+of :mod:`migrator.cli.migrate`.
 """
 
 from __future__ import annotations
@@ -20,12 +23,14 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from migrator.cli.options import YES_HELP, confirm
 from migrator.engine.catch_up.passes import PassResult, run_passes
 from migrator.engine.cleanup import cleanup
 from migrator.engine.cutover import cutover
 from migrator.engine.rollback import rollback
 from migrator.engine.verify.run import verify_migration
-from migrator.errors import MigratorError
+from migrator.errors import ExitCode
+from migrator.ops import intents
 from migrator.ops.rebalance import command as rebalance_cmd
 from migrator.ops.steps import enqueue_passes
 
@@ -43,58 +48,56 @@ def register(app: Any) -> None:
 
 
 def register_catchup(app: Any) -> None:
-    """Add ``catchup ID [--passes N] [--enqueue]`` to a typer app."""
+    """Add ``catchup ID [--passes N] [--sync] [--queue Q]`` to a typer app."""
 
     @app.command("catchup")
     def catchup(
         migration_id: str = typer.Argument(..., help="The migration id."),
-        passes: int | None = typer.Option(None, "--passes", "-n",
+        passes: int | None = typer.Option(None, "--passes", min=1,
                                           help="Run exactly N passes (default: until converged)."),
-        enqueue: bool = typer.Option(False, "--enqueue", help="Run the passes as RQ jobs instead of in this process."),
-        queue: str | None = typer.Option(None, "--queue", help="RQ queue for --enqueue (default: the source "
-                                                                "pair's)."),
+        sync: bool = typer.Option(False, "--sync", help="Run the passes in this process instead of RQ workers."),
+        queue: str | None = typer.Option(None, "--queue", help="RQ queue (default: the source pair's, which "
+                                                                "`migrator worker` serves)."),
     ) -> None:
-        """Replay the source binlog onto the target in passes until converged."""
-        from migrator.cli.main import fail, load_config
+        """Replay the source binlog onto the target in passes until converged (on RQ workers; --sync: here)."""
+        from migrator.cli.main import load_config
 
         console = Console()
-        try:
-            cfg = load_config()
-            if enqueue:
-                console.print(f"enqueued {enqueue_passes(cfg, migration_id, passes, queue=queue)}")
-                return
-            table = Table(*PASS_COLUMNS, title=f"catch-up of {migration_id}")
+        cfg = load_config()
+        if not sync:
+            job = enqueue_passes(cfg, migration_id, passes, queue=queue)
+            console.print(f"enqueued {job}; follow with `migrator status {migration_id}`", markup=False,
+                          highlight=False)
+            return
+        table = Table(*PASS_COLUMNS, title=f"catch-up of {migration_id}")
 
-            def show(res: PassResult) -> None:
-                d = asdict(res)
-                table.add_row(*(str(d[c]) for c in PASS_COLUMNS))
+        def show(res: PassResult) -> None:
+            d = asdict(res)
+            table.add_row(*(str(d[c]) for c in PASS_COLUMNS))
 
-            results = run_passes(cfg, migration_id, passes, on_pass=show)
-            console.print(table)
-            if results and results[-1].converged:
-                console.print(f"converged; predicted freeze {results[-1].predicted_freeze_ms:.0f} ms")
-        except MigratorError as exc:
-            fail(exc, exc.exit_code)
+        results = run_passes(cfg, migration_id, passes, on_pass=show)
+        console.print(table)
+        if results and results[-1].converged:
+            console.print(f"converged; predicted freeze {results[-1].predicted_freeze_ms:.0f} ms")
 
 
 def register_verify(app: Any) -> None:
-    """Add ``verify ID`` to a typer app."""
+    """Add ``verify ID [--repair]`` to a typer app."""
 
     @app.command("verify")
     def verify_cmd(
         migration_id: str = typer.Argument(..., help="The migration id."),
-        no_repair: bool = typer.Option(False, "--no-repair", help="Report differences, change nothing."),
-        chunk_rows: int = typer.Option(0, "--chunk-rows", help="Rows per checksum chunk (default: the migration's)."),
+        repair: bool = typer.Option(False, "--repair/--no-repair",
+                                    help="Re-copy the chunks that differ (default: report only, change nothing)."),
+        chunk_rows: int = typer.Option(0, "--chunk-rows", min=0,
+                                       help="Rows per checksum chunk (default: the migration's)."),
         as_json: bool = typer.Option(False, "--json"),
     ) -> None:
-        """Checksum the moving tables source vs target by primary-key chunks; re-copy what differs."""
-        from migrator.cli.main import fail, load_config
+        """Checksum the moving tables source vs target by primary-key chunks and report what differs
+        (--repair: re-copy it). Exits 1 when rows still differ."""
+        from migrator.cli.main import load_config
 
-        try:
-            rep = verify_migration(load_config(), migration_id, repair=not no_repair, chunk_rows=chunk_rows or None)
-        except MigratorError as exc:
-            fail(exc, exc.exit_code)
-            return
+        rep = verify_migration(load_config(), migration_id, repair=repair, chunk_rows=chunk_rows or None)
         if as_json:
             print(_json.dumps(rep.to_dict(), indent=2))
         else:
@@ -105,24 +108,26 @@ def register_verify(app: Any) -> None:
                   f"(as of {rep.verified_gtid}, {rep.seconds:.1f}s)")
             for d in rep.differing_rows[:50]:
                 print(f"  {d.table} {list(d.key)}: {d.kind}")
+            if not rep.ok and not repair:
+                print(f"report only: `migrator verify {migration_id} --repair` re-copies what differs")
         if not rep.ok:
-            raise typer.Exit(1)
+            raise typer.Exit(ExitCode.FAILED)
 
 
 def register_cutover(app: Any) -> None:
-    """Add ``cutover ID`` to a typer app."""
+    """Add ``cutover ID [--yes]`` to a typer app."""
 
     @app.command("cutover")
     def cutover_cmd(migration_id: str = typer.Argument(..., help="The migration id."),
+                    yes: bool = typer.Option(False, "--yes", "-y", help=YES_HELP),
                     as_json: bool = typer.Option(False, "--json")) -> None:
-        """Freeze, fence, drain, compare and flip the moving ranges to the target pair."""
-        from migrator.cli.main import fail, load_config
+        """Freeze, fence, drain, compare and flip the moving ranges to the target pair (switches traffic:
+        shows what it will do and asks)."""
+        from migrator.cli.main import load_config
 
-        try:
-            res = cutover(load_config(), migration_id)
-        except MigratorError as exc:
-            fail(exc, exc.exit_code)
-            return
+        cfg = load_config()
+        confirm(intents.cutover(cfg, migration_id), yes)
+        res = cutover(cfg, migration_id)
         if as_json:
             print(_json.dumps(res.to_dict(), indent=2))
         else:
@@ -150,38 +155,38 @@ def register_rollback(app: Any) -> None:
         timeout: float | None = typer.Option(None, "--timeout", help="Stop following after this many seconds "
                                                                       "(the rollback goes on)."),
         sync: bool = typer.Option(False, "--sync", help="Run it in this process instead of RQ workers."),
+        yes: bool = typer.Option(False, "--yes", "-y", help=YES_HELP),
     ) -> None:
         """Tail the new master back into the tombstones in converging passes, verify, and flip the ranges back
         (retrying a stopped attempt), on RQ workers: follows each reverse pass, the freeze and the result, and
-        exits non-zero with the verdict and the next step when the rollback gives up."""
-        from migrator.cli.main import fail, load_config
+        exits non-zero with the verdict and the next step when the rollback gives up. Switches traffic: shows
+        what it will do and asks."""
+        from migrator.cli.main import load_config
         from migrator.ops import command
 
-        try:
-            cfg = load_config()
-            if rebalance_cmd.is_rebalance_id(migration_id):
-                # a batched split (or a rebalance): each finished move rolled back, last finished first
-                mids = rebalance_cmd.to_roll_back(cfg, migration_id)
-                print(f"rolling back {len(mids)} migrations of {migration_id}, last finished first", flush=True)
-                for i, mid in enumerate(mids, 1):
-                    print(f"[{i}/{len(mids)}] {mid}", flush=True)
-                    code = _roll_back_one(cfg, mid, queue=queue, timeout=timeout, sync=sync)
-                    if code:
-                        print(f"{migration_id}: stopped at {mid}; {len(mids) - i} not rolled back "
-                              f"({', '.join(mids[i:]) or 'none'}); run `migrator rollback {migration_id}` again "
-                              "once it is fixed", file=sys.stderr)
-                        raise typer.Exit(code)
-                return
-            if not sync and detach:
-                out = command.start_rollback(cfg, migration_id, queue=queue)
-                print(f"rollback of {migration_id} enqueued on {out['queue']} (first job {out['job']}); "
-                      "`migrator worker` runs it", flush=True)
-                return
-            code = _roll_back_one(cfg, migration_id, queue=queue, timeout=timeout, sync=sync)
-            if code:
-                raise typer.Exit(code)
-        except MigratorError as exc:
-            fail(exc, exc.exit_code)
+        cfg = load_config()
+        confirm(intents.rollback(cfg, migration_id), yes)
+        if rebalance_cmd.is_rebalance_id(migration_id):
+            # a batched split (or a rebalance): each finished move rolled back, last finished first
+            mids = rebalance_cmd.to_roll_back(cfg, migration_id)
+            print(f"rolling back {len(mids)} migrations of {migration_id}, last finished first", flush=True)
+            for i, mid in enumerate(mids, 1):
+                print(f"[{i}/{len(mids)}] {mid}", flush=True)
+                code = _roll_back_one(cfg, mid, queue=queue, timeout=timeout, sync=sync)
+                if code:
+                    print(f"{migration_id}: stopped at {mid}; {len(mids) - i} not rolled back "
+                          f"({', '.join(mids[i:]) or 'none'}); run `migrator rollback {migration_id}` again "
+                          "once it is fixed", file=sys.stderr)
+                    raise typer.Exit(code)
+            return
+        if not sync and detach:
+            out = command.start_rollback(cfg, migration_id, queue=queue)
+            print(f"rollback of {migration_id} enqueued on {out['queue']} (first job {out['job']}); "
+                  "`migrator worker` runs it", flush=True)
+            return
+        code = _roll_back_one(cfg, migration_id, queue=queue, timeout=timeout, sync=sync)
+        if code:
+            raise typer.Exit(code)
 
 
 def _roll_back_one(cfg: Any, migration_id: str, *, queue: str | None, timeout: float | None, sync: bool) -> int:
@@ -207,33 +212,36 @@ def _roll_back_one(cfg: Any, migration_id: str, *, queue: str | None, timeout: f
                   f"{ev.get('freeze_ms') or 0:.0f} ms")
             return 0
         elif kind == "stopped":
-            print(f"rollback of {migration_id} stopped: {ev.get('reason')}\nnext: {ev.get('next')}", file=sys.stderr)
-            return 3
+            print(f"error: rollback of {migration_id} stopped: {ev.get('reason')} (next: {ev.get('next')})",
+                  file=sys.stderr)
+            return int(ev.get("exit_code") or ExitCode.REFUSED)
         elif kind == "ended":
-            print(f"rollback of {migration_id}: the migration is {ev['phase']} now: {ev.get('error') or ''}",
+            print(f"error: rollback of {migration_id}: the migration is {ev['phase']} now: {ev.get('error') or ''}",
                   file=sys.stderr)
-            return 1
+            return int(ExitCode.FAILED)
         else:
-            print(f"still running after {timeout:.0f}s; follow with `migrator status {migration_id}`",
-                  file=sys.stderr)
-            return 4
+            print(f"error: rollback of {migration_id} still running after {timeout:.0f}s (follow it with "
+                  f"`migrator status {migration_id}`)", file=sys.stderr)
+            return int(ExitCode.STILL_RUNNING)
     return 0
 
 
 def register_cleanup(app: Any) -> None:
-    """Add ``cleanup ID [--now]`` to a typer app."""
+    """Add ``cleanup ID [--now] [--yes]`` to a typer app."""
 
     @app.command("cleanup")
     def cleanup_cmd(migration_id: str = typer.Argument(..., help="The migration id."),
-                    now: bool = typer.Option(False, "--now", help="Do not wait for the retention to pass.")) -> None:
+                    now: bool = typer.Option(False, "--now", help="Do not wait for the retention to pass: ends any "
+                                                                   "chance of a rollback (shows what it drops and "
+                                                                   "asks)."),
+                    yes: bool = typer.Option(False, "--yes", "-y", help=YES_HELP)) -> None:
         """Drop the tombstones after the retention; release the migration's locks and pauses."""
-        from migrator.cli.main import fail, load_config
+        from migrator.cli.main import load_config
 
-        try:
-            res = cleanup(load_config(), migration_id, now=now)
-        except MigratorError as exc:
-            fail(exc, exc.exit_code)
-            return
+        cfg = load_config()
+        if now:
+            confirm(intents.cleanup_now(cfg, migration_id), yes)
+        res = cleanup(cfg, migration_id, now=now)
         print(f"dropped {len(res.dropped)} schemas ({res.bytes_freed / 1e6:.1f} MB): {', '.join(res.dropped) or '-'}; "
               f"released {res.released_locks} shard locks, {res.released_pauses} maintenance pauses")
         for lag in res.standby_lag:

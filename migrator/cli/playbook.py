@@ -1,4 +1,4 @@
-"""CLI: `migrator run PLAYBOOK`, `migrator approve RUN STEP`, `migrator playbook ...`."""
+"""CLI: `migrator run PLAYBOOK`, `migrator approve RUN STEP`, `migrator playbook status|list|resume|steps|reference`."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import typer
 
 from migrator.ops import playbook as pbm
 
-playbook_app = typer.Typer(help="Runbook playbooks: runs, their steps, approvals.", no_args_is_help=True)
+playbook_app = typer.Typer(help="Runbook playbooks: runs, their steps, approvals.", no_args_is_help=True,
+                           rich_markup_mode=None)
 
 
 def register(app: typer.Typer) -> None:
@@ -90,6 +91,29 @@ def register(app: typer.Typer) -> None:
             _drive(cfg, run_id)
         else:
             print(f"re-enqueued {run_id} on RQ queue {_enqueue(cfg, run_id, state.config_path)!r}")
+
+    @playbook_app.command("steps")
+    def steps_cmd() -> None:
+        """Every step a playbook may call, with its parameters (?: optional) and what it does."""
+        from rich.console import Console
+        from rich.table import Table
+        from rich.text import Text
+
+        from migrator.ops.playbook.reference import step_rows
+
+        t = Table(title="playbook steps (`migrator playbook reference` for keys, gates, handlers)")
+        for col in ("call", "parameters", "what it does"):
+            t.add_column(col)
+        for row in step_rows():
+            t.add_row(*(Text(c) for c in row))  # plain text: a bracket is not markup
+        Console().print(t)
+
+    @playbook_app.command("reference")
+    def reference_cmd() -> None:
+        """The playbook reference as Markdown (docs/playbooks.md): keys, types, steps, gates, handlers."""
+        from migrator.ops.playbook.reference import render
+
+        print(render(), end="")
 
     app.add_typer(playbook_app, name="playbook")
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import os
 import socket
+import sqlite3
+import sys
 import threading
 import time
 from pathlib import Path
@@ -20,12 +22,19 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from migrator.cli import failures
+from migrator.cli.options import YES_HELP, UsageProblem, confirm, listen_address
+
 console = Console()
 
 queue_app = typer.Typer(help="The MySQL-backed job queue on the fleet: serve, brokers, workers, admin, load.",
-                        no_args_is_help=True)
-ledger_app = typer.Typer(help="The load generator's ledger.", no_args_is_help=True)
-partitions_app = typer.Typer(help="Partition maintenance of queue and log tables.", no_args_is_help=True)
+                        no_args_is_help=True, rich_markup_mode=None)
+ledger_app = typer.Typer(help="The load generator's ledger.", no_args_is_help=True, rich_markup_mode=None)
+partitions_app = typer.Typer(help="Partition maintenance of queue and log tables.", no_args_is_help=True,
+                             rich_markup_mode=None)
+
+OPEN_HELP = ("Serve without a token when the secrets file has none: anyone who reaches the address may "
+             "enqueue, dequeue and delete (refused without a token otherwise).")
 queue_app.add_typer(ledger_app, name="ledger")
 
 
@@ -46,10 +55,21 @@ def _service(**kw: Any) -> Any:
     return QueueService(_cfg(), **kw)
 
 
-def _listen(value: str | None, cfg: Any) -> tuple[str, int]:
-    text = value or cfg.queue.listen
-    host, _, port = text.rpartition(":")
-    return host or "127.0.0.1", int(port)
+def _token(open_: bool) -> str | None:
+    """The queue token; None only with --open (and --open only without a token): said at start."""
+    from migrator.fleet.config import load_credentials
+    from migrator.queue.api import NO_TOKEN, OpenRefused
+
+    token = load_credentials(_cfg()).queue_token
+    if token and open_:
+        raise UsageProblem("--open, but the secrets file (or MIGRATOR_QUEUE_TOKEN) has a queue token: the API "
+                           "demands it; drop --open")
+    if not token and not open_:
+        raise OpenRefused(NO_TOKEN)
+    if not token:
+        print("warning: serving OPEN (--open, no queue token): anyone who reaches this address may enqueue, "
+              "dequeue and delete jobs", file=sys.stderr, flush=True)
+    return token
 
 
 def _print(obj: Any) -> None:
@@ -64,20 +84,23 @@ def serve(listen: str | None = typer.Option(None, "--listen", help="HOST:PORT (d
                                       help="Also run a dequeue broker in this process."),
           reap_every: float = typer.Option(1.0, "--reap-every", help="Seconds between lease reaper passes."),
           frozen_wait: float = typer.Option(10.0, "--frozen-wait",
-                                            help="Max seconds a write waits on a frozen shard.")) -> None:
-    """Serve the HTTP/JSON API (OpenAPI at /docs) and Prometheus /metrics."""
+                                            help="Max seconds a write waits on a frozen shard."),
+          open_: bool = typer.Option(False, "--open", help=OPEN_HELP)) -> None:
+    """Serve the HTTP/JSON API (OpenAPI at /docs) and Prometheus /metrics; every /v1 call must send
+    Authorization: Bearer <the [queue] token of the secrets file>."""
     import uvicorn
 
     from migrator.queue.api import create_app
     from migrator.queue.broker import Broker, BrokerDirectory
 
     cfg = _cfg()
-    host, port = _listen(listen, cfg)
+    host, port = listen_address(listen or cfg.queue.listen)
+    token = _token(open_)
     svc = _service(frozen_wait=frozen_wait)
     b = None
     if broker:
         b = Broker(svc, url=f"http://{host}:{port}").start()
-    svc.dequeue_source = BrokerDirectory(svc, local=b, fallback_to_table=True, token=svc.credentials.queue_token)
+    svc.dequeue_source = BrokerDirectory(svc, local=b, fallback_to_table=True, token=token)
     stop = threading.Event()
 
     def reaper() -> None:
@@ -89,8 +112,9 @@ def serve(listen: str | None = typer.Option(None, "--listen", help="HOST:PORT (d
 
     if b is None:  # brokers reap the partitions they own
         threading.Thread(target=reaper, daemon=True, name="reaper").start()
-    app = create_app(svc, token=svc.credentials.queue_token, broker=b)
-    console.print(f"queue service on http://{host}:{port} (docs at /docs, metrics at /metrics)")
+    app = create_app(svc, token=token, broker=b, allow_open=open_)
+    console.print(f"queue service on http://{host}:{port} (docs at /docs, metrics at /metrics)"
+                  + ("" if token else " OPEN: no token"), markup=False, highlight=False)
     try:
         uvicorn.run(app, host=host, port=port, log_level="warning")
     finally:
@@ -103,17 +127,17 @@ def serve(listen: str | None = typer.Option(None, "--listen", help="HOST:PORT (d
 @queue_app.command("broker")
 def broker_cmd(listen: str = typer.Option("127.0.0.1:0", "--listen",
                                           help="HOST:PORT for broker dequeues (0: any free port)."),
-               buffer: int = typer.Option(200, "--buffer", help="Jobs buffered per owned partition."),
-               broker_id: str | None = typer.Option(None, "--id")) -> None:
+               buffer: int = typer.Option(200, "--buffer", min=1, help="Jobs buffered per owned partition."),
+               broker_id: str | None = typer.Option(None, "--id"),
+               open_: bool = typer.Option(False, "--open", help=OPEN_HELP)) -> None:
     """Run a dequeue broker: own queue partitions (assigned through ZooKeeper) and serve them from memory."""
     import uvicorn
 
     from migrator.queue.api import create_app
     from migrator.queue.broker import Broker
 
-    host, _, port_s = listen.rpartition(":")
-    host = host or "127.0.0.1"
-    port = int(port_s)
+    host, port = listen_address(listen)
+    token = _token(open_)
     if port == 0:
         with socket.socket() as s:
             s.bind((host, 0))
@@ -122,7 +146,7 @@ def broker_cmd(listen: str = typer.Option("127.0.0.1:0", "--listen",
     b = Broker(svc, broker_id=broker_id, url=f"http://{host}:{port}", buffer_size=buffer).start()
     console.print(f"broker {b.id} on http://{host}:{port}")
     try:
-        uvicorn.run(create_app(svc, token=svc.credentials.queue_token, broker=b), host=host, port=port,
+        uvicorn.run(create_app(svc, token=token, broker=b, allow_open=open_), host=host, port=port,
                     log_level="warning")
     finally:
         b.stop()
@@ -130,9 +154,9 @@ def broker_cmd(listen: str = typer.Option("127.0.0.1:0", "--listen",
 
 
 @queue_app.command("worker")
-def worker_cmd(queue: str = typer.Option(..., "--queue", "-q"),
+def worker_cmd(queue: str = typer.Option(..., "--queue", help="Queue name."),
                handler: str = typer.Option(..., "--handler", help="package.module:function taking a job."),
-               concurrency: int = typer.Option(1, "--concurrency", "-n"),
+               concurrency: int = typer.Option(1, "--concurrency", min=1),
                lease: float | None = typer.Option(None, "--lease", help="Lease seconds (default: the queue's)."),
                url: str | None = typer.Option(None, "--url", help="Use a queue server instead of the fleet directly."),
                max_jobs: int | None = typer.Option(None, "--max-jobs")) -> None:
@@ -160,7 +184,7 @@ def _api(url: str | None) -> Any:
 
 
 @queue_app.command("load")
-def load_cmd(queue: str = typer.Option("load", "--queue", "-q"),
+def load_cmd(queue: str = typer.Option("load", "--queue", help="Queue name."),
              rate: float = typer.Option(100.0, "--rate", help="Jobs/s to enqueue; 0 = as fast as possible."),
              duration: float = typer.Option(10.0, "--duration", help="Seconds."),
              ledger: Path = typer.Option(Path("queue-ledger.db"), "--ledger"),
@@ -186,7 +210,13 @@ def ledger_check(ledger: Path = typer.Option(Path("queue-ledger.db"), "--ledger"
     """Prove every acknowledged enqueue is done or pending; count double executions; rates and latencies."""
     from migrator.queue.ledger import check_ledger
 
-    rep = check_ledger(_cfg(), ledger)
+    if not ledger.is_file():
+        raise UsageProblem(f"--ledger {ledger}: no such file (give the ledger `migrator queue load --ledger` wrote)")
+    try:
+        rep = check_ledger(_cfg(), ledger)
+    except sqlite3.DatabaseError as exc:
+        raise UsageProblem(f"--ledger {ledger}: not a ledger ({exc}): give the SQLite file `migrator queue load "
+                           "--ledger` wrote") from None
     if as_json:
         _print(rep.to_dict())
     else:
@@ -267,13 +297,14 @@ def resume(name: str) -> None:
 
 
 @queue_app.command("delete")
-def delete(name: str, yes: bool = typer.Option(False, "--yes", help="Really drop its tables.")) -> None:
-    """Delete a queue and drop its tables."""
-    if not yes:
-        from migrator.queue.errors import InvalidArgument
-
-        raise InvalidArgument(f"deleting queue {name} drops its jobs tables; pass --yes to confirm")
+def delete(name: str, yes: bool = typer.Option(False, "--yes", "-y", help=YES_HELP)) -> None:
+    """Delete a queue and drop its jobs tables (shows what it drops and asks)."""
     with _service() as svc:
+        rec = svc.get_queue(name)
+        counts = svc.counts(name)
+        jobs = ", ".join(f"{n} {state}" for state, n in counts.items()) or "no jobs"
+        confirm(f"delete queue {name} and drop its {len(rec.partitions)} jobs tables "
+                f"({', '.join(p.table + ' in shard ' + str(p.shard) for p in rec.partitions)}) holding {jobs}", yes)
         svc.delete_queue(name)
     print(f"queue {name} deleted")
 
@@ -330,9 +361,16 @@ def retry(name: str, limit: int = typer.Option(1000, "--limit"),
 
 
 @queue_app.command("purge")
-def purge(name: str, state: str = typer.Option(..., "--state"), limit: int = typer.Option(1000, "--limit")) -> None:
-    """Delete jobs of one state (routine purging is `migrator partitions maintain`)."""
+def purge(name: str, state: str = typer.Option(..., "--state", help="NEW, IPR, OK or FAIL."),
+          limit: int = typer.Option(1000, "--limit", min=1),
+          yes: bool = typer.Option(False, "--yes", "-y", help=YES_HELP)) -> None:
+    """Delete jobs of one state (shows how many and asks; routine purging is `migrator partitions maintain`)."""
     with _service() as svc:
+        have = svc.counts(name)
+        key = state.upper()
+        if key not in have:
+            raise UsageProblem(f"--state {failures.short(state)}: give one of {', '.join(have)}")
+        confirm(f"delete up to {limit} {key} jobs of queue {name} (it holds {have.get(key, 0)} now)", yes)
         print(f"{svc.delete_jobs(name, state, limit)} job(s) deleted")
 
 

@@ -10,6 +10,7 @@ abort REBALANCE_ID`` act on all its moves (the dispatch is in
 from __future__ import annotations
 
 import json
+import sys
 import time
 from typing import Any
 
@@ -18,7 +19,8 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from migrator.engine.migration import Options
+from migrator.cli.options import UsageProblem, build_options, dry_run_or_yes
+from migrator.errors import ExitCode
 from migrator.ops.rebalance import command as rebalance
 from migrator.ops.rebalance.planner import OBJECTIVES
 
@@ -174,18 +176,33 @@ def register(app: typer.Typer) -> None:
                                                help="Moves a pair takes part in at once."),
         max_concurrent: int | None = typer.Option(None, "--max-concurrent", help="Moves running at once."),
         freeze_budget_ms: int | None = typer.Option(None, "--freeze-budget-ms",
-                                                    help="Write-freeze budget of each move's cutover."),
+                                                    help="Write-freeze budget of each move's cutover (ms)."),
+        max_lag: float | None = typer.Option(None, "--max-lag", help="Throttle each move's copy above this "
+                                                                     "target standby lag (s)."),
+        max_threads_running: int | None = typer.Option(None, "--max-threads-running",
+                                                       help="Throttle each move's copy while its source is this "
+                                                            "busy (Threads_running)."),
+        cutover_retry_s: float | None = typer.Option(None, "--cutover-retry-s",
+                                                     help="How long each move's pipeline retries a cutover that "
+                                                          "stopped before the flip (s)."),
+        postpone_cutover: bool = typer.Option(False, "--postpone-cutover",
+                                              help="Every move holds its cutover once caught up, until "
+                                                   "`migrator postpone RB --release`."),
         workers: int | None = typer.Option(None, "--workers", help="Tables each move copies at once."),
         window: float = typer.Option(5.0, "--window", help="Seconds of binlog to sample write rates from."),
-        dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan; store nothing."),
-        yes: bool = typer.Option(False, "--yes", help="Run the plan on RQ workers and follow it."),
+        dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan; store nothing (the default "
+                                                              "without --yes)."),
+        yes: bool = typer.Option(False, "--yes", "-y", help="Run the plan on RQ workers and follow it."),
         detach: bool = typer.Option(False, "--detach", help="With --yes: start it and return."),
         as_json: bool = typer.Option(False, "--json", help="The plan as JSON."),
     ) -> None:
         """Measure each shard (bytes, rows, writes/s), plan moves that bring every pair within the threshold
         of the mean, moving few bytes and keeping the map compact; print the plan; with --yes run it."""
         if objective not in OBJECTIVES:
-            raise typer.BadParameter(f"--objective must be one of {', '.join(OBJECTIVES)}")
+            raise UsageProblem(f"--objective {objective}: choose one of {', '.join(OBJECTIVES)}")
+        dry_run_or_yes(dry_run, yes)
+        options = build_options(freeze_budget_ms=freeze_budget_ms, copy_workers=workers, max_standby_lag_s=max_lag,
+                                max_threads_running=max_threads_running, cutover_retry_s=cutover_retry_s)
         cfg = _cfg()
         live = rebalance.plan_live(cfg, objective=objective, threshold=threshold, add_pairs=list(add_pair),
                                    drain=list(drain), max_moves_per_pair=max_moves_per_pair,
@@ -195,27 +212,21 @@ def register(app: typer.Typer) -> None:
             print(json.dumps(out, indent=2, default=str))
         else:
             console.print(render_plan(out))
-        if not yes or dry_run:
+        if not yes:
             if not as_json:
-                console.print("dry run: nothing was stored; run it with --yes" if dry_run or not yes else "",
-                              markup=False)
+                console.print("dry run: nothing was stored; run it with --yes", markup=False)
             return
         if not live.plan.moves:
             console.print("every pair is within the threshold: nothing to do", markup=False)
             return
-        given = {k: v for k, v in {"freeze_budget_ms": freeze_budget_ms, "copy_workers": workers}.items()
-                 if v is not None}
-        try:
-            options = Options(**given)
-        except ValueError as exc:  # pydantic's message names the bad option
-            raise typer.BadParameter(str(exc).splitlines()[-1]) from None
-        rid = rebalance.start(cfg, live, max_concurrent=max_concurrent, options=options)
+        rid = rebalance.start(cfg, live, max_concurrent=max_concurrent, options=options,
+                              postpone_cutover=postpone_cutover)
         console.print(f"rebalance {rid} started on RQ workers (start them with `migrator worker`); "
                       f"`migrator status {rid}`, `migrator pause|resume|abort {rid}`", markup=False)
         if detach:
             return
         end = follow(cfg, rid)
         if end["phase"] != "done":
-            console.print(f"{rid} ended {end['phase']}: see `migrator status {rid}`", markup=False)
-            raise typer.Exit(3)
+            print(f"error: {rid} ended {end['phase']} (see `migrator status {rid}`)", file=sys.stderr, flush=True)
+            raise typer.Exit(ExitCode.REFUSED)
         console.print(f"{rid} done: {end['done']} moves, at most {end['max_running']} at once", markup=False)

@@ -127,6 +127,9 @@ class Options(BaseModel):
     #: of rename-fenced migrations instead, see migrator.ops.rebalance.batches); see migrator.engine.cutover.fence
     fence: Literal["auto", "rename", "gate"] = "auto"
     retention_s: int = Field(default=24 * 3600, ge=0)
+    #: how long the pipeline (``jobs.pipeline.finish``) keeps trying a cutover that stopped before the flip
+    #: (a lock held on a moving table, a freeze over its budget), with backoff between attempts; 0: once
+    cutover_retry_s: float = Field(default=600.0, ge=0, le=7 * 24 * 3600)
 
 
 class Spec(BaseModel):
@@ -347,11 +350,13 @@ class MigrationStore:
 
         return self.update(mid, change, guard=guard)
 
-    def record_stop(self, mid: str, step: str, reason: str, next_step: str) -> State:
-        """The pipeline gave up on ``step``: say why and what to do next, where ``status`` shows it."""
+    def record_stop(self, mid: str, step: str, reason: str, next_step: str, exit_code: int = 3) -> State:
+        """The pipeline gave up on ``step``: say why and what to do next, where ``status`` shows it;
+        ``exit_code`` (:class:`~migrator.errors.ExitCode`) is what a command following it exits with."""
 
         def change(st: State) -> State:
-            st.stopped = {"step": step, "reason": reason[:2000], "next": next_step, "at": time.time()}
+            st.stopped = {"step": step, "reason": reason[:2000], "next": next_step, "at": time.time(),
+                          "exit_code": int(exit_code)}
             st.error = f"{step}: {reason}"[:2000]
             return st
 

@@ -47,7 +47,7 @@ from migrator.engine.cutover.fence import MAX_TABLES as FENCE_MAX_TABLES
 from migrator.engine.cutover.fence import FenceError, fence_mode
 from migrator.engine.migration import Phase, Spec
 from migrator.engine.plan import estimate, moving_tables
-from migrator.errors import MigratorError, MySQLUnavailable
+from migrator.errors import ExitCode, MigratorError, MySQLUnavailable
 from migrator.fleet.config import Credentials
 from migrator.fleet.ids import shard_db
 from migrator.fleet.model import Host
@@ -134,7 +134,7 @@ class PreflightResult:
 
 class PreflightFailed(MigratorError):
     component = "preflight"
-    exit_code = 6
+    exit_code = ExitCode.REFUSED
 
     def __init__(self, result: PreflightResult):
         n = len(result.failures)

@@ -40,6 +40,8 @@ from migrator.errors import ConfigError, CredentialsError
 from migrator.fleet.tls import MySQLSettings, MySQLTLSSettings
 
 DEFAULT_CONFIG = Path(".sandbox/migrator.toml")
+#: where ``migrator demo`` leaves its fleet's config (named by the hint when the default config is missing)
+DEMO_CONFIG = Path(".sandbox-demo/migrator.toml")
 ENV_CONFIG = "MIGRATOR_CONFIG"
 
 
@@ -176,12 +178,17 @@ def load(path: str | os.PathLike[str] | None = None) -> Config:
     """Read the config file (see the module docstring for the search order)."""
     p = resolve_path(path)
     if not p.exists():
-        hint = (
-            "start a sandbox with `migrator sandbox up`, or pass --config PATH / set MIGRATOR_CONFIG"
-        )
+        hint = "start a sandbox with `migrator sandbox up`, or pass --config PATH / set MIGRATOR_CONFIG"
+        if not path and not os.environ.get(ENV_CONFIG) and DEMO_CONFIG.exists():
+            hint += f" (the demo's fleet: --config {DEMO_CONFIG}, or export MIGRATOR_CONFIG={DEMO_CONFIG})"
         raise ConfigError(f"config file {p} does not exist: {hint}")
+    if p.is_dir():
+        raise ConfigError(f"config file {p} is a directory: give the path of the TOML file in it (e.g. "
+                          f"{p / DEFAULT_CONFIG.name})")
     try:
         data = tomllib.loads(p.read_text())
+    except OSError as exc:
+        raise ConfigError(f"config file {p} cannot be read ({exc.strerror or exc}): check its permissions") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"config file {p} is not valid TOML: {exc}") from None
     return parse(data, path=p)
@@ -253,7 +260,7 @@ class Credentials(BaseModel):
 def load_credentials(config: Config) -> Credentials:
     """Environment first (MIGRATOR_MYSQL_USER / _PASSWORD, MIGRATOR_ZK_DIGEST,
     MIGRATOR_QUEUE_TOKEN), then the secrets file the config names."""
-    file_data = _secrets(config, "create it or set MIGRATOR_MYSQL_USER and MIGRATOR_MYSQL_PASSWORD")
+    file_data = _secrets(config)
     mysql = file_data.get("mysql", {})
     zk = file_data.get("zookeeper", {})
     queue = file_data.get("queue", {})
@@ -274,15 +281,24 @@ def load_credentials(config: Config) -> Credentials:
                        mysql_tls=config.mysql.tls)
 
 
-def _secrets(config: Config, hint: str) -> dict[str, Any]:
+def _secrets(config: Config) -> dict[str, Any]:
     """The secrets file the config names, parsed ({} when it names none)."""
     path = config.credentials_path()
     if path is None:
         return {}
+    named = f"[credentials] file of {config.path}" if config.path else "[credentials] file"
     if not path.exists():
-        raise CredentialsError(f"credentials file {path} does not exist; {hint}")
+        raise CredentialsError(f"credentials file {path} (the {named}) does not exist: create it (mode 600) or "
+                               "point the config at the right one (without a [credentials] file the secrets come "
+                               "from MIGRATOR_MYSQL_USER, MIGRATOR_MYSQL_PASSWORD, MIGRATOR_ZK_DIGEST, "
+                               "MIGRATOR_QUEUE_TOKEN)")
+    if path.is_dir():
+        raise CredentialsError(f"credentials file {path} (the {named}) is a directory: name the TOML file")
     try:
         return tomllib.loads(path.read_text())
+    except OSError as exc:
+        raise CredentialsError(f"credentials file {path} cannot be read ({exc.strerror or exc}): check its "
+                               "owner and permissions (mode 600, readable by this user)") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise CredentialsError(f"credentials file {path} is not valid TOML: {exc}") from None
 
@@ -299,7 +315,7 @@ class RedisCredentials(BaseModel):
 def load_redis_credentials(config: Config) -> RedisCredentials:
     """Environment first (MIGRATOR_REDIS_USERNAME / MIGRATOR_REDIS_PASSWORD), then ``[redis] user``
     and ``password`` in the secrets file the config names."""
-    section = _secrets(config, REDIS_SECRET_HINT).get("redis", {})
+    section = _secrets(config).get("redis", {})
     username = os.environ.get("MIGRATOR_REDIS_USERNAME") or section.get("user")
     password = os.environ.get("MIGRATOR_REDIS_PASSWORD")
     if password is None:

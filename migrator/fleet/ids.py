@@ -72,12 +72,24 @@ def decode(object_id: int) -> ObjectId:
     )
 
 
+#: the longest text an id can be written in (0x and 16 hex digits; 20 decimal digits hold 64 bits)
+MAX_ID_TEXT = 20
+
+
 def parse_id(text: str) -> int:
-    """Parse an id given on a command line (decimal or 0x hex)."""
+    """Parse an id given on a command line (decimal or 0x hex); a text too long to be a 64-bit id is
+    refused by its length, never echoed whole."""
+    if not isinstance(text, str):
+        raise InvalidIdError(f"an id must be given as text, got {type(text).__name__}")
+    text = text.strip()
+    shown = repr(text) if len(text) <= 40 else f"{text[:24]!r}... ({len(text)} characters)"
+    if len(text) > MAX_ID_TEXT:
+        raise InvalidIdError(f"{shown} is too long for an id: an id is a 64-bit number (at most 19 decimal "
+                             "digits, or 0x and 16 hex digits)")
     try:
-        return int(text.strip(), 0)
-    except (ValueError, AttributeError):
-        raise InvalidIdError(f"{text!r} is not an integer id (decimal, or hex with 0x)") from None
+        return int(text, 0)
+    except ValueError:
+        raise InvalidIdError(f"{shown} is not an integer id (decimal, or hex with 0x)") from None
 
 
 def mod_shard(key: str | bytes, num_shards: int) -> int:

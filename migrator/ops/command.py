@@ -121,6 +121,10 @@ def plan_batches(zk: ZK, creds: Credentials, spec: Spec) -> list[dict[str, Any]]
 
 
 def _finish_plan(zk: ZK, creds: Credentials, spec: Spec, dry_run: bool, batches_ok: bool = False) -> PlanResult:
+    holders = MigrationStore(zk).holders(spec.shards)
+    if holders:  # a clear message before trying (create() re-checks atomically); a dry run says it too
+        desc = ", ".join(f"shard {s} by {m}" for s, m in sorted(holders.items()))
+        raise ShardsBusy(f"shards already moving: {desc}; wait for it, or abort it with `migrator abort ID`")
     batches = plan_batches(zk, creds, spec)
     if dry_run:
         return PlanResult(spec, stored=False, estimate=plan_mod.estimate(zk, spec, creds), batches=batches)
@@ -132,10 +136,6 @@ def _finish_plan(zk: ZK, creds: Credentials, spec: Spec, dry_run: bool, batches_
                                "migration; run it with `migrator split|move ... --yes` (or plan fewer shards, or "
                                "give fence=gate for one gated migration)")
         return PlanResult(spec, stored=False, batches=batches)  # the caller stores the batched record
-    holders = MigrationStore(zk).holders(spec.shards)
-    if holders:  # a clear message before trying (create() re-checks atomically)
-        desc = ", ".join(f"shard {s} by {m}" for s, m in sorted(holders.items()))
-        raise ShardsBusy(f"shards already moving: {desc}; wait for it, or abort it with `migrator abort ID`")
     plan_mod.store(zk, spec)
     return PlanResult(spec, stored=True)
 

@@ -139,8 +139,10 @@ def run_demo(*, directory: str | Path = ".sandbox-demo", base_port: int = 33300,
     if down:
         sb.down()
     else:
-        console.print(f"the sandbox keeps running: `migrator --config {sb.config_file} topology show`; "
-                      f"stop it with `migrator sandbox down --dir {sb.dir}`")
+        # one line that points every command at the demo's fleet (its config is not the default .sandbox's)
+        console.print(f"the fleet keeps running; point every command at it: export MIGRATOR_CONFIG={sb.config_file}"
+                      f"   (stop it: migrator sandbox down --dir {sb.dir})", markup=False, highlight=False,
+                      soft_wrap=True)
     return report
 
 

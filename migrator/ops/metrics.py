@@ -3,9 +3,16 @@
 Any number of RQ workers on any number of machines do the work; the record in
 ZooKeeper is the one place that knows the whole migration. So instead of
 counters scattered over worker processes, each scrape of ``/metrics`` (served
-by ``migrator worker --metrics-port P`` or ``migrator metrics --port P``) reads the
-records and reports copy progress, catch-up apply rate, lag, pass deltas and
-freeze durations. Use ``rate(migrator_copy_rows_total[1m])`` for rows/s.
+by ``migrator worker --metrics-listen HOST:PORT`` or ``migrator metrics
+--listen HOST:PORT``) reads the records and reports copy progress, catch-up
+apply rate, lag, pass deltas and freeze durations.
+
+A migration's series come from one place, its record: every exporter reports
+the same values, and Prometheus tells the copies apart by their ``instance``
+label. So a query takes one copy, never their sum:
+``max by (migration) (rate(migrator_copy_rows_total[1m]))`` for rows/s, as
+``dashboards/grafana/migrator.json`` does (``tests/integration/ops/
+test_operator_metrics.py`` scrapes two exporters and checks its sums).
 """
 
 from __future__ import annotations

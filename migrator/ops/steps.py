@@ -232,10 +232,12 @@ def enqueue_passes(config: Config, migration_id: str, passes: int | None = None,
 # -- verify and cutover, cleanup ---------------------------------------------------------------------
 
 def enqueue_finish(redis: Any, mid: str, config_path: str | None, *, queue: str = QUEUE, attempt: int = 0,
-                   delay: float = 0) -> Any:
-    """Verify and cut over a converged migration driven by the pipeline (``split --yes``)."""
+                   delay: float = 0, since: float | None = None) -> Any:
+    """Verify and cut over a converged migration driven by the pipeline (``split --yes``); ``attempt`` and
+    ``since`` carry the cutover's retries (``jobs.pipeline.finish``)."""
     q = Queue(queue, connection=redis)
-    kwargs = dict(config_path=config_path, attempt=attempt, job_id=job_id("finish", mid), job_timeout=3600,
+    kwargs = dict(config_path=config_path, attempt=attempt, since=since, job_id=job_id("finish", mid),
+                  job_timeout=3600,
                   description=f"verify and cut over migration {mid}", meta={"migration": mid, "step": "finish"},
                   on_failure=on_failure())
     if delay:

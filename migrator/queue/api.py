@@ -8,8 +8,11 @@ its thread pool (the service blocks on MySQL). Errors are
 priority out of range, an unknown field) are 400 ``INVALID_ARGUMENT`` naming
 the offending field.
 
-When the credentials carry a queue token, every ``/v1`` call must send
-``Authorization: Bearer <token>``.
+Every ``/v1`` call (and every broker route) must send ``Authorization: Bearer
+<token>``, the ``[queue] token`` of the secrets file. Without a token the app is
+not built (:class:`OpenRefused`) unless the caller says in so many words that it
+may serve open (``allow_open=True``, ``migrator queue serve --open``): a queue
+API that anyone who reaches the address can drain or delete is never an accident.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ConfigDict, Field
 
-from migrator.errors import MigratorError
+from migrator.errors import ExitCode, MigratorError
 from migrator.queue import metrics
 from migrator.queue.errors import QueueError
 from migrator.queue.model import (
@@ -128,12 +131,26 @@ def _validation_message(exc: RequestValidationError) -> str:
     return "; ".join(msgs) or "invalid request"
 
 
-def bearer_auth(app: FastAPI, token: str | None, *, hint: str = "queue token") -> list[Any]:
-    """Route dependencies that demand ``Authorization: Bearer <token>`` (none when ``token`` is None),
-    and the handler on ``app`` that answers a missing or wrong token with 401 ``UNAUTHORIZED``."""
+class OpenRefused(MigratorError):
+    """An HTTP endpoint that acts was asked to start without a token, and not told it may run open."""
+
+    component = "queue"
+    exit_code = ExitCode.CONFIG
+
+
+NO_TOKEN = ("no queue token: set `token` under [queue] in the secrets file (or MIGRATOR_QUEUE_TOKEN), or pass "
+            "--open to serve without one (anyone who reaches the address may enqueue, dequeue and delete)")
+
+
+def bearer_auth(app: FastAPI, token: str | None, *, hint: str = "queue token", allow_open: bool = False) -> list[Any]:
+    """Route dependencies that demand ``Authorization: Bearer <token>``, and the handler on ``app`` that
+    answers a missing or wrong token with 401 ``UNAUTHORIZED``. Without a token: :class:`OpenRefused`,
+    unless ``allow_open`` (then the routes are open)."""
+    if not token and not allow_open:
+        raise OpenRefused(NO_TOKEN)
 
     def auth(authorization: str | None = Header(default=None)) -> None:
-        if token is None:
+        if not token:
             return
         if not authorization or not secrets.compare_digest(authorization, f"Bearer {token}"):
             raise _Unauthorized()
@@ -145,8 +162,9 @@ def bearer_auth(app: FastAPI, token: str | None, *, hint: str = "queue token") -
     return [Depends(auth)]
 
 
-def create_app(service: QueueService, *, token: str | None = None, broker: Any = None) -> FastAPI:
-    """The FastAPI app over ``service``; ``broker`` adds the broker routes."""
+def create_app(service: QueueService, *, token: str | None, broker: Any = None, allow_open: bool = False) -> FastAPI:
+    """The FastAPI app over ``service``; ``broker`` adds the broker routes. Refused without ``token``
+    unless ``allow_open`` (:func:`bearer_auth`)."""
     app = FastAPI(title="migrator queue service", version="1",
                   description="Pinlater/Pacer-style job queue on the sharded MariaDB fleet.")
     app.state.service = service
@@ -167,7 +185,7 @@ def create_app(service: QueueService, *, token: str | None = None, broker: Any =
                 return _error(cause.status, cause.code, cause.message, cause.retryable)
         return _error(400, "INVALID_ARGUMENT", _validation_message(exc))
 
-    deps = bearer_auth(app, token)
+    deps = bearer_auth(app, token, allow_open=allow_open)
 
     @app.get("/healthz")
     def healthz() -> dict[str, Any]:

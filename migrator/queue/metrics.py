@@ -1,8 +1,13 @@
 """Prometheus metrics of the queue service (prometheus-client, default registry).
 
-Counters are process-wide and labelled by queue; job depth per state (per queue,
-and per partition) is a gauge refreshed from the tables when ``/metrics`` is
-scraped (:func:`refresh_depth`). Every queue process (API server, broker) exposes them.
+Every queue process (API server, broker) exposes them, and they are of two kinds:
+
+- counted by the process itself (enqueues, dequeues, acks, lease expiries it reaped, the jobs its
+  broker buffers): each process counts only its own, so a query adds the processes up
+  (``sum by (queue) (rate(queue_enqueued_jobs_total[1m]))``);
+- read from the tables when ``/metrics`` is scraped (:data:`READ_AT_SCRAPE`: job depth per state,
+  per queue and per partition, :func:`refresh_depth`): every process reads the same rows, so a query
+  takes one copy (``max by (queue, state) (queue_depth)``), never their sum.
 """
 
 from __future__ import annotations
@@ -24,6 +29,9 @@ DEPTH = Gauge("queue_depth", "Jobs per state (read from the jobs tables at scrap
 PARTITION_DEPTH = Gauge("queue_partition_depth", "Jobs per state in each partition (read at scrape time)",
                         ["queue", "partition", "state"])
 BROKER_BUFFERED = Gauge("queue_broker_buffered_jobs", "Jobs claimed into a broker's buffer", ["queue", "partition"])
+
+#: the families every queue process reads from the same tables at scrape time (one copy counts, not their sum)
+READ_AT_SCRAPE = (DEPTH, PARTITION_DEPTH)
 
 
 def refresh_depth(service: QueueService) -> None:

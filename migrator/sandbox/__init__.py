@@ -60,6 +60,7 @@ from migrator.sandbox.procs import (
     four_letter,
     pid_alive,
     port_free,
+    read_state,
     reap,
     redis_ping,
     stop_pid,
@@ -112,6 +113,9 @@ MARIADB_FLAGS: dict[str, str | None] = {
     "max-connections": "500",
     # the passive-side write gate creates triggers; with ROW binlogs that is safe (no SUPER needed)
     "log-bin-trust-function-creators": "1",
+    # information_schema.METADATA_LOCK_INFO: a freeze that waits for a lock names who holds it
+    # (migrator/engine/cutover/blockers.py; without it the refusal names the open transactions)
+    "plugin-load-add": "metadata_lock_info",
 }
 
 #: what the migration identity is granted on the sandbox (preflight checks for these)
@@ -133,8 +137,8 @@ class Sandbox:
         self.secrets_file = self.dir / "secrets.toml"
         self.tls = SandboxTLS(self.dir / "tls")
         self.state: SandboxState | None = None
-        if self.state_file.exists():
-            self.state = SandboxState.from_json(self.state_file.read_text())
+        if self.state_file.is_file():
+            self.state = read_state(self.state_file)
 
     # -- layout ---------------------------------------------------------------
     def _layout(self, pairs: int, spare_pairs: int, base_port: int) -> dict[str, Proc]:
@@ -184,6 +188,11 @@ class Sandbox:
     def running(self) -> bool:
         return bool(self.state) and any(p.alive() for p in self.state.procs.values())  # type: ignore[union-attr]
 
+    def made_here(self) -> bool:
+        """This directory holds a sandbox this tool made: a state file that parses and names this very
+        directory (a copied or moved sandbox, or a stray ``state.json``, is not recognised)."""
+        return self.state is not None and Path(self.state.dir).resolve() == self.dir
+
     # -- up -----------------------------------------------------------------------
     def up(
         self,
@@ -209,6 +218,9 @@ class Sandbox:
         check_binaries()
         t0 = time.monotonic()
         if self.state is None:
+            if self.dir.exists() and (not self.dir.is_dir() or any(self.dir.iterdir())):
+                raise SandboxError(f"{self.dir} exists and holds no sandbox: a sandbox starts in an empty or new "
+                                   "directory; pick another --dir")
             if pairs < 1 or spare_pairs < 0:
                 raise SandboxError("--pairs must be at least 1 and --spare-pairs at least 0")
             if shards < pairs:
@@ -521,7 +533,14 @@ class Sandbox:
         }
 
     def down(self, *, purge: bool = False, timeout: float = 30) -> list[str]:
-        """Stop every process by pid (TERM, then KILL after ``timeout``)."""
+        """Stop every process by pid (TERM, then KILL after ``timeout``); ``purge`` then deletes the
+        directory, only when it holds a sandbox this tool made (:meth:`made_here`): anything else is refused
+        before a process is stopped or a file removed."""
+        if purge and self.dir.exists() and not self.made_here():
+            why = ("its state file names another directory" if self.state is not None
+                   else "it has no sandbox state file")
+            raise SandboxError(f"{self.dir} is not a sandbox this tool made ({why}): refusing to delete it; "
+                               "remove it yourself if it is yours to delete")
         stopped = []
         if self.state:
             for p in self.state.procs.values():

@@ -73,6 +73,18 @@ class SandboxState:
         return cls(**d, procs=procs)
 
 
+def read_state(path: Path) -> SandboxState:
+    """The sandbox state file at ``path``; one clear error when it is not one (truncated, edited, or
+    some other program's ``state.json``)."""
+    try:
+        return SandboxState.from_json(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError, TypeError, KeyError, AttributeError) as exc:
+        why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise SandboxError(f"{path} is not a sandbox state file this tool can read ({why}): if its processes "
+                           "still run, stop them by hand; then remove the directory, or start a new sandbox in "
+                           "another --dir") from None
+
+
 def pid_alive(pid: int | None, marker: str = "") -> bool:
     """True if ``pid`` runs and (when given) its command line mentions ``marker``.
 

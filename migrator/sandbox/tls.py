@@ -2,8 +2,13 @@
 
 Made once per sandbox in ``<dir>/tls`` with the ``cryptography`` package: EC P-256 keys,
 valid for ten years. The server certificate names ``127.0.0.1`` and ``localhost`` (every
-sandbox host listens there, so hostname verification holds); the client certificate is
-the migration identity's and the replication threads'. Private keys are written 0600.
+sandbox host listens there, so hostname verification holds), and any other host name
+given (docker-compose.yml's servers reach each other by service name); the client
+certificate is the migration identity's and the replication threads'. Private keys are
+written 0600.
+
+``python -m migrator.sandbox.tls DIR [HOSTNAME...]`` makes them in ``DIR``: the compose
+fleet's ``tls-init`` service runs it, so the compose fleet has the sandbox's TLS.
 """
 
 from __future__ import annotations
@@ -47,8 +52,9 @@ class SandboxTLS:
     def exists(self) -> bool:
         return all((self.dir / name).exists() for name in FILES.values())
 
-    def ensure(self) -> SandboxTLS:
-        """Make the CA and the certificates unless they are there already."""
+    def ensure(self, hostnames: tuple[str, ...] = ()) -> SandboxTLS:
+        """Make the CA and the certificates unless they are there already; the server certificate names
+        ``hostnames`` besides 127.0.0.1 and localhost."""
         if self.exists():
             return self
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -56,9 +62,10 @@ class SandboxTLS:
         ca_name = _name("migrator sandbox CA")
         ca = _cert(ca_name, ca_name, ca_key.public_key(), ca_key, ca=True)
         server_key = ec.generate_private_key(ec.SECP256R1())
+        names: list[x509.GeneralName] = [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]
+        names += [x509.DNSName(h) for h in hostnames if h not in ("localhost", "127.0.0.1")]
         server = _cert(_name("migrator sandbox MariaDB"), ca_name, server_key.public_key(), ca_key,
-                       san=[x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")],
-                       usage=ExtendedKeyUsageOID.SERVER_AUTH)
+                       san=names, usage=ExtendedKeyUsageOID.SERVER_AUTH)
         client_key = ec.generate_private_key(ec.SECP256R1())
         client = _cert(_name("migrator"), ca_name, client_key.public_key(), ca_key,
                        usage=ExtendedKeyUsageOID.CLIENT_AUTH)
@@ -128,3 +135,17 @@ def _write_key(path: Path, key: ec.EllipticCurvePrivateKey) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "wb") as f:
         f.write(data)
+
+
+def server_names(cert: Path) -> list[str]:
+    """The host names and addresses a server certificate names."""
+    c = x509.load_pem_x509_certificate(cert.read_bytes())
+    san = c.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    return [str(n.value) for n in san]
+
+
+if __name__ == "__main__":
+    import sys
+
+    made = SandboxTLS(Path(sys.argv[1])).ensure(tuple(sys.argv[2:]))
+    print(f"certificates in {made.dir}: server names {', '.join(server_names(made.server_cert))}")

@@ -280,6 +280,53 @@ def test_queue_api_requires_the_token_on_a_real_server(fleet, tmp_path):
         assert s not in text, f"{what} in the queue server's log"
 
 
+def _without_token(fleet, tmp_path) -> Path:
+    """A config of this fleet whose secrets file has no [queue] token."""
+    secrets = tmp_path / "secrets-no-token.toml"
+    text = fleet.sandbox.secrets_file.read_text()
+    secrets.write_text(text[:text.index("[queue]")] + text[text.index("[redis]"):])
+    secrets.chmod(0o600)
+    cfg = tmp_path / "no-token.toml"
+    cfg.write_text(fleet.config_path.read_text().replace(str(fleet.sandbox.secrets_file), str(secrets)))
+    return cfg
+
+
+def test_queue_api_is_never_open_by_mistake(fleet, tmp_path):
+    """Without a token, `queue serve` and `queue broker` refuse to start; `--open` serves without one and
+    says so at start; `--open` beside a token is refused."""
+    cfg = _without_token(fleet, tmp_path)
+    env = {k: v for k, v in os.environ.items() if k != "MIGRATOR_QUEUE_TOKEN"}
+    for cmd in (["queue", "serve"], ["queue", "broker"]):
+        port = _free_port()
+        res = run_cli(*cmd, "--listen", f"127.0.0.1:{port}", config=cfg, env=env, timeout=60)
+        assert_one_line_error(res, "no queue token", "--open")
+        assert res.returncode == 5, res.stderr
+        with socket.socket() as s:
+            assert s.connect_ex(("127.0.0.1", port)) != 0  # nothing listens
+    res = run_cli("queue", "serve", "--open", "--listen", f"127.0.0.1:{_free_port()}", config=fleet.config_path,
+                  timeout=60)
+    assert_one_line_error(res, "drop --open")
+    port = _free_port()
+    log = tmp_path / "open.log"
+    proc = subprocess.Popen([sys.executable, "-m", "migrator", "--config", str(cfg), "queue", "serve", "--open",
+                             "--listen", f"127.0.0.1:{port}"], stdout=open(log, "wb"), stderr=subprocess.STDOUT,
+                            start_new_session=True, cwd=str(REPO), env=env)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/v1/queues", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.2)
+    finally:
+        os.killpg(proc.pid, 15)
+        proc.wait(20)
+    assert "serving OPEN" in log.read_text(), log.read_text()
+
+
 # -- grants --------------------------------------------------------------------------------------------
 
 def test_preflight_reports_grants_beyond_what_the_migration_needs(fleet):

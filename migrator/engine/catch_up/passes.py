@@ -41,6 +41,7 @@ from migrator.engine.catch_up.checkpoint import CHECKPOINT_KEY, Checkpoint, Sess
 from migrator.engine.catch_up.statements import UnsafeStatement
 from migrator.engine.catch_up.tailer import CatchUpError, Tailer, TailStats
 from migrator.engine.migration import Options, Phase, State
+from migrator.errors import ExitCode
 from migrator.fleet import zk as zk_mod
 from migrator.fleet.config import Config, Credentials
 from migrator.fleet.gtid import GtidPos
@@ -58,6 +59,8 @@ _RUNNABLE = {Phase.COPYING, Phase.CATCHING_UP, Phase.CONVERGED, Phase.VERIFYING,
 
 class NotConverging(CatchUpError):
     """The apply rate stays below the source's write rate."""
+
+    exit_code = ExitCode.NOT_CONVERGING
 
 
 @dataclass

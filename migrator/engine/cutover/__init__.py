@@ -75,6 +75,7 @@ from collections.abc import Callable
 
 from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_fixed
 
+from migrator.engine.cutover import blockers
 from migrator.engine.cutover.direction import Direction, forward, passive_of
 from migrator.engine.cutover.errors import (
     ZK_LOST,
@@ -223,6 +224,10 @@ def _cutover(config: Config, zk: ZK, creds: Credentials, migration_id: str, leas
                 raise CutoverError(f"the ranges flipped to {spec.target_master} but releasing the fence failed "
                                    f"({msg}); a running `migrator worker` finishes it within seconds, or run "
                                    f"`migrator cutover {migration_id}` again", phase="cutover") from None
+            # a freeze that ran out waiting for a lock names who holds it (blockers.py)
+            blocked = blockers.after_overrun(run)
+            if blocked and isinstance(exc, MigratorError):
+                exc.message = msg = blockers.named(msg, blocked)
             if not _phase_while_held(store, migration_id, Phase.CONVERGED, lease, error=f"cutover aborted: {msg}") \
                     or run.lease_lost:
                 note = ("this process lost its lease meanwhile, so it left the unfreeze and the phase to the "
@@ -231,7 +236,8 @@ def _cutover(config: Config, zk: ZK, creds: Credentials, migration_id: str, leas
                     exc.message = f"{exc.message}; {note}"
                 else:
                     exc.add_note(note)
-            _record_attempt(store, migration_id, run.attempt(f"aborted: {msg}"))
+            _record_attempt(store, migration_id, {**run.attempt(f"aborted: {msg}"),
+                                                  "blockers": [b.to_dict() for b in blocked]})
             raise
         retention = spec.options.retention_s
         # the flip landed: record it even across a ZooKeeper session loss (each write is idempotent). From

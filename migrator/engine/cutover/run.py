@@ -144,6 +144,8 @@ class CutoverRun:
         self.rows_checked = 0
         self.rows_repaired = 0
         self.watchdog: Watchdog | None = None
+        #: the freeze step under way when the watchdog fired (what an overrun's refusal names)
+        self.overrun_step: str | None = None
         self.t_freeze: float | None = None
         self.t_released: float | None = None
         self._undo_lock = threading.Lock()
@@ -465,7 +467,7 @@ class CutoverRun:
         self.freeze()
         # the freeze starts when the frozen map is committed: from here clients wait
         t = self.t_freeze = self._step("freeze_cas", t)
-        self.watchdog = Watchdog(budget_s, self.undo).start()
+        self.watchdog = Watchdog(budget_s, self._overrun).start()
         flipped = False
         try:
             if hooks.after_freeze:
@@ -659,11 +661,21 @@ class CutoverRun:
             have.update(int(r[0]) for r in query(self.target_conn, f"{TAG}{sql}"))
         return [db for i, db in enumerate(dbs) if i not in have]
 
+    def pending_step(self) -> str:
+        """The freeze step under way now: the first of :data:`FREEZE_STEPS` not yet recorded."""
+        skip = () if self.passive_gate is not None else ("passive_close", "passive_sync")
+        return next((s for s in FREEZE_STEPS if s not in self.steps and s not in skip), "release")
+
+    def _overrun(self) -> None:
+        """The watchdog fired: note the step it caught (the main thread may finish that step before it
+        sees the watchdog, and the refusal must name the step the budget ran out in), then undo."""
+        self.overrun_step = self.pending_step()
+        self.undo()
+
     def _overrun_msg(self) -> str:
         """Why the watchdog undid the freeze, named by the step that was running when the budget ran out."""
         extra = f" (undo failed: {self.watchdog.error})" if self.watchdog and self.watchdog.error else ""
-        skip = () if self.passive_gate is not None else ("passive_close", "passive_sync")
-        step = next((s for s in FREEZE_STEPS if s not in self.steps and s not in skip), "release")
+        step = self.overrun_step or self.pending_step()
         passive = self.passive_gate.host.name if self.passive_gate is not None else "the passive member"
         why = {
             "passive_close": (f"while closing the write gate on {passive}: a transaction there holds a moving "

@@ -22,7 +22,7 @@ from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 
 from migrator.engine.migration import MigrationNotFound
-from migrator.errors import MigratorError
+from migrator.errors import ExitCode, MigratorError
 from migrator.fleet.config import Config
 from migrator.ops import watch
 from migrator.ops.console import data
@@ -36,7 +36,7 @@ STATIC = Path(str(resources.files("migrator.ops.console") / "static"))
 
 class ConsoleError(MigratorError):
     component = "console"
-    exit_code = 2
+    exit_code = ExitCode.CONFIG
 
 
 def create_app(config: Config, *, token: str | None, measurements: data.Measurements) -> FastAPI:

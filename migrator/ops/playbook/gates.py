@@ -19,9 +19,19 @@ from migrator.ops import command
 
 # -- gates -----------------------------------------------------------------------
 
-#: gate metrics, read from the migration record by :func:`gate_metrics`
-GATE_METRICS = {"lag_s", "pass_events", "predicted_freeze_ms", "apply_rate", "write_rate",
-                "verify_mismatches", "passes"}
+#: gate metrics, read from the migration record by :func:`gate_metrics`, and what each is
+GATE_METRIC_DOCS = {
+    "lag_s": "seconds the last catch-up pass ended behind the source's head",
+    "pass_events": "row changes the last catch-up pass applied (its delta)",
+    "apply_rate": "row changes per second the last catch-up pass applied",
+    "write_rate": "row changes per second the source wrote during the last catch-up pass",
+    "predicted_freeze_ms": "the write freeze the migration predicts for its cutover (ms)",
+    "verify_mismatches": "chunks the last verify found different",
+    "passes": "catch-up passes run so far",
+}
+GATE_METRICS = set(GATE_METRIC_DOCS)
+#: the metrics each catch-up pass records: the only ones a gate may require "for N passes"
+PASS_METRICS = {"lag_s", "pass_events", "apply_rate", "write_rate", "predicted_freeze_ms"}
 GATE_RE = re.compile(
     r"^\s*(?P<metric>[a-z_]+)\s*(?P<op><=|>=|<|>|==|!=)\s*(?P<value>\d+(?:\.\d+)?)\s*(?P<unit>ms|s)?"
     r"(?:\s+for\s+(?P<n>\d+)\s+passes?)?\s*$"
@@ -57,7 +67,11 @@ class Gate:
             value /= 1000
         if unit == "s" and metric.endswith("_ms"):
             value *= 1000
-        return cls(text=raw, metric=metric, op=m.group("op"), value=value, passes=int(m.group("n") or 1))
+        passes = int(m.group("n") or 1)
+        if passes > 1 and metric not in PASS_METRICS:
+            raise ValueError(f"{metric} is not recorded per pass: 'for N passes' takes one of "
+                             f"{', '.join(sorted(PASS_METRICS))}")
+        return cls(text=raw, metric=metric, op=m.group("op"), value=value, passes=passes)
 
     def holds(self, metrics: dict[str, Any], history: list[dict[str, Any]], approved: bool) -> bool:
         if self.approval:

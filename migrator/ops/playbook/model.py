@@ -85,7 +85,41 @@ class Playbook:
         raise PlaybookRunError(f"playbook {self.name} has no step {step_id!r}")
 
 
-STEP_KEYS = {"id", "call", "with", "gate", "wait_with", "timeout", "retries", "on_failure", "doc"}
+#: the keys of a playbook, and what each holds
+TOP_KEYS = {
+    "name": "the playbook's name (default: the file name without .yaml)",
+    "description": "what it does, for people",
+    "params": "the values `migrator run PLAYBOOK --set name=value` gives it: name -> {type, required, default}, "
+              "or name -> a default value (a str); a step's `with` uses them as ${name}",
+    "steps": "the steps, run in order, each once it is reached and its gates hold",
+    "handlers": "steps that run only when a step that names them in `on_failure` fails for good",
+}
+#: the keys of a param
+PARAM_KEYS = {"type": "one of the parameter types below (default str)",
+              "required": "true: `--set name=...` must give it (default false)",
+              "default": "the value when --set does not give it (default: none, and an optional step parameter "
+                         "left unset is not passed)"}
+#: the keys of a step (and of a handler), and what each does
+STEP_KEY_DOCS = {
+    "id": "the step's name: letters, digits, '-' and '_', unique in the playbook (`migrator approve RUN ID` "
+          "names it)",
+    "call": "the step to run: one of the callable steps below",
+    "with": "its parameters: name -> value, or \"${param}\" (the whole value: keeps its type) or text with "
+            "${param} in it; checked against the step's parameter types before anything runs",
+    "gate": "conditions that must hold before the step runs (a string or a list): the gate grammar below, "
+            "or `approval`",
+    "wait_with": "a callable step run (with passes=1) between two looks at the gates, e.g. catchup_pass: "
+                 "keeps the target current while the gate waits",
+    "timeout": "bounds the step from the first time the run reached it: its gates and approvals, then its "
+               "own work (a duration: 500ms, 30s, 5m, 2h; default 24h); a step past it fails without a retry, "
+               "a step that moves data is paused first",
+    "retries": "how many times a failed step runs again before it fails for good (default 0); a step stopped "
+               "by `migrator pause` is not counted, it runs again after `migrator resume`",
+    "on_failure": "handler ids (a string or a list) run, each once, when the step fails for good; the run "
+                  "then fails",
+    "doc": "a note for people; ignored",
+}
+STEP_KEYS = set(STEP_KEY_DOCS)
 VAR_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 

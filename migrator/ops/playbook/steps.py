@@ -82,6 +82,16 @@ TYPES: dict[str, Callable[[Any], Any]] = {
     "int": as_int, "float": as_float, "bool": as_bool, "host": as_host, "str": as_str,
     "shards": as_shards, "duration": parse_duration,
 }
+#: what each parameter type accepts
+TYPE_DOCS = {
+    "int": "an integer",
+    "float": "a number",
+    "bool": "true or false (yes/no, 1/0)",
+    "host": "a host name of the registry, such as MySQL001A",
+    "str": "text",
+    "shards": "shards, such as 4-7 or 1,3,5-6",
+    "duration": "a duration: 500ms, 30s, 5m, 2h, or a number of seconds",
+}
 
 
 # -- the steps a playbook may call ----------------------------------------------------
@@ -100,6 +110,8 @@ class StepDef:
     honours_pause: bool = False
     #: the migration phases in which this step's work is already done: a resumed run skips it
     done_in: frozenset[str] = frozenset()
+    #: what each parameter is (the reference prints it beside its type)
+    param_docs: dict[str, str] = field(default_factory=dict)
 
 
 _AFTER_COPY = frozenset({"catching_up", "converged", "verifying", "cutover", "done", "cleaned"})
@@ -108,41 +120,85 @@ _AFTER_CUTOVER = frozenset({"done", "cleaned"})
 OPTION_PARAMS = {"chunk_rows": ("int", False), "chunk_target_ms": ("int", False), "chunk_max_rows": ("int", False),
                  "copy_workers": ("int", False), "max_standby_lag_s": ("float", False),
                  "max_threads_running": ("int", False), "converge_lag_s": ("float", False),
-                 "freeze_budget_ms": ("int", False)}
+                 "freeze_budget_ms": ("int", False), "cutover_retry_s": ("float", False)}
+OPTION_DOCS = {"chunk_rows": "first copy chunk, rows (adapts after)", "chunk_target_ms": "time target per chunk",
+               "chunk_max_rows": "the largest chunk the copy adapts to", "copy_workers": "tables copied at once",
+               "max_standby_lag_s": "throttle the copy above this target standby lag (--max-lag)",
+               "max_threads_running": "throttle the copy while the source is this busy (--max-threads-running)",
+               "converge_lag_s": "a catch-up pass that ends within this lag converges",
+               "freeze_budget_ms": "the longest write freeze the cutover may take (--freeze-budget-ms)",
+               "cutover_retry_s": "how long the pipeline retries a stopped cutover (--cutover-retry-s)"}
+_MID = "the migration id"
 
 STEPS: dict[str, StepDef] = {
     "plan_split": StepDef("migrator.ops.command:plan_split",
                           {"source": ("host", True), "target": ("host", False)},
-                          needs_migration=False, sets_migration=True, doc="plan a host split"),
+                          needs_migration=False, sets_migration=True,
+                          doc="plan a host split (`migrator split SOURCE --yes --no-start`): the upper half of "
+                              "every range on source moves to target; stores the plan and locks the shards; "
+                              "the run's migration from here on",
+                          param_docs={"source": "the master whose ranges split",
+                                      "target": "the target pair's master (default: a spare pair)"}),
     "plan_move": StepDef("migrator.ops.command:plan_move", {"shards": ("shards", True), "target": ("host", True)},
-                         needs_migration=False, sets_migration=True, doc="plan moving shards"),
+                         needs_migration=False, sets_migration=True,
+                         doc="plan moving shards (`migrator move --yes --no-start`); the run's migration",
+                         param_docs={"shards": "the shards, all on one source pair",
+                                     "target": "the target pair's master"}),
     "plan_move_partition": StepDef("migrator.ops.command:plan_move_partition",
                                    {"queue": ("str", True), "partition": ("int", True), "target": ("host", True)},
-                                   needs_migration=False, sets_migration=True, doc="plan moving a queue partition"),
+                                   needs_migration=False, sets_migration=True,
+                                   doc="plan moving one queue partition's jobs table; the run's migration",
+                                   param_docs={"queue": "the queue's name", "partition": "the partition's index",
+                                               "target": "the target pair's master"}),
     "use_migration": StepDef("migrator.ops.playbook.steps:use_migration", {"id": ("str", True)},
-                             needs_migration=False, sets_migration=True, doc="act on an existing migration"),
+                             needs_migration=False, sets_migration=True,
+                             doc="act on an existing migration (a rollback's playbook, a resumed one)",
+                             param_docs={"id": _MID}),
     "set_options": StepDef("migrator.ops.command:set_options", dict(OPTION_PARAMS),
-                           doc="change the migration's throttle limits, chunk target or freeze budget"),
-    "preflight": StepDef("migrator.ops.command:preflight", doc="check source, target and grants",
-                         done_in=_AFTER_COPY | {"copying"}),
-    "copy": StepDef("migrator.ops.command:run_copy", doc="copy schema and rows (resumable)", honours_pause=True,
-                    done_in=_AFTER_COPY),
-    "catchup": StepDef("migrator.ops.command:catchup", {"passes": ("int", False)}, doc="binlog catch-up passes",
-                       honours_pause=True, done_in=frozenset({"verifying", "cutover"}) | _AFTER_CUTOVER),
-    "catchup_pass": StepDef("migrator.ops.command:catchup", {"passes": ("int", False)}, doc="one catch-up pass",
-                            honours_pause=True, done_in=frozenset({"verifying", "cutover"}) | _AFTER_CUTOVER),
-    "verify": StepDef("migrator.ops.command:verify", doc="chunked checksums, repair", honours_pause=True,
-                      done_in=_AFTER_CUTOVER),
-    "cutover": StepDef("migrator.ops.command:cutover", {"freeze_budget_ms": ("int", False)}, doc="fenced flip",
-                       honours_pause=True, done_in=_AFTER_CUTOVER),
-    "rollback": StepDef("migrator.ops.command:rollback", doc="flip back to the source",
+                           doc="change the migration's limits (`migrator set ID`); copy jobs take them at their "
+                               "next slice, catch-up at its next pass",
+                           param_docs=OPTION_DOCS),
+    "preflight": StepDef("migrator.ops.command:preflight",
+                         doc="check source, target and grants (`migrator preflight ID`); a failed check fails "
+                             "the step", done_in=_AFTER_COPY | {"copying"}),
+    "copy": StepDef("migrator.ops.command:run_copy", doc="copy schema and rows in this process, resumable from "
+                                                         "its checkpoints (`migrator copy ID --sync`)",
+                    honours_pause=True, done_in=_AFTER_COPY),
+    "catchup": StepDef("migrator.ops.command:catchup", {"passes": ("int", False)},
+                       doc="binlog catch-up passes until one converges (or `passes`); a migration that does not "
+                           "converge fails the step", honours_pause=True,
+                       done_in=frozenset({"verifying", "cutover"}) | _AFTER_CUTOVER,
+                       param_docs={"passes": "run exactly this many passes"}),
+    "catchup_pass": StepDef("migrator.ops.command:catchup", {"passes": ("int", False)},
+                            doc="one catch-up pass (a gate's wait_with)", honours_pause=True,
+                            done_in=frozenset({"verifying", "cutover"}) | _AFTER_CUTOVER,
+                            param_docs={"passes": "passes to run (1 as a wait_with)"}),
+    "verify": StepDef("migrator.ops.command:verify", {"repair": ("bool", False)},
+                      doc="chunked checksums source vs target; differing chunks re-copied unless repair is false "
+                          "(the cutover re-checks the rows changed since, under its fence)",
+                      honours_pause=True, done_in=_AFTER_CUTOVER,
+                      param_docs={"repair": "re-copy what differs (default true; false: report only, as "
+                                            "`migrator verify ID` without --repair)"}),
+    "cutover": StepDef("migrator.ops.command:cutover", {"freeze_budget_ms": ("int", False)},
+                       doc="the fenced flip (`migrator cutover ID --yes`): freeze, fence, drain to the sentinel, "
+                           "compare, flip, release; a refusal names its cause", honours_pause=True,
+                       done_in=_AFTER_CUTOVER,
+                       param_docs={"freeze_budget_ms": "set the migration's freeze budget first"}),
+    "rollback": StepDef("migrator.ops.command:rollback", doc="tail the new master back into the tombstones and "
+                                                             "flip back, in this process (`migrator rollback ID "
+                                                             "--sync --yes`)",
                         done_in=frozenset({"rolled_back"})),
-    "cleanup": StepDef("migrator.ops.command:cleanup", {"now": ("bool", False)}, doc="drop tombstones",
-                       done_in=frozenset({"cleaned"})),
-    "abort": StepDef("migrator.ops.command:abort", doc="stop, source keeps serving", done_in=frozenset({"aborted"})),
-    "approval": StepDef("migrator.ops.playbook.steps:noop", needs_migration=False, doc="wait for `migrator approve`"),
+    "cleanup": StepDef("migrator.ops.command:cleanup", {"now": ("bool", False)},
+                       doc="drop the tombstones once the retention is over (before it: schedules that and "
+                           "returns)", done_in=frozenset({"cleaned"}),
+                       param_docs={"now": "drop them now: ends any chance of a rollback"}),
+    "abort": StepDef("migrator.ops.command:abort", doc="stop before the cutover: drop the target copies, release "
+                                                       "the locks; the source keeps serving",
+                     done_in=frozenset({"aborted"})),
+    "approval": StepDef("migrator.ops.playbook.steps:noop", needs_migration=False,
+                        doc="wait until `migrator approve RUN STEP` (an approval gate of its own)"),
     "sleep": StepDef("migrator.ops.playbook.steps:sleep", {"seconds": ("float", True)}, needs_migration=False,
-                     doc="pause"),
+                     doc="wait", param_docs={"seconds": "how long"}),
 }
 
 

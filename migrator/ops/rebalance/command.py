@@ -109,7 +109,7 @@ def _active(zk: Any, mid: str) -> bool:
 
 
 def start(config: Config, live: LivePlan, *, max_concurrent: int | None = None,
-          options: Options | None = None, queue: str | None = None) -> str:
+          options: Options | None = None, queue: str | None = None, postpone_cutover: bool = False) -> str:
     """Store the rebalance record, start the first moves and hand it to the RQ workers. Each move
     runs on its source pair's queue and the advances on the general queue, unless ``queue`` names
     one queue for all of them. A move of more tables than one fence takes runs as batches
@@ -121,14 +121,16 @@ def start(config: Config, live: LivePlan, *, max_concurrent: int | None = None,
                 "rows": m.rows, "writes": m.writes, "wave": m.wave, "eta_s": live.eta_s[i]}
                for i, m in enumerate(live.plan.moves)]
     return create(config, planned, kind="rebalance", options=options, max_concurrent=max_concurrent, queue=queue,
-                  eta_s=live.total_s, objective=live.plan.objective, threshold=live.plan.threshold)
+                  eta_s=live.total_s, objective=live.plan.objective, threshold=live.plan.threshold,
+                  postpone_cutover=postpone_cutover)
 
 
 def create(config: Config, planned: list[dict[str, Any]], *, kind: str, options: Options | None = None,
            max_concurrent: int | None = None, queue: str | None = None, paused: bool = False,
-           eta_s: float | None = None, **extra: Any) -> str:
+           eta_s: float | None = None, postpone_cutover: bool = False, **extra: Any) -> str:
     """Store a record of ``planned`` moves (each cut into batches when it is too big for one
-    fence) and, unless ``paused``, start it on the RQ workers."""
+    fence) and, unless ``paused``, start it on the RQ workers. With ``postpone_cutover`` every move
+    holds its cutover once caught up (:func:`postpone` releases them)."""
     opts = options or Options()
     rid = f"{ID_PREFIX}{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
     with command.session(config) as (zk, creds):
@@ -136,7 +138,8 @@ def create(config: Config, planned: list[dict[str, Any]], *, kind: str, options:
         moves, batching = batches.expand(rid, planned, counts, opts.freeze_budget_ms, opts.fence)
         rec = {"id": rid, "kind": kind, "phase": "running", "paused": paused, "created_at": time.time(),
                "max_concurrent": max_concurrent, "options": opts.model_dump(), "moves": moves, "eta_s": eta_s,
-               "max_running": 0, "chain": None, "queue": queue, "batching": batching, **extra}
+               "max_running": 0, "chain": None, "queue": queue, "batching": batching,
+               "postpone_cutover": postpone_cutover, **extra}
         rec_mod.RecordStore(zk).create(rec)
     if not paused:
         advance(config, rid)
@@ -155,7 +158,8 @@ def count_move_tables(zk: Any, creds: Any, planned: list[dict[str, Any]]) -> dic
     return counts
 
 
-def start_split(config: Config, spec: Spec, *, paused: bool = False, queue: str | None = None) -> str:
+def start_split(config: Config, spec: Spec, *, paused: bool = False, queue: str | None = None,
+                postpone_cutover: bool = False) -> str:
     """Run a planned (not stored) split or move of more tables than one fence takes as batches.
 
     The whole move is preflighted first, so a table a later batch could not move
@@ -170,7 +174,7 @@ def start_split(config: Config, spec: Spec, *, paused: bool = False, queue: str 
                 "target_slave": spec.target_slave, "runs": [list(r) for r in spec.ranges()], "bytes": 0,
                 "rows": 0, "writes": 0.0, "wave": 0, "eta_s": None}]
     return create(config, planned, kind="split", options=spec.options, max_concurrent=1, queue=queue,
-                  paused=paused)
+                  paused=paused, postpone_cutover=postpone_cutover)
 
 
 def advance(config: Config, rid: str) -> dict[str, Any]:
@@ -285,6 +289,40 @@ def resume(config: Config, rid: str) -> dict[str, Any]:
     out = advance(config, rid)
     enqueue_advance(config, rid, delay=ADVANCE_EVERY_S)
     return {"rebalance": rid, "resumed": resumed, **out}
+
+
+def postpone(config: Config, rid: str, *, on: bool = True) -> dict[str, Any]:
+    """Hold (or release) the cutover of every running move, and of every move started later."""
+    with command.session(config) as (zk, _):
+        rec_mod.RecordStore(zk).update(rid, lambda r: r.__setitem__("postpone_cutover", on))
+    changed = []
+    for mid in _running_migrations(config, rid, with_failed=True):
+        try:
+            command.postpone(config, mid, on=on)
+            changed.append(mid)
+        except MigratorError:
+            pass  # not yet stored: start_move applies the record's setting
+    return {"rebalance": rid, "postpone_cutover": on, "migrations": changed}
+
+
+def set_options(config: Config, rid: str, **changes: Any) -> dict[str, Any]:
+    """Change the limits of every running move and of the moves started later (their options come from
+    the record)."""
+    given = {k: v for k, v in changes.items() if v is not None}
+
+    def change(r: dict[str, Any]) -> None:
+        r["options"] = Options(**{**r.get("options", {}), **given}).model_dump()
+
+    with command.session(config) as (zk, _):
+        rec = rec_mod.RecordStore(zk).update(rid, change)
+    changed = []
+    for mid in _running_migrations(config, rid, with_failed=True):
+        try:
+            command.set_options(config, mid, **given)
+            changed.append(mid)
+        except MigratorError:
+            pass  # not yet stored: it starts with the record's options
+    return {"rebalance": rid, "options": rec["options"], "migrations": changed}
 
 
 def abort(config: Config, rid: str) -> dict[str, Any]:

@@ -158,6 +158,8 @@ def start_move(zk: ZK, rec: dict[str, Any], m: dict[str, Any]) -> bool:
         if set(store.holders(shards).values()) == {mid}:
             return False  # another advance stored it a moment ago: that one launches it
         raise
+    if rec.get("postpone_cutover"):
+        store.update(mid, lambda st: setattr(st, "postpone_cutover", True) or st)
     return True
 
 

@@ -194,7 +194,7 @@ def test_kill_9_with_lanes_at_different_points_of_a_round_then_resume(fleet):
         head = GtidPos.parse(h.binlog_pos(c))
     env = {**os.environ, "PYTHONPATH": os.getcwd(), "MIGRATOR_CATCHUP_LANES": "4", STAGGER_ENV: "600"}
     proc = subprocess.Popen([sys.executable, "-m", "migrator", "--config", str(fleet.config_path), "catchup",
-                             spec.id, "--passes", "1"], env=env, stdout=subprocess.DEVNULL,
+                             spec.id, "--passes", "1", "--sync"], env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         deadline = time.monotonic() + 90

@@ -163,7 +163,7 @@ def test_cli_prints_one_line_errors_and_fails_preflight_with_an_exit_code(fleet,
     assert "Traceback" not in r.stderr
     with conns("MySQL001A").cursor() as cur:
         cur.execute("CREATE TABLE db00002.nokey (a INT)")
-    r = cli("split", "MySQL001A", "--json")
+    r = cli("split", "MySQL001A", "--yes", "--no-start", "--json")
     assert r.returncode == 0, r.stderr
     mid = json.loads(r.stdout)["id"]
     r = cli("preflight", mid)

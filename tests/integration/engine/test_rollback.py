@@ -143,7 +143,7 @@ def test_rollback_command_runs_on_workers_and_stops_with_the_verdict(fleet, tmp_
         with mysql_connect(prep.source, fleet.credentials) as old, old.cursor() as cur:
             cur.execute(f"CREATE DATABASE `{hide}`")
             cur.execute("RENAME TABLE " + ", ".join(f"`{tomb}`.`{t}` TO `{hide}`.`{t}`" for t in SEED_TABLES))
-        res = run_cli("rollback", spec.id, "--queue", workers.queue, config=fleet.config_path, timeout=120)
+        res = run_cli("rollback", spec.id, "--queue", workers.queue, "--yes", config=fleet.config_path, timeout=120)
         assert res.returncode == 3, (res.stdout, res.stderr, workers.logs())
         assert "no tombstones" in res.stderr and "next: " in res.stderr, res.stderr
         st = json.loads(run_cli("status", spec.id, "--json", config=fleet.config_path).stdout)
@@ -154,7 +154,7 @@ def test_rollback_command_runs_on_workers_and_stops_with_the_verdict(fleet, tmp_
         with mysql_connect(prep.source, fleet.credentials) as old, old.cursor() as cur:
             cur.execute("RENAME TABLE " + ", ".join(f"`{hide}`.`{t}` TO `{tomb}`.`{t}`" for t in SEED_TABLES))
             cur.execute(f"DROP DATABASE `{hide}`")
-        res = run_cli("rollback", spec.id, "--queue", workers.queue, config=fleet.config_path, timeout=180)
+        res = run_cli("rollback", spec.id, "--queue", workers.queue, "--yes", config=fleet.config_path, timeout=180)
         assert res.returncode == 0, (res.stdout, res.stderr, workers.logs())
         lines = res.stdout.splitlines()
         assert any(ln.startswith("reverse pass ") for ln in lines), res.stdout

@@ -46,7 +46,7 @@ def console(fleet, tmp_path):
     port = free_port()
     log = (tmp_path / "console.log").open("w")
     proc = subprocess.Popen([sys.executable, "-m", "migrator", "--config", str(fleet.config_path), "console",
-                             "--port", str(port), "--measure-every", "2", "--window", "0.5"],
+                             "--listen", f"127.0.0.1:{port}", "--measure-every", "2", "--window", "0.5"],
                             stdout=subprocess.PIPE, stderr=log, text=True, env=os.environ.copy())
     base = f"http://127.0.0.1:{port}"
     try:

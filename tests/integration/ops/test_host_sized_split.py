@@ -56,7 +56,7 @@ def test_a_split_of_300_tables_runs_as_batched_rename_fenced_cutovers(big_fleet,
     assert dry.stdout.count("db00") < 10, dry.stdout  # not one line per table
 
     # a plan without --yes stores the batches, paused, and starts nothing; abort drops it
-    planned = subprocess.run([*cli, "split", "MySQL001A", "--freeze-budget-ms", str(BUDGET_MS)],
+    planned = subprocess.run([*cli, "split", "MySQL001A", "--yes", "--no-start", "--freeze-budget-ms", str(BUDGET_MS)],
                              env=env, capture_output=True, text=True, timeout=300)
     assert planned.returncode == 0 and "not started" in planned.stdout, planned.stdout + planned.stderr
     prid = re.search(r"\brb-[0-9]{8}-[0-9]{6}-[0-9a-f]+", planned.stdout).group(0)
@@ -131,7 +131,8 @@ def test_a_split_of_300_tables_runs_as_batched_rename_fenced_cutovers(big_fleet,
         b.close()
 
     # the batched split rolls back as a whole: every batch, last finished first
-    back = subprocess.run([*cli, "rollback", rid, "--sync"], env=env, capture_output=True, text=True, timeout=900)
+    back = subprocess.run([*cli, "rollback", rid, "--sync", "--yes"], env=env, capture_output=True, text=True,
+                          timeout=900)
     assert back.returncode == 0, back.stdout[-3000:] + back.stderr[-3000:]
     assert back.stdout.count("rolled back rb-") == len(rec["moves"]), back.stdout
     with zk_mod.connect(cfg, creds) as zk:
@@ -139,5 +140,6 @@ def test_a_split_of_300_tables_runs_as_batched_rename_fenced_cutovers(big_fleet,
         phases = {MigrationStore(zk).state(m["migration"])[0].phase.value for m in rec["moves"]}
     assert phases == {"rolled_back"}
     assert all(smap.master_of(s) == specs[0].source_master for s in moved_shards)
-    again = subprocess.run([*cli, "rollback", rid, "--sync"], env=env, capture_output=True, text=True, timeout=300)
+    again = subprocess.run([*cli, "rollback", rid, "--sync", "--yes"], env=env, capture_output=True, text=True,
+                           timeout=300)
     assert again.returncode != 0 and "no finished move left" in again.stdout + again.stderr

@@ -1,5 +1,6 @@
-"""Prometheus /metrics of migrations, scraped over HTTP from `migrator metrics --port`
-while a real migration copies, catches up and cuts over."""
+"""Prometheus /metrics of migrations, scraped over HTTP from `migrator metrics --listen`
+while a real migration copies, catches up and cuts over; the dashboard's queries over two
+exporters and two queue servers at once."""
 
 from __future__ import annotations
 
@@ -8,12 +9,15 @@ import socket
 import subprocess
 import sys
 import urllib.request
+from pathlib import Path
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from migrator.ops import command
+from tests.promql import scrape_text
 
-from .operator_support import insert_pins, planned, wait_for
+from .operator_support import insert_pins, planned, stop_process, wait_for
 
 
 def free_port() -> int:
@@ -38,8 +42,8 @@ def scrape(port: int) -> dict[tuple[str, str], float]:
 def test_metrics_scraped_during_and_after_a_migration(fleet):
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "migrator", "--config", str(fleet.config_path), "metrics",
-                             "--port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=os.environ.copy())
+                             "--listen", f"127.0.0.1:{port}"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=os.environ.copy())
     try:
         wait_for(lambda: proc.stdout.readline().startswith("serving"), timeout=20)
         mid = planned(fleet)
@@ -75,3 +79,84 @@ def test_metrics_scraped_during_and_after_a_migration(fleet):
     finally:
         proc.kill()
         proc.wait()
+
+
+def _start(fleet, *args: str) -> tuple[subprocess.Popen, int]:
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "migrator", "--config", str(fleet.config_path), *args,
+                             "--listen", f"127.0.0.1:{port}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env=os.environ.copy(), start_new_session=True)
+    return proc, port
+
+
+def _ready(port: int) -> bool:
+    try:
+        scrape_text(port)
+        return True
+    except OSError:
+        return False
+
+
+def test_the_dashboard_adds_up_over_two_processes(fleet):
+    """Two `migrator metrics` exporters report every migration from its record, and two `queue serve`
+    processes each count their own enqueues: Prometheus scrapes all four (an `instance` label each), and the
+    dashboard's queries give the migration's own rates once (not twice) and the queue's enqueues added up."""
+    import json as json_mod
+    import time
+
+    import httpx
+
+    from tests.promql import Scrapes, evaluate, single
+
+    dash = json_mod.loads((Path(__file__).resolve().parents[3] / "dashboards/grafana/migrator.json").read_text())
+    exprs = {t["expr"] for p in dash["panels"] for t in p.get("targets", [])}
+    rows_expr = next(e for e in exprs if "migrator_copy_rows_total" in e)
+    events_expr = next(e for e in exprs if "migrator_catchup_events_total" in e)
+    enq_expr = next(e for e in exprs if "queue_enqueued_jobs_total" in e)
+    depth_expr = next(e for e in exprs if e.startswith("max by (queue, state) (queue_depth"))
+    procs = [_start(fleet, "metrics"), _start(fleet, "metrics"), _start(fleet, "queue", "serve"),
+             _start(fleet, "queue", "serve")]
+    try:
+        for _proc, port in procs:
+            wait_for(lambda p=port: _ready(p), timeout=30)
+        exporters, servers = [p for _, p in procs[:2]], [p for _, p in procs[2:]]
+        token = {"Authorization": f"Bearer {fleet.credentials.queue_token}"}
+        base = [f"http://127.0.0.1:{p}" for p in servers]
+        assert httpx.post(f"{base[0]}/v1/queues", json={"name": "dash", "config": {"partitions": 1}}, headers=token,
+                          timeout=30).status_code == 201
+        mid = planned(fleet)
+        scrapes, alone = Scrapes(), Scrapes()
+
+        def take() -> None:
+            texts = {f"m{i}": scrape_text(p) for i, p in enumerate(exporters)}
+            texts.update({f"q{i}": scrape_text(p) for i, p in enumerate(servers)})
+            t = time.monotonic()
+            scrapes.add(t, texts)
+            alone.add(t, {k: v for k, v in texts.items() if k in ("m0", "q0")})
+
+        for b in base:  # a counter's series starts at its first increment: one job each before the first scrape
+            assert httpx.post(f"{b}/v1/queues/dash/jobs", json={"jobs": [{"body": "first"}]}, headers=token,
+                              timeout=30).status_code == 200
+        take()
+        command.run_copy(fleet.config, mid)
+        insert_pins(fleet, "MySQL001A", "db00002", 30)
+        command.catchup(fleet.config, mid)
+        for i, n in ((0, 3), (1, 5)):  # 3 jobs through one server, 5 through the other
+            r = httpx.post(f"{base[i]}/v1/queues/dash/jobs", json={"jobs": [{"body": str(j)} for j in range(n)]},
+                           headers=token, timeout=30)
+            assert r.status_code == 200, r.text
+        take()
+        span = scrapes.rounds[-1][0] - scrapes.rounds[0][0]
+        st = command.status(fleet.config, mid)
+        # the migration's rates, once: what its record says, as one exporter alone gives it
+        rows = single(evaluate(rows_expr, scrapes), migration=mid) * span
+        assert rows == pytest.approx(st["copy"]["rows"]) and st["copy"]["rows"] > 0
+        assert evaluate(rows_expr, scrapes) == evaluate(rows_expr, alone)
+        events = single(evaluate(events_expr, scrapes), migration=mid) * span / 60
+        assert events == pytest.approx(sum(p["events"] for p in st["passes"])) and events >= 30
+        # the queue's enqueues, added up over both servers; its depth, once
+        assert single(evaluate(enq_expr, scrapes), queue="dash") * span == pytest.approx(8)
+        assert single(evaluate(depth_expr, scrapes), queue="dash", state="NEW") == 10
+    finally:
+        for proc, _port in procs:
+            stop_process(proc)

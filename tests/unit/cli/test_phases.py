@@ -32,7 +32,7 @@ def test_cli_helpers_register_their_commands():
                      phases.register_cleanup):
         register(app)
     runner = CliRunner()
-    for cmd, needle in (("verify", "--no-repair"), ("cutover", "--json"), ("rollback", "back"),
+    for cmd, needle in (("verify", "--repair"), ("cutover", "--json"), ("rollback", "back"),
                         ("cleanup", "--now")):
         res = runner.invoke(app, [cmd, "--help"])
         assert res.exit_code == 0, res.output

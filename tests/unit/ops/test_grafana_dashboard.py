@@ -107,3 +107,63 @@ def test_panels_are_well_formed():
         assert p["targets"] and p["datasource"]["uid"] == "${datasource}", p["title"]
         g = p["gridPos"]
         assert 0 <= g["x"] and g["x"] + g["w"] <= 24, p["title"]
+
+
+# -- the dashboard adds up when several processes export the same families ------------------------------
+
+def _family_kinds() -> tuple[dict[str, tuple[str, tuple[str, ...]]], set[str]]:
+    """{family: (type, label names)} of every exported family, and the families every exporter reads from
+    one source (a migration's record, the jobs tables): one copy of those counts, not their sum."""
+    from migrator.ops.metrics import families
+
+    kinds = {f.name: (f.type, tuple(f._labelnames) if hasattr(f, "_labelnames") else ()) for f in families()}
+    for obj in vars(queue_metrics).values():
+        if isinstance(obj, MetricWrapperBase):
+            kinds[obj._name] = (obj._type, tuple(obj._labelnames))
+    shared = {f.name for f in families()} | {m._name for m in queue_metrics.READ_AT_SCRAPE}
+    return kinds, shared
+
+
+def _exposition(kinds: dict, step: int) -> str:
+    """Every family with two series, values that grow with ``step`` (counters grow as they do)."""
+    lines = []
+    for name, (typ, labels) in sorted(kinds.items()):
+        lines.append(f"# TYPE {name} {typ}")
+        for i in (1, 2):
+            values = {"migration": f"m-{i}", "phase": "copying", "queue": f"q{i}", "state": "NEW",
+                      "partition": str(i), "result": "success"}
+            lbl = ",".join(f'{k}="{values[k]}"' for k in labels)
+            sample = name + ("_total" if typ == "counter" else "")
+            value = 10 * i + (7 * i * step if typ == "counter" else step)
+            lines.append(f"{sample}{{{lbl}}} {1.0 if name == 'migrator_migration_phase' else float(value)}")
+    return "\n".join(lines) + "\n"
+
+
+def test_two_exporters_add_up_on_every_panel():
+    """Scraped from two processes that report the same values: every query over a family read from one
+    source (a migration's record, the jobs tables) gives what one process gives; every query over a
+    family each process counts itself gives the two added up. A `sum` over migration series would show
+    each migration twice as fast as it goes."""
+    from tests.promql import Scrapes, evaluate
+
+    kinds, shared = _family_kinds()
+    one, two = Scrapes(), Scrapes()
+    for t, step in ((0.0, 0), (60.0, 1)):
+        text = _exposition(kinds, step)
+        one.add(t, {"a:9640": text})
+        two.add(t, {"a:9640": text, "b:9640": text})
+    dash = json.loads(DASHBOARD.read_text())
+    checked = 0
+    for panel in dash["panels"]:
+        for target in panel.get("targets", []):
+            expr = target["expr"]
+            fams = {exported()[n] for n in metric_names(expr)}
+            alone, both = evaluate(expr, one), evaluate(expr, two)
+            assert alone, (panel["title"], expr)
+            if fams <= shared:
+                assert both == alone, (panel["title"], expr, alone, both)
+            else:
+                assert not fams & shared, (panel["title"], expr)
+                assert both == {k: 2 * v for k, v in alone.items()}, (panel["title"], expr, alone, both)
+            checked += 1
+    assert checked >= 20
