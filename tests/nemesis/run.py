@@ -42,6 +42,9 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any
 
+import pymysql
+from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_fixed
+
 from bench import sysbench
 from migrator.engine.migration import Phase
 from migrator.fleet import config as config_mod
@@ -208,13 +211,21 @@ class Nemesis(ABC):
     def _lag_pair(self) -> None:
         """The source master applies its partner's writes :data:`LAG_DELAY_S` late for :data:`LAG_FOR_S`."""
         master = self.pair_hosts()[0]
-        self.fleet.sandbox.set_link_delay(master, LAG_DELAY_S)
+        self._set_delay(master, LAG_DELAY_S)
         self.events(f"{master} applies its partner's writes {LAG_DELAY_S}s late")
         try:
             time.sleep(LAG_FOR_S)
         finally:
-            self.fleet.sandbox.set_link_delay(master, 0)
+            self._set_delay(master, 0)
         self.events(f"{master} no longer delays its partner's writes")
+
+    def _set_delay(self, master: str, seconds: int) -> None:
+        """``MASTER_DELAY`` on ``master``'s link, once it answers (a fault fired beside this one may be
+        restarting it)."""
+        for attempt in Retrying(stop=stop_after_delay(90), wait=wait_fixed(0.5), reraise=True,
+                                retry=retry_if_exception_type(pymysql.err.MySQLError)):
+            with attempt:
+                self.fleet.sandbox.set_link_delay(master, seconds)
 
     def _wipe_redis(self) -> None:
         from migrator.fleet import redis_client

@@ -206,7 +206,7 @@ def test_predicted_freeze_over_budget_refuses(fleet):
     assert refused["outcome"].startswith("refused: predicted freeze") and refused["freeze_ms"] is None
     p = refused["predicted"]
     assert len(p["drain_samples_ms"]) == 3 and p["drain_ms"] == sorted(p["drain_samples_ms"])[1]
-    assert p["timed_ms"] == pytest.approx(p["drain_ms"] + p["fixed_ms"], abs=0.2)
+    assert p["timed_ms"] == pytest.approx(p["drain_ms"] + p["fixed_ms"] + (p.get("pair_lag_ms") or 0), abs=0.2)
     with mysql_connect(prep.source, fleet.credentials) as c, c.cursor() as cur:
         cur.execute("SELECT COUNT(*) FROM db00005.pins")
         assert cur.fetchone()[0] > 0
