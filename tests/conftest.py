@@ -153,15 +153,31 @@ def rebuild(sb, reason: str) -> None:
 
 #: the tests whose promises depend on how the fleet numbers its transactions: ``scripts/test`` runs them
 #: again (``-m every_layout``) with MariaDB's default of one GTID domain shared by every server and
-#: parallel replication on the pair links
+#: parallel replication on the pair links. Entries are node-id prefixes: the cutover, passive-fence,
+#: lease, cleanup, rollback and tail-position tests, the fault cells of the cutover and of the
+#: infrastructure, and the nemesis seed that lags a link inside the source pair.
 EVERY_LAYOUT = (
     "tests/integration/engine/test_cutover.py", "tests/integration/engine/test_passive_fence.py",
     "tests/integration/engine/test_cutover_lease.py", "tests/integration/engine/test_cutover_faults.py",
-    "tests/integration/engine/test_fence_failures.py", "tests/integration/engine/test_cleanup.py",
-    "tests/integration/engine/test_rollback.py", "tests/integration/engine/test_rollback_under_load.py",
-    "tests/integration/engine/test_catch_up.py", "tests/integration/engine/test_catch_up_resume.py",
-    "tests/integration/engine/test_drainer_follow.py", "tests/integration/engine/test_verify.py",
-    "tests/faults/", "tests/integration/test_nemesis.py",
+    "tests/integration/engine/test_cleanup.py", "tests/integration/engine/test_rollback.py",
+    "tests/integration/engine/test_catch_up.py", "tests/faults/test_infrastructure_faults.py",
+    "tests/integration/test_nemesis.py::test_split_survives_the_seeds_faults[2]",
+    "tests/integration/test_nemesis.py::test_the_fixed_seeds_cover_every_fault",
+)
+#: left out of the second run to keep CI within its time: each is a variant whose layout-dependent path
+#: another test of the list already takes there (the same waits, the same settle), and each runs in the
+#: first run
+EVERY_LAYOUT_BUT = (
+    # every step of the freeze killed in turn (97 s); the steps that wait for a peer are killed by
+    # test_killed_after_the_flip_is_finished and the rollback's flip-back kills
+    "tests/integration/engine/test_cutover_lease.py::test_killed_at_each_step_before_the_flip",
+    # ZooKeeper paused at the flip: [lost_answer] runs (the outcome nobody saw), not the two others
+    "tests/integration/engine/test_cutover_faults.py::test_zookeeper_paused_at_the_flip_keeps_the_fences_closed_until_settled[answers]",
+    "tests/integration/engine/test_cutover_faults.py::test_zookeeper_paused_at_the_flip_keeps_the_fences_closed_until_settled[no_answer]",
+    "tests/integration/engine/test_cutover_faults.py::test_zookeeper_paused_at_the_flip_back_keeps_the_fences_closed_until_settled[answers]",
+    "tests/integration/engine/test_cutover_faults.py::test_zookeeper_paused_at_the_flip_back_keeps_the_fences_closed_until_settled[no_answer]",
+    # the copy restarted under a target restart: no peer wait on that path
+    "tests/faults/test_infrastructure_faults.py::test_target_restarted_during_copy",
 )
 
 
@@ -171,7 +187,8 @@ def pytest_collection_modifyitems(config, items):  # noqa: ARG001
         path = Path(str(item.fspath)).resolve().relative_to(root).as_posix()
         if path.startswith(("tests/integration", "tests/faults")):
             item.add_marker(pytest.mark.integration)
-        if path.startswith(EVERY_LAYOUT):
+        nodeid = path + item.nodeid[item.nodeid.index("::"):] if "::" in item.nodeid else path
+        if nodeid.startswith(EVERY_LAYOUT) and not nodeid.startswith(EVERY_LAYOUT_BUT):
             item.add_marker(pytest.mark.every_layout)
 
 

@@ -227,7 +227,15 @@ class FaultRun:
         if self.spec is None:
             return "no migration"
         st = self.state()
-        return f"migration {self.mid} phase {st.phase.value} error {st.error!r}; events {self.events}"
+        tails = []
+        for log in self.logs[-3:]:  # what the workers said last: why a job never ran, or how it failed
+            try:
+                lines = log.read_text(errors="replace").splitlines()[-8:]
+            except OSError:
+                continue
+            tails.append(f"--- {log.name}\n" + "\n".join(lines))
+        return (f"migration {self.mid} phase {st.phase.value} error {st.error!r}; events {self.events}"
+                + ("\n" + "\n".join(tails) if tails else ""))
 
     def when(self, cond: Callable[[State], bool], fault: Callable[[], Any], *, timeout: float = 60,
              what: str = "the fault's phase") -> Phase:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from migrator.engine.binlog import client as bl
-from migrator.engine.binlog.reader import PART_CHANGES, Committed, ReaderError, TxnReader, format_pos, format_state
+from migrator.engine.binlog.reader import Committed, ReaderError, TxnReader, format_pos, format_state
 from migrator.fleet.tls import MySQLTLS
 
 
@@ -35,8 +35,9 @@ class ReaderSpec:
     batch_changes: int = 2000
     batch_s: float = 0.02
     tick_s: float = 0.1
-    #: row changes of one transaction held at most (the rest goes on as parts, or to disk): the memory bound
-    part_changes: int | None = PART_CHANGES
+    #: row changes of one transaction held at most (the rest goes on as parts, or to disk): the memory
+    #: bound; 0: ``MIGRATOR_CATCHUP_PART_CHANGES`` as the reader process finds it (else 5,000)
+    part_changes: int | None = 0
     #: the source's TLS settings (paths; the process builds its own context from them)
     tls: MySQLTLS | None = None
 

@@ -221,9 +221,18 @@ class Committed(NamedTuple):
     partial: bool = False
 
 
-#: row changes of one transaction held in memory at most, by default (``MIGRATOR_CATCHUP_PART_CHANGES``):
-#: about 0.75 KB each once decoded, so a few MB
-PART_CHANGES = int(os.environ.get("MIGRATOR_CATCHUP_PART_CHANGES", "") or 5000)
+def part_changes_from_env() -> int:
+    """Row changes of one transaction held in memory at most, by default: ``MIGRATOR_CATCHUP_PART_CHANGES``
+    as the process that reads finds it, else 5,000 (about 0.75 KB each once decoded, so a few MB)."""
+    raw = os.environ.get("MIGRATOR_CATCHUP_PART_CHANGES", "").strip()
+    try:
+        value = int(raw or 5000)
+    except ValueError:
+        raise ValueError(f"MIGRATOR_CATCHUP_PART_CHANGES={raw!r} is not a number of row changes: "
+                         "set it to a whole number of at least 1 (5000 if unset)") from None
+    if value < 1:
+        raise ValueError(f"MIGRATOR_CATCHUP_PART_CHANGES={raw!r}: set it to at least 1 (5000 if unset)")
+    return value
 
 
 class Spill:
@@ -419,10 +428,11 @@ class TxnReader:
     a part of a transaction always comes before the transaction's end."""
 
     def __init__(self, start: str, schemas: Iterable[str], tables: Iterable[str] | None = None, *,
-                 part_changes: int | None = PART_CHANGES):
+                 part_changes: int | None = 0):
         self.pos = parse_pos(start)
-        #: row changes of one transaction held in memory at most (None: no bound)
-        self.part_changes = part_changes
+        #: row changes of one transaction held in memory at most (None: no bound; 0: what
+        #: ``MIGRATOR_CATCHUP_PART_CHANGES`` says in this process, 5,000 if unset)
+        self.part_changes = part_changes_from_env() if part_changes == 0 else part_changes
         self._parts: list[Committed | Iterator[Committed]] = []
         #: the last transaction read of each (domain, server); starts from what ``start`` names
         self.seen: State = state_of(self.pos)
@@ -652,8 +662,7 @@ class TxnReader:
         it) its end."""
         yield from txn.held_parts()
         self._advance(txn)
-        if txn.changes or txn.statements:
-            yield txn.done()
+        yield txn.done()  # its end, even with no change left: one transaction for whoever counts them
 
     def _end(self) -> Committed | None:
         txn = self._txn
@@ -664,7 +673,8 @@ class TxnReader:
             self._parts.append(self._finish_held(txn))
             return None
         self._advance(txn)
-        return txn.done() if (txn.changes or txn.statements) else None
+        # a transaction that left in parts ends with its end even when its last part took every change
+        return txn.done() if (txn.changes or txn.statements or txn.streamed) else None
 
     def _complete_xa(self, *, commit: bool) -> Committed | None:
         txn = self._txn
@@ -696,7 +706,8 @@ class TxnReader:
             return None
         self._held.pop(xid, None)
         self._advance(txn)
-        return txn.done() if (txn.changes or txn.statements) else None
+        # a transaction that left in parts ends with its end even when its last part took every change
+        return txn.done() if (txn.changes or txn.statements or txn.streamed) else None
 
     def _finish_xa(self, txn: Txn, xid: bytes) -> Iterator[Committed]:
         yield from txn.held_parts()
@@ -727,7 +738,7 @@ class LocalReader:
 
     def __init__(self, address: str, port: int, user: str, password: str, start: str, schemas: Iterable[str],
                  tables: Iterable[str] | None = None, *, heartbeat_s: float = 0.2, tls: MySQLTLS | None = None,
-                 part_changes: int | None = PART_CHANGES):
+                 part_changes: int | None = 0):
         self.client = bl.BinlogClient(address, port, user, password, start, heartbeat_s=heartbeat_s, tls=tls)
         self.reader = TxnReader(start, schemas, tables, part_changes=part_changes)
 

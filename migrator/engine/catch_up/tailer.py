@@ -523,7 +523,8 @@ class Tailer:
             if not lanes.pending():
                 rounds.started = time.monotonic()
             for txn in txns:
-                stats.transactions += 1
+                if not txn.partial:  # a transaction that came in parts counts once, at its end
+                    stats.transactions += 1
                 if not stats.first_ts:
                     stats.first_ts = txn.timestamp
                 stats.bytes += txn.size

@@ -304,14 +304,22 @@ class CutoverRun:
                              f"new owner without a caught-up standby; repair the target pair's replication, then "
                              f"retry the cutover", phase=self.direction.label)
 
-    def _check_partition_owns_shard(self, src: pymysql.connections.Connection) -> None:
+    def _check_partition_owns_shard(self, src: pymysql.connections.Connection, *, under_fence: bool = False) -> None:
+        """A queue partition moves its shard's route: no other table of the shard may hold rows. Checked in
+        prepare (refused, nothing frozen) and again under the fence (the freeze is undone)."""
         if len(self.spec.shards) != 1 or not self.spec.tables:
             raise CutoverError("a queue-partition move needs exactly one shard and its table(s)", phase="cutover")
         db = self.spec.databases[0]
         others = [r[0] for r in query(src, "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s "
                                            "AND TABLE_TYPE = 'BASE TABLE'", (db,))
                   if r[0] not in self.spec.tables and r[0] != SENTINEL_TABLE]
-        busy = [t for t in others if scalar(src, f"SELECT EXISTS(SELECT 1 FROM {qualified(db, t)})")]
+        busy = [t for t in others if scalar(src, f"{TAG}SELECT EXISTS(SELECT 1 FROM {qualified(db, t)})")]
+        if busy and under_fence:
+            raise CutoverAborted(
+                f"queue partition {self.spec.queue}[{self.spec.partition}] no longer owns shard {db} alone: tables "
+                f"{busy} got rows after the cutover was prepared and would be routed to the target by the flip; "
+                "the freeze was undone and the source still serves; give the partition a shard of its own, then "
+                "retry", phase="cutover")
         if busy:
             raise CutoverError(
                 f"queue partition {self.spec.queue}[{self.spec.partition}] does not own shard {db} alone: "
@@ -396,10 +404,39 @@ class CutoverRun:
                     raise CutoverError(f"shard {s} is already frozen by someone else", phase="cutover")
             new = new.with_frozen(lo, hi)
         assert cur.epoch is not None
-        stored = self.maps.cas(new, cur.epoch, reason=f"{self.direction.label} {self.spec.id}: freeze",
-                               details={"migration": self.spec.id, "ranges": self.ranges})
+        try:
+            # guarded by the lease like the flip: once the lease is given up, a freeze still held
+            # somewhere (a paused ZooKeeper server) can no longer commit
+            stored = self.maps.cas(new, cur.epoch, reason=f"{self.direction.label} {self.spec.id}: freeze",
+                                   details={"migration": self.spec.id, "ranges": self.ranges}, guard=self.guard)
+        except ShardMapGuardLost:
+            raise CutoverAborted("this process lost the cutover's lease in ZooKeeper before the freeze (its "
+                                 "session expired); nothing was frozen; retry the cutover",
+                                 phase=self.direction.label) from None
+        except ZK_LOST:
+            stored = self._freeze_outcome()
         self.frozen_epoch = stored.epoch
         self.frozen_map = stored
+
+    def _freeze_outcome(self) -> ShardMap:
+        """The freeze CAS went out and no answer came back. A map read back that shows our ranges frozen
+        is the answer (the shards are this migration's: nobody else freezes them) and the freeze goes
+        on; anything else leaves it to the settler, which gives the lease up first (after which the
+        guarded CAS cannot commit) and unfreezes what the map shows frozen."""
+        try:
+            smap = reread_map(self.maps, self.reread_s)
+        except ZK_LOST:
+            smap = None
+        landed = smap is not None and all(smap.is_frozen(s) and smap.master_of(s) == self.direction.from_master
+                                          for s in self.spec.shards)
+        if landed and (self.lease is None or self.lease.alive):
+            assert smap is not None
+            return smap
+        raise FlipUnknown(
+            "lost ZooKeeper during the freeze, before anything was fenced; the freeze may still commit, so "
+            "the decision is left to the settler, which unfreezes the ranges from the map once this "
+            "process's lease is gone; the source serves (`migrator cutover ID` retries)",
+            phase=self.direction.label)
 
     def flipped_map(self, frozen: ShardMap) -> ShardMap:
         new = frozen
@@ -497,6 +534,12 @@ class CutoverRun:
             t = self._step("fence", t)
             if hooks.after_fence:
                 hooks.after_fence(self)
+            if self.spec.kind == "queue_partition":
+                # checked again now that the partition's tables are fenced: rows a sibling table got after
+                # prepare would be routed to the target by the flip and stay behind on the source
+                ctl = self.fence.c if self.fence is not None else self.writer
+                assert ctl is not None
+                self._check_partition_owns_shard(ctl, under_fence=True)
             self._write_sentinels()
             t = self._step("sentinel", t)
             # the background tail (if any) goes on to the sentinel by itself, then stops

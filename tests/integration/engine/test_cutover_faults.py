@@ -127,6 +127,73 @@ def test_interrupted_after_the_flip_is_finished(fleet, with_view):
             assert "v_pins" in _tables(src, "db00002")  # left in place
 
 
+@pytest.mark.parametrize("answer", ["lost", "never_sent"])
+def test_an_unanswered_freeze_ends_wholly_before_or_after(fleet, monkeypatch, answer):
+    """The freeze CAS gets no answer: ``lost``, it committed and only its answer is lost (the map read back
+    shows the ranges frozen: the freeze goes on and the cutover flips); ``never_sent``, it never reached
+    ZooKeeper (the map shows nothing frozen, and an unanswered request may still commit): the decision goes
+    to the settler, which gives the lease up (the freeze is guarded by it) and unfreezes from the map. Never
+    ranges left frozen with no one to unfreeze them; every routed write on the final owner."""
+    from migrator.engine.cutover.run import CutoverRun
+
+    prep = prepare_converged(fleet, MOVING, options=Options(freeze_budget_ms=2000))
+    spec = prep.spec
+    plain_freeze = CutoverRun._freeze_once
+
+    def unanswered_freeze(run):
+        client = run.maps.zk.client
+        plain = client.transaction
+
+        def lossy():
+            tx = plain()
+            commit_async = tx.commit_async
+
+            def commit():
+                if not any(getattr(op, "path", None) == run.maps.path for op in tx.operations):
+                    return commit_async()
+                client.transaction = plain  # the freeze's transaction only
+                if answer == "lost":
+                    commit_async().get()
+                raise ConnectionLoss()
+
+            tx.commit_async = commit
+            return tx
+
+        client.transaction = lossy
+        try:
+            return plain_freeze(run)
+        finally:
+            client.transaction = plain
+
+    monkeypatch.setattr(CutoverRun, "_freeze_once", unanswered_freeze)
+    router = ShardRouter(fleet.zk, fleet.credentials).start()
+    writer = Writer(router, shards=MOVING).start()
+    time.sleep(0.3)
+    outcome = "after"
+    try:
+        cutover(fleet.config, spec.id, drainer=prep.drainer)
+    except CutoverAborted as exc:
+        assert "during the freeze" in exc.message and "undone" in exc.message, exc.message
+        outcome = "before"
+    time.sleep(0.3)
+    writer.stop()
+    assert outcome == ("after" if answer == "lost" else "before")
+    assert _where(fleet, prep) == outcome
+    assert prep.store.state(spec.id)[0].phase == (Phase.DONE if outcome == "after" else Phase.CONVERGED)
+    assert not fleet.zk.client.exists(fleet.zk.path("cutovers", spec.id))
+    assert not writer.errors, writer.errors[:5]
+    if outcome == "before":  # and the next attempt, answered, flips
+        monkeypatch.setattr(CutoverRun, "_freeze_once", plain_freeze)
+        cutover(fleet.config, spec.id, drainer=prep.drainer)
+        assert _where(fleet, prep) == "after"
+    prep.drainer.close()
+    smap = ShardMapStore(fleet.zk).read()
+    with mysql_connect(fleet.hosts[smap.master_of(MOVING[0])], fleet.credentials) as c, c.cursor() as cur:
+        for (shard, lid), data in writer.acks.items():
+            cur.execute(f"SELECT data FROM db{shard:05d}.pins WHERE local_id = %s", (lid,))
+            assert cur.fetchone()[0] == data
+
+
 def test_zookeeper_lost_during_the_flip_ends_wholly_before_or_after(fleet):
     """ZooKeeper is stopped just before the flip CAS and restarted 1.5 s later."""
     prep = prepare_converged(fleet, MOVING, options=Options(freeze_budget_ms=2000))

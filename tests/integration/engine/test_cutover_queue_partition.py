@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from migrator.engine.cutover import cutover
-from migrator.engine.cutover.errors import CutoverError
+from migrator.engine.cutover.errors import CutoverAborted, CutoverError
+from migrator.engine.cutover.hooks import CutoverHooks
 from migrator.engine.migration import Options, Phase
 from migrator.engine.names import tomb_db
 from migrator.fleet.mysql import connect as mysql_connect
@@ -74,3 +75,26 @@ def test_queue_partition_refuses_a_shared_shard(fleet):
     with pytest.raises(CutoverError, match="does not own shard"):
         cutover(fleet.config, prep.spec.id)
     assert ShardMapStore(fleet.zk).read().epoch == epoch
+
+
+def test_a_sibling_table_written_after_prepare_is_seen_under_the_fence_and_the_freeze_undone(fleet):
+    """The shard was the partition's alone when the cutover was prepared; a row lands in another of its tables
+    before the flip: refused under the fence, undone, nothing renamed, the source still serves both tables."""
+    _make_partition_shard(fleet, empty_others=True)
+    prep = prepare_converged(fleet, (SHARD,), **_spec_kw())
+    epoch = ShardMapStore(fleet.zk).read().epoch
+
+    def sibling_write(_run):
+        with mysql_connect(prep.source, fleet.credentials) as c, c.cursor() as cur:
+            cur.execute(f"INSERT INTO `{DB}`.boards (data) VALUES ('{{}}')")
+
+    with pytest.raises(CutoverAborted, match=r"no longer owns shard .*\['boards'\]"):
+        cutover(fleet.config, prep.spec.id, hooks=CutoverHooks(after_fence=sibling_write))
+    smap = ShardMapStore(fleet.zk).read()
+    assert smap.master_of(SHARD) == prep.spec.source_master
+    assert not smap.frozen
+    assert smap.epoch >= epoch
+    with mysql_connect(prep.source, fleet.credentials) as c, c.cursor() as cur:
+        cur.execute(f"INSERT INTO `{DB}`.jobs_demo_p0 (body) VALUES ('after the refusal')")  # writable again
+        cur.execute(f"SELECT COUNT(*) FROM `{DB}`.boards")
+        assert cur.fetchone()[0] == 1

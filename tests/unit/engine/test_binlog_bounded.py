@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import struct
 
+import pytest
+
 from migrator.engine.binlog import client as bl
 from migrator.engine.binlog.reader import Gtid, Spill, Txn, TxnReader, format_pos
 
@@ -105,3 +107,17 @@ def test_the_keys_of_a_huge_change_become_the_whole_table():
     assert keys == {LiteralKey(WHOLE_TABLE)}  # compared whole: no key set grows past the bound
     note_key(keys, LiteralKey(("9",)), limit=4)
     assert keys == {LiteralKey(WHOLE_TABLE)}
+
+
+def test_the_bound_is_read_where_the_reader_runs_and_bad_values_say_what_to_set(monkeypatch):
+    from migrator.engine.binlog.reader import TxnReader, part_changes_from_env
+
+    monkeypatch.delenv("MIGRATOR_CATCHUP_PART_CHANGES", raising=False)
+    assert part_changes_from_env() == 5000
+    monkeypatch.setenv("MIGRATOR_CATCHUP_PART_CHANGES", "100")
+    assert TxnReader("0-1-8", ["db"]).part_changes == 100
+    assert TxnReader("0-1-8", ["db"], part_changes=7).part_changes == 7
+    for bad in ("lots", "0", "-5"):
+        monkeypatch.setenv("MIGRATOR_CATCHUP_PART_CHANGES", bad)
+        with pytest.raises(ValueError, match="MIGRATOR_CATCHUP_PART_CHANGES"):
+            part_changes_from_env()
