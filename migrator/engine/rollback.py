@@ -102,13 +102,15 @@ class ReverseDrainer(TailDrainer):
     master's tombstones."""
 
     def __init__(self, store: MigrationStore, spec: Spec, new_master: Host, old_master: Host,
-                 credentials: Credentials, start: str):
+                 credentials: Credentials, start: str, start_state: str = ""):
         self.store = store
         self.spec = spec
         self.new_master = new_master
         self.old_master = old_master
         self.credentials = credentials
         self.start = start
+        #: the new master's binlog state read with ``start`` (the cutover's ``target_state``)
+        self.start_state = start_state
         self._tailer: Any = None
         self._lock: Any = None
 
@@ -134,7 +136,7 @@ class ReverseDrainer(TailDrainer):
             start = (node or {}).get("gtid") or self.start
             tailer = Tailer(
                 self.new_master, self.old_master, self.credentials, start=GtidPos.parse(start),
-                start_state=(node or {}).get("state") if (node or {}).get("gtid") else None,
+                start_state=(node or {}).get("state") if (node or {}).get("gtid") else self.start_state,
                 schema_map={db: tomb_db(self.spec.id, db) for db in self.spec.databases},
                 tables=_with_sentinel(tail_tables(self.spec)), epoch=claim.epoch(),
             )
@@ -344,7 +346,8 @@ def rollback_slice(config: Config, migration_id: str, *, slice_s: float | None =
                                                            "suspect_chunks": [], "at": time.time()})
         own_drainer = drainer is None
         if drainer is None:
-            drainer = ReverseDrainer(store, spec, new_master, old_master, creds, node["target_gtid"])
+            drainer = ReverseDrainer(store, spec, new_master, old_master, creds, node["target_gtid"],
+                                     node.get("target_state") or "")
         direction = Direction(
             "rollback", source=new_master, target=old_master, from_master=spec.target_master,
             to_master=spec.source_master, to_slave=spec.source_slave, verify_node=VERIFY_NODE,

@@ -28,9 +28,9 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
-from kazoo.exceptions import BadVersionError, LockTimeout, SessionExpiredError
+from kazoo.exceptions import BadVersionError, ConnectionLoss, LockTimeout, SessionExpiredError
 
 from migrator.engine.catch_up.lanes import Epoch
 from migrator.engine.catch_up.tailer import CatchUpConflict, CatchUpError, StaleApplier, Tailer, stale_message
@@ -136,6 +136,12 @@ class Checkpoint:
             if self.claim is None:
                 raise
             raise self.claim.lost("its ZooKeeper session expired, and its applier lock with it") from None
+        except ConnectionLoss:
+            if self.claim is None:
+                raise
+            # unanswered: whether its lock lives on is unknown, so this tail stops (a resume takes over)
+            raise self.claim.lost("ZooKeeper did not answer its checkpoint write (connection lost), so it "
+                                  "cannot show it still holds its applier lock") from None
         except BadVersionError:
             raise CatchUpConflict(
                 f"migration {self.mid}: the catch-up checkpoint was written by someone else meanwhile; "
@@ -153,7 +159,7 @@ class Checkpoint:
             self.save(gtid=str(pos), state=str(state))
 
 
-def copy_start(store: MigrationStore, migration_id: str) -> tuple[GtidPos, list[str]]:
+def copy_start(store: MigrationStore, migration_id: str) -> CopyStart:
     """The earliest ``start_gtid`` of the copy's table nodes, and those still not done. Raises when the
     copy recorded nothing.
 
@@ -179,8 +185,20 @@ def copy_start(store: MigrationStore, migration_id: str) -> tuple[GtidPos, list[
         )
     if all(st is not None for _, st in starts):
         first = min(starts, key=lambda s: _state_rank(GtidState.parse(s[1]), [GtidState.parse(x) for _, x in starts]))
-        return first[0], unfinished
-    return earliest(p for p, _ in starts), unfinished
+        return CopyStart(first[0], unfinished, str(first[1]))
+    return CopyStart(earliest(p for p, _ in starts), unfinished, "")
+
+
+class CopyStart(NamedTuple):
+    """Where catch-up starts: the copy's earliest start, the tables not yet copied, and the source's
+    binlog state read with that start (empty for nodes written before states were recorded). The state
+    says which server's transactions the copy already holds when one GTID domain is shared by several
+    servers: without it a tail cannot tell that a partner's transaction written before the copy is
+    applied, and waits for it forever."""
+
+    gtid: GtidPos
+    unfinished: list[str]
+    state: str
 
 
 def _state_rank(state: GtidState, all_states: list[GtidState]) -> int:
@@ -247,13 +265,13 @@ def open_tailer(
         start = ckpt.gtid
         start_state = ckpt.state
         if start is None:
-            start, unfinished = copy_start(sess.store, migration_id)
+            start, unfinished, start_state = copy_start(sess.store, migration_id)
             if unfinished:
                 raise CatchUpError(
                     f"migration {migration_id}: the copy of {', '.join(unfinished[:5])} is not finished; "
                     "catch-up starts once every table is copied"
                 )
-            ckpt.save(gtid=str(start), start_gtid=str(start), source=spec.source_master,
+            ckpt.save(gtid=str(start), start_gtid=str(start), state=start_state, source=spec.source_master,
                       target=spec.target_master, passes=ckpt.data.get("passes", []))
         source, target = _hosts(sess.zk, spec)
         tables = moving_tables(spec)

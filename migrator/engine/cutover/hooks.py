@@ -45,8 +45,11 @@ class CutoverResult:
     steps_ms: dict[str, float] = field(default_factory=dict)
     #: where the changed keys compared in the freeze came from: drain | reader | binlog
     keys_from: str = ""
+    #: the target's binlog state read with ``target_gtid`` (just before it): which server's transactions
+    #: a reverse tail starting there already has, when one GTID domain is shared by several servers
+    target_state: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in ("migration_id", "freeze_ms", "flipped_epoch", "fence_gtid",
                                                "target_gtid", "rows_checked", "rows_repaired", "steps_ms",
-                                               "keys_from")}
+                                               "keys_from", "target_state")}

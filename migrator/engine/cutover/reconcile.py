@@ -165,6 +165,7 @@ def _record_flip(store: MigrationStore, maps: ShardMapStore, spec: Spec, directi
         if d.get("migration") == spec.id and d.get("direction", "cutover") == direction and d.get("target_gtid"):
             store.put_progress(spec.id, node, {"migration_id": spec.id, "fence_gtid": d.get("fence_gtid"),
                                                "target_gtid": d["target_gtid"], "flipped_epoch": entry.get("new_epoch"),
+                                               "target_state": d.get("target_state") or "",
                                                "settled_by": "reconcile"})
             return
 

@@ -72,6 +72,7 @@ from migrator.fleet.gtid import GtidPos
 from migrator.fleet.model import Host, ShardMap
 from migrator.fleet.mysql import (
     binlog_pos,
+    binlog_state,
     ident,
     own_gtids,
     qualified,
@@ -107,6 +108,7 @@ class CutoverRun:
         self.source: Host = self.direction.source
         self.target: Host = self.direction.target
         self.target_pos = ""
+        self.target_state = ""
         self._pre_flipped = False
         self.tracker: ChangeTracker | None = None
         self.collecting = False
@@ -551,7 +553,10 @@ class CutoverRun:
                 raise CutoverAborted(f"the sentinel row did not reach {missing[0]} on {self.target.name} after "
                                      f"draining to {self.fence_gtid}: catch-up is not applying; check it",
                                      phase="cutover")
-            self.target_pos = binlog_pos(self.target_conn)  # where a reverse tail would start
+            # where a reverse tail would start: the state first, so it never names a transaction after the
+            # position (a shared GTID domain needs it to know which server's transactions are before it)
+            self.target_state = str(binlog_state(self.target_conn))
+            self.target_pos = binlog_pos(self.target_conn)
             t = self._step("drain", t)
             self.t_compare = time.monotonic()
             self._compare_in_freeze(verified, suspect)
@@ -647,7 +652,7 @@ class CutoverRun:
     def _result(self, freeze_ms: float) -> CutoverResult:
         return CutoverResult(self.spec.id, round(freeze_ms, 2), self.flipped_epoch or 0, self.fence_gtid,
                              self.target_pos, self.rows_checked, self.rows_repaired, dict(self.steps),
-                             self.keys_from)
+                             self.keys_from, self.target_state)
 
     def _close_gates(self) -> GtidPos:
         """Close the passive member's gate; with the gate fence, the source's at the same time.
@@ -776,6 +781,7 @@ class CutoverRun:
                                    f"{self.direction.to_master}/{self.direction.to_slave}",
                                    details={"migration": self.spec.id, "ranges": self.ranges,
                                             "fence_gtid": self.fence_gtid, "target_gtid": self.target_pos,
+                                            "target_state": self.target_state,
                                             "direction": self.direction.label},
                                    guard=self.lease.path if self.lease is not None else None)
             self.flipped_epoch = stored.epoch

@@ -158,6 +158,7 @@ def copy_tables(fleet: Any, spec: Spec, chunk: int = 500) -> None:
     store = MigrationStore(fleet.zk)
     with conn(fleet, SOURCE) as src, conn(fleet, TARGET) as dst, src.cursor() as sc, dst.cursor() as dc:
         for db, table in moving_tables(fleet, spec):
+            state = binlog_state(src)  # before the position, as the copy reads them
             start = binlog_pos(src)
             sc.execute(f"SHOW CREATE TABLE `{db}`.`{table}`")
             ddl = sc.fetchone()[1]
@@ -171,7 +172,8 @@ def copy_tables(fleet: Any, spec: Spec, chunk: int = 500) -> None:
                 marks = ",".join(["%s"] * len(part[0]))
                 dc.executemany(f"REPLACE INTO `{db}`.`{table}` VALUES ({marks})", part)
             store.put_progress(spec.id, f"copy/{db}.{table}",
-                               {"start_gtid": start, "done": True, "rows": len(rows), "last_key": None})
+                               {"start_gtid": start, "start_state": str(state), "done": True, "rows": len(rows),
+                                "last_key": None})
 
 
 # -- comparison --------------------------------------------------------------------------------

@@ -44,6 +44,58 @@ def _rename(conn, pairs: list[tuple[str, str]]) -> None:
         cur.execute("SET SESSION sql_log_bin = 1")
 
 
+def _acked_on(fleet, owner: str, acks: dict) -> None:
+    """Every acknowledged write ``(shard, local_id) -> data`` is on ``owner`` with its last value."""
+    with mysql_connect(fleet.hosts[owner], fleet.credentials) as c, c.cursor() as cur:
+        for (shard, lid), data in acks.items():
+            cur.execute(f"SELECT data FROM db{shard:05d}.pins WHERE local_id = %s", (lid,))
+            row = cur.fetchone()
+            assert row is not None and row[0] == data, (shard, lid, row, data)
+
+
+def _pair_settled(fleet, first, second, spec, where: str) -> None:
+    """Both members of a pair: replicating both ways, no gate left, the moving tables wholly live
+    (``where == "before"``) or wholly in the tombstones (``"after"``)."""
+    from .cutover_setup import gate_leftovers, pair_synced, replicating, tables_in
+
+    with mysql_connect(first, fleet.credentials) as a, mysql_connect(second, fleet.credentials) as b:
+        pair_synced(a, b)
+        replicating(a)
+        replicating(b)
+        for c in (a, b):
+            assert gate_leftovers(c) == []
+            for db in spec.databases:
+                live, dead = tables_in(c, db), tables_in(c, tomb_db(spec.id, db))
+                if where == "after":
+                    assert not (live & SEED_TABLES) and SEED_TABLES <= dead, (db, live, dead)
+                else:
+                    assert SEED_TABLES <= live and not (dead & SEED_TABLES), (db, live, dead)
+
+
+def _intercept_map_commit(run, on_commit):
+    """The next ZooKeeper transaction of ``run``'s client that writes the shard map (the freeze, the flip)
+    commits through ``on_commit(commit_async)``; other transactions (a settle lock) go through as they are.
+    Returns the client's own ``transaction``, to put back."""
+    client = run.maps.zk.client
+    plain = client.transaction
+
+    def intercepted():
+        tx = plain()
+        commit_async = tx.commit_async
+
+        def commit():
+            if not any(getattr(op, "path", None) == run.maps.path for op in tx.operations):
+                return commit_async()
+            client.transaction = plain  # this one transaction only
+            return on_commit(commit_async)
+
+        tx.commit_async = commit
+        return tx
+
+    client.transaction = intercepted
+    return plain
+
+
 def _where(fleet, prep) -> str:
     """'before' or 'after' the flip, asserting map and tables agree."""
     spec = prep.spec
@@ -141,29 +193,16 @@ def test_an_unanswered_freeze_ends_wholly_before_or_after(fleet, monkeypatch, an
     plain_freeze = CutoverRun._freeze_once
 
     def unanswered_freeze(run):
-        client = run.maps.zk.client
-        plain = client.transaction
+        def unanswered(commit_async):
+            if answer == "lost":
+                commit_async().get()
+            raise ConnectionLoss()
 
-        def lossy():
-            tx = plain()
-            commit_async = tx.commit_async
-
-            def commit():
-                if not any(getattr(op, "path", None) == run.maps.path for op in tx.operations):
-                    return commit_async()
-                client.transaction = plain  # the freeze's transaction only
-                if answer == "lost":
-                    commit_async().get()
-                raise ConnectionLoss()
-
-            tx.commit_async = commit
-            return tx
-
-        client.transaction = lossy
+        plain = _intercept_map_commit(run, unanswered)
         try:
             return plain_freeze(run)
         finally:
-            client.transaction = plain
+            run.maps.zk.client.transaction = plain
 
     monkeypatch.setattr(CutoverRun, "_freeze_once", unanswered_freeze)
     router = ShardRouter(fleet.zk, fleet.credentials).start()
@@ -187,11 +226,7 @@ def test_an_unanswered_freeze_ends_wholly_before_or_after(fleet, monkeypatch, an
         cutover(fleet.config, spec.id, drainer=prep.drainer)
         assert _where(fleet, prep) == "after"
     prep.drainer.close()
-    smap = ShardMapStore(fleet.zk).read()
-    with mysql_connect(fleet.hosts[smap.master_of(MOVING[0])], fleet.credentials) as c, c.cursor() as cur:
-        for (shard, lid), data in writer.acks.items():
-            cur.execute(f"SELECT data FROM db{shard:05d}.pins WHERE local_id = %s", (lid,))
-            assert cur.fetchone()[0] == data
+    _acked_on(fleet, ShardMapStore(fleet.zk).read().master_of(MOVING[0]), writer.acks)
 
 
 def test_zookeeper_lost_during_the_flip_ends_wholly_before_or_after(fleet):
@@ -272,28 +307,16 @@ def _pause_at_the_flip_cas(sb, reread: str, resumer: list[threading.Thread]):
     def at_flip(run) -> None:
         if reread in ("no_answer", "lost_answer"):
             run.reread_s = 3.0
-        client = run.maps.zk.client
-        plain = client.transaction
 
-        def paused_transaction():
-            tx = plain()
-            commit_async = tx.commit_async
-
-            def commit_paused():
-                if not any(getattr(op, "path", None) == run.maps.path for op in tx.operations):
-                    return commit_async()  # not the flip's (a rollback's settle lock before it)
-                client.transaction = plain  # the flip's transaction only
-                if reread == "lost_answer":
-                    commit_async().get()
-                    resumer.append(_pause_zookeeper(sb, PAUSE_S))
-                    raise ConnectionLoss()
+        def paused(commit_async):
+            if reread == "lost_answer":
+                commit_async().get()
                 resumer.append(_pause_zookeeper(sb, PAUSE_S))
-                return commit_async()
+                raise ConnectionLoss()
+            resumer.append(_pause_zookeeper(sb, PAUSE_S))
+            return commit_async()
 
-            tx.commit_async = commit_paused
-            return tx
-
-        client.transaction = paused_transaction
+        _intercept_map_commit(run, paused)
 
     return at_flip
 
@@ -310,7 +333,7 @@ def test_zookeeper_paused_at_the_flip_keeps_the_fences_closed_until_settled(flee
     or wholly after the flip with every acknowledged write on the final owner."""
     from migrator.engine.cutover.errors import FlipUnknown
 
-    from .cutover_setup import PassiveWriter, Workers, gate_leftovers, pair_synced, replicating, tables_in
+    from .cutover_setup import PassiveWriter, Workers
 
     prep = prepare_converged(fleet, MOVING, options=Options(freeze_budget_ms=20000))
     spec = prep.spec
@@ -366,25 +389,9 @@ def test_zookeeper_paused_at_the_flip_keeps_the_fences_closed_until_settled(flee
     # every acknowledged write, routed or on the passive member, is on the final owner with its last value
     assert not routed.errors, routed.errors[:5]
     assert not pw.other_errors, pw.other_errors[:5]
-    owner = fleet.hosts[ShardMapStore(fleet.zk).read().master_of(MOVING[0])]
-    with mysql_connect(owner, fleet.credentials) as c, c.cursor() as cur:
-        for (shard, lid), data in {**pw.acks, **routed.acks}.items():
-            cur.execute(f"SELECT data FROM db{shard:05d}.pins WHERE local_id = %s", (lid,))
-            row = cur.fetchone()
-            assert row is not None and row[0] == data, (shard, lid, row, data)
+    _acked_on(fleet, ShardMapStore(fleet.zk).read().master_of(MOVING[0]), {**pw.acks, **routed.acks})
     # both members of the old pair: replicating both ways, tables wholly on one side, no gate left
-    with mysql_connect(prep.source, fleet.credentials) as a, mysql_connect(passive, fleet.credentials) as b:
-        pair_synced(a, b)
-        replicating(a)
-        replicating(b)
-        for c in (a, b):
-            assert gate_leftovers(c) == []
-            for db in spec.databases:
-                live, dead = tables_in(c, db), tables_in(c, tomb_db(spec.id, db))
-                if where == "after":
-                    assert not (live & SEED_TABLES) and SEED_TABLES <= dead, (db, live, dead)
-                else:
-                    assert SEED_TABLES <= live and not (dead & SEED_TABLES), (db, live, dead)
+    _pair_settled(fleet, prep.source, passive, spec, where)
 
 
 @pytest.mark.parametrize("reread", ["no_answer", "lost_answer"])
@@ -398,7 +405,7 @@ def test_zookeeper_paused_at_the_flip_back_keeps_the_fences_closed_until_settled
     from migrator.engine.cutover.errors import FlipUnknown
     from migrator.engine.rollback import RollbackError, rollback
 
-    from .cutover_setup import PassiveWriter, Workers, gate_leftovers, pair_synced, replicating, tables_in
+    from .cutover_setup import PassiveWriter, Workers, tables_in
 
     prep = prepare_converged(fleet, MOVING, options=Options(freeze_budget_ms=20000))
     spec = prep.spec
@@ -456,24 +463,8 @@ def test_zookeeper_paused_at_the_flip_back_keeps_the_fences_closed_until_settled
     print(f"ZooKeeper paused at the flip back ({reread}): ended {where} it; passive writes refused: {pw.refused}")
     assert not routed.errors, routed.errors[:5]
     assert not pw.other_errors, pw.other_errors[:5]
-    owner = fleet.hosts[owners.pop()]
-    with mysql_connect(owner, fleet.credentials) as c, c.cursor() as cur:
-        for (shard, lid), data in {**pw.acks, **routed.acks}.items():
-            cur.execute(f"SELECT data FROM db{shard:05d}.pins WHERE local_id = %s", (lid,))
-            row = cur.fetchone()
-            assert row is not None and row[0] == data, (shard, lid, row, data)
-    with mysql_connect(prep.target, fleet.credentials) as a, mysql_connect(passive, fleet.credentials) as b:
-        pair_synced(a, b)
-        replicating(a)
-        replicating(b)
-        for c in (a, b):
-            assert gate_leftovers(c) == []
-            for db in spec.databases:
-                live, dead = tables_in(c, db), tables_in(c, tomb_db(spec.id, db))
-                if where == "after":
-                    assert not (live & SEED_TABLES) and SEED_TABLES <= dead, (db, live, dead)
-                else:
-                    assert SEED_TABLES <= live and not (dead & SEED_TABLES), (db, live, dead)
+    _acked_on(fleet, owners.pop(), {**pw.acks, **routed.acks})
+    _pair_settled(fleet, prep.target, passive, spec, where)
     with mysql_connect(prep.source, fleet.credentials) as old:
         for db in spec.databases:
             live, dead = tables_in(old, db), tables_in(old, tomb_db(spec.id, db))
