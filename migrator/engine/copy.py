@@ -230,9 +230,6 @@ def table_progress(zk: ZK, mid: str) -> list[dict[str, Any]]:
     return out
 
 
-def pending_tables(zk: ZK, mid: str) -> list[tuple[str, str]]:
-    return [(p["db"], p["table"]) for p in table_progress(zk, mid) if not p.get("done")]
-
 
 # -- one table ---------------------------------------------------------------------------------------
 
@@ -478,4 +475,3 @@ def drop_target_copies(zk: ZK, spec: Spec, creds: Credentials) -> list[str]:
     finally:
         tgt.close()
     return dropped
-

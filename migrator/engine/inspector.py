@@ -18,7 +18,7 @@ from typing import Any
 import pymysql
 
 from migrator.errors import MigratorError
-from migrator.fleet.mysql import ident, qualified, query, scalar, tag
+from migrator.fleet.mysql import qualified, query, scalar, tag
 
 T = tag("inspect")
 
@@ -145,7 +145,3 @@ def slave_status(conn: pymysql.connections.Connection) -> dict[str, Any] | None:
         cur.execute(T + "SHOW SLAVE STATUS")
         row = cur.fetchone()
     return dict(row) if row else None
-
-
-def quoted_columns(columns: tuple[str, ...] | list[str]) -> str:
-    return ", ".join(ident(c) for c in columns)

@@ -28,7 +28,7 @@ from migrator.engine.eta import Estimate, TableEstimate
 from migrator.engine.eta import fill as fill_estimate
 from migrator.engine.inspector import describe, list_tables
 from migrator.engine.migration import MigrationStore, Options, Spec, new_id
-from migrator.errors import MigratorError, ShardMapError, UnknownHost
+from migrator.errors import MigratorError, UnknownHost
 from migrator.fleet.config import Credentials
 from migrator.fleet.ids import shard_db
 from migrator.fleet.model import Host, ShardMap
@@ -281,12 +281,3 @@ def estimate(zk: ZK, spec: Spec, credentials: Credentials) -> Estimate:
         return fill_estimate(est, zk, conn, infos, spec.options.copy_workers)
     finally:
         conn.close()
-
-
-def check_against_map(smap: ShardMap, spec: Spec) -> None:
-    """Re-check a stored plan against the current map (the map may have moved on)."""
-    for s in spec.shards:
-        r = smap.range_of(s)
-        if {r.master, r.slave} != {spec.source_master, spec.source_slave}:
-            raise ShardMapError(f"shard {s} is now on {r.master}/{r.slave}, not the planned source "
-                                f"{spec.source_master}/{spec.source_slave}: abort this migration and plan again")

@@ -20,7 +20,7 @@ import pymysql
 
 from migrator.errors import ShardFrozen, ShardMapError, UnknownHost
 from migrator.fleet.config import Credentials
-from migrator.fleet.ids import decode, shard_db
+from migrator.fleet.ids import shard_db
 from migrator.fleet.model import Host, ShardMap
 from migrator.fleet.mysql import connect as mysql_connect
 from migrator.fleet.shard_map import HostRegistry, ShardMapStore
@@ -117,9 +117,6 @@ class ShardRouter:
 
     def master_for(self, shard: int) -> Host:
         return self.host(self.map.master_of(shard))
-
-    def master_for_id(self, object_id: int) -> Host:
-        return self.master_for(decode(object_id).shard)
 
     def is_frozen(self, shard: int) -> bool:
         return self.map.is_frozen(shard)

@@ -83,10 +83,6 @@ class HostRegistry:
             hosts[n] = Host.model_validate_json(data)
         return hosts
 
-    def pair_of(self, name: str) -> tuple[Host, Host]:
-        h = self.get(name)
-        return h, self.get(h.partner)
-
 
 class ShardMapStore:
     """The shard map node: read with its epoch, change by compare-and-set."""

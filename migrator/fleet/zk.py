@@ -15,7 +15,7 @@ import socket
 from typing import Any
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NoAuthError, NodeExistsError, NoNodeError
+from kazoo.exceptions import NoAuthError, NodeExistsError
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import KazooRetry
 from kazoo.security import READ_ACL_UNSAFE, make_digest_acl
@@ -121,10 +121,3 @@ def connect(config: Config, credentials: Credentials | None = None, *, timeout: 
             "is it running? (`migrator sandbox status` for the sandbox)"
         ) from None
     return ZK(client, config.zookeeper.root, credentials)
-
-
-def read_json(zk: ZK, path: str, default: Any = None) -> tuple[Any, int | None]:
-    try:
-        return zk.get_json(path)
-    except NoNodeError:
-        return default, None

@@ -167,7 +167,3 @@ def print_report(r: DemoReport, console: Console) -> None:
                                               "double_bug")))
     console.print(t)
     console.print(f"[bold]{'OK' if r.ok else 'FAILED'}[/] in {r.seconds:.0f}s")
-
-
-def main_report_path(directory: str | Path) -> Path:
-    return Path(directory) / "demo-report.json"

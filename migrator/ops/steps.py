@@ -76,7 +76,6 @@ CATCH_UP_JOB = "jobs.catch_up.run_passes"
 FINISH_JOB = "jobs.pipeline.finish"
 CLEANUP_JOB = "jobs.cutover.cleanup"
 ROLLBACK_JOB = "jobs.rollback.run"
-RESUME_JOB = "jobs.resume.resume"
 PLAYBOOK_JOB = "jobs.playbook.advance"
 MAINTENANCE_JOB = "jobs.maintenance.run"
 REBALANCE_JOB = "jobs.rebalance.advance"
@@ -314,12 +313,6 @@ def enqueue_current_step(redis: Redis, config: Config, mid: str, *, queue: str |
         return None  # an operator (or a playbook) decides when to cut over
     return STEPS[st.phase](redis, mid, config_path, queue)
 
-
-def enqueue_resume(redis: Redis, mid: str, config_path: str | None = None, queue: str = QUEUE) -> Job:
-    """The resume itself as a job: it re-enqueues ``mid``'s current step on its own queue."""
-    return Queue(queue, connection=redis).enqueue(
-        RESUME_JOB, mid, config_path=config_path, job_id=job_id("resume", mid),
-        description=f"re-enqueue the current step of migration {mid}", meta={"migration": mid, "step": "resume"})
 
 
 # -- playbooks -------------------------------------------------------------------------------------------

@@ -584,10 +584,6 @@ class LaneSet:
         """Parts written again (deadlock or lock wait timeout) by all lanes so far."""
         return sum(ln.retries for ln in self._lanes)
 
-    def lane_stats(self) -> list[dict[str, float]]:
-        return [{"lane": ln.index, "rows": ln.rows, "write_s": round(ln.write_s, 3), "retries": ln.retries}
-                for ln in self._lanes]
-
 
 def target_for(conn: pymysql.connections.Connection, schema: str, table: str, names: tuple[str, ...],
                key_names: tuple[str, ...], quote: Callable[[str], str]) -> Target:

@@ -126,10 +126,6 @@ class TailStats:
     connects: int = 0
     last_round_ms: float = 0.0
 
-    @property
-    def events_per_s(self) -> float:
-        return self.events / self.duration_s if self.duration_s > 0 else 0.0
-
     def drain_record(self) -> dict[str, Any]:
         """Where a drain's time went, as a cutover attempt records it (``events``: row changes read;
         ``*_ms``: from the start of the call until the reader sent / the tail took the last
