@@ -9,9 +9,15 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import random
+import signal
+import subprocess
+import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -352,3 +358,24 @@ def wait_source_has_partner_writes(fleet: Any, timeout: float = 30) -> str:
     with conn(fleet, SOURCE, read_timeout=timeout + 5) as a:
         assert wait_applied(a, own, timeout), "source master did not apply its partner's writes"
         return str(binlog_state(a))
+
+
+@contextmanager
+def catchup_process(fleet: Any, migration_id: str, env: dict[str, str]) -> Iterator[subprocess.Popen]:
+    """``migrator catchup ID --passes 1 --sync`` in a process group of its own, with ``env`` added to the
+    environment; killed -9 (the whole group) at the end if still running."""
+    proc = subprocess.Popen([sys.executable, "-m", "migrator", "--config", str(fleet.config_path), "catchup",
+                             migration_id, "--passes", "1", "--sync"],
+                            env={**os.environ, "PYTHONPATH": os.getcwd(), **env}, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        yield proc
+    finally:
+        kill_9(proc)
+
+
+def kill_9(proc: subprocess.Popen) -> None:
+    """kill -9 a process started by :func:`catchup_process` and its children (its reader process)."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)

@@ -8,10 +8,6 @@ measured by ``python -m bench.bigtxn``, not here."""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 import time
 
 import pytest
@@ -72,12 +68,8 @@ def test_kill_9_in_the_middle_of_a_big_transaction_then_resume_ends_equal(fleet)
             cur.execute(f"UPDATE `db{shard:05d}`.big SET v = 1, pad = 'one transaction'")
         cur.execute("COMMIT")
         head = h.binlog_pos(c)
-    env = {**os.environ, "PYTHONPATH": os.getcwd(), "MIGRATOR_CATCHUP_PART_CHANGES": BOUND,
-           "MIGRATOR_CATCHUP_LANES": "2", STAGGER_ENV: "300"}
-    proc = subprocess.Popen([sys.executable, "-m", "migrator", "--config", str(fleet.config_path), "catchup",
-                             spec.id, "--passes", "1", "--sync"], env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
-    try:
+    env = {"MIGRATOR_CATCHUP_PART_CHANGES": BOUND, "MIGRATOR_CATCHUP_LANES": "2", STAGGER_ENV: "300"}
+    with h.catchup_process(fleet, spec.id, env) as proc:
         deadline = time.monotonic() + 120
         applied = 0
         while time.monotonic() < deadline and proc.poll() is None:
@@ -88,12 +80,7 @@ def test_kill_9_in_the_middle_of_a_big_transaction_then_resume_ends_equal(fleet)
                 break  # some parts of the transaction committed on the target, not all
             time.sleep(0.05)
         assert 0 < applied < ROWS, f"never caught the transaction half applied ({applied}, exit {proc.poll()})"
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(10)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(10)
+        h.kill_9(proc)
     node, _ = store.get_progress(spec.id, "catchup")
     at = GtidState.of(node.get("state"), node.get("gtid") or str(start))
     assert not at.reaches(head), "the checkpoint moved past a transaction not wholly applied"

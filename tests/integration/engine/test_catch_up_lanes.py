@@ -13,9 +13,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import signal
-import subprocess
-import sys
 import time
 
 from migrator.engine import catch_up
@@ -192,11 +189,7 @@ def test_kill_9_with_lanes_at_different_points_of_a_round_then_resume(fleet):
             cur.execute(f"INSERT INTO `{db}`.jobs (state, updated_at, body) VALUES (0, '2020-01-03', %s)",
                         (rnd.randbytes(20),))
         head = GtidPos.parse(h.binlog_pos(c))
-    env = {**os.environ, "PYTHONPATH": os.getcwd(), "MIGRATOR_CATCHUP_LANES": "4", STAGGER_ENV: "600"}
-    proc = subprocess.Popen([sys.executable, "-m", "migrator", "--config", str(fleet.config_path), "catchup",
-                             spec.id, "--passes", "1", "--sync"], env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
-    try:
+    with h.catchup_process(fleet, spec.id, {"MIGRATOR_CATCHUP_LANES": "4", STAGGER_ENV: "600"}) as proc:
         deadline = time.monotonic() + 90
         open_lanes = 0
         moved = False
@@ -212,12 +205,7 @@ def test_kill_9_with_lanes_at_different_points_of_a_round_then_resume(fleet):
             # faster it keeps showing the first state it caught (seen: 4 open transactions, for ever)
             time.sleep(0.02 if not moved else 0.15)
         assert 1 <= open_lanes <= 3, f"never caught the lanes mid-round (open: {open_lanes}, exit {proc.poll()})"
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(10)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(10)
+        h.kill_9(proc)
     time.sleep(0.5)
     assert _lane_transactions(fleet) == 0  # the server rolled the dead lanes' parts back
     node, _ = store.get_progress(spec.id, "catchup")
