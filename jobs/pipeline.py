@@ -34,7 +34,7 @@ from rq import get_current_job
 from migrator.engine.catch_up.checkpoint import CatchUpConflict
 from migrator.engine.cutover.lease import leases
 from migrator.engine.migration import MigrationStore, Phase
-from migrator.errors import ExitCode, MigratorError
+from migrator.errors import ExitCode, MigratorError, describe
 from migrator.fleet import config as config_mod
 from migrator.ops import command
 from migrator.ops.steps import enqueue_finish
@@ -98,7 +98,7 @@ def finish(migration_id: str, config_path: str | None = None, attempt: int = 0,
         first = since if since is not None else time.time()
         elapsed, delay = time.time() - first, BACKOFF.delay(attempt)
         if elapsed + delay > window:
-            reason = exc.message if isinstance(exc, MigratorError) else f"{type(exc).__name__}: {exc}"
+            reason = describe(exc)
             raise CutoverRetriesOver(
                 f"{reason} (the pipeline tried the cutover {attempt + 1} times over {elapsed:.0f} s, its window "
                 f"of {window:g} s: `migrator set {migration_id} --cutover-retry-s S` gives it longer)",

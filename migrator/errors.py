@@ -58,6 +58,14 @@ class MigratorError(Exception):
         return f"[{where}] {self.message}"
 
 
+def describe(exc: BaseException) -> str:
+    """``exc`` for a log line or a stored error: a :class:`MigratorError`'s own message (without its
+    ``[component]`` tag), anything else as ``<type>: <text>``."""
+    if isinstance(exc, MigratorError):
+        return exc.message
+    return f"{type(exc).__name__}: {exc}"
+
+
 class ConfigError(MigratorError):
     component = "config"
     exit_code = ExitCode.CONFIG

@@ -4,23 +4,26 @@ from __future__ import annotations
 
 import typer
 
+from migrator.cli.helpers import load_config
+
+
+def console_cmd(
+    listen: str = typer.Option("127.0.0.1:8080", "--listen", help="HOST:PORT to serve the console on."),
+    measure_every: float = typer.Option(30.0, "--measure-every", min=1.0,
+                                        help="Seconds between measurements of bytes and writes/s per shard."),
+    window: float = typer.Option(2.0, "--window", min=0.1,
+                                 help="Seconds of binlog each measurement samples write rates from."),
+) -> None:
+    """Serve the operator console: pairs, ranges, bytes and write rates, migrations with their copy and
+    catch-up progress, rebalances and their plans, live in a browser (token: [queue] token of the secrets
+    file)."""
+    from migrator.cli.options import listen_address
+    from migrator.ops.console.app import serve
+
+    host, port = listen_address(listen)
+    serve(load_config(), port=port, bind=host, measure_every_s=measure_every, window_s=window)
+
 
 def register(app: typer.Typer) -> None:
-    from migrator.cli.main import load_config
-
-    @app.command("console")
-    def console_cmd(
-        listen: str = typer.Option("127.0.0.1:8080", "--listen", help="HOST:PORT to serve the console on."),
-        measure_every: float = typer.Option(30.0, "--measure-every", min=1.0,
-                                            help="Seconds between measurements of bytes and writes/s per shard."),
-        window: float = typer.Option(2.0, "--window", min=0.1,
-                                     help="Seconds of binlog each measurement samples write rates from."),
-    ) -> None:
-        """Serve the operator console: pairs, ranges, bytes and write rates, migrations with their copy and
-        catch-up progress, rebalances and their plans, live in a browser (token: [queue] token of the secrets
-        file)."""
-        from migrator.cli.options import listen_address
-        from migrator.ops.console.app import serve
-
-        host, port = listen_address(listen)
-        serve(load_config(), port=port, bind=host, measure_every_s=measure_every, window_s=window)
+    """Add ``console`` to the ``migrator`` app."""
+    app.command("console")(console_cmd)

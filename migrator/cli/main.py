@@ -20,8 +20,8 @@ from rich.console import Console
 from rich.table import Table
 
 from migrator.cli import failures
+from migrator.cli.helpers import human_bytes, load_config, state
 from migrator.errors import ExitCode, MigratorError
-from migrator.fleet import config as config_mod
 from migrator.fleet import ids
 
 #: help texts are plain text: Rich markup would eat "[queue]" and every other bracketed word
@@ -46,13 +46,6 @@ app.add_typer(id_app, name="id")
 
 console = Console()
 err_console = Console(stderr=True)
-
-
-class State:
-    config_path: str | None = None
-
-
-state = State()
 
 
 def version() -> str:
@@ -93,12 +86,6 @@ def setup_logging(verbose: bool) -> None:
     if not verbose:
         # kazoo narrates every reconnect attempt; the CLI reports the outcome in one line instead
         logging.getLogger("kazoo").setLevel(logging.CRITICAL)
-
-
-def load_config() -> config_mod.Config:
-    return config_mod.load(state.config_path)
-
-
 
 
 # -- id ----------------------------------------------------------------------------
@@ -305,37 +292,41 @@ def sandbox_down(directory: Path = typer.Option(Path(".sandbox"), "--dir"),
           + (f"; {sb.dir} removed" if purge else ""))
 
 
-def human_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if n < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
-
-
 def register(module: Any) -> None:
     """Let feature packages add their sub-commands."""
     module.register(app)
 
 
+#: the command modules, in the order `migrator --help` lists their commands; each is part of the package
+PLUGINS = ("migrator.cli.queue", "migrator.cli.migrate", "migrator.cli.playbook", "migrator.cli.ops",
+           "migrator.cli.rebalance", "migrator.cli.console")
+
 _loaded: list[str] = []
 
 
+class PluginMissing(MigratorError):
+    """A command module of :data:`PLUGINS` is not installed: the installation is incomplete."""
+
+    component = "cli"
+    exit_code = ExitCode.FAILED
+
+
 def _load_plugins() -> None:
-    """Add the feature modules' commands to :data:`app`, once per process."""
+    """Add the feature modules' commands to :data:`app`, once per process. A module of :data:`PLUGINS`
+    that is not installed is an error (its commands would be missing), naming it and the way out."""
     import importlib
 
     if _loaded:
         return
     _loaded.append("done")
-    for name in ("migrator.cli.queue", "migrator.cli.migrate", "migrator.cli.playbook", "migrator.cli.ops",
-                 "migrator.cli.rebalance", "migrator.cli.console"):
+    for name in PLUGINS:
         try:
             mod = importlib.import_module(name)
         except ModuleNotFoundError as exc:
-            if exc.name == name:
-                continue
-            raise
+            if exc.name != name:
+                raise
+            raise PluginMissing(f"command module {name} is not installed, so its commands are missing: reinstall "
+                                "migrator (`pip install -e .` in the checkout, or `scripts/setup`)") from None
         mod.register(app)
 
 
@@ -346,8 +337,8 @@ class SandboxMissing(MigratorError):
 
 def run(argv: list[str] | None = None) -> int:
     """Run the command line; every failure becomes one line on stderr and the exit code returned."""
-    _load_plugins()
     try:
+        _load_plugins()
         rv = app(args=argv, standalone_mode=False, prog_name="migrator")
     except typer.TyperException as exc:
         if type(exc).__name__ != "NoArgsIsHelpError":
@@ -369,7 +360,5 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    # run through the canonical module so plugins share its state (config path)
-    from migrator.cli.main import main as _main
-
-    _main()
+    # the root options' state lives in migrator.cli.helpers, shared by every module however this one was run
+    main()

@@ -25,7 +25,8 @@ from rich.table import Table
 
 from migrator.cli import phases
 from migrator.cli import rebalance as rebalance_cli
-from migrator.cli.options import YES_HELP, build_options, confirm, dry_run_or_yes
+from migrator.cli.helpers import duration, human_bytes, load_config, shard_runs
+from migrator.cli.options import YES_HELP, UsageProblem, build_options, confirm, dry_run_or_yes
 from migrator.engine.migration import Options
 from migrator.errors import ExitCode
 from migrator.ops import command, intents
@@ -33,27 +34,6 @@ from migrator.ops.rebalance import command as rebalance_cmd
 
 console = Console()
 err_console = Console(stderr=True)
-
-
-def _cfg() -> Any:
-    from migrator.cli.main import load_config
-
-    return load_config()
-
-
-def _human_bytes(n: float) -> str:
-    from migrator.cli.main import human_bytes
-
-    return human_bytes(n)
-
-
-def _duration(s: float) -> str:
-    if s == float("inf"):
-        return "unknown"
-    s = int(round(s))
-    h, rem = divmod(s, 3600)
-    m, sec = divmod(rem, 60)
-    return f"{h}h{m:02d}m{sec:02d}s" if h else (f"{m}m{sec:02d}s" if m else f"{sec}s")
 
 
 FREEZE_HELP = "Longest write freeze allowed (ms; default 500)."
@@ -87,10 +67,6 @@ def _options(chunk_rows: int | None = None, chunk_target_ms: int | None = None, 
 TABLES_LISTED = 30
 
 
-def _runs(runs: list[Any]) -> str:
-    return ",".join(f"{lo}-{hi}" if lo != hi else str(lo) for lo, hi in runs)
-
-
 def _tables_table(est: Any, verbose: bool) -> Table:
     """The tables to copy: one row per table, or (at host scale) one per table name across shards."""
     if verbose or len(est.tables) <= TABLES_LISTED:
@@ -98,7 +74,7 @@ def _tables_table(est: Any, verbose: bool) -> Table:
         for col in ("table", "rows (est.)", "bytes"):
             t.add_column(col, justify="right" if col != "table" else "left")
         for te in est.tables:
-            t.add_row(f"{te.db}.{te.table}", f"{te.rows:,}", _human_bytes(te.bytes))
+            t.add_row(f"{te.db}.{te.table}", f"{te.rows:,}", human_bytes(te.bytes))
     else:
         by_name: dict[str, list[Any]] = {}
         for te in est.tables:
@@ -110,8 +86,8 @@ def _tables_table(est: Any, verbose: bool) -> Table:
             tes = by_name[name]
             big = max(tes, key=lambda x: x.bytes)
             t.add_row(name, f"{len(tes):,}", f"{sum(x.rows for x in tes):,}",
-                      _human_bytes(sum(x.bytes for x in tes)), f"{big.db} {_human_bytes(big.bytes)}")
-    total = [f"{est.rows:,}", _human_bytes(est.bytes)]
+                      human_bytes(sum(x.bytes for x in tes)), f"{big.db} {human_bytes(big.bytes)}")
+    total = [f"{est.rows:,}", human_bytes(est.bytes)]
     t.add_row("total", *(total if len(t.columns) == 3 else ["", *total, ""]), style="bold")
     return t
 
@@ -125,7 +101,7 @@ def _batches_table(result: command.PlanResult) -> Table:
     for col in ("#", "shards", "tables", "bytes"):
         t.add_column(col, justify="right" if col != "shards" else "left")
     for i, b in enumerate(batches):
-        t.add_row(str(i), f"{_runs(b['runs'])} ({b['shards']})", f"{b['tables']:,}", _human_bytes(b["bytes"]))
+        t.add_row(str(i), f"{shard_runs(b['runs'])} ({b['shards']})", f"{b['tables']:,}", human_bytes(b["bytes"]))
     return t
 
 
@@ -136,7 +112,7 @@ def _print_plan(result: command.PlanResult, as_json: bool, verbose: bool = False
     spec = result.spec
     what = (f"queue {spec.queue} partition {spec.partition} ({', '.join(spec.tables)})"
             if spec.kind == "queue_partition" else
-            f"shards {_runs(spec.ranges())} ({len(spec.shards)})")
+            f"shards {shard_runs(spec.ranges())} ({len(spec.shards)})")
     head = "dry run: would move" if result.estimate is not None else \
         ("move" if not result.stored else "planned " + spec.id + ": move")
     console.print(f"{head} {what} from {spec.source_master}/{spec.source_slave} to "
@@ -146,8 +122,8 @@ def _print_plan(result: command.PlanResult, as_json: bool, verbose: bool = False
     est = result.estimate
     if est is not None:
         console.print(_tables_table(est, verbose))
-        console.print(f"copy rate {est.rows_per_s:,.0f} rows/s, {_human_bytes(est.bytes_per_s)}/s "
-                      f"({est.rate_source}); ETA {_duration(est.eta_s)}. Nothing was stored or locked.",
+        console.print(f"copy rate {est.rows_per_s:,.0f} rows/s, {human_bytes(est.bytes_per_s)}/s "
+                      f"({est.rate_source}); ETA {duration(est.eta_s)}. Nothing was stored or locked.",
                       markup=False, highlight=False)
         console.print(f"ETA {est.method}.", markup=False, highlight=False)
         if result.batches is None:
@@ -160,7 +136,7 @@ def _print_plan(result: command.PlanResult, as_json: bool, verbose: bool = False
 
 def _launch_batches(res: command.PlanResult, start: bool, detach: bool, postpone: bool) -> None:
     """A move too big for one fence: its batches run as a chain of migrations (a rebalance record)."""
-    cfg = _cfg()
+    cfg = load_config()
     rid = rebalance_cmd.start_split(cfg, res.spec, paused=not start, postpone_cutover=postpone)
     if not start:
         console.print(f"planned {rid}: {len(res.batches or [])} batches, not started; start it with "
@@ -187,8 +163,6 @@ def _plan_and_launch(plan: Any, *, yes: bool, dry_run: bool, no_start: bool, det
     """A dry run unless ``yes``; with it, store (and lock), then launch unless ``no_start``."""
     dry_run_or_yes(dry_run, yes)
     if no_start and not yes:
-        from migrator.cli.options import UsageProblem
-
         raise UsageProblem("--no-start goes with --yes (store the plan and lock the shards, start nothing); "
                            "without --yes the command is a dry run")
     res = plan(dry_run=not yes)
@@ -199,7 +173,7 @@ def _plan_and_launch(plan: Any, *, yes: bool, dry_run: bool, no_start: bool, det
         _launch_batches(res, not no_start, detach, postpone)
         return
     if postpone:
-        command.postpone(_cfg(), res.spec.id, on=True)
+        command.postpone(load_config(), res.spec.id, on=True)
     if not no_start:
         _launch(res, detach)
 
@@ -207,7 +181,7 @@ def _plan_and_launch(plan: Any, *, yes: bool, dry_run: bool, no_start: bool, det
 def _launch(res: command.PlanResult, detach: bool) -> None:
     from migrator.ops import watch
 
-    cfg = _cfg()
+    cfg = load_config()
     mid = res.spec.id
     job = command.launch(cfg, mid)
     console.print(f"running {mid} on RQ workers (first job {job}); start workers with `migrator worker`",
@@ -227,271 +201,279 @@ def _launch(res: command.PlanResult, detach: bool) -> None:
                   "cleanup scheduled", markup=False, highlight=False)
 
 
-def register(app: typer.Typer) -> None:
-    """Add the migration commands to the ``migrator`` app."""
+def split(
+    source: str = typer.Argument(..., help="The master whose ranges split, e.g. MySQL001A."),
+    to: str | None = typer.Option(None, "--to", help="Target pair (its master); default: a spare pair."),
+    yes: bool = typer.Option(False, "--yes", "-y", help=YES_RUN_HELP),
+    dry_run: bool = typer.Option(False, "--dry-run", help=DRY_RUN_HELP),
+    no_start: bool = typer.Option(False, "--no-start", help=NO_START_HELP),
+    detach: bool = typer.Option(False, "--detach", help="With --yes: do not follow progress."),
+    as_json: bool = typer.Option(False, "--json"),
+    max_lag: float | None = typer.Option(None, "--max-lag", help=MAX_LAG_HELP),
+    max_threads_running: int | None = typer.Option(None, "--max-threads-running", help=THREADS_HELP),
+    freeze_budget_ms: int | None = typer.Option(None, "--freeze-budget-ms", help=FREEZE_HELP),
+    postpone_cutover: bool = typer.Option(False, "--postpone-cutover", help=POSTPONE_HELP),
+    cutover_retry_s: float | None = typer.Option(None, "--cutover-retry-s", help=RETRY_HELP),
+    fence: str | None = typer.Option(None, "--fence", help=FENCE_HELP),
+    chunk_rows: int | None = typer.Option(None, "--chunk-rows", help="First chunk size (adapts after)."),
+    chunk_target_ms: int | None = typer.Option(None, "--chunk-target-ms", help=CHUNK_MS_HELP),
+    workers: int | None = typer.Option(None, "--workers", help="Tables copied at once (default 4)."),
+    all_tables: bool = typer.Option(False, "--all-tables", help=ALL_TABLES_HELP),
+) -> None:
+    """Move the upper half of every range on SOURCE to a spare pair (or --to).
 
-    @app.command("split")
-    def split(
-        source: str = typer.Argument(..., help="The master whose ranges split, e.g. MySQL001A."),
-        to: str | None = typer.Option(None, "--to", help="Target pair (its master); default: a spare pair."),
-        yes: bool = typer.Option(False, "--yes", "-y", help=YES_RUN_HELP),
-        dry_run: bool = typer.Option(False, "--dry-run", help=DRY_RUN_HELP),
-        no_start: bool = typer.Option(False, "--no-start", help=NO_START_HELP),
-        detach: bool = typer.Option(False, "--detach", help="With --yes: do not follow progress."),
-        as_json: bool = typer.Option(False, "--json"),
-        max_lag: float | None = typer.Option(None, "--max-lag", help=MAX_LAG_HELP),
-        max_threads_running: int | None = typer.Option(None, "--max-threads-running", help=THREADS_HELP),
-        freeze_budget_ms: int | None = typer.Option(None, "--freeze-budget-ms", help=FREEZE_HELP),
-        postpone_cutover: bool = typer.Option(False, "--postpone-cutover", help=POSTPONE_HELP),
-        cutover_retry_s: float | None = typer.Option(None, "--cutover-retry-s", help=RETRY_HELP),
-        fence: str | None = typer.Option(None, "--fence", help=FENCE_HELP),
-        chunk_rows: int | None = typer.Option(None, "--chunk-rows", help="First chunk size (adapts after)."),
-        chunk_target_ms: int | None = typer.Option(None, "--chunk-target-ms", help=CHUNK_MS_HELP),
-        workers: int | None = typer.Option(None, "--workers", help="Tables copied at once (default 4)."),
-        all_tables: bool = typer.Option(False, "--all-tables", help=ALL_TABLES_HELP),
-    ) -> None:
-        """Move the upper half of every range on SOURCE to a spare pair (or --to).
+    A dry run unless --yes: shards, tables, rows, bytes and ETA, nothing stored or locked. With --yes it
+    stores the plan, locks the shards and runs plan -> preflight -> copy -> catch-up passes -> verify ->
+    cutover on RQ workers (`migrator worker`), cleanup scheduled."""
+    opts = _options(chunk_rows, chunk_target_ms, workers, max_lag, freeze_budget_ms, fence, max_threads_running,
+                    cutover_retry_s)
+    _plan_and_launch(lambda dry_run: command.plan_split(load_config(), source, to, dry_run=dry_run,
+                                                       batches_ok=True, options=opts),
+                     yes=yes, dry_run=dry_run, no_start=no_start, detach=detach, postpone=postpone_cutover,
+                     as_json=as_json, all_tables=all_tables)
 
-        A dry run unless --yes: shards, tables, rows, bytes and ETA, nothing stored or locked. With --yes it
-        stores the plan, locks the shards and runs plan -> preflight -> copy -> catch-up passes -> verify ->
-        cutover on RQ workers (`migrator worker`), cleanup scheduled."""
-        opts = _options(chunk_rows, chunk_target_ms, workers, max_lag, freeze_budget_ms, fence, max_threads_running,
-                        cutover_retry_s)
-        _plan_and_launch(lambda dry_run: command.plan_split(_cfg(), source, to, dry_run=dry_run, batches_ok=True,
-                                                           options=opts),
-                         yes=yes, dry_run=dry_run, no_start=no_start, detach=detach, postpone=postpone_cutover,
-                         as_json=as_json, all_tables=all_tables)
 
-    @app.command("move")
-    def move(
-        shards: str = typer.Option(..., "--shards", help="Shards to move, e.g. 4-7 or 4,6."),
-        to: str = typer.Option(..., "--to", help="Target pair (its master)."),
-        yes: bool = typer.Option(False, "--yes", "-y", help=YES_RUN_HELP),
-        dry_run: bool = typer.Option(False, "--dry-run", help=DRY_RUN_HELP),
-        no_start: bool = typer.Option(False, "--no-start", help=NO_START_HELP),
-        detach: bool = typer.Option(False, "--detach", help="With --yes: do not follow progress."),
-        as_json: bool = typer.Option(False, "--json"),
-        max_lag: float | None = typer.Option(None, "--max-lag", help=MAX_LAG_HELP),
-        max_threads_running: int | None = typer.Option(None, "--max-threads-running", help=THREADS_HELP),
-        freeze_budget_ms: int | None = typer.Option(None, "--freeze-budget-ms", help=FREEZE_HELP),
-        postpone_cutover: bool = typer.Option(False, "--postpone-cutover", help=POSTPONE_HELP),
-        cutover_retry_s: float | None = typer.Option(None, "--cutover-retry-s", help=RETRY_HELP),
-        fence: str | None = typer.Option(None, "--fence", help=FENCE_HELP),
-        chunk_rows: int | None = typer.Option(None, "--chunk-rows", help="First chunk size (adapts after)."),
-        chunk_target_ms: int | None = typer.Option(None, "--chunk-target-ms", help=CHUNK_MS_HELP),
-        workers: int | None = typer.Option(None, "--workers", help="Tables copied at once (default 4)."),
-        all_tables: bool = typer.Option(False, "--all-tables", help=ALL_TABLES_HELP),
-    ) -> None:
-        """Move shards (all on one source pair) to another pair: a dry run unless --yes (as split)."""
-        opts = _options(chunk_rows, chunk_target_ms, workers, max_lag, freeze_budget_ms, fence, max_threads_running,
-                        cutover_retry_s)
-        _plan_and_launch(lambda dry_run: command.plan_move(_cfg(), shards, to, dry_run=dry_run, batches_ok=True,
-                                                          options=opts),
-                         yes=yes, dry_run=dry_run, no_start=no_start, detach=detach, postpone=postpone_cutover,
-                         as_json=as_json, all_tables=all_tables)
+def move(
+    shards: str = typer.Option(..., "--shards", help="Shards to move, e.g. 4-7 or 4,6."),
+    to: str = typer.Option(..., "--to", help="Target pair (its master)."),
+    yes: bool = typer.Option(False, "--yes", "-y", help=YES_RUN_HELP),
+    dry_run: bool = typer.Option(False, "--dry-run", help=DRY_RUN_HELP),
+    no_start: bool = typer.Option(False, "--no-start", help=NO_START_HELP),
+    detach: bool = typer.Option(False, "--detach", help="With --yes: do not follow progress."),
+    as_json: bool = typer.Option(False, "--json"),
+    max_lag: float | None = typer.Option(None, "--max-lag", help=MAX_LAG_HELP),
+    max_threads_running: int | None = typer.Option(None, "--max-threads-running", help=THREADS_HELP),
+    freeze_budget_ms: int | None = typer.Option(None, "--freeze-budget-ms", help=FREEZE_HELP),
+    postpone_cutover: bool = typer.Option(False, "--postpone-cutover", help=POSTPONE_HELP),
+    cutover_retry_s: float | None = typer.Option(None, "--cutover-retry-s", help=RETRY_HELP),
+    fence: str | None = typer.Option(None, "--fence", help=FENCE_HELP),
+    chunk_rows: int | None = typer.Option(None, "--chunk-rows", help="First chunk size (adapts after)."),
+    chunk_target_ms: int | None = typer.Option(None, "--chunk-target-ms", help=CHUNK_MS_HELP),
+    workers: int | None = typer.Option(None, "--workers", help="Tables copied at once (default 4)."),
+    all_tables: bool = typer.Option(False, "--all-tables", help=ALL_TABLES_HELP),
+) -> None:
+    """Move shards (all on one source pair) to another pair: a dry run unless --yes (as split)."""
+    opts = _options(chunk_rows, chunk_target_ms, workers, max_lag, freeze_budget_ms, fence, max_threads_running,
+                    cutover_retry_s)
+    _plan_and_launch(lambda dry_run: command.plan_move(load_config(), shards, to, dry_run=dry_run,
+                                                      batches_ok=True, options=opts),
+                     yes=yes, dry_run=dry_run, no_start=no_start, detach=detach, postpone=postpone_cutover,
+                     as_json=as_json, all_tables=all_tables)
 
-    @app.command("move-partition")
-    def move_partition(
-        queue: str = typer.Option(..., "--queue", help="Queue name."),
-        partition: int = typer.Option(..., "--partition", help="Partition index."),
-        to: str = typer.Option(..., "--to", help="Target pair (its master)."),
-        yes: bool = typer.Option(False, "--yes", "-y", help=YES_RUN_HELP),
-        dry_run: bool = typer.Option(False, "--dry-run", help=DRY_RUN_HELP),
-        no_start: bool = typer.Option(False, "--no-start", help=NO_START_HELP),
-        detach: bool = typer.Option(False, "--detach", help="With --yes: do not follow progress."),
-        as_json: bool = typer.Option(False, "--json"),
-        max_lag: float | None = typer.Option(None, "--max-lag", help=MAX_LAG_HELP),
-        max_threads_running: int | None = typer.Option(None, "--max-threads-running", help=THREADS_HELP),
-        freeze_budget_ms: int | None = typer.Option(None, "--freeze-budget-ms", help=FREEZE_HELP),
-        postpone_cutover: bool = typer.Option(False, "--postpone-cutover", help=POSTPONE_HELP),
-        cutover_retry_s: float | None = typer.Option(None, "--cutover-retry-s", help=RETRY_HELP),
-    ) -> None:
-        """Move one queue partition's jobs table to another pair: a dry run unless --yes (as split)."""
-        opts = _options(max_lag=max_lag, freeze_budget_ms=freeze_budget_ms, max_threads_running=max_threads_running,
-                        cutover_retry_s=cutover_retry_s)
-        _plan_and_launch(lambda dry_run: command.plan_move_partition(_cfg(), queue, partition, to, dry_run=dry_run,
-                                                                    options=opts),
-                         yes=yes, dry_run=dry_run, no_start=no_start, detach=detach, postpone=postpone_cutover,
-                         as_json=as_json)
 
-    @app.command("preflight")
-    def preflight(migration_id: str = typer.Argument(...), as_json: bool = typer.Option(False, "--json")) -> None:
-        """Check every precondition of the copy; exits non-zero on a failure."""
-        res = command.preflight(_cfg(), migration_id)
-        if as_json:
-            print(json.dumps(res.as_dict(), indent=2, default=str))
-        else:
-            for line in res.lines():
-                console.print(line, markup=False, highlight=False)
-            console.print(f"{len(res.failures)} failure(s), {len(res.warnings)} warning(s)", markup=False)
-        if not res.ok:
-            raise typer.Exit(ExitCode.REFUSED)
+def move_partition(
+    queue: str = typer.Option(..., "--queue", help="Queue name."),
+    partition: int = typer.Option(..., "--partition", help="Partition index."),
+    to: str = typer.Option(..., "--to", help="Target pair (its master)."),
+    yes: bool = typer.Option(False, "--yes", "-y", help=YES_RUN_HELP),
+    dry_run: bool = typer.Option(False, "--dry-run", help=DRY_RUN_HELP),
+    no_start: bool = typer.Option(False, "--no-start", help=NO_START_HELP),
+    detach: bool = typer.Option(False, "--detach", help="With --yes: do not follow progress."),
+    as_json: bool = typer.Option(False, "--json"),
+    max_lag: float | None = typer.Option(None, "--max-lag", help=MAX_LAG_HELP),
+    max_threads_running: int | None = typer.Option(None, "--max-threads-running", help=THREADS_HELP),
+    freeze_budget_ms: int | None = typer.Option(None, "--freeze-budget-ms", help=FREEZE_HELP),
+    postpone_cutover: bool = typer.Option(False, "--postpone-cutover", help=POSTPONE_HELP),
+    cutover_retry_s: float | None = typer.Option(None, "--cutover-retry-s", help=RETRY_HELP),
+) -> None:
+    """Move one queue partition's jobs table to another pair: a dry run unless --yes (as split)."""
+    opts = _options(max_lag=max_lag, freeze_budget_ms=freeze_budget_ms, max_threads_running=max_threads_running,
+                    cutover_retry_s=cutover_retry_s)
+    _plan_and_launch(lambda dry_run: command.plan_move_partition(load_config(), queue, partition, to,
+                                                                dry_run=dry_run, options=opts),
+                     yes=yes, dry_run=dry_run, no_start=no_start, detach=detach, postpone=postpone_cutover,
+                     as_json=as_json)
 
-    @app.command("copy")
-    def copy(
-        migration_id: str = typer.Argument(...),
-        sync: bool = typer.Option(False, "--sync", help="Copy in this process instead of RQ workers."),
-        workers: int | None = typer.Option(None, "--workers", help="Threads for --sync."),
-        queue: str | None = typer.Option(None, "--queue", help="RQ queue (default: the source pair's, which "
-                                                                 "`migrator worker` serves)."),
-    ) -> None:
-        """Preflight, then copy schema and rows (RQ jobs; --sync runs here)."""
-        cfg = _cfg()
-        if not sync:
-            from migrator.ops import steps
 
-            queue = queue or steps.queue_of(cfg, migration_id)
-            job = command.start_copy(cfg, migration_id, queue=queue)
-            console.print(f"enqueued {job} on queue {queue!r}; follow with `migrator status {migration_id}`",
-                          markup=False, highlight=False)
-            return
-        from migrator.ops import watch
+def preflight(migration_id: str = typer.Argument(...), as_json: bool = typer.Option(False, "--json")) -> None:
+    """Check every precondition of the copy; exits non-zero on a failure."""
+    res = command.preflight(load_config(), migration_id)
+    if as_json:
+        print(json.dumps(res.as_dict(), indent=2, default=str))
+    else:
+        for line in res.lines():
+            console.print(line, markup=False, highlight=False)
+        console.print(f"{len(res.failures)} failure(s), {len(res.warnings)} warning(s)", markup=False)
+    if not res.ok:
+        raise typer.Exit(ExitCode.REFUSED)
 
-        st = command.status(cfg, migration_id)
-        progress, on_progress = watch.copy_progress(console, total_rows=int(st["copy"].get("est_rows") or 1))
-        with progress:
-            out = command.run_copy(cfg, migration_id, workers=workers, on_progress=on_progress)
-        console.print(f"copied {out['rows']:,} rows ({_human_bytes(out['bytes'])}) in {out['seconds']:.1f}s; "
-                      f"phase {out['phase']}", markup=False, highlight=False)
 
-    @app.command("status")
-    def status(
-        migration_id: str | None = typer.Argument(None),
-        as_json: bool = typer.Option(False, "--json", help="Everything as JSON (for scripts)."),
-        watch_: bool = typer.Option(False, "--watch", "-w", help="Redraw live (until a final phase, or Ctrl-C)."),
-        interval: float = typer.Option(1.0, "--interval", help="Seconds between redraws with --watch."),
-        timeout: float | None = typer.Option(None, "--timeout", help="Stop watching after this many seconds."),
-    ) -> None:
-        """Every migration's phase and the live workers; with an ID: per-shard copy progress, copy rate and
-        ETA, the catch-up pass table, predicted and last freeze, and the workers."""
-        from migrator.ops import watch
+def copy(
+    migration_id: str = typer.Argument(...),
+    sync: bool = typer.Option(False, "--sync", help="Copy in this process instead of RQ workers."),
+    workers: int | None = typer.Option(None, "--workers", help="Threads for --sync."),
+    queue: str | None = typer.Option(None, "--queue", help="RQ queue (default: the source pair's, which "
+                                                             "`migrator worker` serves)."),
+) -> None:
+    """Preflight, then copy schema and rows (RQ jobs; --sync runs here)."""
+    cfg = load_config()
+    if not sync:
+        from migrator.ops import steps
 
-        cfg = _cfg()
-        if migration_id is not None and rebalance_cmd.is_rebalance_id(migration_id):
-            rebalance_cli.show_status(cfg, migration_id, as_json)
-            return
-        if watch_ and not as_json:
-            if migration_id is None:
-                try:
-                    watch.follow_all(cfg, every=interval, timeout=timeout, console=console)
-                except KeyboardInterrupt:
-                    pass
-                return
+        queue = queue or steps.queue_of(cfg, migration_id)
+        job = command.start_copy(cfg, migration_id, queue=queue)
+        console.print(f"enqueued {job} on queue {queue!r}; follow with `migrator status {migration_id}`",
+                      markup=False, highlight=False)
+        return
+    from migrator.ops import watch
+
+    st = command.status(cfg, migration_id)
+    progress, on_progress = watch.copy_progress(console, total_rows=int(st["copy"].get("est_rows") or 1))
+    with progress:
+        out = command.run_copy(cfg, migration_id, workers=workers, on_progress=on_progress)
+    console.print(f"copied {out['rows']:,} rows ({human_bytes(out['bytes'])}) in {out['seconds']:.1f}s; "
+                  f"phase {out['phase']}", markup=False, highlight=False)
+
+
+def status(
+    migration_id: str | None = typer.Argument(None),
+    as_json: bool = typer.Option(False, "--json", help="Everything as JSON (for scripts)."),
+    watch_: bool = typer.Option(False, "--watch", "-w", help="Redraw live (until a final phase, or Ctrl-C)."),
+    interval: float = typer.Option(1.0, "--interval", help="Seconds between redraws with --watch."),
+    timeout: float | None = typer.Option(None, "--timeout", help="Stop watching after this many seconds."),
+) -> None:
+    """Every migration's phase and the live workers; with an ID: per-shard copy progress, copy rate and
+    ETA, the catch-up pass table, predicted and last freeze, and the workers."""
+    from migrator.ops import watch
+
+    cfg = load_config()
+    if migration_id is not None and rebalance_cmd.is_rebalance_id(migration_id):
+        rebalance_cli.show_status(cfg, migration_id, as_json)
+        return
+    if watch_ and not as_json:
+        if migration_id is None:
             try:
-                watch.follow(cfg, migration_id, every=interval, timeout=timeout, console=console, with_workers=True)
+                watch.follow_all(cfg, every=interval, timeout=timeout, console=console)
             except KeyboardInterrupt:
                 pass
             return
-        out = watch.listing(cfg) if migration_id is None else watch.overview(cfg, migration_id)
-        if as_json:
-            print(json.dumps(out, indent=2, default=str))
-            return
-        if migration_id is None:
-            console.print(watch.render_listing(out))
-            if rebalance_cmd.status(cfg)["rebalances"]:
-                rebalance_cli.show_status(cfg, None, False)
-            return
-        progress, task = watch.new_progress(console)
-        console.print(watch.render(out, progress, task))
-        if out.get("history"):
-            last = out["history"][-1]
-            console.print(f"last change: {last.get('from') or '-'} -> {last['to']} by {last['who']}",
-                          markup=False, highlight=False)
-
-    @app.command("pause")
-    def pause(migration_id: str = typer.Argument(...)) -> None:
-        """Copy workers stop between chunks (resume with `migrator resume ID`); a rebalance id pauses
-        all its moves and starts no new one."""
-        if rebalance_cmd.is_rebalance_id(migration_id):
-            out = rebalance_cmd.pause(_cfg(), migration_id)
-            console.print(f"{migration_id} paused ({len(out['migrations'])} running moves paused)", markup=False)
-            return
-        out = command.pause(_cfg(), migration_id)
-        console.print(f"{migration_id} paused in phase {out['phase']}", markup=False)
-
-    @app.command("resume")
-    def resume(migration_id: str = typer.Argument(...),
-               queue: str | None = typer.Option(None, "--queue", help="RQ queue (default: the source pair's).")
-               ) -> None:
-        """Clear the pause flag and re-enqueue the current step from the ZooKeeper record (a rebalance id:
-        all its paused moves, and its schedule)."""
-        if rebalance_cmd.is_rebalance_id(migration_id):
-            out = rebalance_cmd.resume(_cfg(), migration_id)
-            console.print(f"{migration_id} resumed: {out['running']} running, {out['waiting']} waiting",
-                          markup=False)
-            return
-        out = command.resume(_cfg(), migration_id, queue=queue)
-        console.print(f"{migration_id} in phase {out['phase']}: " +
-                      (f"enqueued {out['job']}" if out["job"] else "no queued step for this phase"), markup=False)
-
-    @app.command("abort")
-    def abort(migration_id: str = typer.Argument(...),
-              yes: bool = typer.Option(False, "--yes", "-y", help=YES_HELP)) -> None:
-        """Stop a migration before cutover: drop the target copies, release the locks (shows what it drops and
-        asks)."""
-        confirm(intents.abort(_cfg(), migration_id), yes)
-        if rebalance_cmd.is_rebalance_id(migration_id):
-            out = rebalance_cmd.abort(_cfg(), migration_id)
-            console.print(f"{migration_id} aborted: {len(out['aborted'])} moves aborted, "
-                          f"{len(out['left_running'])} past their flip left to finish", markup=False)
-            return
-        out = command.abort(_cfg(), migration_id)
-        console.print(f"{migration_id} aborted (was {out['was']}); dropped on the target: "
-                      f"{', '.join(out['dropped']) or 'nothing'}", markup=False, highlight=False)
-
-    @app.command("set")
-    def set_(
-        migration_id: str = typer.Argument(..., help="The migration id (rb-...: every move of a rebalance or "
-                                                      "batched split, and the moves it starts later)."),
-        max_lag: float | None = typer.Option(None, "--max-lag", help=MAX_LAG_HELP),
-        max_threads_running: int | None = typer.Option(None, "--max-threads-running", help=THREADS_HELP),
-        chunk_target_ms: int | None = typer.Option(None, "--chunk-target-ms", help=CHUNK_MS_HELP),
-        freeze_budget_ms: int | None = typer.Option(None, "--freeze-budget-ms", help=FREEZE_HELP),
-        cutover_retry_s: float | None = typer.Option(None, "--cutover-retry-s", help=RETRY_HELP),
-        as_json: bool = typer.Option(False, "--json"),
-    ) -> None:
-        """Change a running migration's limits: copy jobs pick them up at their next slice,
-        catch-up at its next pass, the pipeline at its next cutover attempt."""
-        changes = {"max_standby_lag_s": max_lag, "max_threads_running": max_threads_running,
-                   "chunk_target_ms": chunk_target_ms, "freeze_budget_ms": freeze_budget_ms,
-                   "cutover_retry_s": cutover_retry_s}
-        if all(v is None for v in changes.values()):
-            from migrator.cli.options import UsageProblem
-
-            raise UsageProblem("give at least one of --max-lag, --max-threads-running, --chunk-target-ms, "
-                               "--freeze-budget-ms, --cutover-retry-s")
-        build_options(**changes)  # a bad value is refused here, naming its flag, before anything is read
-        if rebalance_cmd.is_rebalance_id(migration_id):
-            out = rebalance_cmd.set_options(_cfg(), migration_id, **changes)
-        else:
-            out = command.set_options(_cfg(), migration_id, **changes)
-        if as_json:
-            print(json.dumps(out, indent=2))
-            return
-        o = out["options"]
-        console.print(f"{migration_id}: max lag {o['max_standby_lag_s']}s, max threads running "
-                      f"{o['max_threads_running']}, chunk target {o['chunk_target_ms']} ms, freeze budget "
-                      f"{o['freeze_budget_ms']} ms, cutover retried for {o['cutover_retry_s']:g} s"
-                      + (f" ({len(out['migrations'])} running moves changed)" if "migrations" in out else ""),
+        try:
+            watch.follow(cfg, migration_id, every=interval, timeout=timeout, console=console, with_workers=True)
+        except KeyboardInterrupt:
+            pass
+        return
+    out = watch.listing(cfg) if migration_id is None else watch.overview(cfg, migration_id)
+    if as_json:
+        print(json.dumps(out, indent=2, default=str))
+        return
+    if migration_id is None:
+        console.print(watch.render_listing(out))
+        if rebalance_cmd.status(cfg)["rebalances"]:
+            rebalance_cli.show_status(cfg, None, False)
+        return
+    progress, task = watch.new_progress(console)
+    console.print(watch.render(out, progress, task))
+    if out.get("history"):
+        last = out["history"][-1]
+        console.print(f"last change: {last.get('from') or '-'} -> {last['to']} by {last['who']}",
                       markup=False, highlight=False)
 
-    @app.command("postpone")
-    def postpone(
-        migration_id: str = typer.Argument(..., help="The migration id (rb-...: every move of a rebalance or "
-                                                      "batched split, and the moves it starts later)."),
-        release: bool = typer.Option(False, "--release", help="Let the pipeline cut over again."),
-    ) -> None:
-        """Hold the cutover (catch-up keeps the target current); --release lets it go ahead."""
-        if rebalance_cmd.is_rebalance_id(migration_id):
-            out = rebalance_cmd.postpone(_cfg(), migration_id, on=not release)
-            console.print(f"{migration_id}: cutovers " + (
-                f"postponed ({len(out['migrations'])} running moves, and every move it starts); release with "
-                f"`migrator postpone {migration_id} --release`" if not release else
-                f"released ({len(out['migrations'])} running moves)"), markup=False, highlight=False)
-            return
-        out = command.postpone(_cfg(), migration_id, on=not release)
-        console.print(f"{migration_id} ({out['phase']}): cutover "
-                      + (f"postponed; release with `migrator postpone {migration_id} --release`"
-                         if out["postpone_cutover"] else "released"), markup=False, highlight=False)
 
+def pause(migration_id: str = typer.Argument(...)) -> None:
+    """Copy workers stop between chunks (resume with `migrator resume ID`); a rebalance id pauses
+    all its moves and starts no new one."""
+    if rebalance_cmd.is_rebalance_id(migration_id):
+        out = rebalance_cmd.pause(load_config(), migration_id)
+        console.print(f"{migration_id} paused ({len(out['migrations'])} running moves paused)", markup=False)
+        return
+    out = command.pause(load_config(), migration_id)
+    console.print(f"{migration_id} paused in phase {out['phase']}", markup=False)
+
+
+def resume(migration_id: str = typer.Argument(...),
+           queue: str | None = typer.Option(None, "--queue", help="RQ queue (default: the source pair's).")
+           ) -> None:
+    """Clear the pause flag and re-enqueue the current step from the ZooKeeper record (a rebalance id:
+    all its paused moves, and its schedule)."""
+    if rebalance_cmd.is_rebalance_id(migration_id):
+        out = rebalance_cmd.resume(load_config(), migration_id)
+        console.print(f"{migration_id} resumed: {out['running']} running, {out['waiting']} waiting",
+                      markup=False)
+        return
+    out = command.resume(load_config(), migration_id, queue=queue)
+    console.print(f"{migration_id} in phase {out['phase']}: " +
+                  (f"enqueued {out['job']}" if out["job"] else "no queued step for this phase"), markup=False)
+
+
+def abort(migration_id: str = typer.Argument(...),
+          yes: bool = typer.Option(False, "--yes", "-y", help=YES_HELP)) -> None:
+    """Stop a migration before cutover: drop the target copies, release the locks (shows what it drops and
+    asks)."""
+    confirm(intents.abort(load_config(), migration_id), yes)
+    if rebalance_cmd.is_rebalance_id(migration_id):
+        out = rebalance_cmd.abort(load_config(), migration_id)
+        console.print(f"{migration_id} aborted: {len(out['aborted'])} moves aborted, "
+                      f"{len(out['left_running'])} past their flip left to finish", markup=False)
+        return
+    out = command.abort(load_config(), migration_id)
+    console.print(f"{migration_id} aborted (was {out['was']}); dropped on the target: "
+                  f"{', '.join(out['dropped']) or 'nothing'}", markup=False, highlight=False)
+
+
+def set_(
+    migration_id: str = typer.Argument(..., help="The migration id (rb-...: every move of a rebalance or "
+                                                  "batched split, and the moves it starts later)."),
+    max_lag: float | None = typer.Option(None, "--max-lag", help=MAX_LAG_HELP),
+    max_threads_running: int | None = typer.Option(None, "--max-threads-running", help=THREADS_HELP),
+    chunk_target_ms: int | None = typer.Option(None, "--chunk-target-ms", help=CHUNK_MS_HELP),
+    freeze_budget_ms: int | None = typer.Option(None, "--freeze-budget-ms", help=FREEZE_HELP),
+    cutover_retry_s: float | None = typer.Option(None, "--cutover-retry-s", help=RETRY_HELP),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Change a running migration's limits: copy jobs pick them up at their next slice,
+    catch-up at its next pass, the pipeline at its next cutover attempt."""
+    changes = {"max_standby_lag_s": max_lag, "max_threads_running": max_threads_running,
+               "chunk_target_ms": chunk_target_ms, "freeze_budget_ms": freeze_budget_ms,
+               "cutover_retry_s": cutover_retry_s}
+    if all(v is None for v in changes.values()):
+        raise UsageProblem("give at least one of --max-lag, --max-threads-running, --chunk-target-ms, "
+                           "--freeze-budget-ms, --cutover-retry-s")
+    build_options(**changes)  # a bad value is refused here, naming its flag, before anything is read
+    if rebalance_cmd.is_rebalance_id(migration_id):
+        out = rebalance_cmd.set_options(load_config(), migration_id, **changes)
+    else:
+        out = command.set_options(load_config(), migration_id, **changes)
+    if as_json:
+        print(json.dumps(out, indent=2))
+        return
+    o = out["options"]
+    console.print(f"{migration_id}: max lag {o['max_standby_lag_s']}s, max threads running "
+                  f"{o['max_threads_running']}, chunk target {o['chunk_target_ms']} ms, freeze budget "
+                  f"{o['freeze_budget_ms']} ms, cutover retried for {o['cutover_retry_s']:g} s"
+                  + (f" ({len(out['migrations'])} running moves changed)" if "migrations" in out else ""),
+                  markup=False, highlight=False)
+
+
+def postpone(
+    migration_id: str = typer.Argument(..., help="The migration id (rb-...: every move of a rebalance or "
+                                                  "batched split, and the moves it starts later)."),
+    release: bool = typer.Option(False, "--release", help="Let the pipeline cut over again."),
+) -> None:
+    """Hold the cutover (catch-up keeps the target current); --release lets it go ahead."""
+    if rebalance_cmd.is_rebalance_id(migration_id):
+        out = rebalance_cmd.postpone(load_config(), migration_id, on=not release)
+        console.print(f"{migration_id}: cutovers " + (
+            f"postponed ({len(out['migrations'])} running moves, and every move it starts); release with "
+            f"`migrator postpone {migration_id} --release`" if not release else
+            f"released ({len(out['migrations'])} running moves)"), markup=False, highlight=False)
+        return
+    out = command.postpone(load_config(), migration_id, on=not release)
+    console.print(f"{migration_id} ({out['phase']}): cutover "
+                  + (f"postponed; release with `migrator postpone {migration_id} --release`"
+                     if out["postpone_cutover"] else "released"), markup=False, highlight=False)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the migration commands to the ``migrator`` app, then the phase commands."""
+    app.command("split")(split)
+    app.command("move")(move)
+    app.command("move-partition")(move_partition)
+    app.command("preflight")(preflight)
+    app.command("copy")(copy)
+    app.command("status")(status)
+    app.command("pause")(pause)
+    app.command("resume")(resume)
+    app.command("abort")(abort)
+    app.command("set")(set_)
+    app.command("postpone")(postpone)
     phases.register(app)

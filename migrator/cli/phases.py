@@ -23,6 +23,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from migrator.cli.helpers import load_config
 from migrator.cli.options import YES_HELP, confirm
 from migrator.engine.catch_up.passes import PassResult, run_passes
 from migrator.engine.cleanup import cleanup
@@ -47,93 +48,90 @@ def register(app: Any) -> None:
     register_cleanup(app)
 
 
+def catchup(
+    migration_id: str = typer.Argument(..., help="The migration id."),
+    passes: int | None = typer.Option(None, "--passes", min=1,
+                                      help="Run exactly N passes (default: until converged)."),
+    sync: bool = typer.Option(False, "--sync", help="Run the passes in this process instead of RQ workers."),
+    queue: str | None = typer.Option(None, "--queue", help="RQ queue (default: the source pair's, which "
+                                                            "`migrator worker` serves)."),
+) -> None:
+    """Replay the source binlog onto the target in passes until converged (on RQ workers; --sync: here)."""
+    console = Console()
+    cfg = load_config()
+    if not sync:
+        job = enqueue_passes(cfg, migration_id, passes, queue=queue)
+        console.print(f"enqueued {job}; follow with `migrator status {migration_id}`", markup=False,
+                      highlight=False)
+        return
+    table = Table(*PASS_COLUMNS, title=f"catch-up of {migration_id}")
+
+    def show(res: PassResult) -> None:
+        d = asdict(res)
+        table.add_row(*(str(d[c]) for c in PASS_COLUMNS))
+
+    results = run_passes(cfg, migration_id, passes, on_pass=show)
+    console.print(table)
+    if results and results[-1].converged:
+        console.print(f"converged; predicted freeze {results[-1].predicted_freeze_ms:.0f} ms")
+
+
 def register_catchup(app: Any) -> None:
     """Add ``catchup ID [--passes N] [--sync] [--queue Q]`` to a typer app."""
+    app.command("catchup")(catchup)
 
-    @app.command("catchup")
-    def catchup(
-        migration_id: str = typer.Argument(..., help="The migration id."),
-        passes: int | None = typer.Option(None, "--passes", min=1,
-                                          help="Run exactly N passes (default: until converged)."),
-        sync: bool = typer.Option(False, "--sync", help="Run the passes in this process instead of RQ workers."),
-        queue: str | None = typer.Option(None, "--queue", help="RQ queue (default: the source pair's, which "
-                                                                "`migrator worker` serves)."),
-    ) -> None:
-        """Replay the source binlog onto the target in passes until converged (on RQ workers; --sync: here)."""
-        from migrator.cli.main import load_config
 
-        console = Console()
-        cfg = load_config()
-        if not sync:
-            job = enqueue_passes(cfg, migration_id, passes, queue=queue)
-            console.print(f"enqueued {job}; follow with `migrator status {migration_id}`", markup=False,
-                          highlight=False)
-            return
-        table = Table(*PASS_COLUMNS, title=f"catch-up of {migration_id}")
-
-        def show(res: PassResult) -> None:
-            d = asdict(res)
-            table.add_row(*(str(d[c]) for c in PASS_COLUMNS))
-
-        results = run_passes(cfg, migration_id, passes, on_pass=show)
-        console.print(table)
-        if results and results[-1].converged:
-            console.print(f"converged; predicted freeze {results[-1].predicted_freeze_ms:.0f} ms")
+def verify_cmd(
+    migration_id: str = typer.Argument(..., help="The migration id."),
+    repair: bool = typer.Option(False, "--repair/--no-repair",
+                                help="Re-copy the chunks that differ (default: report only, change nothing)."),
+    chunk_rows: int = typer.Option(0, "--chunk-rows", min=0,
+                                   help="Rows per checksum chunk (default: the migration's)."),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Checksum the moving tables source vs target by primary-key chunks and report what differs
+    (--repair: re-copy it). Exits 1 when rows still differ."""
+    rep = verify_migration(load_config(), migration_id, repair=repair, chunk_rows=chunk_rows or None)
+    if as_json:
+        print(_json.dumps(rep.to_dict(), indent=2))
+    else:
+        print(f"{rep.tables} tables, {rep.chunks} chunks, {rep.rows_checked} rows: "
+              f"{len(rep.mismatched_chunks)} chunks differed, {len(rep.differing_rows)} rows differed, "
+              f"{rep.repaired_rows} re-copied, {rep.in_flight_rows} in flight (live writes, re-checked at "
+              f"cutover); {'OK' if rep.ok else 'STILL DIFFERENT'} "
+              f"(as of {rep.verified_gtid}, {rep.seconds:.1f}s)")
+        for d in rep.differing_rows[:50]:
+            print(f"  {d.table} {list(d.key)}: {d.kind}")
+        if not rep.ok and not repair:
+            print(f"report only: `migrator verify {migration_id} --repair` re-copies what differs")
+    if not rep.ok:
+        raise typer.Exit(ExitCode.FAILED)
 
 
 def register_verify(app: Any) -> None:
     """Add ``verify ID [--repair]`` to a typer app."""
+    app.command("verify")(verify_cmd)
 
-    @app.command("verify")
-    def verify_cmd(
-        migration_id: str = typer.Argument(..., help="The migration id."),
-        repair: bool = typer.Option(False, "--repair/--no-repair",
-                                    help="Re-copy the chunks that differ (default: report only, change nothing)."),
-        chunk_rows: int = typer.Option(0, "--chunk-rows", min=0,
-                                       help="Rows per checksum chunk (default: the migration's)."),
-        as_json: bool = typer.Option(False, "--json"),
-    ) -> None:
-        """Checksum the moving tables source vs target by primary-key chunks and report what differs
-        (--repair: re-copy it). Exits 1 when rows still differ."""
-        from migrator.cli.main import load_config
 
-        rep = verify_migration(load_config(), migration_id, repair=repair, chunk_rows=chunk_rows or None)
-        if as_json:
-            print(_json.dumps(rep.to_dict(), indent=2))
-        else:
-            print(f"{rep.tables} tables, {rep.chunks} chunks, {rep.rows_checked} rows: "
-                  f"{len(rep.mismatched_chunks)} chunks differed, {len(rep.differing_rows)} rows differed, "
-                  f"{rep.repaired_rows} re-copied, {rep.in_flight_rows} in flight (live writes, re-checked at "
-                  f"cutover); {'OK' if rep.ok else 'STILL DIFFERENT'} "
-                  f"(as of {rep.verified_gtid}, {rep.seconds:.1f}s)")
-            for d in rep.differing_rows[:50]:
-                print(f"  {d.table} {list(d.key)}: {d.kind}")
-            if not rep.ok and not repair:
-                print(f"report only: `migrator verify {migration_id} --repair` re-copies what differs")
-        if not rep.ok:
-            raise typer.Exit(ExitCode.FAILED)
+def cutover_cmd(migration_id: str = typer.Argument(..., help="The migration id."),
+                yes: bool = typer.Option(False, "--yes", "-y", help=YES_HELP),
+                as_json: bool = typer.Option(False, "--json")) -> None:
+    """Freeze, fence, drain, compare and flip the moving ranges to the target pair (switches traffic:
+    shows what it will do and asks)."""
+    cfg = load_config()
+    confirm(intents.cutover(cfg, migration_id), yes)
+    res = cutover(cfg, migration_id)
+    if as_json:
+        print(_json.dumps(res.to_dict(), indent=2))
+    else:
+        print(f"flipped {migration_id} at epoch {res.flipped_epoch}: write freeze {res.freeze_ms:.0f} ms "
+              f"({', '.join(f'{k} {v:.0f}' for k, v in res.steps_ms.items())}); "
+              f"{res.rows_checked} changed rows compared, {res.rows_repaired} re-copied")
 
 
 def register_cutover(app: Any) -> None:
     """Add ``cutover ID [--yes]`` to a typer app."""
-
-    @app.command("cutover")
-    def cutover_cmd(migration_id: str = typer.Argument(..., help="The migration id."),
-                    yes: bool = typer.Option(False, "--yes", "-y", help=YES_HELP),
-                    as_json: bool = typer.Option(False, "--json")) -> None:
-        """Freeze, fence, drain, compare and flip the moving ranges to the target pair (switches traffic:
-        shows what it will do and asks)."""
-        from migrator.cli.main import load_config
-
-        cfg = load_config()
-        confirm(intents.cutover(cfg, migration_id), yes)
-        res = cutover(cfg, migration_id)
-        if as_json:
-            print(_json.dumps(res.to_dict(), indent=2))
-        else:
-            print(f"flipped {migration_id} at epoch {res.flipped_epoch}: write freeze {res.freeze_ms:.0f} ms "
-                  f"({', '.join(f'{k} {v:.0f}' for k, v in res.steps_ms.items())}); "
-                  f"{res.rows_checked} changed rows compared, {res.rows_repaired} re-copied")
+    app.command("cutover")(cutover_cmd)
 
 
 def _show_reverse_pass(p: dict[str, Any]) -> None:
@@ -142,51 +140,51 @@ def _show_reverse_pass(p: dict[str, Any]) -> None:
           f"{p.get('predicted_freeze_ms', 0):.0f} ms{' converged' if p.get('converged') else ''}", flush=True)
 
 
+def rollback_cmd(
+    migration_id: str = typer.Argument(..., help="The migration id (rb-...: every finished move of a batched "
+                                                  "split or rebalance, last finished first)."),
+    queue: str | None = typer.Option(None, "--queue", help="RQ queue (default: the source pair's, which "
+                                                            "`migrator worker` serves)."),
+    detach: bool = typer.Option(False, "--detach", help="Enqueue and return; follow with `migrator status ID`."),
+    timeout: float | None = typer.Option(None, "--timeout", help="Stop following after this many seconds "
+                                                                  "(the rollback goes on)."),
+    sync: bool = typer.Option(False, "--sync", help="Run it in this process instead of RQ workers."),
+    yes: bool = typer.Option(False, "--yes", "-y", help=YES_HELP),
+) -> None:
+    """Tail the new master back into the tombstones in converging passes, verify, and flip the ranges back
+    (retrying a stopped attempt), on RQ workers: follows each reverse pass, the freeze and the result, and
+    exits non-zero with the verdict and the next step when the rollback gives up. Switches traffic: shows
+    what it will do and asks."""
+    from migrator.ops import command
+
+    cfg = load_config()
+    confirm(intents.rollback(cfg, migration_id), yes)
+    if rebalance_cmd.is_rebalance_id(migration_id):
+        # a batched split (or a rebalance): each finished move rolled back, last finished first
+        mids = rebalance_cmd.to_roll_back(cfg, migration_id)
+        print(f"rolling back {len(mids)} migrations of {migration_id}, last finished first", flush=True)
+        for i, mid in enumerate(mids, 1):
+            print(f"[{i}/{len(mids)}] {mid}", flush=True)
+            code = _roll_back_one(cfg, mid, queue=queue, timeout=timeout, sync=sync)
+            if code:
+                print(f"{migration_id}: stopped at {mid}; {len(mids) - i} not rolled back "
+                      f"({', '.join(mids[i:]) or 'none'}); run `migrator rollback {migration_id}` again "
+                      "once it is fixed", file=sys.stderr)
+                raise typer.Exit(code)
+        return
+    if not sync and detach:
+        out = command.start_rollback(cfg, migration_id, queue=queue)
+        print(f"rollback of {migration_id} enqueued on {out['queue']} (first job {out['job']}); "
+              "`migrator worker` runs it", flush=True)
+        return
+    code = _roll_back_one(cfg, migration_id, queue=queue, timeout=timeout, sync=sync)
+    if code:
+        raise typer.Exit(code)
+
+
 def register_rollback(app: Any) -> None:
     """Add ``rollback ID [--queue Q] [--detach] [--timeout S] [--sync]`` to a typer app."""
-
-    @app.command("rollback")
-    def rollback_cmd(
-        migration_id: str = typer.Argument(..., help="The migration id (rb-...: every finished move of a batched "
-                                                      "split or rebalance, last finished first)."),
-        queue: str | None = typer.Option(None, "--queue", help="RQ queue (default: the source pair's, which "
-                                                                "`migrator worker` serves)."),
-        detach: bool = typer.Option(False, "--detach", help="Enqueue and return; follow with `migrator status ID`."),
-        timeout: float | None = typer.Option(None, "--timeout", help="Stop following after this many seconds "
-                                                                      "(the rollback goes on)."),
-        sync: bool = typer.Option(False, "--sync", help="Run it in this process instead of RQ workers."),
-        yes: bool = typer.Option(False, "--yes", "-y", help=YES_HELP),
-    ) -> None:
-        """Tail the new master back into the tombstones in converging passes, verify, and flip the ranges back
-        (retrying a stopped attempt), on RQ workers: follows each reverse pass, the freeze and the result, and
-        exits non-zero with the verdict and the next step when the rollback gives up. Switches traffic: shows
-        what it will do and asks."""
-        from migrator.cli.main import load_config
-        from migrator.ops import command
-
-        cfg = load_config()
-        confirm(intents.rollback(cfg, migration_id), yes)
-        if rebalance_cmd.is_rebalance_id(migration_id):
-            # a batched split (or a rebalance): each finished move rolled back, last finished first
-            mids = rebalance_cmd.to_roll_back(cfg, migration_id)
-            print(f"rolling back {len(mids)} migrations of {migration_id}, last finished first", flush=True)
-            for i, mid in enumerate(mids, 1):
-                print(f"[{i}/{len(mids)}] {mid}", flush=True)
-                code = _roll_back_one(cfg, mid, queue=queue, timeout=timeout, sync=sync)
-                if code:
-                    print(f"{migration_id}: stopped at {mid}; {len(mids) - i} not rolled back "
-                          f"({', '.join(mids[i:]) or 'none'}); run `migrator rollback {migration_id}` again "
-                          "once it is fixed", file=sys.stderr)
-                    raise typer.Exit(code)
-            return
-        if not sync and detach:
-            out = command.start_rollback(cfg, migration_id, queue=queue)
-            print(f"rollback of {migration_id} enqueued on {out['queue']} (first job {out['job']}); "
-                  "`migrator worker` runs it", flush=True)
-            return
-        code = _roll_back_one(cfg, migration_id, queue=queue, timeout=timeout, sync=sync)
-        if code:
-            raise typer.Exit(code)
+    app.command("rollback")(rollback_cmd)
 
 
 def _roll_back_one(cfg: Any, migration_id: str, *, queue: str | None, timeout: float | None, sync: bool) -> int:
@@ -226,24 +224,23 @@ def _roll_back_one(cfg: Any, migration_id: str, *, queue: str | None, timeout: f
     return 0
 
 
+def cleanup_cmd(migration_id: str = typer.Argument(..., help="The migration id."),
+                now: bool = typer.Option(False, "--now", help="Do not wait for the retention to pass: ends any "
+                                                               "chance of a rollback (shows what it drops and "
+                                                               "asks)."),
+                yes: bool = typer.Option(False, "--yes", "-y", help=YES_HELP)) -> None:
+    """Drop the tombstones after the retention; release the migration's locks and pauses."""
+    cfg = load_config()
+    if now:
+        confirm(intents.cleanup_now(cfg, migration_id), yes)
+    res = cleanup(cfg, migration_id, now=now)
+    print(f"dropped {len(res.dropped)} schemas ({res.bytes_freed / 1e6:.1f} MB): {', '.join(res.dropped) or '-'}; "
+          f"released {res.released_locks} shard locks, {res.released_pauses} maintenance pauses")
+    for lag in res.standby_lag:
+        print(f"warning: {lag}; its replication applies them in time (a move onto that pair is refused "
+              "by its preflight until then)", file=sys.stderr)
+
+
 def register_cleanup(app: Any) -> None:
     """Add ``cleanup ID [--now] [--yes]`` to a typer app."""
-
-    @app.command("cleanup")
-    def cleanup_cmd(migration_id: str = typer.Argument(..., help="The migration id."),
-                    now: bool = typer.Option(False, "--now", help="Do not wait for the retention to pass: ends any "
-                                                                   "chance of a rollback (shows what it drops and "
-                                                                   "asks)."),
-                    yes: bool = typer.Option(False, "--yes", "-y", help=YES_HELP)) -> None:
-        """Drop the tombstones after the retention; release the migration's locks and pauses."""
-        from migrator.cli.main import load_config
-
-        cfg = load_config()
-        if now:
-            confirm(intents.cleanup_now(cfg, migration_id), yes)
-        res = cleanup(cfg, migration_id, now=now)
-        print(f"dropped {len(res.dropped)} schemas ({res.bytes_freed / 1e6:.1f} MB): {', '.join(res.dropped) or '-'}; "
-              f"released {res.released_locks} shard locks, {res.released_pauses} maintenance pauses")
-        for lag in res.standby_lag:
-            print(f"warning: {lag}; its replication applies them in time (a move onto that pair is refused "
-                  "by its preflight until then)", file=sys.stderr)
+    app.command("cleanup")(cleanup_cmd)

@@ -23,6 +23,7 @@ from rich.console import Console
 from rich.table import Table
 
 from migrator.cli import failures
+from migrator.cli.helpers import load_config
 from migrator.cli.options import YES_HELP, UsageProblem, confirm, listen_address
 
 console = Console()
@@ -43,16 +44,10 @@ def register(app: typer.Typer) -> None:
     app.add_typer(partitions_app, name="partitions")
 
 
-def _cfg() -> Any:
-    from migrator.cli.main import load_config
-
-    return load_config()
-
-
 def _service(**kw: Any) -> Any:
     from migrator.queue.service import QueueService
 
-    return QueueService(_cfg(), **kw)
+    return QueueService(load_config(), **kw)
 
 
 def _token(open_: bool) -> str | None:
@@ -60,7 +55,7 @@ def _token(open_: bool) -> str | None:
     from migrator.fleet.config import load_credentials
     from migrator.queue.api import NO_TOKEN, OpenRefused
 
-    token = load_credentials(_cfg()).queue_token
+    token = load_credentials(load_config()).queue_token
     if token and open_:
         raise UsageProblem("--open, but the secrets file (or MIGRATOR_QUEUE_TOKEN) has a queue token: the API "
                            "demands it; drop --open")
@@ -93,7 +88,7 @@ def serve(listen: str | None = typer.Option(None, "--listen", help="HOST:PORT (d
     from migrator.queue.api import create_app
     from migrator.queue.broker import Broker, BrokerDirectory
 
-    cfg = _cfg()
+    cfg = load_config()
     host, port = listen_address(listen or cfg.queue.listen)
     token = _token(open_)
     svc = _service(frozen_wait=frozen_wait)
@@ -179,7 +174,7 @@ def _api(url: str | None) -> Any:
         from migrator.fleet.config import load_credentials
         from migrator.queue.client import QueueClient
 
-        return QueueClient(url, token=load_credentials(_cfg()).queue_token)
+        return QueueClient(url, token=load_credentials(load_config()).queue_token)
     return _service()
 
 
@@ -197,7 +192,7 @@ def load_cmd(queue: str = typer.Option("load", "--queue", help="Queue name."),
     from migrator.fleet.config import load_credentials
     from migrator.queue.load import run_load
 
-    cfg = _cfg()
+    cfg = load_config()
     token = load_credentials(cfg).queue_token if url else None
     res = run_load(cfg, queue, rate, duration, ledger, url=url, token=token, partitions=partitions,
                    consumers=consumers, producers=producers)
@@ -213,7 +208,7 @@ def ledger_check(ledger: Path = typer.Option(Path("queue-ledger.db"), "--ledger"
     if not ledger.is_file():
         raise UsageProblem(f"--ledger {ledger}: no such file (give the ledger `migrator queue load --ledger` wrote)")
     try:
-        rep = check_ledger(_cfg(), ledger)
+        rep = check_ledger(load_config(), ledger)
     except sqlite3.DatabaseError as exc:
         raise UsageProblem(f"--ledger {ledger}: not a ledger ({exc}): give the SQLite file `migrator queue load "
                            "--ledger` wrote") from None
@@ -403,7 +398,7 @@ def partitions_pause(shard: int, reason: str = typer.Option("", "--reason")) -> 
     from migrator.fleet.config import load_credentials
     from migrator.queue.maintenance import pause_path, pause_shard
 
-    cfg = _cfg()
+    cfg = load_config()
     with zk_mod.connect(cfg, load_credentials(cfg)) as zk:
         pause_shard(zk, shard, reason or f"{os.environ.get('USER', '?')}@{socket.gethostname()} at {time.ctime()}")
         print(f"maintenance paused on shard {shard} ({pause_path(zk, shard)})")
@@ -416,7 +411,7 @@ def partitions_resume(shard: int) -> None:
     from migrator.fleet.config import load_credentials
     from migrator.queue.maintenance import resume_shard
 
-    cfg = _cfg()
+    cfg = load_config()
     with zk_mod.connect(cfg, load_credentials(cfg)) as zk:
         resume_shard(zk, shard)
     print(f"maintenance resumed on shard {shard}")
@@ -429,7 +424,7 @@ def partitions_paused() -> None:
     from migrator.fleet.config import load_credentials
     from migrator.queue.maintenance import paused_shards
 
-    cfg = _cfg()
+    cfg = load_config()
     with zk_mod.connect(cfg, load_credentials(cfg)) as zk:
         shards = paused_shards(zk)
     print(", ".join(map(str, shards)) if shards else "none")

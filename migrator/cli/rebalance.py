@@ -19,6 +19,7 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
+from migrator.cli.helpers import duration, human_bytes, load_config, shard_runs
 from migrator.cli.options import UsageProblem, build_options, dry_run_or_yes
 from migrator.errors import ExitCode
 from migrator.ops.rebalance import command as rebalance
@@ -28,30 +29,12 @@ console = Console()
 BAR_WIDTH = 16
 
 
-def _cfg() -> Any:
-    from migrator.cli.main import load_config
-
-    return load_config()
-
-
 def _fmt(objective: str, v: float) -> str:
-    from migrator.cli.main import human_bytes
-
     if objective == "bytes":
         return human_bytes(v)
     if objective == "rows":
         return f"{v:,.0f} rows"
     return f"{v:,.1f}/s"
-
-
-def _runs(runs: list[Any]) -> str:
-    return ",".join(f"{lo}-{hi}" if lo != hi else str(lo) for lo, hi in runs)
-
-
-def _duration(s: float) -> str:
-    from migrator.cli.migrate import _duration as d
-
-    return d(s)
 
 
 def bars(plan: dict[str, Any]) -> Table:
@@ -113,8 +96,6 @@ def render_plan(out: dict[str, Any]) -> Group:
 
 
 def show_status(cfg: Any, rid: str | None, as_json: bool) -> None:
-    from migrator.cli.main import human_bytes
-
     out = rebalance.status(cfg, rid)
     if as_json:
         print(json.dumps(out, indent=2, default=str))
@@ -136,7 +117,7 @@ def show_status(cfg: Any, rid: str | None, as_json: bool) -> None:
             mt.add_column(col)
         for m in rec["moves"]:
             freeze = f"{m['freeze_ms']:.0f} ms" if m.get("freeze_ms") is not None else ""
-            mt.add_row(str(m["index"]), m["migration"], m["source"], m["target"], _runs(m["runs"]),
+            mt.add_row(str(m["index"]), m["migration"], m["source"], m["target"], shard_runs(m["runs"]),
                        str(m.get("tables") or ""), human_bytes(m["bytes"]), freeze,
                        m["state"] + (f": {m['error']}" if m.get("error") else ""))
         console.print(mt)
@@ -165,68 +146,71 @@ def follow(cfg: Any, rid: str, *, every: float = 2.0, timeout: float | None = No
         time.sleep(every)
 
 
+def rebalance_cmd(
+    objective: str = typer.Option("bytes", "--objective", help=f"What to even out: {', '.join(OBJECTIVES)}."),
+    threshold: float = typer.Option(0.10, "--threshold", help="Every pair within this share of the mean."),
+    add_pair: list[str] = typer.Option([], "--add-pair", help="A new, empty registered pair to fill."),
+    drain: list[str] = typer.Option([], "--drain", help="A pair to empty."),
+    max_moves_per_pair: int = typer.Option(1, "--max-moves-per-pair",
+                                           help="Moves a pair takes part in at once."),
+    max_concurrent: int | None = typer.Option(None, "--max-concurrent", help="Moves running at once."),
+    freeze_budget_ms: int | None = typer.Option(None, "--freeze-budget-ms",
+                                                help="Write-freeze budget of each move's cutover (ms)."),
+    max_lag: float | None = typer.Option(None, "--max-lag", help="Throttle each move's copy above this "
+                                                                 "target standby lag (s)."),
+    max_threads_running: int | None = typer.Option(None, "--max-threads-running",
+                                                   help="Throttle each move's copy while its source is this "
+                                                        "busy (Threads_running)."),
+    cutover_retry_s: float | None = typer.Option(None, "--cutover-retry-s",
+                                                 help="How long each move's pipeline retries a cutover that "
+                                                      "stopped before the flip (s)."),
+    postpone_cutover: bool = typer.Option(False, "--postpone-cutover",
+                                          help="Every move holds its cutover once caught up, until "
+                                               "`migrator postpone RB --release`."),
+    workers: int | None = typer.Option(None, "--workers", help="Tables each move copies at once."),
+    window: float = typer.Option(5.0, "--window", help="Seconds of binlog to sample write rates from."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan; store nothing (the default "
+                                                          "without --yes)."),
+    yes: bool = typer.Option(False, "--yes", "-y", help="Run the plan on RQ workers and follow it."),
+    detach: bool = typer.Option(False, "--detach", help="With --yes: start it and return."),
+    as_json: bool = typer.Option(False, "--json", help="The plan as JSON."),
+) -> None:
+    """Measure each shard (bytes, rows, writes/s), plan moves that bring every pair within the threshold
+    of the mean, moving few bytes and keeping the map compact; print the plan; with --yes run it."""
+    if objective not in OBJECTIVES:
+        raise UsageProblem(f"--objective {objective}: choose one of {', '.join(OBJECTIVES)}")
+    dry_run_or_yes(dry_run, yes)
+    options = build_options(freeze_budget_ms=freeze_budget_ms, copy_workers=workers, max_standby_lag_s=max_lag,
+                            max_threads_running=max_threads_running, cutover_retry_s=cutover_retry_s)
+    cfg = load_config()
+    live = rebalance.plan_live(cfg, objective=objective, threshold=threshold, add_pairs=list(add_pair),
+                               drain=list(drain), max_moves_per_pair=max_moves_per_pair,
+                               max_concurrent=max_concurrent, window_s=window)
+    out = live.as_dict()
+    if as_json:
+        print(json.dumps(out, indent=2, default=str))
+    else:
+        console.print(render_plan(out))
+    if not yes:
+        if not as_json:
+            console.print("dry run: nothing was stored; run it with --yes", markup=False)
+        return
+    if not live.plan.moves:
+        console.print("every pair is within the threshold: nothing to do", markup=False)
+        return
+    rid = rebalance.start(cfg, live, max_concurrent=max_concurrent, options=options,
+                          postpone_cutover=postpone_cutover)
+    console.print(f"rebalance {rid} started on RQ workers (start them with `migrator worker`); "
+                  f"`migrator status {rid}`, `migrator pause|resume|abort {rid}`", markup=False)
+    if detach:
+        return
+    end = follow(cfg, rid)
+    if end["phase"] != "done":
+        print(f"error: {rid} ended {end['phase']} (see `migrator status {rid}`)", file=sys.stderr, flush=True)
+        raise typer.Exit(ExitCode.REFUSED)
+    console.print(f"{rid} done: {end['done']} moves, at most {end['max_running']} at once", markup=False)
+
+
 def register(app: typer.Typer) -> None:
-    @app.command("rebalance")
-    def rebalance_cmd(
-        objective: str = typer.Option("bytes", "--objective", help=f"What to even out: {', '.join(OBJECTIVES)}."),
-        threshold: float = typer.Option(0.10, "--threshold", help="Every pair within this share of the mean."),
-        add_pair: list[str] = typer.Option([], "--add-pair", help="A new, empty registered pair to fill."),
-        drain: list[str] = typer.Option([], "--drain", help="A pair to empty."),
-        max_moves_per_pair: int = typer.Option(1, "--max-moves-per-pair",
-                                               help="Moves a pair takes part in at once."),
-        max_concurrent: int | None = typer.Option(None, "--max-concurrent", help="Moves running at once."),
-        freeze_budget_ms: int | None = typer.Option(None, "--freeze-budget-ms",
-                                                    help="Write-freeze budget of each move's cutover (ms)."),
-        max_lag: float | None = typer.Option(None, "--max-lag", help="Throttle each move's copy above this "
-                                                                     "target standby lag (s)."),
-        max_threads_running: int | None = typer.Option(None, "--max-threads-running",
-                                                       help="Throttle each move's copy while its source is this "
-                                                            "busy (Threads_running)."),
-        cutover_retry_s: float | None = typer.Option(None, "--cutover-retry-s",
-                                                     help="How long each move's pipeline retries a cutover that "
-                                                          "stopped before the flip (s)."),
-        postpone_cutover: bool = typer.Option(False, "--postpone-cutover",
-                                              help="Every move holds its cutover once caught up, until "
-                                                   "`migrator postpone RB --release`."),
-        workers: int | None = typer.Option(None, "--workers", help="Tables each move copies at once."),
-        window: float = typer.Option(5.0, "--window", help="Seconds of binlog to sample write rates from."),
-        dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan; store nothing (the default "
-                                                              "without --yes)."),
-        yes: bool = typer.Option(False, "--yes", "-y", help="Run the plan on RQ workers and follow it."),
-        detach: bool = typer.Option(False, "--detach", help="With --yes: start it and return."),
-        as_json: bool = typer.Option(False, "--json", help="The plan as JSON."),
-    ) -> None:
-        """Measure each shard (bytes, rows, writes/s), plan moves that bring every pair within the threshold
-        of the mean, moving few bytes and keeping the map compact; print the plan; with --yes run it."""
-        if objective not in OBJECTIVES:
-            raise UsageProblem(f"--objective {objective}: choose one of {', '.join(OBJECTIVES)}")
-        dry_run_or_yes(dry_run, yes)
-        options = build_options(freeze_budget_ms=freeze_budget_ms, copy_workers=workers, max_standby_lag_s=max_lag,
-                                max_threads_running=max_threads_running, cutover_retry_s=cutover_retry_s)
-        cfg = _cfg()
-        live = rebalance.plan_live(cfg, objective=objective, threshold=threshold, add_pairs=list(add_pair),
-                                   drain=list(drain), max_moves_per_pair=max_moves_per_pair,
-                                   max_concurrent=max_concurrent, window_s=window)
-        out = live.as_dict()
-        if as_json:
-            print(json.dumps(out, indent=2, default=str))
-        else:
-            console.print(render_plan(out))
-        if not yes:
-            if not as_json:
-                console.print("dry run: nothing was stored; run it with --yes", markup=False)
-            return
-        if not live.plan.moves:
-            console.print("every pair is within the threshold: nothing to do", markup=False)
-            return
-        rid = rebalance.start(cfg, live, max_concurrent=max_concurrent, options=options,
-                              postpone_cutover=postpone_cutover)
-        console.print(f"rebalance {rid} started on RQ workers (start them with `migrator worker`); "
-                      f"`migrator status {rid}`, `migrator pause|resume|abort {rid}`", markup=False)
-        if detach:
-            return
-        end = follow(cfg, rid)
-        if end["phase"] != "done":
-            print(f"error: {rid} ended {end['phase']} (see `migrator status {rid}`)", file=sys.stderr, flush=True)
-            raise typer.Exit(ExitCode.REFUSED)
-        console.print(f"{rid} done: {end['done']} moves, at most {end['max_running']} at once", markup=False)
+    """Add ``rebalance`` to the ``migrator`` app."""
+    app.command("rebalance")(rebalance_cmd)

@@ -80,7 +80,7 @@ from migrator.engine.migration import GuardLost, MigrationStore, Phase, PhaseCon
 from migrator.engine.names import SENTINEL_TABLE, rename_tomb_tables, tomb_db
 from migrator.engine.verify.checksums import moving_tables
 from migrator.engine.verify.drainers import Drainer, TailDrainer
-from migrator.errors import MigratorError
+from migrator.errors import MigratorError, describe
 from migrator.fleet import zk as zk_mod
 from migrator.fleet.config import Config, Credentials, load_credentials
 from migrator.fleet.gtid import GtidPos
@@ -374,7 +374,7 @@ def rollback_slice(config: Config, migration_id: str, *, slice_s: float | None =
                 except (FreezeBudgetExceeded, DrainTimeout) as exc:  # timing: more passes, then again
                     out.attempts += 1
                     out.since_attempt = 0
-                    out.stopped = exc.message if isinstance(exc, MigratorError) else str(exc)
+                    out.stopped = describe(exc)
                     if out.attempts >= max_attempts:
                         raise RollbackError(f"rollback of {migration_id}: {max_attempts} fenced attempts were stopped "
                                             f"before the flip back (last: {out.stopped}); {spec.target_master} keeps "
@@ -446,7 +446,7 @@ def _attempt(config: Config, zk: Any, store: MigrationStore, creds: Credentials,
         except FlipUnknown as exc:
             unknown = exc  # phase stays rolling_back, fences closed: settled from the map below
         except BaseException as exc:
-            msg = exc.message if isinstance(exc, MigratorError) else f"{type(exc).__name__}: {exc}"
+            msg = describe(exc)
             if run.flipped_epoch is not None:
                 # flipped back, the release did not complete: a worker settles it (finishes) once the lease ends
                 _phase_while_held(store, migration_id, Phase.ROLLING_BACK, lease,

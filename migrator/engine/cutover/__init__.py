@@ -95,7 +95,7 @@ from migrator.engine.migration import GuardLost, MigrationStore, Phase, PhaseCon
 from migrator.engine.names import tomb_suffix
 from migrator.engine.plan import release_maintenance_pause
 from migrator.engine.verify.drainers import Drainer, default_drainer
-from migrator.errors import MigratorError
+from migrator.errors import MigratorError, describe
 from migrator.fleet import zk as zk_mod
 from migrator.fleet.config import Config, Credentials, load_credentials
 from migrator.fleet.zk import ZK
@@ -217,7 +217,7 @@ def _cutover(config: Config, zk: ZK, creds: Credentials, migration_id: str, leas
         except FlipUnknown:
             raise  # phase stays "cutover", fences closed: settled from the map once the lease is given up
         except BaseException as exc:
-            msg = exc.message if isinstance(exc, MigratorError) else f"{type(exc).__name__}: {exc}"
+            msg = describe(exc)
             if run.flipped_epoch is not None:
                 # flipped, but the release did not complete: a worker settles it (finishes) once this lease ends
                 _phase_while_held(store, migration_id, Phase.CUTOVER, lease, error=f"flipped; release failed: {msg}")

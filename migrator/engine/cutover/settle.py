@@ -37,7 +37,7 @@ from kazoo.recipe.watchers import ChildrenWatch
 from migrator.engine.cleanup import cleanup, overdue
 from migrator.engine.cutover.lease import CUTOVERS, CutoverRunning, leases, read_record
 from migrator.engine.cutover.reconcile import reconcile
-from migrator.errors import MigratorError
+from migrator.errors import MigratorError, describe
 from migrator.fleet import zk as zk_mod
 from migrator.fleet.config import Config, load_credentials
 from migrator.fleet.zk import ZK
@@ -141,7 +141,7 @@ class Settler:
                 _, n = self._retry_at.get(mid, (0.0, 0))
                 wait = min(60.0, 2.0 ** n)
                 self._retry_at[mid] = (time.monotonic() + wait, n + 1)
-                msg = exc.message if isinstance(exc, MigratorError) else f"{type(exc).__name__}: {exc}"
+                msg = describe(exc)
                 self.log(f"{mid}: settling failed ({msg}); retry in {wait:.0f}s")
                 continue
             self._retry_at.pop(mid, None)

@@ -1,0 +1,50 @@
+"""What the command modules of the CLI share: the config of this invocation and how numbers print.
+
+:data:`state` holds what the root options (``--config``) chose; the root callback of :mod:`migrator.cli.main` sets it
+before any command runs, and every command reads the config through :func:`load_config`. This
+module imports no other command module, so any of them can import it at module level.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from migrator.fleet import config as config_mod
+
+
+class State:
+    """The root options of one ``migrator`` invocation."""
+
+    config_path: str | None = None
+
+
+state = State()
+
+
+def load_config() -> config_mod.Config:
+    """The config named by ``--config`` (else ``$MIGRATOR_CONFIG``, else the sandbox's)."""
+    return config_mod.load(state.config_path)
+
+
+def duration(s: float) -> str:
+    """Seconds as ``1h02m03s`` / ``2m03s`` / ``3s``; ``unknown`` for infinity."""
+    if s == float("inf"):
+        return "unknown"
+    s = int(round(s))
+    h, rem = divmod(s, 3600)
+    m, sec = divmod(rem, 60)
+    return f"{h}h{m:02d}m{sec:02d}s" if h else (f"{m}m{sec:02d}s" if m else f"{sec}s")
+
+
+def human_bytes(n: float) -> str:
+    """A byte count in B, KiB, MiB, GiB or TiB."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def shard_runs(runs: list[Any]) -> str:
+    """Shard ranges ``[(lo, hi), ...]`` as ``4-7,9``."""
+    return ",".join(f"{lo}-{hi}" if lo != hi else str(lo) for lo, hi in runs)
