@@ -1,4 +1,4 @@
-"""Benchmark: catch-up apply rate vs an ordinary writer and vs a native MariaDB replica.
+"""Benchmark: catch-up apply rate vs an ordinary writer and vs native MariaDB replicas (1 and 4 threads).
 
     python -m bench.catchup [--sandbox DIR] [--seconds 15] [--repeat 3] [--lanes N] [--fence on|off|both]
 
@@ -6,18 +6,24 @@
    writes into ``db00002`` on MySQL001A for ``--seconds``: the write rate is the
    backlog's row changes divided by the time sysbench wrote.
 2. The same backlog (start -> end GTID, every row change of the four sbtest
-   tables) is applied ``--repeat`` times by each, interleaved, from the same
-   snapshot of the tables (taken at the start position):
+   tables) is applied ``--repeat`` times by each of the three below, interleaved
+   (the order rotates from one run to the next, so no kind always goes first),
+   every run from the same snapshot of the tables (taken at the start position):
    - the migrator catch-up :class:`~migrator.engine.catch_up.tailer.Tailer`
      (reader process + applier lanes) into MySQL003A, with its fencing token
      (every lane transaction checks it on the target, as a migration's tail
      does; ``--fence off`` leaves it out, ``--fence both`` runs both, side by side);
    - a fresh native replica (a standalone mariadbd started here with the
      fleet's settings, one SQL thread, ``replicate_do_db``): ``START SLAVE``
-     until ``MASTER_GTID_WAIT(end)`` (its start-up and snapshot load not timed).
+     until ``MASTER_GTID_WAIT(end)`` (its start-up and snapshot load not timed);
+   - the same fresh native replica with MariaDB's parallel replication on
+     (``slave_parallel_threads=4``, ``slave_parallel_mode=optimistic``, server
+     options; nothing else differs), timed the same way: the stronger baseline.
    Each run ends with CHECKSUM TABLE of every sbtest table equal to the source.
-3. Prints the runs and the medians; the last line is
-   ``apply_vs_write_rate=... apply_vs_replica=... apply_events_per_s=...``.
+3. Prints every run and the medians; the last line is
+   ``apply_vs_write_rate=... apply_vs_replica=... apply_events_per_s=...
+   apply_vs_parallel_replica=... parallel_replica_events_per_s=...``
+   (``apply_vs_replica`` is against the one-thread replica).
 
 Uses a running sandbox (``--sandbox`` or ``$MIGRATOR_BENCH_SANDBOX``) or starts a
 temporary one and removes it afterwards. Binlogs of the hosts it loaded are
@@ -89,9 +95,16 @@ def run_tailer(sb: Sandbox, snap: Path, start: str, end: str, want: list[int], l
 
 # -- a native replica ------------------------------------------------------------------------
 
-def run_replica(sb: Sandbox, snap: Path, start: str, end: str, want: list[int], workdir: Path) -> float:
-    """Seconds a fresh single-threaded replica takes to apply start -> end."""
-    return replica.run_replica(sb, SOURCE, DB, snap, start, end, workdir, checksum=checksums, want=want)
+#: applier threads of the parallel replica (``slave_parallel_threads``, optimistic mode)
+PARALLEL_THREADS = 4
+
+
+def run_replica(sb: Sandbox, snap: Path, start: str, end: str, want: list[int], workdir: Path,
+                parallel: int = 0) -> float:
+    """Seconds a fresh replica takes to apply start -> end: one SQL thread, or ``parallel`` optimistic
+    parallel applier threads."""
+    return replica.run_replica(sb, SOURCE, DB, snap, start, end, workdir, checksum=checksums, want=want,
+                               parallel=parallel)
 
 
 def purge(sb: Sandbox, names: tuple[str, ...]) -> None:
@@ -132,18 +145,27 @@ def main() -> None:
         mine: list[tuple[int, float]] = []
         bare: list[tuple[int, float]] = []
         native: list[float] = []
-        for i in range(args.repeat):
-            extra = ""
+        parallel: list[float] = []
+
+        def tail(i: int) -> None:
             if args.fence == "both" and i % 2:  # every other run without the token first: no order effect
                 bare.append(run_tailer(sb, snap, start, end, want, args.lanes or None, fenced=False))
             mine.append(run_tailer(sb, snap, start, end, want, args.lanes or None, fenced=args.fence != "off"))
             if args.fence == "both" and not i % 2:
                 bare.append(run_tailer(sb, snap, start, end, want, args.lanes or None, fenced=False))
+
+        kinds = [tail, lambda _i: native.append(run_replica(sb, snap, start, end, want, tmp)),
+                 lambda _i: parallel.append(run_replica(sb, snap, start, end, want, tmp, PARALLEL_THREADS))]
+        for i in range(args.repeat):
+            for k in range(len(kinds)):  # the order rotates: each kind runs first, second and third in turn
+                kinds[(i + k) % len(kinds)](i)
+            extra = ""
             if bare:
                 extra = f", without the token {bare[-1][0] / bare[-1][1]:.0f} events/s ({bare[-1][1]:.2f} s)"
-            native.append(run_replica(sb, snap, start, end, want, tmp))
-            print(f"run {i + 1}: migrator {mine[-1][0] / mine[-1][1]:.0f} events/s ({mine[-1][1]:.2f} s){extra}, "
-                  f"native replica {mine[-1][0] / native[-1]:.0f} events/s ({native[-1]:.2f} s)", flush=True)
+            n = mine[-1][0]
+            print(f"run {i + 1}: migrator {n / mine[-1][1]:.0f} events/s ({mine[-1][1]:.2f} s){extra}, "
+                  f"native replica {n / native[-1]:.0f} events/s ({native[-1]:.2f} s), "
+                  f"parallel replica {n / parallel[-1]:.0f} events/s ({parallel[-1]:.2f} s)", flush=True)
         with sb.root_conn(TARGET) as c, c.cursor() as cur:
             cur.execute(f"DROP DATABASE IF EXISTS {DB}")
             cur.execute("DROP DATABASE IF EXISTS `_migrator_fence`")  # the runs' fencing tokens
@@ -156,22 +178,26 @@ def main() -> None:
     write_rate = events / writer.seconds
     apply_rate = statistics.median(n / s for n, s in mine)
     replica_rate = statistics.median(events / s for s in native)
-    print(f"{'what':<16} {'how':<44} {'events':>8} {'seconds':>8} {'events/s':>9}")
-    print(f"{'writer':<16} {f'sysbench oltp_write_only, {args.threads} threads, {writer.tps:.0f} tps':<44} "
+    parallel_rate = statistics.median(events / s for s in parallel)
+    print(f"{'what':<16} {'how':<52} {'events':>8} {'seconds':>8} {'events/s':>9}")
+    print(f"{'writer':<16} {f'sysbench oltp_write_only, {args.threads} threads, {writer.tps:.0f} tps':<52} "
           f"{events:>8} {writer.seconds:>8.2f} {write_rate:>9.0f}")
     how = "fencing token" if args.fence != "off" else "no fencing token"
-    print(f"{'catch-up':<16} {f'reader process + lanes, {how}, median of {args.repeat}':<44} {events:>8} "
+    print(f"{'catch-up':<16} {f'reader process + lanes, {how}, median of {args.repeat}':<52} {events:>8} "
           f"{statistics.median(s for _, s in mine):>8.2f} {apply_rate:>9.0f}")
     if bare:
         bare_rate = statistics.median(n / s for n, s in bare)
-        print(f"{'catch-up':<16} {f'reader process + lanes, no token, median of {args.repeat}':<44} {events:>8} "
+        print(f"{'catch-up':<16} {f'reader process + lanes, no token, median of {args.repeat}':<52} {events:>8} "
               f"{statistics.median(s for _, s in bare):>8.2f} {bare_rate:>9.0f}")
         print(f"fenced_vs_unfenced={apply_rate / bare_rate:.2f}")
-    print(f"{'native replica':<16} {'1 SQL thread, median of ' + str(args.repeat):<44} {events:>8} "
+    print(f"{'native replica':<16} {'1 SQL thread, median of ' + str(args.repeat):<52} {events:>8} "
           f"{statistics.median(native):>8.2f} {replica_rate:>9.0f}")
+    how = f"{PARALLEL_THREADS} threads, optimistic, median of {args.repeat}"
+    print(f"{'parallel replica':<16} {how:<52} {events:>8} {statistics.median(parallel):>8.2f} {parallel_rate:>9.0f}")
     print(f"binlog range {start} -> {end}")
     print(f"apply_vs_write_rate={apply_rate / write_rate:.2f} apply_vs_replica={apply_rate / replica_rate:.2f} "
-          f"apply_events_per_s={apply_rate:.0f}")
+          f"apply_events_per_s={apply_rate:.0f} apply_vs_parallel_replica={apply_rate / parallel_rate:.2f} "
+          f"parallel_replica_events_per_s={parallel_rate:.0f}")
 
 
 if __name__ == "__main__":

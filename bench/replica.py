@@ -90,6 +90,10 @@ def run_replica(sb: Sandbox, source: str, db: str, snap: Path, start: str, end: 
         load(client(str(d / "mysqld.sock")), dict(os.environ), db, snap)
         creds, src = sb.credentials(), sb.hosts()[source]
         with conn.cursor() as cur:
+            cur.execute("SELECT @@slave_parallel_threads, @@slave_parallel_mode")
+            threads, mode = cur.fetchone()
+            assert int(threads) == parallel and (not parallel or mode == "optimistic"), \
+                f"the bench replica runs {threads} applier threads in {mode} mode, not {parallel or 'one'}"
             cur.execute("RESET MASTER")  # its own schema DDL must not count as a GTID domain
             cur.execute("SET GLOBAL gtid_slave_pos = %s", (start,))
             ssl_sql, ssl_args = bench_tls.change_master(src, creds)
