@@ -234,8 +234,9 @@ def create(name: str, partitions: int = typer.Option(1, "--partitions", "-p"),
     with _service() as svc:
         rec = svc.create_queue(name, QueueConfig(partitions=partitions, fifo=fifo, lease_seconds=lease,
                                                  default_attempts=attempts, max_jobs_per_second=max_rate))
+        where = {p["partition"]: p["master"] for p in svc.placement(name)}
     for p in rec.partitions:
-        print(f"{rec.name} partition {p.index}: shard {p.shard} table {p.table}")
+        print(f"{rec.name} partition {p.index}: shard {p.shard} table {p.table} on {where[p.index]}")
 
 
 @queue_app.command("list")
@@ -256,10 +257,10 @@ def list_cmd(counts: bool = typer.Option(True, "--counts/--no-counts")) -> None:
 
 @queue_app.command("show")
 def show(name: str) -> None:
-    """The queue's ZooKeeper record and counts, as JSON."""
+    """The queue's ZooKeeper record, where each partition lives and the counts, as JSON."""
     with _service() as svc:
         rec = svc.get_queue(name)
-        _print({**rec.model_dump(mode="json"), "counts": svc.counts(name)})
+        _print({**rec.model_dump(mode="json"), "placement": svc.placement(name), "counts": svc.counts(name)})
 
 
 @queue_app.command("update")

@@ -69,19 +69,19 @@ def bars(plan: dict[str, Any]) -> Table:
 
 
 def render_plan(out: dict[str, Any]) -> Group:
-    from migrator.cli.main import human_bytes
-
     moves = Table(title="moves (a wave: moves that run at once, one per pair)")
     for col in ("#", "wave", "from", "to", "shards", "bytes", "ETA", "freeze"):
         moves.add_column(col, justify="right" if col in ("#", "wave", "bytes", "ETA", "freeze") else "left")
     for i, m in enumerate(out["moves"]):
-        moves.add_row(str(i), str(m["wave"]), m["source"], m["target"], f"{_runs(m['runs'])} ({m['shards']})",
-                      human_bytes(m["bytes"]), _duration(m["eta_s"]), f"{m['freeze_ms']:.0f} ms")
+        what = (f"{m['queue']}[{m['partition']}] (shard {m['runs'][0][0]}, on its own)" if m.get("queue")
+                else f"{shard_runs(m['runs'])} ({m['shards']})")
+        moves.add_row(str(i), str(m["wave"]), m["source"], m["target"], what,
+                      human_bytes(m["bytes"]), duration(m["eta_s"]), f"{m['freeze_ms']:.0f} ms")
     lines = [
         Text(f"imbalance (max/mean of {out['objective']}) {out['imbalance_before']:.3f} -> "
              f"{out['imbalance_after']:.3f}; {len(out['moves'])} moves in {out['waves']} waves, "
              f"{human_bytes(out['bytes_moved'])} to copy; ranges in the map {len(out['ranges_before'])} -> "
-             f"{len(out['ranges_after'])}; total ETA {_duration(out['total_s'])} (rates: {out['rate_source']}); "
+             f"{len(out['ranges_after'])}; total ETA {duration(out['total_s'])} (rates: {out['rate_source']}); "
              f"planned in {out['plan_s']:.2f} s"),
     ]
     if out["unbalanced"]:

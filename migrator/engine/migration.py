@@ -47,6 +47,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from migrator.errors import MigratorError
 from migrator.fleet import zk as zk_mod
+from migrator.fleet.model import MovingSet
 from migrator.fleet.shard_map import actor
 from migrator.fleet.zk import ZK
 
@@ -158,13 +159,13 @@ class Spec(BaseModel):
 
     def ranges(self) -> list[tuple[int, int]]:
         """The shards as maximal contiguous [lo, hi] ranges."""
-        out: list[tuple[int, int]] = []
-        for s in sorted(self.shards):
-            if out and out[-1][1] == s - 1:
-                out[-1] = (out[-1][0], s)
-            else:
-                out.append((s, s))
-        return out
+        return self.moving.ranges
+
+    @property
+    def moving(self) -> MovingSet:
+        """What the cutover freezes and flips in the shard map: the shards' ranges, or for a queue
+        partition its tables' route."""
+        return MovingSet(tuple(self.shards), tuple(self.tables) if self.kind == "queue_partition" else ())
 
 
 class State(BaseModel):

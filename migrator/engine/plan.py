@@ -115,6 +115,21 @@ def source_pair(smap: ShardMap, shards: list[int]) -> tuple[str, str]:
     return next(iter(owners))
 
 
+def routed_to(smap: ShardMap, shards: list[int], target: tuple[str, str]) -> list[str]:
+    """Tables of ``shards`` that a table route serves from the ``target`` pair (a queue partition
+    moved there on its own): a move of those whole shards there would meet them in its databases."""
+    return [f"{shard_db(rt.shard)}.{t}" for s in shards for rt in smap.routes_of(s)
+            if rt.master in target or rt.slave in target for t in rt.tables]
+
+
+def _refuse_routed_to(smap: ShardMap, shards: list[int], target: tuple[str, str]) -> None:
+    there = routed_to(smap, shards, target)
+    if there:
+        raise PlanError(f"{target[0]}/{target[1]} already serves {', '.join(there)} (a queue partition moved there "
+                        "on its own), in databases this move would create there: pick another target pair, or "
+                        "move the partition elsewhere first (`migrator move-partition`)")
+
+
 def target_pair(hosts: dict[str, Host], smap: ShardMap, source: tuple[str, str], target: str) -> tuple[str, str]:
     """Resolve ``--to NAME`` to (master, slave) and check it can receive shards."""
     if target not in hosts:
@@ -154,6 +169,7 @@ def plan_split(zk: ZK, source: str, target: str | None = None, *, options: Optio
                             "or name one with --to")
         target = spare[0][0]
     tgt = target_pair(hosts, smap, src, target)
+    _refuse_routed_to(smap, shards, tgt)
     return _spec(mid, "shards", src, tgt, shards, options)
 
 
@@ -166,6 +182,7 @@ def plan_move(zk: ZK, shards: list[int], target: str, *, options: Options | None
             raise PlanError(f"shard {s} is outside 0..{smap.num_shards - 1}")
     src = source_pair(smap, shards)
     tgt = target_pair(hosts, smap, src, target)
+    _refuse_routed_to(smap, shards, tgt)
     return _spec(mid, "shards", src, tgt, shards, options)
 
 
@@ -198,7 +215,8 @@ def plan_move_partition(zk: ZK, queue: str, partition: int, target: str, *, opti
         ident(t)
     smap = ShardMapStore(zk).read()
     hosts = HostRegistry(zk).all()
-    src = source_pair(smap, [shard])
+    # the partition's tables are served by their route (a partition that moved before), else by the range
+    src = smap.pair_of_table(shard, tables[0])
     tgt = target_pair(hosts, smap, src, target)
     return _spec(mid, "queue_partition", src, tgt, [shard], options, tables=tables, queue=queue,
                  partition=partition)

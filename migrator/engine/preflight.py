@@ -46,7 +46,7 @@ from migrator.engine import inspector, objects
 from migrator.engine.cutover.fence import MAX_TABLES as FENCE_MAX_TABLES
 from migrator.engine.cutover.fence import FenceError, fence_mode
 from migrator.engine.migration import Phase, Spec
-from migrator.engine.plan import estimate, moving_tables
+from migrator.engine.plan import estimate, moving_tables, routed_to
 from migrator.errors import ExitCode, MigratorError, MySQLUnavailable
 from migrator.fleet.config import Credentials
 from migrator.fleet.ids import shard_db
@@ -227,20 +227,27 @@ def run(zk: ZK, spec: Spec, creds: Credentials, *, phase: Phase = Phase.PLANNED)
 
 def _check_source_master(zk: ZK, spec: Spec, res: PreflightResult) -> None:
     smap = ShardMapStore(zk).read()
+    moving = spec.moving
     wrong: dict[str, list[int]] = {}
     for s in spec.shards:
-        r = smap.range_of(s)
-        if r.master != spec.source_master:
-            wrong.setdefault(r.master, []).append(s)
+        owner = moving.master_in(smap, s)
+        if owner != spec.source_master:
+            wrong.setdefault(owner, []).append(s)
     if not wrong:
-        res.add("source is master", True, f"{spec.source_master} is the shard map's master of every moving shard")
+        res.add("source is master", True, f"{spec.source_master} is the shard map's master of {moving.describe()}")
     for master, shards in sorted(wrong.items()):
         res.add("source is master", False,
-                f"{spec.source_master} is not the active master of shards {_list(shards)}: the shard map names "
+                f"{spec.source_master} is not the active master of shards {_list(shards)}"
+                f"{' (' + ', '.join(spec.tables) + ')' if moving.tables else ''}: the shard map names "
                 f"{master}; abort this migration and plan again from the active master")
-    frozen = [s for s in spec.shards if smap.is_frozen(s)]
+    frozen = [s for s in spec.shards if moving.frozen_in(smap, s)]
     if frozen:
         res.add("not frozen", False, f"shards {_list(frozen)} are frozen for a cutover; wait for it to finish")
+    there = routed_to(smap, list(spec.shards), (spec.target_master, spec.target_slave)) if not moving.tables else []
+    if there:
+        res.add("routes", False, f"{spec.target_master}/{spec.target_slave} already serves {', '.join(there)} (a "
+                "queue partition moved there on its own); abort this migration and pick another target pair, or "
+                "move the partition elsewhere first")
 
 
 def _check_gate(conn: pymysql.connections.Connection, name: str, res: PreflightResult, *,

@@ -4,11 +4,22 @@ Pure data and validation, no I/O. The stores in :mod:`migrator.fleet.shard_map` 
 these objects in ZooKeeper; everything that routes or migrates reads them.
 
 The shard map's wire format is the seed's list of ranges, wrapped in one
-object that also carries the shard count and the frozen ranges::
+object that also carries the shard count, the frozen ranges and the table
+routes::
 
     {"num_shards": 16,
      "ranges": [{"range": [0, 7], "master": "MySQL001A", "slave": "MySQL001B"}, ...],
-     "frozen": [[4, 7]]}
+     "frozen": [[4, 7]],
+     "routes": [{"shard": 5, "tables": ["hq_p5", "hq_p5_dedupe"],
+                 "master": "MySQL003A", "slave": "MySQL003B", "frozen": false}]}
+
+A **table route** serves some tables of one shard from another pair than the
+shard's range: a queue partition that moved on its own. Its tables are served by
+the route's pair whatever the range says, and frozen by the route's own flag, not
+the range's. Invariant kept by every edit: a route that is not frozen never names
+its shard's range pair (such a route is dropped: the range serves the tables), so
+a routed table never lives on its range's pair, and a move of the range carries
+only unrouted tables. ``routes`` is written only when there is one.
 """
 
 from __future__ import annotations
@@ -16,6 +27,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -103,6 +115,50 @@ class ShardRange(BaseModel):
             raise ShardMapError(f"range {rng}: {_first_error(exc)}") from None
 
 
+class TableRoute(BaseModel):
+    """Some tables of one shard served by another pair than the shard's range (see the module doc)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    shard: int = Field(ge=0, le=MAX_SHARD)
+    tables: tuple[str, ...]
+    master: str
+    slave: str
+    frozen: bool = False
+
+    @model_validator(mode="after")
+    def _valid(self) -> TableRoute:
+        if not self.tables:
+            raise ValueError(f"the route of shard {self.shard} names no table")
+        if len(set(self.tables)) != len(self.tables):
+            raise ValueError(f"the route of shard {self.shard} names a table twice: {list(self.tables)}")
+        if self.master == self.slave:
+            raise ValueError(f"the route of shard {self.shard} names {self.master} as both master and slave")
+        check_host_name(self.master)
+        check_host_name(self.slave)
+        return self
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"shard": self.shard, "tables": list(self.tables), "master": self.master, "slave": self.slave,
+                "frozen": self.frozen}
+
+    @classmethod
+    def from_wire(cls, item: Any) -> TableRoute:
+        if not isinstance(item, dict):
+            raise ShardMapError(f"each route must be an object, got {item!r}")
+        unknown = set(item) - {"shard", "tables", "master", "slave", "frozen"}
+        if unknown:
+            raise ShardMapError(f"unknown keys in route {item!r}: {sorted(unknown)}")
+        tables = item.get("tables")
+        if not (isinstance(tables, list) and all(isinstance(t, str) for t in tables)):
+            raise ShardMapError(f'each route needs "tables": a list of table names, got {tables!r}')
+        try:
+            return cls(shard=item.get("shard"), tables=tuple(tables), master=item.get("master"),
+                       slave=item.get("slave"), frozen=bool(item.get("frozen", False)))
+        except ValidationError as exc:
+            raise ShardMapError(f"route {item!r}: {_first_error(exc)}") from None
+
+
 def _first_error(exc: ValidationError) -> str:
     err = exc.errors()[0]
     loc = ".".join(str(x) for x in err.get("loc", ()))
@@ -111,7 +167,7 @@ def _first_error(exc: ValidationError) -> str:
 
 
 class ShardMap(BaseModel):
-    """The range -> pair map plus the ranges frozen for a cutover.
+    """The range -> pair map, the ranges frozen for a cutover and the table routes.
 
     ``epoch`` is the ZooKeeper version of the node it was read from (None for a
     map that was never stored); it is not part of the wire format.
@@ -122,6 +178,7 @@ class ShardMap(BaseModel):
     num_shards: int = Field(ge=1, le=MAX_SHARD + 1)
     ranges: tuple[ShardRange, ...]
     frozen: tuple[tuple[int, int], ...] = ()
+    routes: tuple[TableRoute, ...] = ()
     epoch: int | None = None
 
     # -- construction -------------------------------------------------------
@@ -132,7 +189,7 @@ class ShardMap(BaseModel):
             data = {"ranges": data}
         if not isinstance(data, dict):
             raise ShardMapError("a shard map must be a JSON object or a list of ranges")
-        unknown = set(data) - {"num_shards", "ranges", "frozen"}
+        unknown = set(data) - {"num_shards", "ranges", "frozen", "routes"}
         if unknown:
             raise ShardMapError(f"unknown keys in shard map: {sorted(unknown)}")
         raw_ranges = data.get("ranges")
@@ -148,8 +205,12 @@ class ShardMap(BaseModel):
             if not (isinstance(f, (list, tuple)) and len(f) == 2 and all(isinstance(x, int) for x in f)):
                 raise ShardMapError(f"each frozen range must be [lo, hi], got {f!r}")
             frozen.append((f[0], f[1]))
+        raw_routes = data.get("routes") or []
+        if not isinstance(raw_routes, list):
+            raise ShardMapError('"routes" must be a list of routes')
+        routes = tuple(TableRoute.from_wire(r) for r in raw_routes)
         try:
-            smap = cls(num_shards=num, ranges=ranges, frozen=tuple(frozen), epoch=epoch)
+            smap = cls(num_shards=num, ranges=ranges, frozen=tuple(frozen), routes=routes, epoch=epoch)
         except ValidationError as exc:
             raise ShardMapError(_first_error(exc)) from None
         smap.validate_layout()
@@ -164,11 +225,14 @@ class ShardMap(BaseModel):
         return cls.from_wire(data, epoch=epoch)
 
     def to_wire(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "num_shards": self.num_shards,
             "ranges": [r.to_wire() for r in self.ranges],
             "frozen": [list(f) for f in self.frozen],
         }
+        if self.routes:
+            out["routes"] = [r.to_wire() for r in self.routes]
+        return out
 
     def to_json(self) -> bytes:
         return json.dumps(self.to_wire(), separators=(",", ":"), sort_keys=True).encode()
@@ -202,6 +266,15 @@ class ShardMap(BaseModel):
         for lo, hi in self.frozen:
             if lo > hi or lo < 0 or hi >= self.num_shards:
                 raise ShardMapError(f"frozen range [{lo}, {hi}] is outside 0..{self.num_shards - 1}")
+        routed: set[tuple[int, str]] = set()
+        for rt in self.routes:
+            if rt.shard >= self.num_shards:
+                raise ShardMapError(f"the route of {list(rt.tables)} names shard {rt.shard}, outside "
+                                    f"0..{self.num_shards - 1}")
+            twice = sorted(t for t in rt.tables if (rt.shard, t) in routed)
+            if twice:
+                raise ShardMapError(f"tables {twice} of shard {rt.shard} are in two routes: a table has one route")
+            routed.update((rt.shard, t) for t in rt.tables)
 
     def validate_hosts(self, hosts: dict[str, Host]) -> None:
         """Every host known, and each range's master and slave form a pair."""
@@ -217,6 +290,11 @@ class ShardMap(BaseModel):
                     f"range [{r.lo}, {r.hi}]: {r.master} and {r.slave} are not a master-master pair "
                     f"({r.master}'s partner is {hosts[r.master].partner}, {r.slave}'s is {hosts[r.slave].partner})"
                 )
+        for rt in self.routes:
+            for role, name in (("master", rt.master), ("slave", rt.slave)):
+                if name not in hosts:
+                    raise UnknownHost(f"the route of shard {rt.shard} {list(rt.tables)} names {role} {name!r}, "
+                                      "which is not in the host registry; register it first")
 
     # -- lookups ------------------------------------------------------------
     def range_of(self, shard: int) -> ShardRange:
@@ -231,7 +309,33 @@ class ShardMap(BaseModel):
         return self.range_of(shard).master
 
     def is_frozen(self, shard: int) -> bool:
+        """The shard's range is frozen (its routed tables follow their route's flag instead)."""
         return any(lo <= shard <= hi for lo, hi in self.frozen)
+
+    def route_of(self, shard: int, table: str) -> TableRoute | None:
+        for rt in self.routes:
+            if rt.shard == shard and table in rt.tables:
+                return rt
+        return None
+
+    def routes_of(self, shard: int) -> list[TableRoute]:
+        return [rt for rt in self.routes if rt.shard == shard]
+
+    def pair_of_table(self, shard: int, table: str | None) -> tuple[str, str]:
+        """(master, slave) serving ``table`` of ``shard``: its route's pair, else its range's."""
+        rt = self.route_of(shard, table) if table is not None else None
+        if rt is not None:
+            return rt.master, rt.slave
+        r = self.range_of(shard)
+        return r.master, r.slave
+
+    def master_of_table(self, shard: int, table: str | None) -> str:
+        return self.pair_of_table(shard, table)[0]
+
+    def is_table_frozen(self, shard: int, table: str | None) -> bool:
+        """Writes to ``table`` of ``shard`` wait: its route is frozen, or (unrouted) its range is."""
+        rt = self.route_of(shard, table) if table is not None else None
+        return rt.frozen if rt is not None else self.is_frozen(shard)
 
     def shards_on(self, master: str) -> list[int]:
         return [s for r in self.ranges if r.master == master for s in r.shards]
@@ -253,6 +357,21 @@ class ShardMap(BaseModel):
 
     def without_frozen(self, lo: int, hi: int) -> ShardMap:
         return self._replace(frozen=tuple(f for f in self.frozen if f != (lo, hi)))
+
+    def with_route(self, shard: int, tables: Iterable[str], master: str, slave: str, *,
+                   frozen: bool) -> ShardMap:
+        """Route ``tables`` of ``shard`` to a pair (frozen or not). The tables must be exactly one
+        existing route's, or routed nowhere yet. A route left unfrozen on its range's pair is dropped."""
+        tabs = tuple(tables)
+        current = {self.route_of(shard, t) for t in tabs}
+        if len(current) > 1 or (None not in current and next(iter(current)).tables != tabs):  # type: ignore[union-attr]
+            raise ShardMapError(f"tables {list(tabs)} of shard {shard} are not one route: their routes are "
+                                f"{[list(r.tables) if r else None for r in current]}")
+        keep = tuple(rt for rt in self.routes if rt not in current)
+        r = self.range_of(shard)
+        if frozen or (master, slave) != (r.master, r.slave):
+            keep = keep + (TableRoute(shard=shard, tables=tabs, master=master, slave=slave, frozen=frozen),)
+        return self._replace(routes=tuple(sorted(keep, key=lambda rt: (rt.shard, rt.tables))))
 
     def reassign(self, lo: int, hi: int, master: str, slave: str) -> ShardMap:
         """Move shards lo..hi to another pair, splitting and merging ranges as needed."""
@@ -308,3 +427,88 @@ def even_layout(num_shards: int, pairs: list[tuple[str, str]]) -> ShardMap:
         ranges.append(ShardRange(lo=lo, hi=lo + n - 1, master=m, slave=s))
         lo += n
     return ShardMap(num_shards=num_shards, ranges=tuple(ranges))
+
+
+@dataclass(frozen=True)
+class MovingSet:
+    """What one migration moves in the shard map: whole shards (their ranges), or some tables of
+    one shard (their route). A cutover or rollback freezes, flips and unfreezes only through this,
+    so a shard move and a table move differ here and nowhere else in the engine."""
+
+    shards: tuple[int, ...]
+    #: non-empty: only these tables of the one shard move (a table route); empty: whole shards
+    tables: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.tables and len(self.shards) != 1:
+            raise ShardMapError(f"tables {list(self.tables)} move with exactly one shard, not {list(self.shards)}")
+
+    @property
+    def ranges(self) -> list[tuple[int, int]]:
+        """The shards as maximal contiguous [lo, hi] ranges."""
+        out: list[tuple[int, int]] = []
+        for s in sorted(self.shards):
+            if out and out[-1][1] == s - 1:
+                out[-1] = (out[-1][0], s)
+            else:
+                out.append((s, s))
+        return out
+
+    def describe(self) -> str:
+        if self.tables:
+            return f"tables {', '.join(self.tables)} of shard {self.shards[0]}"
+        return "shards " + ",".join(f"{lo}-{hi}" if lo != hi else str(lo) for lo, hi in self.ranges)
+
+    # -- reads --------------------------------------------------------------------------
+    def pair_in(self, smap: ShardMap, shard: int) -> tuple[str, str]:
+        return smap.pair_of_table(shard, self.tables[0] if self.tables else None)
+
+    def master_in(self, smap: ShardMap, shard: int) -> str:
+        return self.pair_in(smap, shard)[0]
+
+    def frozen_in(self, smap: ShardMap, shard: int) -> bool:
+        return smap.is_table_frozen(shard, self.tables[0] if self.tables else None)
+
+    def served_by(self, smap: ShardMap, master: str) -> bool:
+        """Every moving shard (or the moving tables) is served by ``master``."""
+        return all(self.master_in(smap, s) == master for s in self.shards)
+
+    def all_frozen(self, smap: ShardMap) -> bool:
+        return all(self.frozen_in(smap, s) for s in self.shards)
+
+    def image(self, smap: ShardMap) -> tuple[tuple[str, str, bool], ...]:
+        """Owner, standby and frozen flag of each moving unit: equal images, nothing of ours changed."""
+        return tuple((*self.pair_in(smap, s), self.frozen_in(smap, s)) for s in sorted(self.shards))
+
+    def routed_apart(self, smap: ShardMap) -> list[TableRoute]:
+        """For a shard move: routes of the moving shards (their tables stay where the route says)."""
+        if self.tables:
+            return []
+        return [rt for s in self.shards for rt in smap.routes_of(s)]
+
+    # -- edits (pure) -------------------------------------------------------------------
+    def freeze(self, smap: ShardMap) -> ShardMap:
+        if self.tables:
+            m, sl = self.pair_in(smap, self.shards[0])
+            return smap.with_route(self.shards[0], self.tables, m, sl, frozen=True)
+        for lo, hi in self.ranges:
+            smap = smap.with_frozen(lo, hi)
+        return smap
+
+    def unfreeze(self, smap: ShardMap) -> ShardMap:
+        if self.tables:
+            if not self.frozen_in(smap, self.shards[0]) or smap.route_of(self.shards[0], self.tables[0]) is None:
+                return smap
+            m, sl = self.pair_in(smap, self.shards[0])
+            return smap.with_route(self.shards[0], self.tables, m, sl, frozen=False)
+        for lo, hi in self.ranges:
+            smap = smap.without_frozen(lo, hi)
+        return smap
+
+    def flip(self, smap: ShardMap, master: str, slave: str) -> ShardMap:
+        """Serve the moving set from (master, slave), unfrozen, in one edit."""
+        if self.tables:
+            return smap.with_route(self.shards[0], self.tables, master, slave, frozen=False)
+        for lo, hi in self.ranges:
+            smap = smap.reassign(lo, hi, master, slave).without_frozen(lo, hi)
+        return smap

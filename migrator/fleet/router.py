@@ -115,24 +115,26 @@ class ShardRouter:
             raise UnknownHost(f"host {name!r} is not in the host registry")
         return h
 
-    def master_for(self, shard: int) -> Host:
-        return self.host(self.map.master_of(shard))
+    def master_for(self, shard: int, table: str | None = None) -> Host:
+        """The master serving ``shard`` (or ``table`` of it, which a table route may serve elsewhere)."""
+        return self.host(self.map.master_of_table(shard, table))
 
-    def is_frozen(self, shard: int) -> bool:
-        return self.map.is_frozen(shard)
+    def is_frozen(self, shard: int, table: str | None = None) -> bool:
+        return self.map.is_table_frozen(shard, table)
 
-    def wait_unfrozen(self, shard: int, timeout: float = 10.0) -> ShardMap:
-        """Block until ``shard`` is not frozen (bounded); raises :class:`ShardFrozen`."""
+    def wait_unfrozen(self, shard: int, timeout: float = 10.0, table: str | None = None) -> ShardMap:
+        """Block until ``shard`` (or ``table`` of it) is not frozen (bounded); raises :class:`ShardFrozen`."""
         deadline = time.monotonic() + timeout
         with self._cond:
             while True:
                 smap = self._map
-                if smap is not None and not smap.is_frozen(shard):
+                if smap is not None and not smap.is_table_frozen(shard, table):
                     return smap
                 left = deadline - time.monotonic()
                 if left <= 0:
+                    what = f"shard {shard}" if table is None else f"table {table} of shard {shard}"
                     raise ShardFrozen(
-                        f"shard {shard} stayed frozen for {timeout:.1f}s (a cutover is running); retry later"
+                        f"{what} stayed frozen for {timeout:.1f}s (a cutover is running); retry later"
                     )
                 self._cond.wait(left)
 
@@ -142,6 +144,7 @@ class ShardRouter:
                 lambda: self._map is not None and (self._map.epoch or 0) >= epoch, timeout
             )
 
-    def connect(self, shard: int, **kwargs: object) -> pymysql.connections.Connection:
-        """A new connection to the master of ``shard``, using database ``dbNNNNN``."""
-        return mysql_connect(self.master_for(shard), self.credentials, shard_db(shard), **kwargs)  # type: ignore[arg-type]
+    def connect(self, shard: int, table: str | None = None, **kwargs: object) -> pymysql.connections.Connection:
+        """A new connection to the master of ``shard`` (or of ``table`` of it), using database ``dbNNNNN``."""
+        return mysql_connect(self.master_for(shard, table), self.credentials, shard_db(shard),  # type: ignore[arg-type]
+                             **kwargs)

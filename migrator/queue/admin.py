@@ -178,7 +178,7 @@ class QueueAdmin:
         rec = self.catalog.get(queue)
         shard, local = split_job_id(job)
         for part in rec.partitions_for_shard(shard):
-            row = self._run(rec, part.shard,
+            row = self._run(rec, part,
                             lambda c, part=part: lookup_job(c, shard_db(part.shard), part.table, local),
                             write=False, what=f"lookup in {part.table}")
             if row is not None:
@@ -200,7 +200,7 @@ class QueueAdmin:
         out: dict[int, str] = {}
         for shard, locals_ in by_shard.items():
             for part in rec.partitions_for_shard(shard):
-                got = self._run(rec, part.shard, lambda c, part=part, locals_=locals_: states_by_ids(
+                got = self._run(rec, part, lambda c, part=part, locals_=locals_: states_by_ids(
                     c, shard_db(part.shard), part.table, locals_), write=False, what=f"states in {part.table}")
                 out.update({job_id(shard, k): v for k, v in got.items()})
         return out
@@ -210,7 +210,7 @@ class QueueAdmin:
         rec = self.catalog.get(queue)
         out = {}
         for part in rec.partitions:
-            c = self._run(rec, part.shard,
+            c = self._run(rec, part,
                           lambda conn, part=part: count_states(conn, shard_db(part.shard), part.table),
                           write=False, what=f"count {part.table}")
             out[part.index] = {**{s.name: 0 for s in JobState}, **c}
@@ -251,7 +251,7 @@ class QueueAdmin:
             if pf is False:
                 continue
             a = after if part.index == start_part else 0
-            rows = self._run(rec, part.shard, lambda c, part=part, a=a, pf=pf: scan_jobs(
+            rows = self._run(rec, part, lambda c, part=part, a=a, pf=pf: scan_jobs(
                 c, shard_db(part.shard), part.table, state, a, limit - len(out), pf),  # type: ignore[arg-type]
                 write=False, what=f"scan {part.table}")
             out.extend(self._info(rec, part, r) for r in rows)
@@ -303,7 +303,7 @@ class QueueAdmin:
                 continue
             while n < limit:
                 chunk = min(1000, limit - n)
-                moved = self._run(rec, part.shard, lambda c, part=part, chunk=chunk, pf=pf: move_state(
+                moved = self._run(rec, part, lambda c, part=part, chunk=chunk, pf=pf: move_state(
                     c, shard_db(part.shard), part.table, frm, to, chunk, pf, attempts=attempts,  # type: ignore[arg-type]
                     custom_status=custom_status), what=f"move jobs in {part.table}")
                 n += moved
@@ -334,7 +334,7 @@ class QueueAdmin:
             pf = self._filter_for(part, filter, by_shard)
             if pf is False:
                 continue
-            n += self._run(rec, part.shard, lambda c, part=part, pf=pf, n=n: delete_jobs(
+            n += self._run(rec, part, lambda c, part=part, pf=pf, n=n: delete_jobs(
                 c, shard_db(part.shard), part.table, state, limit - n, pf),  # type: ignore[arg-type]
                 what=f"delete from {part.table}")
             if n >= limit:

@@ -248,7 +248,8 @@ class Broker:
         args = [(split_job_id(d.id)[1], st.Claim.parse(d.claim)) for d in items]
         try:
             self.service.executor.run(buf.part.shard, lambda c: st.release_jobs(
-                c, shard_db(buf.part.shard), buf.part.table, args), what=f"release {buf.part.table}")
+                c, shard_db(buf.part.shard), buf.part.table, args), what=f"release {buf.part.table}",
+                table=buf.part.table)
         except QueueError:
             self.errors += 1  # their leases expire and the reaper returns them
 

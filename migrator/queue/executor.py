@@ -121,8 +121,12 @@ class ShardExecutor:
         self.frozen_waits = 0
 
     def run(self, shard: int, fn: Callable[[pymysql.connections.Connection], R], *, write: bool = True,
-            what: str = "queue statement", guard: Callable[[], object] | None = None) -> R:
+            what: str = "queue statement", guard: Callable[[], object] | None = None,
+            table: str | None = None) -> R:
         """Run ``fn(conn)`` on the shard's master, retrying as described above.
+
+        ``table``: the table ``fn`` works on, when the shard map may route it on its own (a queue
+        partition's jobs table): then its route, not the shard's range, says where and whether frozen.
 
         ``guard`` is called after a "table moved" error, before waiting: it
         raises if the operation no longer makes sense (the queue was deleted),
@@ -139,7 +143,7 @@ class ShardExecutor:
         try:
             for attempt in retrying:
                 with attempt:
-                    return self._once(shard, fn, write, deadline, guard)
+                    return self._once(shard, fn, write, deadline, guard, table)
         except RetryError as exc:
             last = exc.last_attempt.exception()
             why = last.why if isinstance(last, _Retry) else str(last)
@@ -150,17 +154,18 @@ class ShardExecutor:
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _once(self, shard: int, fn: Callable[[pymysql.connections.Connection], R], write: bool,
-              deadline: float, guard: Callable[[], object] | None) -> R:
-        if write and self.router.is_frozen(shard):
+              deadline: float, guard: Callable[[], object] | None, table: str | None) -> R:
+        if write and self.router.is_frozen(shard, table):
             self.frozen_waits += 1
             try:
-                self.router.wait_unfrozen(shard, timeout=max(0.0, min(self.frozen_wait, deadline - time.monotonic())))
+                self.router.wait_unfrozen(shard, timeout=max(0.0, min(self.frozen_wait, deadline - time.monotonic())),
+                                          table=table)
             except ShardFrozen:
                 raise ShardUnavailable(
                     f"shard {shard} stayed frozen for {self.frozen_wait:.0f}s (a cutover is running); retry later"
                 ) from None
         try:
-            host = self.router.master_for(shard)
+            host = self.router.master_for(shard, table)
         except ShardMapError as exc:
             raise _Retry(str(exc)) from None
         try:

@@ -234,11 +234,12 @@ def maintain(service: Any, *, advance_seconds: float = 0.0, lock_wait_timeout: i
                 continue
             r = service.executor.run(part.shard, lambda c, part=part, policy=policy: maintain_table(
                 c, part.shard, part.table, policy, advance_seconds=advance_seconds,
-                lock_wait_timeout=lock_wait_timeout, dry_run=dry_run), what=f"maintain {part.table}")
+                lock_wait_timeout=lock_wait_timeout, dry_run=dry_run), what=f"maintain {part.table}",
+                table=part.table)
             if not dry_run and r.skipped is None:
                 r.trimmed = service.executor.run(part.shard, lambda c, part=part, rec=rec: trim_dedupe(
                     c, part.shard, part.table, rec.config.retention.new, advance_seconds=advance_seconds),
-                    what=f"trim {part.table} dedupe")
+                    what=f"trim {part.table} dedupe", table=part.table)
             reports.append(r)
     if logs:
         smap = service.router.map

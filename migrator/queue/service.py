@@ -127,7 +127,7 @@ class QueueService(QueueAdmin):
         for p in parts:
             self.executor.run(p.shard,
                               lambda c, p=p: schema.create_partition_tables(c, shard_db(p.shard), p.table, policy),
-                              what=f"create {p.table}")
+                              what=f"create {p.table}", table=p.table)
         rec = QueueRecord(name=name, config=config, partitions=parts, created_at=time.time())
         return self.catalog.create(rec)
 
@@ -148,6 +148,15 @@ class QueueService(QueueAdmin):
 
     def get_queue(self, name: str) -> QueueRecord:
         return self.catalog.get(name, fresh=True)
+
+    def placement(self, name: str) -> list[dict[str, Any]]:
+        """Where each partition lives now: the master serving its tables (its own table route in the shard
+        map, after a ``move-partition``, else its shard's range)."""
+        rec = self.catalog.get(name, fresh=True)
+        smap = self.router.refresh()
+        return [{"partition": p.index, "shard": p.shard, "tables": list(p.tables or [p.table]),
+                 "master": smap.master_of_table(p.shard, p.table),
+                 "routed": smap.route_of(p.shard, p.table) is not None} for p in rec.partitions]
 
     def list_queues(self) -> list[QueueRecord]:
         return self.catalog.all()
@@ -179,7 +188,7 @@ class QueueService(QueueAdmin):
             tables = p.tables or [p.table]
             self.executor.run(p.shard,
                               lambda c, p=p, tables=tables: schema.drop_partition_tables(c, shard_db(p.shard), tables),
-                              what=f"drop {p.table}")
+                              what=f"drop {p.table}", table=p.table)
 
     # -- enqueue --------------------------------------------------------------------
     def enqueue(self, queue: str, jobs: list[EnqueueJob]) -> list[EnqueueResult]:
@@ -201,7 +210,7 @@ class QueueService(QueueAdmin):
         for idx, members in groups.items():
             part = rec.partition(idx)
             new = [self._new_job(rec, jobs[i], now) for i in members]
-            ids = self._run(rec, part.shard,
+            ids = self._run(rec, part,
                                     lambda c, part=part, new=new: st.insert_jobs(c, shard_db(part.shard), part.table,
                                                                                  new),
                                     what=f"enqueue into {part.table}")
@@ -219,7 +228,7 @@ class QueueService(QueueAdmin):
         start = next(self._rr) % n
         for k in range(n):  # prefer a partition whose shard is not frozen for a cutover
             idx = (start + k) % n
-            if not self.router.is_frozen(rec.partition(idx).shard):
+            if not self.router.is_frozen(rec.partition(idx).shard, rec.partition(idx).table):
                 return idx
         return start
 
@@ -271,7 +280,7 @@ class QueueService(QueueAdmin):
             k = next(self._rr) % len(parts)
             parts = parts[k:] + parts[:k]
             # a partition whose shard is frozen for a cutover would make the claim wait; serve from the others
-            free = [p for p in parts if not self.router.is_frozen(p.shard)]
+            free = [p for p in parts if not self.router.is_frozen(p.shard, p.table)]
             parts = free or parts
         out: list[JobDescriptor] = []
         for part in parts:
@@ -298,7 +307,7 @@ class QueueService(QueueAdmin):
             self._last_reap[key] = now
             self.reap_partition(rec, part)
         rows = self._run(
-            rec, part.shard,
+            rec, part,
             lambda c: st.claim_jobs(c, shard_db(part.shard), part.table, limit, int(lease_seconds * 1e6),
                                     fifo=rec.config.fifo),
             what=f"dequeue from {part.table}",
@@ -314,9 +323,11 @@ class QueueService(QueueAdmin):
             lease_until=schema.to_epoch(r.lease_until) or 0.0, created_at=schema.to_epoch(r.created_at) or 0.0,
         )
 
-    def _run(self, rec: QueueRecord, shard: int, fn: Callable[[Any], Any], **kw: Any) -> Any:
-        """Run on a partition's shard; a "table moved" error first checks the queue still exists."""
-        return self.executor.run(shard, fn, guard=lambda: self.catalog.get(rec.name, fresh=True), **kw)
+    def _run(self, rec: QueueRecord, part: PartitionRecord, fn: Callable[[Any], Any], **kw: Any) -> Any:
+        """Run on the master serving a partition's jobs table (its route, else its shard's range); a "table
+        moved" error first checks the queue still exists."""
+        return self.executor.run(part.shard, fn, guard=lambda: self.catalog.get(rec.name, fresh=True),
+                                 table=part.table, **kw)
 
     def _limiter(self, rec: QueueRecord) -> TokenBucket:
         with self._lock:
@@ -353,7 +364,7 @@ class QueueService(QueueAdmin):
                 claim = st.Claim.parse(it.claim)
                 delay = it.retry_delay_seconds if it.retry_delay_seconds is not None else backoff_seconds(claim.attempt)
                 fin.append(st.Finish(split_job_id(it.id)[1], claim, it.success, int(delay * 1e6), it.custom_status))
-            res = self._run(rec, part.shard,
+            res = self._run(rec, part,
                             lambda c, part=part, fin=fin: st.finish_jobs(c, shard_db(part.shard), part.table, fin),
                                     what=f"ack in {part.table}")
             for pos, ok in zip(positions, res):
@@ -375,7 +386,7 @@ class QueueService(QueueAdmin):
         for idx, positions in self._by_partition(rec, [i for i, _ in items]).items():
             part = rec.partition(idx)
             args = [(split_job_id(items[p][0])[1], st.Claim.parse(items[p][1])) for p in positions]
-            res = self._run(rec, part.shard,
+            res = self._run(rec, part,
                                     lambda c, part=part, args=args: st.extend_leases(
                                         c, shard_db(part.shard), part.table, args, int(lease * 1e6)),
                                     what=f"extend lease in {part.table}")
@@ -396,7 +407,7 @@ class QueueService(QueueAdmin):
                     schema.from_epoch(it.run_after) if it.run_after is not None else None,
                     int((it.delay_seconds or 0) * 1e6), it.attempts, it.custom_status,
                 ))
-            res = self._run(rec, part.shard,
+            res = self._run(rec, part,
                                     lambda c, part=part, cps=cps: st.checkpoint_jobs(c, shard_db(part.shard),
                                                                                      part.table, cps),
                                     what=f"checkpoint in {part.table}")
@@ -408,7 +419,7 @@ class QueueService(QueueAdmin):
 
     # -- reaper ---------------------------------------------------------------------------
     def reap_partition(self, rec: QueueRecord, part: PartitionRecord) -> tuple[int, int]:
-        pending, failed = self._run(rec, part.shard, lambda c: st.reap_expired(c, shard_db(part.shard), part.table),
+        pending, failed = self._run(rec, part, lambda c: st.reap_expired(c, shard_db(part.shard), part.table),
                                             what=f"reap {part.table}")
         if pending or failed:
             metrics.LEASE_EXPIRED.labels(rec.name).inc(pending + failed)

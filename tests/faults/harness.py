@@ -55,6 +55,7 @@ is clean (the source kept serving).
 
 from __future__ import annotations
 
+import os
 import random
 import signal
 import subprocess
@@ -82,13 +83,15 @@ CELL_OPTIONS = dict(freeze_budget_ms=3000, chunk_rows=5, chunk_max_rows=5, copy_
 #: catch-up never converges with these (a pass must see no event at all): a cell holds the migration
 #: in catch-up until :meth:`FaultRun.release_catch_up` restores the defaults
 HOLD_CATCH_UP = dict(converge_events=0, converge_lag_s=0.0001)
+#: from the death of the cutover's worker to a settled cutover (lease timeout + the settle), on a busy box
+SETTLE_BOUND_S = 15.0
 
 
 class FaultRun:
     """One migration under load with faults; see the module docstring."""
 
     def __init__(self, fleet: Any, tmp_path: Path, *, rate: float = 40.0, partitions: int = 8,
-                 workers: int = 2):
+                 workers: int = 2, http: bool = False, producers: int = 1, consumers: int = 2):
         self.fleet = fleet
         self.cfg = fleet.config
         self.creds = fleet.credentials
@@ -96,7 +99,15 @@ class FaultRun:
         self.rate = rate
         self.partitions = partitions
         self.n_workers = workers
+        #: the load as an independent client: ``migrator queue serve --broker`` in a process of its own,
+        #: producers and consumers over HTTP with the queue token
+        self.http = http
+        self.producers, self.consumers = producers, consumers
+        self.server: subprocess.Popen | None = None
         self.procs: list[subprocess.Popen] = []
+        #: every worker ever started (each the leader of its own session): what close() ends, the dead
+        #: ones' forks too (a worker killed -9 leaves its RQ scheduler process behind, in its group)
+        self.started: list[subprocess.Popen] = []
         self.logs: list[Path] = []
         self.ledger_path = self.dir / "ledger.sqlite"
         self._stop = threading.Event()
@@ -112,11 +123,14 @@ class FaultRun:
     def start(self, *, workers: bool = True) -> FaultRun:
         from migrator.queue.load import run_load
 
+        client: dict[str, Any] = {"url": self._serve(), "token": self.creds.queue_token} if self.http else {}
+
         def load() -> None:
             try:
                 self._load_out["result"] = run_load(self.cfg, QUEUE, self.rate, 3600, self.ledger_path, self._stop,
-                                                    partitions=self.partitions, consumers=2, lease_seconds=10,
-                                                    drain_seconds=20)
+                                                    partitions=self.partitions, producers=self.producers,
+                                                    consumers=self.consumers, lease_seconds=10,
+                                                    drain_seconds=20, **client)
             except BaseException as exc:  # noqa: BLE001 - reported by stop_load
                 self._load_out["error"] = exc
 
@@ -128,6 +142,33 @@ class FaultRun:
         if workers:
             self.start_workers()
         return self
+
+    def _serve(self) -> str:
+        """``migrator queue serve --broker`` on a free port; its URL once /healthz answers."""
+        import socket
+
+        import httpx
+
+        with socket.socket() as sk:
+            sk.bind(("127.0.0.1", 0))
+            port = sk.getsockname()[1]
+        log = self.dir / "queue-serve.log"
+        self.logs.append(log)
+        self.server = subprocess.Popen(
+            [sys.executable, "-m", "migrator", "--config", str(self.fleet.config_path), "queue", "serve", "--broker",
+             "--listen", f"127.0.0.1:{port}"], stdout=open(log, "ab"), stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL, start_new_session=True, cwd=str(Path(__file__).resolve().parents[2]))
+        url = f"http://127.0.0.1:{port}"
+
+        def up() -> bool:
+            assert self.server is not None and self.server.poll() is None, log.read_text()[-2000:]
+            try:
+                return httpx.get(f"{url}/healthz", timeout=1).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        self.wait(up, 60, "the queue server to answer", every=0.2)
+        return url
 
     def queue_exists(self) -> bool:
         return bool(self.fleet.zk.client.exists(self.fleet.zk.path("queues", QUEUE)))
@@ -141,6 +182,7 @@ class FaultRun:
                 [sys.executable, "-m", "migrator", "--config", str(self.fleet.config_path), "worker", "--name", name],
                 stdout=open(log, "ab"), stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 start_new_session=True, cwd=str(Path(__file__).resolve().parents[2])))
+            self.started.append(self.procs[-1])
 
     def kill_workers(self, *_: Any) -> None:
         """kill -9 every worker and its work-horse (RQ puts a horse in a process group of its own, so it
@@ -162,8 +204,21 @@ class FaultRun:
     def close(self) -> None:
         self._stop.set()
         self.kill_workers()
+        for p in self.started:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
         if self._loader is not None:
             self._loader.join(60)
+        if self.server is not None:
+            signal_tree(self.server.pid, signal.SIGTERM)
+            try:
+                self.server.wait(20)
+            except subprocess.TimeoutExpired:
+                signal_tree(self.server.pid, signal.SIGKILL)
+                self.server.wait(10)
+            self.server = None
 
     # -- the migration ------------------------------------------------------------------------
     def plan_split(self, source: str = "MySQL001A", **options: Any) -> Spec:
@@ -245,6 +300,21 @@ class FaultRun:
         self.events.append(f"fault fired in {st.phase.value}")
         return st.phase
 
+    def wait_settled(self, phase: Phase) -> float:
+        """The live worker settles a dead cutover by itself (nothing left frozen, ``phase``): returns how
+        long it took, at most :data:`SETTLE_BOUND_S`."""
+        t0 = time.monotonic()
+
+        def settled() -> bool:
+            smap = ShardMapStore(self.fleet.zk).read()
+            return self.state().phase == phase and not smap.frozen and not any(rt.frozen for rt in smap.routes)
+
+        self.wait(settled, 60, f"the live worker to settle the cutover to {phase.value}")
+        took = time.monotonic() - t0
+        self.events.append(f"settled to {phase.value} by a live worker in {took:.1f} s")
+        assert took < SETTLE_BOUND_S, self.events
+        return took
+
     def wait_phase(self, *phases: Phase, timeout: float = 90) -> State:
         return self.wait(lambda: (lambda s: s if s.phase in phases else None)(self.state()), timeout,
                          f"phase {[p.value for p in phases]}", every=0.1)
@@ -289,8 +359,8 @@ class FaultRun:
         st = self.state()
         assert st.phase == Phase.DONE, self._describe()
         smap = ShardMapStore(self.fleet.zk).read()
-        assert all(smap.master_of(s) == spec.target_master for s in spec.shards)
-        assert not smap.frozen, smap.frozen
+        assert spec.moving.served_by(smap, spec.target_master), smap.to_wire()
+        assert not smap.frozen and not any(rt.frozen for rt in smap.routes), smap.to_wire()
         from migrator.engine.plan import maintenance_paused
 
         # the cutover releases the pause just after it records phase done: give it a moment
@@ -323,8 +393,8 @@ class FaultRun:
         st = self.state()
         assert st.phase == Phase.ROLLED_BACK, self._describe()
         smap = ShardMapStore(self.fleet.zk).read()
-        assert all(smap.master_of(s) == spec.source_master for s in spec.shards)
-        assert not smap.frozen, smap.frozen
+        assert spec.moving.served_by(smap, spec.source_master), smap.to_wire()
+        assert not smap.frozen and not any(rt.frozen for rt in smap.routes), smap.to_wire()
         time.sleep(after_s)  # the load keeps going on the old pair for a little while
         load = self.stop_load()
         ledger = self.check_ledger()
@@ -343,8 +413,8 @@ class FaultRun:
         """The migration stopped before the flip: the map never moved, the source served, nothing lost."""
         assert self.spec is not None
         smap = ShardMapStore(self.fleet.zk).read()
-        assert all(smap.master_of(s) == self.spec.source_master for s in self.spec.shards)
-        assert not smap.frozen, smap.frozen
+        assert self.spec.moving.served_by(smap, self.spec.source_master), smap.to_wire()
+        assert not smap.frozen and not any(rt.frozen for rt in smap.routes), smap.to_wire()
         source = self.fleet.hosts[self.spec.source_master]
         with mysql_connect(source, self.creds) as c, c.cursor() as cur:
             for db in self.spec.databases:

@@ -1,37 +1,80 @@
-"""Fault cell on a queue-partition move: one partition's jobs table moves to the spare pair
-under load, and the RQ worker is killed during its catch-up."""
+"""Fault cell on a queue-partition move: one partition of a queue created with the defaults (a partition on
+every shard) moves to the spare pair on its own (its shard's other tables hold rows and stay), under load from an
+independent HTTP client on every partition, and the worker running its cutover is killed inside it."""
 
 from __future__ import annotations
 
 from migrator.engine.migration import Phase
 from migrator.fleet.ids import shard_db
 from migrator.fleet.mysql import connect as mysql_connect
+from migrator.fleet.shard_map import ShardMapStore
+from migrator.ops import command
+from migrator.queue.catalog import QueueCatalog
+from migrator.queue.service import QueueService
 
-from .harness import HOLD_CATCH_UP, FaultRun
+from .harness import QUEUE, FaultRun
 
-SHARD = 3
+PARTITION = 5
+#: one partition on every shard of the test fleet (8 shards): a queue has at most one partition per shard
+PARTITIONS = 8
 SEED_TABLES = ("pins", "boards", "users", "board_has_pins", "user_has_boards")
 
 
-def test_partition_move_with_worker_killed_during_catch_up(fleet, tmp_path):
-    # a partition moves by moving its shard, so the shard must hold nothing but the partition
-    source = fleet.smap.master_of(SHARD)
-    with mysql_connect(fleet.hosts[source], fleet.credentials) as c, c.cursor() as cur:
+def _rows(fleet, host: str, db: str) -> dict[str, int]:
+    with mysql_connect(fleet.hosts[host], fleet.credentials) as c, c.cursor() as cur:
+        out = {}
         for t in SEED_TABLES:
-            cur.execute(f"DELETE FROM `{shard_db(SHARD)}`.`{t}`")
-    run = FaultRun(fleet, tmp_path).start()
+            cur.execute(f"SELECT COUNT(*) FROM `{db}`.`{t}`")
+            out[t] = int(cur.fetchone()[0])
+        return out
+
+
+def test_a_partition_moves_alone_under_http_load_with_its_cutover_worker_killed(fleet, tmp_path):
+    run = FaultRun(fleet, tmp_path, partitions=PARTITIONS, http=True, producers=3, consumers=3, rate=60).start()
     try:
-        target = fleet.sandbox.pairs(spare=True)[0][0]
-        spec = run.plan_move_partition(run.partition_on(SHARD), target, **HOLD_CATCH_UP)
-        assert spec.kind == "queue_partition" and spec.shards == (SHARD,)
-        run.launch()
-        run.when(lambda st: st.phase == Phase.CATCHING_UP, run.kill_workers, what="catch-up")
-        assert run.state().phase == Phase.CATCHING_UP
-        run.start_workers()
-        run.release_catch_up()
-        run.resume()
+        part = QueueCatalog(fleet.zk).get(QUEUE, fresh=True).partition(PARTITION)
+        shard, db = part.shard, shard_db(part.shard)
+        home = ShardMapStore(fleet.zk).read().range_of(shard)
+        siblings = _rows(fleet, home.master, db)
+        assert any(siblings.values()), "the partition's shard holds other tables with rows"
+        target = fleet.sandbox.pairs(spare=True)[0]
+        spec = run.plan_move_partition(PARTITION, target[0])  # refused before any copy, before routes
+        assert spec.kind == "queue_partition" and spec.shards == (shard,)
+        assert set(spec.tables) == set(part.tables)
+        run.launch(postpone=True)
+        run.wait_phase(Phase.CONVERGED)
+        run.mark_target()
+        run.enqueue("tests.faults.fault_jobs.cutover_with_fault", run.mid, str(fleet.config_path), "kill",
+                    "before_flip")
+        run.wait(run.a_worker_died, 60, "the worker to die inside the partition's cutover")
+        # the live worker settles it: the route's freeze undone, the source serves the partition again
+        run.wait_settled(Phase.CONVERGED)
+        smap = ShardMapStore(fleet.zk).read()
+        assert smap.routes == () and smap.master_of_table(shard, part.table) == home.master, smap.to_wire()
+        run.start_workers(1)
+        command.postpone(run.cfg, run.mid, on=False)
+        command.cutover(run.cfg, run.mid)
         run.wait_phase(Phase.DONE)
-        out = run.end_checks()
-        assert set(out["tables"]) == {f"{shard_db(SHARD)}.{t}" for t in spec.tables}
+        out = run.end_checks()  # ledger: 0 lost, 0 double OK; the moved tables equal their tombstones
+        assert set(out["tables"]) == {f"{db}.{t}" for t in spec.tables}
+        smap = ShardMapStore(fleet.zk).read()
+        # only the partition's route moved: the shard's range (and its other tables) never moved nor froze
+        assert smap.range_of(shard) == home
+        assert [(rt.shard, set(rt.tables), rt.master, rt.frozen) for rt in smap.routes] == \
+            [(shard, set(part.tables), target[0], False)]
+        for rec in ShardMapStore(fleet.zk).history(limit=200):
+            if (rec.get("details") or {}).get("migration") == run.mid:
+                frozen = (rec.get("map") or {}).get("frozen") or []
+                assert not any(lo <= shard <= hi for lo, hi in frozen), rec
+        assert _rows(fleet, home.master, db) == siblings
+        with mysql_connect(fleet.hosts[target[0]], fleet.credentials) as c, c.cursor() as cur:
+            cur.execute("SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_NAME "
+                        "IN %s", (db, SEED_TABLES))
+            assert cur.fetchall() == ()  # the siblings were not copied
+        with QueueService(fleet.config, fleet.credentials) as svc:  # what `migrator queue show` prints
+            placed = {p["partition"]: (p["master"], p["routed"]) for p in svc.placement(QUEUE)}
+        assert placed.pop(PARTITION) == (target[0], True)
+        assert all(not routed for _, routed in placed.values()), placed
+        assert out["ledger"].enqueued > 0 and not out["load"].errors.get("SHARD_UNAVAILABLE"), out["load"].to_text()
     finally:
         run.close()

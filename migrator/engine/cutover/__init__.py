@@ -56,16 +56,12 @@ guard), nor open another attempt's gates (they are named per attempt).
 
 Queue-partition moves
 ---------------------
-The shard map routes by shard, and the queue service resolves a partition to
-its shard and then to that shard's master. So a queue partition moves by moving
-its shard: the partition's shard must be wholly owned by the partition. The
-cutover checks it (every other table of that shard db on the source is empty)
-and refuses otherwise, then fences only ``Spec.tables`` (the partition's jobs
-table; the sentinel lives in the same db) and flips the shard in the shard map
-exactly like a shard move. A per-partition host override in the queue record
-would need a second routing source and a two-node atomic flip, and every reader
-of the shard db would have to know about it; one source of routing is simpler
-to reason about and to audit.
+A queue partition moves on its own table route in the shard map (see
+``ShardMap.routes`` and docs/architecture.md): the shard's range stays where it
+is and its other tables keep serving. The run changes the map only through the
+spec's :class:`~migrator.fleet.model.MovingSet`, which for a partition freezes
+and flips the route instead of ranges (one CAS, as for shards); it fences only
+``Spec.tables`` (the partition's tables; the sentinel lives in the same db).
 """
 
 from __future__ import annotations

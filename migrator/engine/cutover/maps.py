@@ -10,7 +10,7 @@ from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_f
 
 from migrator.engine.cutover.errors import ZK_LOST, CutoverError
 from migrator.errors import ShardMapConflict, ShardMapGuardLost
-from migrator.fleet.model import ShardMap
+from migrator.fleet.model import MovingSet, ShardMap
 from migrator.fleet.shard_map import ShardMapStore
 
 
@@ -23,9 +23,9 @@ def reread_map(maps: ShardMapStore, timeout: float = 60.0) -> ShardMap:
     raise AssertionError("unreachable")
 
 
-def unfreeze_ranges(maps: ShardMapStore, ranges: list[tuple[int, int]], *, reason: str, attempts: int = 5,
+def unfreeze_ranges(maps: ShardMapStore, moving: MovingSet, *, reason: str, attempts: int = 5,
                     guard: str | None = None) -> None:
-    """Remove our frozen ranges. Re-reads on a conflict: it only undoes our own freeze.
+    """Unfreeze our ranges (or our tables' route). Re-reads on a conflict: it only undoes our own freeze.
 
     ``guard``: the znode of the claim the unfreeze is made under (the cutover's lease, a
     settler's lock), checked in the same ZooKeeper transaction. Once it is gone the unfreeze
@@ -34,10 +34,8 @@ def unfreeze_ranges(maps: ShardMapStore, ranges: list[tuple[int, int]], *, reaso
     """
     for _ in range(attempts):
         cur = reread_map(maps)
-        new = cur
-        for lo, hi in ranges:
-            new = new.without_frozen(lo, hi)
-        if new.frozen == cur.frozen:
+        new = moving.unfreeze(cur)
+        if new.frozen == cur.frozen and new.routes == cur.routes:
             return
         assert cur.epoch is not None
         try:
@@ -49,5 +47,5 @@ def unfreeze_ranges(maps: ShardMapStore, ranges: list[tuple[int, int]], *, reaso
             continue
         except ZK_LOST:
             continue
-    raise CutoverError(f"could not unfreeze {ranges} after {attempts} tries: unfreeze them with "
+    raise CutoverError(f"could not unfreeze {moving.describe()} after {attempts} tries: unfreeze them with "
                        "`migrator topology` by hand", phase="cutover")

@@ -115,11 +115,11 @@ def _reconcile(config: Config, creds: Credentials, zk: ZK, migration_id: str, gu
     reg = HostRegistry(zk)
     source = reg.get(spec.source_master)
     passive = passive_of(reg, spec.source_master, spec.source_slave, spec)
-    landed = all(smap.master_of(s) == spec.target_master for s in spec.shards)
+    landed = spec.moving.served_by(smap, spec.target_master)
     _settle_fenced_pair(source, passive, creds, spec, landed=landed)
     if not landed and passive is None:
         skip_tombstone_renames(config, zk, creds, spec, source)
-    unfreeze_ranges(maps, spec.ranges(), reason=f"cutover {migration_id}: reconcile after interruption", guard=guard)
+    unfreeze_ranges(maps, spec.moving, reason=f"cutover {migration_id}: reconcile after interruption", guard=guard)
     if landed:
         _record_flip(store, maps, spec, "cutover", "cutover")
         store.set_phase(migration_id, Phase.DONE, flipped_epoch=smap.epoch,
@@ -210,10 +210,10 @@ def _reconcile_rollback(creds: Credentials, zk: ZK, spec: Spec, guard: str) -> P
     reg = HostRegistry(zk)
     new, old = reg.get(spec.target_master), reg.get(spec.source_master)
     passive = passive_of(reg, spec.target_master, spec.target_slave, spec)
-    landed = all(smap.master_of(s) == spec.source_master for s in spec.shards)
+    landed = spec.moving.served_by(smap, spec.source_master)
     _settle_fenced_pair(new, passive, creds, spec, landed=landed)
     _place_old_tables(old, creds, spec, live=landed)
-    unfreeze_ranges(maps, spec.ranges(), reason=f"rollback {spec.id}: reconcile after interruption", guard=guard)
+    unfreeze_ranges(maps, spec.moving, reason=f"rollback {spec.id}: reconcile after interruption", guard=guard)
     if landed:
         _record_flip(store, maps, spec, "rollback", "rollback")
         store.set_phase(spec.id, Phase.ROLLED_BACK, flipped_epoch=smap.epoch,

@@ -126,6 +126,8 @@ class CutoverRun:
         self.released: dict[str, float] = {}
         self.t_compare = 0.0
         self.ranges = spec.ranges()
+        #: what the freeze and the flip change in the shard map (ranges, or a queue partition's route)
+        self.moving = spec.moving
         self.tables: list[TableInfo] = []
         self.fence: Fence | None = None
         #: "rename" (:class:`Fence`) or "gate" (:attr:`active_gate`), see :func:`fence_mode`
@@ -248,8 +250,6 @@ class CutoverRun:
                 with src.cursor() as cur:
                     cur.execute(f"{TAG}CREATE DATABASE IF NOT EXISTS {ident(self.tomb(db))}")
             self.tables = load_tables(src, spec.databases, spec.tables)
-            if spec.kind == "queue_partition":
-                self._check_partition_owns_shard(src)
         finally:
             src.close()
         self.target_conn = mysql_connect(self.target, self.creds, read_timeout=600)
@@ -305,28 +305,6 @@ class CutoverRun:
                              f"to {head} within {timeout:.0f}s ({problem or 'it lags'}): a flip now would leave the "
                              f"new owner without a caught-up standby; repair the target pair's replication, then "
                              f"retry the cutover", phase=self.direction.label)
-
-    def _check_partition_owns_shard(self, src: pymysql.connections.Connection, *, under_fence: bool = False) -> None:
-        """A queue partition moves its shard's route: no other table of the shard may hold rows. Checked in
-        prepare (refused, nothing frozen) and again under the fence (the freeze is undone)."""
-        if len(self.spec.shards) != 1 or not self.spec.tables:
-            raise CutoverError("a queue-partition move needs exactly one shard and its table(s)", phase="cutover")
-        db = self.spec.databases[0]
-        others = [r[0] for r in query(src, "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s "
-                                           "AND TABLE_TYPE = 'BASE TABLE'", (db,))
-                  if r[0] not in self.spec.tables and r[0] != SENTINEL_TABLE]
-        busy = [t for t in others if scalar(src, f"{TAG}SELECT EXISTS(SELECT 1 FROM {qualified(db, t)})")]
-        if busy and under_fence:
-            raise CutoverAborted(
-                f"queue partition {self.spec.queue}[{self.spec.partition}] no longer owns shard {db} alone: tables "
-                f"{busy} got rows after the cutover was prepared and would be routed to the target by the flip; "
-                "the freeze was undone and the source still serves; give the partition a shard of its own, then "
-                "retry", phase="cutover")
-        if busy:
-            raise CutoverError(
-                f"queue partition {self.spec.queue}[{self.spec.partition}] does not own shard {db} alone: "
-                f"tables {busy} hold rows and would be routed to the target by the flip; "
-                "give the partition a shard of its own first", phase="cutover")
 
     def refresh_verified_gtid(self, *, max_rounds: int = 8, quiet_s: float = 0.2, quiet_keys: int = 300) -> str:
         """Re-check, outside the freeze, the rows changed since the last full check
@@ -396,21 +374,24 @@ class CutoverRun:
 
     def _freeze_once(self) -> None:
         cur = self.maps.read()
-        new = cur
-        for lo, hi in self.ranges:
-            for s in range(lo, hi + 1):
-                if cur.master_of(s) != self.direction.from_master:
-                    raise CutoverError(f"shard {s} is on {cur.master_of(s)}, not {self.direction.from_master}: "
-                                       "the map changed since the plan", phase=self.direction.label)
-                if cur.is_frozen(s):
-                    raise CutoverError(f"shard {s} is already frozen by someone else", phase="cutover")
-            new = new.with_frozen(lo, hi)
+        moving = self.moving
+        for s in moving.shards:
+            owner = moving.master_in(cur, s)
+            if owner != self.direction.from_master:
+                raise CutoverError(f"{moving.describe()}: shard {s} is served by {owner}, not "
+                                   f"{self.direction.from_master}: the map changed since the plan",
+                                   phase=self.direction.label)
+            if moving.frozen_in(cur, s):
+                raise CutoverError(f"{moving.describe()}: shard {s} is already frozen by someone else",
+                                   phase="cutover")
+        new = moving.freeze(cur)
         assert cur.epoch is not None
         try:
             # guarded by the lease like the flip: once the lease is given up, a freeze still held
             # somewhere (a paused ZooKeeper server) can no longer commit
             stored = self.maps.cas(new, cur.epoch, reason=f"{self.direction.label} {self.spec.id}: freeze",
-                                   details={"migration": self.spec.id, "ranges": self.ranges}, guard=self.guard)
+                                   details={"migration": self.spec.id, "ranges": self.ranges,
+                                            "moving": self.moving.describe()}, guard=self.guard)
         except ShardMapGuardLost:
             raise CutoverAborted("this process lost the cutover's lease in ZooKeeper before the freeze (its "
                                  "session expired); nothing was frozen; retry the cutover",
@@ -429,8 +410,8 @@ class CutoverRun:
             smap = reread_map(self.maps, self.reread_s)
         except ZK_LOST:
             smap = None
-        landed = smap is not None and all(smap.is_frozen(s) and smap.master_of(s) == self.direction.from_master
-                                          for s in self.spec.shards)
+        landed = (smap is not None and self.moving.all_frozen(smap)
+                  and self.moving.served_by(smap, self.direction.from_master))
         if landed and (self.lease is None or self.lease.alive):
             assert smap is not None
             return smap
@@ -441,19 +422,16 @@ class CutoverRun:
             phase=self.direction.label)
 
     def flipped_map(self, frozen: ShardMap) -> ShardMap:
-        new = frozen
-        for lo, hi in self.ranges:
-            new = new.reassign(lo, hi, self.direction.to_master, self.direction.to_slave).without_frozen(lo, hi)
-        return new
+        return self.moving.flip(frozen, self.direction.to_master, self.direction.to_slave)
 
     def flip_landed(self, smap: ShardMap) -> bool:
-        return all(smap.master_of(s) == self.direction.to_master for s in self.spec.shards)
+        return self.moving.served_by(smap, self.direction.to_master)
 
     def unfreeze(self) -> bool:
         """Unfreeze our ranges, guarded by the lease: False (nothing changed) once the lease is gone,
         when the ranges may be a later attempt's freeze already; the settler unfreezes then."""
         try:
-            unfreeze_ranges(self.maps, self.ranges, reason=f"{self.direction.label} {self.spec.id}: abort, unfreeze",
+            unfreeze_ranges(self.maps, self.moving, reason=f"{self.direction.label} {self.spec.id}: abort, unfreeze",
                             guard=self.guard)
         except ShardMapGuardLost:
             self.lease_lost = True
@@ -536,12 +514,6 @@ class CutoverRun:
             t = self._step("fence", t)
             if hooks.after_fence:
                 hooks.after_fence(self)
-            if self.spec.kind == "queue_partition":
-                # checked again now that the partition's tables are fenced: rows a sibling table got after
-                # prepare would be routed to the target by the flip and stay behind on the source
-                ctl = self.fence.c if self.fence is not None else self.writer
-                assert ctl is not None
-                self._check_partition_owns_shard(ctl, under_fence=True)
             self._write_sentinels()
             t = self._step("sentinel", t)
             # the background tail (if any) goes on to the sentinel by itself, then stops
@@ -741,15 +713,10 @@ class CutoverRun:
         recheck.compare_in_freeze(self, verified, suspect)
 
     def _ours_unchanged(self, smap: ShardMap) -> bool:
-        """Our ranges in ``smap`` are exactly as we froze them (owner, standby, frozen)."""
+        """Our ranges (or route) in ``smap`` are exactly as we froze them (owner, standby, frozen)."""
         frozen = self.frozen_map
         assert frozen is not None
-        for lo, hi in self.ranges:
-            for s in range(lo, hi + 1):
-                if (smap.master_of(s), smap.range_of(s).slave, smap.is_frozen(s)) != \
-                        (frozen.master_of(s), frozen.range_of(s).slave, True):
-                    return False
-        return True
+        return self.moving.image(smap) == self.moving.image(frozen) and self.moving.all_frozen(smap)
 
     def _flip(self, attempts: int = 5) -> bool:
         """The one CAS. Returns True when the flip landed; raises (after undo by the caller) if not.
@@ -780,7 +747,8 @@ class CutoverRun:
             stored = self.maps.cas(new, base.epoch, reason=f"{self.direction.label} {self.spec.id}: flip to "
                                    f"{self.direction.to_master}/{self.direction.to_slave}",
                                    details={"migration": self.spec.id, "ranges": self.ranges,
-                                            "fence_gtid": self.fence_gtid, "target_gtid": self.target_pos,
+                                            "moving": self.moving.describe(), "fence_gtid": self.fence_gtid,
+                                            "target_gtid": self.target_pos,
                                             "target_state": self.target_state,
                                             "direction": self.direction.label},
                                    guard=self.lease.path if self.lease is not None else None)

@@ -24,6 +24,8 @@ from migrator.ops import command
 from migrator.ops.rebalance import command as rebalance
 from migrator.ops.rebalance.measure import measure
 from migrator.ops.rebalance.planner import ShardCost
+from migrator.queue.catalog import QueueCatalog
+from migrator.queue.model import QueueRecord
 
 log = logging.getLogger(__name__)
 
@@ -114,10 +116,27 @@ def loads(owner: Iterable[str], costs: list[ShardCost] | None, objective: str) -
     return out
 
 
+def queue_view(smap: ShardMap, queues: Iterable[QueueRecord]) -> list[dict[str, Any]]:
+    """Every queue partition and where it lives: the master serving its tables (its own table route, or
+    its shard's range), whether it is routed on its own and whether a cutover has it frozen."""
+    out = []
+    for q in queues:
+        parts = []
+        for p in q.partitions:
+            tables = list(p.tables or [p.table])
+            master, slave = smap.pair_of_table(p.shard, tables[0])
+            parts.append({"index": p.index, "shard": p.shard, "tables": tables, "master": master, "slave": slave,
+                          "routed": smap.route_of(p.shard, tables[0]) is not None,
+                          "frozen": smap.is_table_frozen(p.shard, tables[0])})
+        out.append({"name": q.name, "partitions": parts})
+    return out
+
+
 def fleet_view(smap: ShardMap, hosts: dict[str, Host], costs: list[ShardCost] | None,
-               audit: list[dict[str, Any]]) -> dict[str, Any]:
+               audit: list[dict[str, Any]], queues: Iterable[QueueRecord] = ()) -> dict[str, Any]:
     """Each pair with its ranges (frozen ones marked), shard count, bytes, rows and write rate; the map's
-    epoch and its recent changes; the registered pairs that hold nothing."""
+    epoch and its recent changes; the registered pairs that hold nothing; the queues' partitions and
+    where each lives."""
     measured = costs is not None and len(costs) == smap.num_shards
     pairs: dict[str, dict[str, Any]] = {}
     for r in smap:
@@ -139,7 +158,7 @@ def fleet_view(smap: ShardMap, hosts: dict[str, Host], costs: list[ShardCost] | 
                 "migration": (a.get("details") or {}).get("migration")} for a in audit[-EPOCH_HISTORY:]]
     return {"epoch": smap.epoch, "num_shards": smap.num_shards, "frozen": [list(f) for f in smap.frozen],
             "pairs": list(pairs.values()), "spare_pairs": [list(p) for p in spare], "epoch_history": history,
-            "measured": measured}
+            "measured": measured, "queues": queue_view(smap, queues)}
 
 
 def fleet(config: Config, measurements: Measurements) -> dict[str, Any]:
@@ -148,7 +167,8 @@ def fleet(config: Config, measurements: Measurements) -> dict[str, Any]:
         smap = store.read()
         hosts = HostRegistry(zk).all()
         audit = store.history(limit=EPOCH_HISTORY)
-    return {**fleet_view(smap, hosts, measurements.costs(), audit), "measurement": measurements.info()}
+        queues = QueueCatalog(zk).all()
+    return {**fleet_view(smap, hosts, measurements.costs(), audit, queues), "measurement": measurements.info()}
 
 
 # -- rebalances ------------------------------------------------------------------------------------

@@ -214,7 +214,7 @@ def expand(rid: str, planned: Sequence[dict[str, Any]], counts: dict[int, tuple[
     limits: dict[str, int] = {}
     for i, p in enumerate(planned):
         shards = shards_of(p["runs"])
-        n = sum(tables.get(s, 0) for s in shards)
+        n = len(p["partition_tables"]) if p.get("queue") else sum(tables.get(s, 0) for s in shards)
         template = {**p, "index": i, "group": i, "migration": migration_id(rid, i)}
         if not batched(fence, n):
             moves.append({**template, "runs": [list(r) for r in p["runs"]], "tables": n, "state": "waiting",

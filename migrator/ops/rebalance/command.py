@@ -24,9 +24,10 @@ from migrator.fleet.shard_map import HostRegistry, ShardMapStore
 from migrator.ops import command, steps
 from migrator.ops.rebalance import batches
 from migrator.ops.rebalance import record as rec_mod
-from migrator.ops.rebalance.measure import measure
-from migrator.ops.rebalance.planner import Plan, RebalanceError, ShardCost, plan
+from migrator.ops.rebalance.measure import measure_partitions
+from migrator.ops.rebalance.planner import PartitionCost, Plan, RebalanceError, ShardCost, plan_with_partitions
 from migrator.ops.rebalance.schedule import Rates, simulate
+from migrator.queue.catalog import QueueCatalog
 
 ADVANCE_EVERY_S = 3.0
 #: a move claimed this long ago and still not launched was claimed by an advance that died
@@ -87,11 +88,16 @@ def plan_live(config: Config, *, objective: str = "bytes", threshold: float = 0.
                                      "its partner is missing)")
         slaves = {r.master: r.slave for r in smap.ranges}
         slaves.update({p: hosts[p].partner for p in add_pairs})
+        slaves.update({rt.master: rt.slave for rt in smap.routes})
+        parts: list[PartitionCost] = []
         if costs is None or len(costs) != smap.num_shards:
-            costs = measure(smap, hosts, creds, window_s=window_s)
+            queues = [(q.name, p.index, p.shard, tuple(p.tables or [p.table]))
+                      for q in QueueCatalog(zk).all() for p in q.partitions] if objective == "writes" else []
+            costs, parts = measure_partitions(smap, hosts, creds, queues, window_s=window_s)
         rates, source = _rates(zk)
-    p = plan([(r.lo, r.hi, r.master) for r in smap], costs, objective=objective, threshold=threshold,
-             add_pairs=add_pairs, drain=drain, max_moves_per_pair=max_moves_per_pair, max_concurrent=max_concurrent)
+    p = plan_with_partitions([(r.lo, r.hi, r.master) for r in smap], costs, parts, objective=objective,
+                             threshold=threshold, add_pairs=add_pairs, drain=drain,
+                             max_moves_per_pair=max_moves_per_pair, max_concurrent=max_concurrent)
     live = LivePlan(p, costs, slaves, rates, source)
     for i, m in enumerate(p.moves):
         live.eta_s[i] = rates.duration_s(m.bytes, m.writes)
@@ -118,7 +124,9 @@ def start(config: Config, live: LivePlan, *, max_concurrent: int | None = None,
         raise RebalanceError("nothing to move: every pair is within the threshold")
     planned = [{"source": m.source, "source_slave": live.slaves[m.source], "target": m.target,
                 "target_slave": live.slaves[m.target], "runs": [list(r) for r in m.runs], "bytes": m.bytes,
-                "rows": m.rows, "writes": m.writes, "wave": m.wave, "eta_s": live.eta_s[i]}
+                "rows": m.rows, "writes": m.writes, "wave": m.wave, "eta_s": live.eta_s[i],
+                **({"queue": m.queue, "partition": m.partition, "partition_tables": list(m.tables)}
+                   if m.queue else {})}
                for i, m in enumerate(live.plan.moves)]
     return create(config, planned, kind="rebalance", options=options, max_concurrent=max_concurrent, queue=queue,
                   eta_s=live.total_s, objective=live.plan.objective, threshold=live.plan.threshold,
@@ -151,8 +159,9 @@ def count_move_tables(zk: Any, creds: Any, planned: list[dict[str, Any]]) -> dic
     """``{shard: (tables, bytes)}`` for every shard of ``planned``, read on each move's source master."""
     hosts = HostRegistry(zk).all()
     counts: dict[int, tuple[int, int]] = {}
-    for src in sorted({p["source"] for p in planned}):
-        shards = [s for p in planned if p["source"] == src for s in batches.shards_of(p["runs"])]
+    shard_moves = [p for p in planned if not p.get("queue")]  # a partition move counts its own tables
+    for src in sorted({p["source"] for p in shard_moves}):
+        shards = [s for p in shard_moves if p["source"] == src for s in batches.shards_of(p["runs"])]
         with mysql_connect(hosts[src], creds) as conn:
             counts.update(batches.count_tables(conn, shards))
     return counts

@@ -20,6 +20,13 @@ one migration (a migration carries any shards of one source pair).
 
 Bytes moved can never be below the bytes above ``upper`` summed over pairs (the
 lower bound ``bench.rebalance`` reports against).
+
+**Queue partitions** (:func:`plan_with_partitions`, objective ``writes``): a queue
+partition's tables move on their own (a table route in the shard map). Where a few
+hot partitions make a pair hot, moving them beats moving shards: the alternative
+plan moves whole partitions, hottest first, from pairs above their band to the
+pair with the most room, and is chosen when it balances at least as well as the
+shard plan (or reaches the band) while moving fewer bytes.
 """
 
 from __future__ import annotations
@@ -52,9 +59,29 @@ class ShardCost:
         return float(getattr(self, objective))
 
 
+@dataclass(frozen=True)
+class PartitionCost:
+    """One queue partition: where it is served now (a pair named by its master) and what it weighs."""
+
+    queue: str
+    partition: int
+    shard: int
+    tables: tuple[str, ...]
+    pair: str
+    bytes: int = 0
+    rows: int = 0
+    writes: float = 0.0
+    #: served by a table route (its cost is not in its shard's, which is measured on the range's pair)
+    routed: bool = False
+
+    def get(self, objective: str) -> float:
+        return float(getattr(self, objective))
+
+
 @dataclass
 class Move:
-    """One migration of the plan: runs of shards from one pair to another."""
+    """One migration of the plan: runs of shards from one pair to another, or one queue partition
+    (``queue`` set: its ``tables`` of the one shard of ``runs``)."""
 
     source: str
     target: str
@@ -64,15 +91,21 @@ class Move:
     rows: int
     writes: float
     wave: int = 0
+    queue: str | None = None
+    partition: int | None = None
+    tables: tuple[str, ...] = ()
 
     @property
     def shards(self) -> list[int]:
         return [s for lo, hi in self.runs for s in range(lo, hi + 1)]
 
     def as_dict(self) -> dict[str, Any]:
-        return {"source": self.source, "target": self.target, "runs": [list(r) for r in self.runs],
-                "shards": sum(hi - lo + 1 for lo, hi in self.runs), "cost": self.cost, "bytes": self.bytes,
-                "rows": self.rows, "writes": self.writes, "wave": self.wave}
+        out = {"source": self.source, "target": self.target, "runs": [list(r) for r in self.runs],
+               "shards": sum(hi - lo + 1 for lo, hi in self.runs), "cost": self.cost, "bytes": self.bytes,
+               "rows": self.rows, "writes": self.writes, "wave": self.wave}
+        if self.queue is not None:
+            out.update(queue=self.queue, partition=self.partition, tables=list(self.tables))
+        return out
 
 
 @dataclass
@@ -347,3 +380,71 @@ def schedule_waves(moves: list[Move], *, max_moves_per_pair: int = 1, max_concur
         waiting = [i for i in waiting if i not in set(placed)]
         wave += 1
     moves.sort(key=lambda m: (m.wave, -m.bytes))
+
+
+def plan_with_partitions(ranges: Sequence[tuple[int, int, str]], costs: Sequence[ShardCost],
+                         parts: Sequence[PartitionCost], *, objective: str = "writes", threshold: float = 0.10,
+                         **kw: Any) -> Plan:
+    """The shard plan, or (objective ``writes`` only) a plan that moves queue partitions instead, when
+    that balances at least as well (or reaches the band) and moves fewer bytes (module docstring).
+
+    Shard costs are measured on each range's pair, so they hold the partitions served there; a routed
+    partition's cost is added to its route's pair."""
+    shard_plan = plan(ranges, costs, objective=objective, threshold=threshold, **kw)
+    routed = {p.pair for p in parts if p.routed} - set(shard_plan.pairs)
+    if objective != "writes" or not parts or kw.get("drain") or kw.get("add_pairs") or routed:
+        return shard_plan
+    t0 = time.perf_counter()
+    load = dict(shard_plan.load_before)
+    for p in parts:
+        if p.routed:
+            load[p.pair] += p.get(objective)
+    pairs = shard_plan.pairs
+    mean = sum(load.values()) / len(pairs)
+    upper = mean * (1 + threshold)
+    before = dict(load)
+    moves: list[Move] = []
+    moved: set[tuple[str, int]] = set()
+    role: dict[str, str] = {}
+    eps = max(mean * 1e-9, 1e-12)
+    while True:
+        donors = sorted((p for p in pairs if load[p] - upper > eps and role.get(p) != "target"),
+                        key=lambda p: -load[p])
+        best = None
+        for d in donors:
+            receivers = sorted((p for p in pairs if p != d and role.get(p) != "source"), key=lambda p: load[p])
+            for part in sorted((x for x in parts if x.pair == d and (x.queue, x.partition) not in moved),
+                               key=lambda x: -x.get(objective)):
+                c = part.get(objective)
+                r = receivers[0] if receivers else None
+                # a move must lower the hotter of the two pairs, and not push the receiver over the band
+                if r is None or c <= eps or load[r] + c > max(upper, load[d]) - eps:
+                    continue
+                best = (d, r, part)
+                break
+            if best:
+                break
+        if best is None:
+            break
+        d, r, part = best
+        c = part.get(objective)
+        load[d] -= c
+        load[r] += c
+        role[d], role[r] = "source", "target"
+        moved.add((part.queue, part.partition))
+        moves.append(Move(source=d, target=r, runs=[(part.shard, part.shard)], cost=c, bytes=part.bytes,
+                          rows=part.rows, writes=part.writes, queue=part.queue, partition=part.partition,
+                          tables=part.tables))
+    if not moves:
+        return shard_plan
+    alt = Plan(objective=objective, threshold=threshold, pairs=pairs, mean=mean, load_before=before,
+               load_after=dict(load), moves=moves, ranges_before=shard_plan.ranges_before,
+               ranges_after=shard_plan.ranges_before,
+               unbalanced=[p for p in pairs if load[p] - upper > eps or mean * (1 - threshold) - load[p] > eps],
+               plan_s=shard_plan.plan_s + time.perf_counter() - t0)
+    schedule_waves(alt.moves, max_moves_per_pair=kw.get("max_moves_per_pair", 1),
+                   max_concurrent=kw.get("max_concurrent"))
+    balanced_enough = alt.imbalance() <= max(shard_plan.imbalance(), 1 + threshold) + 1e-9
+    if balanced_enough and (alt.bytes_moved < shard_plan.bytes_moved or not shard_plan.moves):
+        return alt
+    return shard_plan

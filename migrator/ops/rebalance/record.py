@@ -151,7 +151,10 @@ def start_move(zk: ZK, rec: dict[str, Any], m: dict[str, Any]) -> bool:
         pass
     shards = [s for lo, hi in m["runs"] for s in range(lo, hi + 1)]
     opts = Options(**rec.get("options", {}))
-    spec = plan_mod.plan_move(zk, shards, m["target"], options=opts, mid=mid)
+    if m.get("queue"):  # one queue partition, on its own route
+        spec = plan_mod.plan_move_partition(zk, m["queue"], int(m["partition"]), m["target"], options=opts, mid=mid)
+    else:
+        spec = plan_mod.plan_move(zk, shards, m["target"], options=opts, mid=mid)
     try:
         plan_mod.store(zk, spec)
     except ShardsBusy:

@@ -1,14 +1,12 @@
-"""A queue-partition cutover: only the partition's table moves; its shard must be its own."""
+"""A queue-partition cutover: only the partition's table moves, by its own route in the shard map."""
 
 from __future__ import annotations
 
-import pytest
-
 from migrator.engine.cutover import cutover
-from migrator.engine.cutover.errors import CutoverAborted, CutoverError
 from migrator.engine.cutover.hooks import CutoverHooks
 from migrator.engine.migration import Options, Phase
 from migrator.engine.names import tomb_db
+from migrator.engine.rollback import rollback
 from migrator.fleet.mysql import connect as mysql_connect
 from migrator.fleet.shard_map import ShardMapStore
 
@@ -42,17 +40,32 @@ def _spec_kw():
     return dict(kind="queue_partition", tables=("jobs_demo_p0",), options=Options(freeze_budget_ms=2000))
 
 
-def test_queue_partition_moves_its_table_and_flips_its_shard(fleet):
-    _make_partition_shard(fleet, empty_others=True)
+def test_a_queue_partition_moves_on_its_own_route_and_comes_back(fleet):
+    """The shard's other tables hold rows and are written during the freeze: the partition's table alone is
+    frozen (its route, not the range), moves, and is served from the target; its shard's range never moves
+    nor freezes. A rollback flips the route back and drops it."""
+    _make_partition_shard(fleet, empty_others=False)
     prep = prepare_converged(fleet, (SHARD,), **_spec_kw())
     with mysql_connect(prep.source, fleet.credentials) as c, c.cursor() as cur:
         cur.execute(f"UPDATE `{DB}`.jobs_demo_p0 SET state = 1, updated_at = NOW(6) ORDER BY local_id LIMIT 10")
         cur.execute(f"INSERT INTO `{DB}`.jobs_demo_p0 (body) VALUES ('late')")
     epoch = ShardMapStore(fleet.zk).read().epoch
-    res = cutover(fleet.config, prep.spec.id)
+    seen = {}
+
+    def sibling_write(_run):
+        smap = ShardMapStore(fleet.zk).read()
+        seen["frozen"] = (smap.is_frozen(SHARD), smap.is_table_frozen(SHARD, "jobs_demo_p0"),
+                          smap.is_table_frozen(SHARD, "boards"))
+        with mysql_connect(prep.source, fleet.credentials, read_timeout=5) as c, c.cursor() as cur:
+            cur.execute(f"INSERT INTO `{DB}`.boards (data) VALUES ('{{}}')")  # not fenced: it does not move
+
+    res = cutover(fleet.config, prep.spec.id, hooks=CutoverHooks(after_fence=sibling_write))
+    assert seen["frozen"] == (False, True, False)
     smap = ShardMapStore(fleet.zk).read()
-    assert smap.master_of(SHARD) == prep.spec.target_master and res.flipped_epoch == epoch + 2
-    assert smap.master_of(SHARD - 1) == prep.spec.source_master  # the neighbour stays
+    assert res.flipped_epoch == epoch + 2
+    assert smap.master_of(SHARD) == prep.spec.source_master and not smap.frozen  # the range stays
+    assert smap.master_of_table(SHARD, "jobs_demo_p0") == prep.spec.target_master
+    assert smap.master_of_table(SHARD, "boards") == prep.spec.source_master
     with mysql_connect(prep.source, fleet.credentials) as src, src.cursor() as cur:
         cur.execute("SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s", (DB,))
         left = {r[0] for r in cur.fetchall()}
@@ -64,37 +77,18 @@ def test_queue_partition_moves_its_table_and_flips_its_shard(fleet):
         assert cur.fetchone()[1] == before
         cur.execute(f"SELECT COUNT(*), SUM(state = 1) FROM `{DB}`.jobs_demo_p0")
         assert tuple(int(x) for x in cur.fetchone()) == (51, 10)
+        cur.execute(f"INSERT INTO `{DB}`.jobs_demo_p0 (body) VALUES ('on the target')")
     st, _ = prep.store.state(prep.spec.id)
     assert st.phase == Phase.DONE
 
-
-def test_queue_partition_refuses_a_shared_shard(fleet):
-    _make_partition_shard(fleet, empty_others=False)
-    prep = prepare_converged(fleet, (SHARD,), **_spec_kw())
-    epoch = ShardMapStore(fleet.zk).read().epoch
-    with pytest.raises(CutoverError, match="does not own shard"):
-        cutover(fleet.config, prep.spec.id)
-    assert ShardMapStore(fleet.zk).read().epoch == epoch
-
-
-def test_a_sibling_table_written_after_prepare_is_seen_under_the_fence_and_the_freeze_undone(fleet):
-    """The shard was the partition's alone when the cutover was prepared; a row lands in another of its tables
-    before the flip: refused under the fence, undone, nothing renamed, the source still serves both tables."""
-    _make_partition_shard(fleet, empty_others=True)
-    prep = prepare_converged(fleet, (SHARD,), **_spec_kw())
-    epoch = ShardMapStore(fleet.zk).read().epoch
-
-    def sibling_write(_run):
-        with mysql_connect(prep.source, fleet.credentials) as c, c.cursor() as cur:
-            cur.execute(f"INSERT INTO `{DB}`.boards (data) VALUES ('{{}}')")
-
-    with pytest.raises(CutoverAborted, match=r"no longer owns shard .*\['boards'\]"):
-        cutover(fleet.config, prep.spec.id, hooks=CutoverHooks(after_fence=sibling_write))
+    rollback(fleet.config, prep.spec.id)
     smap = ShardMapStore(fleet.zk).read()
-    assert smap.master_of(SHARD) == prep.spec.source_master
-    assert not smap.frozen
-    assert smap.epoch >= epoch
+    assert smap.routes == () and not smap.frozen, smap.to_wire()
+    assert smap.master_of_table(SHARD, "jobs_demo_p0") == prep.spec.source_master
     with mysql_connect(prep.source, fleet.credentials) as c, c.cursor() as cur:
-        cur.execute(f"INSERT INTO `{DB}`.jobs_demo_p0 (body) VALUES ('after the refusal')")  # writable again
-        cur.execute(f"SELECT COUNT(*) FROM `{DB}`.boards")
-        assert cur.fetchone()[0] == 1
+        cur.execute(f"SELECT COUNT(*) FROM `{DB}`.jobs_demo_p0 WHERE body = 'on the target'")
+        assert cur.fetchone()[0] == 1  # the write made on the target came back with the table
+        cur.execute(f"SELECT COUNT(*) FROM `{DB}`.boards WHERE data = '{{}}'")
+        assert cur.fetchone()[0] >= 1
+    st, _ = prep.store.state(prep.spec.id)
+    assert st.phase == Phase.ROLLED_BACK

@@ -53,6 +53,15 @@ def test_a_move_over_the_fence_limit_is_cut_and_a_small_one_is_not():
     assert gated is None
 
 
+def test_a_partition_move_counts_its_own_tables_and_is_never_cut():
+    planned = [{"source": "A", "source_slave": "B", "target": "C", "target_slave": "D", "runs": [[3, 3]],
+                "bytes": 0, "rows": 0, "writes": 9.0, "wave": 0, "eta_s": None, "queue": "hq", "partition": 3,
+                "partition_tables": ["jobs_hq_p3", "jobs_hq_p3_dedupe"]}]
+    moves, batching = batches.expand("rb-p", planned, {3: (500, 0)}, 500, "auto")
+    assert batching is None and len(moves) == 1
+    assert (moves[0]["tables"], moves[0]["queue"], moves[0]["partition"]) == (2, "hq", 3)
+
+
 def _finish(m, freeze_ms, release_ms):
     m.update(state="done", freeze_ms=freeze_ms, steps_ms={"release": release_ms})
 

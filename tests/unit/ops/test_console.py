@@ -108,3 +108,18 @@ def test_no_console_without_a_token():
         create_app(cfg, token=None, measurements=data.Measurements(cfg))
     with pytest.raises(MigratorError, match="positive"):
         data.Measurements(cfg, every_s=0)
+
+
+def test_the_fleet_view_shows_each_queue_partition_where_it_lives():
+    from migrator.fleet.model import MovingSet
+    from migrator.queue.model import PartitionRecord, QueueConfig, QueueRecord
+
+    q = QueueRecord(name="hq", config=QueueConfig(partitions=2), partitions=[
+        PartitionRecord(index=0, shard=1, table="jobs_hq_p0", tables=["jobs_hq_p0", "jobs_hq_p0_dedupe"]),
+        PartitionRecord(index=1, shard=3, table="jobs_hq_p1", tables=["jobs_hq_p1", "jobs_hq_p1_dedupe"])])
+    m = MovingSet((3,), ("jobs_hq_p1", "jobs_hq_p1_dedupe")).flip(smap(), C, "MySQL003B")
+    v = data.fleet_view(m, hosts(), None, [], [q])
+    parts = v["queues"][0]["partitions"]
+    assert [(p["index"], p["master"], p["routed"], p["frozen"]) for p in parts] == \
+        [(0, A, False, False), (1, C, True, False)]
+    assert [p["master"] for p in v["pairs"]] == [A, B]  # the route moves no range

@@ -7,7 +7,15 @@ import random
 import pytest
 
 from bench.rebalance import layout, zipf_fleet
-from migrator.ops.rebalance.planner import RebalanceError, ShardCost, coalesce, lower_bound, plan
+from migrator.ops.rebalance.planner import (
+    PartitionCost,
+    RebalanceError,
+    ShardCost,
+    coalesce,
+    lower_bound,
+    plan,
+    plan_with_partitions,
+)
 from migrator.ops.rebalance.schedule import Rates, simulate
 
 
@@ -143,3 +151,40 @@ def test_the_schedule_runs_disjoint_moves_at_once():
     one, four = simulate(p.moves, 1, rates), simulate(p.moves, 4, rates)
     assert one == pytest.approx(sum(rates.duration_s(m.bytes, m.writes) for m in p.moves))
     assert one / 4 <= four < one / 2
+
+
+def _queue_fleet(hot: float):
+    """Three pairs of four shards; shards 0 and 1 on pair A hold queue partitions q[0] and q[1], each
+    writing ``hot``/s (in their shard's writes: measured on the range's pair)."""
+    ranges = [(0, 3, "A"), (4, 7, "B"), (8, 11, "C")]
+    costs = [ShardCost(bytes=10_000_000, rows=1000, writes=10.0) for _ in range(12)]
+    for s in (0, 1):
+        costs[s] = ShardCost(bytes=10_000_000, rows=1000, writes=10.0 + hot)
+    parts = [PartitionCost(queue="q", partition=i, shard=s, tables=(f"jobs_q_p{i}", f"jobs_q_p{i}_dedupe"),
+                           pair={0: "A", 1: "A", 5: "B", 9: "C"}[s], bytes=200_000, rows=50,
+                           writes=hot if s in (0, 1) else 0.5)
+             for i, s in enumerate((0, 1, 5, 9))]
+    return ranges, costs, parts
+
+
+def test_a_hot_partition_moves_on_its_own_where_that_beats_moving_shards():
+    ranges, costs, parts = _queue_fleet(hot=25.0)
+    shards_only = plan(ranges, costs, objective="writes", threshold=0.2)
+    p = plan_with_partitions(ranges, costs, parts, objective="writes", threshold=0.2)
+    assert [(m.queue, m.source, len(m.runs)) for m in p.moves] == [("q", "A", 1)]
+    k = p.moves[0].partition
+    assert p.moves[0].runs == [(k, k)] and p.moves[0].tables == (f"jobs_q_p{k}", f"jobs_q_p{k}_dedupe")
+    assert p.moves[0].target in ("B", "C") and "A" not in p.unbalanced and p.load_after["A"] == 65.0
+    assert p.ranges_after == p.ranges_before  # no range moves
+    assert p.bytes_moved < shards_only.bytes_moved
+    assert p.imbalance() <= max(shards_only.imbalance(), 1.2) + 1e-9
+    assert p.as_dict()["moves"][0]["queue"] == "q"
+
+
+def test_shards_move_when_partitions_are_not_what_makes_a_pair_hot():
+    ranges, costs, parts = _queue_fleet(hot=0.5)
+    costs[2] = ShardCost(bytes=10_000_000, rows=1000, writes=80.0)  # a shard hot by its own tables
+    p = plan_with_partitions(ranges, costs, parts, objective="writes", threshold=0.2)
+    assert p.moves and all(m.queue is None for m in p.moves)
+    # and bytes or rows never look at partitions
+    assert all(m.queue is None for m in plan_with_partitions(ranges, costs, parts, objective="bytes").moves)

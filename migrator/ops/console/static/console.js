@@ -144,6 +144,11 @@ function drawFleet(f) {
   fill("measurement", m.measured_at ? `measured ${when(m.measured_at)} (every ${m.every_s}s, ${m.window_s}s of binlog, took ${m.took_s}s)`
                                     : "measuring the fleet…", m.error ? h("span", {class: "error"}, " last measurement failed: " + m.error) : null);
   if (f.spare_pairs.length) document.getElementById("measurement").append(" · spare pairs: " + f.spare_pairs.map(p => p.join("/")).join(", "));
+  rows("queues", (f.queues || []).flatMap(q => q.partitions.map(p => h("tr", {"data-partition": `${q.name}[${p.index}]`},
+    h("td", {}, q.name), h("td", {}, p.index), h("td", {}, p.shard),
+    h("td", {}, h("span", {class: "swatch", style: `color:${color(p.master)}`}, "■ "), p.master,
+      p.routed ? h("span", {class: "muted"}, " (own route)") : "", p.frozen ? h("span", {class: "range frozen"}, " frozen") : ""),
+    h("td", {class: "muted"}, p.tables.join(", "))))));
   fill("epochs", f.epoch_history.slice().reverse().map(a =>
     h("li", {}, `${when(a.when)} epoch ${a.old_epoch ?? "–"} → ${a.epoch}: ${a.reason}` + (a.migration ? ` [${a.migration}]` : "") + ` by ${a.who}`)));
 }
