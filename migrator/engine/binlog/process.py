@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from migrator.engine.binlog import client as bl
+from migrator.engine.binlog.messages import Failure, Shapes, Tick, Txns
 from migrator.engine.binlog.reader import Committed, ReaderError, TxnReader, format_pos, format_state
 from migrator.fleet.tls import MySQLTLS
 
@@ -45,13 +46,12 @@ class ReaderSpec:
 def run_reader(spec: ReaderSpec, conn: Any) -> None:
     """Entry point of the reader process: read, decode and send batches until told to stop.
 
-    Messages sent: ``("shapes", [Shape...])``, ``("txns", [Txn...], position, last_ts, sent_at, state)``
-    (``sent_at``: ``time.monotonic()``, one clock for both processes on Linux; ``state``: the last
-    transaction read of each (domain, server), :attr:`TxnReader.state`), ``("tick", position, last_ts,
-    state)`` when idle, ``("error", message, code)`` before exiting on an error. A transaction over
-    ``part_changes`` row changes goes in parts (``partial`` set), each a ``"txns"`` message of its own
-    whose position is still before the transaction: the applier commits it, the checkpoint stays put.
-    The parent's only message is ``"stop"`` (or closing the pipe).
+    Messages sent (:mod:`.messages`): :class:`Shapes` before the transactions that use them,
+    :class:`Txns` (a batch of transactions, never empty, ending at a transaction with statements
+    if it holds one), :class:`Tick` when idle, :class:`Failure` before exiting on an error. A
+    transaction over ``part_changes`` row changes goes in parts (``partial`` set), each a
+    :class:`Txns` of its own whose position is still before the transaction: the applier commits
+    it, the checkpoint stays put. The parent's only message is ``"stop"`` (or closing the pipe).
     """
     _die_with_parent()
     client = None
@@ -68,7 +68,7 @@ def run_reader(spec: ReaderSpec, conn: Any) -> None:
         for ev in client.events():
             txn = rd.feed(ev)
             if rd.new_shapes:
-                conn.send(("shapes", rd.take_shapes()))
+                conn.send(Shapes(rd.take_shapes()))
             for part in rd.take_parts():
                 if not part.partial:  # the end of a transaction that had spilled: as any end
                     if not batch:
@@ -77,7 +77,7 @@ def run_reader(spec: ReaderSpec, conn: Any) -> None:
                     nchanges += len(part.changes) + len(part.statements)
                     if part.statements:  # a message ends at a statement (the tailer's barrier relies on it)
                         sent = format_pos(rd.position)
-                        conn.send(("txns", batch, sent, rd.last_ts, time.monotonic(), format_state(rd.seen)))
+                        conn.send(Txns(batch, sent, rd.last_ts, time.monotonic(), format_state(rd.seen)))
                         batch, nchanges = [], 0
                     continue
                 # a part of a transaction over the memory bound: what came before goes first, then the
@@ -85,9 +85,9 @@ def run_reader(spec: ReaderSpec, conn: Any) -> None:
                 now = time.monotonic()
                 if batch:
                     sent = format_pos(rd.position)
-                    conn.send(("txns", batch, sent, rd.last_ts, now, format_state(rd.seen)))
+                    conn.send(Txns(batch, sent, rd.last_ts, now, format_state(rd.seen)))
                     batch, nchanges = [], 0
-                conn.send(("txns", [part], format_pos(rd.position), rd.last_ts, now, format_state(rd.seen)))
+                conn.send(Txns([part], format_pos(rd.position), rd.last_ts, now, format_state(rd.seen)))
                 last_tick = now
             if txn is not None:
                 if not batch:
@@ -105,14 +105,14 @@ def run_reader(spec: ReaderSpec, conn: Any) -> None:
             if batch and (nchanges >= spec.batch_changes or now - started >= spec.batch_s or quiet
                           or ev.type == bl.HEARTBEAT or txn is not None and txn.statements):
                 sent = format_pos(rd.position)
-                conn.send(("txns", batch, sent, rd.last_ts, now, format_state(rd.seen)))
+                conn.send(Txns(batch, sent, rd.last_ts, now, format_state(rd.seen)))
                 batch, nchanges = [], 0
                 last_tick = now
             elif not batch and (now - last_tick >= spec.tick_s or quiet):
                 pos = format_pos(rd.position)
                 if pos != sent or now - last_tick >= spec.tick_s:
                     sent = pos
-                    conn.send(("tick", pos, rd.last_ts, format_state(rd.seen)))
+                    conn.send(Tick(pos, rd.last_ts, format_state(rd.seen)))
                     last_tick = now
             polls += 1
             if polls >= 512 or ev.type == bl.HEARTBEAT:
@@ -197,7 +197,7 @@ def main(argv: list[str]) -> None:
 
 def _send_error(conn: Any, message: str, code: int | None) -> None:
     try:
-        conn.send(("error", message, code))
+        conn.send(Failure(message, code))
     except Exception:  # noqa: BLE001 - the parent is gone
         pass
 

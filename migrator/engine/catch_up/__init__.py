@@ -8,7 +8,9 @@ The path of a row change, one module each:
 - :mod:`.statements` decides what a DDL statement in a moving schema means
   (replay it, ignore it, or stop the migration) and carries it over;
 - :mod:`.lanes` writes row changes idempotently by primary key, on several
-  connections at once, in rounds;
+  connections at once, in rounds, with the statements :mod:`.sql` builds;
+- :mod:`.pacer` says when a round goes to the lanes, and adapts the round
+  size and the lane count;
 - :mod:`.tailer` joins the reader and the lanes and checkpoints after each
   round every lane committed;
 - :mod:`.checkpoint` is the resume contract (the ``catchup`` progress node)

@@ -18,9 +18,10 @@ different points of a round replays that round from the previous checkpoint,
 harmlessly. While the lanes write round *k*, round *k+1* is collected from the
 reader (:meth:`LaneSet.submit` returns at once; :meth:`LaneSet.wait` joins).
 
-Round size and lane count adapt (:class:`Pacer`): a round aims at
-``round_target_ms`` of writing; the lane count moves by one at a time toward
-whichever count gave the best measured row rate.
+Round size and lane count adapt (:class:`~.pacer.Pacer`, which also says when
+a round is cut): a round aims at ``round_target_ms`` of writing; the lane count
+moves by one at a time toward whichever count gave the best measured row rate.
+The statements a lane writes are built in :mod:`.sql`.
 
 Why lanes when one connection already outruns the decoder on small rows: a
 lane's round is a wait on the target server (parse, index maintenance, its
@@ -59,36 +60,20 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import pymysql
 from tenacity import RetryCallState, Retrying, retry_if_exception, wait_exponential, wait_random_exponential
 
-from migrator.fleet.mysql import tag
+from migrator.engine.catch_up.pacer import Pacer
+from migrator.engine.catch_up.sql import TAG, Target, delete_statements, replace_statements
 
 log = logging.getLogger(__name__)
 
-TAG = tag("catchup")
-MAX_ROWS_PER_STATEMENT = 1000
-MAX_BYTES_PER_STATEMENT = 4 << 20
 #: the target session: explicit zero ids stay zero, TIMESTAMP literals are UTC, no FK checks on replay
 SESSION = ("SET SESSION time_zone = '+00:00', foreign_key_checks = 0, "
            "sql_mode = 'NO_AUTO_VALUE_ON_ZERO,NO_ENGINE_SUBSTITUTION'")
-
-
-@dataclass
-class Target:
-    """Where one table's rows go, and which of its columns a REPLACE may write."""
-
-    sql_table: str                  # `db`.`table` on the target
-    columns_sql: str                # the REPLACE column list
-    take: tuple[int, ...] | None    # indexes of the writable columns in the row image (None: all)
-    key_sql: tuple[str, ...]        # quoted key column names
-
-
-class LaneError(Exception):
-    pass
 
 
 #: where fencing tokens live on a target: one row per applier (a migration's tail, or its reverse tail)
@@ -97,7 +82,7 @@ EPOCH_TABLE = "appliers"
 _EPOCH = f"`{EPOCH_SCHEMA}`.`{EPOCH_TABLE}`"
 
 
-class StaleEpoch(LaneError):
+class StaleEpoch(Exception):
     """The target's epoch row does not hold this tail's token: a newer tail took over."""
 
     def __init__(self, applier: str, mine: int, found: int | None, holder: str = ""):
@@ -215,9 +200,9 @@ def _deadlock(state: RetryCallState) -> bool:
 
 
 def _retry_wait(state: RetryCallState) -> float:
-    """InnoDB has already let the other transaction of a deadlock on, so its victim need not wait
-    long: two lanes' REPLACEs meet in a secondary unique index's gaps now and then, and the former
-    50 ms back-off was a third of a cutover's freeze when it happened in the drain."""
+    """InnoDB has already let the other transaction of a deadlock on, so its victim retries at once
+    (a few ms): two lanes' REPLACEs meet in a secondary unique index's gaps now and then, and a retry
+    in the drain under the fence counts in the freeze. Other errors back off longer."""
     return _WAIT_DEADLOCK(state) if _deadlock(state) else _WAIT_OTHER(state)
 
 
@@ -366,78 +351,6 @@ class Lane:
             raise
 
 
-def delete_statements(t: Target, keys: list[tuple[str, ...]]) -> list[str]:
-    out = []
-    head = f"{TAG}DELETE FROM {t.sql_table} WHERE "
-    if len(t.key_sql) == 1:
-        col = t.key_sql[0]
-        for i in range(0, len(keys), MAX_ROWS_PER_STATEMENT):
-            out.append(f"{head}{col} IN ({','.join(k[0] for k in keys[i:i + MAX_ROWS_PER_STATEMENT])})")
-    else:
-        cols = "(" + ",".join(t.key_sql) + ")"
-        for i in range(0, len(keys), MAX_ROWS_PER_STATEMENT):
-            vals = ",".join("(" + ",".join(k) + ")" for k in keys[i:i + MAX_ROWS_PER_STATEMENT])
-            out.append(f"{head}{cols} IN ({vals})")
-    return out
-
-
-def replace_statements(t: Target, rows: Any) -> list[str]:
-    head = f"{TAG}REPLACE INTO {t.sql_table} ({t.columns_sql}) VALUES "
-    take = t.take
-    out: list[str] = []
-    parts: list[str] = []
-    size = len(head)
-    for r in rows:
-        lit = "(" + ",".join(r if take is None else [r[i] for i in take]) + ")"
-        if parts and (len(parts) >= MAX_ROWS_PER_STATEMENT or size + len(lit) > MAX_BYTES_PER_STATEMENT):
-            out.append(head + ",".join(parts))
-            parts, size = [], len(head)
-        parts.append(lit)
-        size += len(lit) + 1
-    if parts:
-        out.append(head + ",".join(parts))
-    return out
-
-
-# -- pacing --------------------------------------------------------------------------------------
-
-@dataclass
-class Pacer:
-    """Round size and lane count from what the last rounds measured."""
-
-    lanes: int = 4
-    min_lanes: int = 1
-    max_lanes: int = 8
-    round_rows: int = 2000
-    min_round_rows: int = 200
-    max_round_rows: int = 50_000
-    round_target_ms: float = 150.0
-    adapt: bool = True
-    _rates: dict[int, float] = field(default_factory=dict)
-    _rounds_at_count: int = 0
-
-    def after_round(self, rows: int, write_ms: float, cut_by_size: bool) -> None:
-        if not self.adapt or rows < self.min_round_rows:
-            return
-        if cut_by_size and write_ms < self.round_target_ms / 2:
-            self.round_rows = min(self.max_round_rows, int(self.round_rows * 1.5))
-        elif write_ms > self.round_target_ms * 2:
-            self.round_rows = max(self.min_round_rows, int(self.round_rows / 1.5))
-        rate = rows / max(write_ms, 0.1)
-        old = self._rates.get(self.lanes)
-        self._rates[self.lanes] = rate if old is None else 0.7 * old + 0.3 * rate
-        self._rounds_at_count += 1
-        if self._rounds_at_count < 4:
-            return
-        self._rounds_at_count = 0
-        here = self._rates[self.lanes]
-        up, down = self.lanes + 1, self.lanes - 1
-        if up <= self.max_lanes and (up not in self._rates or self._rates[up] > here * 1.05):
-            self.lanes = up
-        elif down >= self.min_lanes and down in self._rates and self._rates[down] >= here * 0.98:
-            self.lanes = down
-
-
 # -- the set of lanes -------------------------------------------------------------------------------
 
 class LaneSet:
@@ -584,18 +497,3 @@ class LaneSet:
         """Parts written again (deadlock or lock wait timeout) by all lanes so far."""
         return sum(ln.retries for ln in self._lanes)
 
-
-def target_for(conn: pymysql.connections.Connection, schema: str, table: str, names: tuple[str, ...],
-               key_names: tuple[str, ...], quote: Callable[[str], str]) -> Target:
-    """The :class:`Target` of one table: generated columns (which take no value) left out."""
-    with conn.cursor() as cur:
-        cur.execute(TAG + "SELECT COLUMN_NAME, IS_GENERATED FROM information_schema.COLUMNS "
-                    "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s", (schema, table))
-        gen = {r[0] for r in cur.fetchall() if (r[1] or "NEVER") != "NEVER"}
-    if gen:
-        take: tuple[int, ...] | None = tuple(i for i, n in enumerate(names) if n not in gen)
-        cols = [names[i] for i in take]  # type: ignore[union-attr]
-    else:
-        take, cols = None, list(names)
-    return Target(f"{quote(schema)}.{quote(table)}", ",".join(quote(c) for c in cols), take,
-                  tuple(quote(k) for k in key_names))

@@ -26,16 +26,14 @@ row in its own transaction; the shared lock keeps a newer tail's claim waiting
 until the statement is done, and a statement of a tail that lost its claim is
 refused). A tail that finds a newer token stops with :class:`StaleApplier`.
 
-Measured (``python -m bench.catchup``, sysbench backlog of 231k row changes on
-this 2-core box): 62k row changes/s with 2 lanes, against 21k/s for a native
-single-threaded replica and 13k/s for the former single-connection applier
-over python-mysql-replication's decoding.
+How fast it applies, against a native replica (one SQL thread, and four parallel
+optimistic threads) on the same backlog: ``python -m bench.catchup``, with the
+figures and where the time goes in docs/performance.md.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -48,7 +46,10 @@ from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_fixe
 
 from migrator.engine.binlog import process as rproc
 from migrator.engine.binlog import reader as rd
-from migrator.engine.catch_up.lanes import Epoch, LaneSet, Pacer, StaleEpoch, Target, target_for
+from migrator.engine.binlog.messages import Failure, Shapes, Tick, Txns
+from migrator.engine.catch_up.lanes import Epoch, LaneSet, StaleEpoch
+from migrator.engine.catch_up.pacer import Cut, Pacer, pacer_from_env
+from migrator.engine.catch_up.sql import Target, target_for
 from migrator.engine.catch_up.statements import WHOLE_TABLE, apply_statement, classify, source_definitions
 from migrator.errors import MigratorError
 from migrator.fleet import mysql
@@ -58,10 +59,6 @@ from migrator.fleet.model import Host
 from migrator.fleet.mysql import binlog_pos, ident
 
 log = logging.getLogger(__name__)
-
-
-#: a transaction this recent (binlog timestamp, seconds) means the tail is at the source's head
-NEAR_HEAD_S = 2.0
 
 
 def _lock_wait_timeout(exc: BaseException) -> bool:
@@ -157,14 +154,6 @@ class _Rounds:
         return False
 
 
-def pacer_from_env() -> Pacer:
-    """Lane and round settings; ``MIGRATOR_CATCHUP_LANES`` fixes the lane count (no adapting)."""
-    lanes = os.environ.get("MIGRATOR_CATCHUP_LANES")
-    if lanes:
-        return Pacer(lanes=max(1, int(lanes)), adapt=False)
-    return Pacer()
-
-
 class Tailer:
     """A long-lived binlog tail from ``source`` into ``target``.
 
@@ -227,7 +216,7 @@ class Tailer:
         self.lanes = LaneSet(self._connect_target, self._target, pacer or pacer_from_env(), epoch=epoch)
         self._proc: Any = None
         self._pipe: Any = None
-        self._pending: list[tuple[list[rd.Committed], str, int, str]] = []  # messages read, not yet applied
+        self._pending: list[Txns | Tick] = []  # messages read, not yet applied
         self._last_checkpoint_at = time.monotonic()
         #: keys of changes to these (source schema, table) since :meth:`collect`, as SQL literal tuples
         self._collect: dict[tuple[str, str], set[tuple[str, ...]]] | None = None
@@ -358,25 +347,24 @@ class Tailer:
         except EOFError:
             self._close_reader()
             raise CatchUpError(f"the binlog reader process of {self.source.name} closed its pipe") from None
-        kind = msg[0]
-        if kind == "txns":
-            self._pending.append((msg[1], msg[2], msg[3], msg[5]))
-            self.last_txns_at = time.monotonic()
-            self.last_txns_sent_at = msg[4]
-        elif kind == "tick":
-            self._pending.append(([], msg[1], msg[2], msg[3]))
-        elif kind == "shapes":
-            for sh in msg[1]:
-                self._shapes[sh.id] = sh
-        elif kind == "error":
-            self._close_reader()
-            code = msg[2]
-            if code == 1236:
-                raise CatchUpError(
-                    f"{self.source.name} can no longer stream from {self._applied_text or 'the beginning'}: "
-                    f"{msg[1]}. The binlog it needs is gone (purged?); the copy has to be redone "
-                    "(`migrator restart-copy ID`)")
-            raise CatchUpError(f"reading the binlog of {self.source.name} from {self._applied_text}: {msg[1]}")
+        match msg:
+            case Txns(sent_at=sent_at):
+                self._pending.append(msg)
+                self.last_txns_at = time.monotonic()
+                self.last_txns_sent_at = sent_at
+            case Tick():
+                self._pending.append(msg)
+            case Shapes(shapes):
+                for sh in shapes:
+                    self._shapes[sh.id] = sh
+            case Failure(message, code):
+                self._close_reader()
+                if code == 1236:
+                    raise CatchUpError(
+                        f"{self.source.name} can no longer stream from {self._applied_text or 'the beginning'}: "
+                        f"{message}. The binlog it needs is gone (purged?); the copy has to be redone "
+                        "(`migrator restart-copy ID`)")
+                raise CatchUpError(f"reading the binlog of {self.source.name} from {self._applied_text}: {message}")
         return True
 
     # -- targets -----------------------------------------------------------------------------
@@ -480,67 +468,92 @@ class Tailer:
 
     def _loop(self, want: list[rd.Gtid] | None, deadline: float | None, rounds: _Rounds,
               stats: TailStats, stop: threading.Event | None, t0: float) -> None:
-        lanes = self.lanes
+        """Receive, dispatch, maybe cut a round, until an exit (:meth:`_done`)."""
+        while not self._done(want, deadline, rounds, stats, stop, t0):
+            if not self._pending:
+                self._await_reader(rounds, stats, stop, deadline)
+                continue
+            match self._pending.pop(0):
+                case Tick(position, last_ts, state):
+                    stats.last_ts = last_ts or stats.last_ts
+                    self._passed(position, state, rounds, stats)
+                case Txns(txns, position, last_ts, _, state):
+                    stats.last_ts = last_ts or stats.last_ts
+                    self._take(txns, position, state, rounds, stats)
+                    self._maybe_cut(last_ts, rounds, stats)
+
+    def _done(self, want: list[rd.Gtid] | None, deadline: float | None, rounds: _Rounds,
+              stats: TailStats, stop: threading.Event | None, t0: float) -> bool:
+        """The call ends: ``stop`` set, ``want`` applied, or the deadline passed. Rounds read that
+        reach ``want`` are committed here first (all that is left), then it looks again."""
         while True:
             if stop is not None and stop.is_set():
-                return
-            if want is not None:
-                if rd.reaches(self._seen, want):
-                    return
-                if rounds.covers(want):
-                    stats.read_s = stats.read_s or time.monotonic() - t0
-                    self._settle(rounds, stats)
-                    continue
-            if deadline is not None and time.monotonic() >= deadline:
-                return
-            if not self._pending:
-                # a stoppable tail (the cutover's background follower) looks at its stop flag often:
-                # the drain under the fence starts by stopping it
-                poll = 0.01 if stop is not None else 0.05
-                left = poll if deadline is None else min(poll, deadline - time.monotonic())
-                if left <= 0 or not self._receive(left):
-                    if lanes.busy():
-                        continue  # a round is being written: wait for it beside the reader, not on it
-                    # quiet, lanes idle: checkpoint the round written, send what was collected, so the
-                    # checkpoint follows the reader (a lane finishing wakes this loop)
-                    if lanes.pending() or lanes.inflight or rounds.collect_pos is not None or \
-                            rounds.inflight_pos is not None:
-                        self._submit(rounds, stats)
-                    self._save()
-                continue
-            txns, pos, last_ts, state = self._pending.pop(0)
-            stats.last_ts = last_ts or stats.last_ts
-            if not txns:  # a tick: the reader passed transactions we do not keep
-                rounds.collect_pos, rounds.collect_state = pos, state
-                if not lanes.pending() and rounds.inflight_pos is None and \
-                        time.monotonic() - self._last_checkpoint_at >= self.idle_checkpoint_s:
-                    self._settle(rounds, stats)
-                continue
-            if not lanes.pending():
-                rounds.started = time.monotonic()
-            for txn in txns:
-                if not txn.partial:  # a transaction that came in parts counts once, at its end
-                    stats.transactions += 1
-                if not stats.first_ts:
-                    stats.first_ts = txn.timestamp
-                stats.bytes += txn.size
-                self._add_rows(txn.changes, stats)
-                if txn.statements:
-                    self._barrier(txn, pos, state, rounds, stats)
-            rounds.collect_pos, rounds.collect_state = pos, state
-            cut = lanes.pending() >= lanes.pacer.round_rows
-            if not cut and lanes.busy():
-                # the round in flight is still being written: keep reading and collecting (the reader
-                # must not wait on a full pipe, or the tail falls behind the source by a whole commit
-                # plus what piled up meanwhile); only a round at its size limit waits for the lanes
-                continue
-            # at the source's head (its last transaction is from the last seconds) with the reader holding
-            # nothing more yet: send the round now, so the tail's lag is one commit, not a round's
-            # collection time. Not in a backlog: there small rounds cost throughput
-            idle = last_ts and time.time() - last_ts < NEAR_HEAD_S and not self._pending and not self._pipe.poll(0)
-            if cut or idle or time.monotonic() - rounds.started >= lanes.pacer.round_target_ms / 1000:
-                self._submit(rounds, stats, cut_by_size=cut)
-                rounds.started = time.monotonic()
+                return True
+            if want is None:
+                break
+            if rd.reaches(self._seen, want):
+                return True
+            if not rounds.covers(want):
+                break
+            stats.read_s = stats.read_s or time.monotonic() - t0
+            self._settle(rounds, stats)
+        return deadline is not None and time.monotonic() >= deadline
+
+    def _await_reader(self, rounds: _Rounds, stats: TailStats, stop: threading.Event | None,
+                      deadline: float | None) -> None:
+        """Take the reader's next message if one comes within a short poll. When none came and no
+        lane is writing, commit and checkpoint what was read, so the checkpoint follows the reader."""
+        # a stoppable tail (the cutover's background follower) looks at its stop flag often:
+        # the drain under the fence starts by stopping it
+        poll = 0.01 if stop is not None else 0.05
+        left = poll if deadline is None else min(poll, deadline - time.monotonic())
+        if left > 0 and self._receive(left):
+            return
+        lanes = self.lanes
+        if lanes.busy():
+            return  # a round is being written: wait for it beside the reader, not on it
+        # quiet, lanes idle: checkpoint the round written, send what was collected, so the
+        # checkpoint follows the reader (a lane finishing wakes this loop)
+        if lanes.pending() or lanes.inflight or rounds.collect_pos is not None or rounds.inflight_pos is not None:
+            self._submit(rounds, stats)
+        self._save()
+
+    def _passed(self, pos: str, state: str, rounds: _Rounds, stats: TailStats) -> None:
+        """A tick: the reader passed transactions the tail does not keep. Its position ends the round
+        being collected; with nothing collected or in flight, it is checkpointed every
+        ``idle_checkpoint_s``."""
+        rounds.collect_pos, rounds.collect_state = pos, state
+        if not self.lanes.pending() and rounds.inflight_pos is None and \
+                time.monotonic() - self._last_checkpoint_at >= self.idle_checkpoint_s:
+            self._settle(rounds, stats)
+
+    def _take(self, txns: list[rd.Committed], pos: str, state: str, rounds: _Rounds, stats: TailStats) -> None:
+        """Route the row changes of ``txns`` into the round being collected, which now ends at ``pos``;
+        a transaction with statements is a barrier (:meth:`_barrier`)."""
+        if not self.lanes.pending():
+            rounds.started = time.monotonic()
+        for txn in txns:
+            if not txn.partial:  # a transaction that came in parts counts once, at its end
+                stats.transactions += 1
+            if not stats.first_ts:
+                stats.first_ts = txn.timestamp
+            stats.bytes += txn.size
+            self._add_rows(txn.changes, stats)
+            if txn.statements:
+                self._barrier(txn, pos, state, rounds, stats)
+        rounds.collect_pos, rounds.collect_state = pos, state
+
+    def _maybe_cut(self, last_ts: int, rounds: _Rounds, stats: TailStats) -> None:
+        """Send the round being collected to the lanes if the pacer says so (:meth:`Pacer.cut`)."""
+        lanes = self.lanes
+        cut = lanes.pacer.cut(lanes.pending(), rounds.started, last_ts, lanes.busy, self._reader_has_more)
+        if cut is not None:
+            self._submit(rounds, stats, cut_by_size=cut is Cut.SIZE)
+            rounds.started = time.monotonic()
+
+    def _reader_has_more(self) -> bool:
+        """Messages read and not yet dispatched, or one waiting in the pipe (never blocks)."""
+        return bool(self._pending) or bool(self._pipe.poll(0))
 
     def _barrier(self, txn: rd.Committed, pos: str, state: str, rounds: _Rounds, stats: TailStats) -> None:
         """Commit everything before a statement (checkpointed just before it), then run the statement.
