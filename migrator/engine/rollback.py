@@ -68,19 +68,20 @@ from migrator.engine.catch_up.checkpoint import applier_claim, applier_lock
 from migrator.engine.catch_up.checkpoint import moving_tables as tail_tables
 from migrator.engine.catch_up.passes import PassResult, judge, measure_pass
 from migrator.engine.catch_up.tailer import DrainTimeout, Tailer
+from migrator.engine.cutover.attempt import BACK, RollbackError, drive, settle_after_unknown
 from migrator.engine.cutover.direction import Direction, passive_of
-from migrator.engine.cutover.errors import CutoverError, FlipUnknown, FreezeBudgetExceeded
+from migrator.engine.cutover.errors import FlipUnknown, FreezeBudgetExceeded
 from migrator.engine.cutover.gate import FIXED_FREEZE_MS
 from migrator.engine.cutover.hooks import CutoverHooks, CutoverResult
 from migrator.engine.cutover.lease import CutoverLease
-from migrator.engine.cutover.reconcile import reconcile, settle_unknown
+from migrator.engine.cutover.reconcile import reconcile
 from migrator.engine.cutover.run import CutoverRun
 from migrator.engine.cutover.sentinel import ensure_sentinel
-from migrator.engine.migration import GuardLost, MigrationStore, Phase, PhaseConflict, Spec
+from migrator.engine.migration import GuardLost, MigrationStore, Node, Phase, PhaseConflict, Spec
 from migrator.engine.names import SENTINEL_TABLE, rename_tomb_tables, tomb_db
 from migrator.engine.verify.checksums import moving_tables
 from migrator.engine.verify.drainers import Drainer, TailDrainer
-from migrator.errors import MigratorError, describe
+from migrator.errors import describe
 from migrator.fleet import zk as zk_mod
 from migrator.fleet.config import Config, Credentials, load_credentials
 from migrator.fleet.gtid import GtidPos
@@ -90,12 +91,8 @@ from migrator.fleet.mysql import connect as mysql_connect
 from migrator.fleet.shard_map import HostRegistry
 
 TAG = tag("rollback")
-TAIL_NODE = "rollback_tail"
-VERIFY_NODE = "rollback_verify"
-
-class RollbackError(CutoverError):
-    component = "rollback"
-
+TAIL_NODE = Node.ROLLBACK_TAIL
+VERIFY_NODE = Node.ROLLBACK_VERIFY
 
 class ReverseDrainer(TailDrainer):
     """:class:`~migrator.engine.verify.drainers.Drainer` tailing the new master back into the old
@@ -180,7 +177,7 @@ MAX_PASSES = 200
 #: fenced attempts to flip back before the command gives up (between two, more passes run)
 MAX_ATTEMPTS = 5
 #: the progress node holding the reverse passes and the attempts
-PASSES_NODE = "rollback_passes"
+PASSES_NODE = Node.ROLLBACK_PASSES
 #: passes kept in the record
 PASSES_KEPT = 30
 
@@ -234,13 +231,6 @@ def reverse_passes(store: MigrationStore, spec: Spec, drainer: ReverseDrainer, *
                         f"budget of {opts.freeze_budget_ms} ms; lower the write load or raise freeze_budget_ms "
                         f"(`migrator set {spec.id} --freeze-budget-ms N`), then run `migrator rollback` again",
                         phase="rollback")
-
-
-def _record_attempt(store: MigrationStore, migration_id: str, attempt: dict[str, Any]) -> None:
-    node, _ = store.get_progress(migration_id, PASSES_NODE)
-    record = dict(node or {})
-    record["attempts"] = list(record.get("attempts", []))[-(PASSES_KEPT - 1):] + [attempt]
-    store.put_progress(migration_id, PASSES_NODE, record)
 
 
 @dataclass
@@ -324,7 +314,7 @@ def rollback_slice(config: Config, migration_id: str, *, slice_s: float | None =
         if state.phase != Phase.DONE:
             raise RollbackError(f"migration {migration_id} is {state.phase.value}: only a finished (done) migration "
                                 "with its tombstones can be rolled back", phase="rollback")
-        node, _ = store.get_progress(migration_id, "cutover")
+        node, _ = store.get_progress(migration_id, Node.CUTOVER)
         if not node or not node.get("target_gtid"):
             raise RollbackError(f"migration {migration_id} recorded no new-master position at its flip; "
                                 "it cannot be tailed back", phase="rollback")
@@ -428,83 +418,26 @@ def _timed_gate(spec: Spec, drainer: Drainer, new_master: Host, creds: Credentia
 
 def _attempt(config: Config, zk: Any, store: MigrationStore, creds: Credentials, spec: Spec, drainer: Drainer,
              direction: Direction, hooks: CutoverHooks | None) -> CutoverResult:
-    """One fenced flip back (the cutover protocol in the reverse direction)."""
-    migration_id = spec.id
+    """One fenced flip back (the cutover's attempt driver in the reverse direction)."""
     # held through the flip back: if this process dies there, a `migrator worker` settles it
-    lease = CutoverLease(config, creds, migration_id).acquire()
+    lease = CutoverLease(config, creds, spec.id).acquire()
     run = CutoverRun(config, zk, creds, spec, drainer, direction)
     run.lease = lease
-    unknown: FlipUnknown | None = None
-    try:
-        run.prepare()
-        run.check_target_standby()
-        run.refresh_verified_gtid()
-        # from done, and only while this process holds the lease
-        store.set_phase(migration_id, Phase.ROLLING_BACK, expect=Phase.DONE, guard=lease.path)
+
+    def record_flip_back(result: CutoverResult) -> bool:
         try:
-            result = run.run(hooks or CutoverHooks())
-        except FlipUnknown as exc:
-            unknown = exc  # phase stays rolling_back, fences closed: settled from the map below
-        except BaseException as exc:
-            msg = describe(exc)
-            if run.flipped_epoch is not None:
-                # flipped back, the release did not complete: a worker settles it (finishes) once the lease ends
-                _phase_while_held(store, migration_id, Phase.ROLLING_BACK, lease,
-                                  error=f"flipped back; release failed: {msg}")
-                raise RollbackError(f"the ranges flipped back to {spec.source_master} but releasing the fence on "
-                                    f"{spec.target_master} failed ({msg}); a running `migrator worker` finishes "
-                                    f"it within seconds, or run `migrator rollback {migration_id}` again",
-                                    phase="rollback") from None
-            if not _phase_while_held(store, migration_id, Phase.DONE, lease, error=f"rollback aborted: {msg}"):
-                note = ("this process lost its lease meanwhile, so it left the unfreeze, the old master's tables "
-                        "and the phase to the worker that settles the attempt (within seconds)")
-                if isinstance(exc, MigratorError):
-                    exc.message = f"{exc.message}; {note}"
-                else:
-                    exc.add_note(note)
-            _record_attempt(store, migration_id, run.attempt(f"aborted: {msg}"))
-            raise
-        if unknown is None:
-            try:
-                store.set_phase(migration_id, Phase.ROLLED_BACK, freeze_ms=result.freeze_ms,
-                                flipped_epoch=result.flipped_epoch, expect=Phase.ROLLING_BACK)
-                store.put_progress(migration_id, "rollback", result.to_dict())
-            except PhaseConflict:
-                pass  # a settler finished it first: the flip back stands, recorded by it
-            _record_attempt(store, migration_id, run.attempt("flipped back"))
-            return result
+            store.set_phase(spec.id, Phase.ROLLED_BACK, freeze_ms=result.freeze_ms,
+                            flipped_epoch=result.flipped_epoch, expect=Phase.ROLLING_BACK)
+            store.put_progress(spec.id, Node.ROLLBACK, result.to_dict())
+            return True
+        except PhaseConflict:
+            return False  # a settler finished it first: the flip back stands, recorded by it
+
+    try:
+        return drive(BACK, store, spec, run, lease, hooks or CutoverHooks(), on_flipped=record_flip_back)
+    except FlipUnknown as exc:
+        unknown = exc  # the phase stays rolling_back, the fences closed: settled from the map below
     finally:
-        try:
-            run.close()  # an unknown flip back keeps its gates closed (CutoverRun.close)
-        finally:
-            lease.release()
-    # the flip back's outcome was unknown: the lease is given up (the guarded CAS can no longer land),
-    # then the map decides, as a settler would
-    phase = settle_unknown(config, zk, migration_id, lease)
-    if phase == Phase.ROLLED_BACK and unknown.result is not None:
-        state, _ = store.state(migration_id)
-        unknown.result.flipped_epoch = state.flipped_epoch or 0
-        _record_attempt(store, migration_id, run.attempt("flipped back (outcome unknown at the CAS; settled from the "
-                                                         "map)"))
-        return unknown.result
-    if phase == Phase.DONE:
-        _record_attempt(store, migration_id, run.attempt("aborted: flip back outcome unknown; settled from the map: "
-                                                         "not landed, undone"))
-        raise RollbackError(f"{unknown.message}. Settled from the map once the lease was given up: the flip back had "
-                            f"not landed, so it was undone and {spec.target_master} still serves; run `migrator "
-                            f"rollback {migration_id}` again", phase="rollback")
-    unknown.message = (f"{unknown.message}. It could not be settled now (ZooKeeper unreachable, or another settler "
-                       f"at it): a running `migrator worker` settles it once this process's lease has ended, or run "
-                       f"`migrator rollback {migration_id}` again")
-    raise unknown
-
-
-def _phase_while_held(store: MigrationStore, migration_id: str, phase: Phase, lease: CutoverLease,
-                      error: str) -> bool:
-    """Set the phase from ``rolling_back``, guarded by the lease; False when the lease is gone (the
-    settler sets it then) or the phase moved on."""
-    try:
-        store.set_phase(migration_id, phase, error=error, expect=Phase.ROLLING_BACK, guard=lease.path)
-        return True
-    except (GuardLost, PhaseConflict):
-        return False
+        lease.release()
+    # the lease is given up (the guarded CAS can no longer land), then the map decides, as a settler would
+    return settle_after_unknown(BACK, config, zk, spec, lease, unknown)

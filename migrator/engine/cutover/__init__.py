@@ -68,10 +68,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
 from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_fixed
 
-from migrator.engine.cutover import blockers
+from migrator.engine.cutover.attempt import FORWARD, drive, settle_after_unknown
 from migrator.engine.cutover.direction import Direction, forward, passive_of
 from migrator.engine.cutover.errors import (
     ZK_LOST,
@@ -84,14 +85,13 @@ from migrator.engine.cutover.errors import (
 from migrator.engine.cutover.gate import FIXED_FREEZE_MS, check_budget, predict_freeze_ms
 from migrator.engine.cutover.hooks import CutoverHooks, CutoverResult
 from migrator.engine.cutover.lease import CutoverLease, CutoverRunning
-from migrator.engine.cutover.reconcile import reconcile, settle_unknown
+from migrator.engine.cutover.reconcile import reconcile
 from migrator.engine.cutover.run import CutoverRun
 from migrator.engine.cutover.sentinel import prepare_sentinels
-from migrator.engine.migration import GuardLost, MigrationStore, Phase, PhaseConflict
+from migrator.engine.migration import MigrationStore, Node, Phase, PhaseConflict
 from migrator.engine.names import tomb_suffix
 from migrator.engine.plan import release_maintenance_pause
 from migrator.engine.verify.drainers import Drainer, default_drainer
-from migrator.errors import MigratorError, describe
 from migrator.fleet import zk as zk_mod
 from migrator.fleet.config import Config, Credentials, load_credentials
 from migrator.fleet.zk import ZK
@@ -101,31 +101,6 @@ __all__ = [
     "CutoverRunning", "Direction", "FlipUnknown", "FreezeBudgetExceeded", "NotConverged", "cutover", "forward",
     "passive_of", "predict_freeze_ms", "prepare_sentinels", "reconcile",
 ]
-
-
-#: cutover attempts kept in the record (progress node ``cutover_attempts``)
-ATTEMPTS_KEPT = 20
-
-
-def _record_attempt(store: MigrationStore, migration_id: str, attempt: dict) -> None:
-    """Every attempt's freeze and steps, aborted ones too: they count in the freeze a client saw."""
-    try:
-        node, version = store.get_progress(migration_id, "cutover_attempts")
-        attempts = list((node or {}).get("attempts", []))[-(ATTEMPTS_KEPT - 1):] + [attempt]
-        store.put_progress(migration_id, "cutover_attempts", {"attempts": attempts}, version=version)
-    except Exception:  # noqa: BLE001 - bookkeeping must not hide the cutover's own outcome
-        pass
-
-
-def _phase_while_held(store: MigrationStore, migration_id: str, phase: Phase, lease: CutoverLease,
-                      error: str) -> bool:
-    """Set the phase from ``cutover``, guarded by the lease; False when the lease is gone (the
-    settler sets it then) or the phase moved on (it settled already)."""
-    try:
-        store.set_phase(migration_id, phase, error=error, expect=Phase.CUTOVER, guard=lease.path)
-        return True
-    except (GuardLost, PhaseConflict):
-        return False
 
 
 def cutover(config: Config, migration_id: str, *, drainer: Drainer | None = None,
@@ -146,36 +121,9 @@ def cutover(config: Config, migration_id: str, *, drainer: Drainer | None = None
         try:
             return _cutover(config, zk, creds, migration_id, lease, drainer, hooks, now)
         except FlipUnknown as exc:
-            return _settle_unknown(config, zk, migration_id, lease, exc)
+            return settle_after_unknown(FORWARD, config, zk, MigrationStore(zk).spec(migration_id), lease, exc)
         finally:
             lease.release()
-
-
-def _settle_unknown(config: Config, zk: ZK, migration_id: str, lease: CutoverLease, exc: FlipUnknown) -> CutoverResult:
-    """The flip's outcome was unknown and the fences stayed closed: give the lease up and settle
-    from the map. Returns the result when the flip had landed (the cutover is finished); raises
-    :class:`CutoverAborted` when it had not (undone, the source serves), or the
-    :class:`FlipUnknown` itself when it cannot be settled now (a worker settles it later)."""
-    store = MigrationStore(zk)
-    phase = settle_unknown(config, zk, migration_id, lease)
-    if phase == Phase.DONE and exc.result is not None:
-        state, _ = store.state(migration_id)
-        result = exc.result
-        result.flipped_epoch = state.flipped_epoch or 0
-        store.put_progress(migration_id, "cutover", {**result.to_dict(), "settled_by": "reconcile"})
-        _record_attempt(store, migration_id, {"at": time.time(), "outcome": "flipped (outcome unknown at the CAS; "
-                                              "settled from the map)", "steps_ms": dict(result.steps_ms)})
-        return result
-    if phase == Phase.CONVERGED:
-        _record_attempt(store, migration_id, {"at": time.time(), "outcome": "aborted: flip outcome unknown; "
-                                              "settled from the map: not landed, undone"})
-        raise CutoverAborted(f"{exc.message}. Settled from the map once the lease was given up: the flip had not "
-                             f"landed, so the cutover was undone and the source still serves; retry "
-                             f"`migrator cutover {migration_id}`", phase="cutover") from None
-    exc.message = (f"{exc.message}. It could not be settled now (ZooKeeper unreachable, or another settler at it): "
-                   f"a running `migrator worker` settles it once this process's lease has ended, or run "
-                   f"`migrator cutover {migration_id}` again")
-    raise exc
 
 
 def _cutover(config: Config, zk: ZK, creds: Credentials, migration_id: str, lease: CutoverLease,
@@ -195,47 +143,16 @@ def _cutover(config: Config, zk: ZK, creds: Credentials, migration_id: str, leas
     drainer = drainer or default_drainer(config, migration_id, state.phase)
     run = CutoverRun(config, zk, creds, spec, drainer)
     run.lease = lease
-    failure: BaseException | None = None
-    try:
-        run.prepare()
+
+    def gate(run: CutoverRun) -> dict[str, Any]:
         try:
-            predicted = check_budget(run, state.predicted_freeze_ms)
+            predicted, run.predicted = check_budget(run, state.predicted_freeze_ms)
         except FreezeBudgetExceeded as exc:
-            _record_attempt(store, migration_id, run.attempt(f"refused: {exc.message}"))
+            run.predicted = exc.predicted or {}
             raise
-        run.check_target_standby()
-        run.refresh_verified_gtid()
-        # from converged, and only while this process holds the lease (a settler may be at work otherwise)
-        store.set_phase(migration_id, Phase.CUTOVER, predicted_freeze_ms=predicted, expect=Phase.CONVERGED,
-                        guard=lease.path)
-        try:
-            result = run.run(hooks)
-        except FlipUnknown:
-            raise  # phase stays "cutover", fences closed: settled from the map once the lease is given up
-        except BaseException as exc:
-            msg = describe(exc)
-            if run.flipped_epoch is not None:
-                # flipped, but the release did not complete: a worker settles it (finishes) once this lease ends
-                _phase_while_held(store, migration_id, Phase.CUTOVER, lease, error=f"flipped; release failed: {msg}")
-                raise CutoverError(f"the ranges flipped to {spec.target_master} but releasing the fence failed "
-                                   f"({msg}); a running `migrator worker` finishes it within seconds, or run "
-                                   f"`migrator cutover {migration_id}` again", phase="cutover") from None
-            # a freeze that ran out waiting for a lock names who holds it (blockers.py)
-            blocked = blockers.after_overrun(run)
-            if blocked and isinstance(exc, MigratorError):
-                exc.message = msg = blockers.named(msg, blocked)
-            if not _phase_while_held(store, migration_id, Phase.CONVERGED, lease, error=f"cutover aborted: {msg}") \
-                    or run.lease_lost:
-                note = ("this process lost its lease meanwhile, so it left the unfreeze and the phase to the "
-                        "worker that settles the attempt (within seconds)")
-                if isinstance(exc, MigratorError):
-                    exc.message = f"{exc.message}; {note}"
-                else:
-                    exc.add_note(note)
-            _record_attempt(store, migration_id, {**run.attempt(f"aborted: {msg}"),
-                                                  "blockers": [b.to_dict() for b in blocked]})
-            raise
-        retention = spec.options.retention_s
+        return {"predicted_freeze_ms": predicted}
+
+    def record_flip(result: CutoverResult) -> bool:
         # the flip landed: record it even across a ZooKeeper session loss (each write is idempotent). From
         # "cutover" only, and not guarded by the lease: the flip stands whoever records it; a settler that
         # finished it first leaves the phase "done" (PhaseConflict: nothing left to write here)
@@ -246,18 +163,16 @@ def _cutover(config: Config, zk: ZK, creds: Credentials, migration_id: str, leas
                 try:
                     store.set_phase(migration_id, Phase.DONE, freeze_ms=result.freeze_ms,
                                     flipped_epoch=result.flipped_epoch, tombstone_db_suffix=tomb_suffix(migration_id),
-                                    cleanup_after=now() + retention, expect=Phase.CUTOVER)
+                                    cleanup_after=now() + spec.options.retention_s, expect=Phase.CUTOVER)
                 except PhaseConflict:
                     recorded = False
                 if recorded:
-                    store.put_progress(migration_id, "cutover", result.to_dict())
+                    store.put_progress(migration_id, Node.CUTOVER, result.to_dict())
                 release_maintenance_pause(zk, spec)
-        _record_attempt(store, migration_id, run.attempt("flipped" if recorded else "flipped (recorded by a settler)"))
-        return result
-    except BaseException as exc:
-        failure = exc
-        raise
+        return recorded
+
+    try:
+        return drive(FORWARD, store, spec, run, lease, hooks, gate=gate, on_flipped=record_flip)
     finally:
-        run.close(failure)
         if own_drainer and hasattr(drainer, "close"):
             drainer.close()

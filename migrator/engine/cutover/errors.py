@@ -32,6 +32,8 @@ class NotConverged(CutoverError):
 
 class FreezeBudgetExceeded(CutoverError):
     exit_code = 3
+    #: the gate's prediction and its parts, when the gate refused (for the attempt's record)
+    predicted: dict[str, Any] | None = None
 
 
 class CutoverAborted(CutoverError):

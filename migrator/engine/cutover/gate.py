@@ -19,6 +19,7 @@ from typing import Any
 
 from migrator.engine.cutover.errors import FreezeBudgetExceeded
 from migrator.engine.cutover.run import CutoverRun
+from migrator.engine.migration import Node
 from migrator.fleet.mysql import MarkRefused, binlog_pos, wait_applied, write_mark
 from migrator.fleet.mysql import connect as mysql_connect
 
@@ -52,7 +53,7 @@ SAMPLE_GAP_S = 0.2
 def fixed_cost_ms(run: CutoverRun) -> float:
     """The non-drain part of this migration's earlier freezes (median), else :data:`FIXED_FREEZE_MS`
     plus, under the rename fence, :data:`RELEASE_PER_TABLE_MS` per table."""
-    node, _ = run.store.get_progress(run.spec.id, "cutover_attempts")
+    node, _ = run.store.get_progress(run.spec.id, Node.CUTOVER_ATTEMPTS)
     costs = []
     for a in (node or {}).get("attempts", []):
         steps = a.get("steps_ms") or {}
@@ -100,10 +101,11 @@ def pair_lag_ms(run: CutoverRun, timeout_s: float) -> float | None:
         return (time.monotonic() - t0) * 1000
 
 
-def predict_freeze_ms(run: CutoverRun) -> float:
-    """The freeze this cutover would make now: a timed drain to the current source head after the
-    tail followed the source for a while (what the drain under the fence will be: the follower
-    stopped, then its lag applied) plus the fixed cost.
+def predict_freeze_ms(run: CutoverRun) -> tuple[float, dict[str, Any]]:
+    """The freeze this cutover would make now, in ms, and its parts (for the record): a timed drain to
+    the current source head after the tail followed the source for a while (what the drain under the
+    fence will be: the follower stopped, then its lag applied), the lag inside the source pair and the
+    fixed cost. Reads the run; changes nothing of it.
 
     The drainer is warmed first: starting its reader process is not part of a freeze."""
     warm = getattr(run.drainer, "warm", None)
@@ -124,8 +126,7 @@ def predict_freeze_ms(run: CutoverRun) -> float:
         if follow is not None and follow():
             _follow_until_steady(run, conn)
         # the median of a few timed drains, the tail following between them: one drain can meet a
-        # lane's deadlock retry or a slow commit (seen: 258 ms for 78 row changes, then a freeze whose drain
-        # took 37 ms)
+        # lane's deadlock retry or a slow commit, which says nothing of the drain under the fence
         samples = []
         for k in range(DRAIN_SAMPLES):
             if k and follow is not None and follow():
@@ -141,25 +142,33 @@ def predict_freeze_ms(run: CutoverRun) -> float:
     fixed = fixed_cost_ms(run)
     # timed past the budget (a lag over it refuses with its size), up to a bound for a link that is stuck
     lag = pair_lag_ms(run, max(2 * run.spec.options.freeze_budget_ms / 1000, PAIR_LAG_MIN_WAIT_S))
-    run.predicted = {"drain_ms": round(drain_ms, 1), "fixed_ms": round(fixed, 1), "catch_up_ms": round(catch_up_ms, 1),
-                     "drain_samples_ms": [round(ms, 1) for ms, _ in samples]}
+    parts: dict[str, Any] = {"drain_ms": round(drain_ms, 1), "fixed_ms": round(fixed, 1),
+                             "catch_up_ms": round(catch_up_ms, 1),
+                             "drain_samples_ms": [round(ms, 1) for ms, _ in samples]}
     if lag is not None:
-        run.predicted["pair_lag_ms"] = round(lag, 1) if math.isfinite(lag) else None
+        parts["pair_lag_ms"] = round(lag, 1) if math.isfinite(lag) else None
     if stats is not None:
-        run.predicted.update({f"drain_{k}": v for k, v in stats.drain_record().items()})
-    return drain_ms + fixed + (lag or 0.0)
+        parts.update({f"drain_{k}": v for k, v in stats.drain_record().items()})
+    return drain_ms + fixed + (lag or 0.0), parts
 
 
-def check_budget(run: CutoverRun, from_passes: float | None) -> float:
-    """The predicted freeze, timed now (the last pass's own estimate, ``from_passes``, assumes a
-    tail idle for a whole pass: the cutover's tail follows the source up to its fence, so it
-    overestimates, and is kept only for the record); raises :class:`FreezeBudgetExceeded` when
-    it exceeds the migration's budget."""
+def check_budget(run: CutoverRun, from_passes: float | None) -> tuple[float, dict[str, Any]]:
+    """The predicted freeze, timed now, and its parts (the last pass's own estimate, ``from_passes``,
+    assumes a tail idle for a whole pass: the cutover's tail follows the source up to its fence, so it
+    overestimates, and is kept only for the record); raises :class:`FreezeBudgetExceeded` (its
+    ``predicted`` the parts) when it exceeds the migration's budget."""
+    predicted, p = predict_freeze_ms(run)
+    p = {**p, "timed_ms": round(predicted, 1) if math.isfinite(predicted) else None, "from_passes_ms": from_passes}
+    try:
+        _refuse_over_budget(run, predicted, p)
+    except FreezeBudgetExceeded as exc:
+        exc.predicted = p
+        raise
+    return predicted, p
+
+
+def _refuse_over_budget(run: CutoverRun, predicted: float, p: dict[str, Any]) -> None:
     budget = run.spec.options.freeze_budget_ms
-    predicted = predict_freeze_ms(run)
-    run.predicted = {**run.predicted, "timed_ms": round(predicted, 1) if math.isfinite(predicted) else None,
-                     "from_passes_ms": from_passes}
-    p = run.predicted
     passive = run.direction.passive.name if run.direction.passive is not None else "the passive member"
     if "pair_lag_ms" in p and p["pair_lag_ms"] is None:
         raise FreezeBudgetExceeded(
@@ -183,4 +192,3 @@ def check_budget(run: CutoverRun, from_passes: float | None) -> float:
         raise FreezeBudgetExceeded(
             f"predicted freeze {predicted:.0f} ms ({', '.join(parts)}) exceeds the budget of {budget} ms: {todo}",
             phase="cutover")
-    return predicted

@@ -21,7 +21,7 @@ the passive member gets ``BEFORE INSERT/UPDATE/DELETE`` triggers that read an
 empty *gate table* ``_migrator_gates.moving_<suffix>`` (a MEMORY table: dropping it deletes no
 file). Inside the freeze:
 
-1. :meth:`TriggerGate.close`: ``DROP TABLE`` the gate. The DROP waits (metadata
+1. :meth:`TriggerGate.shut`: ``DROP TABLE`` the gate. The DROP waits (metadata
    lock) for every open transaction that passed the gate; writers arriving
    after it queue behind the DROP and then fail with 1146 ``Table
    '_migrator_gates.moving_<suffix>' doesn't exist``, the same clean "this
@@ -62,7 +62,7 @@ tables unlogged too (see :mod:`migrator.engine.cutover.fence`), so neither side 
 other's tombstone renames: each member renames its tables after it has applied
 every row of the other.
 
-:meth:`TriggerGate.reopen` undoes a close (the cutover stopped before the
+:meth:`TriggerGate.reopen` undoes a shut (the cutover stopped before the
 flip); :meth:`TriggerGate.remove` drops the triggers and the gate.
 
 Names are per attempt
@@ -164,7 +164,7 @@ class TriggerGate:
         self._spare: pymysql.connections.Connection | None = None
         self.conn_id: int | None = None
         self.closed_at: GtidPos | None = None
-        #: set by :meth:`reopen` (maybe from the watchdog's thread): no close after it
+        #: set by :meth:`reopen` (maybe from the watchdog's thread): no shut after it
         self.aborted = False
         self._closing = False
         self._state = threading.Lock()
@@ -270,7 +270,7 @@ class TriggerGate:
         return bool(self._gate_tables())
 
     # -- in the freeze -----------------------------------------------------------------
-    def close(self, timeout: float) -> GtidPos:
+    def shut(self, timeout: float) -> GtidPos:
         """Drop the gate: every client write on the moving tables fails from now on.
 
         Returns the member's own last transactions (:func:`own_gtids`), which include every write it
@@ -301,7 +301,7 @@ class TriggerGate:
         return own
 
     def reopen(self) -> None:
-        """Undo :meth:`close` (the cutover stopped before the flip): clients may write again.
+        """Undo :meth:`shut` (the cutover stopped before the flip): clients may write again.
 
         Safe from another thread at any moment: a close still in flight has its
         connection killed first, so it cannot drop the gate after this returns.

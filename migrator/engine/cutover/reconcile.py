@@ -183,7 +183,7 @@ def _settle_fenced_pair(source: Host, passive: Host | None, creds: Credentials, 
     try:
         if landed:
             if gate.gate_exists():
-                gate.close(timeout=30)
+                gate.shut(timeout=30)
             with mysql_connect(source, creds) as conn:
                 head = own_gtids(conn)
             gate.finish(head, timeout=60 + 0.05 * len(moving))
@@ -259,7 +259,7 @@ def _settle_source_gate(source: Host, creds: Credentials, spec: Spec, *, landed:
             return
         if landed:
             if gate.gate_exists():
-                gate.close(timeout=30)
+                gate.shut(timeout=30)
             with mysql_connect(source, creds) as conn:
                 head = own_gtids(conn)
             gate.finish(head, timeout=60 + 0.05 * len(tables), log_renames=logged)

@@ -34,7 +34,8 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pymysql
@@ -51,6 +52,7 @@ from migrator.engine.cutover.errors import (
     FreezeBudgetExceeded,
 )
 from migrator.engine.cutover.fence import Fence, Move, fence_mode
+from migrator.engine.cutover.fences import GateFence, PairFence, RenameFence
 from migrator.engine.cutover.hooks import CutoverHooks, CutoverResult
 from migrator.engine.cutover.lease import CutoverLease, settle_lock
 from migrator.engine.cutover.maps import reread_map, unfreeze_ranges
@@ -59,7 +61,6 @@ from migrator.engine.cutover.sentinel import ensure_sentinel, has_sentinel
 from migrator.engine.cutover.watchdog import Watchdog
 from migrator.engine.migration import MigrationStore, Spec
 from migrator.engine.names import SENTINEL_TABLE, tomb_db, tomb_suffix
-from migrator.engine.verify.changes import ChangeTracker
 from migrator.engine.verify.checksums import (
     TableInfo,
     load_tables,
@@ -110,10 +111,10 @@ class CutoverRun:
         self.target_pos = ""
         self.target_state = ""
         self._pre_flipped = False
-        self.tracker: ChangeTracker | None = None
-        self.collecting = False
+        #: the last re-check before the freeze (:func:`recheck.refresh_verified_gtid`)
+        self.refreshed: recheck.Refreshed | None = None
+        #: where the compare under the fence took the changed keys from: drain, reader or binlog
         self.keys_from = ""
-        self.verified_from = ""
         self.token = ""
         #: the gate's predictions (:func:`migrator.engine.cutover.gate.check_budget`), for the record
         self.predicted: dict[str, Any] = {}
@@ -124,11 +125,13 @@ class CutoverRun:
         self.drained: dict[str, Any] = {}
         #: under the rename fence, ms from the UNLOCK until each table's RENAME had run (slowest first)
         self.released: dict[str, float] = {}
-        self.t_compare = 0.0
         self.ranges = spec.ranges()
         #: what the freeze and the flip change in the shard map (ranges, or a queue partition's route)
         self.moving = spec.moving
         self.tables: list[TableInfo] = []
+        #: the source pair's fence (:mod:`migrator.engine.cutover.fences`), made in :meth:`prepare`
+        self.fences: PairFence | None = None
+        #: the rename fence on the source, when the active member is fenced by one
         self.fence: Fence | None = None
         #: "rename" (:class:`Fence`) or "gate" (:attr:`active_gate`), see :func:`fence_mode`
         self.fence_mode = "rename"
@@ -145,6 +148,8 @@ class CutoverRun:
         #: its pair must have applied before it renames: :func:`~migrator.fleet.mysql.wait_applied`)
         self.fence_own: GtidPos = GtidPos()
         self.steps: dict[str, float] = {}
+        #: when the last step of the freeze ended (each step is timed from the end of the one before)
+        self._step_end = 0.0
         self.rows_checked = 0
         self.rows_repaired = 0
         self.watchdog: Watchdog | None = None
@@ -180,15 +185,6 @@ class CutoverRun:
         return {"at": time.time(), "outcome": outcome[:500], "freeze_ms": freeze_ms, "steps_ms": dict(self.steps),
                 "refresh_rounds": list(self.refresh_rounds), "predicted": dict(self.predicted),
                 "drained": dict(self.drained), "released": dict(self.released)}
-
-    def _step(self, name: str, t0: float) -> float:
-        now = time.monotonic()
-        self.steps[name] = round((now - t0) * 1000, 2)
-        if self.lease is not None:
-            self.lease.step(name)
-        if self.hooks.at_step:
-            self.hooks.at_step(self, name)
-        return now
 
     def remaining_s(self) -> float:
         budget = self.spec.options.freeze_budget_ms / 1000
@@ -265,18 +261,15 @@ class CutoverRun:
                                "the copy is incomplete; run the copy again", phase="cutover")
         moves = [Move(t.db, t.table, self.tomb(t.db)) for t in self.tables]
         sentinels = [(db, SENTINEL_TABLE) for db in spec.databases]
+        passive = None
         if self.direction.passive is not None:
-            self.passive_gate = TriggerGate(self.direction.passive, self.creds, [(t.db, t.table) for t in self.tables],
-                                            tomb_suffix(spec.id), {db: self.tomb(db) for db in spec.databases},
-                                            attempt=self.attempt_id).open()
-            self.passive_gate.install()
+            self.passive_gate = self._gate(self.direction.passive)
+            passive = GateFence(self.passive_gate)
         self.fence_mode = fence_mode(spec.options.fence, len(self.tables))
         if self.fence_mode == "gate":
             # one DROP TABLE closes every moving table; the renames come after the flip
-            self.active_gate = TriggerGate(self.source, self.creds, [(t.db, t.table) for t in self.tables],
-                                           tomb_suffix(spec.id), {db: self.tomb(db) for db in spec.databases},
-                                           attempt=self.attempt_id).open()
-            self.active_gate.install()
+            self.active_gate = self._gate(self.source)
+            self.fences = PairFence(GateFence(self.active_gate, log_renames=passive is None), passive)
             self.writer = mysql_connect(self.source, self.creds, read_timeout=600)
             with self.writer.cursor() as cur:
                 cur.execute(f"{TAG}SET SESSION time_zone = '+00:00'")
@@ -284,8 +277,17 @@ class CutoverRun:
         # with a gated passive member each side renames its own tables (unlogged); else the partner follows
         self.fence = Fence(self.source, self.creds, moves, sentinels,
                            lock_wait_timeout=max(1.0, spec.options.freeze_budget_ms / 1000),
-                           log_renames=self.passive_gate is None).open()
-        self.writer = self.fence.a
+                           log_renames=passive is None).open()
+        rename = RenameFence(self.fence)
+        self.fences = PairFence(rename, passive)
+        self.writer = rename.writer
+
+    def _gate(self, host: Host) -> TriggerGate:
+        """This attempt's trigger gate on ``host``, installed (open: clients still write)."""
+        gate = TriggerGate(host, self.creds, [(t.db, t.table) for t in self.tables], tomb_suffix(self.spec.id),
+                           {db: self.tomb(db) for db in self.spec.databases}, attempt=self.attempt_id).open()
+        gate.install()
+        return gate
 
     def check_target_standby(self, timeout: float = 30.0) -> None:
         """Before the freeze: the target's standby has applied everything its master wrote so far.
@@ -306,10 +308,18 @@ class CutoverRun:
                              f"new owner without a caught-up standby; repair the target pair's replication, then "
                              f"retry the cutover", phase=self.direction.label)
 
+    def moving_tables(self) -> recheck.Moving:
+        assert self.target_conn is not None
+        return recheck.Moving(self.spec, self.direction, self.source, self.creds, self.tables, self.target_conn,
+                              self.drainer)
+
     def refresh_verified_gtid(self, *, max_rounds: int = 8, quiet_s: float = 0.2, quiet_keys: int = 300) -> str:
         """Re-check, outside the freeze, the rows changed since the last full check
         (:func:`migrator.engine.cutover.recheck.refresh_verified_gtid`)."""
-        return recheck.refresh_verified_gtid(self, max_rounds=max_rounds, quiet_s=quiet_s, quiet_keys=quiet_keys)
+        self.refreshed = recheck.refresh_verified_gtid(self.config, self.store, self.moving_tables(),
+                                                       max_rounds=max_rounds, quiet_s=quiet_s, quiet_keys=quiet_keys)
+        self.refresh_rounds.extend(self.refreshed.rounds)
+        return self.refreshed.verified_gtid
 
     def close(self, failure: BaseException | None = None) -> None:
         """Close connections; a never-flipped attempt puts its gated members back as they were.
@@ -322,8 +332,8 @@ class CutoverRun:
         A failure to reopen a gate is not swallowed: it is raised, or,
         when the cutover is already failing (``failure``), added to that error.
         """
-        if self.tracker is not None:
-            self.tracker.stop()
+        if self.refreshed is not None and self.refreshed.tracker is not None:
+            self.refreshed.tracker.stop()
         problems: list[str] = []
         stop_following = getattr(self.drainer, "stop_following", None)
         if stop_following is not None:
@@ -331,22 +341,9 @@ class CutoverRun:
                 stop_following()  # the drainer is its owner's again, idle
             except Exception as exc:  # noqa: BLE001 - reported below, never instead of the cause
                 problems.append(f"the background tail of the cutover failed ({type(exc).__name__}: {exc})")
-        if self.fence is not None:
-            self.fence.close()
-        for gate in (self.active_gate, self.passive_gate):
-            if gate is None:
-                continue
-            if self.flipped_epoch is None and not self.flip_unknown:
-                # never flipped (or undone): the member goes back to how it was
-                try:
-                    gate.reopen()
-                    gate.remove()
-                except Exception as exc:  # noqa: BLE001 - reported below, never instead of the cause
-                    problems.append(f"could not reopen the write gate on {gate.host.name} "
-                                    f"({type(exc).__name__}: {exc}): its clients may still be refused on the moving "
-                                    f"tables; drop its triggers `_mgate_{gate.suffix}_*` and the table "
-                                    f"`_migrator_gates`.`{gate.gate}` there, or retry the cutover")
-            gate.close_connection()
+        if self.fences is not None:
+            # never flipped (or undone): the members go back to how they were; an unknown flip keeps them
+            problems += self.fences.close(keep_closed=self.flipped_epoch is not None or self.flip_unknown)
         if self.writer is not None and self.fence is None:
             self.writer.close()
         if self.target_conn is not None:
@@ -454,118 +451,61 @@ class CutoverRun:
                         self.lease_lost = True
             finally:
                 try:
-                    if self.fence is not None:
-                        self.fence.abort()
+                    if self.fences is not None:
+                        self.fences.undo()
                 finally:
-                    try:
-                        for gate in (self.active_gate, self.passive_gate):
-                            if gate is not None:
-                                gate.reopen()
-                    finally:
-                        if self.frozen_epoch is not None and self.unfreeze():
-                            self.t_released = time.monotonic()  # clients wait no longer
+                    if self.frozen_epoch is not None and self.unfreeze():
+                        self.t_released = time.monotonic()  # clients wait no longer
 
     # -- the freeze ----------------------------------------------------------------------------
     def run(self, hooks: CutoverHooks) -> CutoverResult:
-        assert self.writer is not None and self.target_conn is not None
+        """Steps 3 to 8 of the runbook; each step a named call, timed from the end of the one before."""
+        assert self.writer is not None and self.target_conn is not None and self.fences is not None
         self.hooks = hooks
         node, _ = self.store.get_progress(self.spec.id, self.direction.verify_node)
         verified = (node or {}).get("verified_gtid") or ""
         suspect = (node or {}).get("suspect_chunks") or []
-        budget_s = self.spec.options.freeze_budget_ms / 1000
-
         if self.lease is not None:
             self.lease.record["attempt"] = self.attempt_id  # for people: which gates are this attempt's
         if self.lease is not None and not self.lease.alive:
             # a worker may be settling this cutover already: never start a freeze without the lease
             raise CutoverAborted("this process lost the cutover's lease in ZooKeeper before the freeze (its session "
                                  "expired); nothing was frozen; retry the cutover", phase="cutover")
-        t = time.monotonic()
-        self.freeze()
-        # the freeze starts when the frozen map is committed: from here clients wait
-        t = self.t_freeze = self._step("freeze_cas", t)
-        self.watchdog = Watchdog(budget_s, self._overrun).start()
+        self._step_end = time.monotonic()
+        with self.step("freeze_cas"):
+            self.freeze()
+        self.t_freeze = self._step_end  # the freeze starts when the frozen map is committed: clients wait
+        self.watchdog = Watchdog(self.spec.options.freeze_budget_ms / 1000, self._overrun).start()
         flipped = False
         try:
-            if hooks.after_freeze:
-                hooks.after_freeze(self)
-            if self.passive_gate is not None:
-                # the passive member's clients stop; its last writes (named by their own GTIDs, which
-                # holds in any GTID layout) reach the master's binlog before the fence
-                passive_pos = self._close_gates()
-                t = self._step("passive_close", t)
-                ctl = self.fence.c if self.fence is not None else self.writer
-                assert ctl is not None
-                if not wait_applied(ctl, passive_pos, self.remaining_s()):
-                    p = self.passive_gate.host.name
-                    raise CutoverAborted(f"{self.source.name} had not applied the last writes of {p} ({passive_pos}) "
-                                         f"when the freeze budget ran out: the replication {p} -> {self.source.name} "
-                                         "lags (lag inside the source pair); the freeze was undone and the source "
-                                         f"still serves; let it catch up (SHOW SLAVE STATUS on {self.source.name}), "
-                                         "then retry", phase="cutover")
-                t = self._step("passive_sync", t)
-            if self.fence is not None:
-                self.fence.lock()
-                self.fence.queue_rename(timeout=self.remaining_s())
-            elif self.passive_gate is None:
-                assert self.active_gate is not None
-                self.active_gate.close(self.remaining_s())
-            # (with both gates, the active one closed beside the passive one, in passive_close)
-            t = self._step("fence", t)
-            if hooks.after_fence:
-                hooks.after_fence(self)
-            self._write_sentinels()
-            t = self._step("sentinel", t)
-            # the background tail (if any) goes on to the sentinel by itself, then stops
-            got = self.drainer.drain_to(self.fence_gtid, self.remaining_s(), save=False)
-            if got is not None:
-                self.drained = got.drain_record()
-            missing = self._sentinels_missing()
-            if missing:
-                raise CutoverAborted(f"the sentinel row did not reach {missing[0]} on {self.target.name} after "
-                                     f"draining to {self.fence_gtid}: catch-up is not applying; check it",
-                                     phase="cutover")
-            # where a reverse tail would start: the state first, so it never names a transaction after the
-            # position (a shared GTID domain needs it to know which server's transactions are before it)
-            self.target_state = str(binlog_state(self.target_conn))
-            self.target_pos = binlog_pos(self.target_conn)
-            t = self._step("drain", t)
-            self.t_compare = time.monotonic()
-            self._compare_in_freeze(verified, suspect)
-            t = self._step("compare", t)
-            if hooks.before_flip:
-                hooks.before_flip(self)
-            if not self.watchdog.claim():
-                raise FreezeBudgetExceeded(self._overrun_msg(), phase="cutover")
-            if self.fence is not None and not self.fence.rename_waiting():
-                raise CutoverAborted("the tombstone RENAME is no longer queued; not flipping", phase="cutover")
-            if self.active_gate is not None and self.active_gate.aborted:
-                raise CutoverAborted("the write gate was reopened; not flipping", phase="cutover")
-            if self.direction.pre_flip is not None:
-                self._pre_flipped = True
-                if not self._while_holding(self.direction.pre_flip):
-                    self._pre_flipped = False
-                    raise CutoverAborted(f"this process lost the {self.direction.label}'s lease in ZooKeeper before "
-                                         "the flip (its session expired, or ZooKeeper did not answer), so a worker "
-                                         "may be settling it: nothing was renamed and the flip was not made; retry",
-                                         phase=self.direction.label)
-            flipped = self._flip()
-            t = self._step("flip_cas", t)
-            if self.fence is not None:
-                self.fence.release()
-                self.released = self.fence.release_times()
-            # with the gate, nothing to release: its triggers refuse stale writers until finish renames
-            t_end = self._step("release", t)
-            self.t_released = t_end
-            freeze_ms = (t_end - self.t_freeze) * 1000
+            self._hook(hooks.after_freeze)
+            if self.fences.passive is not None:
+                with self.step("passive_close"):
+                    passive_own = self.fences.close_passive(self.remaining_s())
+                with self.step("passive_sync"):
+                    self._sync_passive(passive_own)
+            with self.step("fence"):
+                self.fences.engage(self.remaining_s())
+            self._hook(hooks.after_fence)
+            with self.step("sentinel"):
+                self._write_sentinels()
+            with self.step("drain"):
+                self._drain_to_sentinel()
+            with self.step("compare"):
+                self._compare_in_freeze(verified, suspect)
+            self._hook(hooks.before_flip)
+            with self.step("flip_cas"):
+                self._claim_flip()
+                flipped = self._flip()
+            with self.step("release"):
+                self.fences.release()
+            self.t_released = self._step_end
+            freeze_ms = (self.t_released - self.t_freeze) * 1000
+            self.released = self.fences.released
             # outside the freeze: each gated member stays closed by its gate meanwhile
-            finish_s = 60 + 0.05 * len(self.tables)
-            if self.active_gate is not None:
-                self.active_gate.finish(self.fence_own, timeout=finish_s, log_renames=self.passive_gate is None)
-                t_end = self._step("active_finish", t_end)
-            if self.passive_gate is not None:
-                self.passive_gate.finish(self.fence_own, timeout=finish_s)
-                self._step("passive_finish", t_end)
+            for name, fence in self.fences.to_finish():
+                with self.step(name):
+                    fence.finish(self.fence_own, 60 + 0.05 * len(self.tables))
         except FlipUnknown as exc:
             # An unknown outcome is its own outcome: neither undo nor claim success. The gates stay
             # closed with their triggers (close() leaves them) and the lock stays held while the
@@ -577,15 +517,11 @@ class CutoverRun:
             # (:func:`migrator.engine.cutover.reconcile.settle_unknown`). Never a split brain.
             self.flip_unknown = True
             landed = self._landed_once_lease_is_gone()
-            if self.fence is not None:
-                try:
-                    if landed is False:
-                        self.fence.abort()
-                    else:
-                        self.fence.release()
-                except BaseException as rel:  # noqa: BLE001 - the unknown flip is what the caller must see
-                    exc.message = (f"{exc.message}; also, putting the rename fence on its side failed ({rel}): the "
-                                   "settler finishes or undoes it")
+            try:
+                self.fences.settle_unknown(landed)
+            except BaseException as rel:  # noqa: BLE001 - the unknown flip is what the caller must see
+                exc.message = (f"{exc.message}; also, putting the rename fence on its side failed ({rel}): the "
+                               "settler finishes or undoes it")
             exc.result = self._result((time.monotonic() - (self.t_freeze or time.monotonic())) * 1000)
             raise
         except BaseException as exc:
@@ -601,10 +537,77 @@ class CutoverRun:
                                      f"{str(exc) or type(exc).__name__}",
                                      phase="cutover") from None
             raise
-        if hooks.after_flip:
-            hooks.after_flip(self)
+        self._hook(hooks.after_flip)
         assert self.flipped_epoch is not None
         return self._result(freeze_ms)
+
+    # -- the steps of the freeze ---------------------------------------------------------------
+    @contextmanager
+    def step(self, name: str) -> Iterator[None]:
+        """Time one step of the freeze from the end of the one before (so the steps add up to the
+        freeze) and record it when it completes: a step that raised is not recorded, which is how
+        :meth:`pending_step` names the step an overrun caught."""
+        yield
+        now = time.monotonic()
+        self.steps[name] = round((now - self._step_end) * 1000, 2)
+        self._step_end = now
+        if self.lease is not None:
+            self.lease.step(name)
+        if self.hooks.at_step:
+            self.hooks.at_step(self, name)
+
+    def _hook(self, hook: Any) -> None:
+        if hook is not None:
+            hook(self)
+
+    def _sync_passive(self, passive_own: GtidPos) -> None:
+        """The source has applied the passive member's last writes (named by their own GTIDs, which
+        holds in any GTID layout), so they are in its binlog before the fence."""
+        assert self.passive_gate is not None and self.writer is not None
+        ctl = self.fence.c if self.fence is not None else self.writer
+        assert ctl is not None
+        if not wait_applied(ctl, passive_own, self.remaining_s()):
+            p = self.passive_gate.host.name
+            raise CutoverAborted(f"{self.source.name} had not applied the last writes of {p} ({passive_own}) "
+                                 f"when the freeze budget ran out: the replication {p} -> {self.source.name} "
+                                 "lags (lag inside the source pair); the freeze was undone and the source "
+                                 f"still serves; let it catch up (SHOW SLAVE STATUS on {self.source.name}), "
+                                 "then retry", phase="cutover")
+
+    def _drain_to_sentinel(self) -> None:
+        """Catch-up applies everything up to the sentinel (the background tail, if any, goes on to it
+        by itself, then stops); the target's position is read right after."""
+        assert self.target_conn is not None
+        got = self.drainer.drain_to(self.fence_gtid, self.remaining_s(), save=False)
+        if got is not None:
+            self.drained = got.drain_record()
+        missing = self._sentinels_missing()
+        if missing:
+            raise CutoverAborted(f"the sentinel row did not reach {missing[0]} on {self.target.name} after "
+                                 f"draining to {self.fence_gtid}: catch-up is not applying; check it",
+                                 phase="cutover")
+        # where a reverse tail would start: the state first, so it never names a transaction after the
+        # position (a shared GTID domain needs it to know which server's transactions are before it)
+        self.target_state = str(binlog_state(self.target_conn))
+        self.target_pos = binlog_pos(self.target_conn)
+
+    def _claim_flip(self) -> None:
+        """The last checks before the flip: the watchdog has not undone the freeze (and now never
+        will), every fence still holds, and a rollback's old tables are back under their names."""
+        assert self.watchdog is not None and self.fences is not None
+        if not self.watchdog.claim():
+            raise FreezeBudgetExceeded(self._overrun_msg(), phase="cutover")
+        lost = self.fences.holding()
+        if lost is not None:
+            raise CutoverAborted(f"{lost}; not flipping", phase="cutover")
+        if self.direction.pre_flip is not None:
+            self._pre_flipped = True
+            if not self._while_holding(self.direction.pre_flip):
+                self._pre_flipped = False
+                raise CutoverAborted(f"this process lost the {self.direction.label}'s lease in ZooKeeper before "
+                                     "the flip (its session expired, or ZooKeeper did not answer), so a worker "
+                                     "may be settling it: nothing was renamed and the flip was not made; retry",
+                                     phase=self.direction.label)
 
     def _landed_once_lease_is_gone(self, timeout: float = 10.0) -> bool | None:
         """After an unknown flip: give the lease up, then read the map. True/False once the lease node
@@ -625,25 +628,6 @@ class CutoverRun:
         return CutoverResult(self.spec.id, round(freeze_ms, 2), self.flipped_epoch or 0, self.fence_gtid,
                              self.target_pos, self.rows_checked, self.rows_repaired, dict(self.steps),
                              self.keys_from, self.target_state)
-
-    def _close_gates(self) -> GtidPos:
-        """Close the passive member's gate; with the gate fence, the source's at the same time.
-
-        The rename fence must wait: its LOCK TABLES would hold back the replication of the passive
-        member's last writes into the source. The gate does not: triggers do not fire for replicated
-        row events (``slave_run_triggers_for_rbr=NO``, checked when the gate is installed), so the
-        passive member's writes still reach the source after its gate closed, and the two DROPs
-        (each waits for the transactions in flight on its member) overlap instead of adding up.
-        """
-        assert self.passive_gate is not None
-        if self.active_gate is None:
-            return self.passive_gate.close(self.remaining_s())
-        # leaving the pool waits for the passive close, even when the source's failed: an undo never
-        # runs beside a close still under way
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="passive-gate") as pool:
-            passive = pool.submit(self.passive_gate.close, self.remaining_s())
-            self.active_gate.close(self.remaining_s())
-        return passive.result()
 
     def _write_sentinels(self) -> None:
         """A unique row in each moving db's sentinel table, all in one commit; ``fence_gtid`` is the
@@ -710,7 +694,11 @@ class CutoverRun:
                 f"the source still serves. It ran out {why}")
 
     def _compare_in_freeze(self, verified: str, suspect: list[dict[str, Any]]) -> None:
-        recheck.compare_in_freeze(self, verified, suspect)
+        assert self.writer is not None
+        got = recheck.compare_in_freeze(self.moving_tables(), self.writer, self.refreshed, verified, suspect,
+                                        token=self.token, fence_gtid=self.fence_gtid, remaining_s=self.remaining_s)
+        self.steps["compare_keys"] = got.keys_ms
+        self.keys_from, self.rows_checked, self.rows_repaired = got.keys_from, got.rows_checked, got.rows_repaired
 
     def _ours_unchanged(self, smap: ShardMap) -> bool:
         """Our ranges (or route) in ``smap`` are exactly as we froze them (owner, standby, frozen)."""

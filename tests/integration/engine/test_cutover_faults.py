@@ -123,7 +123,7 @@ def test_interrupted_before_the_flip_is_undone_then_cut_over(fleet):
     gate = TriggerGate(passive, fleet.credentials, [(db, t) for db in spec.databases for t in sorted(SEED_TABLES)],
                        tomb_suffix(spec.id), {db: tomb_db(spec.id, db) for db in spec.databases}).open()
     gate.install()
-    gate.close(5)
+    gate.shut(5)
     gate.close_connection()
     cur = maps.read()
     frozen = cur
