@@ -198,6 +198,20 @@ def new_id(prefix: str = "m") -> str:
     return f"{prefix}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
 
 
+class Node:
+    """The progress nodes under a migration's record (``<root>/migrations/<id>/<node>``): every name
+    the store is asked for is one of these (per-table copy progress is ``copy/<db>.<table>``)."""
+
+    CATCHUP = "catchup"  # the catch-up checkpoint and its passes
+    VERIFY = "verify"  # the last full check
+    CUTOVER = "cutover"  # what the flip recorded (fence_gtid, target_gtid, target_state, steps)
+    CUTOVER_ATTEMPTS = "cutover_attempts"  # every attempt, refused and undone ones too
+    ROLLBACK = "rollback"  # what the flip back recorded
+    ROLLBACK_TAIL = "rollback_tail"  # the reverse tail's checkpoint
+    ROLLBACK_VERIFY = "rollback_verify"  # the reverse check
+    ROLLBACK_PASSES = "rollback_passes"  # the reverse passes
+
+
 class MigrationStore:
     """Migration records, their per-table progress, and the shard locks."""
 

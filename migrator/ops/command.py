@@ -26,7 +26,7 @@ from migrator.engine import cutover as cutover_mod
 from migrator.engine import plan as plan_mod
 from migrator.engine import preflight as preflight_mod
 from migrator.engine import rollback as rollback_mod
-from migrator.engine.migration import MigrationStore, Options, Phase, ShardsBusy, Spec
+from migrator.engine.migration import MigrationStore, Node, Options, Phase, ShardsBusy, Spec
 from migrator.engine.verify.run import verify_migration
 from migrator.errors import MigratorError
 from migrator.fleet import config as config_mod
@@ -285,10 +285,10 @@ def status(config: Config, mid: str | None = None) -> dict[str, Any]:
         tables = copy_mod.table_progress(zk, mid)
         rows = sum(int(t.get("rows", 0)) for t in tables)
         est = sum(int(t.get("est_rows", 0)) for t in tables)
-        catchup, _ = store.get_progress(mid, "catchup")
-        verify_node, _ = store.get_progress(mid, "verify")
-        cut, _ = store.get_progress(mid, "cutover")
-        attempts, _ = store.get_progress(mid, "cutover_attempts")
+        catchup, _ = store.get_progress(mid, Node.CATCHUP)
+        verify_node, _ = store.get_progress(mid, Node.VERIFY)
+        cut, _ = store.get_progress(mid, Node.CUTOVER)
+        attempts, _ = store.get_progress(mid, Node.CUTOVER_ATTEMPTS)
         return {
             "id": mid, "phase": st.phase.value, "paused": st.paused, "error": st.error, "stopped": st.stopped,
             "spec": spec.model_dump(mode="json"), "history": st.history,
@@ -327,7 +327,7 @@ def abort(config: Config, mid: str, *, settle_s: float = 1.0) -> dict[str, Any]:
 #: phases from which the copy can be redone (the map has not flipped; nothing is fenced)
 RESTARTABLE = (Phase.PLANNED, Phase.PREFLIGHT, Phase.COPYING, Phase.CATCHING_UP, Phase.CONVERGED, Phase.FAILED)
 #: progress nodes that belong to one attempt of the copy and what follows it
-ATTEMPT_NODES = ("copy", "catchup", "verify", "cutover")
+ATTEMPT_NODES = ("copy", Node.CATCHUP, Node.VERIFY, Node.CUTOVER)
 
 
 def restart_copy(config: Config, mid: str, *, queue: str | None = None, settle_s: float = 1.0) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from migrator.engine.migration import MigrationStore, Phase
+from migrator.engine.migration import MigrationStore, Node, Phase
 from migrator.fleet.shard_map import ShardMapStore
 from migrator.fleet.zk import ZK
 
@@ -89,7 +89,7 @@ class MigrationCollector(Collector):
             rows.add_metric([mid], total_rows)
             nbytes.add_metric([mid], total_bytes)
             tables_left.add_metric([mid], pending)
-            ck, _ = store.get_progress(mid, "catchup")
+            ck, _ = store.get_progress(mid, Node.CATCHUP)
             plist = (ck or {}).get("passes") or []
             passes.add_metric([mid], max(len(plist), int(max((p.get("number") or 0 for p in plist), default=0))))
             events.add_metric([mid], sum(int(p.get("events") or 0) for p in plist))

@@ -235,7 +235,7 @@ def rollback_events(config: Config, mid: str, since: float, *, every: float = 0.
     step), ``("ended", {"phase": ...})`` (the migration left ``done`` some other way) or
     ``("timeout", {})``. Reads only the record in ZooKeeper, so it follows the chain across
     workers and a ``migrator resume ID``."""
-    from migrator.engine.migration import MigrationStore, Phase
+    from migrator.engine.migration import MigrationStore, Node, Phase
     from migrator.engine.rollback import PASSES_NODE
     from migrator.fleet import zk as zk_mod
     from migrator.fleet.config import load_credentials
@@ -264,7 +264,7 @@ def rollback_events(config: Config, mid: str, since: float, *, every: float = 0.
                     if a.get("outcome") != "flipped back":
                         yield "attempt", a
             if st.phase == Phase.ROLLED_BACK:
-                result = store.get_progress(mid, "rollback")[0] or {}
+                result = store.get_progress(mid, Node.ROLLBACK)[0] or {}
                 yield "rolled_back", {"freeze_ms": st.freeze_ms, "flipped_epoch": st.flipped_epoch, **result}
                 return
             stopped = st.stopped or {}

@@ -34,7 +34,7 @@ from kazoo.exceptions import BadVersionError, ConnectionLoss, LockTimeout, Sessi
 
 from migrator.engine.catch_up.lanes import Epoch
 from migrator.engine.catch_up.tailer import CatchUpConflict, CatchUpError, StaleApplier, Tailer, stale_message
-from migrator.engine.migration import GuardLost, MigrationStore, Spec
+from migrator.engine.migration import GuardLost, MigrationStore, Node, Spec
 from migrator.fleet import config as config_mod
 from migrator.fleet import zk as zk_mod
 from migrator.fleet.config import Config, Credentials
@@ -42,7 +42,7 @@ from migrator.fleet.gtid import GtidPos, GtidState, earliest
 from migrator.fleet.model import Host
 from migrator.fleet.shard_map import HostRegistry
 
-CHECKPOINT_KEY = "catchup"
+CHECKPOINT_KEY = Node.CATCHUP
 COPY_PREFIX = "copy"
 
 

@@ -14,7 +14,7 @@ import time
 from typing import Any, Protocol
 
 from migrator.engine.catch_up.checkpoint import open_tailer
-from migrator.engine.migration import MigrationStore, Phase
+from migrator.engine.migration import MigrationStore, Node, Phase
 from migrator.engine.names import SENTINEL_TABLE
 from migrator.engine.verify.changes import KeyCollector
 from migrator.engine.verify.checksums import VerifyError
@@ -59,14 +59,16 @@ class CheckpointWaiter:
         deadline = time.monotonic() + timeout
         changed = threading.Event()
 
-        def on_change(_event: Any) -> None:  # one function: kazoo keeps it once per node, however often set
+        # the same function object on every read: kazoo holds one watch per (node, function), so the loop
+        # never piles up watches
+        def on_change(_event: Any) -> None:
             changed.set()
 
         with zk_mod.connect(self.config, load_credentials(self.config)) as zk:
             store = MigrationStore(zk)
             while True:
                 changed.clear()
-                node, _ = store.get_progress(self.migration_id, "catchup", watch=on_change)
+                node, _ = store.get_progress(self.migration_id, Node.CATCHUP, watch=on_change)
                 # the checkpoint's per-(domain, server) state decides (exact in any GTID layout); a
                 # checkpoint saved without one names only its position
                 at = GtidState.of((node or {}).get("state"), (node or {}).get("gtid"))

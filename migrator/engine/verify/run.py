@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from migrator.engine.chunks import encode_key
-from migrator.engine.migration import MigrationStore, Phase
+from migrator.engine.migration import MigrationStore, Node, Phase
 from migrator.engine.verify.changes import as_values, changed_keys
 from migrator.engine.verify.checksums import (
     ChunkResult,
@@ -51,7 +51,7 @@ from migrator.fleet.mysql import binlog_pos
 from migrator.fleet.mysql import connect as mysql_connect
 from migrator.fleet.shard_map import HostRegistry
 
-VERIFY_NODE = "verify"
+VERIFY_NODE = Node.VERIFY
 
 
 @dataclass

@@ -29,7 +29,7 @@ from typing import Any
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from migrator.engine import plan as plan_mod
-from migrator.engine.migration import MigrationNotFound, MigrationStore, Options, Phase, ShardsBusy
+from migrator.engine.migration import MigrationNotFound, MigrationStore, Node, Options, Phase, ShardsBusy
 from migrator.errors import MigratorError
 from migrator.fleet.zk import ZK
 
@@ -109,7 +109,7 @@ def refresh(zk: ZK, rec: dict[str, Any]) -> None:
         if st.phase in DONE_PHASES:
             m["state"], m["error"] = "done", None
             m["freeze_ms"] = st.freeze_ms
-            cut, _ = store.get_progress(m["migration"], "cutover")
+            cut, _ = store.get_progress(m["migration"], Node.CUTOVER)
             m["steps_ms"] = (cut or {}).get("steps_ms") or {}  # the batch sizes adapt to these
             m["finished_at"] = time.time()
         elif st.phase in FAILED_PHASES or st.stopped:
