@@ -6,8 +6,7 @@ a group of its own, small tables share one: see
 :mod:`migrator.engine.copy_groups`). A group job copies its tables one after
 another for at most a time slice, then re-enqueues itself with the tables
 left: workers interleave, a job never needs a long RQ timeout, and a pause
-takes effect between chunks. ``table_job`` (one table) stays for jobs queued
-before groups existed.
+takes effect between chunks.
 The last table to finish moves the migration to CATCHING_UP and enqueues
 ``jobs.catch_up.run_passes`` by name (:mod:`migrator.ops.steps` enqueues every step).
 
@@ -30,7 +29,7 @@ from migrator.engine import copy as copy_mod
 from migrator.engine.copy_groups import copy_tables, plan_groups, remaining
 from migrator.engine.migration import MigrationStore
 from migrator.ops import command
-from migrator.ops.steps import SLICE_S, enqueue_catch_up, enqueue_group, enqueue_table
+from migrator.ops.steps import SLICE_S, enqueue_catch_up, enqueue_group
 
 
 def _queue_args() -> tuple[Redis, str]:
@@ -60,45 +59,13 @@ def start(mid: str, config_path: str | None = None, slice_s: float = SLICE_S) ->
     return {"migration": mid, "group_jobs": ids, "catch_up_job": caught_up}
 
 
-def table_job(mid: str, db: str, table: str, config_path: str | None = None,
-              slice_s: float = SLICE_S) -> dict[str, Any]:
-    """Copy one table for up to ``slice_s`` seconds from its checkpoint."""
-    redis, queue = _queue_args()
-    job = get_current_job()
-    on_progress = _progress_saver(job, save_when_done=True)
-
-    with command.session(command.load_config(config_path)) as (zk, creds):
-        # the spec is read afresh for every slice: `migrator set ID ...` takes effect at the next slice
-        spec = command.spec_of(zk, mid)
-        if job is not None:
-            _show_options(job, spec)
-        try:
-            res = copy_mod.copy_table(zk, spec, db, table, creds, deadline=time.monotonic() + slice_s,
-                                      on_progress=on_progress)
-        except Exception as exc:
-            # the record says what broke; `migrator resume ID` continues from the checkpoint
-            message = f"copy {db}.{table}: {exc}"
-            MigrationStore(zk).update(mid, lambda st: _with_error(st, message))
-            raise
-        out: dict[str, Any] = {"migration": mid, "table": f"{db}.{table}", "status": res.status,
-                               "rows": res.rows, "bytes": res.bytes, "seconds": round(res.seconds, 3)}
-        if res.status == "sliced":
-            out["next_job"] = enqueue_table(redis, mid, db, table, config_path, queue, slice_s).id
-        elif res.status == "done" and copy_mod.finish_if_complete(zk, mid):
-            out["catch_up_job"] = enqueue_catch_up(redis, mid, config_path, queue).id
-    if job is not None:
-        job.meta["status"] = res.status
-        job.save_meta()
-    return out
-
-
 def group_job(mid: str, tables: list[str], config_path: str | None = None,
               slice_s: float = SLICE_S) -> dict[str, Any]:
     """Copy a group of tables, one after another from their checkpoints, for up to ``slice_s``."""
     redis, queue = _queue_args()
     job = get_current_job()
     group = [(name.split(".", 1)[0], name.split(".", 1)[1]) for name in tables]
-    on_progress = _progress_saver(job, save_when_done=False)
+    on_progress = _progress_saver(job)
 
     with command.session(command.load_config(config_path)) as (zk, creds):
         spec = command.spec_of(zk, mid)  # afresh for every slice: `migrator set ID ...` applies at the next
@@ -140,15 +107,14 @@ def _with_error(st: Any, message: str) -> Any:
     return st
 
 
-def _progress_saver(job: Any, *, save_when_done: bool) -> Callable[[dict[str, Any]], None]:
-    """A copy's progress callback: the view into the job's meta, at most once a second (and at the
-    end of a table when ``save_when_done``)."""
+def _progress_saver(job: Any) -> Callable[[dict[str, Any]], None]:
+    """A copy's progress callback: the view into the job's meta, at most once a second."""
     last_save = [0.0]
 
     def on_progress(view: dict[str, Any]) -> None:
         if job is None:
             return
-        if time.monotonic() - last_save[0] < 1.0 and not (save_when_done and view.get("done")):
+        if time.monotonic() - last_save[0] < 1.0:
             return
         last_save[0] = time.monotonic()
         job.meta.update(view)

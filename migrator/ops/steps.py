@@ -70,7 +70,6 @@ TABLE_TIMEOUT_S = 1800
 
 # the entry points in jobs/, by the dotted path RQ stores
 COPY_START_JOB = "jobs.copy.start"
-COPY_TABLE_JOB = "jobs.copy.table_job"
 COPY_GROUP_JOB = "jobs.copy.group_job"
 CATCH_UP_JOB = "jobs.catch_up.run_passes"
 FINISH_JOB = "jobs.pipeline.finish"
@@ -177,16 +176,6 @@ def enqueue_start(redis: Redis, mid: str, config_path: str | None = None, queue:
         COPY_START_JOB, mid, config_path=config_path, slice_s=slice_s, job_id=job_id("copy-start", mid),
         description=f"copy: preflight, schema and table jobs of migration {mid}", job_timeout=900,
         meta={"migration": mid, "step": "copy-start"}, on_failure=on_failure())
-
-
-def enqueue_table(redis: Redis, mid: str, db: str, table: str, config_path: str | None = None,
-                  queue: str = QUEUE, slice_s: float = SLICE_S) -> Job:
-    """One slice of one table's copy (the job re-enqueues itself until the table is done)."""
-    return Queue(queue, connection=redis).enqueue(
-        COPY_TABLE_JOB, mid, db, table, config_path=config_path, slice_s=slice_s,
-        job_id=job_id("copy", mid, db, table), description=f"copy {db}.{table} of migration {mid}",
-        job_timeout=TABLE_TIMEOUT_S + int(slice_s), meta={"migration": mid, "step": "copy", "table": f"{db}.{table}"},
-        on_failure=on_failure())
 
 
 def enqueue_group(redis: Redis, mid: str, tables: list[tuple[str, str]], config_path: str | None = None,
