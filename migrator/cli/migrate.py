@@ -276,7 +276,8 @@ def move_partition(
     postpone_cutover: bool = typer.Option(False, "--postpone-cutover", help=POSTPONE_HELP),
     cutover_retry_s: float | None = typer.Option(None, "--cutover-retry-s", help=RETRY_HELP),
 ) -> None:
-    """Move one queue partition's jobs table to another pair: a dry run unless --yes (as split)."""
+    """Move one queue partition (its jobs and dedupe tables) to another pair on its own route in the shard
+    map; its shard's other tables and the other partitions keep serving. A dry run unless --yes (as split)."""
     opts = _options(max_lag=max_lag, freeze_budget_ms=freeze_budget_ms, max_threads_running=max_threads_running,
                     cutover_retry_s=cutover_retry_s)
     _plan_and_launch(lambda dry_run: command.plan_move_partition(load_config(), queue, partition, to,
