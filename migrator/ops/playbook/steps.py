@@ -147,7 +147,7 @@ STEPS: dict[str, StepDef] = {
     "plan_move_partition": StepDef("migrator.ops.command:plan_move_partition",
                                    {"queue": ("str", True), "partition": ("int", True), "target": ("host", True)},
                                    needs_migration=False, sets_migration=True,
-                                   doc="plan moving one queue partition's jobs table; the run's migration",
+                                   doc="plan moving one queue partition on its own route; the run's migration",
                                    param_docs={"queue": "the queue's name", "partition": "the partition's index",
                                                "target": "the target pair's master"}),
     "use_migration": StepDef("migrator.ops.playbook.steps:use_migration", {"id": ("str", True)},

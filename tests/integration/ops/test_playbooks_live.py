@@ -144,11 +144,7 @@ def test_move_queue_partition_playbook_under_queue_load(fleet, tmp_path):
     from migrator.queue.ledger import check_ledger
     from migrator.queue.load import run_load
 
-    shard = 3
-    # a partition moves by moving its shard: the shard must hold nothing but the partition
-    with host_conn(fleet, "MySQL001A") as c, c.cursor() as cur:
-        for t in SEED_TABLES:
-            cur.execute(f"DELETE FROM `db0000{shard}`.`{t}`")
+    shard = 3  # its other tables hold rows: they stay on MySQL001A, only the partition's route moves
     stop = threading.Event()
     ledger = tmp_path / "ledger.sqlite"
     out_load: dict = {}
@@ -165,12 +161,14 @@ def test_move_queue_partition_playbook_under_queue_load(fleet, tmp_path):
     try:
         wait_for(lambda: fleet.zk.client.exists(fleet.zk.path("queues", "op_q")) or "error" in out_load, 30)
         assert "error" not in out_load, out_load
-        part = QueueCatalog(fleet.zk).get("op_q", fresh=True).partitions_for_shard(shard)[0].index
+        rec = QueueCatalog(fleet.zk).get("op_q", fresh=True).partitions_for_shard(shard)[0]
         time.sleep(1.0)  # some jobs in the partition before it moves
-        run_id = start(fleet.zk, "move-queue-partition", queue="op_q", partition=part, target="MySQL003A")
+        run_id = start(fleet.zk, "move-queue-partition", queue="op_q", partition=rec.index, target="MySQL003A")
         out = drive(fleet.config, fleet.zk, run_id)
         assert out.status == "done", (out, run_state(fleet.zk, run_id))
-        assert ShardMapStore(fleet.zk).read().master_of(shard) == "MySQL003A"
+        smap = ShardMapStore(fleet.zk).read()
+        assert smap.master_of_table(shard, rec.table) == "MySQL003A" and smap.master_of(shard) == "MySQL001A"
+        assert count(fleet, "MySQL001A", f"db0000{shard}", "pins") > 0  # the shard's other tables stayed
         time.sleep(1.0)  # the load goes on against the moved partition
     finally:
         stop.set()
