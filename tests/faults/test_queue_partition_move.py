@@ -1,8 +1,12 @@
-"""Fault cell on a queue-partition move: one partition of a queue created with the defaults (a partition on
-every shard) moves to the spare pair on its own (its shard's other tables hold rows and stay), under load from an
-independent HTTP client on every partition, and the worker running its cutover is killed inside it."""
+"""Fault cell on a queue-partition move: one partition of a 16-partition queue created with the defaults (a
+partition on every shard of a 16-shard fleet, beside the app's tables) moves to the spare pair on its own (its
+shard's other tables hold rows and stay), under load from an independent HTTP client on every partition, and the
+worker running its cutover is killed inside it. The fleet is this module's own: a queue has at most one partition
+per shard, and the shared fleet has 8."""
 
 from __future__ import annotations
+
+import pytest
 
 from migrator.engine.migration import Phase
 from migrator.fleet.ids import shard_db
@@ -11,12 +15,12 @@ from migrator.fleet.shard_map import ShardMapStore
 from migrator.ops import command
 from migrator.queue.catalog import QueueCatalog
 from migrator.queue.service import QueueService
+from tests.conftest import own_sandbox
 
 from .harness import QUEUE, FaultRun
 
 PARTITION = 5
-#: one partition on every shard of the test fleet (8 shards): a queue has at most one partition per shard
-PARTITIONS = 8
+PARTITIONS = 16
 SEED_TABLES = ("pins", "boards", "users", "board_has_pins", "user_has_boards")
 
 
@@ -29,7 +33,23 @@ def _rows(fleet, host: str, db: str) -> dict[str, int]:
         return out
 
 
-def test_a_partition_moves_alone_under_http_load_with_its_cutover_worker_killed(fleet, tmp_path):
+@pytest.fixture(scope="module")
+def sandbox16():
+    with own_sandbox("migrator-partitions-", pairs=2, spare_pairs=1, shards=PARTITIONS, rows=20) as sb:
+        yield sb
+
+
+@pytest.fixture
+def fleet16(sandbox16, tmp_path):
+    from tests.fleet import open_fleet, reset_shards
+
+    reset_shards(sandbox16, 20)
+    with open_fleet(sandbox16, tmp_path) as f:
+        yield f
+
+
+def test_a_partition_moves_alone_under_http_load_with_its_cutover_worker_killed(fleet16, tmp_path):
+    fleet = fleet16
     run = FaultRun(fleet, tmp_path, partitions=PARTITIONS, http=True, producers=3, consumers=3, rate=60).start()
     try:
         part = QueueCatalog(fleet.zk).get(QUEUE, fresh=True).partition(PARTITION)
