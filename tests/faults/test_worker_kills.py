@@ -103,6 +103,38 @@ def _tombstoned(run) -> int:
         return int(cur.fetchone()[0])
 
 
+class _Busy:
+    """Row changes every few ms in a moving table on the new master (straight, not through the map):
+    what keeps a reverse pass from converging. Stopped before anything may flip back."""
+
+    def __init__(self, fleet, spec):
+        import threading
+
+        self.host, self.creds, self.db = fleet.hosts[spec.target_master], fleet.credentials, spec.databases[0]
+        self.stop_event = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self):
+        self.thread.start()
+        return self
+
+    def _run(self) -> None:
+        import time
+
+        from migrator.fleet.mysql import connect as mysql_connect
+
+        with mysql_connect(self.host, self.creds) as c, c.cursor() as cur:
+            n = 0
+            while not self.stop_event.is_set():
+                n += 1
+                cur.execute(f"UPDATE `{self.db}`.`users` SET data = %s ORDER BY local_id LIMIT 1", (f'{{"busy": {n}}}',))
+                time.sleep(0.005)
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.thread.join(10)
+
+
 def _reverse_state(run) -> tuple[list[dict], str | None]:
     """The reverse passes recorded so far and the reverse tail's checkpoint."""
     from migrator.engine.rollback import PASSES_NODE, TAIL_NODE
@@ -123,12 +155,15 @@ def test_kill_worker_during_a_reverse_pass(fleet, tmp_path):
         run.plan_split()
         run.launch()
         run.wait_phase(Phase.DONE)
-        # no reverse pass converges under the load (a pass must see no event): the chain stays in passes
+        # no reverse pass converges while written (a pass must see no event): the chain stays in passes. A
+        # writer of its own on the new master keeps every pass busy, whatever pauses the queue load has
         command.set_options(run.cfg, run.mid, **HOLD_CATCH_UP)
+        busy = _Busy(fleet, run.spec).start()
         started = command.start_rollback(run.cfg, run.mid)
         run.wait(lambda: len([p for p in _reverse_state(run)[0] if p["started_at"] >= started["requested_at"]]) >= 3,
                  90, "three reverse passes")
         run.kill_workers()
+        busy.stop()
         passes, tail = _reverse_state(run)
         assert tail is not None
         st = run.state()
