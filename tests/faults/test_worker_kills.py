@@ -127,7 +127,8 @@ class _Busy:
             n = 0
             while not self.stop_event.is_set():
                 n += 1
-                cur.execute(f"UPDATE `{self.db}`.`users` SET data = %s ORDER BY local_id LIMIT 1", (f'{{"busy": {n}}}',))
+                cur.execute(f"UPDATE `{self.db}`.`users` SET data = %s ORDER BY local_id LIMIT 1",
+                            (f'{{"busy": {n}}}',))
                 time.sleep(0.005)
 
     def stop(self) -> None:
