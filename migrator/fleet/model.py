@@ -480,12 +480,6 @@ class MovingSet:
         """Owner, standby and frozen flag of each moving unit: equal images, nothing of ours changed."""
         return tuple((*self.pair_in(smap, s), self.frozen_in(smap, s)) for s in sorted(self.shards))
 
-    def routed_apart(self, smap: ShardMap) -> list[TableRoute]:
-        """For a shard move: routes of the moving shards (their tables stay where the route says)."""
-        if self.tables:
-            return []
-        return [rt for s in self.shards for rt in smap.routes_of(s)]
-
     # -- edits (pure) -------------------------------------------------------------------
     def freeze(self, smap: ShardMap) -> ShardMap:
         if self.tables:

@@ -49,7 +49,7 @@ def test_a_shard_move_leaves_a_route_where_it_is():
     assert frozen.is_frozen(5) and not frozen.is_table_frozen(5, JOBS[0])  # routed tables keep serving
     moved = shards.flip(frozen, *A)
     assert moved.master_of(5) == A[0] and moved.master_of_table(5, JOBS[0]) == C[0]
-    assert [rt.tables for rt in shards.routed_apart(moved)] == [JOBS]
+    assert [rt.tables for rt in moved.routes_of(5)] == [JOBS]
     assert shards.image(frozen) == ((B[0], B[1], True), (B[0], B[1], True))
 
 
