@@ -116,12 +116,13 @@ def cutover(config: Config, migration_id: str, *, drainer: Drainer | None = None
     with zk_mod.connect(config, creds) as zk:
         # held from before the phase is "cutover" until it is settled; if this process dies,
         # a `migrator worker` settles the cutover (module migrator.engine.cutover.settle)
-        MigrationStore(zk).spec(migration_id)  # an unknown id is refused before anything is written
+        spec = MigrationStore(zk).spec(migration_id)  # an unknown id is refused before anything is written
         lease = CutoverLease(config, creds, migration_id).acquire()
         try:
             return _cutover(config, zk, creds, migration_id, lease, drainer, hooks, now)
         except FlipUnknown as exc:
-            return settle_after_unknown(FORWARD, config, zk, MigrationStore(zk).spec(migration_id), lease, exc)
+            # the spec read before: ZooKeeper may be unreachable right now, which is why the flip is unknown
+            return settle_after_unknown(FORWARD, config, zk, spec, lease, exc)
         finally:
             lease.release()
 
