@@ -1,13 +1,19 @@
-"""What the command modules of the CLI share: the config of this invocation and how numbers print.
+"""What the command modules of the CLI share: the config of this invocation, how numbers print, and the
+options and arguments several commands declare alike.
 
 :data:`state` holds what the root options (``--config``) chose; the root callback of :mod:`migrator.cli.main` sets it
 before any command runs, and every command reads the config through :func:`load_config`. This
 module imports no other command module, so any of them can import it at module level.
+
+The ``...Opt`` / ``...Arg`` aliases are typer parameters declared once for every command that takes them the
+same way (same flag, type and help); the default stays at the command: ``as_json: JsonOpt = False``.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
+
+import typer
 
 from migrator.fleet import config as config_mod
 
@@ -19,6 +25,16 @@ class State:
 
 
 state = State()
+
+#: ``--json``: print the result as JSON (the commands whose ``--json`` has no help of its own)
+JsonOpt = Annotated[bool, typer.Option("--json")]
+#: the migration a command acts on (required, no help text)
+MigrationIdArg = Annotated[str, typer.Argument()]
+#: the RQ queue a migration step is enqueued on
+RqQueueOpt = Annotated[str | None, typer.Option("--queue", help="RQ queue (default: the source pair's, which "
+                                                                "`migrator worker` serves).")]
+#: a queue of the MySQL-backed job queue
+QueueNameOpt = Annotated[str, typer.Option("--queue", help="Queue name.")]
 
 
 def load_config() -> config_mod.Config:

@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.table import Table
 
 from migrator.cli import failures
-from migrator.cli.helpers import human_bytes, load_config, state
+from migrator.cli.helpers import JsonOpt, human_bytes, load_config, state
 from migrator.errors import ExitCode, MigratorError
 from migrator.fleet import ids
 
@@ -92,7 +92,7 @@ def setup_logging(verbose: bool) -> None:
 
 @id_app.command("decode")
 def id_decode(object_id: str = typer.Argument(..., help="The id, decimal or 0x hex."),
-              as_json: bool = typer.Option(False, "--json")) -> None:
+              as_json: JsonOpt = False) -> None:
     """Split an id into shard, type and local id."""
     oid = ids.decode(ids.parse_id(object_id))
     if as_json:
@@ -118,7 +118,7 @@ def id_mod_shard(key: str, shards: int = typer.Option(4096, "--shards")) -> None
 # -- topology -------------------------------------------------------------------------
 
 @topology_app.command("show")
-def topology_show(as_json: bool = typer.Option(False, "--json"),
+def topology_show(as_json: JsonOpt = False,
                   sizes: bool = typer.Option(True, "--sizes/--no-sizes",
                                              help="Ask each master for data size.")) -> None:
     """Ranges -> pairs, with shard counts and data size."""
@@ -235,7 +235,7 @@ def sandbox_up(
 
 @sandbox_app.command("status")
 def sandbox_status(directory: Path = typer.Option(Path(".sandbox"), "--dir"),
-                   as_json: bool = typer.Option(False, "--json")) -> None:
+                   as_json: JsonOpt = False) -> None:
     """Each process, port, pid, and replication health in both directions."""
     from migrator.sandbox import Sandbox
 

@@ -25,7 +25,16 @@ from rich.table import Table
 
 from migrator.cli import phases
 from migrator.cli import rebalance as rebalance_cli
-from migrator.cli.helpers import duration, human_bytes, load_config, shard_runs
+from migrator.cli.helpers import (
+    JsonOpt,
+    MigrationIdArg,
+    QueueNameOpt,
+    RqQueueOpt,
+    duration,
+    human_bytes,
+    load_config,
+    shard_runs,
+)
 from migrator.cli.options import YES_HELP, UsageProblem, build_options, confirm, dry_run_or_yes
 from migrator.engine.migration import Options
 from migrator.errors import ExitCode
@@ -208,7 +217,7 @@ def split(
     dry_run: bool = typer.Option(False, "--dry-run", help=DRY_RUN_HELP),
     no_start: bool = typer.Option(False, "--no-start", help=NO_START_HELP),
     detach: bool = typer.Option(False, "--detach", help="With --yes: do not follow progress."),
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: JsonOpt = False,
     max_lag: float | None = typer.Option(None, "--max-lag", help=MAX_LAG_HELP),
     max_threads_running: int | None = typer.Option(None, "--max-threads-running", help=THREADS_HELP),
     freeze_budget_ms: int | None = typer.Option(None, "--freeze-budget-ms", help=FREEZE_HELP),
@@ -240,7 +249,7 @@ def move(
     dry_run: bool = typer.Option(False, "--dry-run", help=DRY_RUN_HELP),
     no_start: bool = typer.Option(False, "--no-start", help=NO_START_HELP),
     detach: bool = typer.Option(False, "--detach", help="With --yes: do not follow progress."),
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: JsonOpt = False,
     max_lag: float | None = typer.Option(None, "--max-lag", help=MAX_LAG_HELP),
     max_threads_running: int | None = typer.Option(None, "--max-threads-running", help=THREADS_HELP),
     freeze_budget_ms: int | None = typer.Option(None, "--freeze-budget-ms", help=FREEZE_HELP),
@@ -262,14 +271,14 @@ def move(
 
 
 def move_partition(
-    queue: str = typer.Option(..., "--queue", help="Queue name."),
+    queue: QueueNameOpt,
     partition: int = typer.Option(..., "--partition", help="Partition index."),
     to: str = typer.Option(..., "--to", help="Target pair (its master)."),
     yes: bool = typer.Option(False, "--yes", "-y", help=YES_RUN_HELP),
     dry_run: bool = typer.Option(False, "--dry-run", help=DRY_RUN_HELP),
     no_start: bool = typer.Option(False, "--no-start", help=NO_START_HELP),
     detach: bool = typer.Option(False, "--detach", help="With --yes: do not follow progress."),
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: JsonOpt = False,
     max_lag: float | None = typer.Option(None, "--max-lag", help=MAX_LAG_HELP),
     max_threads_running: int | None = typer.Option(None, "--max-threads-running", help=THREADS_HELP),
     freeze_budget_ms: int | None = typer.Option(None, "--freeze-budget-ms", help=FREEZE_HELP),
@@ -286,7 +295,7 @@ def move_partition(
                      as_json=as_json)
 
 
-def preflight(migration_id: str = typer.Argument(...), as_json: bool = typer.Option(False, "--json")) -> None:
+def preflight(migration_id: MigrationIdArg, as_json: JsonOpt = False) -> None:
     """Check every precondition of the copy; exits non-zero on a failure."""
     res = command.preflight(load_config(), migration_id)
     if as_json:
@@ -300,11 +309,10 @@ def preflight(migration_id: str = typer.Argument(...), as_json: bool = typer.Opt
 
 
 def copy(
-    migration_id: str = typer.Argument(...),
+    migration_id: MigrationIdArg,
     sync: bool = typer.Option(False, "--sync", help="Copy in this process instead of RQ workers."),
     workers: int | None = typer.Option(None, "--workers", help="Threads for --sync."),
-    queue: str | None = typer.Option(None, "--queue", help="RQ queue (default: the source pair's, which "
-                                                             "`migrator worker` serves)."),
+    queue: RqQueueOpt = None,
 ) -> None:
     """Preflight, then copy schema and rows (RQ jobs; --sync runs here)."""
     cfg = load_config()
@@ -370,7 +378,7 @@ def status(
                       markup=False, highlight=False)
 
 
-def pause(migration_id: str = typer.Argument(...)) -> None:
+def pause(migration_id: MigrationIdArg) -> None:
     """Copy workers stop between chunks (resume with `migrator resume ID`); a rebalance id pauses
     all its moves and starts no new one."""
     if rebalance_cmd.is_rebalance_id(migration_id):
@@ -381,7 +389,7 @@ def pause(migration_id: str = typer.Argument(...)) -> None:
     console.print(f"{migration_id} paused in phase {out['phase']}", markup=False)
 
 
-def resume(migration_id: str = typer.Argument(...),
+def resume(migration_id: MigrationIdArg,
            queue: str | None = typer.Option(None, "--queue", help="RQ queue (default: the source pair's).")
            ) -> None:
     """Clear the pause flag and re-enqueue the current step from the ZooKeeper record (a rebalance id:
@@ -396,7 +404,7 @@ def resume(migration_id: str = typer.Argument(...),
                   (f"enqueued {out['job']}" if out["job"] else "no queued step for this phase"), markup=False)
 
 
-def abort(migration_id: str = typer.Argument(...),
+def abort(migration_id: MigrationIdArg,
           yes: bool = typer.Option(False, "--yes", "-y", help=YES_HELP)) -> None:
     """Stop a migration before cutover: drop the target copies, release the locks (shows what it drops and
     asks)."""
@@ -419,7 +427,7 @@ def set_(
     chunk_target_ms: int | None = typer.Option(None, "--chunk-target-ms", help=CHUNK_MS_HELP),
     freeze_budget_ms: int | None = typer.Option(None, "--freeze-budget-ms", help=FREEZE_HELP),
     cutover_retry_s: float | None = typer.Option(None, "--cutover-retry-s", help=RETRY_HELP),
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: JsonOpt = False,
 ) -> None:
     """Change a running migration's limits: copy jobs pick them up at their next slice,
     catch-up at its next pass, the pipeline at its next cutover attempt."""

@@ -7,7 +7,7 @@ import json
 
 import typer
 
-from migrator.cli.helpers import load_config
+from migrator.cli.helpers import JsonOpt, MigrationIdArg, load_config
 from migrator.cli.options import YES_HELP, confirm, listen_address
 
 #: RQ runs delayed jobs (the pipeline's re-checks, a rebalance's advances, retries) from a scheduler in one
@@ -20,7 +20,7 @@ WORKER_TTL_S = 30
 
 def history(migration_id: str | None = typer.Argument(None, help="Only this migration."),
             limit: int = typer.Option(200, "--limit"),
-            as_json: bool = typer.Option(False, "--json")) -> None:
+            as_json: JsonOpt = False) -> None:
     """Every shard-map change and migration state change: who, when, epochs."""
     from migrator.fleet import config as config_mod
     from migrator.fleet import zk as zk_mod
@@ -72,7 +72,7 @@ def demo(
         raise typer.Exit(1)
 
 
-def restart_copy(migration_id: str = typer.Argument(...),
+def restart_copy(migration_id: MigrationIdArg,
                  yes: bool = typer.Option(False, "--yes", "-y", help=YES_HELP)) -> None:
     """Redo the copy from scratch (e.g. the binlog catch-up needed was purged): drop the target
     copies, reset copy and catch-up progress, keep the migration and its shard locks."""

@@ -23,7 +23,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from migrator.cli.helpers import load_config
+from migrator.cli.helpers import JsonOpt, RqQueueOpt, load_config
 from migrator.cli.options import YES_HELP, confirm
 from migrator.engine.catch_up.passes import PassResult, run_passes
 from migrator.engine.cleanup import cleanup
@@ -53,8 +53,7 @@ def catchup(
     passes: int | None = typer.Option(None, "--passes", min=1,
                                       help="Run exactly N passes (default: until converged)."),
     sync: bool = typer.Option(False, "--sync", help="Run the passes in this process instead of RQ workers."),
-    queue: str | None = typer.Option(None, "--queue", help="RQ queue (default: the source pair's, which "
-                                                            "`migrator worker` serves)."),
+    queue: RqQueueOpt = None,
 ) -> None:
     """Replay the source binlog onto the target in passes until converged (on RQ workers; --sync: here)."""
     console = Console()
@@ -87,7 +86,7 @@ def verify_cmd(
                                 help="Re-copy the chunks that differ (default: report only, change nothing)."),
     chunk_rows: int = typer.Option(0, "--chunk-rows", min=0,
                                    help="Rows per checksum chunk (default: the migration's)."),
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: JsonOpt = False,
 ) -> None:
     """Checksum the moving tables source vs target by primary-key chunks and report what differs
     (--repair: re-copy it). Exits 1 when rows still differ."""
@@ -115,7 +114,7 @@ def register_verify(app: Any) -> None:
 
 def cutover_cmd(migration_id: str = typer.Argument(..., help="The migration id."),
                 yes: bool = typer.Option(False, "--yes", "-y", help=YES_HELP),
-                as_json: bool = typer.Option(False, "--json")) -> None:
+                as_json: JsonOpt = False) -> None:
     """Freeze, fence, drain, compare and flip the moving ranges to the target pair (switches traffic:
     shows what it will do and asks)."""
     cfg = load_config()
@@ -143,8 +142,7 @@ def _show_reverse_pass(p: dict[str, Any]) -> None:
 def rollback_cmd(
     migration_id: str = typer.Argument(..., help="The migration id (rb-...: every finished move of a batched "
                                                   "split or rebalance, last finished first)."),
-    queue: str | None = typer.Option(None, "--queue", help="RQ queue (default: the source pair's, which "
-                                                            "`migrator worker` serves)."),
+    queue: RqQueueOpt = None,
     detach: bool = typer.Option(False, "--detach", help="Enqueue and return; follow with `migrator status ID`."),
     timeout: float | None = typer.Option(None, "--timeout", help="Stop following after this many seconds "
                                                                   "(the rollback goes on)."),

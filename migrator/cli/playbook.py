@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from migrator.cli.helpers import load_config, state
+from migrator.cli.helpers import JsonOpt, load_config, state
 from migrator.ops import playbook as pbm
 
 playbook_app = typer.Typer(help="Runbook playbooks: runs, their steps, approvals.", no_args_is_help=True,
@@ -49,7 +49,7 @@ def approve(run_id: str, step: str) -> None:
 
 
 @playbook_app.command("status")
-def status(run_id: str, as_json: bool = typer.Option(False, "--json")) -> None:
+def status(run_id: str, as_json: JsonOpt = False) -> None:
     """A run's steps: status, attempts, what a gate waits on."""
     from migrator.fleet import config as config_mod
     from migrator.fleet import zk as zk_mod

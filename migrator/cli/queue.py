@@ -23,7 +23,7 @@ from rich.console import Console
 from rich.table import Table
 
 from migrator.cli import failures
-from migrator.cli.helpers import load_config
+from migrator.cli.helpers import JsonOpt, QueueNameOpt, load_config
 from migrator.cli.options import YES_HELP, UsageProblem, confirm, listen_address
 
 console = Console()
@@ -149,7 +149,7 @@ def broker_cmd(listen: str = typer.Option("127.0.0.1:0", "--listen",
 
 
 @queue_app.command("worker")
-def worker_cmd(queue: str = typer.Option(..., "--queue", help="Queue name."),
+def worker_cmd(queue: QueueNameOpt,
                handler: str = typer.Option(..., "--handler", help="package.module:function taking a job."),
                concurrency: int = typer.Option(1, "--concurrency", min=1),
                lease: float | None = typer.Option(None, "--lease", help="Lease seconds (default: the queue's)."),
@@ -179,7 +179,7 @@ def _api(url: str | None) -> Any:
 
 
 @queue_app.command("load")
-def load_cmd(queue: str = typer.Option("load", "--queue", help="Queue name."),
+def load_cmd(queue: QueueNameOpt = "load",
              rate: float = typer.Option(100.0, "--rate", help="Jobs/s to enqueue; 0 = as fast as possible."),
              duration: float = typer.Option(10.0, "--duration", help="Seconds."),
              ledger: Path = typer.Option(Path("queue-ledger.db"), "--ledger"),
@@ -201,7 +201,7 @@ def load_cmd(queue: str = typer.Option("load", "--queue", help="Queue name."),
 
 @ledger_app.command("check")
 def ledger_check(ledger: Path = typer.Option(Path("queue-ledger.db"), "--ledger"),
-                 as_json: bool = typer.Option(False, "--json")) -> None:
+                 as_json: JsonOpt = False) -> None:
     """Prove every acknowledged enqueue is done or pending; count double executions; rates and latencies."""
     from migrator.queue.ledger import check_ledger
 
