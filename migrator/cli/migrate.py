@@ -35,7 +35,7 @@ from migrator.cli.helpers import (
     load_config,
     shard_runs,
 )
-from migrator.cli.options import YES_HELP, UsageProblem, build_options, confirm, dry_run_or_yes
+from migrator.cli.options import UsageProblem, YesOpt, build_options, confirm, dry_run_or_yes
 from migrator.engine.migration import Options
 from migrator.errors import ExitCode
 from migrator.ops import command, intents
@@ -405,7 +405,7 @@ def resume(migration_id: MigrationIdArg,
 
 
 def abort(migration_id: MigrationIdArg,
-          yes: bool = typer.Option(False, "--yes", "-y", help=YES_HELP)) -> None:
+          yes: YesOpt = False) -> None:
     """Stop a migration before cutover: drop the target copies, release the locks (shows what it drops and
     asks)."""
     confirm(intents.abort(load_config(), migration_id), yes)

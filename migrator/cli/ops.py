@@ -8,7 +8,7 @@ import json
 import typer
 
 from migrator.cli.helpers import JsonOpt, MigrationIdArg, load_config
-from migrator.cli.options import YES_HELP, confirm, listen_address
+from migrator.cli.options import YesOpt, confirm, listen_address
 
 #: RQ runs delayed jobs (the pipeline's re-checks, a rebalance's advances, retries) from a scheduler in one
 #: worker, under a Redis lock that lives 61 s after its holder dies. Another worker takes it over only in its
@@ -73,7 +73,7 @@ def demo(
 
 
 def restart_copy(migration_id: MigrationIdArg,
-                 yes: bool = typer.Option(False, "--yes", "-y", help=YES_HELP)) -> None:
+                 yes: YesOpt = False) -> None:
     """Redo the copy from scratch (e.g. the binlog catch-up needed was purged): drop the target
     copies, reset copy and catch-up progress, keep the migration and its shard locks."""
     from migrator.ops import command, intents

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Annotated, Any
 
+import typer
 from pydantic import ValidationError
 
 from migrator.cli.failures import pydantic_reason, short
@@ -40,6 +41,8 @@ class NotConfirmed(MigratorError):
 
 
 YES_HELP = "Go ahead without asking (needed when stdin is not a terminal)."
+#: ``--yes`` / ``-y`` of a command that asks before it destroys or switches (:func:`confirm`)
+YesOpt = Annotated[bool, typer.Option("--yes", "-y", help=YES_HELP)]
 
 #: the flag of each migration option a command line can set (launch and `migrator set` alike)
 OPTION_FLAGS = {
@@ -88,8 +91,6 @@ def confirm(what: str, yes: bool, *, ask: Callable[[str], bool] | None = None,
         raise NotConfirmed(f"not confirmed: this would {what}; stdin is not a terminal, so nothing was done: "
                            "give --yes to go ahead")
     if ask is None:
-        import typer
-
         def ask(prompt: str) -> bool:
             return typer.confirm(prompt, default=False)
 

@@ -24,7 +24,7 @@ from rich.console import Console
 from rich.table import Table
 
 from migrator.cli.helpers import JsonOpt, RqQueueOpt, load_config
-from migrator.cli.options import YES_HELP, confirm
+from migrator.cli.options import YesOpt, confirm
 from migrator.engine.catch_up.passes import PassResult, run_passes
 from migrator.engine.cleanup import cleanup
 from migrator.engine.cutover import cutover
@@ -113,7 +113,7 @@ def register_verify(app: Any) -> None:
 
 
 def cutover_cmd(migration_id: str = typer.Argument(..., help="The migration id."),
-                yes: bool = typer.Option(False, "--yes", "-y", help=YES_HELP),
+                yes: YesOpt = False,
                 as_json: JsonOpt = False) -> None:
     """Freeze, fence, drain, compare and flip the moving ranges to the target pair (switches traffic:
     shows what it will do and asks)."""
@@ -147,7 +147,7 @@ def rollback_cmd(
     timeout: float | None = typer.Option(None, "--timeout", help="Stop following after this many seconds "
                                                                   "(the rollback goes on)."),
     sync: bool = typer.Option(False, "--sync", help="Run it in this process instead of RQ workers."),
-    yes: bool = typer.Option(False, "--yes", "-y", help=YES_HELP),
+    yes: YesOpt = False,
 ) -> None:
     """Tail the new master back into the tombstones in converging passes, verify, and flip the ranges back
     (retrying a stopped attempt), on RQ workers: follows each reverse pass, the freeze and the result, and
@@ -226,7 +226,7 @@ def cleanup_cmd(migration_id: str = typer.Argument(..., help="The migration id."
                 now: bool = typer.Option(False, "--now", help="Do not wait for the retention to pass: ends any "
                                                                "chance of a rollback (shows what it drops and "
                                                                "asks)."),
-                yes: bool = typer.Option(False, "--yes", "-y", help=YES_HELP)) -> None:
+                yes: YesOpt = False) -> None:
     """Drop the tombstones after the retention; release the migration's locks and pauses."""
     cfg = load_config()
     if now:

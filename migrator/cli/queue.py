@@ -24,7 +24,7 @@ from rich.table import Table
 
 from migrator.cli import failures
 from migrator.cli.helpers import JsonOpt, QueueNameOpt, load_config
-from migrator.cli.options import YES_HELP, UsageProblem, confirm, listen_address
+from migrator.cli.options import UsageProblem, YesOpt, confirm, listen_address
 
 console = Console()
 
@@ -293,7 +293,7 @@ def resume(name: str) -> None:
 
 
 @queue_app.command("delete")
-def delete(name: str, yes: bool = typer.Option(False, "--yes", "-y", help=YES_HELP)) -> None:
+def delete(name: str, yes: YesOpt = False) -> None:
     """Delete a queue and drop its jobs tables (shows what it drops and asks)."""
     with _service() as svc:
         rec = svc.get_queue(name)
@@ -359,7 +359,7 @@ def retry(name: str, limit: int = typer.Option(1000, "--limit"),
 @queue_app.command("purge")
 def purge(name: str, state: str = typer.Option(..., "--state", help="NEW, IPR, OK or FAIL."),
           limit: int = typer.Option(1000, "--limit", min=1),
-          yes: bool = typer.Option(False, "--yes", "-y", help=YES_HELP)) -> None:
+          yes: YesOpt = False) -> None:
     """Delete jobs of one state (shows how many and asks; routine purging is `migrator partitions maintain`)."""
     with _service() as svc:
         have = svc.counts(name)
