@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -45,23 +45,44 @@ console = Console()
 err_console = Console(stderr=True)
 
 
-FREEZE_HELP = "Longest write freeze allowed (ms; default 500)."
-FENCE_HELP = ("How the source master is fenced: auto (default) and rename: LOCK TABLES + one queued RENAME per "
-              "table, a move of more than 200 tables runs as batches sized for the freeze budget; gate: one "
-              "migration whose master is closed by triggers (any number of tables, weaker guarantees: see "
-              "docs/guarantees.md).")
-ALL_TABLES_HELP = "List every table of a dry run (else summarised by table name at host scale)."
-MAX_LAG_HELP = "Throttle the copy above this target standby lag (s; default 5)."
-THREADS_HELP = "Throttle the copy while the source runs this many threads (Threads_running; default 50)."
-CHUNK_MS_HELP = "Time target per copy chunk (ms; default 500)."
-RETRY_HELP = ("How long the pipeline keeps retrying a cutover that stopped before the flip (a lock on a moving "
-              "table, a freeze over budget), with backoff (s; default 600; 0: once).")
-POSTPONE_HELP = "Hold the cutover once caught up, until `migrator postpone ID --release`."
-YES_RUN_HELP = ("Store the plan, lock the shards and run the whole migration on RQ workers (without it: a dry run "
-                "that stores and locks nothing).")
-NO_START_HELP = ("With --yes: store the plan and lock the shards, start nothing (run the phases by hand: "
-                 "`migrator preflight|copy|catchup|verify|cutover ID`, or `migrator resume ID`).")
-DRY_RUN_HELP = "Print shards, tables, rows, bytes, ETA; store nothing (the default without --yes)."
+# The options split, move and move-partition declare alike (each command keeps its own default); the limits
+# (--max-lag, --max-threads-running, --chunk-target-ms, --freeze-budget-ms, --cutover-retry-s) are `migrator set`'s
+# too.
+LaunchYesOpt = Annotated[bool, typer.Option(
+    "--yes", "-y", help="Store the plan, lock the shards and run the whole migration on RQ workers (without it: a "
+                        "dry run that stores and locks nothing).")]
+DryRunOpt = Annotated[bool, typer.Option(
+    "--dry-run", help="Print shards, tables, rows, bytes, ETA; store nothing (the default without --yes).")]
+NoStartOpt = Annotated[bool, typer.Option(
+    "--no-start", help="With --yes: store the plan and lock the shards, start nothing (run the phases by hand: "
+                       "`migrator preflight|copy|catchup|verify|cutover ID`, or `migrator resume ID`).")]
+DetachOpt = Annotated[bool, typer.Option("--detach", help="With --yes: do not follow progress.")]
+MaxLagOpt = Annotated[float | None, typer.Option(
+    "--max-lag", help="Throttle the copy above this target standby lag (s; default 5).")]
+MaxThreadsOpt = Annotated[int | None, typer.Option(
+    "--max-threads-running",
+    help="Throttle the copy while the source runs this many threads (Threads_running; default 50).")]
+FreezeBudgetOpt = Annotated[int | None, typer.Option(
+    "--freeze-budget-ms", help="Longest write freeze allowed (ms; default 500).")]
+PostponeOpt = Annotated[bool, typer.Option(
+    "--postpone-cutover", help="Hold the cutover once caught up, until `migrator postpone ID --release`.")]
+CutoverRetryOpt = Annotated[float | None, typer.Option(
+    "--cutover-retry-s", help="How long the pipeline keeps retrying a cutover that stopped before the flip (a lock "
+                              "on a moving table, a freeze over budget), with backoff (s; default 600; 0: once).")]
+FenceOpt = Annotated[str | None, typer.Option(
+    "--fence", help="How the source master is fenced: auto (default) and rename: LOCK TABLES + one queued RENAME "
+                    "per table, a move of more than 200 tables runs as batches sized for the freeze budget; gate: "
+                    "one migration whose master is closed by triggers (any number of tables, weaker guarantees: "
+                    "see docs/guarantees.md).")]
+ChunkRowsOpt = Annotated[int | None, typer.Option("--chunk-rows", help="First chunk size (adapts after).")]
+ChunkTargetOpt = Annotated[int | None, typer.Option(
+    "--chunk-target-ms", help="Time target per copy chunk (ms; default 500).")]
+WorkersOpt = Annotated[int | None, typer.Option("--workers", help="Tables copied at once (default 4).")]
+AllTablesOpt = Annotated[bool, typer.Option(
+    "--all-tables", help="List every table of a dry run (else summarised by table name at host scale).")]
+#: the id `migrator set` and `migrator postpone` act on
+MigrationOrBatchIdArg = Annotated[str, typer.Argument(
+    help="The migration id (rb-...: every move of a rebalance or batched split, and the moves it starts later).")]
 
 
 def _options(chunk_rows: int | None = None, chunk_target_ms: int | None = None, workers: int | None = None,
@@ -213,21 +234,21 @@ def _launch(res: command.PlanResult, detach: bool) -> None:
 def split(
     source: str = typer.Argument(..., help="The master whose ranges split, e.g. MySQL001A."),
     to: str | None = typer.Option(None, "--to", help="Target pair (its master); default: a spare pair."),
-    yes: bool = typer.Option(False, "--yes", "-y", help=YES_RUN_HELP),
-    dry_run: bool = typer.Option(False, "--dry-run", help=DRY_RUN_HELP),
-    no_start: bool = typer.Option(False, "--no-start", help=NO_START_HELP),
-    detach: bool = typer.Option(False, "--detach", help="With --yes: do not follow progress."),
+    yes: LaunchYesOpt = False,
+    dry_run: DryRunOpt = False,
+    no_start: NoStartOpt = False,
+    detach: DetachOpt = False,
     as_json: JsonOpt = False,
-    max_lag: float | None = typer.Option(None, "--max-lag", help=MAX_LAG_HELP),
-    max_threads_running: int | None = typer.Option(None, "--max-threads-running", help=THREADS_HELP),
-    freeze_budget_ms: int | None = typer.Option(None, "--freeze-budget-ms", help=FREEZE_HELP),
-    postpone_cutover: bool = typer.Option(False, "--postpone-cutover", help=POSTPONE_HELP),
-    cutover_retry_s: float | None = typer.Option(None, "--cutover-retry-s", help=RETRY_HELP),
-    fence: str | None = typer.Option(None, "--fence", help=FENCE_HELP),
-    chunk_rows: int | None = typer.Option(None, "--chunk-rows", help="First chunk size (adapts after)."),
-    chunk_target_ms: int | None = typer.Option(None, "--chunk-target-ms", help=CHUNK_MS_HELP),
-    workers: int | None = typer.Option(None, "--workers", help="Tables copied at once (default 4)."),
-    all_tables: bool = typer.Option(False, "--all-tables", help=ALL_TABLES_HELP),
+    max_lag: MaxLagOpt = None,
+    max_threads_running: MaxThreadsOpt = None,
+    freeze_budget_ms: FreezeBudgetOpt = None,
+    postpone_cutover: PostponeOpt = False,
+    cutover_retry_s: CutoverRetryOpt = None,
+    fence: FenceOpt = None,
+    chunk_rows: ChunkRowsOpt = None,
+    chunk_target_ms: ChunkTargetOpt = None,
+    workers: WorkersOpt = None,
+    all_tables: AllTablesOpt = False,
 ) -> None:
     """Move the upper half of every range on SOURCE to a spare pair (or --to).
 
@@ -245,21 +266,21 @@ def split(
 def move(
     shards: str = typer.Option(..., "--shards", help="Shards to move, e.g. 4-7 or 4,6."),
     to: str = typer.Option(..., "--to", help="Target pair (its master)."),
-    yes: bool = typer.Option(False, "--yes", "-y", help=YES_RUN_HELP),
-    dry_run: bool = typer.Option(False, "--dry-run", help=DRY_RUN_HELP),
-    no_start: bool = typer.Option(False, "--no-start", help=NO_START_HELP),
-    detach: bool = typer.Option(False, "--detach", help="With --yes: do not follow progress."),
+    yes: LaunchYesOpt = False,
+    dry_run: DryRunOpt = False,
+    no_start: NoStartOpt = False,
+    detach: DetachOpt = False,
     as_json: JsonOpt = False,
-    max_lag: float | None = typer.Option(None, "--max-lag", help=MAX_LAG_HELP),
-    max_threads_running: int | None = typer.Option(None, "--max-threads-running", help=THREADS_HELP),
-    freeze_budget_ms: int | None = typer.Option(None, "--freeze-budget-ms", help=FREEZE_HELP),
-    postpone_cutover: bool = typer.Option(False, "--postpone-cutover", help=POSTPONE_HELP),
-    cutover_retry_s: float | None = typer.Option(None, "--cutover-retry-s", help=RETRY_HELP),
-    fence: str | None = typer.Option(None, "--fence", help=FENCE_HELP),
-    chunk_rows: int | None = typer.Option(None, "--chunk-rows", help="First chunk size (adapts after)."),
-    chunk_target_ms: int | None = typer.Option(None, "--chunk-target-ms", help=CHUNK_MS_HELP),
-    workers: int | None = typer.Option(None, "--workers", help="Tables copied at once (default 4)."),
-    all_tables: bool = typer.Option(False, "--all-tables", help=ALL_TABLES_HELP),
+    max_lag: MaxLagOpt = None,
+    max_threads_running: MaxThreadsOpt = None,
+    freeze_budget_ms: FreezeBudgetOpt = None,
+    postpone_cutover: PostponeOpt = False,
+    cutover_retry_s: CutoverRetryOpt = None,
+    fence: FenceOpt = None,
+    chunk_rows: ChunkRowsOpt = None,
+    chunk_target_ms: ChunkTargetOpt = None,
+    workers: WorkersOpt = None,
+    all_tables: AllTablesOpt = False,
 ) -> None:
     """Move shards (all on one source pair) to another pair: a dry run unless --yes (as split)."""
     opts = _options(chunk_rows, chunk_target_ms, workers, max_lag, freeze_budget_ms, fence, max_threads_running,
@@ -274,16 +295,16 @@ def move_partition(
     queue: QueueNameOpt,
     partition: int = typer.Option(..., "--partition", help="Partition index."),
     to: str = typer.Option(..., "--to", help="Target pair (its master)."),
-    yes: bool = typer.Option(False, "--yes", "-y", help=YES_RUN_HELP),
-    dry_run: bool = typer.Option(False, "--dry-run", help=DRY_RUN_HELP),
-    no_start: bool = typer.Option(False, "--no-start", help=NO_START_HELP),
-    detach: bool = typer.Option(False, "--detach", help="With --yes: do not follow progress."),
+    yes: LaunchYesOpt = False,
+    dry_run: DryRunOpt = False,
+    no_start: NoStartOpt = False,
+    detach: DetachOpt = False,
     as_json: JsonOpt = False,
-    max_lag: float | None = typer.Option(None, "--max-lag", help=MAX_LAG_HELP),
-    max_threads_running: int | None = typer.Option(None, "--max-threads-running", help=THREADS_HELP),
-    freeze_budget_ms: int | None = typer.Option(None, "--freeze-budget-ms", help=FREEZE_HELP),
-    postpone_cutover: bool = typer.Option(False, "--postpone-cutover", help=POSTPONE_HELP),
-    cutover_retry_s: float | None = typer.Option(None, "--cutover-retry-s", help=RETRY_HELP),
+    max_lag: MaxLagOpt = None,
+    max_threads_running: MaxThreadsOpt = None,
+    freeze_budget_ms: FreezeBudgetOpt = None,
+    postpone_cutover: PostponeOpt = False,
+    cutover_retry_s: CutoverRetryOpt = None,
 ) -> None:
     """Move one queue partition (its jobs and dedupe tables) to another pair on its own route in the shard
     map; its shard's other tables and the other partitions keep serving. A dry run unless --yes (as split)."""
@@ -420,13 +441,12 @@ def abort(migration_id: MigrationIdArg,
 
 
 def set_(
-    migration_id: str = typer.Argument(..., help="The migration id (rb-...: every move of a rebalance or "
-                                                  "batched split, and the moves it starts later)."),
-    max_lag: float | None = typer.Option(None, "--max-lag", help=MAX_LAG_HELP),
-    max_threads_running: int | None = typer.Option(None, "--max-threads-running", help=THREADS_HELP),
-    chunk_target_ms: int | None = typer.Option(None, "--chunk-target-ms", help=CHUNK_MS_HELP),
-    freeze_budget_ms: int | None = typer.Option(None, "--freeze-budget-ms", help=FREEZE_HELP),
-    cutover_retry_s: float | None = typer.Option(None, "--cutover-retry-s", help=RETRY_HELP),
+    migration_id: MigrationOrBatchIdArg,
+    max_lag: MaxLagOpt = None,
+    max_threads_running: MaxThreadsOpt = None,
+    chunk_target_ms: ChunkTargetOpt = None,
+    freeze_budget_ms: FreezeBudgetOpt = None,
+    cutover_retry_s: CutoverRetryOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Change a running migration's limits: copy jobs pick them up at their next slice,
@@ -454,8 +474,7 @@ def set_(
 
 
 def postpone(
-    migration_id: str = typer.Argument(..., help="The migration id (rb-...: every move of a rebalance or "
-                                                  "batched split, and the moves it starts later)."),
+    migration_id: MigrationOrBatchIdArg,
     release: bool = typer.Option(False, "--release", help="Let the pipeline cut over again."),
 ) -> None:
     """Hold the cutover (catch-up keeps the target current); --release lets it go ahead."""
