@@ -17,7 +17,7 @@ from __future__ import annotations
 import json as _json
 import sys
 from dataclasses import asdict
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -38,6 +38,9 @@ from migrator.ops.steps import enqueue_passes
 PASS_COLUMNS = ("number", "events", "duration_s", "apply_rate", "write_rate", "lag_s", "predicted_freeze_ms",
                 "to_gtid", "converged")
 
+#: the migration a phase command (catchup, verify, cutover, cleanup) acts on
+PhaseMigrationIdArg = Annotated[str, typer.Argument(help="The migration id.")]
+
 
 def register(app: Any) -> None:
     """Add the phase commands, in the order ``migrator --help`` lists them."""
@@ -49,7 +52,7 @@ def register(app: Any) -> None:
 
 
 def catchup(
-    migration_id: str = typer.Argument(..., help="The migration id."),
+    migration_id: PhaseMigrationIdArg,
     passes: int | None = typer.Option(None, "--passes", min=1,
                                       help="Run exactly N passes (default: until converged)."),
     sync: bool = typer.Option(False, "--sync", help="Run the passes in this process instead of RQ workers."),
@@ -81,7 +84,7 @@ def register_catchup(app: Any) -> None:
 
 
 def verify_cmd(
-    migration_id: str = typer.Argument(..., help="The migration id."),
+    migration_id: PhaseMigrationIdArg,
     repair: bool = typer.Option(False, "--repair/--no-repair",
                                 help="Re-copy the chunks that differ (default: report only, change nothing)."),
     chunk_rows: int = typer.Option(0, "--chunk-rows", min=0,
@@ -112,7 +115,7 @@ def register_verify(app: Any) -> None:
     app.command("verify")(verify_cmd)
 
 
-def cutover_cmd(migration_id: str = typer.Argument(..., help="The migration id."),
+def cutover_cmd(migration_id: PhaseMigrationIdArg,
                 yes: YesOpt = False,
                 as_json: JsonOpt = False) -> None:
     """Freeze, fence, drain, compare and flip the moving ranges to the target pair (switches traffic:
@@ -222,7 +225,7 @@ def _roll_back_one(cfg: Any, migration_id: str, *, queue: str | None, timeout: f
     return 0
 
 
-def cleanup_cmd(migration_id: str = typer.Argument(..., help="The migration id."),
+def cleanup_cmd(migration_id: PhaseMigrationIdArg,
                 now: bool = typer.Option(False, "--now", help="Do not wait for the retention to pass: ends any "
                                                                "chance of a rollback (shows what it drops and "
                                                                "asks)."),
