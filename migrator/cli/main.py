@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -205,13 +205,18 @@ def topology_history(limit: int = typer.Option(20, "--limit")) -> None:
 
 # -- sandbox ----------------------------------------------------------------------------
 
+#: the sandbox's directory (--dir), the same default for every sandbox command
+SandboxDirOpt = Annotated[Path, typer.Option("--dir")]
+SANDBOX_DIR = Path(".sandbox")
+
+
 @sandbox_app.command("up")
 def sandbox_up(
     pairs: int = typer.Option(2, "--pairs", help="Pairs that hold shards."),
     spare_pairs: int = typer.Option(1, "--spare-pairs", help="Empty pairs: split targets."),
     shards: int = typer.Option(16, "--shards"),
     rows: int = typer.Option(100, "--rows", help="Seed pins per shard."),
-    directory: Path = typer.Option(Path(".sandbox"), "--dir"),
+    directory: SandboxDirOpt = SANDBOX_DIR,
     base_port: int = typer.Option(33100, "--base-port",
                                   help="Ports base+1.. (MariaDB), base+81 (ZK), base+91 (Redis)."),
     tls: bool = typer.Option(True, "--tls/--no-tls",
@@ -234,7 +239,7 @@ def sandbox_up(
 
 
 @sandbox_app.command("status")
-def sandbox_status(directory: Path = typer.Option(Path(".sandbox"), "--dir"),
+def sandbox_status(directory: SandboxDirOpt = SANDBOX_DIR,
                    as_json: JsonOpt = False) -> None:
     """Each process, port, pid, and replication health in both directions."""
     from migrator.sandbox import Sandbox
@@ -266,7 +271,7 @@ def sandbox_status(directory: Path = typer.Option(Path(".sandbox"), "--dir"),
 
 
 @sandbox_app.command("add-pair")
-def sandbox_add_pair(directory: Path = typer.Option(Path(".sandbox"), "--dir")) -> None:
+def sandbox_add_pair(directory: SandboxDirOpt = SANDBOX_DIR) -> None:
     """Start one more master-master pair, empty, and register it (a target for rebalance --add-pair)."""
     from migrator.sandbox import Sandbox
     from migrator.sandbox.grow import add_pair
@@ -275,7 +280,7 @@ def sandbox_add_pair(directory: Path = typer.Option(Path(".sandbox"), "--dir")) 
 
 
 @sandbox_app.command("down")
-def sandbox_down(directory: Path = typer.Option(Path(".sandbox"), "--dir"),
+def sandbox_down(directory: SandboxDirOpt = SANDBOX_DIR,
                  purge: bool = typer.Option(False, "--purge",
                                             help="Also delete the directory: only one holding a sandbox this tool "
                                                  "made (its state file names it); anything else is refused.")
