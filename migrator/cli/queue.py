@@ -16,7 +16,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -34,8 +34,15 @@ ledger_app = typer.Typer(help="The load generator's ledger.", no_args_is_help=Tr
 partitions_app = typer.Typer(help="Partition maintenance of queue and log tables.", no_args_is_help=True,
                              rich_markup_mode=None)
 
-OPEN_HELP = ("Serve without a token when the secrets file has none: anyone who reaches the address may "
-             "enqueue, dequeue and delete (refused without a token otherwise).")
+#: --open of `queue serve` and `queue broker`
+OpenOpt = Annotated[bool, typer.Option(
+    "--open", help="Serve without a token when the secrets file has none: anyone who reaches the address may "
+                   "enqueue, dequeue and delete (refused without a token otherwise).")]
+#: the load generator's ledger (`queue load` writes it, `queue ledger check` reads it)
+LedgerOpt = Annotated[Path, typer.Option("--ledger")]
+LEDGER = Path("queue-ledger.db")
+#: --attempts of update, enqueue and retry (None: not given)
+AttemptsOpt = Annotated[int | None, typer.Option("--attempts")]
 queue_app.add_typer(ledger_app, name="ledger")
 
 
@@ -80,7 +87,7 @@ def serve(listen: str | None = typer.Option(None, "--listen", help="HOST:PORT (d
           reap_every: float = typer.Option(1.0, "--reap-every", help="Seconds between lease reaper passes."),
           frozen_wait: float = typer.Option(10.0, "--frozen-wait",
                                             help="Max seconds a write waits on a frozen shard."),
-          open_: bool = typer.Option(False, "--open", help=OPEN_HELP)) -> None:
+          open_: OpenOpt = False) -> None:
     """Serve the HTTP/JSON API (OpenAPI at /docs) and Prometheus /metrics; every /v1 call must send
     Authorization: Bearer <the [queue] token of the secrets file>."""
     import uvicorn
@@ -124,7 +131,7 @@ def broker_cmd(listen: str = typer.Option("127.0.0.1:0", "--listen",
                                           help="HOST:PORT for broker dequeues (0: any free port)."),
                buffer: int = typer.Option(200, "--buffer", min=1, help="Jobs buffered per owned partition."),
                broker_id: str | None = typer.Option(None, "--id"),
-               open_: bool = typer.Option(False, "--open", help=OPEN_HELP)) -> None:
+               open_: OpenOpt = False) -> None:
     """Run a dequeue broker: own queue partitions (assigned through ZooKeeper) and serve them from memory."""
     import uvicorn
 
@@ -182,7 +189,7 @@ def _api(url: str | None) -> Any:
 def load_cmd(queue: QueueNameOpt = "load",
              rate: float = typer.Option(100.0, "--rate", help="Jobs/s to enqueue; 0 = as fast as possible."),
              duration: float = typer.Option(10.0, "--duration", help="Seconds."),
-             ledger: Path = typer.Option(Path("queue-ledger.db"), "--ledger"),
+             ledger: LedgerOpt = LEDGER,
              partitions: int = typer.Option(2, "--partitions", help="Partitions if the queue is created."),
              consumers: int = typer.Option(2, "--consumers"),
              producers: int = typer.Option(1, "--producers"),
@@ -200,7 +207,7 @@ def load_cmd(queue: QueueNameOpt = "load",
 
 
 @ledger_app.command("check")
-def ledger_check(ledger: Path = typer.Option(Path("queue-ledger.db"), "--ledger"),
+def ledger_check(ledger: LedgerOpt = LEDGER,
                  as_json: JsonOpt = False) -> None:
     """Prove every acknowledged enqueue is done or pending; count double executions; rates and latencies."""
     from migrator.queue.ledger import check_ledger
@@ -265,7 +272,7 @@ def show(name: str) -> None:
 
 @queue_app.command("update")
 def update(name: str, lease: float | None = typer.Option(None, "--lease"),
-           attempts: int | None = typer.Option(None, "--attempts"),
+           attempts: AttemptsOpt = None,
            max_rate: float | None = typer.Option(None, "--max-rate")) -> None:
     """Change lease, default attempts or the dequeue rate limit."""
     from migrator.queue.model import QueueConfigUpdate
@@ -308,7 +315,7 @@ def delete(name: str, yes: YesOpt = False) -> None:
 @queue_app.command("enqueue")
 def enqueue(name: str, bodies: list[str] = typer.Argument(..., help="Job bodies."),
             priority: int = typer.Option(2, "--priority"), delay: float | None = typer.Option(None, "--delay"),
-            attempts: int | None = typer.Option(None, "--attempts"),
+            attempts: AttemptsOpt = None,
             dedupe: str | None = typer.Option(None, "--dedupe-key")) -> None:
     """Enqueue jobs (one per BODY)."""
     from migrator.queue.model import EnqueueJob
@@ -350,7 +357,7 @@ def scan(name: str, state: str = typer.Option("NEW", "--state"), limit: int = ty
 
 @queue_app.command("retry")
 def retry(name: str, limit: int = typer.Option(1000, "--limit"),
-          attempts: int | None = typer.Option(None, "--attempts")) -> None:
+          attempts: AttemptsOpt = None) -> None:
     """Move failed jobs back to pending."""
     with _service() as svc:
         print(f"{svc.retry_failed(name, limit, attempts)} job(s) back to NEW")
