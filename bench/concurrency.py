@@ -10,9 +10,10 @@ to its own spare pair: two moves on disjoint pairs. Then it runs that same plan 
 with ``--max-concurrent 1`` and ``--max-concurrent 2`` (alternating which goes first), each run on the
 same data: the fleet reset and seeded again (``reset_fleet``), a fresh ZooKeeper root, Redis emptied,
 and fresh RQ worker processes, ``--workers-per-pair`` per pair (``migrator worker --pairs P --queue
-migrator``: each pair's jobs on its own workers, the rebalance advances on any of them). The run is
-driven as ``migrator rebalance --yes`` drives it (``start``, then ``advance`` every second until the
-record is done); its time is from ``start`` to the last move's flip (the migration records' history).
+migrator``: each pair's jobs on its own workers, the rebalance advances on any of them), every one
+registered and idle before the clock starts. The run is driven as ``migrator rebalance --yes`` drives
+it (``start``, then ``advance`` every second until the record is done); its time is from ``start`` to
+the last move's flip (the migration records' history).
 
 Each run prints its moves' timelines and where their time went, from the phase history of their
 migration records in ZooKeeper (queued: waiting for a worker; preflight; copy; catch-up; verify, with
@@ -42,6 +43,8 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from rq import Worker
 
 from migrator.cli.helpers import shard_runs
 from migrator.engine import eta
@@ -168,10 +171,21 @@ def start_workers(sb: Sandbox, cfg_path: Path, per_pair: int, tag: str) -> list[
                  "--queue", "migrator", "--name", f"conc-{tag}-{a}-{i}"],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True))
             log.close()
-    time.sleep(2.0)  # each has read the registry and started its scheduler
-    dead = [p.args for p in procs if p.poll() is not None]
-    if dead:
-        raise RuntimeError(f"workers exited at start: {dead} (see {sb.dir}/worker-{tag}-*.log)")
+    # every worker registered and idle before the clock starts: a worker still importing would delay
+    # the first jobs of the moves that start at once (K=2) more than those of a lone move
+    conn = redis_client.connect(config_mod.load(cfg_path))
+    deadline = time.monotonic() + 120
+    while True:
+        dead = [p.args for p in procs if p.poll() is not None]
+        if dead:
+            raise RuntimeError(f"workers exited at start: {dead} (see {sb.dir}/worker-{tag}-*.log)")
+        ready = [w for w in Worker.all(connection=conn) if w.get_state() == "idle"]
+        if len(ready) >= len(procs):
+            break
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{len(ready)} of {len(procs)} workers ready after 120 s (see {sb.dir}/worker-*.log)")
+        time.sleep(0.2)
+    time.sleep(1.0)
     return procs
 
 
