@@ -33,6 +33,11 @@ ER_LOCK_WAIT_TIMEOUT = 1205
 ER_LOCK_DEADLOCK = 1213
 ER_DUP_ENTRY = 1062
 ER_OPTION_PREVENTS_STATEMENT = 1290  # read_only
+#: a statement ended by KILL QUERY: what a cutover's fence answers a writer that waited on it at the flip
+ER_QUERY_INTERRUPTED = 1317
+#: "the table moved: refresh the shard map and retry there": a renamed table or database, the end of a
+#: wait on a cutover's fence, a fenced (read_only) old master
+MOVED_CODES = frozenset({ER_NO_SUCH_TABLE, ER_BAD_DB_ERROR, ER_QUERY_INTERRUPTED, ER_OPTION_PREVENTS_STATEMENT})
 
 #: the migrator's own schema on fleet hosts (replicated like any schema): :func:`write_mark`'s table
 OWN_SCHEMA = "_migrator"

@@ -6,10 +6,12 @@ the shard's master with :class:`migrator.fleet.router.ShardRouter` and retries
 
 * the shard is **frozen** for a cutover: a write waits (bounded, default 10 s)
   for the flip and re-resolves the master;
-* MySQL **1146** (table doesn't exist) or **1049** (unknown database): the
-  table moved (the cutover's write fence renames it away and every waiting
-  writer gets 1146 with nothing written). Refresh the map and retry on the new
-  master. A table is never created in answer to 1146;
+* MySQL **1146** (table doesn't exist), **1049** (unknown database) or
+  **1317** (query interrupted): the table moved (the cutover's write fence
+  ends every writer waiting on it at the flip with 1317, then renames the
+  table away, and later stale writers get 1146; nothing of them is written).
+  Refresh the map and retry on the new master. A table is never created in
+  answer to 1146;
 * a lost connection, a deadlock or a lock-wait timeout: retry.
 
 When the bound runs out the caller gets :class:`ShardUnavailable` (retryable).
@@ -39,10 +41,9 @@ from migrator.errors import MySQLUnavailable, ShardFrozen, ShardMapError
 from migrator.fleet.config import Credentials
 from migrator.fleet.model import Host
 from migrator.fleet.mysql import (
-    ER_BAD_DB_ERROR,
     ER_LOCK_DEADLOCK,
     ER_LOCK_WAIT_TIMEOUT,
-    ER_NO_SUCH_TABLE,
+    MOVED_CODES,
 )
 from migrator.fleet.mysql import connect as mysql_connect
 from migrator.fleet.router import ShardRouter
@@ -50,7 +51,6 @@ from migrator.queue.errors import ShardUnavailable
 
 R = TypeVar("R")
 
-MOVED_CODES = {ER_NO_SUCH_TABLE, ER_BAD_DB_ERROR, 1290}  # 1290: --read-only (a fenced old master)
 LOST_CODES = {2003, 2006, 2013, 2014, 2055, 1927}  # 1927: connection killed
 RETRY_CODES = {ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT}
 

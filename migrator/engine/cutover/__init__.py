@@ -17,7 +17,7 @@ catch-up has converged. It reads like the runbook:
    freeze budget starts: if it fires before the flip it undoes everything by
    itself (kills the pending RENAMEs, releases the lock, unfreezes). The
    budget bounds the time to the flip decision; once the flip CAS is under
-   way nothing is undone, so a slow release can push ``freeze_ms`` past it.
+   way nothing is undone (the release after it is one sweep and an UNLOCK).
 4. **Fence** the source tables (:class:`migrator.engine.cutover.fence.Fence`): LOCK TABLES
    ... WRITE on connection A, one RENAME per table to the tombstones queued on
    B1..Bn (one per table: see the fence module for why).
@@ -32,12 +32,17 @@ catch-up has converged. It reads like the runbook:
    (the source is fenced, so this is exact) and require a clean second look.
 7. **Flip** the ranges to the target pair and unfreeze them in one CAS on the
    epoch of our freeze. A conflict aborts; it is never retried.
-8. **Release**: UNLOCK on A; each table's RENAME runs before the writers queued
-   on it, which then get 1146 and refresh the map. The source tables are
-   tombstones. Partition maintenance may run again on the moved shards.
+8. **Release**: the client statements waiting on the fence are ended (1317,
+   nothing written: they refresh the map and go to the target at once), then
+   UNLOCK on A; each table's RENAME runs before any writer of it. The freeze
+   ends here. The renames finish behind it (a partitioned table's takes
+   hundreds of ms), stale writers ended meanwhile (1317) or refused after
+   (1146); then the source tables are tombstones. Partition maintenance may
+   run again on the moved shards.
 9. Record ``freeze_ms`` (from the commit of the freeze CAS to the end of the
-   release; the CAS itself, ``steps_ms["freeze_cas"]``, is not in it), the flipped
-   epoch, the tombstone suffix and ``cleanup_after``; phase ``done``.
+   release; the CAS itself, ``steps_ms["freeze_cas"]``, is not in it, nor are
+   the renames after it, ``steps_ms["renames"]``), the flipped epoch, the
+   tombstone suffix and ``cleanup_after``; phase ``done``.
 
 Any failure before the flip leaves the source serving and the ranges unfrozen.
 A ZooKeeper connection loss during the flip CAS is an unknown outcome, not a

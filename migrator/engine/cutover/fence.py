@@ -13,11 +13,20 @@ several connections (the trick gh-ost's cut-over uses for the same limit):
   TO tomb.t``; each queues behind A's lock. We wait until the server shows
   every one of them waiting, so each is ahead of any writer of its table that
   arrives later.
-* :meth:`Fence.release` (``UNLOCK TABLES`` on A) lets each RENAME run before
-  the writers queued on its table; those then fail with 1146 "table doesn't
-  exist", a clean error that makes a client refresh the shard map and retry on
-  the new master. Nothing reaches the renamed (tombstone) tables. If A's
-  connection dies instead (a crash after the flip), the RENAMEs still run first.
+* :meth:`Fence.unlock` (after the flip) first ends every client statement
+  waiting on a moving table (``KILL QUERY ID``: it fails with 1317 "query
+  execution was interrupted", nothing written), then sends ``UNLOCK TABLES`` on
+  A, which lets each RENAME run before any writer of its table.
+  :meth:`Fence.wait_renamed` waits for the renames and, until the last one has
+  run, ends every stale writer that queued behind them meanwhile, every
+  :data:`SWEEP_INTERVAL_S`. So a client that waited on the fence gets an error
+  at the flip (not when the renames end: a partitioned table's RENAME takes
+  hundreds of ms) and retries where the flipped map sends it; one that arrives
+  later with a stale map gets 1317 within a sweep, or 1146 "table doesn't
+  exist" once its table is renamed. Both mean: refresh the shard map and retry.
+  Nothing reaches the renamed (tombstone) tables: a RENAME's queued exclusive
+  lock is ahead of every writer that was not ended. If A's connection dies
+  instead (a crash after the flip), the RENAMEs still run first.
 * :meth:`Fence.abort` undoes the fence without the renames: every started
   RENAME's connection is killed (``KILL CONNECTION``, so a statement still on
   its way can never run later) *before* A unlocks, so the tables stay in place
@@ -45,6 +54,7 @@ table for the length of the freeze: :data:`MAX_TABLES` bounds it.
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Sequence
@@ -61,6 +71,9 @@ from migrator.fleet.mysql import qualified, query, scalar, tag
 TAG = tag("cutover")
 ER_QUERY_INTERRUPTED = 1317
 ER_NO_SUCH_THREAD = 1094
+#: after the UNLOCK, how often the fence ends the stale writers queued behind its renames (the longest a
+#: client routed by a stale map waits on the old master once the map is flipped)
+SWEEP_INTERVAL_S = 0.01
 
 
 class FenceError(MigratorError):
@@ -122,8 +135,13 @@ class Fence:
         self._locking = False
         self._state = threading.Lock()
         self._owner: threading.Thread | None = None
-        #: when :meth:`release` sent UNLOCK TABLES (monotonic), for :meth:`release_times`
+        #: when :meth:`unlock` sent UNLOCK TABLES (monotonic), for :meth:`release_times`
         self.unlocked_at: float | None = None
+        self.c_id: int | None = None
+        #: client statements :meth:`end_waiters` ended, and whether it still may (a failed sweep stops)
+        self.waiters_ended = 0
+        self.sweeping = True
+        self._names: dict[str, tuple[re.Pattern[str], re.Pattern[str]]] | None = None
 
     # -- lifecycle ------------------------------------------------------------------
     def open(self) -> Fence:
@@ -131,6 +149,7 @@ class Fence:
         self.c = mysql_connect(self.host, self.credentials, read_timeout=30)
         self.spare = mysql_connect(self.host, self.credentials, read_timeout=30)
         self.a_id = int(scalar(self.a, "SELECT CONNECTION_ID()"))
+        self.c_id = int(scalar(self.c, "SELECT CONNECTION_ID()"))
         with self.a.cursor() as cur:
             cur.execute(f"{TAG}SET SESSION lock_wait_timeout = {max(1, int(self.lock_wait_timeout))}")
             cur.execute(f"{TAG}SET SESSION time_zone = '+00:00'")
@@ -217,8 +236,15 @@ class Fence:
         return waiting == set(ids)
 
     def release(self, timeout: float = 30.0) -> None:
-        """A: UNLOCK TABLES. Each queued RENAME runs first; then stale writers get 1146."""
+        """:meth:`unlock`, then :meth:`wait_renamed`: the tables are in the tombstones."""
+        self.unlock()
+        self.wait_renamed(timeout)
+
+    def unlock(self) -> None:
+        """End the clients waiting on the fence, then A: UNLOCK TABLES; each queued RENAME runs before
+        any writer of its table. Returns at once: :meth:`wait_renamed` waits for the renames."""
         assert self.a is not None
+        self.end_waiters()
         self.unlocked_at = time.monotonic()
         try:
             with self.a.cursor() as cur:
@@ -227,14 +253,62 @@ class Fence:
         except pymysql.err.MySQLError as exc:
             # A's lock must end for the RENAMEs to run: end it with its connection (checked below)
             self._kill_a(f"UNLOCK TABLES failed ({exc.args[-1]}), then ")
+
+    def wait_renamed(self, timeout: float = 30.0) -> None:
+        """Wait until every RENAME has run, ending the stale writers queued behind them meanwhile
+        (every :data:`SWEEP_INTERVAL_S`); raise if one failed or did not run within ``timeout``."""
         deadline = time.monotonic() + timeout
         for r in self.renamers:
-            if not r.done.wait(max(0.0, deadline - time.monotonic())):
-                raise FenceError(f"the tombstone RENAME of {r.move.db}.{r.move.table} on {self.host.name} did not "
-                                 f"finish within {timeout:.0f}s", phase="cutover")
+            while not r.done.wait(SWEEP_INTERVAL_S):
+                if time.monotonic() > deadline:
+                    raise FenceError(f"the tombstone RENAME of {r.move.db}.{r.move.table} on {self.host.name} did "
+                                     f"not finish within {timeout:.0f}s", phase="cutover")
+                self.end_waiters()
             if r.error is not None:
                 raise FenceError(f"the tombstone RENAME of {r.move.db}.{r.move.table} on {self.host.name} failed: "
                                  f"{r.error}", phase="cutover")
+
+    def end_waiters(self) -> int:
+        """``KILL QUERY ID`` every client statement waiting for the metadata lock of a moving table
+        (from C): it fails with 1317 and nothing of it is written. Only statements are ended, by their
+        query id, so a client that moved on meanwhile loses nothing; replication threads (not
+        ``Query`` commands) and the fence's own connections are never touched. Returns how many were
+        ended; a sweep that fails stops sweeping (the writers then wait for the renames, as safe)."""
+        if self.c is None or not self.sweeping:
+            return 0
+        ours = [i for i in (self.a_id, self.c_id, *(r.conn_id for r in self.renamers)) if i is not None]
+        marks = ", ".join(["%s"] * len(ours))
+        try:
+            rows = query(self.c, "SELECT ID, QUERY_ID, DB, INFO FROM information_schema.PROCESSLIST WHERE "
+                                 "COMMAND = 'Query' AND STATE = 'Waiting for table metadata lock' "
+                                 f"AND ID NOT IN ({marks})", ours)
+            ended = 0
+            with self.c.cursor() as cur:
+                for _id, query_id, db, info in rows:
+                    if not self.names_moving(db, info):
+                        continue
+                    try:
+                        cur.execute(f"{TAG}KILL QUERY ID {int(query_id)}")
+                        ended += 1
+                    except pymysql.err.MySQLError as exc:
+                        if not exc.args or exc.args[0] != ER_NO_SUCH_THREAD:  # else it ended meanwhile
+                            raise
+        except pymysql.err.MySQLError:
+            self.sweeping = False
+            return 0
+        self.waiters_ended += ended
+        return ended
+
+    def names_moving(self, db: str | None, info: str | None) -> bool:
+        """The statement text ``info`` (run in database ``db``) names a moving table."""
+        if not info:
+            return False
+        if self._names is None:
+            by_db: dict[str, set[str]] = {}
+            for m in self.moves:
+                by_db.setdefault(m.db, set()).add(m.table)
+            self._names = {d: _name_pattern(d, tables) for d, tables in by_db.items()}
+        return any(p[0].search(info) or (db == d and p[1].search(info)) for d, p in self._names.items())
 
     def release_times(self) -> dict[str, float]:
         """ms from the UNLOCK until each table's RENAME had run (its writers waited that long), slowest
@@ -361,6 +435,16 @@ class _Renamer:
             self.conn.close()
         except Exception:  # already gone
             pass
+
+
+def _name_pattern(db: str, tables: set[str]) -> tuple[re.Pattern[str], re.Pattern[str]]:
+    """Patterns for a statement naming one of ``tables`` of ``db``: qualified (``db.t``, either part
+    quoted or not), and bare (not qualified: for a statement run in ``db``)."""
+    names = "|".join(re.escape(t) for t in sorted(tables, key=len, reverse=True))
+    table = rf"(?:`(?:{names})`|(?:{names})(?![\w$`]))"
+    qualified_re = re.compile(rf"(?:`{re.escape(db)}`|(?<![\w$`]){re.escape(db)})\s*\.\s*{table}")
+    bare = re.compile(rf"(?<![.\w$`]){table}")
+    return qualified_re, bare
 
 
 def take_spare(owner: object, attr: str) -> pymysql.connections.Connection | None:

@@ -4,8 +4,9 @@ Runs in the cutover process (and a rollback's). Two ways keep clients off the
 moving tables of one member of the source pair:
 
 * :class:`RenameFence`: ``LOCK TABLES`` plus one queued ``RENAME`` per table
-  (:class:`~migrator.engine.cutover.fence.Fence`); releasing it runs the
-  renames, so stale writers then find the tables gone;
+  (:class:`~migrator.engine.cutover.fence.Fence`); releasing it ends the
+  clients waiting on it and lets the renames run, which finish after the
+  freeze (stale writers are ended until they have);
 * :class:`GateFence`: triggers that read a gate table; dropping the gate table
   closes the member to clients, not to replication
   (:class:`~migrator.engine.cutover.passive_gate.TriggerGate`); the renames run
@@ -16,8 +17,9 @@ Both answer the same verbs, one meaning each:
 ========== ===========================================================================
 engage     clients of the moving tables stop on this member; returns once they are out
 holding    still engaged: the flip is made only while every fence holds
-release    after the flip, inside the freeze: clients waiting on the fence may go on
-finish     after the freeze: what the flip leaves to do on this member (the renames)
+release    after the flip, inside the freeze: clients waiting on the fence go on (re-routed)
+finish     after the freeze: what the flip leaves to do on this member (the renames), stale
+           clients still kept off the moving tables meanwhile
 undo       before the flip: the member serves the moving tables again, as before
 close      connections; a fence never flipped is removed, one whose flip is unknown kept
 ========== ===========================================================================
@@ -82,12 +84,20 @@ class RenameFence:
     def holding(self) -> str | None:
         return None if self.fence.rename_waiting() else "the tombstone RENAME is no longer queued"
 
+    @property
+    def waiters_ended(self) -> int:
+        return self.fence.waiters_ended
+
     def release(self) -> None:
-        self.fence.release()
-        self.released = self.fence.release_times()
+        """End the clients waiting on the lock, then unlock: the renames run before any writer."""
+        self.fence.unlock()
 
     def finish(self, peer_own: GtidPos, timeout: float) -> None:
-        """Nothing: the release ran the renames."""
+        """Wait for the renames the release let run (stale writers ended until then)."""
+        try:
+            self.fence.wait_renamed(timeout)
+        finally:
+            self.released = self.fence.release_times()
 
     def undo(self) -> None:
         self.fence.abort()
@@ -98,7 +108,10 @@ class RenameFence:
         if landed is False:
             self.fence.abort()
         else:
-            self.fence.release()
+            try:
+                self.fence.release()
+            finally:
+                self.released = self.fence.release_times()
 
     def close(self, *, keep_closed: bool) -> list[str]:
         self.fence.close()
@@ -185,11 +198,18 @@ class PairFence:
 
     @property
     def released(self) -> dict[str, float]:
-        """ms from the UNLOCK until each table's RENAME had run (a rename fence's release), slowest first."""
+        """ms from the UNLOCK until each table's RENAME had run (a rename fence's), slowest first."""
         return self.active.released if isinstance(self.active, RenameFence) else {}
+
+    @property
+    def waiters_ended(self) -> int:
+        """Client statements the rename fence ended (waiting on it at the flip, or stale behind its renames)."""
+        return self.active.waiters_ended if isinstance(self.active, RenameFence) else 0
 
     def to_finish(self) -> Iterator[tuple[str, WriteFence]]:
         """(step name, fence) of each member with something left to do after the freeze."""
+        if isinstance(self.active, RenameFence):
+            yield "renames", self.active
         if isinstance(self.active, GateFence):
             yield "active_finish", self.active
         if self.passive is not None:

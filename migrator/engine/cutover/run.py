@@ -125,6 +125,8 @@ class CutoverRun:
         self.drained: dict[str, Any] = {}
         #: under the rename fence, ms from the UNLOCK until each table's RENAME had run (slowest first)
         self.released: dict[str, float] = {}
+        #: client statements the rename fence ended (waiting on it at the flip, or stale behind its renames)
+        self.waiters_ended = 0
         self.ranges = spec.ranges()
         #: what the freeze and the flip change in the shard map (ranges, or a queue partition's route)
         self.moving = spec.moving
@@ -184,7 +186,8 @@ class CutoverRun:
             freeze_ms = round((end - self.t_freeze) * 1000, 2)
         return {"at": time.time(), "outcome": outcome[:500], "freeze_ms": freeze_ms, "steps_ms": dict(self.steps),
                 "refresh_rounds": list(self.refresh_rounds), "predicted": dict(self.predicted),
-                "drained": dict(self.drained), "released": dict(self.released)}
+                "drained": dict(self.drained), "released": dict(self.released),
+                "waiters_ended": self.waiters_ended}
 
     def remaining_s(self) -> float:
         budget = self.spec.options.freeze_budget_ms / 1000
@@ -501,11 +504,15 @@ class CutoverRun:
                 self.fences.release()
             self.t_released = self._step_end
             freeze_ms = (self.t_released - self.t_freeze) * 1000
-            self.released = self.fences.released
-            # outside the freeze: each gated member stays closed by its gate meanwhile
-            for name, fence in self.fences.to_finish():
-                with self.step(name):
-                    fence.finish(self.fence_own, 60 + 0.05 * len(self.tables))
+            # outside the freeze: the renames, each member kept from stale writers meanwhile (ended by the
+            # rename fence, refused by a gate's triggers)
+            try:
+                for name, fence in self.fences.to_finish():
+                    with self.step(name):
+                        fence.finish(self.fence_own, 60 + 0.05 * len(self.tables))
+            finally:
+                self.released = self.fences.released
+                self.waiters_ended = self.fences.waiters_ended
         except FlipUnknown as exc:
             # An unknown outcome is its own outcome: neither undo nor claim success. The gates stay
             # closed with their triggers (close() leaves them) and the lock stays held while the

@@ -29,8 +29,9 @@ from migrator.fleet.config import Credentials
 from migrator.fleet.gtid import Gtid, GtidState
 from migrator.fleet.model import Host
 from migrator.fleet.mysql import (
-    ER_BAD_DB_ERROR,
     ER_NO_SUCH_TABLE,
+    ER_QUERY_INTERRUPTED,
+    MOVED_CODES,
     binlog_pos,
     own_gtids,
     qualified,
@@ -175,7 +176,7 @@ class Ack:
 class Writer:
     """Inserts and updates pins in the given shards through a ShardRouter.
 
-    Each write: route by shard; on 1146/1049 (the table moved) refresh the map
+    Each write: route by shard; on 1146/1049/1317 (the table moved) refresh the map
     and retry on the new master. It does not wait for unfrozen shards: it acts
     as a client with a stale map, the worst case for the fence.
     """
@@ -183,7 +184,7 @@ class Writer:
     router: Any
     shards: tuple[int, ...]
     pause_s: float = 0.002
-    #: keep retrying a write refused with 1146/1049 this long (a settle after a crash), else 50 tries
+    #: keep retrying a write refused with 1146/1049/1317 this long (a settle after a crash), else 50 tries
     patience_s: float = 0.0
     acks: dict[tuple[int, int], str] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
@@ -240,7 +241,7 @@ class Writer:
                 return
             except pymysql.err.MySQLError as exc:
                 code = exc.args[0] if exc.args else None
-                if code in (ER_NO_SUCH_TABLE, ER_BAD_DB_ERROR):
+                if code in MOVED_CODES:
                     self.retries += 1
                     try:
                         self.router.refresh()
@@ -306,8 +307,8 @@ class PassiveWriter:
                             lid = cur.lastrowid
                     self.acks[(shard, lid)] = data
                 except pymysql.err.MySQLError as exc:
-                    if exc.args and exc.args[0] == 1146:
-                        self.refused += 1  # the gate (or the renamed table): never a silent write
+                    if exc.args and exc.args[0] in (ER_NO_SUCH_TABLE, ER_QUERY_INTERRUPTED):
+                        self.refused += 1  # the gate, the renamed table or the fence's sweep: never a silent write
                     else:
                         self.other_errors.append(str(exc))
                 time.sleep(0.002)

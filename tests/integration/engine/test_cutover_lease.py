@@ -31,7 +31,7 @@ from .cutover_setup import Workers, Writer, gate_leftovers, pair_synced, prepare
 MOVING = (2, 3)
 SEED_TABLES = {"pins", "boards", "users", "board_has_pins", "user_has_boards"}
 BEFORE_FLIP = ["freeze_cas", "passive_close", "passive_sync", "fence", "sentinel", "drain", "compare"]
-AFTER_FLIP = ["flip_cas", "release", "passive_finish"]
+AFTER_FLIP = ["flip_cas", "release", "renames", "passive_finish"]
 #: from the death of the holder to a settled cutover (lease timeout 4 s + the settle), on a busy box
 BOUND_S = 15.0
 
@@ -150,7 +150,7 @@ def test_killed_at_each_step_before_the_flip_is_undone_and_the_retry_goes_on(fle
         run.stop()
 
 
-@pytest.mark.parametrize("step", ["release", "passive_finish"])
+@pytest.mark.parametrize("step", ["release", "renames", "passive_finish"])
 def test_killed_after_the_flip_is_finished(fleet, tmp_path, step):
     run = KillRun(fleet, tmp_path)
     try:
