@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from migrator.engine.cutover import blockers
+from migrator.engine.cutover import blockers, freeze_stats
 from migrator.engine.cutover.errors import CutoverAborted, CutoverError, FlipUnknown, FreezeBudgetExceeded
 from migrator.engine.cutover.hooks import CutoverHooks, CutoverResult
 from migrator.engine.cutover.lease import CutoverLease
@@ -128,8 +128,9 @@ def drive(way: Way, store: MigrationStore, spec: Spec, run: CutoverRun, lease: C
             _stopped(way, store, spec, run, lease, exc)
             raise
         recorded = on_flipped(result)
-        record_attempt(store, way, migration_id,
-                       run.attempt(way.flipped if recorded else f"{way.flipped} (recorded by a settler)"))
+        attempt = run.attempt(way.flipped if recorded else f"{way.flipped} (recorded by a settler)")
+        record_attempt(store, way, migration_id, attempt)
+        freeze_stats.remember(run.zk, attempt, fence=run.fence_mode, tables=len(run.tables), migration=migration_id)
         return result
     except BaseException as exc:
         failure = exc

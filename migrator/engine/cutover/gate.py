@@ -6,8 +6,8 @@ a timed drain to the source head (with the tail warm), plus the lag inside the
 source pair (the freeze waits, after closing the passive member, until the
 master has applied its last writes: :func:`pair_lag_ms` times a marker row
 the same way), plus the fixed cost of a freeze, learned from this migration's
-earlier attempts. A migration that does not pass is left converged and
-serving from the source.
+earlier attempts, else from the fleet's recent freezes. A migration that
+does not pass is left converged and serving from the source.
 """
 
 from __future__ import annotations
@@ -17,26 +17,24 @@ import statistics
 import time
 from typing import Any
 
+from migrator.engine.cutover import freeze_stats
 from migrator.engine.cutover.errors import FreezeBudgetExceeded
 from migrator.engine.cutover.run import CutoverRun
 from migrator.engine.migration import Node
 from migrator.fleet.mysql import MarkRefused, binlog_pos, wait_applied, write_mark
 from migrator.fleet.mysql import connect as mysql_connect
 
-#: what a freeze costs besides the drain (two CAS, the gates, fence, sentinel, compare) when this
-#: migration has no earlier attempt to learn it from (measured: 120-180 ms on a busy 2-core box)
-FIXED_FREEZE_MS = 120.0
-#: the steps of a freeze that are the drain (the rest is its fixed cost)
-DRAIN_STEPS = ("drain", "drain_follow_stop")  # (drain_follow_stop: recorded before the drain waited for the follower)
-#: the step of a freeze that waits for the source pair's passive member (predicted apart: :func:`pair_lag_ms`)
-PAIR_STEPS = ("passive_sync",)
+#: what a freeze costs besides the drain (two CAS, the gates, fence, sentinel, compare, release) when
+#: this migration has no earlier attempt to learn it from (docs/performance.md, "the freeze ends at the
+#: flip": 53-223 ms, about 90 at p50, for 16 tables on a busy 2-core box)
+FIXED_FREEZE_MS = 100.0
 #: the least time the lag probe waits for the master to apply the passive member's marker row
 PAIR_LAG_MIN_WAIT_S = 2.0
 
 
-#: the rename fence's release of one table (its queued RENAME after the UNLOCK), when this migration has
-#: no earlier attempt (measured: 3.5 ms per table for 150 tables on a 2-core box under the queue load)
-RELEASE_PER_TABLE_MS = 3.5
+#: the rename fence's cost per table inside the freeze (its lock and its queued RENAME, which runs after
+#: the freeze), when this migration has no earlier attempt
+FENCE_PER_TABLE_MS = 2.0
 
 
 #: how long the tail follows the source before the timed drain: at least the minimum, then until it
@@ -50,19 +48,23 @@ DRAIN_SAMPLES = 3
 SAMPLE_GAP_S = 0.2
 
 
-def fixed_cost_ms(run: CutoverRun) -> float:
-    """The non-drain part of this migration's earlier freezes (median), else :data:`FIXED_FREEZE_MS`
-    plus, under the rename fence, :data:`RELEASE_PER_TABLE_MS` per table."""
+def fixed_cost_ms(run: CutoverRun) -> tuple[float, str]:
+    """What this freeze will cost besides its drain and the source pair's lag, and where that came from:
+    the median of this migration's earlier flipped attempts (``attempts``), else of the fleet's recent
+    freezes with the same fence (``fleet``, :mod:`~migrator.engine.cutover.freeze_stats`), else
+    :data:`FIXED_FREEZE_MS` plus, under the rename fence, :data:`FENCE_PER_TABLE_MS` per table
+    (``default``). A freeze ends once the clients waiting on the fence are let go (its tombstone renames
+    run after it), so these are every step that holds clients."""
     node, _ = run.store.get_progress(run.spec.id, Node.CUTOVER_ATTEMPTS)
-    costs = []
-    for a in (node or {}).get("attempts", []):
-        steps = a.get("steps_ms") or {}
-        if a.get("freeze_ms") and "flip_cas" in steps:
-            costs.append(a["freeze_ms"] - sum(steps.get(k, 0.0) for k in (*DRAIN_STEPS, *PAIR_STEPS)))
+    costs = [c for a in (node or {}).get("attempts", []) if (c := freeze_stats.fixed_part(a)) is not None]
     if costs:
-        return statistics.median(costs)
-    release = RELEASE_PER_TABLE_MS * len(run.tables) if run.fence_mode == "rename" else 0.0
-    return FIXED_FREEZE_MS + release
+        return statistics.median(costs), "attempts"
+    fleet = freeze_stats.recent_fixed_ms(run.zk, fence=run.fence_mode, tables=len(run.tables),
+                                         per_table_ms=FENCE_PER_TABLE_MS)
+    if fleet is not None:
+        return fleet, "fleet"
+    fence = FENCE_PER_TABLE_MS * len(run.tables) if run.fence_mode == "rename" else 0.0
+    return FIXED_FREEZE_MS + fence, "default"
 
 
 def _follow_until_steady(run: CutoverRun, conn: Any) -> None:
@@ -139,10 +141,10 @@ def predict_freeze_ms(run: CutoverRun) -> tuple[float, dict[str, Any]]:
         conn.close()
     samples.sort(key=lambda x: x[0])
     drain_ms, stats = samples[len(samples) // 2]
-    fixed = fixed_cost_ms(run)
+    fixed, fixed_from = fixed_cost_ms(run)
     # timed past the budget (a lag over it refuses with its size), up to a bound for a link that is stuck
     lag = pair_lag_ms(run, max(2 * run.spec.options.freeze_budget_ms / 1000, PAIR_LAG_MIN_WAIT_S))
-    parts: dict[str, Any] = {"drain_ms": round(drain_ms, 1), "fixed_ms": round(fixed, 1),
+    parts: dict[str, Any] = {"drain_ms": round(drain_ms, 1), "fixed_ms": round(fixed, 1), "fixed_from": fixed_from,
                              "catch_up_ms": round(catch_up_ms, 1),
                              "drain_samples_ms": [round(ms, 1) for ms, _ in samples]}
     if lag is not None:

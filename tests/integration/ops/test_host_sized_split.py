@@ -100,6 +100,7 @@ def test_a_split_of_300_tables_runs_as_batched_rename_fenced_cutovers(big_fleet,
         specs = [store.spec(m["migration"]) for m in rec["moves"]]
         states = [store.state(m["migration"])[0] for m in rec["moves"]]
         cuts = [store.get_progress(m["migration"], "cutover")[0] for m in rec["moves"]]
+        tries = [store.get_progress(m["migration"], "cutover_attempts")[0]["attempts"] for m in rec["moves"]]
         smap = ShardMapStore(zk).read()
         hosts = HostRegistry(zk).all()
     assert rec["phase"] == "done" and rec["kind"] == "split"
@@ -113,6 +114,8 @@ def test_a_split_of_300_tables_runs_as_batched_rename_fenced_cutovers(big_fleet,
         assert m["tables"] <= MAX_TABLES
         assert "release" in cut["steps_ms"] and "active_finish" not in cut["steps_ms"], json.dumps(cut)
         assert cut["freeze_ms"] <= BUDGET_MS, json.dumps(cut)
+    # a later batch's first prediction starts from the fleet's recent freezes (the batches before it)
+    assert tries[-1][0]["predicted"]["fixed_from"] == "fleet", json.dumps(tries[-1])
     load.check()  # nothing acknowledged was lost
     # every moved table equals its tombstone (the source table at its batch's fence)
     moved = compare_moved_batches(hosts[specs[0].source_master], hosts[specs[0].target_master], creds,

@@ -42,3 +42,36 @@ def test_fence_locks_every_table_and_the_sentinel():
     sql = f.lock_sql()
     assert sql.endswith("LOCK TABLES `db00002`.`pins` WRITE, `db00002`.`boards` WRITE, "
                         "`db00002`.`_migrator_sentinel` WRITE")
+
+
+def test_the_fence_ends_only_statements_that_name_a_moving_table():
+    host = Host(name="MySQL001A", port=3306, partner="MySQL001B")
+    f = Fence(host, None, [Move("db00002", "pins", "_t"), Move("db00002", "jobs_q_p2", "_t")])  # type: ignore[arg-type]
+    named = [
+        (None, "INSERT INTO `db00002`.`pins` (data) VALUES (1)"),
+        (None, "insert into db00002.pins values (1)"),
+        (None, "UPDATE `db00002` . jobs_q_p2 SET state = 1"),
+        ("db00002", "UPDATE pins SET data = 1"),
+        ("db00002", "SELECT * FROM `pins` WHERE id = 1"),
+    ]
+    not_named = [
+        (None, "UPDATE pins SET data = 1"),  # bare, run in another database
+        ("db00003", "UPDATE pins SET data = 1"),
+        (None, "INSERT INTO db00002.pins_archive VALUES (1)"),
+        (None, "SELECT * FROM db00012.pins"),
+        ("db00002", "SELECT * FROM other.pins"),
+        ("db00002", "SELECT * FROM `other`.`pins`"),
+        (None, "UPDATE db00002.jobs_q_p22 SET state = 1"),
+        ("db00002", None),
+    ]
+    assert all(f.names_moving(db, sql) for db, sql in named)
+    assert not any(f.names_moving(db, sql) for db, sql in not_named)
+
+
+def test_the_fixed_part_of_a_freeze_leaves_out_its_drain_and_the_pair_wait():
+    from migrator.engine.cutover.freeze_stats import fixed_part
+
+    flipped = {"freeze_ms": 150.0, "steps_ms": {"freeze_cas": 10, "passive_sync": 30, "drain": 40, "flip_cas": 8}}
+    assert fixed_part(flipped) == 80.0
+    assert fixed_part({"freeze_ms": 150.0, "steps_ms": {"drain": 40}}) is None  # never flipped
+    assert fixed_part({"freeze_ms": None, "steps_ms": {"flip_cas": 8}}) is None

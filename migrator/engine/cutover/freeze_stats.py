@@ -1,0 +1,73 @@
+"""What recent freezes on this fleet cost besides their drain: the gate's fixed cost for a first attempt.
+
+Runs in the cutover process. A freeze is its drain (timed before each attempt), the wait for the source
+pair's passive member (timed too) and a part that is about the same from one cutover to the next on a
+fleet: two CAS, the gates, the fence, the sentinel, the compare, the release (:func:`fixed_part`). A
+migration's own earlier attempts say best what that part costs it; a migration's first attempt takes it
+from the fleet's recent flipped freezes (``stats/freeze_fixed`` in ZooKeeper, the last :data:`KEEP`, by
+fence mode), the rename fence's per-table share scaled to its own table count.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from typing import Any
+
+from kazoo.exceptions import NoNodeError
+
+from migrator.fleet.zk import ZK
+
+FREEZE_STATS = "stats/freeze_fixed"
+#: recent flipped freezes kept
+KEEP = 20
+#: the steps of a freeze that are the drain (the rest is its fixed cost)
+DRAIN_STEPS = ("drain", "drain_follow_stop")  # (drain_follow_stop: recorded before the drain waited for the follower)
+#: the step of a freeze that waits for the source pair's passive member (predicted apart)
+PAIR_STEPS = ("passive_sync",)
+
+
+def fixed_part(attempt: dict[str, Any]) -> float | None:
+    """The fixed part of a flipped attempt's freeze (ms), None for an attempt that did not flip."""
+    steps = attempt.get("steps_ms") or {}
+    if not attempt.get("freeze_ms") or "flip_cas" not in steps:
+        return None
+    return max(0.0, attempt["freeze_ms"] - sum(steps.get(k, 0.0) for k in (*DRAIN_STEPS, *PAIR_STEPS)))
+
+
+def remember(zk: ZK, attempt: dict[str, Any], *, fence: str, tables: int, migration: str) -> None:
+    """Keep a flipped attempt's fixed part for the next migrations' first attempts. Best effort: a lost
+    race with another cutover (the write is on the version read) drops one sample, never the cutover."""
+    fixed = fixed_part(attempt)
+    if fixed is None:
+        return
+    entry = {"fixed_ms": round(fixed, 1), "fence": fence, "tables": tables, "migration": migration,
+             "at": round(time.time(), 1)}
+    path = zk.path(FREEZE_STATS)
+    try:
+        try:
+            data, stat = zk.client.get(path)
+            recent = list(json.loads(data).get("recent", []))
+            zk.client.set(path, json.dumps({"recent": (recent + [entry])[-KEEP:]}).encode(), version=stat.version)
+        except NoNodeError:
+            zk.ensure(zk.path("stats"))
+            zk.client.create(path, json.dumps({"recent": [entry]}).encode(), acl=zk.protected_acl())
+    except Exception:  # noqa: BLE001 - bookkeeping never hides the cutover's own outcome (a lost race, ZooKeeper)
+        pass
+
+
+def recent_fixed_ms(zk: ZK, *, fence: str, tables: int, per_table_ms: float) -> float | None:
+    """The median fixed part of the fleet's recent freezes with the same fence, for ``tables`` tables
+    (each sample's per-table share, ``per_table_ms`` under the rename fence, taken out and this move's put
+    in); None when none is kept."""
+    try:
+        data, _ = zk.client.get(zk.path(FREEZE_STATS))
+        recent = [e for e in json.loads(data).get("recent", []) if e.get("fence") == fence]
+    except (NoNodeError, ValueError):
+        return None
+    if not recent:
+        return None
+    per = per_table_ms if fence == "rename" else 0.0
+    base = statistics.median(max(0.0, float(e["fixed_ms"]) - per * int(e.get("tables", 0))) for e in recent)
+    return base + per * tables
