@@ -15,9 +15,11 @@ Batch size follows the freeze budget: the first batch is sized by a model of the
 rename fence's freeze (a fixed part, :data:`FIXED_MS`, plus :data:`PER_TABLE_MS`
 per table, aimed at :data:`AIM` of the budget); every later batch by the freezes
 measured so far (:func:`measured_costs`, :func:`adapt`), growing at most to twice
-the biggest finished batch. Measured on a busy 2-core box under the queue load:
-the release is about 3.5 ms per table (one RENAME each after the UNLOCK), and
-the fixed part 80 to 450 ms (mostly the drain).
+the biggest finished batch. A table costs the freeze its lock, its queued RENAME
+and its sentinel row; the RENAMEs themselves run after the freeze (the release
+lets the waiting clients go first: :mod:`migrator.engine.cutover.fence`), so the
+batch's table count weighs little on its freeze, and a batch is most often bounded
+by :data:`~migrator.engine.cutover.fence.MAX_TABLES`.
 This keeps every guarantee of the rename
 fence (TRUNCATE and DDL wait for the lock, no stale reader sees the old tables
 after the flip, prepared statements keep working), which the trigger gate
@@ -44,8 +46,9 @@ TAG = tag("plan")
 #: the rename fence's freeze besides its per-table release (freeze CAS, passive close, fence, sentinel,
 #: drain, compare, flip CAS), before any batch was measured
 FIXED_MS = 150.0
-#: the release of one table (its queued RENAME) before any batch was measured
-PER_TABLE_MS = 5.0
+#: a table's share of a freeze (its lock, its queued RENAME, its db's sentinel row) before any batch
+#: was measured
+PER_TABLE_MS = 2.0
 #: share of the freeze budget a batch is sized for (the rest is headroom for a busier moment)
 AIM = 0.6
 #: the steps of a rename-fenced freeze that grow with the batch's tables
@@ -115,8 +118,8 @@ def shards_of(runs: Iterable[Sequence[int]]) -> list[int]:
 def measured_costs(done: Sequence[dict[str, Any]]) -> tuple[float, float] | None:
     """``(fixed_ms, per_table_ms)`` measured by finished batches, or None if none was measured.
 
-    The per-table part of a freeze is its fence, sentinel (one row per db) and
-    release (one RENAME per table) steps; the rest (the two CAS, the passive
+    The per-table part of a freeze is its fence (a lock and a queued RENAME per
+    table), sentinel (one row per db) and release steps; the rest (the two CAS, the passive
     member's close, the drain, the compare) is fixed. The fixed part is the median
     of the last :data:`RECENT` batches (one slow drain does not shrink every later
     batch); the per-table part is the worst of the batches of at least
