@@ -17,7 +17,8 @@ import os
 import re
 import signal
 import subprocess
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from typing import Any
 
 from bench.tls import sysbench_dir as _tls_dir
@@ -49,6 +50,9 @@ class Result:
     transactions: int
     seconds: float
     errors: int
+    #: a background run's per-second reports: (monotonic end of the second, its latency percentile in ms,
+    #: ``--percentile``)
+    latency_ms: list[tuple[float, float]] = field(default_factory=list)
 
     @property
     def tps(self) -> float:
@@ -80,13 +84,14 @@ class Background:
     """sysbench running while something else happens; :meth:`stop` ends it (SIGTERM) and returns its result."""
 
     def __init__(self, host: Any, creds: Any, db: str, *, threads: int = 4, rate: int = 0, tables: int = 4,
-                 table_size: int = 20_000, ignore_errors: bool = True, prepared: bool = True):
+                 table_size: int = 20_000, ignore_errors: bool = True, prepared: bool = True, percentile: int = 99):
         cmd = [*_base(host, creds, db, tables, table_size), f"--threads={threads}", "--time=0", f"--rate={rate}",
-               "--report-interval=1"]
+               "--report-interval=1", f"--percentile={percentile}"]
         if not prepared:
             cmd.append("--db-ps-mode=disable")
         if ignore_errors:
-            cmd.append("--mysql-ignore-errors=all")  # a fenced table answers 1146: keep writing
+            cmd.append("--mysql-ignore-errors=all")  # a fenced table answers 1317 or 1146: keep writing
+        self.started = time.monotonic()
         self.proc = subprocess.Popen([*cmd, "run"], stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True, env=_env(creds), start_new_session=True,
                                      cwd=_tls_dir(host, creds))
@@ -98,4 +103,6 @@ class Background:
         out, _ = self.proc.communicate(timeout=60)
         tps = [float(m.group(1)) for m in re.finditer(r"\] thds: \d+ tps: ([\d.]+)", out or "")]
         errs = [float(m.group(1)) for m in re.finditer(r"err/s: ([\d.]+)", out or "")]
-        return Result(int(sum(tps)), float(len(tps)), int(sum(errs)))
+        lat = [(self.started + float(m.group(1)), float(m.group(2)))
+               for m in re.finditer(r"\[ (\d+)s \].*?lat \(ms,\d+%\): ([\d.]+)", out or "")]
+        return Result(int(sum(tps)), float(len(tps)), int(sum(errs)), lat)
