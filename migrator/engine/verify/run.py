@@ -146,6 +146,7 @@ def verify_migration(config: Config, migration_id: str, *, repair: bool = True, 
                 "chunks": report.chunks,
                 "mismatched": len(report.mismatched_chunks),
                 "repaired": report.repaired_rows,
+                "seconds": round(report.seconds, 2),
             })
     return report
 
