@@ -39,26 +39,25 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rq import Worker
 
+from bench.fleet import seeded_root
+from bench.hostsplit import phase_times
 from migrator.cli.helpers import shard_runs
 from migrator.engine import eta
 from migrator.engine.migration import MigrationStore, Node, Options
 from migrator.fleet import config as config_mod
 from migrator.fleet import redis_client
 from migrator.fleet import zk as zk_mod
-from migrator.fleet.model import even_layout
-from migrator.fleet.shard_map import HostRegistry, ShardMapStore
 from migrator.ops.rebalance import command as rebalance
 from migrator.ops.rebalance.command import LivePlan
 from migrator.ops.rebalance.record import RecordStore
 from migrator.ops.rebalance.schedule import Rates, simulate
-from migrator.sandbox import Sandbox, find_base_port, reset_fleet, stop_pid
+from migrator.sandbox import Sandbox, find_base_port, stop_pid
 
 #: where a move's time goes, as the report names it (:func:`breakdown`)
 PHASES = ("queued", "preflight", "copy", "catch-up", "verify", "cutover")
@@ -111,15 +110,6 @@ class Run:
     copy_rate: dict[str, Any] | None = None
 
 
-def phase_times(history: list[dict[str, Any]]) -> dict[str, float]:
-    """Seconds in each phase, from a migration record's history of phase changes."""
-    out: dict[str, float] = {}
-    marks = [(h.get("to"), h.get("when")) for h in history if h.get("to") and h.get("when")]
-    for (phase, at), (_, nxt) in zip(marks, marks[1:]):
-        out[phase] = out.get(phase, 0.0) + (nxt - at)
-    return out
-
-
 def breakdown(history: list[dict[str, Any]], verified_at: float | None) -> dict[str, float]:
     """A move's seconds by :data:`PHASES`, from its phase history and the end of its verify (the
     verify node's ``at``): the phase ``converged`` holds the wait for the finish job, the verify and
@@ -140,22 +130,7 @@ def when(history: list[dict[str, Any]], phase: str) -> float | None:
 
 def fresh_root(sb: Sandbox, rows: int) -> tuple[config_mod.Config, Path]:
     """The fleet reset to the same seeded data under a new ZooKeeper root; Redis emptied."""
-    root = f"/benchconc{uuid.uuid4().hex[:10]}"
-    cfg = sb.config().with_root(root)
-    cfg.credentials.file = str(sb.secrets_file)
-    path = Path(sb.dir) / f"bench-{root[1:]}.toml"
-    path.write_text(config_mod.dump(cfg))
-    cfg = config_mod.load(path)
-    creds = config_mod.load_credentials(cfg)
-    assert sb.state is not None
-    smap = even_layout(sb.state.shards, sb.pairs(spare=False))
-    reset_fleet(sb, smap, rows=rows)
-    with zk_mod.connect(cfg, creds) as zk:
-        reg = HostRegistry(zk)
-        hosts = sb.hosts()
-        for h in hosts.values():
-            reg.register(h)
-        ShardMapStore(zk).init(smap, hosts, reason="bench.concurrency")
+    cfg, path = seeded_root(sb, "benchconc", rows, reason="bench.concurrency")
     # the previous run's jobs (a cleanup scheduled for the end of its retention, its advances) go too
     redis_client.connect(cfg).flushdb()
     return cfg, path

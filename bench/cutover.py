@@ -58,20 +58,20 @@ from rich.console import Console
 from rich.table import Table
 
 from bench import sysbench
+from bench.fleet import seeded_root
 from bench.queue_http import Server as QueueServer
 from migrator.engine.migration import MigrationStore, Options
 from migrator.fleet import config as config_mod
 from migrator.fleet import zk as zk_mod
-from migrator.fleet.model import even_layout
 from migrator.fleet.mysql import MOVED_CODES
 from migrator.fleet.mysql import connect as mysql_connect
 from migrator.fleet.router import ShardRouter
-from migrator.fleet.shard_map import HostRegistry, ShardMapStore
+from migrator.fleet.shard_map import ShardMapStore
 from migrator.queue.errors import UnknownQueue
 from migrator.queue.ledger import check_ledger
 from migrator.queue.load import run_load
 from migrator.queue.model import QueueConfig
-from migrator.sandbox import Sandbox, find_base_port, reset_fleet
+from migrator.sandbox import Sandbox, find_base_port
 
 MOVING = (2, 3)
 STAYING = 1
@@ -313,24 +313,8 @@ class QueueLoad:
 
 
 def fresh_root(sb: Sandbox) -> tuple[config_mod.Config, Any, str]:
-    base = sb.config()
-    root = f"/bench{uuid.uuid4().hex[:10]}"
-    cfg = base.with_root(root)
-    cfg.credentials.file = str(sb.secrets_file)
-    path = Path(sb.dir) / f"bench-{root[1:]}.toml"
-    path.write_text(config_mod.dump(cfg))
-    cfg = config_mod.load(path)
-    creds = config_mod.load_credentials(cfg)
-    assert sb.state is not None
-    smap = even_layout(sb.state.shards, sb.pairs(spare=False))
-    reset_fleet(sb, smap, rows=200)
-    zk = zk_mod.connect(cfg, creds)
-    reg = HostRegistry(zk)
-    hosts = sb.hosts()
-    for h in hosts.values():
-        reg.register(h)
-    ShardMapStore(zk).init(smap, hosts, reason="bench")
-    return cfg, zk, str(path)
+    cfg, path = seeded_root(sb, "bench", rows=200, reason="bench")
+    return cfg, zk_mod.connect(cfg, config_mod.load_credentials(cfg)), str(path)
 
 
 def move(cfg: config_mod.Config, target: str, window: dict[str, float],
