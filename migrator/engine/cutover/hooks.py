@@ -28,8 +28,8 @@ class CutoverHooks:
     before_flip: Hook | None = None
     after_flip: Hook | None = None
     #: called after each step of the freeze is done, with its name (``freeze_cas``, ``passive_close``,
-    #: ``passive_sync``, ``fence``, ``sentinel``, ``drain``, ``compare``, ``flip_cas``, ``release``,
-    #: ``passive_finish``)
+    #: ``passive_sync``, ``fence``, ``sentinel``, ``drain``, ``compare``, ``flip_cas``, ``release``),
+    #: and after each step behind it (``renames``, ``active_finish``, ``passive_finish``)
     at_step: Callable[[CutoverRun, str], None] | None = None
 
 
