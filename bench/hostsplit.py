@@ -114,7 +114,9 @@ def main(argv: list[str] | None = None) -> int:
                 times[k] = times.get(k, 0.0) + v
             freezes.append(cut["freeze_ms"])
             steps = ", ".join(f"{k} {v:.0f}" for k, v in (cut.get("steps_ms") or {}).items())
-            print(f"{spec.id}: {len(spec.shards)} shards, freeze {cut['freeze_ms']:.0f} ms ({steps})")
+            phases = ", ".join(f"{k} {v:.1f}" for k, v in phase_times(state.history).items())
+            print(f"{spec.id}: {len(spec.shards)} shards, freeze {cut['freeze_ms']:.0f} ms ({steps}); "
+                  f"seconds by phase: {phases}")
         lost = check_ledger(cfg, ledger).lost if ledger.exists() else 0
         freezes.sort()
         print(f"{moved} moved tables equal their tombstones; {len(batches)} batches; batch sizes adapted: "
