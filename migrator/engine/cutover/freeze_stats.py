@@ -1,11 +1,15 @@
-"""What recent freezes on this fleet cost besides their drain: the gate's fixed cost for a first attempt.
+"""What recent freezes on this fleet cost besides their drain, and how their drain compared with the one
+timed before them: what the gate's prediction learns from.
 
 Runs in the cutover process. A freeze is its drain (timed before each attempt), the wait for the source
 pair's passive member (timed too) and a part that is about the same from one cutover to the next on a
 fleet: two CAS, the gates, the fence, the sentinel, the compare, the release (:func:`fixed_part`). A
 migration's own earlier attempts say best what that part costs it; a migration's first attempt takes it
 from the fleet's recent flipped freezes (``stats/freeze_fixed`` in ZooKeeper, the last :data:`KEEP`, by
-fence mode), the rename fence's per-table share scaled to its own table count.
+fence mode), the rename fence's per-table share scaled to its own table count. The drain under the
+fence is shorter than one timed under live writes (routed clients stop at the freeze, and the tail follows
+through the steps before the drain): the gate scales its timed drain by the median ratio of the recent
+freezes' (:func:`drain_ratio`).
 """
 
 from __future__ import annotations
@@ -26,6 +30,10 @@ KEEP = 20
 DRAIN_STEPS = ("drain", "drain_follow_stop")  # (drain_follow_stop: recorded before the drain waited for the follower)
 #: the step of a freeze that waits for the source pair's passive member (predicted apart)
 PAIR_STEPS = ("passive_sync",)
+#: the least drain (ms) a ratio is taken of: a drain is never free (the sentinel's own round)
+DRAIN_RATIO_FLOOR_MS = 5.0
+#: how far the fleet's freezes may scale a timed drain (a ratio outside is taken as its bound)
+DRAIN_RATIO_BOUNDS = (0.1, 2.0)
 
 
 def fixed_part(attempt: dict[str, Any]) -> float | None:
@@ -36,6 +44,12 @@ def fixed_part(attempt: dict[str, Any]) -> float | None:
     return max(0.0, attempt["freeze_ms"] - sum(steps.get(k, 0.0) for k in (*DRAIN_STEPS, *PAIR_STEPS)))
 
 
+def drained_ms(attempt: dict[str, Any]) -> float:
+    """How long an attempt's freeze drained (its drain steps, ms)."""
+    steps = attempt.get("steps_ms") or {}
+    return float(sum(steps.get(k, 0.0) for k in DRAIN_STEPS))
+
+
 def remember(zk: ZK, attempt: dict[str, Any], *, fence: str, tables: int, migration: str) -> None:
     """Keep a flipped attempt's fixed part for the next migrations' first attempts. Best effort: a lost
     race with another cutover (the write is on the version read) drops one sample, never the cutover."""
@@ -43,7 +57,8 @@ def remember(zk: ZK, attempt: dict[str, Any], *, fence: str, tables: int, migrat
     if fixed is None:
         return
     entry = {"fixed_ms": round(fixed, 1), "fence": fence, "tables": tables, "migration": migration,
-             "at": round(time.time(), 1)}
+             "at": round(time.time(), 1), "drain_ms": round(drained_ms(attempt), 1),
+             "drain_sampled_ms": (attempt.get("predicted") or {}).get("drain_sampled_ms")}
     path = zk.path(FREEZE_STATS)
     try:
         try:
@@ -57,17 +72,39 @@ def remember(zk: ZK, attempt: dict[str, Any], *, fence: str, tables: int, migrat
         pass
 
 
+def recent(zk: ZK) -> list[dict[str, Any]]:
+    """The fleet's recent flipped freezes as :func:`remember` kept them, oldest first."""
+    try:
+        data, _ = zk.client.get(zk.path(FREEZE_STATS))
+        return list(json.loads(data).get("recent", []))
+    except (NoNodeError, ValueError):
+        return []
+
+
 def recent_fixed_ms(zk: ZK, *, fence: str, tables: int, per_table_ms: float) -> float | None:
     """The median fixed part of the fleet's recent freezes with the same fence, for ``tables`` tables
     (each sample's per-table share, ``per_table_ms`` under the rename fence, taken out and this move's put
     in); None when none is kept."""
-    try:
-        data, _ = zk.client.get(zk.path(FREEZE_STATS))
-        recent = [e for e in json.loads(data).get("recent", []) if e.get("fence") == fence]
-    except (NoNodeError, ValueError):
-        return None
-    if not recent:
+    same = [e for e in recent(zk) if e.get("fence") == fence]
+    if not same:
         return None
     per = per_table_ms if fence == "rename" else 0.0
-    base = statistics.median(max(0.0, float(e["fixed_ms"]) - per * int(e.get("tables", 0))) for e in recent)
+    base = statistics.median(max(0.0, float(e["fixed_ms"]) - per * int(e.get("tables", 0))) for e in same)
     return base + per * tables
+
+
+def drain_ratio(zk: ZK) -> float | None:
+    """:func:`ratio_of` the fleet's recent freezes."""
+    return ratio_of(recent(zk))
+
+
+def ratio_of(entries: list[dict[str, Any]]) -> float | None:
+    """The median, over freezes, of the drain under the fence against the drain timed before it
+    (:data:`DRAIN_RATIO_FLOOR_MS` at least each, so a drain of nothing is not a ratio of 0), within
+    :data:`DRAIN_RATIO_BOUNDS`; None when no freeze kept both."""
+    ratios = [max(DRAIN_RATIO_FLOOR_MS, float(e["drain_ms"])) / max(DRAIN_RATIO_FLOOR_MS, float(e["drain_sampled_ms"]))
+              for e in entries if e.get("drain_ms") is not None and e.get("drain_sampled_ms") is not None]
+    if not ratios:
+        return None
+    lo, hi = DRAIN_RATIO_BOUNDS
+    return min(hi, max(lo, statistics.median(ratios)))

@@ -106,7 +106,8 @@ def pair_lag_ms(run: CutoverRun, timeout_s: float) -> float | None:
 def predict_freeze_ms(run: CutoverRun) -> tuple[float, dict[str, Any]]:
     """The freeze this cutover would make now, in ms, and its parts (for the record): a timed drain to
     the current source head after the tail followed the source for a while (what the drain under the
-    fence will be: the follower stopped, then its lag applied), the lag inside the source pair and the
+    fence will be: the follower stopped, then its lag applied), scaled by the fleet's recent freezes
+    (:func:`~migrator.engine.cutover.freeze_stats.drain_ratio`), the lag inside the source pair and the
     fixed cost. Reads the run; changes nothing of it.
 
     The drainer is warmed first: starting its reader process is not part of a freeze."""
@@ -140,11 +141,18 @@ def predict_freeze_ms(run: CutoverRun) -> tuple[float, dict[str, Any]]:
     finally:
         conn.close()
     samples.sort(key=lambda x: x[0])
-    drain_ms, stats = samples[len(samples) // 2]
+    sampled_ms, stats = samples[len(samples) // 2]
+    # the drain under the fence is shorter than a timed one under live writes (the routed clients stop
+    # at the freeze, and the tail keeps following through the steps before the drain): scaled by what
+    # the fleet's recent freezes drained against what was sampled before them
+    ratio = freeze_stats.drain_ratio(run.zk)
+    drain_ms = sampled_ms * (ratio if ratio is not None else 1.0)
     fixed, fixed_from = fixed_cost_ms(run)
     # timed past the budget (a lag over it refuses with its size), up to a bound for a link that is stuck
     lag = pair_lag_ms(run, max(2 * run.spec.options.freeze_budget_ms / 1000, PAIR_LAG_MIN_WAIT_S))
-    parts: dict[str, Any] = {"drain_ms": round(drain_ms, 1), "fixed_ms": round(fixed, 1), "fixed_from": fixed_from,
+    parts: dict[str, Any] = {"drain_ms": round(drain_ms, 1), "drain_sampled_ms": round(sampled_ms, 1),
+                             "drain_ratio": round(ratio, 3) if ratio is not None else None,
+                             "fixed_ms": round(fixed, 1), "fixed_from": fixed_from,
                              "catch_up_ms": round(catch_up_ms, 1),
                              "drain_samples_ms": [round(ms, 1) for ms, _ in samples]}
     if lag is not None:

@@ -75,3 +75,15 @@ def test_the_fixed_part_of_a_freeze_leaves_out_its_drain_and_the_pair_wait():
     assert fixed_part(flipped) == 80.0
     assert fixed_part({"freeze_ms": 150.0, "steps_ms": {"drain": 40}}) is None  # never flipped
     assert fixed_part({"freeze_ms": None, "steps_ms": {"flip_cas": 8}}) is None
+
+
+def test_the_drain_ratio_is_the_median_of_recent_freezes_within_its_bounds():
+    from migrator.engine.cutover.freeze_stats import DRAIN_RATIO_BOUNDS, ratio_of
+
+    assert ratio_of([]) is None
+    assert ratio_of([{"drain_ms": 10.0, "drain_sampled_ms": None}]) is None  # sampled before this was kept
+    assert ratio_of([{"drain_ms": 16.0, "drain_sampled_ms": 110.0}, {"drain_ms": 20.0, "drain_sampled_ms": 100.0},
+                     {"drain_ms": 30.0, "drain_sampled_ms": 100.0}]) == 0.2
+    assert ratio_of([{"drain_ms": 0.0, "drain_sampled_ms": 10.0}]) == 0.5  # a drain is never free: 5 ms at least
+    assert ratio_of([{"drain_ms": 1.0, "drain_sampled_ms": 900.0}]) == DRAIN_RATIO_BOUNDS[0]
+    assert ratio_of([{"drain_ms": 900.0, "drain_sampled_ms": 10.0}]) == DRAIN_RATIO_BOUNDS[1]
