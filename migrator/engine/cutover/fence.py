@@ -71,6 +71,7 @@ from migrator.fleet.mysql import qualified, query, scalar, tag
 TAG = tag("cutover")
 ER_QUERY_INTERRUPTED = 1317
 ER_NO_SUCH_THREAD = 1094
+ER_NO_SUCH_QUERY = 1957
 #: after the UNLOCK, how often the fence ends the stale writers queued behind its renames (the longest a
 #: client routed by a stale map waits on the old master once the map is flipped)
 SWEEP_INTERVAL_S = 0.01
@@ -291,8 +292,8 @@ class Fence:
                         cur.execute(f"{TAG}KILL QUERY ID {int(query_id)}")
                         ended += 1
                     except pymysql.err.MySQLError as exc:
-                        if not exc.args or exc.args[0] != ER_NO_SUCH_THREAD:  # else it ended meanwhile
-                            raise
+                        if not exc.args or exc.args[0] not in (ER_NO_SUCH_QUERY, ER_NO_SUCH_THREAD):
+                            raise  # else it ended meanwhile
         except pymysql.err.MySQLError:
             self.sweeping = False
             return 0

@@ -118,3 +118,19 @@ def test_waiters_are_ended_at_the_release_and_stale_writers_behind_the_renames_t
             for db in (DB, TOMB):
                 cur.execute(f"DROP DATABASE IF EXISTS `{db}`")
         admin.close()
+
+
+def test_a_statement_that_ended_before_its_kill_does_not_stop_the_sweep(fleet, monkeypatch):
+    """Between the sweep's processlist read and its KILL the statement may end (the server answers 1957,
+    unknown query id): the sweep goes on."""
+    from migrator.engine.cutover import fence as fence_mod
+
+    host = fleet.hosts[fleet.smap.master_of(2)]
+    fence = Fence(host, fleet.credentials, [Move("db00002", "pins", TOMB)], log_renames=False).open()
+    try:
+        gone = [(999999, 2**40, None, "INSERT INTO db00002.pins (data) VALUES ('x')")]  # no such query
+        monkeypatch.setattr(fence_mod, "query", lambda *a, **kw: gone)
+        assert fence.end_waiters() == 0
+        assert fence.sweeping
+    finally:
+        fence.close()
