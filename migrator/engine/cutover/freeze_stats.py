@@ -9,7 +9,7 @@ from the fleet's recent flipped freezes (``stats/freeze_fixed`` in ZooKeeper, th
 fence mode), the rename fence's per-table share scaled to its own table count. The drain under the
 fence is shorter than one timed under live writes (routed clients stop at the freeze, and the tail follows
 through the steps before the drain): the gate scales its timed drain by the median ratio of the recent
-freezes' (:func:`drain_ratio`).
+freezes' (:func:`ratio_of`).
 """
 
 from __future__ import annotations
@@ -81,21 +81,16 @@ def recent(zk: ZK) -> list[dict[str, Any]]:
         return []
 
 
-def recent_fixed_ms(zk: ZK, *, fence: str, tables: int, per_table_ms: float) -> float | None:
-    """The median fixed part of the fleet's recent freezes with the same fence, for ``tables`` tables
-    (each sample's per-table share, ``per_table_ms`` under the rename fence, taken out and this move's put
-    in); None when none is kept."""
-    same = [e for e in recent(zk) if e.get("fence") == fence]
+def recent_fixed_ms(entries: list[dict[str, Any]], *, fence: str, tables: int, per_table_ms: float) -> float | None:
+    """The median fixed part of the recent freezes ``entries`` (:func:`recent`) with the same fence, for
+    ``tables`` tables (each sample's per-table share, ``per_table_ms`` under the rename fence, taken out
+    and this move's put in); None when none is kept."""
+    same = [e for e in entries if e.get("fence") == fence]
     if not same:
         return None
     per = per_table_ms if fence == "rename" else 0.0
     base = statistics.median(max(0.0, float(e["fixed_ms"]) - per * int(e.get("tables", 0))) for e in same)
     return base + per * tables
-
-
-def drain_ratio(zk: ZK) -> float | None:
-    """:func:`ratio_of` the fleet's recent freezes."""
-    return ratio_of(recent(zk))
 
 
 def ratio_of(entries: list[dict[str, Any]]) -> float | None:

@@ -48,10 +48,10 @@ DRAIN_SAMPLES = 3
 SAMPLE_GAP_S = 0.2
 
 
-def fixed_cost_ms(run: CutoverRun) -> tuple[float, str]:
+def fixed_cost_ms(run: CutoverRun, recent: list[dict[str, Any]]) -> tuple[float, str]:
     """What this freeze will cost besides its drain and the source pair's lag, and where that came from:
     the median of this migration's earlier flipped attempts (``attempts``), else of the fleet's recent
-    freezes with the same fence (``fleet``, :mod:`~migrator.engine.cutover.freeze_stats`), else
+    freezes ``recent`` with the same fence (``fleet``, :func:`~migrator.engine.cutover.freeze_stats.recent`), else
     :data:`FIXED_FREEZE_MS` plus, under the rename fence, :data:`FENCE_PER_TABLE_MS` per table
     (``default``). A freeze ends once the clients waiting on the fence are let go (its tombstone renames
     run after it), so these are every step that holds clients."""
@@ -59,7 +59,7 @@ def fixed_cost_ms(run: CutoverRun) -> tuple[float, str]:
     costs = [c for a in (node or {}).get("attempts", []) if (c := freeze_stats.fixed_part(a)) is not None]
     if costs:
         return statistics.median(costs), "attempts"
-    fleet = freeze_stats.recent_fixed_ms(run.zk, fence=run.fence_mode, tables=len(run.tables),
+    fleet = freeze_stats.recent_fixed_ms(recent, fence=run.fence_mode, tables=len(run.tables),
                                          per_table_ms=FENCE_PER_TABLE_MS)
     if fleet is not None:
         return fleet, "fleet"
@@ -107,7 +107,7 @@ def predict_freeze_ms(run: CutoverRun) -> tuple[float, dict[str, Any]]:
     """The freeze this cutover would make now, in ms, and its parts (for the record): a timed drain to
     the current source head after the tail followed the source for a while (what the drain under the
     fence will be: the follower stopped, then its lag applied), scaled by the fleet's recent freezes
-    (:func:`~migrator.engine.cutover.freeze_stats.drain_ratio`), the lag inside the source pair and the
+    (:func:`~migrator.engine.cutover.freeze_stats.ratio_of`), the lag inside the source pair and the
     fixed cost. Reads the run; changes nothing of it.
 
     The drainer is warmed first: starting its reader process is not part of a freeze."""
@@ -145,9 +145,10 @@ def predict_freeze_ms(run: CutoverRun) -> tuple[float, dict[str, Any]]:
     # the drain under the fence is shorter than a timed one under live writes (the routed clients stop
     # at the freeze, and the tail keeps following through the steps before the drain): scaled by what
     # the fleet's recent freezes drained against what was sampled before them
-    ratio = freeze_stats.drain_ratio(run.zk)
+    recent = freeze_stats.recent(run.zk)  # one read for the ratio and the fixed part
+    ratio = freeze_stats.ratio_of(recent)
     drain_ms = sampled_ms * (ratio if ratio is not None else 1.0)
-    fixed, fixed_from = fixed_cost_ms(run)
+    fixed, fixed_from = fixed_cost_ms(run, recent)
     # timed past the budget (a lag over it refuses with its size), up to a bound for a link that is stuck
     lag = pair_lag_ms(run, max(2 * run.spec.options.freeze_budget_ms / 1000, PAIR_LAG_MIN_WAIT_S))
     parts: dict[str, Any] = {"drain_ms": round(drain_ms, 1), "drain_sampled_ms": round(sampled_ms, 1),
