@@ -5,14 +5,15 @@
 Not a test (the suite runs a 300-table version: tests/integration/ops/test_host_sized_split.py).
 Starts a fresh sandbox of ``--shards`` shards on two pairs and a spare pair, RQ worker
 processes and the queue load, then runs ``migrator split MySQL001A --yes`` (half the
-shards of MySQL001A: 256 shards, 1,280 tables with the default), which runs as batches
-of consecutive shards, each its own rename-fenced migration. It prints each batch's
-freeze and its steps, the time of each phase summed over the batches (from their
-histories), and checks the ledger (0 acknowledged jobs lost) and every moved table
-against its tombstone. Last line::
+shards of MySQL001A: 256 shards, 1,280 tables with the default): one batched migration,
+copied, tailed and verified once, that hands its shards to batches of consecutive shards,
+each cut over by its own rename fence. It prints the batched migration's phases, each
+batch's wall time (from the end of the batch before it), freeze and steps, the target
+(1.3 x (copy + catch-up) + 1.5 s per batch), and checks the ledger (0 acknowledged jobs
+lost) and every moved table against its tombstone. Last line::
 
-    tables=... shards=... batches=... total_s=... copy_s=... catchup_s=... verify_s=... cutover_s=...
-    freeze_p50_ms=... freeze_max_ms=... over_budget=... lost=...
+    tables=... shards=... batches=... total_s=... target_s=... copy_s=... catchup_s=... verify_s=...
+    batches_s=... per_batch_s=... freeze_p50_ms=... freeze_max_ms=... over_budget=... lost=...
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import argparse
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -99,32 +101,50 @@ def main(argv: list[str] | None = None) -> int:
         with zk_mod.connect(cfg, creds) as zk:
             rec, _ = RecordStore(zk).get(rid)
             store = MigrationStore(zk)
-            batches = [(store.spec(m["migration"]), store.state(m["migration"])[0],
-                        store.get_progress(m["migration"], "cutover")[0]) for m in rec["moves"]]
+            (lead,) = [m for m in rec["moves"] if m.get("batched")]
+            parent = store.state(lead["migration"])[0]
+            checked = store.get_progress(lead["migration"], "verify")[0] or {}
+            ids = [m["migration"] for m in rec["moves"] if m.get("batch_of") == lead["index"]]
+            batches = [(store.spec(b), store.state(b)[0], store.get_progress(b, "cutover")[0]) for b in ids]
+            # where a batch's time goes: the pipeline's steps around its cutover, and the attempt's before its freeze
+            around = [(store.get_progress(b, "handover")[0] or {}).get("attempts") or [{}] for b in ids]
+            before = [[a.get("before_freeze_ms") or {} for a in
+                       (store.get_progress(b, "cutover_attempts")[0] or {}).get("attempts", [])] for b in ids]
             hosts = HostRegistry(zk).all()
         from tests.faults.harness import compare_moved_batches
 
-        times: dict[str, float] = {}
-        freezes = []
         first = batches[0][0]
         moved = len(compare_moved_batches(hosts[first.source_master], hosts[first.target_master], creds,
                                           [(spec, cut["target_gtid"]) for spec, _, cut in batches]))
-        for spec, state, cut in batches:
-            for k, v in phase_times(state.history).items():
-                times[k] = times.get(k, 0.0) + v
+        lead_times = phase_times(parent.history)
+        print("batched migration " + lead["migration"] + ": "
+              + ", ".join(f"{k} {v:.1f} s" for k, v in lead_times.items())
+              + f"; its one verify {float(checked.get('seconds') or 0):.1f} s")
+        # a batch's wall time: from the end of the one before (or of the verify) to its own end
+        ended = [float(h["when"]) for h in parent.history if h.get("to") == "converged"][-1] + \
+            float(checked.get("seconds") or 0)
+        walls, freezes = [], []
+        for (spec, state, cut), steps_around, steps_before in zip(batches, around, before, strict=True):
+            done_at = max(float(h["when"]) for h in state.history if h.get("to") == "done")
+            walls.append(done_at - ended)
+            ended = done_at
             freezes.append(cut["freeze_ms"])
             steps = ", ".join(f"{k} {v:.0f}" for k, v in (cut.get("steps_ms") or {}).items())
             phases = ", ".join(f"{k} {v:.1f}" for k, v in phase_times(state.history).items())
-            print(f"{spec.id}: {len(spec.shards)} shards, freeze {cut['freeze_ms']:.0f} ms ({steps}); "
-                  f"seconds by phase: {phases}")
+            print(f"{spec.id}: {len(spec.shards)} shards, {parent.batch_tables.get(spec.id, 0)} tables, "
+                  f"{walls[-1]:.1f} s, freeze {cut['freeze_ms']:.0f} ms ({steps}); seconds by phase: {phases}")
+            print("    pipeline s: " + "; ".join(", ".join(f"{k} {v:.2f}" for k, v in a.items()) for a in steps_around)
+                  + " | before the freeze ms: "
+                  + "; ".join(", ".join(f"{k} {v:.0f}" for k, v in b.items()) for b in steps_before))
         lost = check_ledger(cfg, ledger).lost if ledger.exists() else 0
         freezes.sort()
-        print(f"{moved} moved tables equal their tombstones; {len(batches)} batches; batch sizes adapted: "
-              f"{(rec.get('batching') or {}).get('limits')}")
+        copy_s, catchup_s = lead_times.get("copying", 0.0), lead_times.get("catching_up", 0.0)
+        target = 1.3 * (copy_s + catchup_s) + 1.5 * len(batches)
+        print(f"{moved} moved tables equal their tombstones; {len(batches)} batches")
         print(f"tables={moved} shards={sum(len(b[0].shards) for b in batches)} batches={len(batches)} "
-              f"total_s={total:.0f} copy_s={times.get('copying', 0):.0f} "
-              f"catchup_s={times.get('catching_up', 0):.0f} verify_s={times.get('converged', 0):.0f} "
-              f"cutover_s={times.get('cutover', 0):.0f} freeze_p50_ms={freezes[len(freezes) // 2]:.0f} "
+              f"total_s={total:.0f} target_s={target:.0f} copy_s={copy_s:.0f} catchup_s={catchup_s:.0f} "
+              f"verify_s={float(checked.get('seconds') or 0):.0f} batches_s={sum(walls):.0f} "
+              f"per_batch_s={statistics.median(walls):.1f} freeze_p50_ms={freezes[len(freezes) // 2]:.0f} "
               f"freeze_max_ms={freezes[-1]:.0f} over_budget={sum(f > args.freeze_budget_ms for f in freezes)} "
               f"lost={lost}")
         return 0 if lost == 0 else 1

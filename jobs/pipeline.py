@@ -15,6 +15,17 @@ seconds. When the window is over the job fails with the last attempt's
 refusal (which names its cause: the blocking connection, the step the freeze
 ran out in) and the record says what to do next.
 
+A batched migration (``Spec.batched``: a split of more tables than one rename
+fence takes) is verified once and then cut over in batches: each run of
+``finish`` cuts over the batch that is not done yet (a catch-up pass of its
+own first, the same retries and window), or, when there is none, runs one
+catch-up pass of the batched migration, hands the next batch its shards
+(:mod:`migrator.engine.handover`, sized by the budget and the freezes of the
+batches before it) and cuts that over; it enqueues itself again until every
+shard is handed over and every batch is done, and then ends the batched
+migration (phase ``cleaned``: its batches hold the tombstones). A batch that
+ended otherwise (aborted, failed, rolled back) stops it, saying which.
+
 ``postpone_cutover`` (``migrator postpone ID``) holds the pipeline before the
 cutover: ``finish`` re-enqueues itself until it is cleared, and runs a catch-up
 pass each time so the target stays current (the freeze, when it comes, drains
@@ -31,12 +42,16 @@ from typing import Any
 
 from rq import get_current_job
 
+from migrator.engine import handover
 from migrator.engine.catch_up.checkpoint import CatchUpConflict
 from migrator.engine.cutover.lease import leases
-from migrator.engine.migration import MigrationStore, Phase
+from migrator.engine.migration import MigrationStore, Node, Phase
 from migrator.errors import ExitCode, MigratorError, describe
 from migrator.fleet import config as config_mod
+from migrator.fleet.mysql import connect as mysql_connect
+from migrator.fleet.shard_map import HostRegistry
 from migrator.ops import command
+from migrator.ops.rebalance import batches as batch_mod
 from migrator.ops.steps import enqueue_finish
 
 POSTPONE_RECHECK_S = 5
@@ -85,14 +100,31 @@ def finish(migration_id: str, config_path: str | None = None, attempt: int = 0,
             out["pass"] = _pass_while_postponed(cfg, migration_id)
         return _again(out, migration_id, config_path, attempt, "cutover postponed", delay=POSTPONE_RECHECK_S,
                       count=False)
+    with command.session(cfg) as (zk, _):
+        batched = MigrationStore(zk).spec(migration_id).batched
+    if batched:
+        return _finish_batch(cfg, migration_id, config_path, attempt, since, out)
     out["verify"] = command.verify(cfg, migration_id)
+    retry = _cut_over(cfg, migration_id, migration_id, attempt, since, out)
+    if retry is not None:
+        return _again(out, migration_id, config_path, attempt, retry[0], delay=retry[1], since=retry[2])
+    _meta(out)
+    return out
+
+
+def _cut_over(cfg: Any, mid: str, driver: str, attempt: int, since: float | None,
+              out: dict[str, Any]) -> tuple[str, float, float] | None:
+    """Cut ``mid`` over (``driver``: the migration whose pipeline this is, ``mid`` or the batched migration
+    ``mid`` is a batch of) and schedule its cleanup; None when it flipped, else ``(why, delay, since)`` for
+    the next try, after one more catch-up pass. Raises when the retry window is over, or when the attempt
+    ended otherwise than before the flip."""
     try:
-        out["cutover"] = command.cutover(cfg, migration_id)
+        out["cutover"] = command.cutover(cfg, mid)
     except Exception as exc:  # noqa: BLE001 - the cutover stopped before the flip; the source serves
         with command.session(cfg) as (zk, _):
             store = MigrationStore(zk)
-            st, _ = store.state(migration_id)
-            window = store.spec(migration_id).options.cutover_retry_s
+            st, _ = store.state(mid)
+            window = store.spec(driver).options.cutover_retry_s
         if st.phase != Phase.CONVERGED:
             raise
         first = since if since is not None else time.time()
@@ -101,15 +133,113 @@ def finish(migration_id: str, config_path: str | None = None, attempt: int = 0,
             reason = describe(exc)
             raise CutoverRetriesOver(
                 f"{reason} (the pipeline tried the cutover {attempt + 1} times over {elapsed:.0f} s, its window "
-                f"of {window:g} s: `migrator set {migration_id} --cutover-retry-s S` gives it longer)",
+                f"of {window:g} s: `migrator set {driver} --cutover-retry-s S` gives it longer)",
                 phase="cutover") from exc
         out["error"], out["retry_in_s"] = str(exc), delay
-        command.catchup(cfg, migration_id, passes=1)
-        return _again(out, migration_id, config_path, attempt,
-                      f"cutover stopped before the flip; trying again in {delay:g} s", delay=delay, since=first)
-    out["cleanup_job"] = command.schedule_cleanup(cfg, migration_id, queue=_queue_name())
-    _meta(out)
-    return out
+        command.catchup(cfg, mid, passes=1)
+        return f"cutover stopped before the flip; trying again in {delay:g} s", delay, first
+    out["cleanup_job"] = command.schedule_cleanup(cfg, mid, queue=_queue_name())
+    return None
+
+
+#: phases a batch is finished in
+BATCH_DONE = (Phase.DONE, Phase.CLEANED)
+#: phases a batch cannot go on from by itself: the batched migration's pipeline stops and says so
+BATCH_ENDED = (Phase.FAILED, Phase.ABORTED, Phase.ROLLED_BACK, Phase.ROLLING_BACK)
+#: a batch whose cutover is being settled (its lease lost) or run by someone else is looked at again after this
+BATCH_RECHECK_S = 2.0
+
+
+class BatchStopped(MigratorError):
+    """A batch of a batched migration ended otherwise than flipped: the batches after it wait."""
+
+    component = "pipeline"
+    exit_code = ExitCode.REFUSED
+
+
+def _finish_batch(cfg: Any, mid: str, config_path: str | None, attempt: int, since: float | None,
+                  out: dict[str, Any]) -> dict[str, Any]:
+    """One step of a batched migration (:mod:`migrator.engine.handover`): cut over its unfinished batch, else
+    hand the next batch its shards and cut that over, else (every shard handed over, every batch done)
+    end it. Re-enqueues itself until the last batch is done."""
+    with command.session(cfg) as (zk, creds):
+        store = MigrationStore(zk)
+        spec, (st, _) = store.spec(mid), store.state(mid)
+        batches = [(b, store.state(b)[0]) for b in st.batches]
+        open_batch = next(((b, bst) for b, bst in batches if bst.phase not in BATCH_DONE), None)
+        if open_batch is None and not spec.shards:
+            worst = max((bst.freeze_ms or 0.0 for _, bst in batches), default=None)
+            store.set_phase(mid, Phase.CLEANED, expect=Phase.CONVERGED, freeze_ms=worst)
+            out["done"] = {"batches": len(batches), "longest_freeze_ms": worst}
+            _meta(out)
+            return out
+    took: dict[str, float] = {}
+    if open_batch is None:
+        t0 = time.monotonic()
+        if not st.batches:
+            out["verify"] = command.verify(cfg, mid)  # the one full check; each batch re-checks what changed
+            took["verify_s"] = time.monotonic() - t0
+        else:
+            command.catchup(cfg, mid, passes=1)  # the shards still here stay current
+            took["parent_pass_s"] = time.monotonic() - t0
+        t0 = time.monotonic()
+        bid = _hand_over_next(cfg, mid)
+        took["hand_over_s"] = time.monotonic() - t0
+        attempt, since = 0, None
+    else:
+        bid, bst = open_batch
+        if bst.phase in BATCH_ENDED or bst.stopped:
+            raise BatchStopped(f"batch {bid} of {mid} is {bst.phase.value}"
+                               f"{': ' + str(bst.stopped.get('reason')) if bst.stopped else ''}; the batches after "
+                               f"it wait: resume it (`migrator resume {bid}`) or roll the finished ones back, "
+                               f"then `migrator resume {mid}`", phase="cutover")
+        if bst.phase != Phase.CONVERGED:  # catching up after a stop, or a cutover (or its settler) holds it
+            if bst.phase == Phase.CATCHING_UP:
+                command.catchup(cfg, bid, passes=1)
+            return _again(out, mid, config_path, attempt, f"batch {bid} is {bst.phase.value}: looking again",
+                          delay=BATCH_RECHECK_S, count=False, since=since)
+    out["batch"] = bid
+    t0 = time.monotonic()
+    try:
+        retry = _cut_over(cfg, bid, mid, attempt, since, out)
+        took["cutover_s"] = time.monotonic() - t0
+        with command.session(cfg) as (zk, _):
+            store = MigrationStore(zk)
+            prior = store.get_progress(bid, Node.HANDOVER)[0] or {}
+            store.put_progress(bid, Node.HANDOVER, {**prior, "attempts": [*prior.get("attempts", []),
+                                                                         {k: round(v, 3) for k, v in took.items()}]})
+    except CutoverRetriesOver:
+        raise
+    except Exception as exc:  # noqa: BLE001 - flipped, or left to the settler: the batch's phase says which
+        with command.session(cfg) as (zk, _):
+            phase = MigrationStore(zk).state(bid)[0].phase
+        if phase not in (*BATCH_DONE, Phase.CUTOVER):
+            raise
+        out["error"] = str(exc)
+        return _again(out, mid, config_path, attempt, f"batch {bid} is {phase.value} after: {describe(exc)}",
+                      delay=BATCH_RECHECK_S, count=False, since=since)
+    if retry is not None:
+        return _again(out, mid, config_path, attempt, f"batch {bid}: {retry[0]}", delay=retry[1], since=retry[2])
+    return _again(out, mid, config_path, 0, f"batch {bid} flipped: the next one", count=False)
+
+
+def _hand_over_next(cfg: Any, mid: str) -> str:
+    """Hand the next batch (sized by the budget and the batches measured so far) its shards; its id."""
+    with command.session(cfg) as (zk, creds):
+        store = MigrationStore(zk)
+        spec, (st, _) = store.spec(mid), store.state(mid)
+        done = []
+        for b in st.batches:
+            cut, _ = store.get_progress(b, Node.CUTOVER)
+            if cut and cut.get("freeze_ms") is not None:
+                done.append({"freeze_ms": cut["freeze_ms"], "steps_ms": cut.get("steps_ms") or {},
+                             "tables": st.batch_tables.get(b, 0)})
+        source = HostRegistry(zk).get(spec.source_master)
+        with mysql_connect(source, creds) as conn:
+            tables = {s: n for s, (n, _) in batch_mod.count_tables(conn, spec.shards).items()}
+        shards = batch_mod.next_batch(list(spec.shards), tables, spec.options.freeze_budget_ms, done)
+        child = handover.hand_over(zk, creds, mid, shards, tables=sum(tables.get(s, 0) for s in shards))
+    return child.id
 
 
 def _pass_while_postponed(cfg: Any, migration_id: str) -> str:

@@ -125,9 +125,9 @@ def _tables_table(est: Any, verbose: bool) -> Table:
 def _batches_table(result: command.PlanResult) -> Table:
     spec, batches = result.spec, result.batches or []
     limit = batches[0]["limit"] if batches else 0
-    t = Table(title=f"{len(batches)} batches of at most {limit} tables, sized for the freeze budget of "
-                    f"{spec.options.freeze_budget_ms} ms (later batches adapt to the freezes measured), "
-                    "one after another")
+    t = Table(title=f"copied and tailed once; cut over in about {len(batches)} batches of at most {limit} tables, "
+                    f"sized for the freeze budget of {spec.options.freeze_budget_ms} ms (later batches adapt to "
+                    "the freezes measured), one after another")
     for col in ("#", "shards", "tables", "bytes"):
         t.add_column(col, justify="right" if col != "shards" else "left")
     for i, b in enumerate(batches):
@@ -165,7 +165,8 @@ def _print_plan(result: command.PlanResult, as_json: bool, verbose: bool = False
 
 
 def _launch_batches(res: command.PlanResult, start: bool, detach: bool, postpone: bool) -> None:
-    """A move too big for one fence: its batches run as a chain of migrations (a rebalance record)."""
+    """A move too big for one fence: one batched migration (copied and tailed once) that hands its shards to
+    batch migrations, each cut over on its own, followed through a rebalance record."""
     cfg = load_config()
     rid = rebalance_cmd.start_split(cfg, res.spec, paused=not start, postpone_cutover=postpone)
     if not start:
@@ -173,7 +174,8 @@ def _launch_batches(res: command.PlanResult, start: bool, detach: bool, postpone
                       f"`migrator resume {rid}` (or drop it with `migrator abort {rid}`)", markup=False,
                       highlight=False)
         return
-    console.print(f"running {rid} ({len(res.batches or [])} batches, one migration each) on RQ workers; start "
+    console.print(f"running {rid} (one copy and tail, about {len(res.batches or [])} batches cut over one after "
+                  "another) on RQ workers; start "
                   f"workers with `migrator worker`; `migrator status {rid}`, `migrator pause|resume|abort {rid}`",
                   markup=False, highlight=False)
     if detach:
@@ -183,7 +185,7 @@ def _launch_batches(res: command.PlanResult, start: bool, detach: bool, postpone
         print(f"error: {rid} ended {end['phase']}{' (paused)' if end['paused'] else ''} (see "
               f"`migrator status {rid}` for the batch that stopped and its error)", file=sys.stderr, flush=True)
         raise typer.Exit(ExitCode.REFUSED)
-    console.print(f"{rid} done: {end['done']} batches, longest write freeze {end['max_freeze_ms'] or 0:.0f} ms; "
+    console.print(f"{rid} done: {end['batches']} batches, longest write freeze {end['max_freeze_ms'] or 0:.0f} ms; "
                   "tombstones kept for rollback (per batch migration), cleanup scheduled", markup=False,
                   highlight=False)
 

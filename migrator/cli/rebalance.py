@@ -111,8 +111,8 @@ def show_status(cfg: Any, rid: str | None, as_json: bool) -> None:
     console.print(tab)
     if rid is not None:
         rec = out["record"]
-        mt = Table(title="batches (one migration each, run one after another)" if rec.get("kind") == "split"
-                   else "moves")
+        mt = Table(title="the batched move and its batches (each cut over on its own, one after another)"
+                   if rec.get("kind") == "split" else "moves")
         for col in ("#", "migration", "from", "to", "shards", "tables", "bytes", "freeze", "state"):
             mt.add_column(col)
         for m in rec["moves"]:
@@ -121,11 +121,10 @@ def show_status(cfg: Any, rid: str | None, as_json: bool) -> None:
                        str(m.get("tables") or ""), human_bytes(m["bytes"]), freeze,
                        m["state"] + (f": {m['error']}" if m.get("error") else ""))
         console.print(mt)
-        limits = (rec.get("batching") or {}).get("limits") or {}
-        if limits:
-            console.print(f"batch size (tables, adapted to the freezes measured against the budget of "
-                          f"{rec['batching']['budget_ms']:.0f} ms): "
-                          + ", ".join(f"move {g}: {n}" for g, n in sorted(limits.items())), markup=False)
+        batching = rec.get("batching") or {}
+        if batching:
+            console.print(f"batches: the first sized to {batching.get('limit')} tables for the budget of "
+                          f"{batching['budget_ms']:.0f} ms, the later ones to the freezes measured", markup=False)
 
 
 def follow(cfg: Any, rid: str, *, every: float = 2.0, timeout: float | None = None) -> dict[str, Any]:

@@ -124,8 +124,9 @@ class Options(BaseModel):
     fence_passive: bool = True
     #: how the source master is fenced in the freeze: "rename" (LOCK TABLES and one queued RENAME per
     #: table, at most fence.MAX_TABLES tables), "gate" (triggers and one gate table, any number of tables),
-    #: "auto" (rename up to fence.MAX_TABLES tables, else gate; the CLI runs a bigger split or move as batches
-    #: of rename-fenced migrations instead, see migrator.ops.rebalance.batches); see migrator.engine.cutover.fence
+    #: "auto" (rename up to fence.MAX_TABLES tables, else gate; the CLI runs a bigger split or move as one batched
+    #: migration cut over in rename-fenced batches instead, see migrator.engine.handover); see
+    #: migrator.engine.cutover.fence
     fence: Literal["auto", "rename", "gate"] = "auto"
     retention_s: int = Field(default=24 * 3600, ge=0)
     #: how long the pipeline (``jobs.pipeline.finish``) keeps trying a cutover that stopped before the flip
@@ -150,6 +151,12 @@ class Spec(BaseModel):
     queue: str | None = None
     partition: int | None = None
     options: Options = Options()
+    #: a move of more tables than one rename fence takes: copied and tailed once as this migration, cut over
+    #: as batch migrations handed its shards one batch at a time (:mod:`migrator.engine.handover`); its
+    #: ``shards`` shrink with every batch handed over, the one change a stored spec takes
+    batched: bool = False
+    #: a batch of a batched migration: the migration it was handed its shards by
+    parent: str | None = None
     created_at: float = Field(default_factory=time.time)
     created_by: str = Field(default_factory=actor)
 
@@ -191,6 +198,10 @@ class State(BaseModel):
     #: when ``migrator rollback ID`` handed a rollback to the RQ workers; cleared when its chain gives up
     #: with a verdict. While it is set and the phase is ``done``, ``migrator resume ID`` re-enqueues the chain
     rollback_requested: float | None = None
+    #: a batched migration's batches, in the order they were handed their shards (their migration ids)
+    batches: list[str] = Field(default_factory=list)
+    #: the tables of each of those batches (what the next batch's size is measured against)
+    batch_tables: dict[str, int] = Field(default_factory=dict)
 
 
 def new_id(prefix: str = "m") -> str:
@@ -210,6 +221,7 @@ class Node:
     ROLLBACK_TAIL = "rollback_tail"  # the reverse tail's checkpoint
     ROLLBACK_VERIFY = "rollback_verify"  # the reverse check
     ROLLBACK_PASSES = "rollback_passes"  # the reverse passes
+    HANDOVER = "handover"  # a batch of a batched migration: seconds of each pipeline step around its cutover
 
 
 class MigrationStore:
@@ -222,6 +234,10 @@ class MigrationStore:
 
     def _node(self, mid: str, *sub: str) -> str:
         return "/".join([self.base, mid, *sub])
+
+    def node_path(self, mid: str, *sub: str) -> str:
+        """The znode of a migration's record (or of one of its progress nodes)."""
+        return self._node(mid, *sub)
 
     # -- create / read -----------------------------------------------------
     def create(self, spec: Spec) -> State:
@@ -283,12 +299,21 @@ class MigrationStore:
 
     def replace_spec(self, spec: Spec) -> None:
         """Change a spec's options (what moves never changes: same id, pairs, shards, tables)."""
-        old = self.spec(spec.id)
+        try:
+            data, stat = self.zk.client.get(self._node(spec.id, "spec"))
+        except NoNodeError:
+            raise MigrationNotFound(f"no migration {spec.id!r} (see `migrator status`)") from None
+        old = Spec.model_validate_json(data)
         same = ("kind", "source_master", "source_slave", "target_master", "target_slave", "shards", "tables",
-                "queue", "partition")
+                "queue", "partition", "batched", "parent")
         if any(getattr(old, f) != getattr(spec, f) for f in same):
             raise MigrationError(f"migration {spec.id}: only options may change; plan a new migration instead")
-        self.zk.client.set(self._node(spec.id, "spec"), spec.model_dump_json().encode())
+        try:
+            # by version: a batched migration's shards shrink as it hands batches over (:meth:`hand_over`)
+            self.zk.client.set(self._node(spec.id, "spec"), spec.model_dump_json().encode(), version=stat.version)
+        except BadVersionError:
+            raise PhaseConflict(f"migration {spec.id}: its spec changed meanwhile (a batch was handed its shards); "
+                                "read it again and retry") from None
 
     def state(self, mid: str) -> tuple[State, int]:
         try:
@@ -450,6 +475,48 @@ class MigrationStore:
             return True
         except NodeExistsError:
             return False
+
+    def hand_over(self, parent: Spec, version: int, child: Spec, child_state: State,
+                  progress: dict[str, dict[str, Any]], checks: dict[str, int],
+                  change: Callable[[State], State]) -> State:
+        """Move ``child.shards`` from the batched migration ``parent`` (state at ``version``) to a new
+        migration ``child``, in one ZooKeeper transaction: the parent's spec loses the shards, its state
+        is changed by ``change``, the child's record is made with its ``progress`` nodes, and each shard's
+        lock is given to the child. ``checks``: znodes (path -> version, -1 for "exists") that must be as
+        read for it to commit (the parent's applier lock, its checkpoint). Nothing is written unless it
+        all is; :class:`PhaseConflict` when the parent or a lock changed meanwhile."""
+        st, _ = self.state(parent.id)
+        new = change(st.model_copy(deep=True))
+        _stamp_actor(new.history, len(st.history))
+        new.updated_at = time.time()
+        data, stat = self.zk.client.get(self._node(parent.id, "spec"))
+        stored, spec_version = Spec.model_validate_json(data), stat.version
+        if not set(child.shards) <= set(stored.shards):
+            raise PhaseConflict(f"migration {parent.id} no longer holds shards "
+                                f"{sorted(set(child.shards) - set(stored.shards))}: not handing them over")
+        left = tuple(s for s in stored.shards if s not in set(child.shards))
+        narrowed = stored.model_copy(update={"shards": left})
+        acl = self.zk.protected_acl()
+        tx = self.zk.client.transaction()
+        for path, v in checks.items():
+            tx.check(path, v)
+        tx.set_data(self._node(parent.id), new.model_dump_json().encode(), version=version)
+        tx.set_data(self._node(parent.id, "spec"), narrowed.model_dump_json().encode(), version=spec_version)
+        tx.create(self._node(child.id), child_state.model_dump_json().encode(), acl=acl)
+        tx.create(self._node(child.id, "spec"), child.model_dump_json().encode(), acl=acl)
+        for key, value in progress.items():
+            tx.create(self._node(child.id, key), json.dumps(value, default=str).encode(), acl=acl)
+        for s in child.shards:
+            data, stat = self.zk.client.get(f"{self.locks}/{s}")
+            if data.decode() != parent.id:
+                raise PhaseConflict(f"shard {s} is locked by {data.decode()}, not {parent.id}: not handing it over")
+            tx.set_data(f"{self.locks}/{s}", child.id.encode(), version=stat.version)
+        results = tx.commit()
+        if any(isinstance(r, Exception) for r in results):
+            raise PhaseConflict(f"migration {parent.id}: handing shards {child.ranges()} to {child.id} was refused "
+                                f"({[type(r).__name__ for r in results if not isinstance(r, RolledBackError)]}): "
+                                "the migration, its checkpoint, its tail or a shard lock changed meanwhile")
+        return new
 
     def delete(self, mid: str) -> None:
         spec = self.spec(mid)

@@ -92,8 +92,9 @@ class PlanResult:
     spec: Spec
     stored: bool
     estimate: plan_mod.Estimate | None = None
-    #: when the move is too big for one fence: its batches (``runs``, ``tables``, ``bytes``), run as a chain of
-    #: migrations by :func:`migrator.ops.rebalance.command.start_split` (nothing is stored for ``spec`` itself)
+    #: when the move is too big for one fence: the batches its first size cuts (``runs``, ``tables``, ``bytes``);
+    #: it runs as one batched migration that cuts over in batches (:mod:`migrator.engine.handover`), stored and
+    #: followed by :func:`migrator.ops.rebalance.command.start_split` (not by this plan)
     batches: list[dict[str, Any]] | None = None
 
     def as_dict(self) -> dict[str, Any]:
@@ -132,8 +133,8 @@ def _finish_plan(zk: ZK, creds: Credentials, spec: Spec, dry_run: bool, batches_
         if not batches_ok:
             tables = sum(b["tables"] for b in batches)
             raise CommandError(f"this move holds {tables} tables, more than one fence takes "
-                               f"({batches_mod.MAX_TABLES}): it runs as {len(batches)} batches, each its own "
-                               "migration; run it with `migrator split|move ... --yes` (or plan fewer shards, or "
+                               f"({batches_mod.MAX_TABLES}): it is copied once and cut over in about {len(batches)} "
+                               "batches; run it with `migrator split|move ... --yes` (or plan fewer shards, or "
                                "give fence=gate for one gated migration)")
         return PlanResult(spec, stored=False, batches=batches)  # the caller stores the batched record
     plan_mod.store(zk, spec)
@@ -430,6 +431,10 @@ def start_rollback(config: Config, mid: str, *, queue: str | None = None) -> dic
         store = MigrationStore(zk)
         spec = store.spec(mid)
         st, _ = store.state(mid)
+        if spec.batched:
+            raise CommandError(f"migration {mid} cut over in batches ({', '.join(st.batches) or 'none yet'}), each "
+                               "with its own tombstones: roll those back, last first (`migrator rollback rb-...` of "
+                               "the split does it)")
         if st.phase not in (Phase.DONE, Phase.ROLLING_BACK):
             raise CommandError(f"migration {mid} is {st.phase.value}: only a finished (done) migration with its "
                                "tombstones can be rolled back")

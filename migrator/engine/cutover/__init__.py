@@ -122,6 +122,11 @@ def cutover(config: Config, migration_id: str, *, drainer: Drainer | None = None
         # held from before the phase is "cutover" until it is settled; if this process dies,
         # a `migrator worker` settles the cutover (module migrator.engine.cutover.settle)
         spec = MigrationStore(zk).spec(migration_id)  # an unknown id is refused before anything is written
+        if spec.batched:
+            raise NotConverged(f"migration {migration_id} cuts over in batches: its pipeline hands its shards to "
+                               "batch migrations one batch at a time, each cut over on its own "
+                               f"(`migrator resume {migration_id}` runs it; `migrator status` lists them)",
+                               phase="cutover")
         lease = CutoverLease(config, creds, migration_id).acquire()
         try:
             return _cutover(config, zk, creds, migration_id, lease, drainer, hooks, now)

@@ -21,7 +21,8 @@ Every attempt is recorded, refused and undone ones too (:func:`record_attempt`).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -107,17 +108,22 @@ def drive(way: Way, store: MigrationStore, spec: Spec, run: CutoverRun, lease: C
     Raises :class:`FlipUnknown` for the caller to settle; closes the run."""
     migration_id = spec.id
     failure: BaseException | None = None
+    took = run.before_freeze
     try:
-        run.prepare()
+        with _timed(took, "prepare"):
+            run.prepare()
         extra: dict[str, Any] = {}
         if gate is not None:
             try:
-                extra = gate(run)
+                with _timed(took, "gate"):
+                    extra = gate(run)
             except FreezeBudgetExceeded as exc:
                 record_attempt(store, way, migration_id, run.attempt(f"refused: {exc.message}"))
                 raise
-        run.check_target_standby()
-        run.refresh_verified_gtid()
+        with _timed(took, "standby"):
+            run.check_target_standby()
+        with _timed(took, "recheck"):
+            run.refresh_verified_gtid()
         # from `before`, and only while this process holds the lease (a settler may be at work otherwise)
         store.set_phase(migration_id, way.running, expect=way.before, guard=lease.path, **extra)
         try:
@@ -137,6 +143,15 @@ def drive(way: Way, store: MigrationStore, spec: Spec, run: CutoverRun, lease: C
         raise
     finally:
         run.close(failure)
+
+
+@contextmanager
+def _timed(into: dict[str, float], step: str) -> Iterator[None]:
+    t0 = time.monotonic()
+    try:
+        yield
+    finally:
+        into[step] = round((time.monotonic() - t0) * 1000, 1)
 
 
 def _stopped(way: Way, store: MigrationStore, spec: Spec, run: CutoverRun, lease: CutoverLease,

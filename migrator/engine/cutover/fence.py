@@ -58,6 +58,7 @@ import re
 import threading
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import pymysql
@@ -91,7 +92,8 @@ class Move:
 
 
 #: one connection per moving table is held during a freeze; a bigger move runs as batches of at most this
-#: many tables, each its own migration (migrator.ops.rebalance.batches), or, with fence=gate, as one gated move
+#: many tables, each a migration handed its shards by one batched migration (migrator.engine.handover), or,
+#: with fence=gate, as one gated move
 MAX_TABLES = 200
 
 
@@ -156,7 +158,7 @@ class Fence:
             cur.execute(f"{TAG}SET SESSION time_zone = '+00:00'")
             if not self.log_lock:
                 cur.execute(f"{TAG}SET SESSION sql_log_bin = 0")
-        self.renamers = [_Renamer(self, m) for m in self.moves]
+        self.renamers = _open_renamers(self, self.moves)
         return self
 
     def close(self) -> None:
@@ -388,6 +390,26 @@ class Fence:
                 cur.execute(f"{TAG}RENAME TABLE {qualified(r.move.tomb_db, r.move.table)} TO "
                             f"{qualified(r.move.db, r.move.table)}")
                 r.renamed = False
+
+
+#: connections a fence opens at once for its renamers (their TLS handshakes, not the server, are the cost)
+OPEN_PARALLEL = 8
+
+
+def _open_renamers(fence: Fence, moves: Sequence[Move]) -> list[_Renamer]:
+    """One renamer per move, their connections opened :data:`OPEN_PARALLEL` at a time (one fence holds
+    up to :data:`MAX_TABLES`); if any fails, the ones opened are closed and the error raised."""
+    if len(moves) <= 1:
+        return [_Renamer(fence, m) for m in moves]
+    with ThreadPoolExecutor(max_workers=min(OPEN_PARALLEL, len(moves)), thread_name_prefix="fence-open") as pool:
+        futures = [pool.submit(_Renamer, fence, m) for m in moves]
+    failed = [f.exception() for f in futures if f.exception() is not None]
+    if failed:
+        for f in futures:
+            if f.exception() is None:
+                f.result().close()
+        raise failed[0]  # type: ignore[misc]
+    return [f.result() for f in futures]
 
 
 class _Renamer:

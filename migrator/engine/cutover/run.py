@@ -79,7 +79,6 @@ from migrator.fleet.mysql import (
     qualified,
     query,
     replication_problem,
-    scalar,
     tag,
     wait_applied,
 )
@@ -127,6 +126,8 @@ class CutoverRun:
         self.released: dict[str, float] = {}
         #: client statements the rename fence ended (waiting on it at the flip, or stale behind its renames)
         self.waiters_ended = 0
+        #: ms of each step before the freeze (prepare, gate, standby, recheck), for the record
+        self.before_freeze: dict[str, float] = {}
         self.ranges = spec.ranges()
         #: what the freeze and the flip change in the shard map (ranges, or a queue partition's route)
         self.moving = spec.moving
@@ -187,7 +188,7 @@ class CutoverRun:
         return {"at": time.time(), "outcome": outcome[:500], "freeze_ms": freeze_ms, "steps_ms": dict(self.steps),
                 "refresh_rounds": list(self.refresh_rounds), "predicted": dict(self.predicted),
                 "drained": dict(self.drained), "released": dict(self.released),
-                "waiters_ended": self.waiters_ended}
+                "waiters_ended": self.waiters_ended, "before_freeze_ms": dict(self.before_freeze)}
 
     def remaining_s(self) -> float:
         budget = self.spec.options.freeze_budget_ms / 1000
@@ -256,9 +257,14 @@ class CutoverRun:
         tdb = self.direction.target_db_of
         for db in spec.databases:
             ensure_sentinel(self.target_conn, tdb(db))
-        missing = [t.name for t in self.tables
-                   if not scalar(self.target_conn, "SELECT COUNT(*) FROM information_schema.TABLES "
-                                 "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s", (tdb(t.db), t.table))]
+        schemas = sorted({tdb(t.db) for t in self.tables})
+        there: set[tuple[str, str]] = set()
+        for k in range(0, len(schemas), 500):  # one read for every table of the move, not one per table
+            part = schemas[k:k + 500]
+            there.update((r[0], r[1]) for r in query(
+                self.target_conn, f"{TAG}SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES "
+                                  f"WHERE TABLE_SCHEMA IN ({', '.join(['%s'] * len(part))})", part))
+        missing = [t.name for t in self.tables if (tdb(t.db), t.table) not in there]
         if missing:
             raise CutoverError(f"tables {missing} are not on the target {self.target.name}: "
                                "the copy is incomplete; run the copy again", phase="cutover")

@@ -1,20 +1,20 @@
-"""Batched cutovers: a move of more tables than one rename fence takes runs as a chain of batches.
+"""Batched cutovers: a move of more tables than one rename fence takes cuts over in batches.
 
 A host-sized split (512 shards x 5 tables) cannot be fenced by one
 :class:`~migrator.engine.cutover.fence.Fence`: it holds one connection per table
-(at most :data:`~migrator.engine.cutover.fence.MAX_TABLES`), and its release
-renames every table after the flip, so the freeze grows with the table count.
-Instead the move is cut into **batches** of consecutive shards, each batch a
-normal migration of its own (copy, catch-up, verify, a rename-fenced cutover that
-freezes, fences, drains, flips and unfreezes only the batch's ranges). The
-batches of one move share its source and target pair, so the rebalance record
-(:mod:`migrator.ops.rebalance.record`) runs them one after another; between two
-batches the map is valid, with part of the ranges moved.
+(at most :data:`~migrator.engine.cutover.fence.MAX_TABLES`). Such a move is one
+**batched** migration (``Spec.batched``): preflighted, copied, tailed and
+verified once, for all its shards. Its pipeline then hands its shards over
+in **batches** of consecutive shards, one at a time, each to a batch migration
+that starts converged and runs the normal rename-fenced cutover of only its
+ranges (:mod:`migrator.engine.handover`); between two batches the map is
+valid, with part of the ranges moved. The rebalance record lists the batches as
+they are handed over (:func:`migrator.ops.rebalance.record.refresh`).
 
 Batch size follows the freeze budget: the first batch is sized by a model of the
 rename fence's freeze (a fixed part, :data:`FIXED_MS`, plus :data:`PER_TABLE_MS`
 per table, aimed at :data:`AIM` of the budget); every later batch by the freezes
-measured so far (:func:`measured_costs`, :func:`adapt`), growing at most to twice
+measured so far (:func:`measured_costs`, :func:`next_batch`), growing at most to twice
 the biggest finished batch. A table costs the freeze its lock, its queued RENAME
 and its sentinel row; the RENAMEs themselves run after the freeze (the release
 lets the waiting clients go first: :mod:`migrator.engine.cutover.fence`), so the
@@ -27,6 +27,8 @@ after the flip, prepared statements keep working), which the trigger gate
 
 A shard whose tables alone exceed the limit is a batch of its own, fenced by the
 gate under ``fence=auto`` (see :func:`~migrator.engine.cutover.fence.fence_mode`).
+A move fenced by the gate (``--fence gate``) is never batched: one gate closes any
+number of tables.
 """
 
 from __future__ import annotations
@@ -140,64 +142,23 @@ def measured_costs(done: Sequence[dict[str, Any]]) -> tuple[float, float] | None
     return statistics.median(fixed[-RECENT:]), max(per) if per else PER_TABLE_MS
 
 
-def adapt(rec: dict[str, Any]) -> bool:
-    """Re-cut the waiting batches of every batched move of ``rec`` from the freezes measured so far.
+def next_batch(shards: Sequence[int], tables: dict[int, int], budget_ms: float,
+               done: Sequence[dict[str, Any]]) -> list[int]:
+    """The shards of the next batch: the first of ``shards`` (consecutive, sorted) up to the batch size.
 
-    Only waiting batches change (they have no migration yet, so their indices are
-    free again; extra batches get fresh ones: a migration id is never reused). Returns True when it changed
-    the record. The size grows at most to twice the last batch's, so one quiet
-    moment does not make the next batch overrun."""
-    batching = rec.get("batching")
-    if not batching:
-        return False
-    budget = float(batching["budget_ms"])
-    tables = {int(k): int(v) for k, v in batching["shard_tables"].items()}
-    changed = False
-    for group in sorted({m.get("group", m["index"]) for m in rec["moves"]}):
-        moves = [m for m in rec["moves"] if m.get("group", m["index"]) == group]
-        waiting = [m for m in moves if m["state"] == "waiting"]
-        done = sorted((m for m in moves if m["state"] == "done"), key=lambda m: m.get("finished_at") or 0)
-        costs = measured_costs(done)
-        if not waiting or costs is None:
-            continue
-        last = max((m.get("tables") or 1 for m in done), default=MAX_TABLES)
-        limit = min(limit_for(budget, *costs), 2 * last)
-        if limit == batching.get("limits", {}).get(str(group)):
-            continue
-        batching.setdefault("limits", {})[str(group)] = limit
-        shards = sorted(s for m in waiting for s in shards_of(m["runs"]))
-        new_cut = cut(shards, tables, limit)
-        if new_cut == [shards_of(m["runs"]) for m in waiting]:
-            changed = True
-            continue
-        template = waiting[0]
-        keep = [m for m in rec["moves"] if m not in waiting]
-        first = min(rec["moves"].index(m) for m in waiting)
-        # a waiting batch never had a migration: its index is free again; more batches take fresh ones
-        free = sorted(m["index"] for m in waiting)
-        nxt = int(batching.get("next_index", 1 + max(m["index"] for m in rec["moves"])))
-        fresh = []
-        for batch in new_cut:
-            if free:
-                index = free.pop(0)
-            else:
-                index, nxt = nxt, nxt + 1
-            fresh.append(batch_move(rec["id"], template, index, batch, tables, batching.get("shard_bytes", {})))
-        rec["moves"] = keep[:first] + fresh + keep[first:]
-        batching["next_index"] = nxt
-        changed = True
-    return changed
-
-
-def batch_move(rid: str, template: dict[str, Any], index: int, shards: Sequence[int], tables: dict[int, int],
-               shard_bytes: dict[str, int]) -> dict[str, Any]:
-    """A waiting move of rebalance ``rid`` for one batch, its pairs, group and wave taken from ``template``."""
-    m = {k: template[k] for k in ("source", "source_slave", "target", "target_slave") if k in template}
-    m.update({"index": index, "group": template.get("group", template["index"]), "runs": runs_of(shards),
-              "bytes": sum(int(shard_bytes.get(str(s), 0)) for s in shards), "rows": 0, "writes": 0.0,
-              "wave": template.get("wave", 0), "tables": sum(tables.get(s, 0) for s in shards),
-              "eta_s": None, "migration": migration_id(rid, index), "state": "waiting", "error": None})
-    return m
+    ``done``: the finished batches, oldest first (``freeze_ms``, ``steps_ms``, ``tables``). The first batch
+    is sized by the model of the rename fence's freeze (:func:`limit_for`); every later one by the freezes
+    measured so far (:func:`measured_costs`), growing at most to twice the biggest finished batch, so one
+    quiet moment does not make the next batch overrun."""
+    if not shards:
+        return []
+    costs = measured_costs(done)
+    if costs is None:
+        limit = limit_for(budget_ms)
+    else:
+        last = max((int(m.get("tables") or 1) for m in done), default=MAX_TABLES)
+        limit = min(limit_for(budget_ms, *costs), 2 * last)
+    return cut(shards, tables, limit)[0]
 
 
 def batched(fence: str, tables: int) -> bool:
@@ -207,28 +168,24 @@ def batched(fence: str, tables: int) -> bool:
 
 def expand(rid: str, planned: Sequence[dict[str, Any]], counts: dict[int, tuple[int, int]], budget_ms: float,
            fence: str) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
-    """The record's moves for ``planned`` moves: each one a move of group ``i``, or, when
-    :func:`batched`, its batches. Returns the moves and the record's ``batching`` entry (None when
-    nothing was cut)."""
+    """The record's moves for ``planned`` moves, move ``i`` as index and group ``i``; a move that is
+    :func:`batched` is marked ``batched`` (its migration hands its shards to batch migrations, which the
+    record lists as they come: :func:`migrator.ops.rebalance.record.refresh`). Returns the moves and the
+    record's ``batching`` entry (None when no move is batched): the budget, the tables per shard, and the
+    batches the first size would cut (what a plan shows; the sizes adapt as batches finish)."""
     tables = {s: n for s, (n, _) in counts.items()}
-    shard_bytes = {str(s): b for s, (_, b) in counts.items()}
-    limit = limit_for(budget_ms)
     moves: list[dict[str, Any]] = []
-    limits: dict[str, int] = {}
+    preview: dict[str, list[list[list[int]]]] = {}
     for i, p in enumerate(planned):
         shards = shards_of(p["runs"])
         n = len(p["partition_tables"]) if p.get("queue") else sum(tables.get(s, 0) for s in shards)
-        template = {**p, "index": i, "group": i, "migration": migration_id(rid, i)}
-        if not batched(fence, n):
-            moves.append({**template, "runs": [list(r) for r in p["runs"]], "tables": n, "state": "waiting",
-                          "error": None})
-            continue
-        limits[str(i)] = limit
-        for batch in cut(shards, tables, limit):
-            moves.append(batch_move(rid, template, len(planned) + len(moves), batch, tables, shard_bytes))
-    # indices: a planned move keeps its own (0..k-1); batches take fresh ones after them
-    if not limits:
+        move = {**p, "index": i, "group": i, "migration": migration_id(rid, i), "runs": [list(r) for r in p["runs"]],
+                "tables": n, "state": "waiting", "error": None}
+        if batched(fence, n):
+            move["batched"] = True
+            preview[str(i)] = [runs_of(b) for b in cut(shards, tables, limit_for(budget_ms))]
+        moves.append(move)
+    if not preview:
         return moves, None
-    nxt = 1 + max(m["index"] for m in moves)
     return moves, {"budget_ms": budget_ms, "shard_tables": {str(s): n for s, n in tables.items()},
-                   "shard_bytes": shard_bytes, "limits": limits, "next_index": nxt}
+                   "first_cut": preview, "limit": limit_for(budget_ms)}

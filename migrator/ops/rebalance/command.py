@@ -194,8 +194,7 @@ def advance(config: Config, rid: str) -> dict[str, Any]:
 
         def change(rec: dict[str, Any]) -> None:
             claimed.clear()
-            rec_mod.refresh(zk, rec)
-            batches.adapt(rec)  # waiting batches sized by the freezes measured so far
+            rec_mod.refresh(zk, rec)  # lists the batches a batched move handed its shards to
             for m in rec_mod.startable(rec):
                 m["state"], m["started_at"] = "running", time.time()
                 claimed.append(m)

@@ -99,6 +99,7 @@ def refresh(zk: ZK, rec: dict[str, Any]) -> None:
     migration is not stored yet was claimed by an advance that has not stored it (or crashed
     first): :func:`start_move` stores it."""
     store = MigrationStore(zk)
+    _list_batches(store, rec)
     for m in rec["moves"]:
         if m["state"] not in ("running", "failed"):
             continue
@@ -119,6 +120,30 @@ def refresh(zk: ZK, rec: dict[str, Any]) -> None:
             m["state"], m["error"] = "running", None
     if rec["phase"] == "stopped" and any(m["state"] == "running" for m in rec["moves"]):
         rec["phase"] = "running"
+
+
+def _list_batches(store: MigrationStore, rec: dict[str, Any]) -> None:
+    """Add the batches a batched move's migration handed its shards to since the last look, as running
+    moves of its group (``batch_of``: the batched move's index), in the order they were handed over."""
+    known = {m["migration"] for m in rec["moves"]}
+    tables = {int(k): int(v) for k, v in ((rec.get("batching") or {}).get("shard_tables") or {}).items()}
+    for lead in [m for m in rec["moves"] if m.get("batched") and m["state"] in ("running", "failed")]:
+        try:
+            st, _ = store.state(lead["migration"])
+        except MigrationNotFound:
+            continue
+        for bid in st.batches:
+            if bid in known:
+                continue
+            spec = store.spec(bid)
+            index = 1 + max(m["index"] for m in rec["moves"])
+            rec["moves"].append({
+                **{k: lead[k] for k in ("source", "source_slave", "target", "target_slave", "wave") if k in lead},
+                "index": index, "group": lead.get("group", lead["index"]), "batch_of": lead["index"],
+                "runs": [list(r) for r in spec.ranges()], "tables": sum(tables.get(s, 0) for s in spec.shards),
+                "bytes": 0, "rows": 0, "writes": 0.0, "eta_s": None, "migration": bid, "state": "running",
+                "started_at": spec.created_at, "error": None})
+            known.add(bid)
 
 
 def startable(rec: dict[str, Any]) -> list[dict[str, Any]]:
@@ -155,6 +180,8 @@ def start_move(zk: ZK, rec: dict[str, Any], m: dict[str, Any]) -> bool:
         spec = plan_mod.plan_move_partition(zk, m["queue"], int(m["partition"]), m["target"], options=opts, mid=mid)
     else:
         spec = plan_mod.plan_move(zk, shards, m["target"], options=opts, mid=mid)
+        if m.get("batched"):  # copied and tailed once, cut over in batches (migrator.engine.handover)
+            spec = spec.model_copy(update={"batched": True})
     try:
         plan_mod.store(zk, spec)
     except ShardsBusy:
@@ -185,5 +212,6 @@ def summary(rec: dict[str, Any]) -> dict[str, Any]:
             "bytes_done": sum(m["bytes"] for m in moves if m["state"] == "done"),
             "max_running": rec.get("max_running", 0), "eta_s": rec.get("eta_s"),
             "created_at": rec.get("created_at"), "kind": rec.get("kind", "rebalance"),
-            "tables": sum(m.get("tables") or 0 for m in moves),
+            "tables": sum(m.get("tables") or 0 for m in moves if "batch_of" not in m),
+            "batches": sum(1 for m in moves if "batch_of" in m),
             "max_freeze_ms": max((m.get("freeze_ms") or 0 for m in moves if m["state"] == "done"), default=None)}

@@ -82,8 +82,9 @@ class Prepared:
 
 def prepare_converged(fleet: Any, shards: tuple[int, ...] = (2, 3), *, options: Options | None = None,
                       source_pair: tuple[str, str] | None = None, target_pair: tuple[str, str] | None = None,
-                      kind: str = "shards", tables: tuple[str, ...] = ()) -> Prepared:
-    """A migration of ``shards`` to the spare pair, copied and caught up (phase converged)."""
+                      kind: str = "shards", tables: tuple[str, ...] = (), batched: bool = False) -> Prepared:
+    """A migration of ``shards`` to the spare pair, copied and caught up (phase converged); ``batched``:
+    one that cuts over in batches (:mod:`migrator.engine.handover`)."""
     smap = fleet.smap
     src_m = smap.master_of(shards[0])
     src_s = smap.range_of(shards[0]).slave
@@ -93,7 +94,7 @@ def prepare_converged(fleet: Any, shards: tuple[int, ...] = (2, 3), *, options: 
         target_pair = fleet.sandbox.pairs(spare=True)[0]
     spec = Spec(id=new_id("m"), kind=kind, source_master=src_m, source_slave=src_s,
                 target_master=target_pair[0], target_slave=target_pair[1], shards=tuple(shards),
-                tables=tables, options=options or Options())
+                tables=tables, options=options or Options(), batched=batched)
     store = MigrationStore(fleet.zk)
     store.create(spec)
     hosts = fleet.hosts

@@ -1,9 +1,10 @@
 """A split of more tables than one rename fence takes (300: 60 shards x 5 tables) under queue load.
 
 ``migrator split MySQL001A --yes`` on a fleet of its own (240 shards on two pairs, a spare pair),
-RQ worker processes and the queue load running: the split runs as batches of consecutive shards,
-each its own migration with a rename-fenced cutover of at most 200 tables, one after another; every
-batch's freeze stays under the budget, no acknowledged job is lost, every moved table equals its
+RQ worker processes and the queue load running: the split is one migration, copied and tailed
+once, that hands its shards to batches of consecutive shards, each a migration of its own with a
+rename-fenced cutover of at most 200 tables, one after another; every batch's freeze stays under
+the budget, no acknowledged job is lost, every moved table equals its
 tombstone, and no gate is left on either member of the old pair, which still replicates both ways.
 (The host-sized version, 512 shards per host, runs on demand: ``python -m bench.hostsplit``.)
 """
@@ -97,20 +98,30 @@ def test_a_split_of_300_tables_runs_as_batched_rename_fenced_cutovers(big_fleet,
     with zk_mod.connect(cfg, creds) as zk:
         rec, _ = RecordStore(zk).get(rid)
         store = MigrationStore(zk)
-        specs = [store.spec(m["migration"]) for m in rec["moves"]]
-        states = [store.state(m["migration"])[0] for m in rec["moves"]]
-        cuts = [store.get_progress(m["migration"], "cutover")[0] for m in rec["moves"]]
-        tries = [store.get_progress(m["migration"], "cutover_attempts")[0]["attempts"] for m in rec["moves"]]
+        (lead,) = [m for m in rec["moves"] if m.get("batched")]
+        batch_moves = [m for m in rec["moves"] if m.get("batch_of") == lead["index"]]
+        parent, (pstate, _) = store.spec(lead["migration"]), store.state(lead["migration"])
+        specs = [store.spec(m["migration"]) for m in batch_moves]
+        states = [store.state(m["migration"])[0] for m in batch_moves]
+        cuts = [store.get_progress(m["migration"], "cutover")[0] for m in batch_moves]
+        tries = [store.get_progress(m["migration"], "cutover_attempts")[0]["attempts"] for m in batch_moves]
+        copied = [store.progress_keys(m["migration"], "copy") for m in batch_moves]
         smap = ShardMapStore(zk).read()
         hosts = HostRegistry(zk).all()
     assert rec["phase"] == "done" and rec["kind"] == "split"
-    assert len(rec["moves"]) >= 2 and all(m["state"] == "done" for m in rec["moves"]), json.dumps(rec["moves"])
+    assert all(m["state"] == "done" for m in rec["moves"]), json.dumps(rec["moves"])
+    # one migration copied and tailed the 300 tables once; it handed its shards to the batches and ended
+    assert parent.batched and parent.shards == () and pstate.phase.value == "cleaned"
+    assert [h["to"] for h in pstate.history].count("copying") == 1
+    assert pstate.batches == [m["migration"] for m in batch_moves] and len(batch_moves) >= 2
+    assert all(sp.parent == parent.id for sp in specs) and copied == [[] for _ in specs]  # no copy of their own
+    assert all(st.history[0]["to"] == "converged" and st.history[0]["handed_by"] == parent.id for st in states)
     moved_shards = sorted(s for sp in specs for s in sp.shards)
     assert len(moved_shards) == 60 and len(set(moved_shards)) == 60
     assert all(st.phase.value == "done" for st in states)
     assert all(smap.master_of(s) == specs[0].target_master for s in moved_shards)
     # each batch: at most one fence's tables, fenced by the rename fence, its freeze under the budget
-    for m, cut in zip(rec["moves"], cuts, strict=True):
+    for m, cut in zip(batch_moves, cuts, strict=True):
         assert m["tables"] <= MAX_TABLES
         assert "release" in cut["steps_ms"] and "active_finish" not in cut["steps_ms"], json.dumps(cut)
         assert cut["freeze_ms"] <= BUDGET_MS, json.dumps(cut)
@@ -137,10 +148,10 @@ def test_a_split_of_300_tables_runs_as_batched_rename_fenced_cutovers(big_fleet,
     back = subprocess.run([*cli, "rollback", rid, "--sync", "--yes"], env=env, capture_output=True, text=True,
                           timeout=900)
     assert back.returncode == 0, back.stdout[-3000:] + back.stderr[-3000:]
-    assert back.stdout.count("rolled back rb-") == len(rec["moves"]), back.stdout
+    assert back.stdout.count("rolled back rb-") == len(batch_moves), back.stdout
     with zk_mod.connect(cfg, creds) as zk:
         smap = ShardMapStore(zk).read()
-        phases = {MigrationStore(zk).state(m["migration"])[0].phase.value for m in rec["moves"]}
+        phases = {MigrationStore(zk).state(m["migration"])[0].phase.value for m in batch_moves}
     assert phases == {"rolled_back"}
     assert all(smap.master_of(s) == specs[0].source_master for s in moved_shards)
     again = subprocess.run([*cli, "rollback", rid, "--sync", "--yes"], env=env, capture_output=True, text=True,

@@ -36,21 +36,24 @@ def _record(budget_ms: float = 500, shards: int = 120, tables_each: int = 5):
     return {"id": "rb-x", "moves": moves, "batching": batching}
 
 
-def test_a_move_over_the_fence_limit_is_cut_and_a_small_one_is_not():
+def test_a_move_over_the_fence_limit_is_one_batched_move_and_a_small_one_is_not():
     rec = _record()
     assert rec["batching"] is not None
     limit = batches.limit_for(500)
-    assert len(rec["moves"]) == -(-120 // (limit // 5))
-    assert all(m["tables"] <= limit for m in rec["moves"])
-    assert len({m["migration"] for m in rec["moves"]}) == len(rec["moves"])
-    assert sorted(s for m in rec["moves"] for s in batches.shards_of(m["runs"])) == list(range(120))
-    small, batching = batches.expand("rb-y", [{**rec["moves"][0], "runs": [[0, 9]]}],
-                                     {s: (5, 0) for s in range(10)}, 500, "auto")
-    assert batching is None and len(small) == 1 and small[0]["tables"] == 50
+    (move,) = rec["moves"]  # one migration: copied and tailed once, cut over in batches
+    assert move["batched"] and move["tables"] == 600 and move["runs"] == [[0, 119]]
+    assert rec["batching"]["limit"] == limit
+    preview = rec["batching"]["first_cut"]["0"]  # what the plan shows
+    assert len(preview) == -(-120 // (limit // 5))
+    assert sorted(s for runs in preview for s in batches.shards_of(runs)) == list(range(120))
+    planned = {k: v for k, v in move.items() if k not in ("batched", "index", "group", "migration", "state")}
+    small, batching = batches.expand("rb-y", [{**planned, "runs": [[0, 9]]}], {s: (5, 0) for s in range(10)}, 500,
+                                     "auto")
+    assert batching is None and len(small) == 1 and small[0]["tables"] == 50 and "batched" not in small[0]
     # fence=gate: one migration, whatever its size
-    _, gated = batches.expand("rb-z", [{**rec["moves"][0], "runs": [[0, 119]]}],
-                              {s: (5, 0) for s in range(120)}, 500, "gate")
-    assert gated is None
+    gated, batching = batches.expand("rb-z", [{**planned, "runs": [[0, 119]]}], {s: (5, 0) for s in range(120)}, 500,
+                                     "gate")
+    assert batching is None and "batched" not in gated[0]
 
 
 def test_a_partition_move_counts_its_own_tables_and_is_never_cut():
@@ -62,30 +65,22 @@ def test_a_partition_move_counts_its_own_tables_and_is_never_cut():
     assert (moves[0]["tables"], moves[0]["queue"], moves[0]["partition"]) == (2, "hq", 3)
 
 
-def _finish(m, freeze_ms, release_ms):
-    m.update(state="done", freeze_ms=freeze_ms, steps_ms={"release": release_ms})
-
-
 def test_batches_grow_after_quick_freezes_and_shrink_after_slow_ones():
-    rec = _record(budget_ms=500, shards=200)
-    first = rec["moves"][0]
-    n0 = first["tables"]
-    # a quick freeze: 100 ms fixed, 0.1 ms per table -> the next batches grow (to at most twice the last)
-    _finish(first, 100 + 0.1 * n0, 0.1 * n0)
-    assert batches.adapt(rec)
-    nxt = [m for m in rec["moves"] if m["state"] == "waiting"]
-    assert n0 < MAX_TABLES // 2 and nxt[0]["tables"] == 2 * n0
-    ids = [m["migration"] for m in rec["moves"]]
-    assert len(set(ids)) == len(ids)
-    assert max(m["index"] for m in rec["moves"]) < 1 + len(rec["moves"])  # waiting batches' indices reused
-    assert sorted(s for m in rec["moves"] for s in batches.shards_of(m["runs"])) == list(range(200))
-    assert not batches.adapt(rec)  # nothing new measured: unchanged
-    # a slow one: 160 ms fixed, 10 ms per table -> (300 - median(100, 160)) / 10 = 17 tables
-    _finish(nxt[0], 160 + 10 * nxt[0]["tables"], 10 * nxt[0]["tables"])
-    assert batches.adapt(rec)
-    waiting = [m for m in rec["moves"] if m["state"] == "waiting"]
-    assert waiting and all(m["tables"] == 15 for m in waiting[:-1])  # 3 shards of 5 tables
-    assert sorted(s for m in rec["moves"] for s in batches.shards_of(m["runs"])) == list(range(200))
+    shards = list(range(200))
+    tables = {s: 5 for s in shards}
+    first = batches.next_batch(shards, tables, 500, [])
+    n0 = 5 * len(first)
+    assert first == shards[:len(first)] and n0 <= batches.limit_for(500)
+    # a quick freeze: 100 ms fixed, 0.1 ms per table -> the next batch grows, to at most twice the last
+    done = [{"tables": n0, "freeze_ms": 100 + 0.1 * n0, "steps_ms": {"release": 0.1 * n0}}]
+    rest = shards[len(first):]
+    second = batches.next_batch(rest, tables, 500, done)
+    assert n0 < MAX_TABLES // 2 and 5 * len(second) == 2 * n0 and second[0] == rest[0]
+    # a slow one: 160 ms fixed, 10 ms per table -> (300 - median(100, 160)) / 10 = 17 tables: 3 shards
+    n1 = 5 * len(second)
+    done.append({"tables": n1, "freeze_ms": 160 + 10 * n1, "steps_ms": {"release": 10 * n1}})
+    assert len(batches.next_batch(rest[len(second):], tables, 500, done)) == 3
+    assert batches.next_batch([], tables, 500, done) == []
 
 
 def test_small_batches_do_not_measure_the_per_table_rate():

@@ -1,0 +1,115 @@
+"""A batched migration hands a batch of its shards to a migration of their own, which cuts them over.
+
+A move of more tables than one rename fence takes (a host: 512 shards x 5
+tables) is one migration with ``Spec.batched`` set: it is preflighted, copied,
+tailed and verified once, for every shard. It never cuts over itself. Once it
+has converged and been verified, its pipeline (:func:`jobs.pipeline.finish`)
+hands its shards over one batch at a time, each batch sized to the freeze
+budget, to a *batch migration* (``<id>-b000``, ``-b001``, ...) that starts
+converged and runs the normal rename-fenced cutover: the freeze, the fence on
+both members of the source pair, the drain, the compare and the flip of only
+the batch's ranges, its own lease, settler, reconcile, rollback and cleanup.
+Between two batches the map is valid with part of the ranges moved.
+
+What :func:`hand_over` guarantees, and how:
+
+* **No row is applied twice by two tails.** It holds the batched migration's
+  applier lock (:func:`~migrator.engine.catch_up.checkpoint.applier_lock`), so
+  none of its tails runs, and raises that applier's fencing token on the target
+  (:class:`~migrator.engine.catch_up.lanes.Epoch`), so a tail of it that outlived
+  its ZooKeeper session can no longer land a row. From then on the batch's
+  rows are applied only by the batch migration's own tail.
+* **Nothing between the two tails is lost.** The batch starts from the batched
+  migration's checkpoint, read under the lock: every source transaction up to
+  it is applied for the batch's tables, and the batch's tail resumes there.
+* **One ZooKeeper transaction** (:meth:`MigrationStore.hand_over`) makes the
+  batch's record (spec, state ``converged``, checkpoint, the full check's
+  result for its tables), gives it each shard's lock, and takes the shards out
+  of the batched migration's spec: its later passes, its verify and an abort of
+  it (which drops the target copies) no longer see them. It commits only while
+  the applier lock's node, the checkpoint's version and the batched migration's
+  state are as read.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from migrator.engine.catch_up.checkpoint import applier_claim, applier_lock
+from migrator.engine.migration import MigrationError, MigrationStore, Node, Phase, PhaseConflict, Spec, State
+from migrator.fleet.config import Credentials
+from migrator.fleet.ids import shard_db
+from migrator.fleet.mysql import connect as mysql_connect
+from migrator.fleet.shard_map import HostRegistry, actor
+from migrator.fleet.zk import ZK
+
+
+class HandOverError(MigrationError):
+    component = "handover"
+
+
+def batch_id(parent_id: str, n: int) -> str:
+    """The id of the ``n``-th batch of a batched migration."""
+    return f"{parent_id}-b{n:03d}"
+
+
+def hand_over(zk: ZK, creds: Credentials, parent_id: str, shards: Sequence[int], *, tables: int = 0) -> Spec:
+    """Give ``shards`` of the converged batched migration ``parent_id`` to a new batch migration, which starts
+    converged from the parent's checkpoint; returns the batch's spec. ``tables``: how many tables the
+    batch holds (kept in the parent's state, for sizing the batches after it)."""
+    store = MigrationStore(zk)
+    spec = store.spec(parent_id)
+    if not spec.batched:
+        raise HandOverError(f"migration {parent_id} is not batched: it cuts over itself (`migrator cutover ID`)")
+    want = sorted(set(shards))
+    if not want or not set(want) <= set(spec.shards):
+        raise HandOverError(f"migration {parent_id} does not hold shards "
+                            f"{sorted(set(want) - set(spec.shards)) or want}: nothing handed over")
+    lock = applier_lock(zk, parent_id, "hand-over")  # no tail of the parent applies while we hold it
+    try:
+        claim = applier_claim(zk, lock, parent_id)
+        target = HostRegistry(zk).get(spec.target_master)
+        with mysql_connect(target, creds) as conn:
+            # waits for the lane transactions of any older tail of the parent still in flight, and makes
+            # every later one of them fail: from here the batch's rows are applied by the batch alone
+            claim.epoch().claim(conn)
+        st, version = store.state(parent_id)
+        if st.phase != Phase.CONVERGED:
+            raise PhaseConflict(f"migration {parent_id} is {st.phase.value}, not converged: batches are handed "
+                                "their shards only once it has caught up and been verified")
+        ckpt, ck_version = store.get_progress(parent_id, Node.CATCHUP)
+        if not ckpt or not ckpt.get("gtid") or ck_version is None:
+            raise HandOverError(f"migration {parent_id} has no catch-up checkpoint: run a pass first")
+        verify, _ = store.get_progress(parent_id, Node.VERIFY)
+        if not verify or not verify.get("verified_gtid"):
+            raise HandOverError(f"migration {parent_id} has not been verified: verify it before its batches")
+        cid = batch_id(parent_id, len(st.batches))
+        child = spec.model_copy(update={"id": cid, "shards": tuple(want), "batched": False, "parent": parent_id,
+                                        "created_at": time.time()})
+        now = time.time()
+        cstate = State(phase=Phase.CONVERGED, autopilot=st.autopilot, postpone_cutover=st.postpone_cutover,
+                       history=[{"who": actor(), "when": now, "from": None, "to": Phase.CONVERGED.value,
+                                 "handed_by": parent_id}])
+        dbs = {shard_db(s) for s in want}
+        progress: dict[str, dict[str, Any]] = {
+            Node.CATCHUP: {**ckpt, "handed_by": parent_id, "handed_at": now},
+            Node.VERIFY: {**verify, "handed_by": parent_id,
+                          "suspect_chunks": [c for c in verify.get("suspect_chunks") or []
+                                             if str(c.get("table", "")).split(".", 1)[0] in dbs]},
+        }
+
+        def change(s: State) -> State:
+            s.batches.append(cid)
+            s.batch_tables[cid] = tables
+            return s
+
+        checks = {claim.node: -1, store.node_path(parent_id, Node.CATCHUP): ck_version}
+        store.hand_over(spec, version, child, cstate, progress, checks, change)
+    finally:
+        try:
+            lock.release()
+        except Exception:  # noqa: BLE001 - a lost session released it already
+            pass
+    return child

@@ -1,0 +1,101 @@
+"""A batched migration hands a batch its shards (:mod:`migrator.engine.handover`) on the sandbox.
+
+The batched migration (shards 2 and 3) is converged and verified; shard 3 is handed to a batch.
+From then on the batched migration's tail no longer applies shard 3, an older tail of it can no
+longer write to the target at all (its fencing token was raised), the batch applies what was
+written to shard 3 before and after the hand-over and cuts over alone (shard 2 stays on the
+source), the batched migration refuses to cut over itself, and an abort of it drops only the
+copy of the shard it still holds.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from migrator.engine.catch_up.lanes import _EPOCH, Epoch, StaleEpoch
+from migrator.engine.cutover import cutover
+from migrator.engine.cutover.errors import NotConverged
+from migrator.engine.handover import HandOverError, hand_over
+from migrator.engine.migration import Node, Options, Phase
+from migrator.engine.verify.run import verify_migration
+from migrator.fleet.mysql import connect as mysql_connect
+from migrator.fleet.shard_map import ShardMapStore
+from migrator.ops import command
+
+from .cutover_setup import prepare_converged
+
+
+def _insert(conn, shard: int, data: str) -> int:
+    with conn.cursor() as cur:
+        cur.execute(f"INSERT INTO `db{shard:05d}`.pins (data) VALUES (%s)", (data,))
+        new = cur.lastrowid
+    conn.commit()
+    return new
+
+
+def _has(conn, shard: int, pid: int) -> bool:
+    conn.commit()  # a fresh snapshot
+    with conn.cursor() as cur:
+        cur.execute(f"SELECT COUNT(*) FROM `db{shard:05d}`.pins WHERE local_id = %s", (pid,))
+        return bool(cur.fetchone()[0])
+
+
+def test_a_batch_is_handed_its_shards_and_cuts_over_alone(fleet):
+    prep = prepare_converged(fleet, (2, 3), options=Options(freeze_budget_ms=3000), batched=True)
+    pid, store, creds = prep.spec.id, prep.store, fleet.credentials
+    for db in prep.spec.databases:  # what the copy records of each table it made on the target
+        store.put_progress(pid, f"copy/{db}.pins", {"db": db, "table": "pins", "done": True})
+    verify_migration(fleet.config, pid, drainer=prep.drainer)
+    prep.drainer.close()  # the batched migration's tail lets go of its applier lock
+    src, dst = mysql_connect(prep.source, creds), mysql_connect(prep.target, creds)
+    try:
+        with dst.cursor() as cur:
+            cur.execute(f"SELECT epoch FROM {_EPOCH} WHERE applier = %s", (pid,))
+            old_token = int(cur.fetchone()[0])  # the token of the tail that just ran
+        before = {2: _insert(src, 2, '{"w": "before"}'), 3: _insert(src, 3, '{"w": "before"}')}
+        with pytest.raises(NotConverged, match="in batches"):
+            cutover(fleet.config, pid)
+
+        batch = hand_over(fleet.zk, creds, pid, [3], tables=5)
+
+        assert batch.parent == pid and batch.shards == (3,) and not batch.batched
+        assert store.spec(pid).shards == (2,)
+        st, _ = store.state(pid)
+        assert st.batches == [batch.id] and st.batch_tables == {batch.id: 5}
+        assert store.holders([2, 3]) == {2: pid, 3: batch.id}
+        bst, _ = store.state(batch.id)
+        assert bst.phase == Phase.CONVERGED and bst.history[0]["handed_by"] == pid
+        parent_ckpt, _ = store.get_progress(pid, Node.CATCHUP)
+        assert store.get_progress(batch.id, Node.CATCHUP)[0]["gtid"] == parent_ckpt["gtid"]
+        assert store.get_progress(batch.id, Node.VERIFY)[0]["verified_gtid"] == \
+            store.get_progress(pid, Node.VERIFY)[0]["verified_gtid"]
+        # a tail of the batched migration from before the hand-over can no longer write to the target
+        with dst.cursor() as cur, pytest.raises(StaleEpoch):
+            Epoch(pid, old_token).check(cur)
+        dst.rollback()
+        with pytest.raises(HandOverError, match="does not hold"):
+            hand_over(fleet.zk, creds, pid, [3])
+
+        after = {2: _insert(src, 2, '{"w": "after"}'), 3: _insert(src, 3, '{"w": "after"}')}
+        command.catchup(fleet.config, pid, passes=1)
+        assert _has(dst, 2, before[2]) and _has(dst, 2, after[2])
+        # shard 3 is the batch's now: the batched migration's pass applied none of it
+        assert not _has(dst, 3, before[3]) and not _has(dst, 3, after[3])
+
+        cutover(fleet.config, batch.id)
+        smap = ShardMapStore(fleet.zk).read()
+        assert smap.master_of(3) == prep.spec.target_master and smap.master_of(2) == prep.spec.source_master
+        assert _has(dst, 3, before[3]) and _has(dst, 3, after[3])  # the batch's own drain applied both
+        assert store.state(batch.id)[0].phase == Phase.DONE
+
+        # an abort of the batched migration drops the copy of the shard it still holds, not the batch's
+        command.abort(fleet.config, pid)
+        with dst.cursor() as cur:
+            cur.execute("SELECT SCHEMA_NAME FROM information_schema.SCHEMATA WHERE SCHEMA_NAME IN "
+                        "('db00002', 'db00003')")
+            assert {r[0] for r in cur.fetchall()} == {"db00003"}
+        assert _has(dst, 3, after[3])
+        assert store.holders([2, 3]) == {3: batch.id}
+    finally:
+        src.close()
+        dst.close()
