@@ -99,3 +99,38 @@ def test_a_batch_is_handed_its_shards_and_cuts_over_alone(fleet):
     finally:
         src.close()
         dst.close()
+
+
+def test_the_pipeline_cuts_over_a_batch_left_open_then_hands_over_the_rest(fleet):
+    """The pipeline step that handed a batch its shards died before the batch's cutover: the next run of
+    ``finish`` cuts that batch over (it hands nothing new meanwhile), the one after hands over and cuts
+    over the last shard, and the last ends the batched migration."""
+    from jobs import pipeline
+
+    prep = prepare_converged(fleet, (2, 3), options=Options(freeze_budget_ms=3000), batched=True)
+    pid, store = prep.spec.id, prep.store
+    cfg_path = str(fleet.config.path)
+    verify_migration(fleet.config, pid, drainer=prep.drainer)
+    prep.drainer.close()
+    first = hand_over(fleet.zk, fleet.credentials, pid, [2], tables=5)  # ... and the step died here
+
+    out = pipeline.finish(pid, cfg_path)
+    assert out["batch"] == first.id and "cutover" in out, out
+    assert store.state(first.id)[0].phase == Phase.DONE and store.spec(pid).shards == (3,)
+    assert store.state(pid)[0].batches == [first.id]
+
+    out = pipeline.finish(pid, cfg_path)
+    second = store.state(pid)[0].batches[-1]
+    assert out["batch"] == second != first.id and store.spec(second).shards == (3,), out
+    assert store.state(second)[0].phase == Phase.DONE
+    timings = store.get_progress(second, Node.HANDOVER)[0]["attempts"][-1]
+    assert {"parent_pass_s", "hand_over_s", "cutover_s"} <= set(timings), timings
+
+    out = pipeline.finish(pid, cfg_path)
+    assert out["done"]["batches"] == 2, out
+    st, _ = store.state(pid)
+    assert st.phase == Phase.CLEANED and store.spec(pid).shards == ()
+    smap = ShardMapStore(fleet.zk).read()
+    assert smap.master_of(2) == smap.master_of(3) == prep.spec.target_master
+    with pytest.raises(command.CommandError, match="in batches"):
+        command.start_rollback(fleet.config, pid)
