@@ -36,14 +36,18 @@ checkpoint; a pass that loses that race steps aside.
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from rq import get_current_job
 
+from migrator.engine import cutover as cutover_mod
 from migrator.engine import handover
 from migrator.engine.catch_up.checkpoint import CatchUpConflict
+from migrator.engine.cutover.errors import CutoverAborted
+from migrator.engine.cutover.hooks import CutoverHooks
 from migrator.engine.cutover.lease import leases
 from migrator.engine.migration import MigrationStore, Node, Phase
 from migrator.errors import ExitCode, MigratorError, describe
@@ -157,6 +161,55 @@ class BatchStopped(MigratorError):
     exit_code = ExitCode.REFUSED
 
 
+#: a pipeline step of a batched migration cuts batches over for about this long, then enqueues the next step
+BATCH_STEP_S = 300.0
+
+
+class _Flight:
+    """One batch's cutover, run in a thread of the pipeline step so that the next batch is handed over and
+    prepared while this one renames its tables and finishes the passive member behind its freeze. The next
+    batch freezes only once this one has ended (:meth:`hold_freeze`), flipped or not: one freeze at a time."""
+
+    def __init__(self, cfg: Any, bid: str, before: _Flight | None):
+        self.cfg, self.bid, self.before = cfg, bid, before
+        #: the freeze is over (the release step is done), or the attempt ended
+        self.released = threading.Event()
+        self.ended = threading.Event()
+        self.error: BaseException | None = None
+        self.result: dict[str, Any] | None = None
+        self.seconds = 0.0
+        self.thread = threading.Thread(target=self._run, name=f"cutover-{bid}", daemon=True)
+
+    def start(self) -> _Flight:
+        self.thread.start()
+        return self
+
+    def _run(self) -> None:
+        t0 = time.monotonic()
+        hooks = CutoverHooks(at_step=self._at_step, before_freeze=self.hold_freeze)
+        try:
+            self.result = cutover_mod.cutover(self.cfg, self.bid, hooks=hooks).to_dict()
+        except BaseException as exc:  # noqa: BLE001 - the step reads it (and the batch's phase) after
+            self.error = exc
+        finally:
+            self.seconds = time.monotonic() - t0
+            self.released.set()
+            self.ended.set()
+
+    def _at_step(self, _run: Any, step: str) -> None:
+        if step == "release":
+            self.released.set()
+
+    def hold_freeze(self, _run: Any) -> None:
+        """Before this batch freezes: the batch before it has ended, and flipped."""
+        if self.before is None:
+            return
+        self.before.ended.wait()
+        if self.before.error is not None:
+            raise CutoverAborted(f"batch {self.before.bid} before it ended with: {describe(self.before.error)}; "
+                                 "not freezing behind it", phase="cutover")
+
+
 def _finish_batch(cfg: Any, mid: str, config_path: str | None, attempt: int, since: float | None,
                   out: dict[str, Any]) -> dict[str, Any]:
     """One step of a batched migration (:mod:`migrator.engine.handover`): cut over its unfinished batch, else
@@ -175,17 +228,11 @@ def _finish_batch(cfg: Any, mid: str, config_path: str | None, attempt: int, sin
             return out
     took: dict[str, float] = {}
     if open_batch is None:
-        t0 = time.monotonic()
         if not st.batches:
+            t0 = time.monotonic()
             out["verify"] = command.verify(cfg, mid)  # the one full check; each batch re-checks what changed
-            took["verify_s"] = time.monotonic() - t0
-        else:
-            command.catchup(cfg, mid, passes=1)  # the shards still here stay current
-            took["parent_pass_s"] = time.monotonic() - t0
-        t0 = time.monotonic()
-        bid = _hand_over_next(cfg, mid)
-        took["hand_over_s"] = time.monotonic() - t0
-        attempt, since = 0, None
+            out["verify_s"] = round(time.monotonic() - t0, 3)
+        return _fly_batches(cfg, mid, config_path, out, pass_first=bool(st.batches))
     else:
         bid, bst = open_batch
         if bst.phase in BATCH_ENDED or bst.stopped:
@@ -203,11 +250,7 @@ def _finish_batch(cfg: Any, mid: str, config_path: str | None, attempt: int, sin
     try:
         retry = _cut_over(cfg, bid, mid, attempt, since, out)
         took["cutover_s"] = time.monotonic() - t0
-        with command.session(cfg) as (zk, _):
-            store = MigrationStore(zk)
-            prior = store.get_progress(bid, Node.HANDOVER)[0] or {}
-            store.put_progress(bid, Node.HANDOVER, {**prior, "attempts": [*prior.get("attempts", []),
-                                                                         {k: round(v, 3) for k, v in took.items()}]})
+        _record_steps(cfg, bid, took)
     except CutoverRetriesOver:
         raise
     except Exception as exc:  # noqa: BLE001 - flipped, or left to the settler: the batch's phase says which
@@ -221,6 +264,63 @@ def _finish_batch(cfg: Any, mid: str, config_path: str | None, attempt: int, sin
     if retry is not None:
         return _again(out, mid, config_path, attempt, f"batch {bid}: {retry[0]}", delay=retry[1], since=retry[2])
     return _again(out, mid, config_path, 0, f"batch {bid} flipped: the next one", count=False)
+
+
+def _fly_batches(cfg: Any, mid: str, config_path: str | None, out: dict[str, Any], *,
+                 pass_first: bool) -> dict[str, Any]:
+    """Hand batches their shards and cut them over, one after another, for about :data:`BATCH_STEP_S`: each
+    batch's catch-up pass of the batched migration, hand-over, fences and gate run while the batch before it
+    renames its tables and finishes the passive member behind its freeze (:class:`_Flight`). Stops at the
+    first batch that did not flip; the next step drives that one (its retries, its window)."""
+    deadline = time.monotonic() + BATCH_STEP_S
+    flights: list[_Flight] = []
+    steps: dict[str, dict[str, float]] = {}
+    before: _Flight | None = None
+    try:
+        while time.monotonic() < deadline:
+            with command.session(cfg) as (zk, _):
+                if not MigrationStore(zk).spec(mid).shards:
+                    break
+            took: dict[str, float] = {}
+            if pass_first:
+                t0 = time.monotonic()
+                command.catchup(cfg, mid, passes=1)  # the shards still here stay current
+                took["parent_pass_s"] = time.monotonic() - t0
+            pass_first = True
+            t0 = time.monotonic()
+            bid = _hand_over_next(cfg, mid)
+            took["hand_over_s"] = time.monotonic() - t0
+            steps[bid] = took
+            flight = _Flight(cfg, bid, before).start()
+            flights.append(flight)
+            flight.released.wait()
+            if flight.error is not None:
+                break
+            before = flight
+    finally:
+        for f in flights:
+            f.ended.wait()
+    for f in flights:
+        _record_steps(cfg, f.bid, {**steps.get(f.bid, {}), "cutover_s": f.seconds})
+        if f.error is None:
+            out.setdefault("cleanup_jobs", {})[f.bid] = command.schedule_cleanup(cfg, f.bid, queue=_queue_name())
+    out["batches"] = [f.bid for f in flights]
+    stopped = next((f for f in flights if f.error is not None), None)
+    if stopped is None:
+        return _again(out, mid, config_path, 0, f"{len(flights)} batches flipped: the next ones", count=False)
+    out["error"] = describe(stopped.error)
+    delay = BACKOFF.delay(0)
+    return _again(out, mid, config_path, 0, f"batch {stopped.bid} did not flip ({out['error']}); trying it again in "
+                  f"{delay:g} s", delay=delay, since=time.time())
+
+
+def _record_steps(cfg: Any, bid: str, took: dict[str, float]) -> None:
+    """Keep what the pipeline spent around one attempt of the batch (its ``handover`` node)."""
+    with command.session(cfg) as (zk, _):
+        store = MigrationStore(zk)
+        prior = store.get_progress(bid, Node.HANDOVER)[0] or {}
+        store.put_progress(bid, Node.HANDOVER, {**prior, "attempts": [*prior.get("attempts", []),
+                                                                     {k: round(v, 3) for k, v in took.items()}]})
 
 
 def _hand_over_next(cfg: Any, mid: str) -> str:

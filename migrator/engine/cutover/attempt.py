@@ -20,8 +20,10 @@ Every attempt is recorded, refused and undone ones too (:func:`record_attempt`).
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -36,6 +38,8 @@ from migrator.engine.migration import GuardLost, MigrationStore, Node, Phase, Ph
 from migrator.errors import MigratorError, describe
 from migrator.fleet.config import Config
 from migrator.fleet.zk import ZK
+
+log = logging.getLogger(__name__)
 
 
 class RollbackError(CutoverError):
@@ -111,7 +115,7 @@ def drive(way: Way, store: MigrationStore, spec: Spec, run: CutoverRun, lease: C
     took = run.before_freeze
     try:
         with _timed(took, "prepare"):
-            run.prepare()
+            _prepare_while_warming(run)
         extra: dict[str, Any] = {}
         if gate is not None:
             try:
@@ -124,8 +128,19 @@ def drive(way: Way, store: MigrationStore, spec: Spec, run: CutoverRun, lease: C
             run.check_target_standby()
         with _timed(took, "recheck"):
             run.refresh_verified_gtid()
+        if hooks.before_freeze is not None:
+            try:
+                with _timed(took, "held"):
+                    hooks.before_freeze(run)
+            except MigratorError as exc:
+                record_attempt(store, way, migration_id, run.attempt(f"held: {exc.message}"))
+                raise
         # from `before`, and only while this process holds the lease (a settler may be at work otherwise)
         store.set_phase(migration_id, way.running, expect=way.before, guard=lease.path, **extra)
+        # the freeze is known once it is over: kept for the next attempts' predictions then, not after the
+        # renames and the passive member's finish (the next batch of a batched migration predicts meanwhile)
+        run.on_released = lambda: freeze_stats.remember(run.zk, run.attempt(way.flipped), fence=run.fence_mode,
+                                                        tables=len(run.tables), migration=migration_id)
         try:
             result = run.run(hooks)
         except FlipUnknown:
@@ -136,13 +151,31 @@ def drive(way: Way, store: MigrationStore, spec: Spec, run: CutoverRun, lease: C
         recorded = on_flipped(result)
         attempt = run.attempt(way.flipped if recorded else f"{way.flipped} (recorded by a settler)")
         record_attempt(store, way, migration_id, attempt)
-        freeze_stats.remember(run.zk, attempt, fence=run.fence_mode, tables=len(run.tables), migration=migration_id)
         return result
     except BaseException as exc:
         failure = exc
         raise
     finally:
         run.close(failure)
+
+
+def _prepare_while_warming(run: CutoverRun) -> None:
+    """Prepare the fences (connections, the passive member's triggers) in a thread while this one starts
+    the drainer's reader and applies what is there, the first thing the gate's prediction does (a few
+    hundred ms). The reader is started here, not in the helper thread: it is killed when the thread that
+    started it ends (``PR_SET_PDEATHSIG``). The gate warms it again if this failed, and reports why."""
+    warm = getattr(run.drainer, "warm", None)
+    if warm is None:
+        run.prepare()
+        return
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="cutover-prepare") as pool:
+        preparing = pool.submit(run.prepare)
+        try:
+            warm()
+            run.warmed = True
+        except Exception as exc:  # noqa: BLE001 - the gate warms it again and reports what fails
+            log.debug("warming the drainer while preparing failed: %s", exc)
+        preparing.result()
 
 
 @contextmanager

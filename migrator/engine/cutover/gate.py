@@ -112,7 +112,7 @@ def predict_freeze_ms(run: CutoverRun) -> tuple[float, dict[str, Any]]:
 
     The drainer is warmed first: starting its reader process is not part of a freeze."""
     warm = getattr(run.drainer, "warm", None)
-    if warm is not None:
+    if warm is not None and not getattr(run, "warmed", False):
         warm()
     conn = mysql_connect(run.source, run.creds)
     try:

@@ -23,6 +23,9 @@ Hook = Callable[["CutoverRun"], None]
 class CutoverHooks:
     """Named points where tests (and playbooks) can act during a cutover."""
 
+    #: called after the re-check, right before the phase becomes "cutover" and the freeze starts; raising
+    #: stops the attempt there (nothing frozen, the phase unchanged)
+    before_freeze: Hook | None = None
     after_freeze: Hook | None = None
     after_fence: Hook | None = None
     before_flip: Hook | None = None

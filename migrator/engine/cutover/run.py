@@ -34,7 +34,8 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
 
@@ -128,6 +129,10 @@ class CutoverRun:
         self.waiters_ended = 0
         #: ms of each step before the freeze (prepare, gate, standby, recheck), for the record
         self.before_freeze: dict[str, float] = {}
+        #: called once the freeze is over (flipped and released), before the steps behind it
+        self.on_released: Callable[[], None] | None = None
+        #: the drainer's reader was started ahead, while the fences were prepared (the gate does not warm it)
+        self.warmed = False
         self.ranges = spec.ranges()
         #: what the freeze and the flip change in the shard map (ranges, or a queue partition's route)
         self.moving = spec.moving
@@ -270,11 +275,35 @@ class CutoverRun:
                                "the copy is incomplete; run the copy again", phase="cutover")
         moves = [Move(t.db, t.table, self.tomb(t.db)) for t in self.tables]
         sentinels = [(db, SENTINEL_TABLE) for db in spec.databases]
+        self.fence_mode = fence_mode(spec.options.fence, len(self.tables))
+        if self.fence_mode == "rename":
+            # with a gated passive member each side renames its own tables (unlogged); else the partner follows.
+            # The master's fence opens its connections while the passive member's triggers are made
+            fence = Fence(self.source, self.creds, moves, sentinels,
+                          lock_wait_timeout=max(1.0, spec.options.freeze_budget_ms / 1000),
+                          log_renames=self.direction.passive is None)
+            with ThreadPoolExecutor(max_workers=1, thread_name_prefix="fence-prepare") as pool:
+                opening = pool.submit(fence.open)
+                try:
+                    if self.direction.passive is not None:
+                        self.passive_gate = self._gate(self.direction.passive)
+                finally:
+                    try:
+                        opening.result()
+                    except BaseException:
+                        fence.close()
+                        raise
+                    if self.direction.passive is not None and self.passive_gate is None:
+                        fence.close()  # the passive gate failed: its error is on its way up
+            self.fence = fence
+            rename = RenameFence(fence)
+            self.fences = PairFence(rename, GateFence(self.passive_gate) if self.passive_gate is not None else None)
+            self.writer = rename.writer
+            return
         passive = None
         if self.direction.passive is not None:
             self.passive_gate = self._gate(self.direction.passive)
             passive = GateFence(self.passive_gate)
-        self.fence_mode = fence_mode(spec.options.fence, len(self.tables))
         if self.fence_mode == "gate":
             # one DROP TABLE closes every moving table; the renames come after the flip
             self.active_gate = self._gate(self.source)
@@ -283,13 +312,6 @@ class CutoverRun:
             with self.writer.cursor() as cur:
                 cur.execute(f"{TAG}SET SESSION time_zone = '+00:00'")
             return
-        # with a gated passive member each side renames its own tables (unlogged); else the partner follows
-        self.fence = Fence(self.source, self.creds, moves, sentinels,
-                           lock_wait_timeout=max(1.0, spec.options.freeze_budget_ms / 1000),
-                           log_renames=passive is None).open()
-        rename = RenameFence(self.fence)
-        self.fences = PairFence(rename, passive)
-        self.writer = rename.writer
 
     def _gate(self, host: Host) -> TriggerGate:
         """This attempt's trigger gate on ``host``, installed (open: clients still write)."""
@@ -510,6 +532,8 @@ class CutoverRun:
                 self.fences.release()
             self.t_released = self._step_end
             freeze_ms = (self.t_released - self.t_freeze) * 1000
+            if self.on_released is not None:
+                self.on_released()
             # outside the freeze: the renames, each member kept from stale writers meanwhile (ended by the
             # rename fence, refused by a gate's triggers)
             try:

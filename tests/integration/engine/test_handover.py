@@ -104,7 +104,7 @@ def test_a_batch_is_handed_its_shards_and_cuts_over_alone(fleet):
 def test_the_pipeline_cuts_over_a_batch_left_open_then_hands_over_the_rest(fleet):
     """The pipeline step that handed a batch its shards died before the batch's cutover: the next run of
     ``finish`` cuts that batch over (it hands nothing new meanwhile), the one after hands over and cuts
-    over the last shard, and the last ends the batched migration."""
+    over the rest, and the last ends the batched migration."""
     from jobs import pipeline
 
     prep = prepare_converged(fleet, (2, 3), options=Options(freeze_budget_ms=3000), batched=True)
@@ -119,9 +119,9 @@ def test_the_pipeline_cuts_over_a_batch_left_open_then_hands_over_the_rest(fleet
     assert store.state(first.id)[0].phase == Phase.DONE and store.spec(pid).shards == (3,)
     assert store.state(pid)[0].batches == [first.id]
 
-    out = pipeline.finish(pid, cfg_path)
+    out = pipeline.finish(pid, cfg_path)  # hands over and cuts over every batch left (here one)
     second = store.state(pid)[0].batches[-1]
-    assert out["batch"] == second != first.id and store.spec(second).shards == (3,), out
+    assert out["batches"] == [second] and second != first.id and store.spec(second).shards == (3,), out
     assert store.state(second)[0].phase == Phase.DONE
     timings = store.get_progress(second, Node.HANDOVER)[0]["attempts"][-1]
     assert {"parent_pass_s", "hand_over_s", "cutover_s"} <= set(timings), timings

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import threading
+
+import pytest
+
 from migrator.engine.cutover.fence import MAX_TABLES
 from migrator.ops.rebalance import batches
 
@@ -87,3 +91,25 @@ def test_small_batches_do_not_measure_the_per_table_rate():
     done = [{"tables": 5, "freeze_ms": 120.0, "steps_ms": {"release": 60.0, "fence": 5.0, "sentinel": 5.0}}]
     fixed, per = batches.measured_costs(done)
     assert fixed == 50.0 and per == batches.PER_TABLE_MS
+
+
+def test_a_batch_freezes_only_after_the_one_before_it_ended_and_flipped():
+    from jobs.pipeline import _Flight
+    from migrator.engine.cutover.errors import CutoverAborted
+
+    first = _Flight(None, "m-b000", None)
+    first.hold_freeze(None)  # the first batch waits for nobody
+    second = _Flight(None, "m-b001", first)
+    held = threading.Thread(target=second.hold_freeze, args=(None,))
+    held.start()
+    held.join(0.2)
+    assert held.is_alive()  # the first has not ended: the second does not freeze
+    first.ended.set()
+    held.join(5)
+    assert not held.is_alive()
+    # the one before it ended without flipping: this one stops before its freeze, saying why
+    failed = _Flight(None, "m-b002", None)
+    failed.error = RuntimeError("lock wait timeout")
+    failed.ended.set()
+    with pytest.raises(CutoverAborted, match="m-b002 before it ended with: .*lock wait timeout; not freezing"):
+        _Flight(None, "m-b003", failed).hold_freeze(None)
