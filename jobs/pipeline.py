@@ -16,15 +16,18 @@ refusal (which names its cause: the blocking connection, the step the freeze
 ran out in) and the record says what to do next.
 
 A batched migration (``Spec.batched``: a split of more tables than one rename
-fence takes) is verified once and then cut over in batches: each run of
-``finish`` cuts over the batch that is not done yet (a catch-up pass of its
-own first, the same retries and window), or, when there is none, runs one
-catch-up pass of the batched migration, hands the next batch its shards
-(:mod:`migrator.engine.handover`, sized by the budget and the freezes of the
-batches before it) and cuts that over; it enqueues itself again until every
-shard is handed over and every batch is done, and then ends the batched
-migration (phase ``cleaned``: its batches hold the tombstones). A batch that
-ended otherwise (aborted, failed, rolled back) stops it, saying which.
+fence takes) is verified once and then cut over in batches. A run of
+``finish`` cuts over the batch that is not done yet, if any (a catch-up pass
+of its own first, the same retries and window); else it hands batches their
+shards one after another (:mod:`migrator.engine.handover`, each sized by the
+budget and the freezes of the batches before it) and cuts each over in a
+thread of its own, so that the next batch is handed over and prepares its
+fences while the one before renames its tables behind its freeze; a batch
+freezes only once the one before it has ended and flipped. It enqueues itself
+again until every shard is handed over and every batch is done, and then ends
+the batched migration (phase ``cleaned``: its batches hold the tombstones). A
+batch that ended otherwise (aborted, failed, rolled back) stops it, saying
+which.
 
 ``postpone_cutover`` (``migrator postpone ID``) holds the pipeline before the
 cutover: ``finish`` re-enqueues itself until it is cleared, and runs a catch-up
@@ -217,9 +220,10 @@ class _Flight:
 
 def _finish_batch(cfg: Any, mid: str, config_path: str | None, attempt: int, since: float | None,
                   out: dict[str, Any]) -> dict[str, Any]:
-    """One step of a batched migration (:mod:`migrator.engine.handover`): cut over its unfinished batch, else
-    hand the next batch its shards and cut that over, else (every shard handed over, every batch done)
-    end it. Re-enqueues itself until the last batch is done."""
+    """One step of a batched migration (:mod:`migrator.engine.handover`): cut over its unfinished batch (with
+    the retries and window of any cutover), else hand batches their shards and cut them over one after
+    another (:func:`_fly_batches`), else (every shard handed over, every batch done) end it. Re-enqueues
+    itself until the last batch is done."""
     with command.session(cfg) as (zk, creds):
         store = MigrationStore(zk)
         spec, (st, _) = store.spec(mid), store.state(mid)
@@ -231,26 +235,25 @@ def _finish_batch(cfg: Any, mid: str, config_path: str | None, attempt: int, sin
             out["done"] = {"batches": len(batches), "longest_freeze_ms": worst}
             _meta(out)
             return out
-    took: dict[str, float] = {}
     if open_batch is None:
         if not st.batches:
             t0 = time.monotonic()
             out["verify"] = command.verify(cfg, mid)  # the one full check; each batch re-checks what changed
             out["verify_s"] = round(time.monotonic() - t0, 3)
         return _fly_batches(cfg, mid, config_path, out, pass_first=bool(st.batches))
-    else:
-        bid, bst = open_batch
-        if bst.phase in BATCH_ENDED or bst.stopped:
-            raise BatchStopped(f"batch {bid} of {mid} is {bst.phase.value}"
-                               f"{': ' + str(bst.stopped.get('reason')) if bst.stopped else ''}; the batches after "
-                               f"it wait: resume it (`migrator resume {bid}`) or roll the finished ones back, "
-                               f"then `migrator resume {mid}`", phase="cutover")
-        if bst.phase != Phase.CONVERGED:  # catching up after a stop, or a cutover (or its settler) holds it
-            if bst.phase == Phase.CATCHING_UP:
-                command.catchup(cfg, bid, passes=1)
-            return _again(out, mid, config_path, attempt, f"batch {bid} is {bst.phase.value}: looking again",
-                          delay=BATCH_RECHECK_S, count=False, since=since)
+    bid, bst = open_batch
+    if bst.phase in BATCH_ENDED or bst.stopped:
+        raise BatchStopped(f"batch {bid} of {mid} is {bst.phase.value}"
+                           f"{': ' + str(bst.stopped.get('reason')) if bst.stopped else ''}; the batches after "
+                           f"it wait: resume it (`migrator resume {bid}`) or roll the finished ones back, "
+                           f"then `migrator resume {mid}`", phase="cutover")
+    if bst.phase != Phase.CONVERGED:  # catching up after a stop, or a cutover (or its settler) holds it
+        if bst.phase == Phase.CATCHING_UP:
+            command.catchup(cfg, bid, passes=1)
+        return _again(out, mid, config_path, attempt, f"batch {bid} is {bst.phase.value}: looking again",
+                      delay=BATCH_RECHECK_S, count=False, since=since)
     out["batch"] = bid
+    took: dict[str, float] = {}
     t0 = time.monotonic()
     try:
         retry = _cut_over(cfg, bid, mid, attempt, since, out)
