@@ -39,6 +39,7 @@ checkpoint; a pass that loses that race steps aside.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from dataclasses import dataclass
@@ -60,6 +61,8 @@ from migrator.fleet.shard_map import HostRegistry
 from migrator.ops import command
 from migrator.ops.rebalance import batches as batch_mod
 from migrator.ops.steps import enqueue_finish
+
+log = logging.getLogger(__name__)
 
 POSTPONE_RECHECK_S = 5
 
@@ -307,12 +310,17 @@ def _fly_batches(cfg: Any, mid: str, config_path: str | None, out: dict[str, Any
                 break
             before = flight
     finally:
+        # also when a hand-over failed (the batched migration aborted meanwhile, ZooKeeper lost): the batches
+        # in flight end, and the flipped ones get their cleanup
         for f in flights:
             f.ended.wait()
-    for f in flights:
-        _record_steps(cfg, f.bid, {**steps.get(f.bid, {}), "cutover_s": f.seconds})
-        if f.error is None:
-            out.setdefault("cleanup_jobs", {})[f.bid] = command.schedule_cleanup(cfg, f.bid, queue=_queue_name())
+            try:
+                _record_steps(cfg, f.bid, {**steps.get(f.bid, {}), "cutover_s": f.seconds})
+                if f.error is None:
+                    out.setdefault("cleanup_jobs", {})[f.bid] = command.schedule_cleanup(cfg, f.bid,
+                                                                                          queue=_queue_name())
+            except Exception as exc:  # noqa: BLE001 - bookkeeping; an overdue cleanup is run by any worker
+                log.warning("batch %s: recording its steps or scheduling its cleanup failed: %s", f.bid, exc)
     out["batches"] = [f.bid for f in flights]
     stopped = next((f for f in flights if f.error is not None), None)
     if stopped is None:
