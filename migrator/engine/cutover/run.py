@@ -35,7 +35,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from typing import Any
 
@@ -277,24 +277,11 @@ class CutoverRun:
         sentinels = [(db, SENTINEL_TABLE) for db in spec.databases]
         self.fence_mode = fence_mode(spec.options.fence, len(self.tables))
         if self.fence_mode == "rename":
-            # with a gated passive member each side renames its own tables (unlogged); else the partner follows.
-            # The master's fence opens its connections while the passive member's triggers are made
+            # with a gated passive member each side renames its own tables (unlogged); else the partner follows
             fence = Fence(self.source, self.creds, moves, sentinels,
                           lock_wait_timeout=max(1.0, spec.options.freeze_budget_ms / 1000),
                           log_renames=self.direction.passive is None)
-            with ThreadPoolExecutor(max_workers=1, thread_name_prefix="fence-prepare") as pool:
-                opening = pool.submit(fence.open)
-                try:
-                    if self.direction.passive is not None:
-                        self.passive_gate = self._gate(self.direction.passive)
-                finally:
-                    try:
-                        opening.result()
-                    except BaseException:
-                        fence.close()
-                        raise
-                    if self.direction.passive is not None and self.passive_gate is None:
-                        fence.close()  # the passive gate failed: its error is on its way up
+            self._open_beside_passive_gate(fence)
             self.fence = fence
             rename = RenameFence(fence)
             self.fences = PairFence(rename, GateFence(self.passive_gate) if self.passive_gate is not None else None)
@@ -304,14 +291,26 @@ class CutoverRun:
         if self.direction.passive is not None:
             self.passive_gate = self._gate(self.direction.passive)
             passive = GateFence(self.passive_gate)
-        if self.fence_mode == "gate":
-            # one DROP TABLE closes every moving table; the renames come after the flip
-            self.active_gate = self._gate(self.source)
-            self.fences = PairFence(GateFence(self.active_gate, log_renames=passive is None), passive)
-            self.writer = mysql_connect(self.source, self.creds, read_timeout=600)
-            with self.writer.cursor() as cur:
-                cur.execute(f"{TAG}SET SESSION time_zone = '+00:00'")
-            return
+        # the gate fence: one DROP TABLE closes every moving table; the renames come after the flip
+        self.active_gate = self._gate(self.source)
+        self.fences = PairFence(GateFence(self.active_gate, log_renames=passive is None), passive)
+        self.writer = mysql_connect(self.source, self.creds, read_timeout=600)
+        with self.writer.cursor() as cur:
+            cur.execute(f"{TAG}SET SESSION time_zone = '+00:00'")
+
+    def _open_beside_passive_gate(self, fence: Fence) -> None:
+        """Open the master's rename fence (its connections) while the passive member's gate is installed;
+        if either fails, the fence's connections are closed and the error raised."""
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="fence-prepare") as pool:
+            opening = pool.submit(fence.open)
+            try:
+                if self.direction.passive is not None:
+                    self.passive_gate = self._gate(self.direction.passive)
+                opening.result()
+            except BaseException:
+                wait([opening])
+                fence.close()
+                raise
 
     def _gate(self, host: Host) -> TriggerGate:
         """This attempt's trigger gate on ``host``, installed (open: clients still write)."""
