@@ -132,6 +132,14 @@ class Options(BaseModel):
     #: how long the pipeline (``jobs.pipeline.finish``) keeps trying a cutover that stopped before the flip
     #: (a lock held on a moving table, a freeze over its budget), with backoff between attempts; 0: once
     cutover_retry_s: float = Field(default=600.0, ge=0, le=7 * 24 * 3600)
+    #: how long a statement that needs a live table's metadata lock outside the freeze (the write gates'
+    #: triggers, the renames after the flip) keeps trying; each try waits at most half the freeze budget, so no
+    #: client queues behind it for longer (migrator.engine.mdl)
+    lock_retry_s: float = Field(default=30.0, gt=0, le=3600)
+    #: when such a statement's tries are over, end the connections holding the lock (KILL CONNECTION) and try
+    #: once more, instead of stopping; never one whose transaction changed more than kill_blockers_max_rows rows
+    kill_blockers: bool = False
+    kill_blockers_max_rows: int = Field(default=0, ge=0)
 
 
 class Spec(BaseModel):

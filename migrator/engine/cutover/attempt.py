@@ -34,6 +34,7 @@ from migrator.engine.cutover.hooks import CutoverHooks, CutoverResult
 from migrator.engine.cutover.lease import CutoverLease
 from migrator.engine.cutover.reconcile import settle_unknown
 from migrator.engine.cutover.run import CutoverRun
+from migrator.engine.mdl import LockBusy
 from migrator.engine.migration import GuardLost, MigrationStore, Node, Phase, PhaseConflict, Spec
 from migrator.errors import MigratorError, describe
 from migrator.fleet.config import Config
@@ -115,7 +116,14 @@ def drive(way: Way, store: MigrationStore, spec: Spec, run: CutoverRun, lease: C
     took = run.before_freeze
     try:
         with _timed(took, "prepare"):
-            _prepare_while_warming(run)
+            try:
+                _prepare_while_warming(run)
+            except LockBusy as exc:  # a client's transaction held a moving table past the tries: named
+                record = run.attempt(f"refused: {exc.message}")
+                record["lock_waits"][exc.server] = exc.attempts.to_dict()
+                record["blockers"] = [b.to_dict() for b in exc.blockers]
+                record_attempt(store, way, migration_id, record)
+                raise
         extra: dict[str, Any] = {}
         if gate is not None:
             try:

@@ -63,6 +63,7 @@ from dataclasses import dataclass
 
 import pymysql
 
+from migrator.engine.mdl import LockWait, run_locking
 from migrator.errors import MigratorError
 from migrator.fleet.config import Credentials
 from migrator.fleet.model import Host
@@ -112,7 +113,8 @@ class Fence:
 
     def __init__(self, host: Host, credentials: Credentials, moves: Sequence[Move],
                  locked_only: Sequence[tuple[str, str]] = (), *, lock_wait_timeout: float = 5.0,
-                 rename_wait_timeout: float = 600.0, log_renames: bool = False, log_lock: bool = True):
+                 rename_wait_timeout: float = 600.0, log_renames: bool = False, log_lock: bool = True,
+                 lock_wait: LockWait | None = None):
         if not moves:
             raise FenceError("nothing to fence: no moving tables", phase="cutover")
         if len(moves) > MAX_TABLES:
@@ -123,6 +125,10 @@ class Fence:
         self.moves = list(moves)
         self.locked_only = list(locked_only)
         self.lock_wait_timeout = lock_wait_timeout
+        #: outside a freeze (a member renamed after the flip, a reconcile): the LOCK waits in short tries, so no
+        #: client queues behind it for long (:func:`migrator.engine.mdl.run_locking`); inside a freeze the
+        #: freeze's own budget and watchdog bound it (None)
+        self.lock_wait = lock_wait
         self.rename_wait_timeout = rename_wait_timeout
         self.log_renames = log_renames
         self.log_lock = log_lock
@@ -189,8 +195,13 @@ class Fence:
             self._locking = True
             self._owner = threading.current_thread()
         try:
-            with self.a.cursor() as cur:
-                cur.execute(self.lock_sql())
+            if self.lock_wait is not None:
+                run_locking(self.a, self.lock_sql(), server=self.host.name, wait=self.lock_wait,
+                            tables=[(m.db, m.table) for m in self.moves] + list(self.locked_only),
+                            what="the tombstone renames' LOCK TABLES")
+            else:
+                with self.a.cursor() as cur:
+                    cur.execute(self.lock_sql())
         except pymysql.err.OperationalError as exc:
             if self.aborted:
                 raise FenceError(f"the fence on {self.host.name} was undone while locking", phase="cutover") from None

@@ -56,6 +56,16 @@ execution while they exist, until the client prepares it again; statements
 prepared after, and text-protocol statements, are not affected. So the
 triggers exist only from the cutover's prepare step to its finish.
 
+Every statement here that needs a moving table's metadata lock outside the
+freeze (``CREATE TRIGGER``, ``DROP TRIGGER``, the rename fence's ``LOCK
+TABLES`` in :meth:`TriggerGate.finish`) runs through
+:func:`migrator.engine.mdl.run_locking`: each try waits at most a fraction of
+the freeze budget (so no client, reads included, queues behind it for longer),
+tries go on with backoff, and a statement that never gets its lock stops naming
+the connections that hold it. Triggers are made ``IF NOT EXISTS`` and dropped
+``IF EXISTS``, so an interrupted try can be run again; an install that stops
+removes its triggers and gate table.
+
 Every statement here runs with ``sql_log_bin=0``: the gate, the triggers and
 the renames stay on the member they were made on. The master renames its own
 tables unlogged too (see :mod:`migrator.engine.cutover.fence`), so neither side replays the
@@ -97,6 +107,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pymysql
 
 from migrator.engine.cutover.fence import ER_NO_SUCH_THREAD, MAX_TABLES, Fence, Move, take_spare
+from migrator.engine.mdl import DEFAULT_WAIT, Attempts, LockWait, run_locking
 from migrator.errors import MigratorError
 from migrator.fleet.config import Credentials
 from migrator.fleet.gtid import GtidPos
@@ -153,7 +164,7 @@ class TriggerGate:
     """
 
     def __init__(self, host: Host, credentials: Credentials, tables: Sequence[tuple[str, str]], suffix: str,
-                 tomb_db_of: dict[str, str], attempt: str = ""):
+                 tomb_db_of: dict[str, str], attempt: str = "", *, lock_wait: LockWait = DEFAULT_WAIT):
         if not tables:
             raise GateError("nothing to gate: no moving tables", phase="cutover")
         self.host = host
@@ -164,6 +175,10 @@ class TriggerGate:
         self.suffix = f"{suffix}_{attempt}" if attempt else suffix
         self.gate = gate_table(self.suffix)
         self.tomb_db_of = dict(tomb_db_of)
+        #: how its statements on the moving tables wait for their metadata locks, and what that cost
+        self.lock_wait = lock_wait
+        self.lock_attempts = Attempts()
+        self._attempts_lock = threading.Lock()
         self.conn: pymysql.connections.Connection | None = None
         self._spare: pymysql.connections.Connection | None = None
         self.conn_id: int | None = None
@@ -232,34 +247,72 @@ class TriggerGate:
             cur.execute(f"{TAG}CREATE TABLE IF NOT EXISTS {qualified(GATE_SCHEMA, self.gate)} "
                         "(open TINYINT NOT NULL) ENGINE=MEMORY")
             existing = {(db, name) for db, name, _ in self._existing_triggers()}
-        todo = []
-        for db, table in self.tables:
-            for event, letter in EVENTS:
-                name = trigger_name(self.suffix, table, letter)
-                if (db, name) not in existing:
-                    todo.append(f"{TAG}CREATE TRIGGER {qualified(db, name)} BEFORE {event} ON {qualified(db, table)} "
-                                "FOR EACH ROW BEGIN DECLARE n INT; "
-                                f"SELECT COUNT(*) INTO n FROM {qualified(GATE_SCHEMA, self.gate)}; END")
-        if len(todo) <= INSTALL_SERIAL_MAX:
-            with self._cur() as cur:
-                for sql in todo:
-                    cur.execute(sql)
-            return
-        # a CREATE TRIGGER waits mostly on its own table's files: a few sessions at once take about half as long
-        with ThreadPoolExecutor(max_workers=INSTALL_PARALLEL, thread_name_prefix="gate-install") as pool:
-            for f in [pool.submit(self._create_on_own_session, todo[k::INSTALL_PARALLEL])
-                      for k in range(INSTALL_PARALLEL)]:
-                f.result()
+        made = [(db, name, table) for db, table in self.tables for _, letter in EVENTS
+                if (db, name := trigger_name(self.suffix, table, letter)) not in existing]
+        todo = [(db, table, "the write gate's CREATE TRIGGER", self._create_sql(db, table, name))
+                for db, name, table in made]
+        try:
+            if len(todo) <= INSTALL_SERIAL_MAX:
+                assert self.conn is not None
+                self._run_on(self.conn, todo)
+                return
+            # a CREATE TRIGGER waits mostly on its own table's files: a few sessions at once take about half as long
+            with ThreadPoolExecutor(max_workers=INSTALL_PARALLEL, thread_name_prefix="gate-install") as pool:
+                for f in [pool.submit(self._run_on_own_session, todo[k::INSTALL_PARALLEL])
+                          for k in range(INSTALL_PARALLEL)]:
+                    f.result()
+        except BaseException:
+            # nothing half-installed: this attempt's triggers and gate table go (bounded too; what cannot go
+            # now carries this attempt's name, and the settler or the next attempt removes it)
+            try:
+                self.remove()
+            except Exception:  # noqa: BLE001 - the install's own error is the one to raise
+                pass
+            raise
 
-    def _create_on_own_session(self, statements: list[str]) -> None:
+    def _create_sql(self, db: str, table: str, name: str, gate: str | None = None) -> str:
+        event = next(ev for ev, letter in EVENTS if name.endswith(f"_{letter}"))
+        return (f"{TAG}CREATE TRIGGER IF NOT EXISTS {qualified(db, name)} BEFORE {event} ON {qualified(db, table)} "
+                "FOR EACH ROW BEGIN DECLARE n INT; "
+                f"SELECT COUNT(*) INTO n FROM {qualified(GATE_SCHEMA, gate or self.gate)}; END")
+
+    def _run_on(self, conn: pymysql.connections.Connection,
+                statements: Sequence[tuple[str, str, str, str]]) -> None:
+        """``(db, table, what, sql)`` statements that lock their table, each bounded
+        (:func:`~migrator.engine.mdl.run_locking`); the cost is added to :attr:`lock_attempts`."""
+        mine = Attempts()
+        try:
+            for db, table, what, sql in statements:
+                run_locking(conn, sql, tables=[(db, table)], server=self.host.name, wait=self.lock_wait,
+                            what=f"{what} on {db}.{table}",
+                            attempts=mine)
+        finally:
+            with self._attempts_lock:
+                total = self.lock_attempts
+                total.tries += mine.tries
+                total.busy += mine.busy
+                total.longest_try_ms = max(total.longest_try_ms, mine.longest_try_ms)
+                total.killed.extend(mine.killed)
+
+    def _run_on_own_session(self, statements: Sequence[tuple[str, str, str, str]]) -> None:
         conn = mysql_connect(self.host, self.credentials, read_timeout=600)
         try:
             with conn.cursor() as cur:
                 cur.execute(f"{TAG}SET SESSION sql_log_bin = 0")
-                for sql in statements:
-                    cur.execute(sql)
+            self._run_on(conn, statements)
         finally:
             conn.close()
+
+    def _drop_triggers(self, triggers: set[tuple[str, str, str]],
+                       conn: pymysql.connections.Connection | None = None) -> None:
+        """DROP TRIGGER IF EXISTS each ``(db, trigger, table)``, bounded."""
+        conn = conn or self.conn
+        if conn is None:
+            self.open()
+            conn = self.conn
+        assert conn is not None
+        self._run_on(conn, [(db, table, "the write gate's DROP TRIGGER", f"{TAG}DROP TRIGGER IF EXISTS "
+                             f"{qualified(db, name)}") for db, name, table in sorted(triggers)])
 
     def _existing_triggers(self, conn: pymysql.connections.Connection | None = None) -> set[tuple[str, str, str]]:
         """(schema, trigger, table) of this gate's triggers on the member: this attempt's, or with
@@ -396,7 +449,7 @@ class TriggerGate:
         deadline = time.monotonic() + timeout
         moves = [Move(db, t, self.tomb_db_of[db]) for db, t in tables]
         fence = Fence(self.host, self.credentials, moves, log_lock=False, log_renames=log_renames,
-                      lock_wait_timeout=timeout).open()
+                      lock_wait_timeout=timeout, lock_wait=self.lock_wait).open()
         dropped: list[tuple[str, str, str]] = []  # (db, table, trigger) dropped under the lock
         try:
             fence.lock()
@@ -431,12 +484,10 @@ class TriggerGate:
             assert conn is not None
             with conn.cursor() as cur:
                 cur.execute(f"{TAG}SET SESSION sql_log_bin = 0")
-                for db, table, name in dropped:
-                    event = next(ev for ev, letter in EVENTS if name.endswith(f"_{letter}"))
-                    cur.execute(
-                        f"{TAG}CREATE TRIGGER IF NOT EXISTS {qualified(db, name)} BEFORE {event} ON "
-                        f"{qualified(db, table)} FOR EACH ROW BEGIN DECLARE n INT; "
-                        f"SELECT COUNT(*) INTO n FROM {qualified(GATE_SCHEMA, gate_of_trigger(name))}; END")
+            # under the fence's lock these wait for nothing; on a new connection each is bounded
+            self._run_on(conn, [(db, table, "the write gate's CREATE TRIGGER (put back)",
+                                 self._create_sql(db, table, name, gate_of_trigger(name)))
+                                for db, table, name in dropped])
         except Exception as exc:  # noqa: BLE001 - added to the rename's own error, which is raised
             note = (f"the gate's triggers on {self.host.name} could not be put back after the failed rename "
                     f"({type(exc).__name__}: {exc}): its moving tables take client writes; run `migrator cutover "
@@ -459,9 +510,7 @@ class TriggerGate:
 
     def drop_triggers_of_renamed(self) -> None:
         """Triggers left on tables already renamed (a finish that died midway)."""
-        with self._cur() as cur:
-            for db, name, _ in sorted(self._existing_triggers()):
-                cur.execute(f"{TAG}DROP TRIGGER IF EXISTS {qualified(db, name)}")
+        self._drop_triggers(self._existing_triggers())
 
     def _live_tables(self) -> set[tuple[str, str]]:
         assert self.conn is not None
@@ -476,9 +525,11 @@ class TriggerGate:
         """Drop the triggers and the gate: the member is as it was before the cutover prepared it.
 
         Only for a gate that is open, or whose cutover was undone (never after a flip:
-        then :meth:`finish`)."""
-        with self._cur() as cur:
-            for db, name, _ in sorted(self._existing_triggers()):
-                cur.execute(f"{TAG}DROP TRIGGER IF EXISTS {qualified(db, name)}")
-            gates = [self.gate] if self.attempt else (self._gate_tables() or [self.gate])
-            cur.execute(f"{TAG}DROP TABLE IF EXISTS " + ", ".join(qualified(GATE_SCHEMA, g) for g in gates))
+        then :meth:`finish`). The triggers go first: from then on no client statement reads the gate, so
+        its DROP waits only for transactions that fired a trigger before."""
+        if self.conn is None:
+            self.open()
+        self._drop_triggers(self._existing_triggers())
+        gates = [self.gate] if self.attempt else (self._gate_tables() or [self.gate])
+        self._run_on(self.conn, [(GATE_SCHEMA, g, "the write gate's DROP TABLE",  # type: ignore[arg-type]
+                                  f"{TAG}DROP TABLE IF EXISTS {qualified(GATE_SCHEMA, g)}") for g in gates])

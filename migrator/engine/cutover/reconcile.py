@@ -43,6 +43,7 @@ from migrator.engine.cutover.lease import (
 )
 from migrator.engine.cutover.maps import reread_map, unfreeze_ranges
 from migrator.engine.cutover.passive_gate import TriggerGate
+from migrator.engine.mdl import LockWait
 from migrator.engine.migration import MigrationNotFound, MigrationStore, Phase, Spec
 from migrator.engine.names import SENTINEL_TABLE, rename_tomb_tables, tomb_db, tomb_suffix
 from migrator.engine.plan import release_maintenance_pause
@@ -179,7 +180,8 @@ def _settle_fenced_pair(source: Host, passive: Host | None, creds: Credentials, 
     if passive is None or not moving:
         return
     gate = TriggerGate(passive, creds, moving, tomb_suffix(spec.id),
-                       {db: tomb_db(spec.id, db) for db in spec.databases}).open()
+                       {db: tomb_db(spec.id, db) for db in spec.databases},
+                       lock_wait=LockWait.of(spec.options)).open()
     try:
         if landed:
             if gate.gate_exists():
@@ -253,7 +255,8 @@ def _settle_source_gate(source: Host, creds: Credentials, spec: Spec, *, landed:
     if not tables:
         return
     gate = TriggerGate(source, creds, tables, tomb_suffix(spec.id),
-                       {db: tomb_db(spec.id, db) for db in spec.databases}).open()
+                       {db: tomb_db(spec.id, db) for db in spec.databases},
+                       lock_wait=LockWait.of(spec.options)).open()
     try:
         if not gate.installed():
             return
@@ -320,7 +323,8 @@ def _settle_source(source: Host, creds: Credentials, spec: Spec, *, landed: bool
                         cur.execute(f"{TAG}RENAME TABLE " + ", ".join(
                             f"{qualified(tomb, t)} TO {qualified(db, t)}" for t in back))
     if todo_fence:
-        fence = Fence(source, creds, todo_fence, log_renames=logged, lock_wait_timeout=30).open()
+        fence = Fence(source, creds, todo_fence, log_renames=logged, lock_wait_timeout=30,
+                      lock_wait=LockWait.of(spec.options)).open()
         try:
             fence.lock()
             fence.queue_rename(timeout=30)

@@ -60,6 +60,7 @@ from migrator.engine.cutover.maps import reread_map, unfreeze_ranges
 from migrator.engine.cutover.passive_gate import TriggerGate
 from migrator.engine.cutover.sentinel import ensure_sentinel, has_sentinel
 from migrator.engine.cutover.watchdog import Watchdog
+from migrator.engine.mdl import LockWait
 from migrator.engine.migration import MigrationStore, Spec
 from migrator.engine.names import SENTINEL_TABLE, tomb_db, tomb_suffix
 from migrator.engine.verify.checksums import (
@@ -193,7 +194,9 @@ class CutoverRun:
         return {"at": time.time(), "outcome": outcome[:500], "freeze_ms": freeze_ms, "steps_ms": dict(self.steps),
                 "refresh_rounds": list(self.refresh_rounds), "predicted": dict(self.predicted),
                 "drained": dict(self.drained), "released": dict(self.released),
-                "waiters_ended": self.waiters_ended, "before_freeze_ms": dict(self.before_freeze)}
+                "waiters_ended": self.waiters_ended, "before_freeze_ms": dict(self.before_freeze),
+                "lock_waits": {g.host.name: g.lock_attempts.to_dict()
+                               for g in (self.active_gate, self.passive_gate) if g is not None}}
 
     def remaining_s(self) -> float:
         budget = self.spec.options.freeze_budget_ms / 1000
@@ -315,8 +318,13 @@ class CutoverRun:
     def _gate(self, host: Host) -> TriggerGate:
         """This attempt's trigger gate on ``host``, installed (open: clients still write)."""
         gate = TriggerGate(host, self.creds, [(t.db, t.table) for t in self.tables], tomb_suffix(self.spec.id),
-                           {db: self.tomb(db) for db in self.spec.databases}, attempt=self.attempt_id).open()
-        gate.install()
+                           {db: self.tomb(db) for db in self.spec.databases}, attempt=self.attempt_id,
+                           lock_wait=LockWait.of(self.spec.options)).open()
+        try:
+            gate.install()
+        except BaseException:
+            gate.close_connection()
+            raise
         return gate
 
     def check_target_standby(self, timeout: float = 30.0) -> None:

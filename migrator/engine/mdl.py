@@ -1,0 +1,348 @@
+"""Metadata locks on live tables: who holds them, and how to take one without making clients queue.
+
+Runs wherever the migrator changes a table that clients use: the cutover's
+write gates (``CREATE TRIGGER`` / ``DROP TRIGGER`` on the source pair's
+members), the passive member's tombstone renames after the flip (``LOCK
+TABLES``), the settler's and reconcile's undo and finish, on either member of
+either pair, forward and back.
+
+Why
+---
+A statement that needs an exclusive (or shared-no-write) metadata lock
+(``CREATE/DROP TRIGGER``, ``LOCK TABLES ... WRITE``, ``RENAME``, ``ALTER``)
+waits behind every open transaction that touched the table, and while it waits
+every new statement on that table, reads included, queues behind *it*. With the
+server's default ``lock_wait_timeout`` (a day) one report holding a read
+transaction on a passive member made a client's 20 ms inserts wait 56 s behind
+a ``CREATE TRIGGER`` (seen on MariaDB 10.11). gh-ost takes such locks with a
+short wait and retries; Spirit kills the holders near its lock wait.
+
+How
+---
+Each try runs as ``SET STATEMENT max_statement_time=<try> FOR <statement>``:
+MariaDB interrupts the statement (error 1969) when the try is over, and a
+statement waiting for a metadata lock is interruptible, so no client queues
+behind it for longer than one try (``lock_wait_timeout`` counts whole seconds
+only, too coarse for a freeze budget of 500 ms; checked: a client's read
+queued behind an interrupted ``CREATE TRIGGER`` waited 0.2 s with a 0.2 s try).
+Between tries the statement backs off (tenacity, jittered, doubling), for at
+most :attr:`LockWait.retry_s`. Then it stops with :class:`LockBusy`, which
+names the holders (connection, user, host, how long, what it runs), as a freeze
+that ran out does. Each statement given here must be safe to run again (``IF
+NOT EXISTS`` / ``IF EXISTS``): an interrupted try may have been interrupted
+after its lock was granted.
+
+As an opt-in (:attr:`LockWait.kill_holders`, the migration option
+``kill_blockers``), the holders that outlast the tries are ended instead
+(``KILL CONNECTION``), as Spirit does, but never a transaction that changed
+more than :attr:`LockWait.kill_max_rows` rows; each one ended is recorded
+(:attr:`Attempts.killed`), then the statement is tried again. Ending holders
+needs the ``metadata_lock_info`` plugin (the only way to know that a
+connection holds *this* table) and CONNECTION ADMIN.
+
+Who holds what is read from the server's own tables, with the PROCESS
+privilege:
+
+- ``information_schema.METADATA_LOCK_INFO`` (the ``metadata_lock_info``
+  plugin: ``INSTALL SONAME 'metadata_lock_info'``; the sandbox loads it) says
+  exactly which connections hold a lock on which table;
+- without the plugin, ``information_schema.INNODB_TRX`` lists the open
+  transactions, oldest first: the server cannot say which tables they hold, and
+  the line says so.
+
+Both are joined to ``information_schema.PROCESSLIST`` for the user, the client
+host, and the statement running (an idle transaction runs none).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import pymysql
+from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_random_exponential
+
+from migrator.errors import ExitCode, MigratorError
+from migrator.fleet.mysql import query, scalar, tag
+
+log = logging.getLogger(__name__)
+
+TAG = tag("cutover")
+#: the statements of the migrator's own fences and gates (never a holder to name or end)
+OWN_TAGS = (tag("cutover"), tag("cutover-passive"))
+ER_LOCK_WAIT_TIMEOUT = 1205
+ER_STATEMENT_TIMEOUT = 1969
+ER_NO_SUCH_THREAD = 1094
+#: holders named at most (the oldest first)
+LIMIT = 5
+#: a statement is shown up to this many characters
+STATEMENT_CHARS = 160
+#: without the plugin, only transactions open at least this long are named (a busy master has many short ones)
+MIN_OPEN_S = 1
+
+
+@dataclass
+class Blocker:
+    """One connection that holds (or, without the plugin, may hold) a lock on a table the migrator needs."""
+
+    server: str
+    id: int
+    user: str
+    host: str
+    #: how long its transaction has been open (else how long its statement has run), in seconds
+    seconds: int
+    #: what it runs now ("" when idle)
+    statement: str
+    #: what it holds: "db00004.pins (MDL_SHARED_WRITE)", or "an open transaction (...)"
+    holds: str
+    #: rows its transaction changed (None: no InnoDB transaction, or not read)
+    rows_modified: int | None = None
+
+    def describe(self) -> str:
+        doing = f"running {self.statement!r}" if self.statement else "idle in a transaction"
+        return (f"connection {self.id} ({self.user}@{self.host}, open {self.seconds} s, {doing}) holds "
+                f"{self.holds}: wait for it to end, or end it (KILL {self.id} on {self.server})")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def has_lock_info(conn: pymysql.connections.Connection) -> bool:
+    """The ``metadata_lock_info`` plugin is active on this server."""
+    return bool(scalar(conn, f"{TAG}SELECT COUNT(*) FROM information_schema.PLUGINS "
+                             "WHERE PLUGIN_NAME = 'METADATA_LOCK_INFO' AND PLUGIN_STATUS = 'ACTIVE'"))
+
+
+def read_blockers(conn: pymysql.connections.Connection, tables: Sequence[tuple[str, str]], *, server: str,
+                  use_plugin: bool | None = None) -> list[Blocker]:
+    """The connections (not this one) that hold a lock on one of ``tables`` (``(db, table)``), oldest first;
+    without the plugin (or with ``use_plugin=False``), the transactions open on the server."""
+    if use_plugin is None:
+        use_plugin = has_lock_info(conn)
+    return _from_lock_info(conn, tables, server) if use_plugin else _from_transactions(conn, server)
+
+
+def _statement(info: Any) -> str:
+    text = " ".join(str(info or "").split())
+    return text if len(text) <= STATEMENT_CHARS else text[:STATEMENT_CHARS - 3] + "..."
+
+
+def _from_lock_info(conn: pymysql.connections.Connection, tables: Sequence[tuple[str, str]],
+                    server: str) -> list[Blocker]:
+    wanted = {(db, t) for db, t in tables}
+    dbs = sorted({db for db, _ in wanted})
+    if not dbs:
+        return []
+    marks = ", ".join(["%s"] * len(dbs))
+    rows = query(conn, f"{TAG}SELECT m.THREAD_ID, m.TABLE_SCHEMA, m.TABLE_NAME, m.LOCK_MODE, p.USER, p.HOST, "
+                       "p.TIME, p.INFO, TIMESTAMPDIFF(SECOND, t.trx_started, NOW()), t.trx_rows_modified "
+                       "FROM information_schema.METADATA_LOCK_INFO m "
+                       "JOIN information_schema.PROCESSLIST p ON p.ID = m.THREAD_ID "
+                       "LEFT JOIN information_schema.INNODB_TRX t ON t.trx_mysql_thread_id = m.THREAD_ID "
+                       f"WHERE m.THREAD_ID <> CONNECTION_ID() AND m.TABLE_SCHEMA IN ({marks})", tuple(dbs))
+    by_id: dict[int, Blocker] = {}
+    for tid, db, table, mode, user, host, time_s, info, trx_s, modified in rows:
+        if (db, table) not in wanted or str(info or "").startswith(OWN_TAGS):
+            continue  # another table of the db, or the migrator's own fence or gate still letting go
+        held = f"{db}.{table} ({mode})"
+        b = by_id.get(int(tid))
+        if b is None:
+            by_id[int(tid)] = Blocker(server, int(tid), str(user), str(host),
+                                      int(trx_s if trx_s is not None else time_s or 0), _statement(info), held,
+                                      None if modified is None else int(modified))
+        elif held not in b.holds:
+            b.holds += f", {held}"
+    return sorted(by_id.values(), key=lambda b: -b.seconds)[:LIMIT]
+
+
+def _from_transactions(conn: pymysql.connections.Connection, server: str) -> list[Blocker]:
+    rows = query(conn, f"{TAG}SELECT t.trx_mysql_thread_id, p.USER, p.HOST, p.INFO, "
+                       "TIMESTAMPDIFF(SECOND, t.trx_started, NOW()), t.trx_tables_locked, t.trx_rows_locked, "
+                       "t.trx_rows_modified "
+                       "FROM information_schema.INNODB_TRX t "
+                       "JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id "
+                       "WHERE t.trx_mysql_thread_id <> CONNECTION_ID() "
+                       "AND t.trx_started <= NOW() - INTERVAL %s SECOND "
+                       "ORDER BY t.trx_started LIMIT %s", (MIN_OPEN_S, LIMIT))
+    return [Blocker(server, int(tid), str(user), str(host), int(age or 0), _statement(info),
+                    f"an open transaction ({int(tables or 0)} tables, {int(locked or 0)} rows locked; which "
+                    "tables: the server says with the metadata_lock_info plugin)", int(modified or 0))
+            for tid, user, host, info, age, tables, locked, modified in rows]
+
+
+def named(refusal: str, blockers: Sequence[Blocker]) -> str:
+    """A refusal with its blockers named after it (unchanged without any)."""
+    if not blockers:
+        return refusal
+    return refusal.rstrip(". ") + ". Blocked by " + "; ".join(b.describe() for b in blockers) + "."
+
+
+# -- taking a lock without making clients queue --------------------------------------------------------
+
+@dataclass(frozen=True)
+class LockWait:
+    """How a statement that needs a metadata lock on a live table waits for it."""
+
+    #: one try waits at most this long for the lock: the longest a client queues behind the statement
+    try_s: float = 0.25
+    #: tries go on for this long (backing off between them), then :class:`LockBusy`
+    retry_s: float = 30.0
+    #: the first pause between tries; it doubles (jittered) up to :attr:`max_pause_s`
+    first_pause_s: float = 0.05
+    max_pause_s: float = 2.0
+    #: end the holders that outlast the tries (open for the whole :attr:`retry_s`: KILL CONNECTION) and try once
+    #: more, instead of stopping
+    kill_holders: bool = False
+    #: ... but never a holder whose transaction changed more rows than this
+    kill_max_rows: int = 0
+
+    @classmethod
+    def of(cls, options: Any) -> LockWait:
+        """The wait a migration's options give: a try takes at most half the freeze budget (at most 1 s), so a
+        client queued behind it waits less than the budget, statement included; the holders are ended only
+        when the migration opted in (``kill_blockers``)."""
+        try_s = min(1.0, max(0.05, options.freeze_budget_ms / 2000))
+        return cls(try_s=try_s, retry_s=float(options.lock_retry_s), kill_holders=bool(options.kill_blockers),
+                   kill_max_rows=int(options.kill_blockers_max_rows))
+
+
+#: the wait of code that has no migration options at hand (a settler without its spec, tests)
+DEFAULT_WAIT = LockWait()
+
+
+@dataclass
+class Attempts:
+    """What taking locks cost on one member: tries, the longest wait of one, and the holders ended."""
+
+    tries: int = 0
+    busy: int = 0
+    longest_try_ms: float = 0.0
+    killed: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"tries": self.tries, "busy": self.busy, "longest_try_ms": round(self.longest_try_ms, 1),
+                "killed": list(self.killed)}
+
+
+class LockBusy(MigratorError):
+    """A statement could not take a table's metadata lock within its tries; nothing of it was done."""
+
+    component = "mdl"
+    exit_code = ExitCode.REFUSED
+
+    def __init__(self, message: str, *, blockers: Sequence[Blocker] = (), server: str = "",
+                 attempts: Attempts | None = None, phase: str | None = None):
+        super().__init__(message, phase=phase)
+        self.blockers = list(blockers)
+        #: the member it ran on, and what its tries cost there (the holders it ended, too)
+        self.server = server
+        self.attempts = attempts if attempts is not None else Attempts()
+
+
+_LEADING_COMMENT = re.compile(r"^\s*(/\*.*?\*/\s*)", re.S)
+
+
+def bounded_sql(sql: str, try_s: float) -> str:
+    """``sql`` interrupted by the server after ``try_s`` (its leading tag comment kept first, so the
+    statement is still recognised as the migrator's in the processlist)."""
+    m = _LEADING_COMMENT.match(sql)
+    head, body = (m.group(1), sql[m.end():]) if m else ("", sql)
+    return f"{head}SET STATEMENT max_statement_time={max(0.001, try_s):.3f} FOR {body}"
+
+
+def _busy(exc: BaseException) -> bool:
+    return (isinstance(exc, pymysql.err.MySQLError) and bool(exc.args)
+            and exc.args[0] in (ER_STATEMENT_TIMEOUT, ER_LOCK_WAIT_TIMEOUT))
+
+
+def run_locking(conn: pymysql.connections.Connection, sql: str, *, tables: Sequence[tuple[str, str]], server: str,
+                wait: LockWait = DEFAULT_WAIT, what: str = "", attempts: Attempts | None = None,
+                sleep: Callable[[float], None] = time.sleep, phase: str | None = "cutover") -> None:
+    """Run ``sql`` (which takes a metadata lock on ``tables``, on ``server``) on ``conn``, each try bounded
+    by ``wait.try_s``, retried with backoff for ``wait.retry_s``; then, with ``wait.kill_holders``, end the
+    holders it may and try once more; else raise :class:`LockBusy` naming them. ``sql`` must be safe to
+    run again."""
+    attempts = attempts if attempts is not None else Attempts()
+    bounded = bounded_sql(sql, wait.try_s)
+
+    def one_try() -> None:
+        attempts.tries += 1
+        t0 = time.monotonic()
+        try:
+            with conn.cursor() as cur:
+                cur.execute(bounded)
+        except pymysql.err.MySQLError as exc:
+            if _busy(exc):
+                attempts.busy += 1
+            raise
+        finally:
+            attempts.longest_try_ms = max(attempts.longest_try_ms, (time.monotonic() - t0) * 1000)
+
+    retrying = Retrying(retry=retry_if_exception(_busy), stop=stop_after_delay(wait.retry_s),
+                        wait=wait_random_exponential(multiplier=wait.first_pause_s, max=wait.max_pause_s),
+                        sleep=sleep, reraise=True)
+    try:
+        retrying(one_try)
+        return
+    except pymysql.err.MySQLError as exc:
+        if not _busy(exc):
+            raise
+    holders = _holders(conn, tables, server)
+    doing = what or _statement(sql)
+    if wait.kill_holders:
+        ended = kill_holders(conn, holders, wait.kill_max_rows, server, min_open_s=int(wait.retry_s))
+        attempts.killed.extend(b.to_dict() for b in ended)
+        if ended:
+            try:
+                one_try()
+                return
+            except pymysql.err.MySQLError as exc:
+                if not _busy(exc):
+                    raise
+            holders = _holders(conn, tables, server)
+    raise LockBusy(named(
+        f"{doing} on {server} could not take its table's metadata lock in {attempts.tries} tries of "
+        f"{wait.try_s * 1000:.0f} ms over {wait.retry_s:g} s (no client waited longer than one try); nothing "
+        f"of it was done: retry when the holders are gone"
+        + ("" if wait.kill_holders else ", or let the migration end them (`migrator set ID --kill-blockers`)"),
+        holders), blockers=holders, server=server, attempts=attempts, phase=phase)
+
+
+def _holders(conn: pymysql.connections.Connection, tables: Sequence[tuple[str, str]], server: str) -> list[Blocker]:
+    try:
+        return read_blockers(conn, tables, server=server)
+    except pymysql.err.MySQLError as exc:  # the refusal stands without its detail
+        log.warning("could not read the lock holders on %s: %s", server, exc)
+        return []
+
+
+def kill_holders(conn: pymysql.connections.Connection, holders: Sequence[Blocker], max_rows: int,
+                 server: str, *, min_open_s: int = 0) -> list[Blocker]:
+    """End (``KILL CONNECTION``) the holders open at least ``min_open_s`` (they held the lock through every
+    try, not a client's passing statement) whose transaction changed at most ``max_rows`` rows; returns the
+    ones ended. Only with the ``metadata_lock_info`` plugin: without it a holder is only "an open
+    transaction", which may hold none of the tables, and nothing is ended."""
+    if not holders or not has_lock_info(conn):
+        return []
+    ended = []
+    with conn.cursor() as cur:
+        for b in holders:
+            if b.seconds < min_open_s:
+                continue
+            if (b.rows_modified or 0) > max_rows:
+                log.warning("%s: not ending connection %s: its transaction changed %s rows (limit %s)",
+                            server, b.id, b.rows_modified, max_rows)
+                continue
+            try:
+                cur.execute(f"{TAG}KILL CONNECTION {int(b.id)}")
+            except pymysql.err.MySQLError as exc:
+                if not exc.args or exc.args[0] != ER_NO_SUCH_THREAD:  # else it ended meanwhile
+                    raise
+            log.warning("%s: ended connection %s, which held a table the migrator needed: %s", server, b.id,
+                        b.describe())
+            ended.append(b)
+    return ended

@@ -1,0 +1,201 @@
+"""No client waits on the cutover's statements outside the freeze, on either member of the source pair.
+
+A report holds a read transaction on a moving table (``BEGIN; SELECT COUNT(*) FROM db00002.pins``) while a
+client writes a row into the same table every 20 ms on the same member, timing each statement. The write
+gate's ``CREATE TRIGGER`` (and, after the flip, the member's ``LOCK TABLES`` for its tombstone renames) needs
+that table's metadata lock: taken with the server's default wait, every later statement on the table queued
+behind it for as long as the report lasted (56 s seen). Taken in short bounded tries
+(:mod:`migrator.engine.mdl`), the cutover waits for the report and the client never waits longer than the
+freeze budget.
+
+- on the passive member (rename fence on the master, trigger gate on the passive member);
+- on the active master of a gated move (``fence=gate``, as a move over one rename fence's tables is gated);
+- opted in (``kill_blockers``): a read-only holder that outlasts the tries is ended and recorded, a holder
+  that changed rows is never ended, and the refusal names it and leaves no trigger or gate table behind.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+
+import pymysql
+import pytest
+
+from migrator.engine.cutover import cutover
+from migrator.engine.mdl import LockBusy
+from migrator.engine.migration import Options, Phase
+from migrator.fleet.mysql import connect as mysql_connect
+
+from .cutover_setup import gate_leftovers, prepare_converged, replicating
+from .cutover_setup import pair_synced as _pair_synced
+from .test_cutover_refusals import OpenTransaction
+
+MOVING = (2, 3)
+#: how long the report holds its read transaction
+REPORT_S = 6.0
+BUDGET_MS = 1000
+#: what a busy box may add to a client's statement on top of the budget (commits, scheduling): the promise is
+#: the budget; without bounded tries the client waits the report's REPORT_S
+SLACK_S = 1.5
+
+
+class Report:
+    """A read transaction held open on one table (as a reporting client on a replica holds one)."""
+
+    def __init__(self, host, creds, table: str = "db00002.pins"):
+        self.conn = mysql_connect(host, creds, read_timeout=120)
+        with self.conn.cursor() as cur:
+            cur.execute("SELECT CONNECTION_ID()")
+            self.id = int(cur.fetchone()[0])
+            cur.execute("BEGIN")
+            cur.execute(f"SELECT COUNT(*) FROM {table}")
+
+    def alive(self) -> bool:
+        try:
+            with self.conn.cursor() as cur:
+                cur.execute("SELECT 1")
+            return True
+        except pymysql.err.MySQLError:
+            return False
+
+    def end(self) -> None:
+        try:
+            self.conn.rollback()
+            self.conn.close()
+        except pymysql.err.MySQLError:
+            pass
+
+
+@dataclass
+class TimedWriter:
+    """Inserts a row into one table of one member every 20 ms and times each statement (refusals included:
+    a refused write returns at once)."""
+
+    host: object
+    creds: object
+    table: str = "db00002.pins"
+    waits: list[tuple[float, float]] = field(default_factory=list)  # (start, seconds)
+    refused: int = 0
+    errors: list[str] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def start(self) -> TimedWriter:
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread:
+            self._thread.join(120)
+
+    @property
+    def longest(self) -> float:
+        return max((s for _, s in self.waits), default=0.0)
+
+    def _run(self) -> None:
+        conn = mysql_connect(self.host, self.creds, read_timeout=120)
+        try:
+            while not self._stop.is_set():
+                t0 = time.monotonic()
+                try:
+                    with conn.cursor() as cur:
+                        cur.execute(f"INSERT INTO {self.table} (data) VALUES ('{{\"w\": 1}}')")
+                except pymysql.err.MySQLError as exc:
+                    if exc.args and exc.args[0] in (1146, 1317):
+                        self.refused += 1  # the gate (or the renamed table): the shard moved
+                    else:
+                        self.errors.append(str(exc))
+                self.waits.append((t0, time.monotonic() - t0))
+                time.sleep(0.02)
+        finally:
+            conn.close()
+
+
+def _report_later(report: Report, after_s: float) -> threading.Timer:
+    t = threading.Timer(after_s, report.end)
+    t.daemon = True
+    t.start()
+    return t
+
+
+@pytest.mark.parametrize("member", ["passive", "active"])
+def test_a_report_on_a_member_never_makes_a_client_wait_longer_than_the_budget(fleet, member):
+    fence = "rename" if member == "passive" else "gate"
+    prep = prepare_converged(fleet, MOVING, options=Options(freeze_budget_ms=BUDGET_MS, fence=fence))
+    spec = prep.spec
+    host = fleet.hosts[spec.source_slave if member == "passive" else spec.source_master]
+    writer = TimedWriter(host, fleet.credentials).start()
+    time.sleep(0.3)
+    report = Report(host, fleet.credentials)
+    ending = _report_later(report, REPORT_S)
+    try:
+        t0 = time.monotonic()
+        result = cutover(fleet.config, spec.id)
+        took = time.monotonic() - t0
+        time.sleep(0.3)
+    finally:
+        ending.cancel()
+        report.end()
+        writer.stop()
+
+    attempts, _ = prep.store.get_progress(spec.id, "cutover_attempts")
+    waits = attempts["attempts"][-1]["lock_waits"][host.name]
+    print(f"\n{member}: cutover {took:.1f} s, freeze {result.freeze_ms:.0f} ms; the client's longest statement "
+          f"{writer.longest * 1000:.0f} ms over {len(writer.waits)} writes ({writer.refused} refused); "
+          f"gate tries {waits}")
+    assert prep.store.state(spec.id)[0].phase == Phase.DONE
+    # the report held the table: the gate's statements were refused by it, then got through once it ended
+    assert waits["busy"] > 0 and took >= REPORT_S * 0.8, (waits, took)
+    assert not waits["killed"]
+    # ... and no client statement waited on them longer than the budget
+    assert writer.longest < BUDGET_MS / 1000 + SLACK_S, writer.longest
+    assert not writer.errors, writer.errors[:3]
+    a = mysql_connect(prep.source, fleet.credentials)
+    b = mysql_connect(fleet.hosts[spec.source_slave], fleet.credentials)
+    try:
+        assert gate_leftovers(a) == [] and gate_leftovers(b) == []
+        _pair_synced(a, b)
+        replicating(a)
+        replicating(b)
+    finally:
+        a.close()
+        b.close()
+
+
+def test_opted_in_the_migration_ends_a_reader_never_a_writer(fleet):
+    prep = prepare_converged(fleet, MOVING, options=Options(freeze_budget_ms=BUDGET_MS, lock_retry_s=1.0,
+                                                            kill_blockers=True, kill_blockers_max_rows=0))
+    spec = prep.spec
+    passive = fleet.hosts[spec.source_slave]
+    writer = TimedWriter(passive, fleet.credentials, table="db00003.pins").start()
+    report = Report(passive, fleet.credentials)  # db00002.pins: read only, ended when it outlasts the tries
+    holder = OpenTransaction(passive, fleet.credentials,  # db00003.pins: changed a row, never ended
+                             "UPDATE db00003.pins SET data = '{\"held\": 1}' WHERE local_id = 1")
+    try:
+        with pytest.raises(LockBusy) as refused:
+            cutover(fleet.config, spec.id)
+        assert not report.alive()
+        # the refusal names the writer's connection and the way out; nothing is left installed
+        assert f"connection {holder.id} " in str(refused.value) and "db00003.pins" in str(refused.value)
+        assert holder.id in {b.id for b in refused.value.blockers}
+        b = mysql_connect(passive, fleet.credentials)
+        try:
+            assert gate_leftovers(b) == []
+        finally:
+            b.close()
+        attempts, _ = prep.store.get_progress(spec.id, "cutover_attempts")
+        killed = attempts["attempts"][-1]["lock_waits"][passive.name]["killed"]
+        assert [k["id"] for k in killed] == [report.id], killed
+        assert prep.store.state(spec.id)[0].phase == Phase.CONVERGED
+    finally:
+        holder.end()
+        report.end()
+        writer.stop()
+    assert writer.longest < BUDGET_MS / 1000 + SLACK_S, writer.longest
+    # with the writer's transaction gone, the next attempt flips
+    result = cutover(fleet.config, spec.id)
+    assert result.freeze_ms is not None and prep.store.state(spec.id)[0].phase == Phase.DONE
