@@ -18,7 +18,13 @@ loads run, each in its own processes as clients would:
 * a routed probe writer (``--rate`` writes/s) that inserts and updates rows of
   the moving shards (and one shard that stays) through a
   :class:`~migrator.fleet.router.ShardRouter`, retrying on the new master after
-  1146/1049/1317, and times every write.
+  1146/1049/1317, and times every write;
+* a probe on the *passive* member of the moving shards' pair (a reporting
+  client reads there, as in most master-master fleets): a read of a moving
+  table every 20 ms, timed, following the map's standby after each flip; with
+  ``--report-s S`` a report beside it holds a read transaction on that table
+  for S seconds out of every S + 1 (the holder every statement the cutover runs
+  on a live table must not make clients wait behind).
 
 Per cutover it prints the freeze (ms, from the commit of the freeze CAS until
 the clients waiting on the fence were let go at the flip; the tombstone
@@ -34,7 +40,7 @@ up on the master the map names for its shard, and the queue's ledger is
 checked: ``lost`` counts both. The last line is::
 
     cutovers=… attempts=… aborted=… over_budget=… freeze_p50_ms=… freeze_p99_ms=… freeze_max_ms=…
-    predicted_ok=… probe_stall_p50_ms=… queue_stall_p50_ms=… lost=…
+    predicted_ok=… probe_stall_p50_ms=… queue_stall_p50_ms=… longest_wait_outside_ms=… passive_longest_ms=… lost=…
 
 (one line; ``predicted_ok``: attempts with |predicted/measured - 1| <= 1).
 """
@@ -263,6 +269,101 @@ class FollowingSysbench:
                                sum(r.errors for r in self.results))
 
 
+def _member_probe_process(config_path: str, shard: int, report_s: float, stop: Any, out: Any) -> None:
+    """Reads a moving table on the passive member of the shard's pair every 20 ms, timing each read; with
+    ``report_s``, a report holds a read transaction on the same table beside it. In its own process."""
+    cfg = config_mod.load(config_path)
+    creds = config_mod.load_credentials(cfg)
+    zk = zk_mod.connect(cfg, creds)
+    maps = ShardMapStore(zk)
+    from migrator.fleet.shard_map import HostRegistry
+
+    hosts = HostRegistry(zk)
+    table = f"`db{shard:05d}`.pins"
+    calls: list[tuple[float, float, bool]] = []
+    reports = {"held": 0, "ended_by_migrator": 0}
+    conn = None
+    report = None
+    report_until = 0.0
+    next_report = time.monotonic() + 1.0
+    while not stop.is_set():
+        if conn is None:
+            try:
+                conn = mysql_connect(hosts.get(maps.read().range_of(shard).slave), creds, read_timeout=120)
+            except Exception:  # noqa: BLE001 - a member being restarted: try again
+                time.sleep(0.1)
+                continue
+        now = time.monotonic()
+        if report_s > 0 and report is None and now >= next_report:
+            try:
+                report = mysql_connect(hosts.get(maps.read().range_of(shard).slave), creds, read_timeout=120)
+                with report.cursor() as cur:
+                    cur.execute("BEGIN")
+                    cur.execute(f"SELECT COUNT(*) FROM {table}")
+                reports["held"] += 1
+                report_until = now + report_s
+            except pymysql.err.MySQLError:
+                report = None
+                next_report = now + 1.0
+        if report is not None and now >= report_until:
+            try:
+                report.rollback()
+            except pymysql.err.MySQLError:
+                reports["ended_by_migrator"] += 1
+            report.close()
+            report = None
+            next_report = now + 1.0
+        t0 = time.monotonic()
+        ok = True
+        try:
+            with conn.cursor() as cur:
+                cur.execute(f"SELECT COUNT(*) FROM {table} WHERE local_id < 5")
+                cur.fetchall()
+        except pymysql.err.MySQLError:
+            ok = False  # renamed on this member (1146), or it went away: read the map's standby again
+            try:
+                conn.close()
+            except Exception:  # noqa: BLE001
+                pass
+            conn = None
+        calls.append((t0, time.monotonic(), ok))
+        time.sleep(0.02)
+    for c in (conn, report):
+        if c is not None:
+            try:
+                c.close()
+            except Exception:  # noqa: BLE001
+                pass
+    out.put({"calls": calls, **reports})
+    zk.close()
+
+
+class MemberProbe:
+    """Start/stop :func:`_member_probe_process`; after :meth:`stop`: ``calls`` (start, end, ok) and the
+    reports held."""
+
+    def __init__(self, config_path: str, shard: int, report_s: float):
+        import multiprocessing as mp
+
+        ctx = mp.get_context("spawn")
+        self._stop = ctx.Event()
+        self._out = ctx.Queue()
+        self._proc = ctx.Process(target=_member_probe_process, args=(config_path, shard, report_s, self._stop,
+                                                                     self._out), daemon=True)
+        self.calls: list[tuple[float, float, bool]] = []
+        self.held = self.ended_by_migrator = 0
+
+    def start(self) -> MemberProbe:
+        self._proc.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        res = self._out.get(timeout=120)
+        self._proc.join(30)
+        self.calls, self.held, self.ended_by_migrator = res["calls"], res["held"], res["ended_by_migrator"]
+
+
 def _queue_load_process(config_path: str, url: str, token: str | None, rate: float, ledger: str,
                         partitions: int, stop: Any, out: Any) -> None:
     """The queue's producers and consumers, in their own process (not the cutover's interpreter)."""
@@ -394,6 +495,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="how the source master is fenced (the migration option)")
     ap.add_argument("--dir", default="/tmp/migrator-bench-cutover", help="sandbox directory (started if not running)")
     ap.add_argument("--down", action="store_true", help="stop the sandbox at the end")
+    ap.add_argument("--report-s", type=float, default=0.0,
+                    help="a report on the passive member holds a read transaction on a moving table this long "
+                         "(s) out of every S + 1 (0: none; the passive probe reads there either way)")
     ap.add_argument("--attempts", type=int, default=10,
                     help="cutover attempts per round (a refused or aborted one is retried after a catch-up pass)")
     args = ap.parse_args(argv)
@@ -414,6 +518,7 @@ def main(argv: list[str] | None = None) -> int:
     bench_writer = FollowingSysbench(router, creds, SYSBENCH_SHARD, args.sysbench_rate).start() \
         if args.sysbench_rate > 0 else None
     load = LoadProcess(cfg_path, (*MOVING, STAYING), args.rate).start()
+    member = MemberProbe(cfg_path, MOVING[0], args.report_s).start()
     time.sleep(2.0)
 
     rows: list[dict[str, Any]] = []
@@ -449,6 +554,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         time.sleep(0.5)
         load.stop()
+        member.stop()
         if bench_writer is not None:
             sb_res = bench_writer.stop()
         if queue is not None:
@@ -547,11 +653,27 @@ def main(argv: list[str] | None = None) -> int:
                               for name, v in (("probe", stalls["worst_ms"]), ("queue enqueue", stalls["queue_ms"]),
                                               ("after the freeze: probe", stalls["after_ms"]),
                                               ("queue enqueue", stalls["queue_after_ms"]))))
+    # the longest any client waited outside the freezes: the routed probe (writes, on the master) and the
+    # passive probe (reads on the standby), each statement against every freeze window
+    freezes_wall = [(r["win"]["start"], r["res"]["released_at"]) for r in rows if r["res"].get("released_at")]
+
+    def outside(calls: list[tuple[float, float]]) -> float:
+        return max(((e - s) * 1000 for s, e in calls if not any(s <= b and e >= a for a, b in freezes_wall)),
+                   default=0.0)
+
+    active_out = outside([(c[0], c[1]) for c in load.calls])
+    passive_out = outside([(c[0], c[1]) for c in member.calls])
+    passive_all = max(((c[1] - c[0]) * 1000 for c in member.calls), default=0.0)
+    console.print(f"longest wait outside the freezes: probe on the master {active_out:.0f} ms, probe on the passive "
+                  f"member {passive_out:.0f} ms ({len(member.calls)} reads, longest of all {passive_all:.0f} ms); "
+                  f"reports held on the passive member: {member.held} ({args.report_s:g} s each), "
+                  f"{member.ended_by_migrator} ended by the migrator", highlight=False)
     total_lost = lost + ledger_lost
     print(f"cutovers={len(rows)} attempts={len(freezes)} aborted={len(aborts)} over_budget={over} "
           f"freeze_p50_ms={pct(freezes, 50):.1f} freeze_p99_ms={pct(freezes, 99):.1f} "
           f"freeze_max_ms={max(freezes) if freezes else 0:.1f} predicted_ok={within}/{len(pairs)} "
           f"probe_stall_p50_ms={pct(stalls['worst_ms'], 50):.0f} queue_stall_p50_ms={pct(stalls['queue_ms'], 50):.0f} "
+          f"longest_wait_outside_ms={max(active_out, passive_out):.0f} passive_longest_ms={passive_all:.0f} "
           f"lost={total_lost}")
     return 0 if not failures and total_lost == 0 else 1
 

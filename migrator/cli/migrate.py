@@ -69,6 +69,17 @@ PostponeOpt = Annotated[bool, typer.Option(
 CutoverRetryOpt = Annotated[float | None, typer.Option(
     "--cutover-retry-s", help="How long the pipeline keeps retrying a cutover that stopped before the flip (a lock "
                               "on a moving table, a freeze over budget), with backoff (s; default 600; 0: once).")]
+LockRetryOpt = Annotated[float | None, typer.Option(
+    "--lock-retry-s", help="How long a statement that needs a live table's metadata lock outside the freeze (the "
+                           "write gates' triggers, the renames after the flip) keeps trying; each try waits at most "
+                           "half the freeze budget, so no client queues behind it longer (s; default 30).")]
+KillBlockersOpt = Annotated[bool | None, typer.Option(
+    "--kill-blockers/--no-kill-blockers",
+    help="When those tries are over, end the connections that held the lock through all of them (KILL) and try "
+         "once more, instead of stopping and naming them (default: off).")]
+KillBlockersRowsOpt = Annotated[int | None, typer.Option(
+    "--kill-blockers-max-rows", help="With --kill-blockers: never end a transaction that changed more rows than "
+                                     "this (default 0: only read-only ones).")]
 FenceOpt = Annotated[str | None, typer.Option(
     "--fence", help="How the source master is fenced: auto (default) and rename: LOCK TABLES + one queued RENAME "
                     "per table, a move of more than 200 tables runs as batches sized for the freeze budget; gate: "
@@ -87,10 +98,14 @@ MigrationOrBatchIdArg = Annotated[str, typer.Argument(
 
 def _options(chunk_rows: int | None = None, chunk_target_ms: int | None = None, workers: int | None = None,
              max_lag: float | None = None, freeze_budget_ms: int | None = None, fence: str | None = None,
-             max_threads_running: int | None = None, cutover_retry_s: float | None = None) -> Options:
+             max_threads_running: int | None = None, cutover_retry_s: float | None = None,
+             lock_retry_s: float | None = None, kill_blockers: bool | None = None,
+             kill_blockers_max_rows: int | None = None) -> Options:
     return build_options(chunk_rows=chunk_rows, chunk_target_ms=chunk_target_ms, copy_workers=workers,
                          max_standby_lag_s=max_lag, freeze_budget_ms=freeze_budget_ms, fence=fence,
-                         max_threads_running=max_threads_running, cutover_retry_s=cutover_retry_s)
+                         max_threads_running=max_threads_running, cutover_retry_s=cutover_retry_s,
+                         lock_retry_s=lock_retry_s, kill_blockers=kill_blockers,
+                         kill_blockers_max_rows=kill_blockers_max_rows)
 
 
 #: a dry run lists its tables one by one up to this many (more only with --verbose)
@@ -246,6 +261,9 @@ def split(
     freeze_budget_ms: FreezeBudgetOpt = None,
     postpone_cutover: PostponeOpt = False,
     cutover_retry_s: CutoverRetryOpt = None,
+    lock_retry_s: LockRetryOpt = None,
+    kill_blockers: KillBlockersOpt = None,
+    kill_blockers_max_rows: KillBlockersRowsOpt = None,
     fence: FenceOpt = None,
     chunk_rows: ChunkRowsOpt = None,
     chunk_target_ms: ChunkTargetOpt = None,
@@ -258,7 +276,7 @@ def split(
     stores the plan, locks the shards and runs plan -> preflight -> copy -> catch-up passes -> verify ->
     cutover on RQ workers (`migrator worker`), cleanup scheduled."""
     opts = _options(chunk_rows, chunk_target_ms, workers, max_lag, freeze_budget_ms, fence, max_threads_running,
-                    cutover_retry_s)
+                    cutover_retry_s, lock_retry_s, kill_blockers, kill_blockers_max_rows)
     _plan_and_launch(lambda dry_run: command.plan_split(load_config(), source, to, dry_run=dry_run,
                                                        batches_ok=True, options=opts),
                      yes=yes, dry_run=dry_run, no_start=no_start, detach=detach, postpone=postpone_cutover,
@@ -278,6 +296,9 @@ def move(
     freeze_budget_ms: FreezeBudgetOpt = None,
     postpone_cutover: PostponeOpt = False,
     cutover_retry_s: CutoverRetryOpt = None,
+    lock_retry_s: LockRetryOpt = None,
+    kill_blockers: KillBlockersOpt = None,
+    kill_blockers_max_rows: KillBlockersRowsOpt = None,
     fence: FenceOpt = None,
     chunk_rows: ChunkRowsOpt = None,
     chunk_target_ms: ChunkTargetOpt = None,
@@ -286,7 +307,7 @@ def move(
 ) -> None:
     """Move shards (all on one source pair) to another pair: a dry run unless --yes (as split)."""
     opts = _options(chunk_rows, chunk_target_ms, workers, max_lag, freeze_budget_ms, fence, max_threads_running,
-                    cutover_retry_s)
+                    cutover_retry_s, lock_retry_s, kill_blockers, kill_blockers_max_rows)
     _plan_and_launch(lambda dry_run: command.plan_move(load_config(), shards, to, dry_run=dry_run,
                                                       batches_ok=True, options=opts),
                      yes=yes, dry_run=dry_run, no_start=no_start, detach=detach, postpone=postpone_cutover,
@@ -307,11 +328,15 @@ def move_partition(
     freeze_budget_ms: FreezeBudgetOpt = None,
     postpone_cutover: PostponeOpt = False,
     cutover_retry_s: CutoverRetryOpt = None,
+    lock_retry_s: LockRetryOpt = None,
+    kill_blockers: KillBlockersOpt = None,
+    kill_blockers_max_rows: KillBlockersRowsOpt = None,
 ) -> None:
     """Move one queue partition (its jobs and dedupe tables) to another pair on its own route in the shard
     map; its shard's other tables and the other partitions keep serving. A dry run unless --yes (as split)."""
     opts = _options(max_lag=max_lag, freeze_budget_ms=freeze_budget_ms, max_threads_running=max_threads_running,
-                    cutover_retry_s=cutover_retry_s)
+                    cutover_retry_s=cutover_retry_s, lock_retry_s=lock_retry_s, kill_blockers=kill_blockers,
+                    kill_blockers_max_rows=kill_blockers_max_rows)
     _plan_and_launch(lambda dry_run: command.plan_move_partition(load_config(), queue, partition, to,
                                                                 dry_run=dry_run, options=opts),
                      yes=yes, dry_run=dry_run, no_start=no_start, detach=detach, postpone=postpone_cutover,
@@ -449,16 +474,21 @@ def set_(
     chunk_target_ms: ChunkTargetOpt = None,
     freeze_budget_ms: FreezeBudgetOpt = None,
     cutover_retry_s: CutoverRetryOpt = None,
+    lock_retry_s: LockRetryOpt = None,
+    kill_blockers: KillBlockersOpt = None,
+    kill_blockers_max_rows: KillBlockersRowsOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Change a running migration's limits: copy jobs pick them up at their next slice,
     catch-up at its next pass, the pipeline at its next cutover attempt."""
     changes = {"max_standby_lag_s": max_lag, "max_threads_running": max_threads_running,
                "chunk_target_ms": chunk_target_ms, "freeze_budget_ms": freeze_budget_ms,
-               "cutover_retry_s": cutover_retry_s}
+               "cutover_retry_s": cutover_retry_s, "lock_retry_s": lock_retry_s, "kill_blockers": kill_blockers,
+               "kill_blockers_max_rows": kill_blockers_max_rows}
     if all(v is None for v in changes.values()):
         raise UsageProblem("give at least one of --max-lag, --max-threads-running, --chunk-target-ms, "
-                           "--freeze-budget-ms, --cutover-retry-s")
+                           "--freeze-budget-ms, --cutover-retry-s, --lock-retry-s, --kill-blockers, "
+                           "--kill-blockers-max-rows")
     build_options(**changes)  # a bad value is refused here, naming its flag, before anything is read
     if rebalance_cmd.is_rebalance_id(migration_id):
         out = rebalance_cmd.set_options(load_config(), migration_id, **changes)
@@ -470,7 +500,8 @@ def set_(
     o = out["options"]
     console.print(f"{migration_id}: max lag {o['max_standby_lag_s']}s, max threads running "
                   f"{o['max_threads_running']}, chunk target {o['chunk_target_ms']} ms, freeze budget "
-                  f"{o['freeze_budget_ms']} ms, cutover retried for {o['cutover_retry_s']:g} s"
+                  f"{o['freeze_budget_ms']} ms, cutover retried for {o['cutover_retry_s']:g} s, lock tries for "
+                  f"{o['lock_retry_s']:g} s, holders {'ended' if o['kill_blockers'] else 'named'}"
                   + (f" ({len(out['migrations'])} running moves changed)" if "migrations" in out else ""),
                   markup=False, highlight=False)
 

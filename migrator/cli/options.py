@@ -54,6 +54,9 @@ OPTION_FLAGS = {
     "freeze_budget_ms": "--freeze-budget-ms",
     "fence": "--fence",
     "cutover_retry_s": "--cutover-retry-s",
+    "lock_retry_s": "--lock-retry-s",
+    "kill_blockers": "--kill-blockers",
+    "kill_blockers_max_rows": "--kill-blockers-max-rows",
 }
 
 

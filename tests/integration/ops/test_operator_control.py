@@ -158,14 +158,22 @@ def test_limits_and_postpone_given_at_launch(fleet):
     """gh-ost style: the throttle and freeze limits, the retry window and a postponed cutover are set when the
     migration is launched, with the flags `migrator set` takes."""
     res = run_cli("split", "MySQL001A", "--yes", "--no-start", "--max-lag", "7.5", "--max-threads-running", "33",
-                  "--freeze-budget-ms", "450", "--cutover-retry-s", "90", "--postpone-cutover", "--json",
-                  config=fleet.config_path)
+                  "--freeze-budget-ms", "450", "--cutover-retry-s", "90", "--postpone-cutover", "--lock-retry-s", "12",
+                  "--kill-blockers", "--json", config=fleet.config_path)
     assert res.returncode == 0, res.stderr
     [mid] = MigrationStore(fleet.zk).list()
     o = MigrationStore(fleet.zk).spec(mid).options
     assert (o.max_standby_lag_s, o.max_threads_running, o.freeze_budget_ms, o.cutover_retry_s) == (7.5, 33, 450, 90)
+    assert (o.lock_retry_s, o.kill_blockers, o.kill_blockers_max_rows) == (12, True, 0)
     assert MigrationStore(fleet.zk).state(mid)[0].postpone_cutover
     assert queued(fleet) == 0  # --no-start: nothing handed to the workers
+    # the opt-in is `migrator set`'s too, both ways
+    res = run_cli("set", mid, "--no-kill-blockers", "--kill-blockers-max-rows", "10", config=fleet.config_path)
+    assert res.returncode == 0 and "holders named" in " ".join(res.stdout.split()), res.stderr
+    o = MigrationStore(fleet.zk).spec(mid).options
+    assert (o.kill_blockers, o.kill_blockers_max_rows) == (False, 10)
+    res = run_cli("set", mid, "--kill-blockers-max-rows", "-1", config=fleet.config_path)
+    assert res.returncode != 0 and "--kill-blockers-max-rows" in res.stderr, res.stderr
 
 
 def test_postpone_and_set_take_a_rebalance_id(fleet):
