@@ -29,6 +29,14 @@ Checks (source = the source pair's master, target = the target pair):
   not the moving table);
 * the source is the active master of every moving shard in the shard map;
 * the migration user has the grants it needs; grants beyond them are warnings;
+* every member a later step writes to takes the migration user's writes
+  (:func:`_check_writable`): not ``read_only`` unless the user holds ``READ_ONLY
+  ADMIN`` there, no ``super_read_only``, no read-only transactions by default.
+  Those members are the two masters always, and the two passive members unless
+  the option ``fence_passive`` is off: the cutover's write gate closes the source
+  pair's passive member, a rollback's closes the target pair's. A gated member
+  also needs the gate's grants (:data:`GATE_GRANTS`) and settings
+  (:func:`_check_gate`);
 * TLS: every host's certificate verifies against ``[mysql.tls]`` (one line for all
   the hosts that fail), and no host requires secure transport
   (``require_secure_transport=ON``) while no TLS is configured for it.
@@ -79,6 +87,14 @@ REQUIRED_GRANTS: dict[str, str] = {
     "TRIGGER": "close the moving tables on the passive side at cutover (its write gate)",
     "BINLOG ADMIN": "keep the fence's renames and the passive gate out of the binlog (sql_log_bin=0)",
 }
+#: what the write gate does on a pair's passive member (:mod:`migrator.engine.cutover.passive_gate`), by
+#: privilege: the triggers, the gate table and its schema, the renames to the tombstones under LOCK TABLES,
+#: ``sql_log_bin=0``, the fence's sweeps of waiting clients, the replication check
+GATE_GRANTS = ("SELECT", "INSERT", "CREATE", "DROP", "ALTER", "LOCK TABLES", "TRIGGER", "BINLOG ADMIN", "PROCESS",
+               "CONNECTION ADMIN", "SLAVE MONITOR")
+#: the privilege that lets a user write on a ``read_only`` server (MariaDB 10.11: SUPER no longer does, MDEV-29596);
+#: never reported as more than the migration needs: a read_only member is why it is granted
+READ_ONLY_ADMIN = "READ_ONLY ADMIN"
 #: MariaDB spells some privileges two ways
 GRANT_ALIASES = {
     "REPLICATION CLIENT": "BINLOG MONITOR",
@@ -166,7 +182,7 @@ def grant_findings(privs: set[str]) -> tuple[list[str], list[str]]:
         return [], ["ALL PRIVILEGES"]
     missing = [p for p in REQUIRED_GRANTS if p not in privs]
     # the grants views and routines need are checked with them (migrator.engine.objects)
-    extra = sorted(privs - set(REQUIRED_GRANTS) - set(objects.OBJECT_GRANTS))
+    extra = sorted(privs - set(REQUIRED_GRANTS) - set(objects.OBJECT_GRANTS) - {READ_ONLY_ADMIN})
     return missing, extra
 
 
@@ -204,10 +220,14 @@ def run(zk: ZK, spec: Spec, creds: Credentials, *, phase: Phase = Phase.PLANNED)
         if len(conns) == len(roles):
             _check_server_ids(conns, roles, res)
         _check_target_replication(conns, hosts, spec, res)
+        for role, why in written_members(spec).items():
+            if role in conns:
+                _check_writable(conns[role], role, roles[role], why, res)
         if spec.options.fence_passive:
             for role in ("source slave", "target slave"):
                 if role in conns:
                     _check_gate(conns[role], roles[role], res)
+                    _check_gate_grants(conns[role], role, roles[role], res)
         _check_target_empty(conns, spec, res, phase)
         if "target master" in conns:
             _check_local_infile(conns["target master"], spec.target_master, res)
@@ -250,11 +270,92 @@ def _check_source_master(zk: ZK, spec: Spec, res: PreflightResult) -> None:
                 "move the partition elsewhere first")
 
 
+def written_members(spec: Spec) -> dict[str, str]:
+    """The members a later step of ``spec`` writes to (by role), and what writes there.
+
+    The passive members only while the option ``fence_passive`` is on: without it no step writes
+    to them (the masters' renames reach them through replication, which ``read_only`` lets through)."""
+    members = {
+        "source master": "the cutover's fence (the tombstone schemas and the renames to them), the sentinel rows, "
+                         "a rollback's reverse tail and cleanup's drops",
+        "target master": "the copy, catch-up, the cutover's sentinel checks and a rollback's fence",
+    }
+    if spec.options.fence_passive:
+        members["source slave"] = "the cutover's write gate (a gate table, triggers, the renames to the tombstones)"
+        members["target slave"] = "a rollback's write gate (a gate table, triggers, the renames to the tombstones)"
+    return members
+
+
+def _bypasses_read_only(privs: set[str], version: str) -> str | None:
+    """The privilege that lets the migration user write on a read_only server, or None.
+
+    ``READ_ONLY ADMIN`` (or ALL PRIVILEGES, which holds it). SUPER counts only before MariaDB 10.11,
+    which split READ_ONLY ADMIN out of it (checked on 10.11: a SUPER user gets 1290 under read_only)."""
+    if "ALL PRIVILEGES" in privs:
+        return "ALL PRIVILEGES"
+    if READ_ONLY_ADMIN in privs:
+        return READ_ONLY_ADMIN
+    m = re.match(r"(\d+)\.(\d+)", version)
+    if "SUPER" in privs and m and (int(m.group(1)), int(m.group(2))) < (10, 11):
+        return "SUPER"
+    return None
+
+
+def _check_writable(conn: pymysql.connections.Connection, role: str, name: str, why: str,
+                    res: PreflightResult) -> None:
+    """The member takes the migration user's writes: what ``why`` names would otherwise fail there, after
+    hours of copy (a read_only passive member is a common master-master setting, and the cutover
+    writes to it: its write gate)."""
+    v = inspector.global_variables(conn, ["read_only", "super_read_only", "tx_read_only", "transaction_read_only",
+                                          "version"])
+    on = {k for k in ("read_only", "super_read_only", "tx_read_only", "transaction_read_only")
+          if str(v.get(k, "OFF")).upper() in ("ON", "1")}
+    bypass = None
+    if "read_only" in on:
+        privs = parse_global_grants([r[0] for r in query(conn, T + "SHOW GRANTS")])
+        bypass = _bypasses_read_only(privs, str(v.get("version", "")))
+        if bypass is None:
+            res.add("writable", False,
+                    f"read_only is ON on {role} {name} and the migration user has no {READ_ONLY_ADMIN} there: "
+                    f"{why} would fail; SET GLOBAL read_only=0 on {name} (and in its config), or GRANT "
+                    f"{READ_ONLY_ADMIN} ON *.* to the migration user there"
+                    + (" (or, when no client can write there either, plan with the migration option "
+                       "fence_passive=false)" if role.endswith("slave") else ""))
+    for var in sorted(on - {"read_only"}):
+        what = ("refuses every write, whatever the grants" if var == "super_read_only"
+                else "makes every transaction read-only by default")
+        res.add("writable", False, f"{var} is ON on {role} {name}, which {what}: {why} would fail; "
+                f"SET GLOBAL {var}=0 on {name} (and in its config)")
+    if not on:
+        res.add("writable", True, f"{role} {name} takes the migration's writes")
+    elif on == {"read_only"} and bypass is not None:
+        res.add("writable", True, f"{role} {name} is read_only; the migration user writes there with {bypass}")
+
+
+def _check_gate_grants(conn: pymysql.connections.Connection, role: str, name: str, res: PreflightResult) -> None:
+    """The migration user holds what the write gate needs on a passive member (:data:`GATE_GRANTS`):
+    grants are per server, and the masters' are checked by :func:`_check_grants`."""
+    privs = parse_global_grants([r[0] for r in query(conn, T + "SHOW GRANTS")])
+    missing = [] if "ALL PRIVILEGES" in privs else [p for p in GATE_GRANTS if p not in privs]
+    for p in missing:
+        res.add("grants", False, f"the migration user lacks {p} on {role} {name}, which the write gate needs there "
+                f"(triggers, a gate table, the renames to the tombstones); GRANT {p} ON *.* to it there")
+    if not missing:
+        res.add("grants", True, f"the migration user can gate {name}")
+
+
 def _check_gate(conn: pymysql.connections.Connection, name: str, res: PreflightResult, *,
                 label: str = "passive gate") -> None:
     """The host can be closed by the cutover's trigger gate (see migrator.engine.cutover.passive_gate)."""
-    v = inspector.global_variables(conn, ["log_bin_trust_function_creators", "slave_run_triggers_for_rbr"])
+    v = inspector.global_variables(conn, ["log_bin_trust_function_creators", "slave_run_triggers_for_rbr",
+                                          "enforce_storage_engine"])
     ok = True
+    engine = str(v.get("enforce_storage_engine") or "").upper()
+    if engine and engine != "MEMORY":
+        ok = False
+        res.add(label, False, f"enforce_storage_engine is {engine} on {name}: the cutover's write gate there is a "
+                "MEMORY table, which the server would refuse; SET GLOBAL enforce_storage_engine=NULL (and in its "
+                "config)")
     if str(v.get("log_bin_trust_function_creators", "")).upper() != "ON":
         ok = False
         res.add(label, False, f"log_bin_trust_function_creators is OFF on {name}: the cutover closes "

@@ -16,8 +16,11 @@ committed on the target first (:mod:`.tailer`). :func:`classify` parses just eno
   new table in a moving shard, ``DROP/ALTER DATABASE`` of a moving schema, a
   moving table named anywhere in an ``ALTER TABLE`` of another table
   (``EXCHANGE PARTITION p WITH TABLE <moving>`` swaps its rows without row
-  events, ``RENAME TO <moving db>.x`` makes a new table there, ``REFERENCES
-  <moving>`` a foreign key onto it) or in a ``CREATE TABLE``'s ``REFERENCES``, and
+  events, ``CONVERT TABLE <moving> TO PARTITION p`` (MariaDB 10.7+) moves them
+  into the other table, ``RENAME TO <moving db>.x`` and ``CONVERT PARTITION p
+  TO TABLE <moving db>.x`` make a new table there, ``REFERENCES <moving>`` a
+  foreign key onto it) or in a ``CREATE TABLE``'s ``REFERENCES``, a ``CREATE OR
+  REPLACE TABLE`` of a moving table (it drops the rows without row events), and
   any statement it does not recognise that names one or runs with one as its
   default schema (a view, trigger or routine created during the migration
   would not be carried, a statement-logged DML would be lost). The migration
@@ -66,12 +69,19 @@ _INDEX_STMT = re.compile(
     rf"^(?:CREATE\s+(?:OR\s+REPLACE\s+)?(?:UNIQUE\s+|FULLTEXT\s+|SPATIAL\s+)?INDEX|DROP\s+INDEX)\s+(?:IF\s+(?:NOT\s+)?EXISTS\s+)?{_NAME}\s+ON\s+{_REF}\s*(?P<rest>.*)$",
     re.S | re.I,
 )
-#: a table named in the rest of an ALTER TABLE (or a CREATE TABLE): the ways another table's DDL reaches one
+#: a table named in the rest of an ALTER TABLE (or a CREATE TABLE): the ways another table's DDL reaches one.
+#: EXCHANGE PARTITION and CONVERT TABLE move its rows without row events (the binlog holds the statement only)
 _OTHER_TABLE = {
     "EXCHANGE PARTITION": re.compile(rf"\bEXCHANGE\s+PARTITION\s+{_NAME}\s+WITH\s+TABLE\s+{_REF}", re.S | re.I),
+    "CONVERT TABLE": re.compile(rf"\bCONVERT\s+TABLE\s+{_REF}", re.S | re.I),
+    "CONVERT PARTITION": re.compile(rf"\bCONVERT\s+PARTITION\s+{_NAME}\s+TO\s+TABLE\s+{_REF}", re.S | re.I),
     "RENAME TO": re.compile(rf"(?:^|,)\s*RENAME\s+(?:TO\s+|AS\s+)?(?!(?:COLUMN|INDEX|KEY)\b){_REF}", re.S | re.I),
     "REFERENCES": re.compile(rf"\bREFERENCES\s+{_REF}", re.S | re.I),
 }
+#: the verbs of :data:`_OTHER_TABLE` that make a new table (unsafe in a moving shard, whatever its name)
+_NEW_TABLE = frozenset({"RENAME TO", "CONVERT PARTITION"})
+#: an ALTER TABLE clause that moves rows between tables without row events (named in the refusal)
+_ROW_MOVING = re.compile(r"\b(?P<verb>EXCHANGE\s+PARTITION|CONVERT\s+PARTITION|CONVERT\s+TABLE)\b", re.I)
 _DB_STMT = re.compile(rf"^(?:DROP|ALTER)\s+(?:DATABASE|SCHEMA)\s+(?:IF\s+EXISTS\s+)?(?P<db>{_NAME})", re.S | re.I)
 _HARMLESS = re.compile(r"^(?:ANALYZE|OPTIMIZE|CHECK|REPAIR|FLUSH|GRANT|REVOKE|CREATE\s+USER|DROP\s+USER|ALTER\s+USER"
                        r"|SET\s+PASSWORD|CREATE\s+DATABASE|CREATE\s+SCHEMA|CREATE\s+ROLE|DROP\s+ROLE|SAVEPOINT"
@@ -136,7 +146,7 @@ def classify(st: Statement, moving_schemas: set[str], tables: set[str] | None = 
         for verb in verbs:
             for found in _OTHER_TABLE[verb].finditer(rest):
                 schema, table = _split_ref(found.group("ref"), default_schema)
-                if moving(schema, table) or (verb == "RENAME TO" and schema in moving_schemas and tables is None):
+                if moving(schema, table) or (verb in _NEW_TABLE and schema in moving_schemas and tables is None):
                     return unsafe(f"{verb} (in another table's {where})", schema, table)
         return None
 
@@ -146,10 +156,13 @@ def classify(st: Statement, moving_schemas: set[str], tables: set[str] | None = 
         rest = m.group("rest").strip()
         if not moving(schema, table):
             # another table's ALTER may name a moving one: EXCHANGE PARTITION swaps rows with it
-            return named_elsewhere(rest, st.schema, "ALTER TABLE", ("EXCHANGE PARTITION", "RENAME TO", "REFERENCES")) \
-                or Decision("ignore")
+            return named_elsewhere(rest, st.schema, "ALTER TABLE", tuple(_OTHER_TABLE)) or Decision("ignore")
         if _PARTITION_OPS.match(rest) or _index_only(rest):
             return Decision("apply", schema=schema, table=table, head="ALTER TABLE", rest=rest)
+        row_moving = _ROW_MOVING.search(rest)
+        if row_moving:
+            verb = " ".join(row_moving.group("verb").upper().split())
+            return unsafe(f"ALTER TABLE ... {verb} (it moves rows without row events)", schema, table)
         return unsafe("ALTER TABLE", schema, table)
     m = _INDEX_STMT.match(q)
     if m:
@@ -189,6 +202,8 @@ def classify(st: Statement, moving_schemas: set[str], tables: set[str] | None = 
         schema, table = _split_ref(m.group("ref"), st.schema)
         if schema in moving_schemas and tables is None:
             return unsafe("CREATE TABLE (a new table in a moving shard)", schema, table)
+        if moving(schema, table) and re.match(r"^CREATE\s+OR\s+REPLACE\b", q, re.I):
+            return unsafe("CREATE OR REPLACE TABLE (it drops the table's rows without row events)", schema, table)
         return named_elsewhere(q[m.end():], st.schema, "CREATE TABLE", ("REFERENCES",)) or Decision("ignore")
     m = _DB_STMT.match(q)
     if m:

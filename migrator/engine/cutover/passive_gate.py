@@ -93,7 +93,9 @@ new attempt installs anything until it has settled.
 Needs ``TRIGGER`` (the triggers) and ``BINLOG ADMIN`` (``sql_log_bin``) on the
 passive member, and ``log_bin_trust_function_creators=ON`` there (MariaDB
 otherwise wants SUPER to create a trigger while binary logging is on; with ROW
-binlogs the setting is safe).
+binlogs the setting is safe). It writes there: a ``read_only`` member takes its statements only when the
+migration user holds ``READ_ONLY ADMIN`` (SUPER does not since MariaDB 10.11). Preflight asks each gated
+member for all of it before the copy (:mod:`migrator.engine.preflight`).
 """
 
 from __future__ import annotations

@@ -135,6 +135,34 @@ def test_unsafe_alter_stops_the_migration_with_a_clear_message(fleet):
         catch_up.run_pass(fleet.config, spec.id)
 
 
+def test_a_moving_table_converted_into_another_table_s_partition_stops_catch_up(fleet):
+    """``ALTER TABLE x CONVERT TABLE <moving> TO PARTITION p`` (MariaDB 10.7+) empties a moving table into a
+    table that stays: the binlog holds the statement only, no row event, so a tail that let it pass
+    would keep the rows on the target."""
+    spec = h.create_migration(fleet)
+    with h.conn(fleet, h.SOURCE) as c, c.cursor() as cur:
+        cur.execute("CREATE TABLE db00003.staged (id INT PRIMARY KEY, v INT) ENGINE=InnoDB")
+        cur.execute("INSERT INTO db00003.staged VALUES (150, 1), (160, 2)")
+        cur.execute(f"CREATE TABLE db{h.STAYING:05d}.archive (id INT PRIMARY KEY, v INT) ENGINE=InnoDB "
+                    "PARTITION BY RANGE (id) (PARTITION p0 VALUES LESS THAN (100))")
+    h.copy_tables(fleet, spec)
+    convert = (f"ALTER TABLE db{h.STAYING:05d}.archive CONVERT TABLE db00003.staged "
+               "TO PARTITION p1 VALUES LESS THAN (200)")
+    with h.conn(fleet, h.SOURCE, f"db{h.STAYING:05d}") as c, c.cursor() as cur:
+        cur.execute("INSERT INTO db00003.staged VALUES (170, 3)")
+        before = h.binlog_pos(c)
+        cur.execute(convert)
+        cur.execute("SHOW TABLES FROM db00003 LIKE 'staged'")
+        assert cur.fetchone() is None  # its rows are partition p1 of the archive now
+    with pytest.raises(catch_up.CatchUpError) as err:
+        catch_up.run_pass(fleet.config, spec.id)
+    msg = str(err.value)
+    assert "CONVERT TABLE" in msg and "moving table db00003.staged" in msg and convert[:50] in msg, msg
+    assert _state(fleet, spec.id).phase == Phase.FAILED
+    node = catch_up.status(fleet.config, spec.id)
+    assert GtidPos.parse(node["gtid"]) == GtidPos.parse(before)  # applied up to the statement, not past it
+
+
 def test_queue_partition_moves_only_its_table(fleet):
     h.create_extra_tables(fleet, shards=(2,), rows=10)
     spec = h.create_migration(fleet, kind="queue_partition", tables=("jobs",), shards=(2,))

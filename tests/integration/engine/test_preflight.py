@@ -26,7 +26,10 @@ def test_clean_split_passes_every_check(fleet):
     names = {c.name for c in res.checks if c.ok}
     assert {"hosts", "binlog", "gtid", "primary keys", "server ids", "target replication", "target empty",
             "source is master", "grants", "binlog retention", "local_infile", "transactional tables",
-            "foreign keys"} <= names
+            "foreign keys", "writable"} <= names
+    writable = {c.message.split(" takes")[0] for c in res.checks if c.name == "writable" and c.ok}
+    assert writable == {"source master MySQL001A", "source slave MySQL001B", "target master MySQL003A",
+                        "target slave MySQL003B"}, res.lines()
     assert not res.warnings, res.lines()
 
 
@@ -178,3 +181,88 @@ def test_more_tables_than_the_rename_fence_takes(fleet, conns, monkeypatch):
     lines = [c.line() for c in res.checks if c.name in ("fence", "master gate") and c.ok]
     assert any("write gate" in line for line in lines) and any("MySQL001A" in line for line in lines), res.lines()
     assert not res.failures and any("MDEV-26048" in w.line() for w in res.warnings), res.lines()
+
+
+# the sandbox's migration identity ("migrator", MIGRATOR_GRANTS) holds neither SUPER nor READ_ONLY ADMIN: under
+# read_only its writes get 1290, as a production identity's would. Grants are changed on the one host, unlogged
+# (each host has its own user), and put back in a finally.
+
+@pytest.mark.parametrize("host,role", [("MySQL001B", "source slave"), ("MySQL003A", "target master"),
+                                       ("MySQL003B", "target slave")])
+def test_a_read_only_member_a_later_step_writes_to_is_refused_before_the_copy(fleet, host, role):
+    """The cutover's write gate writes to the source pair's passive member, a rollback's to the target's: a
+    read_only member there would let the copy, catch-up and verify run, then fail every cutover's prepare."""
+    spec = command.plan_split(fleet.config, "MySQL001A").spec
+    with fleet.sandbox.root_conn(host) as root, root.cursor() as cur:
+        cur.execute("SET GLOBAL read_only = 1")
+        try:
+            res = command.preflight(fleet.config, spec.id)
+            if role == "source slave":  # the copy refuses too, naming it
+                with pytest.raises(PreflightFailed, match=f"read_only is ON on {role} {host}"):
+                    command.run_copy(fleet.config, spec.id)
+        finally:
+            cur.execute("SET GLOBAL read_only = 0")
+    lines = _fails(res, "writable", f"read_only is ON on {role} {host}", "READ_ONLY ADMIN",
+                   f"SET GLOBAL read_only=0 on {host}")
+    assert len(lines) == 1 and len(res.failures) == 1, res.lines()
+    if role == "source slave":
+        assert "write gate" in lines[0], lines
+        with fleet.sandbox.root_conn("MySQL003A") as c, c.cursor() as cur:  # nothing was copied
+            cur.execute("SELECT COUNT(*) FROM information_schema.schemata WHERE schema_name LIKE 'db0000%'")
+            assert cur.fetchone()[0] == 0
+
+
+def _grant(fleet, host: str, verb: str, priv: str) -> None:
+    user = fleet.credentials.mysql_user
+    with fleet.sandbox.root_conn(host) as root, root.cursor() as cur:
+        cur.execute("SET SESSION sql_log_bin = 0")
+        cur.execute(f"{verb} {priv} ON *.* {'TO' if verb == 'GRANT' else 'FROM'} %s@'%%'", (user,))
+
+
+def test_a_read_only_passive_member_passes_when_the_user_may_write_there_or_nothing_writes_there(fleet):
+    """The refusal reads the identity's grants (READ_ONLY ADMIN lets it write; SUPER does not on 10.11), and a
+    member the cutover does not write to (``fence_passive=false``) is not refused."""
+    from migrator.engine.migration import Options
+
+    with fleet.sandbox.root_conn("MySQL001B") as root, root.cursor() as cur:
+        cur.execute("SET GLOBAL read_only = 1")
+        try:
+            spec = command.plan_split(fleet.config, "MySQL001A", options=Options(fence_passive=False)).spec
+            unfenced = command.preflight(fleet.config, spec.id)
+            command.abort(fleet.config, spec.id)
+            spec = command.plan_split(fleet.config, "MySQL001A").spec
+            _grant(fleet, "MySQL001B", "GRANT", "SUPER")
+            try:
+                with_super = command.preflight(fleet.config, spec.id)
+                _grant(fleet, "MySQL001B", "GRANT", "READ_ONLY ADMIN")
+                with_admin = command.preflight(fleet.config, spec.id)
+            finally:
+                _grant(fleet, "MySQL001B", "REVOKE", "SUPER, READ_ONLY ADMIN")
+        finally:
+            cur.execute("SET GLOBAL read_only = 0")
+    assert unfenced.ok, unfenced.lines()
+    assert not any("MySQL001B" in c.message for c in unfenced.checks if c.name == "writable"), unfenced.lines()
+    _fails(with_super, "writable", "read_only is ON on source slave MySQL001B")
+    assert with_admin.ok, with_admin.lines()
+    assert any(c.ok and "MySQL001B is read_only; the migration user writes there with READ_ONLY ADMIN" in c.message
+               for c in with_admin.checks), with_admin.lines()
+
+
+def test_what_the_passive_gate_needs_on_the_passive_member_is_checked_there(fleet):
+    """Grants are per server: the gate's are asked of the passive members, and its MEMORY gate table of the
+    server's enforce_storage_engine; read-only transactions by default refuse writes whatever the grants."""
+    spec = command.plan_split(fleet.config, "MySQL001A").spec
+    _grant(fleet, "MySQL003B", "REVOKE", "TRIGGER")
+    try:
+        with fleet.sandbox.root_conn("MySQL001B") as root, root.cursor() as cur:
+            cur.execute("SET GLOBAL enforce_storage_engine = 'InnoDB', tx_read_only = 1")
+            try:
+                res = command.preflight(fleet.config, spec.id)
+            finally:
+                cur.execute("SET GLOBAL enforce_storage_engine = NULL, tx_read_only = 0")
+    finally:
+        _grant(fleet, "MySQL003B", "GRANT", "TRIGGER")
+    _fails(res, "grants", "lacks TRIGGER on target slave MySQL003B", "GRANT TRIGGER")
+    _fails(res, "passive gate", "enforce_storage_engine is INNODB on MySQL001B", "enforce_storage_engine=NULL")
+    _fails(res, "writable", "tx_read_only is ON on source slave MySQL001B", "SET GLOBAL tx_read_only=0")
+    assert len(res.failures) == 3, res.lines()

@@ -149,3 +149,62 @@ def test_a_table_level_move_minds_only_its_tables_in_an_exchange():
     q = "ALTER TABLE other.t EXCHANGE PARTITION p0 WITH TABLE db00001.{}"
     assert decide(q.format("jobs_q1"), schema="x", tables={"jobs_q1"}).action == "unsafe"
     assert decide(q.format("pins"), schema="x", tables={"jobs_q1"}).action == "ignore"
+
+
+@pytest.mark.parametrize("query,schema,named,verb", [
+    # MariaDB 10.7+: a moving table's rows become a partition of another table (one Query event, no rows)
+    ("ALTER TABLE other.x CONVERT TABLE db00001.pins TO PARTITION p1 VALUES LESS THAN (200)", "db00009",
+     "db00001.pins", "CONVERT TABLE"),
+    ("ALTER TABLE `other`.`x` CONVERT TABLE `pins` TO PARTITION `p 1` VALUES LESS THAN (MAXVALUE)", "db00002",
+     "db00002.pins", "CONVERT TABLE"),
+    ("alter table other.x convert table db00001.pins to partition p1 values in (1, 2)", "", "db00001.pins",
+     "CONVERT TABLE"),
+    # another table's partition becomes a new table in a moving shard
+    ("ALTER TABLE other.x CONVERT PARTITION p1 TO TABLE db00001.from_archive", "db00009", "db00001.from_archive",
+     "CONVERT PARTITION"),
+    ("ALTER TABLE other.x CONVERT PARTITION p1 TO TABLE from_archive", "db00002", "db00002.from_archive",
+     "CONVERT PARTITION"),
+])
+def test_a_moving_table_converted_into_or_out_of_another_table_stops(query, schema, named, verb):
+    d = decide(query, schema=schema)
+    assert d.action == "unsafe", d
+    assert f"{verb} (in another table's ALTER TABLE) on moving table {named}" in d.reason, d.reason
+    assert query[:40] in d.reason and "abort" in d.reason
+
+
+@pytest.mark.parametrize("query,named,verb", [
+    # the moving table's own ALTER moves rows in or out of it: named by what it does, not only "ALTER TABLE"
+    ("ALTER TABLE db00001.jobs CONVERT PARTITION pOK_a TO TABLE other.jobs_old", "db00001.jobs", "CONVERT PARTITION"),
+    ("ALTER TABLE jobs CONVERT TABLE other.staged TO PARTITION p9 VALUES LESS THAN (9, MAXVALUE)", "db00001.jobs",
+     "CONVERT TABLE"),
+    ("ALTER TABLE jobs EXCHANGE PARTITION pOK_a WITH TABLE other.t", "db00001.jobs", "EXCHANGE PARTITION"),
+])
+def test_a_moving_table_s_own_row_moving_alter_stops_naming_it(query, named, verb):
+    d = decide(query)
+    assert d.action == "unsafe"
+    assert f"ALTER TABLE ... {verb} (it moves rows without row events) on moving table {named}" in d.reason, d.reason
+    assert query[:40] in d.reason
+
+
+def test_a_table_level_move_minds_only_its_tables_in_a_conversion():
+    tables = {"jobs_q1"}
+    q = "ALTER TABLE db00001.x CONVERT TABLE db00001.{} TO PARTITION p1 VALUES LESS THAN (5)"
+    assert decide(q.format("jobs_q1"), tables=tables).action == "unsafe"
+    assert decide(q.format("pins"), tables=tables).action == "ignore"
+    out = "ALTER TABLE db00001.x CONVERT PARTITION p1 TO TABLE db00001.{}"
+    assert decide(out.format("jobs_q1"), tables=tables).action == "unsafe"
+    assert decide(out.format("new_one"), tables=tables).action == "ignore"  # a new table, not a moving one
+    # a table-level move's table replaced whole (its rows dropped without row events)
+    d = decide("CREATE OR REPLACE TABLE db00001.jobs_q1 (id INT PRIMARY KEY)", tables=tables)
+    assert d.action == "unsafe" and "CREATE OR REPLACE TABLE" in d.reason and "db00001.jobs_q1" in d.reason
+    assert decide("CREATE OR REPLACE TABLE db00001.other (id INT PRIMARY KEY)", tables=tables).action == "ignore"
+    assert decide("CREATE TABLE IF NOT EXISTS db00001.jobs_q1 (id INT PRIMARY KEY)", tables=tables).action == "ignore"
+
+
+@pytest.mark.parametrize("query", [
+    "ALTER TABLE other.x CONVERT TABLE other.y TO PARTITION p1 VALUES LESS THAN (200)",
+    "ALTER TABLE other.x CONVERT PARTITION p1 TO TABLE other.y",
+    "ALTER TABLE other.x CONVERT TO CHARACTER SET utf8mb4",
+])
+def test_conversions_between_other_tables_are_ignored(query):
+    assert decide(query, schema="db00009").action == "ignore"
