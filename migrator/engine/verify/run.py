@@ -43,7 +43,7 @@ from migrator.engine.verify.checksums import (
     prepare_session,
     row_hashes,
 )
-from migrator.engine.verify.drainers import Drainer, default_drainer
+from migrator.engine.verify.drainers import CatchUpDrainer, Drainer, default_drainer
 from migrator.engine.verify.repair import check_rows, repair_rows
 from migrator.fleet import zk as zk_mod
 from migrator.fleet.config import Config, load_credentials
@@ -119,6 +119,12 @@ def verify_migration(config: Config, migration_id: str, *, repair: bool = True, 
         own_drainer = drainer is None
         if drainer is None:
             drainer = default_drainer(config, migration_id, state.phase)
+            if isinstance(drainer, CatchUpDrainer):
+                # its applier lock first, then the spec: a hand-over (migrator.engine.handover) takes the same
+                # lock to move shards out of a batched migration, and this check must not repair their rows
+                # beside the tail that applies them now
+                drainer.open()
+                spec = store.spec(migration_id)
         src = mysql_connect(src_host, creds, read_timeout=600)
         dst = mysql_connect(dst_host, creds, read_timeout=600)
         try:
