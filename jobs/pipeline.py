@@ -54,6 +54,7 @@ from migrator.engine.cutover.errors import CutoverAborted
 from migrator.engine.cutover.hooks import CutoverHooks
 from migrator.engine.cutover.lease import leases
 from migrator.engine.migration import MigrationStore, Node, Phase
+from migrator.engine.plan import release_maintenance_pause
 from migrator.errors import ExitCode, MigratorError, describe
 from migrator.fleet import config as config_mod
 from migrator.fleet.mysql import connect as mysql_connect
@@ -235,6 +236,8 @@ def _finish_batch(cfg: Any, mid: str, config_path: str | None, attempt: int, sin
         if open_batch is None and not spec.shards:
             worst = max((bst.freeze_ms or 0.0 for _, bst in batches), default=None)
             store.set_phase(mid, Phase.CLEANED, expect=Phase.CONVERGED, freeze_ms=worst)
+            # its pause nodes went to the batches with their shards; whatever still carries its id goes now
+            release_maintenance_pause(zk, spec)
             out["done"] = {"batches": len(batches), "longest_freeze_ms": worst}
             _meta(out)
             return out
