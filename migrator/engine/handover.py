@@ -3,7 +3,7 @@
 A move of more tables than one rename fence takes (a host: 512 shards x 5
 tables) is one migration with ``Spec.batched`` set: it is preflighted, copied,
 tailed and verified once, for every shard. It never cuts over itself. Once it
-has converged and been verified, its pipeline (:func:`jobs.pipeline.finish`)
+has converged and been verified, its pipeline (:mod:`migrator.ops.batched`)
 hands its shards over one batch at a time, each batch sized to the freeze
 budget, to a *batch migration* (``<id>-b000``, ``-b001``, ...) that starts
 converged and runs the normal rename-fenced cutover: the freeze, the fence on
@@ -29,6 +29,12 @@ What :func:`hand_over` guarantees, and how:
   it (which drops the target copies) no longer see them. It commits only while
   the applier lock's node, the checkpoint's version and the batched migration's
   state are as read.
+* **Queue maintenance resumes on every shard once its batch ends.** The same
+  transaction gives the batch the maintenance pause node of each of its shards
+  (the node's data becomes the batch's id, at the version read), so the batch's
+  flip, reconcile, abort or cleanup releases it as any migration's; the batched
+  migration releases whatever pause node still carries its id when it ends
+  (``cleaned`` or aborted).
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ from typing import Any
 
 from migrator.engine.catch_up.checkpoint import applier_claim, applier_lock
 from migrator.engine.migration import MigrationError, MigrationStore, Node, Phase, PhaseConflict, Spec, State
+from migrator.engine.plan import maintenance_pauses
 from migrator.fleet.config import Credentials
 from migrator.fleet.ids import shard_db
 from migrator.fleet.mysql import connect as mysql_connect
@@ -106,7 +113,8 @@ def hand_over(zk: ZK, creds: Credentials, parent_id: str, shards: Sequence[int],
             return s
 
         checks = {claim.node: -1, store.node_path(parent_id, Node.CATCHUP): ck_version}
-        store.hand_over(spec, version, child, cstate, progress, checks, change)
+        store.hand_over(spec, version, child, cstate, progress, checks, change,
+                        pauses=maintenance_pauses(zk, parent_id, want))
     finally:
         try:
             lock.release()

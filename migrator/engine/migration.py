@@ -486,13 +486,15 @@ class MigrationStore:
 
     def hand_over(self, parent: Spec, version: int, child: Spec, child_state: State,
                   progress: dict[str, dict[str, Any]], checks: dict[str, int],
-                  change: Callable[[State], State]) -> State:
+                  change: Callable[[State], State], pauses: dict[str, int] | None = None) -> State:
         """Move ``child.shards`` from the batched migration ``parent`` (state at ``version``) to a new
         migration ``child``, in one ZooKeeper transaction: the parent's spec loses the shards, its state
-        is changed by ``change``, the child's record is made with its ``progress`` nodes, and each shard's
-        lock is given to the child. ``checks``: znodes (path -> version, -1 for "exists") that must be as
-        read for it to commit (the parent's applier lock, its checkpoint). Nothing is written unless it
-        all is; :class:`PhaseConflict` when the parent or a lock changed meanwhile."""
+        is changed by ``change``, the child's record is made with its ``progress`` nodes, each shard's
+        lock is given to the child, and so is each maintenance pause node in ``pauses`` (path -> version
+        as read: the node then carries the child's id). ``checks``: znodes (path -> version, -1 for
+        "exists") that must be as read for it to commit (the parent's applier lock, its checkpoint).
+        Nothing is written unless it all is; :class:`PhaseConflict` when the parent, a lock or a pause
+        node changed meanwhile."""
         st, _ = self.state(parent.id)
         new = change(st.model_copy(deep=True))
         _stamp_actor(new.history, len(st.history))
@@ -519,11 +521,13 @@ class MigrationStore:
             if data.decode() != parent.id:
                 raise PhaseConflict(f"shard {s} is locked by {data.decode()}, not {parent.id}: not handing it over")
             tx.set_data(f"{self.locks}/{s}", child.id.encode(), version=stat.version)
+        for path, v in (pauses or {}).items():
+            tx.set_data(path, child.id.encode(), version=v)
         results = tx.commit()
         if any(isinstance(r, Exception) for r in results):
             raise PhaseConflict(f"migration {parent.id}: handing shards {child.ranges()} to {child.id} was refused "
                                 f"({[type(r).__name__ for r in results if not isinstance(r, RolledBackError)]}): "
-                                "the migration, its checkpoint, its tail or a shard lock changed meanwhile")
+                                "the migration, its checkpoint, its tail, a shard lock or a pause node changed since")
         return new
 
     def delete(self, mid: str) -> None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
@@ -240,7 +241,8 @@ def store(zk: ZK, spec: Spec) -> None:
 # The queue's maintenance drops and reorganises partitions; those statements
 # reach the binlog as DDL, not row events, so they must not run on a moving
 # shard. The queue service skips a shard while <root>/maintenance/paused/<shard>
-# exists; cutover or abort removes the nodes.
+# exists; cutover or abort removes the nodes. A batched migration's nodes move to
+# each batch with its shards (in the hand-over's transaction).
 
 def hold_maintenance_pause(zk: ZK, spec: Spec) -> None:
     base = zk.path(MAINTENANCE_PAUSED)
@@ -254,10 +256,18 @@ def hold_maintenance_pause(zk: ZK, spec: Spec) -> None:
 
 def release_maintenance_pause(zk: ZK, spec: Spec) -> int:
     """Remove the pause nodes this migration created (cutover, abort and cleanup call this);
-    returns how many it removed."""
+    returns how many it removed. A batched migration's spec loses the shards it hands over (their
+    nodes go to the batch with them: :func:`maintenance_pauses`), so for it every pause node is
+    looked at: whatever still carries its id is released, whichever shard it is on."""
     base = zk.path(MAINTENANCE_PAUSED)
     removed = 0
-    for s in spec.shards:
+    shards: Sequence[int | str] = spec.shards
+    if spec.batched:
+        try:
+            shards = zk.client.get_children(base)
+        except NoNodeError:
+            shards = ()
+    for s in shards:
         try:
             data, stat = zk.client.get(f"{base}/{s}")
             if data.decode() == spec.id:
@@ -266,6 +276,22 @@ def release_maintenance_pause(zk: ZK, spec: Spec) -> int:
         except (NoNodeError, BadVersionError):
             pass
     return removed
+
+
+def maintenance_pauses(zk: ZK, holder: str, shards: Sequence[int]) -> dict[str, int]:
+    """The pause nodes of ``shards`` that carry ``holder``'s id: path -> version (for a hand-over,
+    which gives them to the batch in its transaction, so that the batch's flip, abort or cleanup
+    releases them). A node carrying another id (an operator's pause, another migration's) is left."""
+    base = zk.path(MAINTENANCE_PAUSED)
+    held: dict[str, int] = {}
+    for s in shards:
+        try:
+            data, stat = zk.client.get(f"{base}/{s}")
+        except NoNodeError:
+            continue
+        if data.decode() == holder:
+            held[f"{base}/{s}"] = stat.version
+    return held
 
 
 def maintenance_paused(zk: ZK, shard: int) -> str | None:

@@ -461,11 +461,15 @@ def cleanup(config: Config, mid: str, *, now: bool = False) -> dict[str, Any]:
 ROLLBACK_RECHECK_S = 300.0
 
 
-def schedule_cleanup(config: Config, mid: str, *, queue: str | None = None, at: float | None = None) -> str | None:
-    """Enqueue the cleanup job for the end of the retention, or for ``at`` (needs a worker with the scheduler)."""
-    with session(config) as (zk, _):
-        st, _ = MigrationStore(zk).state(mid)
-        queue = queue or steps.migration_queue(spec_of(zk, mid))
+def schedule_cleanup(config: Config, mid: str, *, queue: str | None = None, at: float | None = None,
+                     zk: ZK | None = None) -> str | None:
+    """Enqueue the cleanup job for the end of the retention, or for ``at`` (needs a worker with the scheduler).
+    ``zk``: a session the caller holds (else one is opened)."""
+    if zk is None:
+        with session(config) as (own, _):
+            return schedule_cleanup(config, mid, queue=queue, at=at, zk=own)
+    st, _ = MigrationStore(zk).state(mid)
+    queue = queue or steps.migration_queue(spec_of(zk, mid))
     when = at if at is not None else st.cleanup_after
     if when is None:
         return None

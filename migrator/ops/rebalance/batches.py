@@ -11,9 +11,10 @@ ranges (:mod:`migrator.engine.handover`); between two batches the map is
 valid, with part of the ranges moved. The rebalance record lists the batches as
 they are handed over (:func:`migrator.ops.rebalance.record.refresh`).
 
-Batch size follows the freeze budget: the first batch is sized by a model of the
-rename fence's freeze (a fixed part, :data:`FIXED_MS`, plus :data:`PER_TABLE_MS`
-per table, aimed at :data:`AIM` of the budget); every later batch by the freezes
+Batch size follows the freeze budget: the first batch is sized by the cutover's
+model of the rename fence's freeze (:mod:`migrator.engine.cutover.gate`: a fixed
+part and a part per table; here the fixed part, :data:`FIXED_MS`, also holds a
+drain, :data:`DRAIN_MS`), aimed at :data:`AIM` of the budget; every later batch by the freezes
 measured so far (:func:`measured_costs`, :func:`next_batch`), growing at most to twice
 the biggest finished batch. A table costs the freeze its lock, its queued RENAME
 and its sentinel row; the RENAMEs themselves run after the freeze (the release
@@ -39,18 +40,22 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from migrator.engine.cutover.fence import MAX_TABLES
+from migrator.engine.cutover.gate import FENCE_PER_TABLE_MS, FIXED_FREEZE_MS
 from migrator.engine.names import SENTINEL_TABLE
 from migrator.fleet.ids import shard_db
 from migrator.fleet.mysql import query, tag
 from migrator.ops.rebalance.record import migration_id
 
 TAG = tag("plan")
-#: the rename fence's freeze besides its per-table release (freeze CAS, passive close, fence, sentinel,
-#: drain, compare, flip CAS), before any batch was measured
-FIXED_MS = 150.0
+#: the drain's share of a freeze before any batch was measured: the cutover's gate predicts it from its own
+#: timed drains, which a batch does not have yet when it is sized
+DRAIN_MS = 50.0
+#: the rename fence's freeze besides its per-table part (freeze CAS, passive close, drain, compare, flip CAS),
+#: before any batch was measured: the gate's default fixed cost plus the drain
+FIXED_MS = FIXED_FREEZE_MS + DRAIN_MS
 #: a table's share of a freeze (its lock, its queued RENAME, its db's sentinel row) before any batch
-#: was measured
-PER_TABLE_MS = 2.0
+#: was measured: the gate's
+PER_TABLE_MS = FENCE_PER_TABLE_MS
 #: share of the freeze budget a batch is sized for (the rest is headroom for a busier moment)
 AIM = 0.6
 #: the steps of a rename-fenced freeze that grow with the batch's tables

@@ -5,7 +5,9 @@ From then on the batched migration's tail no longer applies shard 3, an older ta
 longer write to the target at all (its fencing token was raised), the batch applies what was
 written to shard 3 before and after the hand-over and cuts over alone (shard 2 stays on the
 source), the batched migration refuses to cut over itself, and an abort of it drops only the
-copy of the shard it still holds.
+copy of the shard it still holds. Queue maintenance stays paused on each shard until the migration
+holding it ends: the hand-over gives the batch the shard's pause node, the batch's flip releases it,
+and nothing is left paused once the batched migration has ended.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from migrator.engine.cutover import cutover
 from migrator.engine.cutover.errors import NotConverged
 from migrator.engine.handover import HandOverError, hand_over
 from migrator.engine.migration import Node, Options, Phase
+from migrator.engine.plan import hold_maintenance_pause, maintenance_paused
 from migrator.engine.verify.run import verify_migration
 from migrator.fleet.mysql import connect as mysql_connect
 from migrator.fleet.shard_map import ShardMapStore
@@ -43,6 +46,7 @@ def _has(conn, shard: int, pid: int) -> bool:
 def test_a_batch_is_handed_its_shards_and_cuts_over_alone(fleet):
     prep = prepare_converged(fleet, (2, 3), options=Options(freeze_budget_ms=3000), batched=True)
     pid, store, creds = prep.spec.id, prep.store, fleet.credentials
+    hold_maintenance_pause(fleet.zk, prep.spec)  # as the plan does
     for db in prep.spec.databases:  # what the copy records of each table it made on the target
         store.put_progress(pid, f"copy/{db}.pins", {"db": db, "table": "pins", "done": True})
     verify_migration(fleet.config, pid, drainer=prep.drainer)
@@ -63,6 +67,8 @@ def test_a_batch_is_handed_its_shards_and_cuts_over_alone(fleet):
         st, _ = store.state(pid)
         assert st.batches == [batch.id] and st.batch_tables == {batch.id: 5}
         assert store.holders([2, 3]) == {2: pid, 3: batch.id}
+        # the handed-over shard's maintenance pause is the batch's now
+        assert maintenance_paused(fleet.zk, 3) == batch.id and maintenance_paused(fleet.zk, 2) == pid
         bst, _ = store.state(batch.id)
         assert bst.phase == Phase.CONVERGED and bst.history[0]["handed_by"] == pid
         parent_ckpt, _ = store.get_progress(pid, Node.CATCHUP)
@@ -87,6 +93,7 @@ def test_a_batch_is_handed_its_shards_and_cuts_over_alone(fleet):
         assert smap.master_of(3) == prep.spec.target_master and smap.master_of(2) == prep.spec.source_master
         assert _has(dst, 3, before[3]) and _has(dst, 3, after[3])  # the batch's own drain applied both
         assert store.state(batch.id)[0].phase == Phase.DONE
+        assert maintenance_paused(fleet.zk, 3) is None and maintenance_paused(fleet.zk, 2) == pid
 
         # an abort of the batched migration drops the copy of the shard it still holds, not the batch's
         command.abort(fleet.config, pid)
@@ -96,6 +103,7 @@ def test_a_batch_is_handed_its_shards_and_cuts_over_alone(fleet):
             assert {r[0] for r in cur.fetchall()} == {"db00003"}
         assert _has(dst, 3, after[3])
         assert store.holders([2, 3]) == {3: batch.id}
+        assert maintenance_paused(fleet.zk, 2) is None and maintenance_paused(fleet.zk, 3) is None
     finally:
         src.close()
         dst.close()
@@ -110,14 +118,17 @@ def test_the_pipeline_cuts_over_a_batch_left_open_then_hands_over_the_rest(fleet
     prep = prepare_converged(fleet, (2, 3), options=Options(freeze_budget_ms=3000), batched=True)
     pid, store = prep.spec.id, prep.store
     cfg_path = str(fleet.config.path)
+    hold_maintenance_pause(fleet.zk, prep.spec)  # as the plan does
     verify_migration(fleet.config, pid, drainer=prep.drainer)
     prep.drainer.close()
     first = hand_over(fleet.zk, fleet.credentials, pid, [2], tables=5)  # ... and the step died here
+    assert maintenance_paused(fleet.zk, 2) == first.id and maintenance_paused(fleet.zk, 3) == pid
 
     out = pipeline.finish(pid, cfg_path)
     assert out["batch"] == first.id and "cutover" in out, out
     assert store.state(first.id)[0].phase == Phase.DONE and store.spec(pid).shards == (3,)
     assert store.state(pid)[0].batches == [first.id]
+    assert maintenance_paused(fleet.zk, 2) is None and maintenance_paused(fleet.zk, 3) == pid
 
     out = pipeline.finish(pid, cfg_path)  # hands over and cuts over every batch left (here one)
     second = store.state(pid)[0].batches[-1]
@@ -125,11 +136,16 @@ def test_the_pipeline_cuts_over_a_batch_left_open_then_hands_over_the_rest(fleet
     assert store.state(second)[0].phase == Phase.DONE
     timings = store.get_progress(second, Node.HANDOVER)[0]["attempts"][-1]
     assert {"parent_pass_s", "hand_over_s", "cutover_s"} <= set(timings), timings
+    assert maintenance_paused(fleet.zk, 3) is None
+    # pause nodes that still carry the batched migration's id (as a hand-over that did not move them
+    # left them) go when it ends
+    hold_maintenance_pause(fleet.zk, prep.spec)
 
     out = pipeline.finish(pid, cfg_path)
     assert out["done"]["batches"] == 2, out
     st, _ = store.state(pid)
     assert st.phase == Phase.CLEANED and store.spec(pid).shards == ()
+    assert maintenance_paused(fleet.zk, 2) is None and maintenance_paused(fleet.zk, 3) is None
     smap = ShardMapStore(fleet.zk).read()
     assert smap.master_of(2) == smap.master_of(3) == prep.spec.target_master
     with pytest.raises(command.CommandError, match="in batches"):

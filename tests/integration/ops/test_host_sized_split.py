@@ -4,8 +4,9 @@
 RQ worker processes and the queue load running: the split is one migration, copied and tailed
 once, that hands its shards to batches of consecutive shards, each a migration of its own with a
 rename-fenced cutover of at most 200 tables, one after another; every batch's freeze stays under
-the budget, no acknowledged job is lost, every moved table equals its
-tombstone, and no gate is left on either member of the old pair, which still replicates both ways.
+the budget, no acknowledged job is lost, every moved table equals its tombstone, queue
+maintenance is paused on no moved shard, and no gate is left on either member of the old pair,
+which still replicates both ways.
 (The host-sized version, 512 shards per host, runs on demand: ``python -m bench.hostsplit``.)
 """
 
@@ -21,6 +22,7 @@ import pytest
 
 from migrator.engine.cutover.fence import MAX_TABLES
 from migrator.engine.migration import MigrationStore
+from migrator.engine.plan import maintenance_paused
 from migrator.fleet import config as config_mod
 from migrator.fleet import zk as zk_mod
 from migrator.fleet.mysql import connect as mysql_connect
@@ -108,6 +110,7 @@ def test_a_split_of_300_tables_runs_as_batched_rename_fenced_cutovers(big_fleet,
         copied = [store.progress_keys(m["migration"], "copy") for m in batch_moves]
         smap = ShardMapStore(zk).read()
         hosts = HostRegistry(zk).all()
+        paused = {s: maintenance_paused(zk, s) for sp in specs for s in sp.shards}
     assert rec["phase"] == "done" and rec["kind"] == "split"
     assert all(m["state"] == "done" for m in rec["moves"]), json.dumps(rec["moves"])
     # one migration copied and tailed the 300 tables once; it handed its shards to the batches and ended
@@ -120,6 +123,8 @@ def test_a_split_of_300_tables_runs_as_batched_rename_fenced_cutovers(big_fleet,
     assert len(moved_shards) == 60 and len(set(moved_shards)) == 60
     assert all(st.phase.value == "done" for st in states)
     assert all(smap.master_of(s) == specs[0].target_master for s in moved_shards)
+    # queue maintenance resumed on every moved shard: no pause node is left behind
+    assert {s: p for s, p in paused.items() if p is not None} == {}, paused
     # each batch: at most one fence's tables, fenced by the rename fence, its freeze under the budget
     for m, cut in zip(batch_moves, cuts, strict=True):
         assert m["tables"] <= MAX_TABLES

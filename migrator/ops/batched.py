@@ -1,0 +1,245 @@
+"""The batched split: one copy and tail, then cutovers in batches, one after another.
+
+Runs in the RQ worker, one call of :func:`step` per run of the pipeline's
+``finish`` job (``jobs.pipeline.finish``, which turns the :class:`Next` it
+returns into the next job). A batched migration (``Spec.batched``: a split or
+move of more tables than one rename fence takes, sized by
+:mod:`migrator.ops.rebalance.batches`) is preflighted, copied, tailed and
+verified once, and then cut over in batches. A step cuts over the batch that
+is not done yet, if any (a catch-up pass of its own first, the same retries
+and window as any cutover: :mod:`migrator.ops.cutover_retry`); else it hands
+batches their shards one after another (:mod:`migrator.engine.handover`, each
+sized by the budget and the freezes of the batches before it) and cuts each
+over in a thread of its own (:class:`Flight`), so that the next batch is
+handed over and prepares its fences while the one before renames its tables
+behind its freeze; a batch freezes only once the one before it has ended and
+flipped. The step asks to run again until every shard is handed over and
+every batch is done, and then ends the batched migration (phase ``cleaned``:
+its batches hold the tombstones; it releases any maintenance pause node that
+still carries its id, the batches having taken theirs with their shards). A
+batch that ended otherwise (aborted, failed, rolled back) stops it, saying
+which.
+
+A step holds one ZooKeeper session (the caller's) for its reads and writes;
+the cutovers, catch-up passes and the verify it runs open their own.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+from migrator.engine import cutover as cutover_mod
+from migrator.engine import handover
+from migrator.engine.cutover.errors import CutoverAborted
+from migrator.engine.cutover.hooks import CutoverHooks
+from migrator.engine.migration import MigrationStore, Node, Phase
+from migrator.engine.plan import release_maintenance_pause
+from migrator.errors import ExitCode, MigratorError, describe
+from migrator.fleet.config import Config, Credentials
+from migrator.fleet.mysql import connect as mysql_connect
+from migrator.fleet.shard_map import HostRegistry
+from migrator.fleet.zk import ZK
+from migrator.ops import command
+from migrator.ops.cutover_retry import BACKOFF, DONE, CutoverRetriesOver, Next, cut_over
+from migrator.ops.rebalance import batches as batch_mod
+
+log = logging.getLogger(__name__)
+
+#: phases a batch is finished in
+BATCH_DONE = (Phase.DONE, Phase.CLEANED)
+#: phases a batch cannot go on from by itself: the batched migration's pipeline stops and says so
+BATCH_ENDED = (Phase.FAILED, Phase.ABORTED, Phase.ROLLED_BACK, Phase.ROLLING_BACK)
+#: a batch whose cutover is being settled (its lease lost) or run by someone else is looked at again after this
+BATCH_RECHECK_S = 2.0
+#: a pipeline step of a batched migration cuts batches over for about this long, then asks for the next step
+BATCH_STEP_S = 300.0
+#: the batched migration runs a catch-up pass before a hand-over when its last one is older than this. A batch
+#: starts from its checkpoint and its own tail applies what came since (before its freeze, untimed), so a pass
+#: only bounds how much binlog each batch reads again; its fixed cost (a reader process, ZooKeeper writes)
+#: is not paid for every batch
+PARENT_PASS_EVERY_S = 15.0
+
+
+class BatchStopped(MigratorError):
+    """A batch of a batched migration ended otherwise than flipped: the batches after it wait."""
+
+    component = "pipeline"
+    exit_code = ExitCode.REFUSED
+
+
+class Flight:
+    """One batch's cutover, run in a thread of the pipeline step so that the next batch is handed over and
+    prepared while this one renames its tables and finishes the passive member behind its freeze. The next
+    batch freezes only once this one has ended (:meth:`hold_freeze`), flipped or not: one freeze at a time."""
+
+    def __init__(self, cfg: Any, bid: str, before: Flight | None):
+        self.cfg, self.bid, self.before = cfg, bid, before
+        #: the freeze is over (the release step is done), or the attempt ended
+        self.released = threading.Event()
+        self.ended = threading.Event()
+        self.error: BaseException | None = None
+        self.result: dict[str, Any] | None = None
+        self.seconds = 0.0
+        self.thread = threading.Thread(target=self._run, name=f"cutover-{bid}", daemon=True)
+
+    def start(self) -> Flight:
+        self.thread.start()
+        return self
+
+    def _run(self) -> None:
+        t0 = time.monotonic()
+        hooks = CutoverHooks(at_step=self._at_step, before_freeze=self.hold_freeze)
+        try:
+            self.result = cutover_mod.cutover(self.cfg, self.bid, hooks=hooks).to_dict()
+        except BaseException as exc:  # noqa: BLE001 - the step reads it (and the batch's phase) after
+            self.error = exc
+        finally:
+            self.seconds = time.monotonic() - t0
+            self.released.set()
+            self.ended.set()
+
+    def _at_step(self, _run: Any, step: str) -> None:
+        if step == "release":
+            self.released.set()
+
+    def hold_freeze(self, _run: Any) -> None:
+        """Before this batch freezes: the batch before it has ended, and flipped."""
+        if self.before is None:
+            return
+        self.before.ended.wait()
+        if self.before.error is not None:
+            raise CutoverAborted(f"batch {self.before.bid} before it ended with: {describe(self.before.error)}; "
+                                 "not freezing behind it", phase="cutover")
+
+
+def step(cfg: Config, zk: ZK, creds: Credentials, mid: str, attempt: int, since: float | None,
+         out: dict[str, Any], *, queue: str | None) -> Next:
+    """One step of the converged batched migration ``mid``: cut over its unfinished batch (with the retries
+    and window of any cutover), else hand batches their shards and cut them over one after another
+    (:func:`_fly`), else (every shard handed over, every batch done) end it. ``attempt`` and ``since``: the
+    cutover attempts of the open batch that stopped before the flip; ``queue``: where cleanups go."""
+    store = MigrationStore(zk)
+    spec, (st, _) = store.spec(mid), store.state(mid)
+    batches = [(b, store.state(b)[0]) for b in st.batches]
+    open_batch = next(((b, bst) for b, bst in batches if bst.phase not in BATCH_DONE), None)
+    if open_batch is None and not spec.shards:
+        worst = max((bst.freeze_ms or 0.0 for _, bst in batches), default=None)
+        store.set_phase(mid, Phase.CLEANED, expect=Phase.CONVERGED, freeze_ms=worst)
+        release_maintenance_pause(zk, spec)  # whatever pause node still carries its id
+        out["done"] = {"batches": len(batches), "longest_freeze_ms": worst}
+        return DONE
+    if open_batch is None:
+        if not st.batches:
+            t0 = time.monotonic()
+            out["verify"] = command.verify(cfg, mid)  # the one full check; each batch re-checks what changed
+            out["verify_s"] = round(time.monotonic() - t0, 3)
+        return _fly(cfg, zk, creds, mid, out, pass_first=bool(st.batches), queue=queue)
+    bid, bst = open_batch
+    if bst.phase in BATCH_ENDED or bst.stopped:
+        raise BatchStopped(f"batch {bid} of {mid} is {bst.phase.value}"
+                           f"{': ' + str(bst.stopped.get('reason')) if bst.stopped else ''}; the batches after "
+                           f"it wait: resume it (`migrator resume {bid}`) or roll the finished ones back, "
+                           f"then `migrator resume {mid}`", phase="cutover")
+    if bst.phase != Phase.CONVERGED:  # catching up after a stop, or a cutover (or its settler) holds it
+        if bst.phase == Phase.CATCHING_UP:
+            command.catchup(cfg, bid, passes=1)
+        return Next(f"batch {bid} is {bst.phase.value}: looking again", delay=BATCH_RECHECK_S, attempt=attempt,
+                    since=since)
+    out["batch"] = bid
+    t0 = time.monotonic()
+    try:
+        retry = cut_over(cfg, zk, bid, mid, attempt, since, out, queue=queue)
+        _record_steps(store, bid, {"cutover_s": time.monotonic() - t0})
+    except CutoverRetriesOver:
+        raise
+    except Exception as exc:  # noqa: BLE001 - flipped, or left to the settler: the batch's phase says which
+        phase = store.state(bid)[0].phase
+        if phase not in (*BATCH_DONE, Phase.CUTOVER):
+            raise
+        out["error"] = str(exc)
+        return Next(f"batch {bid} is {phase.value} after: {describe(exc)}", delay=BATCH_RECHECK_S,
+                    attempt=attempt, since=since)
+    if retry is not None:
+        return retry.because(f"batch {bid}: ")
+    return Next(f"batch {bid} flipped: the next one")
+
+
+def _fly(cfg: Config, zk: ZK, creds: Credentials, mid: str, out: dict[str, Any], *, pass_first: bool,
+         queue: str | None) -> Next:
+    """Hand batches their shards and cut them over, one after another, for about :data:`BATCH_STEP_S`: each
+    batch's catch-up pass of the batched migration, hand-over, fences and gate run while the batch before it
+    renames its tables and finishes the passive member behind its freeze (:class:`Flight`). Stops at the
+    first batch that did not flip; the next step drives that one (its retries, its window)."""
+    store = MigrationStore(zk)
+    deadline = time.monotonic() + BATCH_STEP_S
+    passed_at: float | None = None if pass_first else time.monotonic()  # a verify just drained it
+    flights: list[Flight] = []
+    steps: dict[str, dict[str, float]] = {}
+    before: Flight | None = None
+    try:
+        while time.monotonic() < deadline:
+            if not store.spec(mid).shards:
+                break
+            took: dict[str, float] = {}
+            if passed_at is None or time.monotonic() - passed_at >= PARENT_PASS_EVERY_S:
+                t0 = time.monotonic()
+                command.catchup(cfg, mid, passes=1)  # the shards still here stay current
+                passed_at = time.monotonic()
+                took["parent_pass_s"] = passed_at - t0
+            t0 = time.monotonic()
+            bid = _hand_over_next(zk, creds, mid)
+            took["hand_over_s"] = time.monotonic() - t0
+            steps[bid] = took
+            flight = Flight(cfg, bid, before).start()
+            flights.append(flight)
+            flight.released.wait()
+            if flight.error is not None:
+                break
+            before = flight
+    finally:
+        # also when a hand-over failed (the batched migration aborted meanwhile, ZooKeeper lost): the batches
+        # in flight end, and the flipped ones get their cleanup
+        for f in flights:
+            f.ended.wait()
+            try:
+                _record_steps(store, f.bid, {**steps.get(f.bid, {}), "cutover_s": f.seconds})
+                if f.error is None:
+                    out.setdefault("cleanup_jobs", {})[f.bid] = command.schedule_cleanup(cfg, f.bid, queue=queue,
+                                                                                          zk=zk)
+            except Exception as exc:  # noqa: BLE001 - bookkeeping; an overdue cleanup is run by any worker
+                log.warning("batch %s: recording its steps or scheduling its cleanup failed: %s", f.bid, exc)
+    out["batches"] = [f.bid for f in flights]
+    stopped = next((f for f in flights if f.error is not None), None)
+    if stopped is None:
+        return Next(f"{len(flights)} batches flipped: the next ones")
+    out["error"] = describe(stopped.error)
+    delay = BACKOFF.delay(0)
+    return Next(f"batch {stopped.bid} did not flip ({out['error']}); trying it again in {delay:g} s", delay=delay,
+                attempt=1, since=time.time())
+
+
+def _record_steps(store: MigrationStore, bid: str, took: dict[str, float]) -> None:
+    """Keep what the pipeline spent around one attempt of the batch (its ``handover`` node)."""
+    prior = store.get_progress(bid, Node.HANDOVER)[0] or {}
+    store.put_progress(bid, Node.HANDOVER, {**prior, "attempts": [*prior.get("attempts", []),
+                                                                 {k: round(v, 3) for k, v in took.items()}]})
+
+
+def _hand_over_next(zk: ZK, creds: Credentials, mid: str) -> str:
+    """Hand the next batch (sized by the budget and the batches measured so far) its shards; its id."""
+    store = MigrationStore(zk)
+    spec, (st, _) = store.spec(mid), store.state(mid)
+    done = []
+    for b in st.batches:
+        cut, _ = store.get_progress(b, Node.CUTOVER)
+        if cut and cut.get("freeze_ms") is not None:
+            done.append({"freeze_ms": cut["freeze_ms"], "steps_ms": cut.get("steps_ms") or {},
+                         "tables": st.batch_tables.get(b, 0)})
+    source = HostRegistry(zk).get(spec.source_master)
+    with mysql_connect(source, creds) as conn:
+        tables = {s: n for s, (n, _) in batch_mod.count_tables(conn, spec.shards).items()}
+    shards = batch_mod.next_batch(list(spec.shards), tables, spec.options.freeze_budget_ms, done)
+    return handover.hand_over(zk, creds, mid, shards, tables=sum(tables.get(s, 0) for s in shards)).id

@@ -1,0 +1,106 @@
+"""A pipeline's cutover that stopped before the flip is tried again: the backoff, the window, the next step.
+
+Runs in the RQ worker, inside a step of the pipeline (``jobs.pipeline.finish``,
+and :mod:`migrator.ops.batched` for each batch of a batched migration). A
+cutover that stops before the flip (a lock held on a moving table, a freeze
+over its budget, a conflicting map edit) leaves the source serving; the step
+then runs one more catch-up pass and says to try again after a backoff
+(:data:`BACKOFF`: 2 s, doubling, at most 60 s) for as long as the migration's
+``cutover_retry_s`` allows (600 s unless set at launch or with ``migrator set
+ID --cutover-retry-s``): gh-ost retries its cut-over the same way, for as long
+as the operator lets it, instead of giving up after a few attempts in seconds.
+When the window is over the step fails with the last attempt's refusal (which
+names its cause: the blocking connection, the step the freeze ran out in).
+
+A step does not enqueue anything itself: it returns its next action
+(:class:`Next`), which the RQ entry turns into the next job.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from migrator.engine.migration import MigrationStore, Phase
+from migrator.errors import ExitCode, MigratorError, describe
+from migrator.fleet.config import Config
+from migrator.fleet.zk import ZK
+from migrator.ops import command
+
+
+@dataclass(frozen=True)
+class Next:
+    """What the pipeline does after a step: nothing (:attr:`done`), or run again after ``delay`` s as
+    cutover attempt ``attempt`` (the attempts that stopped before the flip since ``since``), saying ``why``."""
+
+    why: str | None = None
+    delay: float = 0.0
+    attempt: int = 0
+    since: float | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.why is None
+
+    def because(self, prefix: str) -> Next:
+        """The same action, its reason prefixed (``batch X: ...``)."""
+        return dataclasses.replace(self, why=f"{prefix}{self.why}")
+
+
+#: the step is over and nothing follows it
+DONE = Next()
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """The wait before the next cutover attempt: ``first_s``, times ``factor`` per attempt, at most ``max_s``."""
+
+    first_s: float = 2.0
+    factor: float = 2.0
+    max_s: float = 60.0
+
+    def delay(self, attempt: int) -> float:
+        return min(self.max_s, self.first_s * self.factor ** max(0, attempt))
+
+
+#: between cutover attempts that stopped before the flip (a test may replace it)
+BACKOFF = Backoff()
+
+
+class CutoverRetriesOver(MigratorError):
+    """The pipeline kept trying a cutover for its whole window; the last attempt's refusal says why."""
+
+    component = "pipeline"
+    exit_code = ExitCode.REFUSED
+
+
+def cut_over(cfg: Config, zk: ZK, mid: str, driver: str, attempt: int, since: float | None,
+             out: dict[str, Any], *, queue: str | None) -> Next | None:
+    """Cut ``mid`` over (``driver``: the migration whose pipeline this is, ``mid`` or the batched migration
+    ``mid`` is a batch of) and schedule its cleanup on ``queue``; None when it flipped, else the next try,
+    after one more catch-up pass. Raises when the retry window is over, or when the attempt ended otherwise
+    than before the flip. ``zk``: the step's session (the cutover opens its own)."""
+    try:
+        out["cutover"] = command.cutover(cfg, mid)
+    except Exception as exc:  # noqa: BLE001 - the cutover stopped before the flip; the source serves
+        store = MigrationStore(zk)
+        st, _ = store.state(mid)
+        window = store.spec(driver).options.cutover_retry_s
+        if st.phase != Phase.CONVERGED:
+            raise
+        first = since if since is not None else time.time()
+        elapsed, delay = time.time() - first, BACKOFF.delay(attempt)
+        if elapsed + delay > window:
+            reason = describe(exc)
+            raise CutoverRetriesOver(
+                f"{reason} (the pipeline tried the cutover {attempt + 1} times over {elapsed:.0f} s, its window "
+                f"of {window:g} s: `migrator set {driver} --cutover-retry-s S` gives it longer)",
+                phase="cutover") from exc
+        out["error"], out["retry_in_s"] = str(exc), delay
+        command.catchup(cfg, mid, passes=1)
+        return Next(f"cutover stopped before the flip; trying again in {delay:g} s", delay=delay,
+                    attempt=attempt + 1, since=first)
+    out["cleanup_job"] = command.schedule_cleanup(cfg, mid, queue=queue, zk=zk)
+    return None
