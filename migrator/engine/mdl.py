@@ -220,11 +220,21 @@ class Attempts:
 
     tries: int = 0
     busy: int = 0
+    #: tries interrupted with no holder of the tables: the statement itself was slower than its try
+    slow: int = 0
     longest_try_ms: float = 0.0
     killed: list[dict[str, Any]] = field(default_factory=list)
 
+    def add(self, other: Attempts) -> None:
+        self.tries += other.tries
+        self.busy += other.busy
+        self.slow += other.slow
+        self.longest_try_ms = max(self.longest_try_ms, other.longest_try_ms)
+        self.killed.extend(other.killed)
+
     def to_dict(self) -> dict[str, Any]:
-        return {"tries": self.tries, "busy": self.busy, "longest_try_ms": round(self.longest_try_ms, 1),
+        return {"tries": self.tries, "busy": self.busy, "slow": self.slow,
+                "longest_try_ms": round(self.longest_try_ms, 1),
                 "killed": list(self.killed)}
 
 
@@ -241,6 +251,17 @@ class LockBusy(MigratorError):
         #: the member it ran on, and what its tries cost there (the holders it ended, too)
         self.server = server
         self.attempts = attempts if attempts is not None else Attempts()
+
+
+#: a statement slower than its try by itself gets longer tries, up to this
+SLOW_TRY_MAX_S = 5.0
+
+
+def _has_lock_info(conn: pymysql.connections.Connection) -> bool:
+    try:
+        return has_lock_info(conn)
+    except pymysql.err.MySQLError:
+        return False
 
 
 _LEADING_COMMENT = re.compile(r"^\s*(/\*.*?\*/\s*)", re.S)
@@ -267,17 +288,27 @@ def run_locking(conn: pymysql.connections.Connection, sql: str, *, tables: Seque
     holders it may and try once more; else raise :class:`LockBusy` naming them. ``sql`` must be safe to
     run again."""
     attempts = attempts if attempts is not None else Attempts()
-    bounded = bounded_sql(sql, wait.try_s)
+    try_s = wait.try_s
+    plugin: list[bool] = []
 
     def one_try() -> None:
+        nonlocal try_s
         attempts.tries += 1
         t0 = time.monotonic()
         try:
             with conn.cursor() as cur:
-                cur.execute(bounded)
+                cur.execute(bounded_sql(sql, try_s))
         except pymysql.err.MySQLError as exc:
             if _busy(exc):
                 attempts.busy += 1
+                # interrupted with no holder on its tables: the statement itself outran the try (a CREATE
+                # TRIGGER on a table of many partitions on a busy server), not a lock wait; only then the
+                # next try may take longer (clients queue behind a statement that runs, whatever its bound)
+                if not plugin:
+                    plugin.append(_has_lock_info(conn))
+                if plugin[0] and not _holders(conn, tables, server) and try_s < SLOW_TRY_MAX_S:
+                    try_s = min(SLOW_TRY_MAX_S, try_s * 2)
+                    attempts.slow += 1
             raise
         finally:
             attempts.longest_try_ms = max(attempts.longest_try_ms, (time.monotonic() - t0) * 1000)
@@ -306,7 +337,7 @@ def run_locking(conn: pymysql.connections.Connection, sql: str, *, tables: Seque
             holders = _holders(conn, tables, server)
     raise LockBusy(named(
         f"{doing} on {server} could not take its table's metadata lock in {attempts.tries} tries of "
-        f"{wait.try_s * 1000:.0f} ms over {wait.retry_s:g} s (no client waited longer than one try); nothing "
+        f"{try_s * 1000:.0f} ms over {wait.retry_s:g} s (no client waited longer than one try); nothing "
         f"of it was done: retry when the holders are gone"
         + ("" if wait.kill_holders else ", or let the migration end them (`migrator set ID --kill-blockers`)"),
         holders), blockers=holders, server=server, attempts=attempts, phase=phase)

@@ -30,17 +30,22 @@ def tomb_db(migration_id: str, db: str) -> str:
 
 
 def rename_tomb_tables(conn: Any, migration_id: str, tables: Iterable[tuple[str, str]], *, to_live: bool,
-                       tag: str = "") -> None:
+                       tag: str = "", server: str = "") -> None:
     """Rename the (db, table) pairs from their tombstone schema to ``db`` (``to_live``) or back, in
-    one RENAME TABLE statement on ``conn`` (``tag``: the statement's leading comment). Nothing to
-    do for no pairs. Used where the old master's tables change sides of a flip back: the rollback's
-    own flip, and the settle of one that died."""
-    parts = []
+    one RENAME TABLE statement on ``conn`` (``tag``: the statement's leading comment; ``server``: the
+    host's name, for a refusal). Nothing to do for no pairs. Used where the old master's tables change
+    sides of a flip back: the rollback's own flip, and the settle of one that died. No client writes
+    them then (the map routes their shards elsewhere), but a stale reader may hold one: the RENAME
+    waits in short tries (:func:`migrator.engine.mdl.run_locking`), so nothing queues behind it for long."""
+    from migrator.engine.mdl import run_locking
+
+    parts, locked = [], []
     for db, t in tables:
         tomb = tomb_db(migration_id, db)
         a, b = (qualified(tomb, t), qualified(db, t)) if to_live else (qualified(db, t), qualified(tomb, t))
         parts.append(f"{a} TO {b}")
+        locked += [(tomb, t), (db, t)]
     if not parts:
         return
-    with conn.cursor() as cur:
-        cur.execute(f"{tag}RENAME TABLE " + ", ".join(parts))
+    run_locking(conn, f"{tag}RENAME TABLE " + ", ".join(parts), tables=locked, server=server or "the old master",
+                what="the tombstone RENAME")

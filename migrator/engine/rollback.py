@@ -167,7 +167,7 @@ def _renamer(old_master: Host, creds: Credentials, spec: Spec, tables: Callable[
         if not pairs:
             return
         with mysql_connect(old_master, creds) as conn:
-            rename_tomb_tables(conn, spec.id, pairs, to_live=to_live, tag=TAG)
+            rename_tomb_tables(conn, spec.id, pairs, to_live=to_live, tag=TAG, server=old_master.name)
 
     return run
 

@@ -290,11 +290,7 @@ class TriggerGate:
                             attempts=mine)
         finally:
             with self._attempts_lock:
-                total = self.lock_attempts
-                total.tries += mine.tries
-                total.busy += mine.busy
-                total.longest_try_ms = max(total.longest_try_ms, mine.longest_try_ms)
-                total.killed.extend(mine.killed)
+                self.lock_attempts.add(mine)
 
     def _run_on_own_session(self, statements: Sequence[tuple[str, str, str, str]]) -> None:
         conn = mysql_connect(self.host, self.credentials, read_timeout=600)

@@ -240,7 +240,7 @@ def _place_old_tables(old: Host, creds: Credentials, spec: Spec, *, live: bool) 
             if spec.tables:
                 here, there = here & set(spec.tables), there & set(spec.tables)
             pairs += [(db, t) for t in sorted(there - here if live else here - there)]
-        rename_tomb_tables(conn, spec.id, pairs, to_live=live, tag=TAG)
+        rename_tomb_tables(conn, spec.id, pairs, to_live=live, tag=TAG, server=old.name)
 
 
 def _settle_source_gate(source: Host, creds: Credentials, spec: Spec, *, landed: bool, logged: bool) -> None:

@@ -199,3 +199,29 @@ def test_opted_in_the_migration_ends_a_reader_never_a_writer(fleet):
     # with the writer's transaction gone, the next attempt flips
     result = cutover(fleet.config, spec.id)
     assert result.freeze_ms is not None and prep.store.state(spec.id)[0].phase == Phase.DONE
+
+
+def test_a_statement_slower_than_its_try_with_no_holder_gets_longer_tries(fleet):
+    """A try interrupted while nothing holds the table was the statement's own time (a CREATE TRIGGER on a table
+    of many partitions), not a lock wait: the next tries take longer, and it gets through."""
+    from migrator.engine.mdl import Attempts, LockWait, run_locking
+
+    host = fleet.hosts["MySQL001B"]
+    conn = mysql_connect(host, fleet.credentials)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SET SESSION sql_log_bin = 0")
+            cur.execute("CREATE DATABASE IF NOT EXISTS mdl_slow")
+            cur.execute("CREATE TABLE mdl_slow.p (id INT NOT NULL PRIMARY KEY) PARTITION BY HASH(id) PARTITIONS 128")
+        attempts = Attempts()
+        run_locking(conn, "CREATE TRIGGER IF NOT EXISTS mdl_slow.tg BEFORE INSERT ON mdl_slow.p FOR EACH ROW BEGIN END",
+                    tables=[("mdl_slow", "p")], server=host.name, wait=LockWait(try_s=0.001, retry_s=10),
+                    attempts=attempts)
+        assert attempts.slow >= 1 and attempts.busy == attempts.slow, attempts
+        with conn.cursor() as cur:
+            cur.execute("SELECT COUNT(*) FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA = 'mdl_slow'")
+            assert cur.fetchone()[0] == 1
+    finally:
+        with conn.cursor() as cur:
+            cur.execute("DROP DATABASE IF EXISTS mdl_slow")
+        conn.close()
