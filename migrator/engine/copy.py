@@ -61,13 +61,13 @@ from migrator.engine.copy_load import (
     target_conn,
     write_chunk,
 )
-from migrator.engine.cutover.sentinel import prepare_sentinels
 from migrator.engine.eta import store_rate
 from migrator.engine.inspector import TableInfo
 from migrator.engine.migration import MigrationStore, Phase, Spec
 from migrator.engine.plan import hold_maintenance_pause, moving_tables
 from migrator.engine.preflight import PreflightFailed
 from migrator.engine.preflight import run as run_preflight
+from migrator.engine.sentinel import prepare_sentinels
 from migrator.engine.throttler import ChunkSizer
 from migrator.fleet.config import Credentials
 from migrator.fleet.model import Host

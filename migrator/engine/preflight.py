@@ -51,8 +51,8 @@ from typing import Any
 import pymysql
 
 from migrator.engine import inspector, objects
-from migrator.engine.cutover.fence import MAX_TABLES as FENCE_MAX_TABLES
-from migrator.engine.cutover.fence import FenceError, fence_mode
+from migrator.engine.fencing import MAX_TABLES as FENCE_MAX_TABLES
+from migrator.engine.fencing import FenceError, fence_mode
 from migrator.engine.migration import Phase, Spec
 from migrator.engine.plan import estimate, moving_tables, routed_to
 from migrator.errors import ExitCode, MigratorError, MySQLUnavailable

@@ -72,13 +72,13 @@ from migrator.engine.cutover.attempt import BACK, RollbackError, drive, settle_a
 from migrator.engine.cutover.direction import Direction, passive_of
 from migrator.engine.cutover.errors import FlipUnknown, FreezeBudgetExceeded
 from migrator.engine.cutover.gate import FIXED_FREEZE_MS
-from migrator.engine.cutover.hooks import CutoverHooks, CutoverResult
+from migrator.engine.cutover.hooks import CutoverHooks, CutoverResult, RunView
 from migrator.engine.cutover.lease import CutoverLease
 from migrator.engine.cutover.reconcile import reconcile
 from migrator.engine.cutover.run import CutoverRun
-from migrator.engine.cutover.sentinel import ensure_sentinel
 from migrator.engine.migration import GuardLost, MigrationStore, Node, Phase, PhaseConflict, Spec
 from migrator.engine.names import SENTINEL_TABLE, rename_tomb_tables, tomb_db
+from migrator.engine.sentinel import ensure_sentinel
 from migrator.engine.verify.checksums import moving_tables
 from migrator.engine.verify.drainers import Drainer, TailDrainer
 from migrator.errors import describe
@@ -159,10 +159,10 @@ def _with_sentinel(tables: set[str] | None) -> set[str] | None:
 
 
 def _renamer(old_master: Host, creds: Credentials, spec: Spec, tables: Callable[[], list[tuple[str, str]]],
-             *, to_live: bool) -> Callable[[CutoverRun], None]:
+             *, to_live: bool) -> Callable[[RunView], None]:
     """Rename the old master's tombstones to the live names (or back), in one statement."""
 
-    def run(_: CutoverRun) -> None:
+    def run(_: RunView) -> None:
         pairs = tables()
         if not pairs:
             return

@@ -92,10 +92,10 @@ from migrator.engine.cutover.hooks import CutoverHooks, CutoverResult
 from migrator.engine.cutover.lease import CutoverLease, CutoverRunning
 from migrator.engine.cutover.reconcile import reconcile
 from migrator.engine.cutover.run import CutoverRun
-from migrator.engine.cutover.sentinel import prepare_sentinels
 from migrator.engine.migration import MigrationStore, Node, Phase, PhaseConflict
 from migrator.engine.names import tomb_suffix
 from migrator.engine.plan import release_maintenance_pause
+from migrator.engine.sentinel import prepare_sentinels
 from migrator.engine.verify.drainers import Drainer, default_drainer
 from migrator.fleet import zk as zk_mod
 from migrator.fleet.config import Config, Credentials, load_credentials

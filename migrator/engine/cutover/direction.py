@@ -10,17 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from migrator.engine.cutover.errors import CutoverError
+from migrator.engine.cutover.hooks import RunView
 from migrator.engine.migration import Spec
 from migrator.engine.verify.run import VERIFY_NODE
 from migrator.fleet.model import Host
 from migrator.fleet.shard_map import HostRegistry
 from migrator.fleet.zk import ZK
-
-if TYPE_CHECKING:  # the run takes a direction; a direction's hooks take the run
-    from migrator.engine.cutover.run import CutoverRun
 
 
 @dataclass
@@ -44,8 +41,8 @@ class Direction:
     passive: Host | None = None
     verify_node: str = VERIFY_NODE
     target_db_of: Callable[[str], str] = lambda db: db
-    pre_flip: Callable[[CutoverRun], None] | None = None
-    undo_pre_flip: Callable[[CutoverRun], None] | None = None
+    pre_flip: Callable[[RunView], None] | None = None
+    undo_pre_flip: Callable[[RunView], None] | None = None
 
 
 def forward(zk: ZK, spec: Spec) -> Direction:

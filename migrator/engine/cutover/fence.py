@@ -63,8 +63,8 @@ from dataclasses import dataclass
 
 import pymysql
 
+from migrator.engine.fencing import MAX_TABLES, FenceError, fence_mode
 from migrator.engine.mdl import LockWait, run_locking
-from migrator.errors import MigratorError
 from migrator.fleet.config import Credentials
 from migrator.fleet.model import Host
 from migrator.fleet.mysql import connect as mysql_connect
@@ -78,9 +78,7 @@ ER_NO_SUCH_QUERY = 1957
 #: client routed by a stale map waits on the old master once the map is flipped)
 SWEEP_INTERVAL_S = 0.01
 
-
-class FenceError(MigratorError):
-    component = "fence"
+__all__ = ["MAX_TABLES", "Fence", "FenceError", "Move", "fence_mode", "take_spare"]
 
 
 @dataclass(frozen=True)
@@ -90,22 +88,6 @@ class Move:
     db: str
     table: str
     tomb_db: str
-
-
-#: one connection per moving table is held during a freeze; a bigger move runs as batches of at most this
-#: many tables, each a migration handed its shards by one batched migration (migrator.engine.handover), or,
-#: with fence=gate, as one gated move
-MAX_TABLES = 200
-
-
-def fence_mode(option: str, tables: int) -> str:
-    """``rename`` or ``gate`` for a move of ``tables`` tables, given the migration option ``fence``."""
-    if option == "auto":
-        return "rename" if tables <= MAX_TABLES else "gate"
-    if option == "rename" and tables > MAX_TABLES:
-        raise FenceError(f"{tables} tables would need {tables} fence connections (at most {MAX_TABLES}) with "
-                         "the option fence=rename; use fence=auto or fence=gate", phase="cutover")
-    return option
 
 
 class Fence:

@@ -2,21 +2,33 @@
 
 Tests (fault injection at a named step) and benchmarks pass
 :class:`CutoverHooks` to :func:`migrator.engine.cutover.cutover`; each hook is
-called with the :class:`~migrator.engine.cutover.run.CutoverRun` at that point
-of the freeze. :class:`CutoverResult` is what a finished cutover records in the
-migration's ``cutover`` progress node (a rollback, in ``rollback``).
+called with the run at that point of the freeze, seen through
+:class:`RunView`. :class:`CutoverResult` is what a finished cutover records in
+the migration's ``cutover`` progress node (a rollback, in ``rollback``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:  # the run calls the hooks with itself
-    from migrator.engine.cutover.run import CutoverRun
+from migrator.engine.migration import Spec
 
-Hook = Callable[["CutoverRun"], None]
+
+class RunView(Protocol):
+    """What a hook (or a direction's step) may read of the attempt that calls it: its spec, its id, the steps
+    done so far (ms each) and when its freeze began and was released (monotonic). The run passes itself;
+    a hook reads, it never drives the run."""
+
+    spec: Spec
+    attempt_id: str
+    steps: dict[str, float]
+    t_freeze: float | None
+    t_released: float | None
+
+
+Hook = Callable[[RunView], None]
 
 
 @dataclass
@@ -33,7 +45,7 @@ class CutoverHooks:
     #: called after each step of the freeze is done, with its name (``freeze_cas``, ``passive_close``,
     #: ``passive_sync``, ``fence``, ``sentinel``, ``drain``, ``compare``, ``flip_cas``, ``release``),
     #: and after each step behind it (``renames``, ``active_finish``, ``passive_finish``)
-    at_step: Callable[[CutoverRun, str], None] | None = None
+    at_step: Callable[[RunView, str], None] | None = None
 
 
 @dataclass

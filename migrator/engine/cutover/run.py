@@ -58,11 +58,11 @@ from migrator.engine.cutover.hooks import CutoverHooks, CutoverResult
 from migrator.engine.cutover.lease import CutoverLease, settle_lock
 from migrator.engine.cutover.maps import reread_map, unfreeze_ranges
 from migrator.engine.cutover.passive_gate import TriggerGate
-from migrator.engine.cutover.sentinel import ensure_sentinel, has_sentinel
 from migrator.engine.cutover.watchdog import Watchdog
 from migrator.engine.mdl import LockWait
 from migrator.engine.migration import MigrationStore, Spec
 from migrator.engine.names import SENTINEL_TABLE, tomb_db, tomb_suffix
+from migrator.engine.sentinel import ensure_sentinel, has_sentinel
 from migrator.engine.verify.checksums import (
     TableInfo,
     load_tables,
@@ -252,7 +252,7 @@ class CutoverRun:
                 if not has_sentinel(src, db):
                     raise CutoverError(
                         f"{db}.{SENTINEL_TABLE} is missing on {self.source.name}: it must exist before the copy "
-                        "(migrator.engine.cutover.sentinel.prepare_sentinels), so that the copy carries it and "
+                        "(migrator.engine.sentinel.prepare_sentinels), so that the copy carries it and "
                         "catch-up never sees its CREATE TABLE; abort this migration and plan it again",
                         phase=self.direction.label)
                 with src.cursor() as cur:

@@ -39,8 +39,8 @@ import statistics
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from migrator.engine.cutover.fence import MAX_TABLES
 from migrator.engine.cutover.gate import FENCE_PER_TABLE_MS, FIXED_FREEZE_MS
+from migrator.engine.fencing import MAX_TABLES
 from migrator.engine.names import SENTINEL_TABLE
 from migrator.fleet.ids import shard_db
 from migrator.fleet.mysql import query, tag

@@ -20,8 +20,8 @@ from typing import Any
 import pymysql
 from kazoo.exceptions import KazooException
 
-from migrator.engine.cutover.sentinel import ensure_sentinel
 from migrator.engine.migration import MigrationStore, Options, Phase, Spec, new_id
+from migrator.engine.sentinel import ensure_sentinel
 from migrator.engine.verify.checksums import moving_tables
 from migrator.engine.verify.drainers import CatchUpDrainer
 from migrator.fleet import redis_client

@@ -165,11 +165,11 @@ def test_unknown_target_host_is_refused(fleet):
 
 
 def test_more_tables_than_the_rename_fence_takes(fleet, conns, monkeypatch):
-    from migrator.engine.cutover import fence
+    from migrator.engine import fencing
     from migrator.engine.migration import Options
 
     # the split moves 2 shards x 5 seed tables; a rename-fence limit below that:
-    monkeypatch.setattr(fence, "MAX_TABLES", 8)
+    monkeypatch.setattr(fencing, "MAX_TABLES", 8)
     # fence=rename cannot take them: refused up front, before any copy
     spec = command.plan_split(fleet.config, "MySQL001A", options=Options(fence="rename")).spec
     res = command.preflight(fleet.config, spec.id)
