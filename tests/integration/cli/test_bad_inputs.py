@@ -153,9 +153,11 @@ def test_binlog_format_not_row(fleet, fmt):
 
 
 def test_unknown_migration_id(fleet):
-    for args in (("resume", "m-nope"), ("abort", "m-nope", "--yes"), ("restart-copy", "m-nope", "--yes"),
-                 ("cutover", "m-nope"), ("preflight", "m-nope")):
-        refused(fleet, *args, needles=("no migration 'm-nope'",))
+    unknown = "m-20260101-000000-abcdef"
+    for args in (("resume", unknown), ("abort", unknown, "--yes"), ("restart-copy", unknown, "--yes"),
+                 ("cutover", unknown), ("preflight", unknown)):
+        refused(fleet, *args, needles=(f"no migration '{unknown}'",))
+    refused(fleet, "resume", "m-nope", needles=("m-nope", "not a migration id"))
 
 
 def test_restart_copy_refused_after_the_cutover_started(fleet):
@@ -274,8 +276,8 @@ NO_SERVER = [
     (("split", "MySQL001A", "--no-start"), ("--no-start goes with --yes",), 2),
     (("rebalance", "--dry-run", "--yes"), ("contradict",), 2),
     (("rebalance", "--objective", "beauty"), ("--objective beauty", "bytes"), 2),
-    (("set", "m-1"), ("give at least one of",), 2),
-    (("set", "m-1", "--cutover-retry-s", "-1"), ("--cutover-retry-s -1",), 2),
+    (("set", "m-20260101-000000-abcdef"), ("give at least one of",), 2),
+    (("set", "m-20260101-000000-abcdef", "--cutover-retry-s", "-1"), ("--cutover-retry-s -1",), 2),
     (("topology", "add-pair", "A=10.0.0.1:99999", "B=10.0.0.2:3306"), ("A=10.0.0.1:99999", "less than or equal"), 2),
     (("topology", "add-pair", "A", "B=10.0.0.2:3306"), ("give NAME=ADDRESS:PORT",), 2),
     (("id", "decode", "7" * 5000), ("too long for an id", "5000 characters"), 2),
@@ -285,7 +287,7 @@ NO_SERVER = [
     (("queue", "broker", "--listen", "nonsense"), ("--listen nonsense", "HOST:PORT"), 2),
     (("metrics", "--listen", "127.0.0.1:99999"), ("--listen 127.0.0.1:99999",), 2),
     (("console", "--listen", "here"), ("--listen here",), 2),
-    (("catchup", "m-1", "--passes", "0"), ("--passes",), 2),
+    (("catchup", "m-20260101-000000-abcdef", "--passes", "0"), ("--passes",), 2),
 ]
 
 
