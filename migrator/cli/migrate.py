@@ -375,7 +375,8 @@ def status(
     watch_: bool = typer.Option(False, "--watch", "-w", help="Redraw live (until a final phase, or Ctrl-C)."),
     interval: float = typer.Option(1.0, "--interval", help="Seconds between redraws with --watch (above 0).",
                                    callback=checked(at_least(0, exclusive=True), "--interval")),
-    timeout: float | None = typer.Option(None, "--timeout", help="Stop watching after this many seconds.",
+    timeout: float | None = typer.Option(None, "--timeout", help="Stop watching after this many seconds (exit "
+                                                                 "code 7 when it ends the watch).",
                                          callback=checked(at_least(0), "--timeout")),
 ) -> None:
     """Every migration's phase and the live workers; with an ID: per-shard copy progress, copy rate and
@@ -391,12 +392,16 @@ def status(
             try:
                 watch.follow_all(cfg, every=interval, timeout=timeout, console=console)
             except KeyboardInterrupt:
-                pass
+                return
+            _still_running(timeout, "the migrations")
             return
         try:
-            watch.follow(cfg, migration_id, every=interval, timeout=timeout, console=console, with_workers=True)
+            st = watch.follow(cfg, migration_id, every=interval, timeout=timeout, console=console,
+                              with_workers=True)
         except KeyboardInterrupt:
-            pass
+            return
+        if st["phase"] not in watch.FINAL and not st.get("stopped"):
+            _still_running(timeout, migration_id)
         return
     out = watch.listing(cfg) if migration_id is None else watch.overview(cfg, migration_id)
     if as_json:
@@ -413,6 +418,15 @@ def status(
         last = out["history"][-1]
         console.print(f"last change: {last.get('from') or '-'} -> {last['to']} by {last['who']}",
                       markup=False, highlight=False)
+
+
+def _still_running(timeout: float | None, what: str) -> None:
+    """The watch ended at its ``--timeout`` while the work goes on: exit code 7 (STILL_RUNNING)."""
+    if timeout is None:
+        return
+    print(f"error: stopped watching {what} after --timeout {timeout:g} s; the work goes on (`migrator status`)",
+          file=sys.stderr, flush=True)
+    raise typer.Exit(ExitCode.STILL_RUNNING)
 
 
 def pause(migration_id: MigrationIdArg) -> None:

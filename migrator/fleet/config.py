@@ -54,6 +54,22 @@ class ZooKeeperSettings(BaseModel):
     #: a live worker settles the cutover (the server bounds it by its min/maxSessionTimeout)
     lease_timeout: float = Field(default=4.0, gt=0)
 
+    @field_validator("hosts")
+    @classmethod
+    def _hosts(cls, v: str) -> str:
+        """``HOST[:PORT],HOST[:PORT]...`` (kazoo's connection string): a config error here, not a usage error
+        or a wait on an address that cannot be one."""
+        servers, _, chroot = v.partition("/")
+        for item in servers.split(","):
+            m = re.fullmatch(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+)(?::(\d{1,5}))?", item.strip())
+            if not m or (m.group(2) is not None and not 1 <= int(m.group(2)) <= 65535):
+                raise ValueError(f"{v[:80]!r} is not a ZooKeeper connection string: give HOST:PORT[,HOST:PORT...], "
+                                 "e.g. \"10.0.0.5:2181,10.0.0.6:2181\"")
+        if chroot and (not re.fullmatch(r"[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*", chroot)
+                       or {".", ".."} & set(chroot.split("/"))):
+            raise ValueError(f"{v[:80]!r}: the chroot after the servers must be a znode path such as /prod")
+        return v
+
     @field_validator("root")
     @classmethod
     def _root(cls, v: str) -> str:

@@ -337,9 +337,11 @@ def test_sandbox_purge_refuses_what_it_did_not_make(tmp_path):
     (mine / "notes.txt").write_text("keep me")
     res = run_cli("sandbox", "down", "--dir", str(mine), "--purge")
     assert_one_line_error(res, "not a sandbox this tool made", str(mine))
+    assert res.returncode == 3  # a safety check said no (docs/operations.md)
     assert (mine / "notes.txt").read_text() == "keep me"
     res = run_cli("sandbox", "up", "--dir", str(mine))
     assert_one_line_error(res, "holds no sandbox")
+    assert res.returncode == 3
     assert sorted(p.name for p in mine.iterdir()) == ["notes.txt"]
     res = run_cli("sandbox", "down", "--dir", str(tmp_path / "never"))
     assert res.returncode == 0 and "nothing to stop" in res.stdout
