@@ -36,7 +36,7 @@ from migrator.cli.helpers import (
     shard_runs,
 )
 from migrator.cli.inputs import HostArg, OptionalMigrationIdArg, at_least, checked, migration_id_callback
-from migrator.cli.options import UsageProblem, YesOpt, build_options, confirm, dry_run_or_yes
+from migrator.cli.options import UsageProblem, YesOpt, build_options, confirm, detach_needs_yes, dry_run_or_yes
 from migrator.engine.migration import Options
 from migrator.errors import ExitCode
 from migrator.fleet import bounds
@@ -208,6 +208,7 @@ def _plan_and_launch(plan: Any, *, yes: bool, dry_run: bool, no_start: bool, det
     if no_start and not yes:
         raise UsageProblem("--no-start goes with --yes (store the plan and lock the shards, start nothing); "
                            "without --yes the command is a dry run")
+    detach_needs_yes(detach, yes)
     res = plan(dry_run=not yes)
     _print_plan(res, as_json, all_tables)
     if not yes:

@@ -91,9 +91,13 @@ def verify_cmd(
     chunk_rows: int = typer.Option(0, "--chunk-rows", min=0,
                                    help="Rows per checksum chunk (default: the migration's)."),
     as_json: JsonOpt = False,
+    yes: YesOpt = False,
 ) -> None:
     """Checksum the moving tables source vs target by primary-key chunks and report what differs
-    (--repair: re-copy it). Exits 1 when rows still differ."""
+    (--repair: re-copy it, after asking). Exits 1 when rows still differ."""
+    if repair:
+        confirm(f"re-copy onto the target of {migration_id} every chunk whose rows differ from the source "
+                "(overwriting the target's rows there)", yes)
     rep = verify_migration(load_config(), migration_id, repair=repair, chunk_rows=chunk_rows or None)
     if as_json:
         print(_json.dumps(rep.to_dict(), indent=2))

@@ -282,20 +282,30 @@ def show(name: QueueNameArg) -> None:
 @queue_app.command("update")
 def update(name: QueueNameArg, lease: float | None = typer.Option(None, "--lease"),
            attempts: AttemptsOpt = None,
-           max_rate: float | None = typer.Option(None, "--max-rate")) -> None:
-    """Change lease, default attempts or the dequeue rate limit."""
+           max_rate: float | None = typer.Option(None, "--max-rate"),
+           yes: YesOpt = False) -> None:
+    """Change lease, default attempts or the dequeue rate limit of a live queue (shows the change and asks)."""
     from migrator.queue.model import QueueConfigUpdate
 
     change = QueueConfigUpdate(lease_seconds=lease, default_attempts=attempts, max_jobs_per_second=max_rate)
+    given = change.model_dump(exclude_none=True)
+    if not given:
+        raise UsageProblem("give at least one of --lease, --attempts, --max-rate")
     with _service() as svc:
+        old = svc.get_queue(name).config.model_dump(mode="json")
+        confirm(f"change queue {name}'s " + ", ".join(f"{k} from {old.get(k)} to {v}" for k, v in given.items())
+                + " (its workers and servers take it at once)", yes)
         rec = svc.update_queue(name, change)
     _print(rec.config.model_dump(mode="json"))
 
 
 @queue_app.command("pause")
-def pause(name: QueueNameArg) -> None:
-    """Stop dequeues of a queue (enqueues still accepted)."""
+def pause(name: QueueNameArg, yes: YesOpt = False) -> None:
+    """Stop dequeues of a queue (enqueues still accepted; shows what it stops and asks)."""
     with _service() as svc:
+        have = svc.counts(name)
+        confirm(f"pause queue {name}: its workers get no job until `migrator queue resume {name}` (it holds "
+                f"{have.get('NEW', 0)} NEW jobs now; enqueues go on)", yes)
         svc.pause(name)
     print(f"queue {name} paused")
 

@@ -21,7 +21,7 @@ from rich.text import Text
 
 from migrator.cli.helpers import duration, human_bytes, load_config, shard_runs
 from migrator.cli.inputs import AddPairOpt, DrainOpt, at_least, checked
-from migrator.cli.options import UsageProblem, build_options, dry_run_or_yes
+from migrator.cli.options import UsageProblem, build_options, detach_needs_yes, dry_run_or_yes
 from migrator.errors import ExitCode
 from migrator.ops.rebalance import command as rebalance
 from migrator.ops.rebalance.planner import OBJECTIVES
@@ -183,6 +183,7 @@ def rebalance_cmd(
     if objective not in OBJECTIVES:
         raise UsageProblem(f"--objective {objective}: choose one of {', '.join(OBJECTIVES)}")
     dry_run_or_yes(dry_run, yes)
+    detach_needs_yes(detach, yes)
     options = build_options(freeze_budget_ms=freeze_budget_ms, copy_workers=workers, max_standby_lag_s=max_lag,
                             max_threads_running=max_threads_running, cutover_retry_s=cutover_retry_s)
     cfg = load_config()

@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -297,6 +298,25 @@ def load_credentials(config: Config) -> Credentials:
                        mysql_tls=config.mysql.tls)
 
 
+#: the secrets files already warned about in this process (a command reads its secrets several times)
+_WARNED: set[Path] = set()
+
+
+def warn_if_readable_by_others(path: Path) -> bool:
+    """One line on stderr (once per file and process) when the secrets file is readable or writable by its group
+    or by others: it should be mode 600. The file is still used (the operator decides); True when it warned."""
+    try:
+        mode = path.stat().st_mode & 0o777
+    except OSError:
+        return False
+    if not mode & 0o077 or path in _WARNED:
+        return False
+    _WARNED.add(path)
+    print(f"warning: credentials file {path} is readable by its group or others (mode {mode:04o}); it holds "
+          f"passwords: `chmod 600 {path}`", file=sys.stderr, flush=True)
+    return True
+
+
 def _secrets(config: Config) -> dict[str, Any]:
     """The secrets file the config names, parsed ({} when it names none)."""
     path = config.credentials_path()
@@ -310,6 +330,7 @@ def _secrets(config: Config) -> dict[str, Any]:
                                "MIGRATOR_QUEUE_TOKEN)")
     if path.is_dir():
         raise CredentialsError(f"credentials file {path} (the {named}) is a directory: name the TOML file")
+    warn_if_readable_by_others(path)
     try:
         return tomllib.loads(path.read_text())
     except OSError as exc:

@@ -87,6 +87,7 @@ def test_missing_credentials(fleet, tmp_path):
     refused(fleet, "split", "MySQL001A", needles=("nope.toml",), config=cfg)
     empty = tmp_path / "empty-secrets.toml"
     empty.write_text("[mysql]\nuser = \"migrator\"\n")
+    empty.chmod(0o600)
     cfg.write_text(fleet.config_path.read_text().replace(str(fleet.sandbox.secrets_file), str(empty)))
     refused(fleet, "split", "MySQL001A", needles=("no MySQL credentials",), config=cfg)
 
@@ -440,5 +441,8 @@ def test_verify_reports_unless_told_to_repair(fleet):
     assert res.returncode == 1 and "STILL DIFFERENT" in res.stdout and "--repair" in res.stdout, res.stdout
     again = run_cli("verify", spec.id, config=fleet.config_path)
     assert again.returncode == 1, again.stdout  # the report changed nothing
-    fixed = run_cli("verify", spec.id, "--repair", config=fleet.config_path)
+    unasked = run_cli("verify", spec.id, "--repair", config=fleet.config_path)  # re-copying asks first
+    assert_one_line_error(unasked, "not confirmed", "re-copy onto the target of " + spec.id, "give --yes")
+    assert unasked.returncode == 3
+    fixed = run_cli("verify", spec.id, "--repair", "--yes", config=fleet.config_path)
     assert fixed.returncode == 0 and "1 re-copied" in fixed.stdout, fixed.stdout

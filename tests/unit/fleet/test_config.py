@@ -143,3 +143,17 @@ def test_not_converging_exits_6_through_the_cli_handler():
     from migrator.engine.catch_up.passes import NotConverging
 
     assert describe(NotConverging("catch-up of m-x does not converge"))[1] == 6
+
+
+def test_a_secrets_file_readable_by_others_is_warned_about_once(tmp_path, capsys):
+    secrets = tmp_path / "secrets.toml"
+    secrets.write_text('[mysql]\nuser = "u"\npassword = "p"\n')
+    cfg = config_mod.load(write(tmp_path, '[credentials]\nfile = "secrets.toml"\n'))
+    secrets.chmod(0o600)
+    config_mod.load_credentials(cfg)
+    assert capsys.readouterr().err == ""
+    secrets.chmod(0o640)
+    config_mod.load_credentials(cfg)
+    config_mod.load_redis_credentials(cfg)  # read again: still one line
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("warning: ") and "0640" in err[0] and "chmod 600" in err[0], err
