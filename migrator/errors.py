@@ -122,6 +122,12 @@ class SandboxError(MigratorError):
     component = "sandbox"
 
 
+class SandboxRefused(SandboxError):
+    """A sandbox command's safety check said no (a directory it did not make is neither deleted nor used)."""
+
+    exit_code = ExitCode.REFUSED
+
+
 class UnknownHost(ShardMapError):
     component = "host_registry"
 

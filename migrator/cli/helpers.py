@@ -15,7 +15,12 @@ from typing import Annotated, Any
 
 import typer
 
+from migrator.cli.inputs import MigrationIdArg, checked
+from migrator.fleet import bounds
 from migrator.fleet import config as config_mod
+
+__all__ = ["JsonOpt", "MigrationIdArg", "QueueNameOpt", "RqQueueOpt", "State", "duration", "human_bytes",
+           "load_config", "shard_runs", "state"]
 
 
 class State:
@@ -28,13 +33,12 @@ state = State()
 
 #: ``--json``: print the result as JSON (the commands whose ``--json`` has no help of its own)
 JsonOpt = Annotated[bool, typer.Option("--json")]
-#: the migration a command acts on (required, no help text)
-MigrationIdArg = Annotated[str, typer.Argument()]
 #: the RQ queue a migration step is enqueued on
 RqQueueOpt = Annotated[str | None, typer.Option("--queue", help="RQ queue (default: the source pair's, which "
                                                                 "`migrator worker` serves).")]
 #: a queue of the MySQL-backed job queue
-QueueNameOpt = Annotated[str, typer.Option("--queue", help="Queue name.")]
+QueueNameOpt = Annotated[str, typer.Option("--queue", help="Queue name.",
+                                           callback=checked(bounds.queue_name, "--queue"))]
 
 
 def load_config() -> config_mod.Config:

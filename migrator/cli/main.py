@@ -195,7 +195,7 @@ def topology_add_pair(
 
 
 @topology_app.command("history")
-def topology_history(limit: int = typer.Option(20, "--limit")) -> None:
+def topology_history(limit: int = typer.Option(20, "--limit", min=1)) -> None:
     """Shard-map changes: who, when, old and new epoch."""
     from migrator.fleet import topology
 

@@ -35,9 +35,11 @@ from migrator.cli.helpers import (
     load_config,
     shard_runs,
 )
-from migrator.cli.options import UsageProblem, YesOpt, build_options, confirm, dry_run_or_yes
+from migrator.cli.inputs import HostArg, OptionalMigrationIdArg, at_least, checked, migration_id_callback
+from migrator.cli.options import UsageProblem, YesOpt, build_options, confirm, detach_needs_yes, dry_run_or_yes
 from migrator.engine.migration import Options
 from migrator.errors import ExitCode
+from migrator.fleet import bounds
 from migrator.ops import command, intents
 from migrator.ops.rebalance import command as rebalance_cmd
 
@@ -93,7 +95,16 @@ AllTablesOpt = Annotated[bool, typer.Option(
     "--all-tables", help="List every table of a dry run (else summarised by table name at host scale).")]
 #: the id `migrator set` and `migrator postpone` act on
 MigrationOrBatchIdArg = Annotated[str, typer.Argument(
-    help="The migration id (rb-...: every move of a rebalance or batched split, and the moves it starts later).")]
+    help="The migration id (rb-...: every move of a rebalance or batched split, and the moves it starts later).",
+    callback=migration_id_callback())]
+#: the shards `move` moves
+ShardsOpt = Annotated[str, typer.Option("--shards", help="Shards to move, e.g. 4-7 or 4,6 (0..65535).",
+                                        callback=checked(bounds.shard_text, "--shards"))]
+#: the queue partition `move-partition` moves
+PartitionOpt = Annotated[int, typer.Option("--partition", min=0, help="Partition index.")]
+#: the target pair of a move (its master)
+TargetOpt = Annotated[str, typer.Option("--to", help="Target pair (its master).",
+                                        callback=checked(bounds.host_name, "--to"))]
 
 
 def _options(chunk_rows: int | None = None, chunk_target_ms: int | None = None, workers: int | None = None,
@@ -212,6 +223,7 @@ def _plan_and_launch(plan: Any, *, yes: bool, dry_run: bool, no_start: bool, det
     if no_start and not yes:
         raise UsageProblem("--no-start goes with --yes (store the plan and lock the shards, start nothing); "
                            "without --yes the command is a dry run")
+    detach_needs_yes(detach, yes)
     res = plan(dry_run=not yes)
     _print_plan(res, as_json, all_tables)
     if not yes:
@@ -249,8 +261,9 @@ def _launch(res: command.PlanResult, detach: bool) -> None:
 
 
 def split(
-    source: str = typer.Argument(..., help="The master whose ranges split, e.g. MySQL001A."),
-    to: str | None = typer.Option(None, "--to", help="Target pair (its master); default: a spare pair."),
+    source: HostArg,
+    to: str | None = typer.Option(None, "--to", help="Target pair (its master); default: a spare pair.",
+                                  callback=checked(bounds.host_name, "--to")),
     yes: LaunchYesOpt = False,
     dry_run: DryRunOpt = False,
     no_start: NoStartOpt = False,
@@ -284,8 +297,8 @@ def split(
 
 
 def move(
-    shards: str = typer.Option(..., "--shards", help="Shards to move, e.g. 4-7 or 4,6."),
-    to: str = typer.Option(..., "--to", help="Target pair (its master)."),
+    shards: ShardsOpt,
+    to: TargetOpt,
     yes: LaunchYesOpt = False,
     dry_run: DryRunOpt = False,
     no_start: NoStartOpt = False,
@@ -316,8 +329,8 @@ def move(
 
 def move_partition(
     queue: QueueNameOpt,
-    partition: int = typer.Option(..., "--partition", help="Partition index."),
-    to: str = typer.Option(..., "--to", help="Target pair (its master)."),
+    partition: PartitionOpt,
+    to: TargetOpt,
     yes: LaunchYesOpt = False,
     dry_run: DryRunOpt = False,
     no_start: NoStartOpt = False,
@@ -383,11 +396,14 @@ def copy(
 
 
 def status(
-    migration_id: str | None = typer.Argument(None),
+    migration_id: OptionalMigrationIdArg = None,
     as_json: bool = typer.Option(False, "--json", help="Everything as JSON (for scripts)."),
     watch_: bool = typer.Option(False, "--watch", "-w", help="Redraw live (until a final phase, or Ctrl-C)."),
-    interval: float = typer.Option(1.0, "--interval", help="Seconds between redraws with --watch."),
-    timeout: float | None = typer.Option(None, "--timeout", help="Stop watching after this many seconds."),
+    interval: float = typer.Option(1.0, "--interval", help="Seconds between redraws with --watch (above 0).",
+                                   callback=checked(at_least(0, exclusive=True), "--interval")),
+    timeout: float | None = typer.Option(None, "--timeout", help="Stop watching after this many seconds (exit "
+                                                                 "code 7 when it ends the watch).",
+                                         callback=checked(at_least(0), "--timeout")),
 ) -> None:
     """Every migration's phase and the live workers; with an ID: per-shard copy progress, copy rate and
     ETA, the catch-up pass table, predicted and last freeze, and the workers."""
@@ -402,12 +418,16 @@ def status(
             try:
                 watch.follow_all(cfg, every=interval, timeout=timeout, console=console)
             except KeyboardInterrupt:
-                pass
+                return
+            _still_running(timeout, "the migrations")
             return
         try:
-            watch.follow(cfg, migration_id, every=interval, timeout=timeout, console=console, with_workers=True)
+            st = watch.follow(cfg, migration_id, every=interval, timeout=timeout, console=console,
+                              with_workers=True)
         except KeyboardInterrupt:
-            pass
+            return
+        if st["phase"] not in watch.FINAL and not st.get("stopped"):
+            _still_running(timeout, migration_id)
         return
     out = watch.listing(cfg) if migration_id is None else watch.overview(cfg, migration_id)
     if as_json:
@@ -424,6 +444,15 @@ def status(
         last = out["history"][-1]
         console.print(f"last change: {last.get('from') or '-'} -> {last['to']} by {last['who']}",
                       markup=False, highlight=False)
+
+
+def _still_running(timeout: float | None, what: str) -> None:
+    """The watch ended at its ``--timeout`` while the work goes on: exit code 7 (STILL_RUNNING)."""
+    if timeout is None:
+        return
+    print(f"error: stopped watching {what} after --timeout {timeout:g} s; the work goes on (`migrator status`)",
+          file=sys.stderr, flush=True)
+    raise typer.Exit(ExitCode.STILL_RUNNING)
 
 
 def pause(migration_id: MigrationIdArg) -> None:

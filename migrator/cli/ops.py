@@ -8,6 +8,7 @@ import json
 import typer
 
 from migrator.cli.helpers import JsonOpt, MigrationIdArg, load_config
+from migrator.cli.inputs import OptionalMigrationIdArg
 from migrator.cli.options import YesOpt, confirm, listen_address
 
 #: RQ runs delayed jobs (the pipeline's re-checks, a rebalance's advances, retries) from a scheduler in one
@@ -18,8 +19,8 @@ SCHEDULER_CHECK_S = 10
 WORKER_TTL_S = 30
 
 
-def history(migration_id: str | None = typer.Argument(None, help="Only this migration."),
-            limit: int = typer.Option(200, "--limit"),
+def history(migration_id: OptionalMigrationIdArg = None,
+            limit: int = typer.Option(200, "--limit", min=1),
             as_json: JsonOpt = False) -> None:
     """Every shard-map change and migration state change: who, when, epochs."""
     from migrator.fleet import config as config_mod
@@ -55,16 +56,24 @@ def metrics_cmd(listen: str = typer.Option("127.0.0.1:9640", "--listen", help="H
 
 
 def demo(
-    directory: str = typer.Option(".sandbox-demo", "--dir", help="A fresh sandbox is started here."),
-    base_port: int = typer.Option(33300, "--base-port"),
-    rate: float = typer.Option(200.0, "--rate", help="Queue load, jobs/s (0: as fast as it can)."),
-    rows: int = typer.Option(500, "--rows", help="Seed pins per shard."),
-    shards: int = typer.Option(16, "--shards"),
+    directory: str = typer.Option(".sandbox-demo", "--dir", help="A fresh sandbox is started here (a sandbox "
+                                                               "already there is deleted first, after asking)."),
+    base_port: int = typer.Option(33300, "--base-port", min=1, max=65000),
+    rate: float = typer.Option(200.0, "--rate", min=0, help="Queue load, jobs/s (0: as fast as it can)."),
+    rows: int = typer.Option(500, "--rows", min=0, help="Seed pins per shard."),
+    shards: int = typer.Option(16, "--shards", min=2, max=65536),
     down: bool = typer.Option(False, "--down", help="Stop the sandbox at the end."),
     tls: bool = typer.Option(True, "--tls/--no-tls", help="MariaDB over TLS only (--no-tls: plaintext)."),
+    yes: YesOpt = False,
 ) -> None:
     """A live split of a sandbox fleet under queue load, with a report."""
     from migrator.ops.demo import run_demo
+    from migrator.sandbox import Sandbox
+
+    existing = Sandbox(directory)
+    if existing.state is not None:
+        confirm(f"stop the sandbox in {existing.dir} and delete that directory with everything in it, then start "
+                "a fresh demo fleet there", yes)
 
     report = run_demo(directory=directory, base_port=base_port, rate=rate, rows=rows, shards=shards, down=down,
                       tls=tls)

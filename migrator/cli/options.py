@@ -107,3 +107,10 @@ def dry_run_or_yes(dry_run: bool, yes: bool) -> None:
     if dry_run and yes:
         raise UsageProblem("--dry-run and --yes contradict each other: without --yes the command is a dry run; "
                            "give one of them")
+
+
+def detach_needs_yes(detach: bool, yes: bool) -> None:
+    """``--detach`` without ``--yes`` is refused, not ignored: without ``--yes`` the command is a dry run."""
+    if detach and not yes:
+        raise UsageProblem("--detach goes with --yes (start it on the workers and return); without --yes the "
+                           "command is a dry run and nothing would start: add --yes, or drop --detach")

@@ -24,6 +24,7 @@ from rich.console import Console
 from rich.table import Table
 
 from migrator.cli.helpers import JsonOpt, RqQueueOpt, load_config
+from migrator.cli.inputs import at_least, checked, migration_id_callback
 from migrator.cli.options import YesOpt, confirm
 from migrator.engine.catch_up.passes import PassResult, run_passes
 from migrator.engine.cleanup import cleanup
@@ -39,7 +40,7 @@ PASS_COLUMNS = ("number", "events", "duration_s", "apply_rate", "write_rate", "l
                 "to_gtid", "converged")
 
 #: the migration a phase command (catchup, verify, cutover, cleanup) acts on
-PhaseMigrationIdArg = Annotated[str, typer.Argument(help="The migration id.")]
+PhaseMigrationIdArg = Annotated[str, typer.Argument(help="The migration id.", callback=migration_id_callback())]
 
 
 def register(app: Any) -> None:
@@ -90,9 +91,13 @@ def verify_cmd(
     chunk_rows: int = typer.Option(0, "--chunk-rows", min=0,
                                    help="Rows per checksum chunk (default: the migration's)."),
     as_json: JsonOpt = False,
+    yes: YesOpt = False,
 ) -> None:
     """Checksum the moving tables source vs target by primary-key chunks and report what differs
-    (--repair: re-copy it). Exits 1 when rows still differ."""
+    (--repair: re-copy it, after asking). Exits 1 when rows still differ."""
+    if repair:
+        confirm(f"re-copy onto the target of {migration_id} every chunk whose rows differ from the source "
+                "(overwriting the target's rows there)", yes)
     rep = verify_migration(load_config(), migration_id, repair=repair, chunk_rows=chunk_rows or None)
     if as_json:
         print(_json.dumps(rep.to_dict(), indent=2))
@@ -144,11 +149,13 @@ def _show_reverse_pass(p: dict[str, Any]) -> None:
 
 def rollback_cmd(
     migration_id: str = typer.Argument(..., help="The migration id (rb-...: every finished move of a batched "
-                                                  "split or rebalance, last finished first)."),
+                                                  "split or rebalance, last finished first).",
+                                       callback=migration_id_callback()),
     queue: RqQueueOpt = None,
     detach: bool = typer.Option(False, "--detach", help="Enqueue and return; follow with `migrator status ID`."),
     timeout: float | None = typer.Option(None, "--timeout", help="Stop following after this many seconds "
-                                                                  "(the rollback goes on)."),
+                                                                  "(the rollback goes on).",
+                                         callback=checked(at_least(0), "--timeout")),
     sync: bool = typer.Option(False, "--sync", help="Run it in this process instead of RQ workers."),
     yes: YesOpt = False,
 ) -> None:

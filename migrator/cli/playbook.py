@@ -9,6 +9,7 @@ from pathlib import Path
 import typer
 
 from migrator.cli.helpers import JsonOpt, load_config, state
+from migrator.cli.inputs import RunIdArg
 from migrator.ops import playbook as pbm
 
 playbook_app = typer.Typer(help="Runbook playbooks: runs, their steps, approvals.", no_args_is_help=True,
@@ -18,16 +19,21 @@ playbook_app = typer.Typer(help="Runbook playbooks: runs, their steps, approvals
 def run(
     path: Path = typer.Argument(..., help="A playbook YAML file (see playbooks/)."),
     sets: list[str] = typer.Option([], "--set", help="name=value for a playbook param; repeatable."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Check and print the steps; run nothing."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Check and print the steps; run nothing (the hosts "
+                                                          "the steps name are looked up in the registry)."),
     sync: bool = typer.Option(False, "--sync", help="Run in this process instead of on RQ workers."),
 ) -> None:
-    """Run a playbook (checked whole before anything runs)."""
+    """Run a playbook (checked whole before anything runs: every value as the command line checks it, and
+    the hosts it names against the registry)."""
     pb = pbm.load(path)
     params = pbm.bind_params(pb, pbm.parse_sets(sets))
-    if dry_run:
-        print("\n".join(pbm.dry_run(pb, params)))
-        return
+    lines = pbm.dry_run(pb, params)  # every step's values, bounded: refused here before anything connects
     cfg = load_config()
+    if pbm.host_args(pb, params):
+        _check_hosts(cfg, pb, params)
+    if dry_run:
+        print("\n".join(lines))
+        return
     run_id = _create(cfg, pb, params)
     print(f"playbook run {run_id} created")
     if sync:
@@ -37,7 +43,16 @@ def run(
         print(f"enqueued on RQ queue {queue!r}; watch with `migrator playbook status {run_id}`")
 
 
-def approve(run_id: str, step: str) -> None:
+def _check_hosts(cfg: object, pb: pbm.Playbook, params: dict[str, object]) -> None:
+    from migrator.fleet import config as config_mod
+    from migrator.fleet import zk as zk_mod
+    from migrator.fleet.shard_map import HostRegistry
+
+    with zk_mod.connect(cfg, config_mod.load_credentials(cfg)) as zk:  # type: ignore[arg-type]
+        pbm.check_hosts(pb, params, set(HostRegistry(zk).all()))
+
+
+def approve(run_id: RunIdArg, step: str) -> None:
     """Approve a manual gate of a playbook run."""
     from migrator.fleet import config as config_mod
     from migrator.fleet import zk as zk_mod
@@ -49,7 +64,7 @@ def approve(run_id: str, step: str) -> None:
 
 
 @playbook_app.command("status")
-def status(run_id: str, as_json: JsonOpt = False) -> None:
+def status(run_id: RunIdArg, as_json: JsonOpt = False) -> None:
     """A run's steps: status, attempts, what a gate waits on."""
     from migrator.fleet import config as config_mod
     from migrator.fleet import zk as zk_mod
@@ -84,7 +99,7 @@ def list_runs() -> None:
 
 
 @playbook_app.command("resume")
-def resume(run_id: str, sync: bool = typer.Option(False, "--sync")) -> None:
+def resume(run_id: RunIdArg, sync: bool = typer.Option(False, "--sync")) -> None:
     """Continue a run from its last checkpoint (after a crash or a lost Redis)."""
     cfg = load_config()
     if sync:

@@ -22,9 +22,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from migrator.cli import failures
 from migrator.cli.helpers import JsonOpt, QueueNameOpt, load_config
+from migrator.cli.inputs import JobStateOpt, QueueNameArg, QueueNamesOpt, at_least, checked
 from migrator.cli.options import UsageProblem, YesOpt, confirm, listen_address
+from migrator.fleet import bounds
 
 console = Console()
 
@@ -38,6 +39,8 @@ partitions_app = typer.Typer(help="Partition maintenance of queue and log tables
 OpenOpt = Annotated[bool, typer.Option(
     "--open", help="Serve without a token when the secrets file has none: anyone who reaches the address may "
                    "enqueue, dequeue and delete (refused without a token otherwise).")]
+#: a shard number of the id format
+ShardArg = Annotated[int, typer.Argument(min=0, max=65535, help="The shard (0..65535).")]
 #: the load generator's ledger (`queue load` writes it, `queue ledger check` reads it)
 LedgerOpt = Annotated[Path, typer.Option("--ledger")]
 LEDGER = Path("queue-ledger.db")
@@ -159,9 +162,11 @@ def broker_cmd(listen: str = typer.Option("127.0.0.1:0", "--listen",
 def worker_cmd(queue: QueueNameOpt,
                handler: str = typer.Option(..., "--handler", help="package.module:function taking a job."),
                concurrency: int = typer.Option(1, "--concurrency", min=1),
-               lease: float | None = typer.Option(None, "--lease", help="Lease seconds (default: the queue's)."),
-               url: str | None = typer.Option(None, "--url", help="Use a queue server instead of the fleet directly."),
-               max_jobs: int | None = typer.Option(None, "--max-jobs")) -> None:
+               lease: float | None = typer.Option(None, "--lease", help="Lease seconds (default: the queue's).",
+                                                  callback=checked(at_least(0, exclusive=True), "--lease")),
+               url: str | None = typer.Option(None, "--url", help="Use a queue server instead of the fleet directly.",
+                                              callback=checked(bounds.http_url, "--url")),
+               max_jobs: int | None = typer.Option(None, "--max-jobs", min=1)) -> None:
     """Run HANDLER on jobs of QUEUE with lease heartbeats; SIGTERM/SIGINT stop it gracefully."""
     from migrator.queue.worker import load_handler, run_worker
 
@@ -187,14 +192,17 @@ def _api(url: str | None) -> Any:
 
 @queue_app.command("load")
 def load_cmd(queue: QueueNameOpt = "load",
-             rate: float = typer.Option(100.0, "--rate", help="Jobs/s to enqueue; 0 = as fast as possible."),
-             duration: float = typer.Option(10.0, "--duration", help="Seconds."),
+             rate: float = typer.Option(100.0, "--rate", help="Jobs/s to enqueue; 0 = as fast as possible.",
+                                        callback=checked(at_least(0), "--rate")),
+             duration: float = typer.Option(10.0, "--duration", help="Seconds (above 0).",
+                                            callback=checked(at_least(0, exclusive=True), "--duration")),
              ledger: LedgerOpt = LEDGER,
-             partitions: int = typer.Option(2, "--partitions", help="Partitions if the queue is created."),
-             consumers: int = typer.Option(2, "--consumers"),
-             producers: int = typer.Option(1, "--producers"),
-             url: str | None = typer.Option(None, "--url",
-                                            help="Load a queue server instead of the fleet directly.")) -> None:
+             partitions: int = typer.Option(2, "--partitions", min=1, max=256,
+                                            help="Partitions if the queue is created."),
+             consumers: int = typer.Option(2, "--consumers", min=0),
+             producers: int = typer.Option(1, "--producers", min=1),
+             url: str | None = typer.Option(None, "--url", help="Load a queue server instead of the fleet directly.",
+                                            callback=checked(bounds.http_url, "--url"))) -> None:
     """Enqueue, dequeue and ack at a target rate, recording everything in a ledger."""
     from migrator.fleet.config import load_credentials
     from migrator.queue.load import run_load
@@ -230,7 +238,7 @@ def ledger_check(ledger: LedgerOpt = LEDGER,
 # -- admin -------------------------------------------------------------------------------
 
 @queue_app.command("create")
-def create(name: str, partitions: int = typer.Option(1, "--partitions", "-p"),
+def create(name: QueueNameArg, partitions: int = typer.Option(1, "--partitions", "-p"),
            fifo: bool = typer.Option(False, "--fifo"),
            lease: float = typer.Option(30.0, "--lease"),
            attempts: int = typer.Option(3, "--attempts"),
@@ -238,9 +246,10 @@ def create(name: str, partitions: int = typer.Option(1, "--partitions", "-p"),
     """Create a queue: pick shards, create the jobs tables, record it in ZooKeeper."""
     from migrator.queue.model import QueueConfig
 
+    config = QueueConfig(partitions=partitions, fifo=fifo, lease_seconds=lease, default_attempts=attempts,
+                         max_jobs_per_second=max_rate)  # a bad value is refused before the fleet is asked
     with _service() as svc:
-        rec = svc.create_queue(name, QueueConfig(partitions=partitions, fifo=fifo, lease_seconds=lease,
-                                                 default_attempts=attempts, max_jobs_per_second=max_rate))
+        rec = svc.create_queue(name, config)
         where = {p["partition"]: p["master"] for p in svc.placement(name)}
     for p in rec.partitions:
         print(f"{rec.name} partition {p.index}: shard {p.shard} table {p.table} on {where[p.index]}")
@@ -263,7 +272,7 @@ def list_cmd(counts: bool = typer.Option(True, "--counts/--no-counts")) -> None:
 
 
 @queue_app.command("show")
-def show(name: str) -> None:
+def show(name: QueueNameArg) -> None:
     """The queue's ZooKeeper record, where each partition lives and the counts, as JSON."""
     with _service() as svc:
         rec = svc.get_queue(name)
@@ -271,28 +280,38 @@ def show(name: str) -> None:
 
 
 @queue_app.command("update")
-def update(name: str, lease: float | None = typer.Option(None, "--lease"),
+def update(name: QueueNameArg, lease: float | None = typer.Option(None, "--lease"),
            attempts: AttemptsOpt = None,
-           max_rate: float | None = typer.Option(None, "--max-rate")) -> None:
-    """Change lease, default attempts or the dequeue rate limit."""
+           max_rate: float | None = typer.Option(None, "--max-rate"),
+           yes: YesOpt = False) -> None:
+    """Change lease, default attempts or the dequeue rate limit of a live queue (shows the change and asks)."""
     from migrator.queue.model import QueueConfigUpdate
 
+    change = QueueConfigUpdate(lease_seconds=lease, default_attempts=attempts, max_jobs_per_second=max_rate)
+    given = change.model_dump(exclude_none=True)
+    if not given:
+        raise UsageProblem("give at least one of --lease, --attempts, --max-rate")
     with _service() as svc:
-        rec = svc.update_queue(name, QueueConfigUpdate(lease_seconds=lease, default_attempts=attempts,
-                                                        max_jobs_per_second=max_rate))
+        old = svc.get_queue(name).config.model_dump(mode="json")
+        confirm(f"change queue {name}'s " + ", ".join(f"{k} from {old.get(k)} to {v}" for k, v in given.items())
+                + " (its workers and servers take it at once)", yes)
+        rec = svc.update_queue(name, change)
     _print(rec.config.model_dump(mode="json"))
 
 
 @queue_app.command("pause")
-def pause(name: str) -> None:
-    """Stop dequeues of a queue (enqueues still accepted)."""
+def pause(name: QueueNameArg, yes: YesOpt = False) -> None:
+    """Stop dequeues of a queue (enqueues still accepted; shows what it stops and asks)."""
     with _service() as svc:
+        have = svc.counts(name)
+        confirm(f"pause queue {name}: its workers get no job until `migrator queue resume {name}` (it holds "
+                f"{have.get('NEW', 0)} NEW jobs now; enqueues go on)", yes)
         svc.pause(name)
     print(f"queue {name} paused")
 
 
 @queue_app.command("resume")
-def resume(name: str) -> None:
+def resume(name: QueueNameArg) -> None:
     """Let a paused queue be dequeued again."""
     with _service() as svc:
         svc.resume(name)
@@ -300,7 +319,7 @@ def resume(name: str) -> None:
 
 
 @queue_app.command("delete")
-def delete(name: str, yes: YesOpt = False) -> None:
+def delete(name: QueueNameArg, yes: YesOpt = False) -> None:
     """Delete a queue and drop its jobs tables (shows what it drops and asks)."""
     with _service() as svc:
         rec = svc.get_queue(name)
@@ -313,7 +332,7 @@ def delete(name: str, yes: YesOpt = False) -> None:
 
 
 @queue_app.command("enqueue")
-def enqueue(name: str, bodies: list[str] = typer.Argument(..., help="Job bodies."),
+def enqueue(name: QueueNameArg, bodies: list[str] = typer.Argument(..., help="Job bodies."),
             priority: int = typer.Option(2, "--priority"), delay: float | None = typer.Option(None, "--delay"),
             attempts: AttemptsOpt = None,
             dedupe: str | None = typer.Option(None, "--dedupe-key")) -> None:
@@ -328,14 +347,14 @@ def enqueue(name: str, bodies: list[str] = typer.Argument(..., help="Job bodies.
 
 
 @queue_app.command("counts")
-def counts(name: str) -> None:
+def counts(name: QueueNameArg) -> None:
     """Jobs per state."""
     with _service() as svc:
         _print(svc.counts(name))
 
 
 @queue_app.command("lookup")
-def lookup(name: str, job_id: str) -> None:
+def lookup(name: QueueNameArg, job_id: str) -> None:
     """One job by id."""
     from migrator.fleet.ids import parse_id
 
@@ -344,7 +363,7 @@ def lookup(name: str, job_id: str) -> None:
 
 
 @queue_app.command("scan")
-def scan(name: str, state: str = typer.Option("NEW", "--state"), limit: int = typer.Option(20, "--limit"),
+def scan(name: QueueNameArg, state: JobStateOpt = "NEW", limit: int = typer.Option(20, "--limit", min=1),
          cursor: str | None = typer.Option(None, "--cursor")) -> None:
     """A page of jobs in a state (keyset pagination: pass --cursor from the last page)."""
     with _service() as svc:
@@ -356,7 +375,7 @@ def scan(name: str, state: str = typer.Option("NEW", "--state"), limit: int = ty
 
 
 @queue_app.command("retry")
-def retry(name: str, limit: int = typer.Option(1000, "--limit"),
+def retry(name: QueueNameArg, limit: int = typer.Option(1000, "--limit", min=1),
           attempts: AttemptsOpt = None) -> None:
     """Move failed jobs back to pending."""
     with _service() as svc:
@@ -364,15 +383,15 @@ def retry(name: str, limit: int = typer.Option(1000, "--limit"),
 
 
 @queue_app.command("purge")
-def purge(name: str, state: str = typer.Option(..., "--state", help="NEW, IPR, OK or FAIL."),
+def purge(name: QueueNameArg, state: JobStateOpt,
           limit: int = typer.Option(1000, "--limit", min=1),
           yes: YesOpt = False) -> None:
     """Delete jobs of one state (shows how many and asks; routine purging is `migrator partitions maintain`)."""
+    from migrator.queue.model import JobState
+
+    key = JobState.parse(state).name  # checked as the option was parsed
     with _service() as svc:
         have = svc.counts(name)
-        key = state.upper()
-        if key not in have:
-            raise UsageProblem(f"--state {failures.short(state)}: give one of {', '.join(have)}")
         confirm(f"delete up to {limit} {key} jobs of queue {name} (it holds {have.get(key, 0)} now)", yes)
         print(f"{svc.delete_jobs(name, state, limit)} job(s) deleted")
 
@@ -381,8 +400,8 @@ def purge(name: str, state: str = typer.Option(..., "--state", help="NEW, IPR, O
 
 @partitions_app.command("maintain")
 def maintain(dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan; change nothing."),
-             queue: list[str] | None = typer.Option(None, "--queue", help="Only these queues."),
-             lock_wait: int = typer.Option(2, "--lock-wait", help="lock_wait_timeout (s) for each DDL."),
+             queue: QueueNamesOpt = None,
+             lock_wait: int = typer.Option(2, "--lock-wait", min=1, help="lock_wait_timeout (s) for each DDL."),
              pretend_later: float = typer.Option(0.0, "--pretend-later", hidden=True,
                                                  help="Pretend the clock is this many seconds later.")) -> None:
     """Drop expired buckets (DROP PARTITION) and split FUTURE partitions ahead (REORGANIZE PARTITION)."""
@@ -400,7 +419,7 @@ def maintain(dry_run: bool = typer.Option(False, "--dry-run", help="Print the pl
 
 
 @partitions_app.command("pause")
-def partitions_pause(shard: int, reason: str = typer.Option("", "--reason")) -> None:
+def partitions_pause(shard: ShardArg, reason: str = typer.Option("", "--reason")) -> None:
     """Pause maintenance of a shard (creates <root>/maintenance/paused/<shard>)."""
     from migrator.fleet import zk as zk_mod
     from migrator.fleet.config import load_credentials
@@ -413,7 +432,7 @@ def partitions_pause(shard: int, reason: str = typer.Option("", "--reason")) -> 
 
 
 @partitions_app.command("resume")
-def partitions_resume(shard: int) -> None:
+def partitions_resume(shard: ShardArg) -> None:
     """Resume maintenance of a shard."""
     from migrator.fleet import zk as zk_mod
     from migrator.fleet.config import load_credentials

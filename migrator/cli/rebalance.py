@@ -20,7 +20,8 @@ from rich.table import Table
 from rich.text import Text
 
 from migrator.cli.helpers import duration, human_bytes, load_config, shard_runs
-from migrator.cli.options import UsageProblem, build_options, dry_run_or_yes
+from migrator.cli.inputs import AddPairOpt, DrainOpt, at_least, checked
+from migrator.cli.options import UsageProblem, build_options, detach_needs_yes, dry_run_or_yes
 from migrator.errors import ExitCode
 from migrator.ops.rebalance import command as rebalance
 from migrator.ops.rebalance.planner import OBJECTIVES
@@ -147,12 +148,14 @@ def follow(cfg: Any, rid: str, *, every: float = 2.0, timeout: float | None = No
 
 def rebalance_cmd(
     objective: str = typer.Option("bytes", "--objective", help=f"What to even out: {', '.join(OBJECTIVES)}."),
-    threshold: float = typer.Option(0.10, "--threshold", help="Every pair within this share of the mean."),
-    add_pair: list[str] = typer.Option([], "--add-pair", help="A new, empty registered pair to fill."),
-    drain: list[str] = typer.Option([], "--drain", help="A pair to empty."),
-    max_moves_per_pair: int = typer.Option(1, "--max-moves-per-pair",
+    threshold: float = typer.Option(0.10, "--threshold", help="Every pair within this share of the mean (0 or "
+                                                              "more).",
+                                    callback=checked(at_least(0), "--threshold")),
+    add_pair: AddPairOpt = [],  # noqa: B006 - typer's default, never mutated
+    drain: DrainOpt = [],  # noqa: B006 - typer's default, never mutated
+    max_moves_per_pair: int = typer.Option(1, "--max-moves-per-pair", min=1,
                                            help="Moves a pair takes part in at once."),
-    max_concurrent: int | None = typer.Option(None, "--max-concurrent", help="Moves running at once."),
+    max_concurrent: int | None = typer.Option(None, "--max-concurrent", min=1, help="Moves running at once."),
     freeze_budget_ms: int | None = typer.Option(None, "--freeze-budget-ms",
                                                 help="Write-freeze budget of each move's cutover (ms)."),
     max_lag: float | None = typer.Option(None, "--max-lag", help="Throttle each move's copy above this "
@@ -167,7 +170,8 @@ def rebalance_cmd(
                                           help="Every move holds its cutover once caught up, until "
                                                "`migrator postpone RB --release`."),
     workers: int | None = typer.Option(None, "--workers", help="Tables each move copies at once."),
-    window: float = typer.Option(5.0, "--window", help="Seconds of binlog to sample write rates from."),
+    window: float = typer.Option(5.0, "--window", help="Seconds of binlog to sample write rates from.",
+                                 callback=checked(at_least(0), "--window")),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan; store nothing (the default "
                                                           "without --yes)."),
     yes: bool = typer.Option(False, "--yes", "-y", help="Run the plan on RQ workers and follow it."),
@@ -179,6 +183,7 @@ def rebalance_cmd(
     if objective not in OBJECTIVES:
         raise UsageProblem(f"--objective {objective}: choose one of {', '.join(OBJECTIVES)}")
     dry_run_or_yes(dry_run, yes)
+    detach_needs_yes(detach, yes)
     options = build_options(freeze_budget_ms=freeze_budget_ms, copy_workers=workers, max_standby_lag_s=max_lag,
                             max_threads_running=max_threads_running, cutover_retry_s=cutover_retry_s)
     cfg = load_config()

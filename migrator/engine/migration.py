@@ -36,6 +36,7 @@ migrations can never hold overlapping shards.
 from __future__ import annotations
 
 import json
+import re
 import time
 import uuid
 from collections.abc import Callable
@@ -45,7 +46,7 @@ from typing import Any, Literal
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, RolledBackError
 from pydantic import BaseModel, ConfigDict, Field
 
-from migrator.errors import MigratorError
+from migrator.errors import InvalidIdError, MigratorError
 from migrator.fleet import zk as zk_mod
 from migrator.fleet.model import MovingSet
 from migrator.fleet.shard_map import actor
@@ -53,6 +54,9 @@ from migrator.fleet.zk import ZK
 
 MIGRATIONS = "migrations"
 LOCKS = "locks/shards"
+#: what a record's znode name may be: the ids :func:`new_id` makes are of this form (the command line accepts
+#: exactly those, :data:`migrator.fleet.bounds.MIGRATION_ID_RE`); nothing else becomes a ZooKeeper path
+_NODE_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,99}")
 #: ``<root>/locks/tombstones/<id>``: a rollback reads a migration's tombstones under the shared side of this
 #: lock, a cleanup drops them under its exclusive side (:meth:`MigrationStore.tombstone_lock`)
 TOMBSTONE_LOCKS = "locks/tombstones"
@@ -241,6 +245,8 @@ class MigrationStore:
         self.locks = zk.path(LOCKS)
 
     def _node(self, mid: str, *sub: str) -> str:
+        if not isinstance(mid, str) or not _NODE_NAME_RE.fullmatch(mid):
+            raise InvalidIdError(f"{mid!r:.60} is not a migration id: they look like m-20261122-155024-7e9460")
         return "/".join([self.base, mid, *sub])
 
     def node_path(self, mid: str, *sub: str) -> str:

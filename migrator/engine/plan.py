@@ -19,7 +19,6 @@ Three shapes, one :class:`~migrator.engine.migration.Spec`:
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -30,6 +29,7 @@ from migrator.engine.eta import fill as fill_estimate
 from migrator.engine.inspector import describe, list_tables
 from migrator.engine.migration import MigrationStore, Options, Spec, new_id
 from migrator.errors import MigratorError, UnknownHost
+from migrator.fleet import bounds
 from migrator.fleet.config import Credentials
 from migrator.fleet.ids import shard_db
 from migrator.fleet.model import Host, ShardMap
@@ -38,7 +38,7 @@ from migrator.fleet.shard_map import HostRegistry, ShardMapStore
 from migrator.fleet.zk import ZK
 
 QUEUES = "queues"
-QUEUE_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,200}$")
+QUEUE_NAME_RE = bounds.QUEUE_NAME_RE
 MAINTENANCE_PAUSED = "maintenance/paused"
 
 
@@ -50,25 +50,16 @@ class PlanError(MigratorError):
 # -- shard arithmetic (pure) --------------------------------------------------------------
 
 def parse_shards(text: str) -> list[int]:
-    """``"4-7,9"`` -> ``[4, 5, 6, 7, 9]``."""
-    out: set[int] = set()
-    for part in text.replace(" ", "").split(","):
-        if not part:
-            continue
-        try:
-            if "-" in part:
-                lo_s, hi_s = part.split("-", 1)
-                lo, hi = int(lo_s), int(hi_s)
-                if lo > hi:
-                    raise PlanError(f"shard range {part!r} is empty: write it low-high, e.g. 4-7")
-                out.update(range(lo, hi + 1))
-            else:
-                out.add(int(part))
-        except ValueError:
-            raise PlanError(f"cannot read shards {text!r}: use numbers and ranges such as 4-7,9") from None
-    if not out:
-        raise PlanError("no shards given: use e.g. --shards 4-7")
-    return sorted(out)
+    """``"4-7,9"`` -> ``[4, 5, 6, 7, 9]``, bounded by the id format (:func:`migrator.fleet.bounds.shards`)."""
+    try:
+        return bounds.shards(text)
+    except ValueError as exc:
+        raise PlanError(f"shards {short_text(text)}: {exc}") from None
+
+
+def short_text(text: str, limit: int = 40) -> str:
+    """``text`` cut to ``limit`` characters for a message (a huge argument is not echoed)."""
+    return text if len(text) <= limit else f"{text[:limit - 12]}... ({len(text)} characters)"
 
 
 def upper_half(lo: int, hi: int) -> list[int]:
@@ -190,7 +181,7 @@ def plan_move(zk: ZK, shards: list[int], target: str, *, options: Options | None
 def read_queue(zk: ZK, queue: str) -> dict[str, Any]:
     """The queue service's record ``<root>/queues/<name>`` (read directly)."""
     if not QUEUE_NAME_RE.fullmatch(queue):
-        raise PlanError(f"queue name {queue!r} is not valid: letters, digits, '_', '.' and '-' only")
+        raise PlanError(f"queue name {queue!r:.60} is not valid: use 1-40 letters, digits or underscores")
     try:
         data, _ = zk.client.get(zk.path(QUEUES, queue))
     except NoNodeError:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -53,6 +54,22 @@ class ZooKeeperSettings(BaseModel):
     #: session of a running cutover's lease: when its process dies the lease ends after this long and
     #: a live worker settles the cutover (the server bounds it by its min/maxSessionTimeout)
     lease_timeout: float = Field(default=4.0, gt=0)
+
+    @field_validator("hosts")
+    @classmethod
+    def _hosts(cls, v: str) -> str:
+        """``HOST[:PORT],HOST[:PORT]...`` (kazoo's connection string): a config error here, not a usage error
+        or a wait on an address that cannot be one."""
+        servers, _, chroot = v.partition("/")
+        for item in servers.split(","):
+            m = re.fullmatch(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+)(?::(\d{1,5}))?", item.strip())
+            if not m or (m.group(2) is not None and not 1 <= int(m.group(2)) <= 65535):
+                raise ValueError(f"{v[:80]!r} is not a ZooKeeper connection string: give HOST:PORT[,HOST:PORT...], "
+                                 "e.g. \"10.0.0.5:2181,10.0.0.6:2181\"")
+        if chroot and (not re.fullmatch(r"[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*", chroot)
+                       or {".", ".."} & set(chroot.split("/"))):
+            raise ValueError(f"{v[:80]!r}: the chroot after the servers must be a znode path such as /prod")
+        return v
 
     @field_validator("root")
     @classmethod
@@ -281,6 +298,25 @@ def load_credentials(config: Config) -> Credentials:
                        mysql_tls=config.mysql.tls)
 
 
+#: the secrets files already warned about in this process (a command reads its secrets several times)
+_WARNED: set[Path] = set()
+
+
+def warn_if_readable_by_others(path: Path) -> bool:
+    """One line on stderr (once per file and process) when the secrets file is readable or writable by its group
+    or by others: it should be mode 600. The file is still used (the operator decides); True when it warned."""
+    try:
+        mode = path.stat().st_mode & 0o777
+    except OSError:
+        return False
+    if not mode & 0o077 or path in _WARNED:
+        return False
+    _WARNED.add(path)
+    print(f"warning: credentials file {path} is readable by its group or others (mode {mode:04o}); it holds "
+          f"passwords: `chmod 600 {path}`", file=sys.stderr, flush=True)
+    return True
+
+
 def _secrets(config: Config) -> dict[str, Any]:
     """The secrets file the config names, parsed ({} when it names none)."""
     path = config.credentials_path()
@@ -294,6 +330,7 @@ def _secrets(config: Config) -> dict[str, Any]:
                                "MIGRATOR_QUEUE_TOKEN)")
     if path.is_dir():
         raise CredentialsError(f"credentials file {path} (the {named}) is a directory: name the TOML file")
+    warn_if_readable_by_others(path)
     try:
         return tomllib.loads(path.read_text())
     except OSError as exc:

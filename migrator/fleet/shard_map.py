@@ -104,13 +104,30 @@ class ShardMapStore:
             ) from None
         return ShardMap.from_json(data, epoch=stat.version)
 
-    def init(self, smap: ShardMap, hosts: dict[str, Host], *, reason: str = "init") -> ShardMap:
-        """Store a first map. Refuses if one exists (edit it by CAS instead)."""
+    def init(self, smap: ShardMap, hosts: dict[str, Host], *, reason: str = "init",
+             register: list[Host] | tuple[Host, ...] = ()) -> ShardMap:
+        """Store a first map, and register the hosts of ``register`` (new, or replacing an entry of the same
+        name) in the same transaction. Everything is checked before anything is written: the layout, every
+        host the map names (among ``hosts`` and ``register``), and that no map exists yet (edit one by CAS
+        instead), so a refused init leaves the registry as it was."""
         smap.validate_layout()
-        smap.validate_hosts(hosts)
+        smap.validate_hosts({**hosts, **{h.name: h for h in register}})
+        if self.exists():
+            raise ShardMapError(f"a shard map already exists at {self.path}: nothing was written (hosts included); "
+                                "change it with split, move or rebalance, or register hosts with `migrator "
+                                "topology add-pair`")
         self.zk.ensure(self.zk.root)
         self.zk.ensure(self.audit_base)
         tx = self.zk.client.transaction()
+        if register:
+            registry = HostRegistry(self.zk)
+            self.zk.ensure(registry.base)
+            for h in register:
+                path, data = f"{registry.base}/{h.name}", h.model_dump_json().encode()
+                if self.zk.client.exists(path):
+                    tx.set_data(path, data)
+                else:
+                    tx.create(path, data, acl=self.zk.protected_acl())
         tx.create(self.path, smap.to_json(), acl=self.zk.protected_acl())
         tx.create(
             f"{self.audit_base}/entry-",

@@ -86,14 +86,15 @@ def load_hosts_file(path: Path) -> list[Host]:
 
 
 def init_from_file(config: Config, map_file: Path, hosts_file: Path | None = None) -> ShardMap:
+    """Store the first map of ``map_file``, registering the hosts of ``hosts_file`` with it. Both files are
+    read and checked before the fleet is asked, and the map against the registry before anything is
+    written: a refused init (a map already stored, an unknown host) changes no host entry."""
     smap = load_map_file(map_file)  # validates layout before touching anything
+    new_hosts = load_hosts_file(hosts_file) if hosts_file else []
     creds = load_credentials(config)
     with zk_mod.connect(config, creds) as zk:
-        reg = HostRegistry(zk)
-        if hosts_file:
-            for h in load_hosts_file(hosts_file):
-                reg.register(h)
-        return ShardMapStore(zk).init(smap, reg.all(), reason=f"topology init --from {map_file.name}")
+        return ShardMapStore(zk).init(smap, HostRegistry(zk).all(), register=new_hosts,
+                                      reason=f"topology init --from {map_file.name}")
 
 
 def shard_schema_statements() -> list[str]:

@@ -175,8 +175,8 @@ def run_load(config: Config, queue: str, rate: float, duration: float, ledger_pa
         from migrator.queue.service import QueueService
 
         api = own = QueueService(config)
-    ledger = Ledger(ledger_path)
     result = LoadResult(queue=queue, ledger_path=str(ledger_path))
+    ledger: Ledger | None = None
     try:
         try:
             api.get_queue(queue)
@@ -184,6 +184,7 @@ def run_load(config: Config, queue: str, rate: float, duration: float, ledger_pa
             if not create:
                 raise
             api.create_queue(queue, QueueConfig(partitions=partitions, lease_seconds=lease_seconds))
+        ledger = Ledger(ledger_path)  # written only once the queue answered: a refused run leaves no ledger
         if batch is None:
             batch = 20 if rate <= 0 else max(1, min(50, int(rate / 20)))
         run = _Run(api, queue, ledger, result, handler)
@@ -215,7 +216,8 @@ def run_load(config: Config, queue: str, rate: float, duration: float, ledger_pa
         result.duration = ended - t0
         ledger.set_meta(ended=ended)
     finally:
-        ledger.close()
+        if ledger is not None:
+            ledger.close()
         if own is not None:
             own.close()
     return result

@@ -7,15 +7,16 @@ queue record is what ZooKeeper holds at ``<root>/queues/<name>`` (see
 
 from __future__ import annotations
 
-import re
 from enum import IntEnum
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from migrator.fleet import bounds
 from migrator.fleet.ids import TYPE_JOB, decode, encode
 
-QUEUE_NAME_RE = re.compile(r"^\w{1,40}$", re.ASCII)
+#: the one check of a queue's name, shared with the command line and the engine (:mod:`migrator.fleet.bounds`)
+QUEUE_NAME_RE = bounds.QUEUE_NAME_RE
 #: largest job body accepted (bytes of UTF-8)
 MAX_BODY_BYTES = 64 * 1024
 MAX_BATCH = 1000

@@ -43,7 +43,7 @@ from typing import Any
 
 import pymysql
 
-from migrator.errors import SandboxError
+from migrator.errors import SandboxError, SandboxRefused
 from migrator.fleet import config as config_mod
 from migrator.fleet import zk as zk_mod
 from migrator.fleet.config import Config, Credentials
@@ -219,8 +219,8 @@ class Sandbox:
         t0 = time.monotonic()
         if self.state is None:
             if self.dir.exists() and (not self.dir.is_dir() or any(self.dir.iterdir())):
-                raise SandboxError(f"{self.dir} exists and holds no sandbox: a sandbox starts in an empty or new "
-                                   "directory; pick another --dir")
+                raise SandboxRefused(f"{self.dir} exists and holds no sandbox: a sandbox starts in an empty or "
+                                     "new directory; pick another --dir")
             if pairs < 1 or spare_pairs < 0:
                 raise SandboxError("--pairs must be at least 1 and --spare-pairs at least 0")
             if shards < pairs:
@@ -539,8 +539,8 @@ class Sandbox:
         if purge and self.dir.exists() and not self.made_here():
             why = ("its state file names another directory" if self.state is not None
                    else "it has no sandbox state file")
-            raise SandboxError(f"{self.dir} is not a sandbox this tool made ({why}): refusing to delete it; "
-                               "remove it yourself if it is yours to delete")
+            raise SandboxRefused(f"{self.dir} is not a sandbox this tool made ({why}): refusing to delete it; "
+                                 "remove it yourself if it is yours to delete")
         stopped = []
         if self.state:
             for p in self.state.procs.values():

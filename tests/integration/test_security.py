@@ -187,13 +187,13 @@ def test_every_znode_is_protected_and_holds_no_secret_after_a_real_run(fleet, tm
 # -- identifiers --------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("args,needle", [
-    (("split", "MySQL001A`; DROP DATABASE db00000; --"), "not in the host registry"),
-    (("move", "--shards", "4-7", "--to", "MySQL003A' OR '1'='1"), "not in the host registry"),
+    (("split", "MySQL001A`; DROP DATABASE db00000; --"), "not a valid host name"),
+    (("move", "--shards", "4-7", "--to", "MySQL003A' OR '1'='1"), "not a valid host name"),
     (("split", "../shard_map"), "../shard_map"),
     (("split", "MySQL001A/../../x"), "MySQL001A/../../x"),
     (("move-partition", "--queue", "q`; DROP TABLE x; --", "--partition", "0", "--to", "MySQL003A"), "q`"),
-    (("queue", "create", "evil`; DROP DATABASE db00001; --"), "not valid"),
-    (("queue", "show", "../../etc"), "not valid"),
+    (("queue", "create", "evil`; DROP DATABASE db00001; --"), "not a valid queue name"),
+    (("queue", "show", "../../etc"), "not a valid queue name"),
 ])
 def test_malicious_names_through_the_cli_are_refused(fleet, args, needle):
     epoch = ShardMapStore(fleet.zk).read().epoch

@@ -18,7 +18,9 @@ from migrator.ops.playbook.model import (
     PlaybookRunError,
     Step,
     bind_params,
+    check_hosts,
     dry_run,
+    host_args,
     load,
     parse_sets,
     resolve_args,
@@ -28,7 +30,8 @@ from migrator.ops.playbook.steps import STEPS, StepDef, parse_duration
 
 __all__ = [
     "STEPS", "Gate", "Outcome", "Playbook", "PlaybookError", "PlaybookRunError", "RunStore", "Step", "StepDef",
-    "StepTimeout", "advance", "bind_params", "check_result", "dry_run", "gate_metrics", "load", "parse_duration",
+    "StepTimeout", "advance", "bind_params", "check_hosts", "check_result", "dry_run", "gate_metrics", "host_args",
+    "load", "parse_duration",
     "parse_sets",
     "resolve_args",
 ]

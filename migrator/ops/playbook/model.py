@@ -38,8 +38,9 @@ from typing import Any
 import yaml
 
 from migrator.errors import MigratorError
+from migrator.fleet import bounds
 from migrator.ops.playbook.gates import Gate
-from migrator.ops.playbook.steps import STEPS, TYPES, as_int, parse_duration
+from migrator.ops.playbook.steps import STEPS, TYPES, check_arg, parse_duration
 
 
 class PlaybookError(MigratorError):
@@ -203,7 +204,7 @@ def load(path: str | Path, source: str | None = None) -> Playbook:
                         raise err(anode, f"step {sid}: ${{{var}}} is not a declared param")
                 if not VAR_RE.search(str(v)):
                     try:
-                        TYPES[sdef.params[a][0]](v)
+                        check_arg(call, a, v)
                     except ValueError as exc:
                         raise err(anode, f"step {sid}: parameter {a}: {exc}, got {v!r}") from None
                 elif VAR_RE.fullmatch(str(v)):
@@ -230,9 +231,12 @@ def load(path: str | Path, source: str | None = None) -> Playbook:
                 raise err(nodes["wait_with"][1], f"step {sid}: unknown wait_with call {wait_with!r}")
             try:
                 timeout = parse_duration(item.get("timeout", "24h"))
-                retries = as_int(item.get("retries", 0))
             except ValueError as exc:
-                raise err(node, f"step {sid}: {exc}") from None
+                raise err(nodes.get("timeout", (node, node))[1], f"step {sid}: timeout: {exc}") from None
+            try:
+                retries = bounds.count(item.get("retries", 0))
+            except ValueError as exc:
+                raise err(nodes.get("retries", (node, node))[1], f"step {sid}: retries: {exc}") from None
             on_failure = item.get("on_failure") or []
             if isinstance(on_failure, str):
                 on_failure = [on_failure]
@@ -281,7 +285,7 @@ def bind_params(pb: Playbook, given: dict[str, str]) -> dict[str, Any]:
 
 
 def resolve_args(step: Step, params: dict[str, Any]) -> dict[str, Any]:
-    sdef = STEPS[step.call]
+    """The step's parameters with ``${param}`` filled in, each converted and bounded (:func:`check_arg`)."""
     out = {}
     for k, v in step.args.items():
         if isinstance(v, str):
@@ -292,7 +296,10 @@ def resolve_args(step: Step, params: dict[str, Any]) -> dict[str, Any]:
                 v = VAR_RE.sub(lambda m: str(params.get(m.group(1), "")), v)
         if v is None:
             continue  # an optional param left unset
-        out[k] = TYPES[sdef.params[k][0]](v)
+        try:
+            out[k] = check_arg(step.call, k, v)
+        except ValueError as exc:
+            raise PlaybookError(f"step {step.id}: parameter {k}: {exc}, got {v!r}") from None
     return out
 
 
@@ -304,6 +311,20 @@ def parse_sets(items: list[str]) -> dict[str, str]:
         k, v = it.split("=", 1)
         out[k.strip()] = v.strip()
     return out
+
+
+def host_args(pb: Playbook, params: dict[str, Any]) -> set[str]:
+    """The host names the run's steps name (each must be in the registry: :func:`check_hosts`)."""
+    return {str(v) for s in pb.steps + list(pb.handlers.values()) for k, v in resolve_args(s, params).items()
+            if STEPS[s.call].params[k][0] == "host"}
+
+
+def check_hosts(pb: Playbook, params: dict[str, Any], registered: set[str]) -> None:
+    """Refuse a run whose steps name a host the registry does not hold (``target=NoSuchHost``)."""
+    unknown = sorted(host_args(pb, params) - registered)
+    if unknown:
+        raise PlaybookError(f"playbook {pb.name}: host {unknown[0]} is not in the host registry (registered: "
+                            f"{', '.join(sorted(registered)) or 'none'}); `migrator topology show` lists them")
 
 
 def dry_run(pb: Playbook, params: dict[str, Any]) -> list[str]:

@@ -16,6 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from migrator.fleet import bounds
+
 # -- parameter types ------------------------------------------------------------
 
 def as_int(v: Any) -> int:
@@ -46,9 +48,7 @@ def as_bool(v: Any) -> bool:
 
 
 def as_host(v: Any) -> str:
-    if not isinstance(v, str) or not re.fullmatch(r"[A-Za-z][A-Za-z0-9_.-]{0,62}", v):
-        raise ValueError("expected a host name such as MySQL001A")
-    return v
+    return bounds.host_name(v)
 
 
 def as_str(v: Any) -> str:
@@ -58,29 +58,17 @@ def as_str(v: Any) -> str:
 
 
 def as_shards(v: Any) -> str:
-    s = str(v)
-    if not re.fullmatch(r"\d+(-\d+)?(,\d+(-\d+)?)*", s):
-        raise ValueError("expected shards such as 4-7 or 1,3,5-6")
-    return s
+    """Shards as the command line takes them (``move --shards``), bounded the same way."""
+    return bounds.shard_text(v)
 
 
-DURATION_RE = re.compile(r"^(\d+(?:\.\d+)?)\s*(ms|s|m|h)?$")
-
-
-def parse_duration(v: Any) -> float:
-    """'500ms', '30s', '5m', '2h' or a number of seconds -> seconds."""
-    if isinstance(v, (int, float)) and not isinstance(v, bool):
-        return float(v)
-    m = DURATION_RE.match(str(v).strip())
-    if not m:
-        raise ValueError("expected a duration such as 500ms, 30s, 5m or 2h")
-    n = float(m.group(1))
-    return n * {"ms": 0.001, "s": 1, "m": 60, "h": 3600, None: 1}[m.group(2)]
+#: '500ms', '30s', '5m', '2h' or a number of seconds -> seconds, never negative (as the command line's)
+parse_duration = bounds.duration
 
 
 TYPES: dict[str, Callable[[Any], Any]] = {
     "int": as_int, "float": as_float, "bool": as_bool, "host": as_host, "str": as_str,
-    "shards": as_shards, "duration": parse_duration,
+    "shards": as_shards, "duration": parse_duration, "migration": bounds.migration_id,
 }
 #: what each parameter type accepts
 TYPE_DOCS = {
@@ -89,9 +77,13 @@ TYPE_DOCS = {
     "bool": "true or false (yes/no, 1/0)",
     "host": "a host name of the registry, such as MySQL001A",
     "str": "text",
-    "shards": "shards, such as 4-7 or 1,3,5-6",
-    "duration": "a duration: 500ms, 30s, 5m, 2h, or a number of seconds",
+    "shards": "shards, such as 4-7 or 1,3,5-6 (0..65535, each range low-high)",
+    "duration": "a duration: 500ms, 30s, 5m, 2h, or a number of seconds (never negative)",
+    "migration": "a migration id, such as m-20261122-155024-7e9460 (or rb-...)",
 }
+#: the smallest value of a numeric step parameter, by name (any other: 0; the migration's limits, in
+#: :data:`OPTION_PARAMS`, are bounded by the same model as the command line's flags)
+PARAM_MINIMUM = {"passes": 1, "partition": 0}
 
 
 # -- the steps a playbook may call ----------------------------------------------------
@@ -150,7 +142,7 @@ STEPS: dict[str, StepDef] = {
                                    doc="plan moving one queue partition on its own route; the run's migration",
                                    param_docs={"queue": "the queue's name", "partition": "the partition's index",
                                                "target": "the target pair's master"}),
-    "use_migration": StepDef("migrator.ops.playbook.steps:use_migration", {"id": ("str", True)},
+    "use_migration": StepDef("migrator.ops.playbook.steps:use_migration", {"id": ("migration", True)},
                              needs_migration=False, sets_migration=True,
                              doc="act on an existing migration (a rollback's playbook, a resumed one)",
                              param_docs={"id": _MID}),
@@ -212,3 +204,22 @@ def noop(config: Any) -> None:
 
 def sleep(config: Any, seconds: float) -> None:
     time.sleep(seconds)
+
+
+def check_arg(call: str, name: str, value: Any) -> Any:
+    """A step parameter's value, converted by its type and bounded as the command line bounds it: the migration's
+    limits by the model its flags go through (``freeze_budget_ms: -5`` is refused as ``--freeze-budget-ms -5``
+    is), other numbers by :data:`PARAM_MINIMUM` (never negative). Raises :class:`ValueError` with the reason."""
+    v = TYPES[STEPS[call].params[name][0]](value)
+    if name in OPTION_PARAMS:
+        from pydantic import ValidationError
+
+        from migrator.engine.migration import Options
+
+        try:
+            Options(**{name: v})
+        except ValidationError as exc:
+            raise ValueError(str(exc.errors()[0].get("msg", "out of range")).removeprefix("Value error, ")) from None
+    elif isinstance(v, int | float) and not isinstance(v, bool):
+        bounds.number(v, minimum=PARAM_MINIMUM.get(name, 0))
+    return v

@@ -87,6 +87,7 @@ def test_missing_credentials(fleet, tmp_path):
     refused(fleet, "split", "MySQL001A", needles=("nope.toml",), config=cfg)
     empty = tmp_path / "empty-secrets.toml"
     empty.write_text("[mysql]\nuser = \"migrator\"\n")
+    empty.chmod(0o600)
     cfg.write_text(fleet.config_path.read_text().replace(str(fleet.sandbox.secrets_file), str(empty)))
     refused(fleet, "split", "MySQL001A", needles=("no MySQL credentials",), config=cfg)
 
@@ -153,9 +154,11 @@ def test_binlog_format_not_row(fleet, fmt):
 
 
 def test_unknown_migration_id(fleet):
-    for args in (("resume", "m-nope"), ("abort", "m-nope", "--yes"), ("restart-copy", "m-nope", "--yes"),
-                 ("cutover", "m-nope"), ("preflight", "m-nope")):
-        refused(fleet, *args, needles=("no migration 'm-nope'",))
+    unknown = "m-20260101-000000-abcdef"
+    for args in (("resume", unknown), ("abort", unknown, "--yes"), ("restart-copy", unknown, "--yes"),
+                 ("cutover", unknown), ("preflight", unknown)):
+        refused(fleet, *args, needles=(f"no migration '{unknown}'",))
+    refused(fleet, "resume", "m-nope", needles=("m-nope", "not a migration id"))
 
 
 def test_restart_copy_refused_after_the_cutover_started(fleet):
@@ -274,8 +277,8 @@ NO_SERVER = [
     (("split", "MySQL001A", "--no-start"), ("--no-start goes with --yes",), 2),
     (("rebalance", "--dry-run", "--yes"), ("contradict",), 2),
     (("rebalance", "--objective", "beauty"), ("--objective beauty", "bytes"), 2),
-    (("set", "m-1"), ("give at least one of",), 2),
-    (("set", "m-1", "--cutover-retry-s", "-1"), ("--cutover-retry-s -1",), 2),
+    (("set", "m-20260101-000000-abcdef"), ("give at least one of",), 2),
+    (("set", "m-20260101-000000-abcdef", "--cutover-retry-s", "-1"), ("--cutover-retry-s -1",), 2),
     (("topology", "add-pair", "A=10.0.0.1:99999", "B=10.0.0.2:3306"), ("A=10.0.0.1:99999", "less than or equal"), 2),
     (("topology", "add-pair", "A", "B=10.0.0.2:3306"), ("give NAME=ADDRESS:PORT",), 2),
     (("id", "decode", "7" * 5000), ("too long for an id", "5000 characters"), 2),
@@ -285,7 +288,7 @@ NO_SERVER = [
     (("queue", "broker", "--listen", "nonsense"), ("--listen nonsense", "HOST:PORT"), 2),
     (("metrics", "--listen", "127.0.0.1:99999"), ("--listen 127.0.0.1:99999",), 2),
     (("console", "--listen", "here"), ("--listen here",), 2),
-    (("catchup", "m-1", "--passes", "0"), ("--passes",), 2),
+    (("catchup", "m-20260101-000000-abcdef", "--passes", "0"), ("--passes",), 2),
 ]
 
 
@@ -335,9 +338,11 @@ def test_sandbox_purge_refuses_what_it_did_not_make(tmp_path):
     (mine / "notes.txt").write_text("keep me")
     res = run_cli("sandbox", "down", "--dir", str(mine), "--purge")
     assert_one_line_error(res, "not a sandbox this tool made", str(mine))
+    assert res.returncode == 3  # a safety check said no (docs/operations.md)
     assert (mine / "notes.txt").read_text() == "keep me"
     res = run_cli("sandbox", "up", "--dir", str(mine))
     assert_one_line_error(res, "holds no sandbox")
+    assert res.returncode == 3
     assert sorted(p.name for p in mine.iterdir()) == ["notes.txt"]
     res = run_cli("sandbox", "down", "--dir", str(tmp_path / "never"))
     assert res.returncode == 0 and "nothing to stop" in res.stdout
@@ -436,5 +441,8 @@ def test_verify_reports_unless_told_to_repair(fleet):
     assert res.returncode == 1 and "STILL DIFFERENT" in res.stdout and "--repair" in res.stdout, res.stdout
     again = run_cli("verify", spec.id, config=fleet.config_path)
     assert again.returncode == 1, again.stdout  # the report changed nothing
-    fixed = run_cli("verify", spec.id, "--repair", config=fleet.config_path)
+    unasked = run_cli("verify", spec.id, "--repair", config=fleet.config_path)  # re-copying asks first
+    assert_one_line_error(unasked, "not confirmed", "re-copy onto the target of " + spec.id, "give --yes")
+    assert unasked.returncode == 3
+    fixed = run_cli("verify", spec.id, "--repair", "--yes", config=fleet.config_path)
     assert fixed.returncode == 0 and "1 re-copied" in fixed.stdout, fixed.stdout

@@ -46,9 +46,11 @@ steps:
 
 PB_FAIL = """name: failing
 steps:
+  - id: pick
+    call: use_migration
+    with: {id: m-20260101-000000-abcdef}
   - id: boom
-    call: sleep
-    with: {seconds: -1}
+    call: abort
     retries: 1
     on_failure: [cleanup-after]
   - id: never

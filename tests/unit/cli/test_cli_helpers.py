@@ -106,5 +106,6 @@ def test_no_import_cycle_between_the_command_modules():
     code = ("import sys; import migrator.cli.rebalance, migrator.cli.helpers; "
             "import json; print(json.dumps(sorted(m for m in sys.modules if m.startswith('migrator.cli.'))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
-    assert json.loads(out.stdout) == ["migrator.cli.failures", "migrator.cli.helpers", "migrator.cli.options",
+    assert json.loads(out.stdout) == ["migrator.cli.failures", "migrator.cli.helpers", "migrator.cli.inputs",
+                                "migrator.cli.options",
                                 "migrator.cli.rebalance"]

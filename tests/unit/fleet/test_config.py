@@ -125,3 +125,35 @@ def test_redis_acl_user_without_password_says_where_to_put_it(tmp_path, monkeypa
     cfg = config_mod.load(write(tmp_path, '[redis]\nurl = "redis://127.0.0.1:1/0"\n'))
     with pytest.raises(CredentialsError, match="MIGRATOR_REDIS_PASSWORD"):
         config_mod.load_redis_credentials(cfg)
+
+
+def test_a_zookeeper_host_list_that_is_not_one_is_a_config_error():
+    from migrator.errors import ConfigError, ExitCode
+
+    for good in ("127.0.0.1:2181", "zk1:2181,zk2:2181,zk3", "10.0.0.5:2181,10.0.0.6:2181/prod", "[::1]:2181"):
+        assert config_mod.parse({"zookeeper": {"hosts": good}}).zookeeper.hosts == good
+    for bad in ("garbage!!:x", "this is not:a host list", "zk1:99999", "zk1:2181,", "zk1:2181/../x", ""):
+        with pytest.raises(ConfigError, match="zookeeper.hosts") as info:
+            config_mod.parse({"zookeeper": {"hosts": bad}})
+        assert info.value.exit_code == ExitCode.CONFIG
+
+
+def test_not_converging_exits_6_through_the_cli_handler():
+    from migrator.cli.failures import describe
+    from migrator.engine.catch_up.passes import NotConverging
+
+    assert describe(NotConverging("catch-up of m-x does not converge"))[1] == 6
+
+
+def test_a_secrets_file_readable_by_others_is_warned_about_once(tmp_path, capsys):
+    secrets = tmp_path / "secrets.toml"
+    secrets.write_text('[mysql]\nuser = "u"\npassword = "p"\n')
+    cfg = config_mod.load(write(tmp_path, '[credentials]\nfile = "secrets.toml"\n'))
+    secrets.chmod(0o600)
+    config_mod.load_credentials(cfg)
+    assert capsys.readouterr().err == ""
+    secrets.chmod(0o640)
+    config_mod.load_credentials(cfg)
+    config_mod.load_redis_credentials(cfg)  # read again: still one line
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("warning: ") and "0640" in err[0] and "chmod 600" in err[0], err

@@ -122,3 +122,46 @@ def test_failed_results_fail_the_step():
         pbm.check_result(copy, {"finished": False, "phase": "copying", "statuses": ["paused"]})
     pbm.check_result(copy, {"finished": True, "phase": "catching_up"})
     pbm.check_result(step, {"ok": True})
+
+
+# -- values a playbook gives are bounded as the command line bounds them -------------------------------
+
+BOUNDED = [
+    ("    call: sleep\n    with: {seconds: 1}\n    timeout: -30\n", "timeout: must be at least 0"),
+    ("    call: sleep\n    with: {seconds: 1}\n    retries: -2\n", "retries: must be at least 0"),
+    ("    call: sleep\n    with: {seconds: -5}\n", "parameter seconds: must be at least 0"),
+    ("    call: use_migration\n    with: {id: ../../etc}\n", "not a migration id"),
+    ("    call: plan_move\n    with: {shards: 5-2, target: MySQL003A}\n", "shard range 5-2 is empty"),
+    ("    call: plan_move\n    with: {shards: 0-99999999999999999999, target: MySQL003A}\n", "65535"),
+    ("    call: plan_move\n    with: {shards: '1', target: 'no such'}\n", "not a valid host name"),
+    ("    call: plan_move\n    with: {shards: '1', target: X}\n  - id: c\n    call: cutover\n"
+     "    with: {freeze_budget_ms: -5}\n", "freeze_budget_ms: Input should be greater than or equal to 1"),
+    ("    call: plan_move\n    with: {shards: '1', target: X}\n  - id: c\n    call: catchup\n"
+     "    with: {passes: 0}\n", "passes: must be at least 1"),
+]
+
+
+@pytest.mark.parametrize(("step", "needle"), BOUNDED)
+def test_playbook_values_are_bounded_like_the_cli(tmp_path, step, needle):
+    p = tmp_path / "p.yaml"
+    p.write_text("name: t\nsteps:\n  - id: s\n" + step)
+    with pytest.raises(pbm.PlaybookError, match=needle.replace("(", r"\(")):
+        pbm.load(p)
+
+
+def test_set_values_are_bounded_too(tmp_path):
+    p = tmp_path / "p.yaml"
+    p.write_text("name: t\nparams:\n  budget: {type: int}\n  shards: {type: shards}\nsteps:\n"
+                 "  - id: p\n    call: plan_move\n    with: {shards: '${shards}', target: X}\n"
+                 "  - id: c\n    call: cutover\n    with: {freeze_budget_ms: '${budget}'}\n")
+    pb = pbm.load(p)
+    with pytest.raises(pbm.PlaybookError, match="shard range 5-2 is empty"):
+        pbm.bind_params(pb, {"shards": "5-2"})
+    params = pbm.bind_params(pb, {"shards": "1", "budget": "-5"})
+    with pytest.raises(pbm.PlaybookError, match="freeze_budget_ms"):
+        pbm.dry_run(pb, params)
+    params = pbm.bind_params(pb, {"shards": "1", "budget": "300"})
+    assert pbm.host_args(pb, params) == {"X"}
+    with pytest.raises(pbm.PlaybookError, match="host X is not in the host registry"):
+        pbm.check_hosts(pb, params, {"MySQL001A"})
+    pbm.check_hosts(pb, params, {"X"})

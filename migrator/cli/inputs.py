@@ -1,0 +1,84 @@
+"""The command line's arguments, checked as they are parsed: before any config is read or server asked.
+
+Each ``...Arg`` / ``...Opt`` here is a typer parameter whose callback runs one check of
+:mod:`migrator.fleet.bounds` (the same checks a playbook's parameters pass) and turns its refusal into
+one line naming the flag and the value (:class:`~migrator.cli.options.UsageProblem`, exit 2). A value
+that can be refused locally never waits on ZooKeeper's connect timeout.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Annotated, Any
+
+import typer
+
+from migrator.cli.failures import short
+from migrator.cli.options import UsageProblem
+from migrator.fleet import bounds
+
+
+def checked(check: Callable[[Any], Any], name: str) -> Callable[[Any], Any]:
+    """A typer callback running ``check`` on the value (each item of a list; None: not given), its refusal one
+    line: ``<name> <value>: <why>``."""
+    def callback(value: Any) -> Any:
+        if value is None:
+            return value
+        try:
+            return [check(v) for v in value] if isinstance(value, list) else check(value)
+        except ValueError as exc:
+            shown = ",".join(map(str, value)) if isinstance(value, list) else value
+            raise UsageProblem(f"{name} {short(shown)}: {exc}") from None
+    return callback
+
+
+def at_least(minimum: float, *, exclusive: bool = False) -> Callable[[Any], Any]:
+    """The check of a number that is at least ``minimum`` (above it when ``exclusive``), kept as given."""
+    def check(value: Any) -> Any:
+        bounds.number(value, minimum=minimum, exclusive=exclusive)
+        return value
+    return check
+
+
+def migration_id_callback(name: str = "migration id") -> Callable[[Any], Any]:
+    return checked(bounds.migration_id, name)
+
+
+def job_state(text: str) -> str:
+    """A job state of the queue service (NEW, IPR, OK, FAIL, or an alias such as pending); kept as given."""
+    from migrator.queue.model import JobState
+
+    try:
+        JobState.parse(text)
+    except (KeyError, ValueError):
+        raise ValueError("give one of NEW, IPR, OK, FAIL") from None
+    return text
+
+
+#: the migration a command acts on
+MigrationIdArg = Annotated[str, typer.Argument(
+    help="The migration id (m-...; rb-...: every move of a rebalance or batched split).",
+    callback=migration_id_callback())]
+#: a migration id that may be left out (every migration)
+OptionalMigrationIdArg = Annotated[str | None, typer.Argument(
+    help="The migration id (m-... or rb-...); none: every migration.", callback=migration_id_callback())]
+#: a playbook run
+RunIdArg = Annotated[str, typer.Argument(help="The playbook run id (run-...).",
+                                         callback=checked(bounds.run_id, "run id"))]
+#: a host of the registry given as an argument
+HostArg = Annotated[str, typer.Argument(help="A master of the registry, e.g. MySQL001A.",
+                                        callback=checked(bounds.host_name, "host"))]
+#: a queue of the queue service given as an argument
+QueueNameArg = Annotated[str, typer.Argument(help="The queue's name (1-40 letters, digits or underscores).",
+                                             callback=checked(bounds.queue_name, "queue"))]
+#: --state of the queue commands
+JobStateOpt = Annotated[str, typer.Option("--state", help="NEW, IPR, OK or FAIL.",
+                                          callback=checked(job_state, "--state"))]
+#: host names given by a repeatable option (``rebalance --add-pair/--drain``)
+AddPairOpt = Annotated[list[str], typer.Option("--add-pair", help="A new, empty registered pair to fill.",
+                                               callback=checked(bounds.host_name, "--add-pair"))]
+DrainOpt = Annotated[list[str], typer.Option("--drain", help="A pair to empty.",
+                                             callback=checked(bounds.host_name, "--drain"))]
+#: queue names given by a repeatable option (``partitions maintain --queue``)
+QueueNamesOpt = Annotated[list[str] | None, typer.Option("--queue", help="Only these queues.",
+                                                         callback=checked(bounds.queue_name, "--queue"))]
