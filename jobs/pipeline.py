@@ -50,6 +50,7 @@ from rq import get_current_job
 from migrator.engine import cutover as cutover_mod
 from migrator.engine import handover
 from migrator.engine.catch_up.checkpoint import CatchUpConflict
+from migrator.engine.cutover import attempt as attempt_mod
 from migrator.engine.cutover.errors import CutoverAborted
 from migrator.engine.cutover.hooks import CutoverHooks
 from migrator.engine.cutover.lease import leases
@@ -141,15 +142,29 @@ def _cut_over(cfg: Any, mid: str, driver: str, attempt: int, since: float | None
         elapsed, delay = time.time() - first, BACKOFF.delay(attempt)
         if elapsed + delay > window:
             reason = describe(exc)
+            _next_try(cfg, mid, None)
             raise CutoverRetriesOver(
                 f"{reason} (the pipeline tried the cutover {attempt + 1} times over {elapsed:.0f} s, its window "
                 f"of {window:g} s: `migrator set {driver} --cutover-retry-s S` gives it longer)",
                 phase="cutover") from exc
         out["error"], out["retry_in_s"] = str(exc), delay
         command.catchup(cfg, mid, passes=1)
+        # when the job enqueued next (after this pass, ``delay`` later) tries again; status shows it
+        _next_try(cfg, mid, {"at": time.time() + delay, "attempt": attempt + 2, "delay_s": delay,
+                             "until": first + window})
         return f"cutover stopped before the flip; trying again in {delay:g} s", delay, first
+    _next_try(cfg, mid, None)
     out["cleanup_job"] = command.schedule_cleanup(cfg, mid, queue=_queue_name())
     return None
+
+
+def _next_try(cfg: Any, mid: str, next_try: dict[str, Any] | None) -> None:
+    """Record (None: clear) when the pipeline tries ``mid``'s cutover again (the attempts node)."""
+    try:
+        with command.session(cfg) as (zk, _):
+            attempt_mod.record_next_try(MigrationStore(zk), mid, next_try)
+    except Exception as exc:  # noqa: BLE001 - bookkeeping: the retry itself is the enqueued job
+        log.warning("migration %s: recording the next cutover try failed: %s", mid, exc)
 
 
 #: phases a batch is finished in
@@ -327,6 +342,10 @@ def _fly_batches(cfg: Any, mid: str, config_path: str | None, out: dict[str, Any
         return _again(out, mid, config_path, 0, f"{len(flights)} batches flipped: the next ones", count=False)
     out["error"] = describe(stopped.error)
     delay = BACKOFF.delay(0)
+    with command.session(cfg) as (zk, _):
+        window = MigrationStore(zk).spec(mid).options.cutover_retry_s
+    _next_try(cfg, stopped.bid, {"at": time.time() + delay, "attempt": 2, "delay_s": delay,
+                                 "until": time.time() + window})
     return _again(out, mid, config_path, 0, f"batch {stopped.bid} did not flip ({out['error']}); trying it again in "
                   f"{delay:g} s", delay=delay, since=time.time())
 
