@@ -329,8 +329,8 @@ class Tracker:
         out: list[Event] = []
         for h in st.history[self.history_seen:]:
             text = f"phase {h.get('to')}" + (f" (from {h['from']})" if h.get("from") else "")
-            if h.get("error"):
-                text += f": {h['error']}"
+            if h.get("error") and (h.get("from"), h.get("to")) != ("cutover", "converged"):
+                text += f": {h['error']}"  # an attempt undone says why in its own line
             out.append(Event("phase", self.mid, float(h.get("when") or time.time()), text,
                              {"from": h.get("from"), "to": h.get("to"), "who": h.get("who"), "error": h.get("error")}))
         self.history_seen = len(st.history)
