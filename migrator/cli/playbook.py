@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
 import typer
 
 from migrator.cli.helpers import JsonOpt, load_config, state
+from migrator.cli.report import Report, print_json
 from migrator.ops import playbook as pbm
 
 playbook_app = typer.Typer(help="Runbook playbooks: runs, their steps, approvals.", no_args_is_help=True,
@@ -20,24 +20,33 @@ def run(
     sets: list[str] = typer.Option([], "--set", help="name=value for a playbook param; repeatable."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Check and print the steps; run nothing."),
     sync: bool = typer.Option(False, "--sync", help="Run in this process instead of on RQ workers."),
+    as_json: JsonOpt = False,
 ) -> None:
     """Run a playbook (checked whole before anything runs)."""
     pb = pbm.load(path)
     params = pbm.bind_params(pb, pbm.parse_sets(sets))
+    rep = Report(as_json)
     if dry_run:
-        print("\n".join(pbm.dry_run(pb, params)))
+        steps = pbm.dry_run(pb, params)
+        if as_json:
+            return print_json({"playbook": pb.name, "params": params, "lines": steps})
+        print("\n".join(steps))
         return
     cfg = load_config()
     run_id = _create(cfg, pb, params)
-    print(f"playbook run {run_id} created")
+    rep.say(f"playbook run {run_id} created")
+    doc: dict = {"run": run_id, "playbook": pb.name}
     if sync:
-        _drive(cfg, run_id)
+        doc["status"] = _drive(cfg, run_id, rep)
     else:
-        queue = _enqueue(cfg, run_id, state.config_path, pb.name)
-        print(f"enqueued on RQ queue {queue!r}; watch with `migrator playbook status {run_id}`")
+        doc["queue"] = queue = _enqueue(cfg, run_id, state.config_path, pb.name)
+        rep.say(f"enqueued on RQ queue {queue!r}; watch with `migrator playbook status {run_id}`")
+    rep.document(doc)
+    if doc.get("status") == "failed":
+        raise typer.Exit(1)
 
 
-def approve(run_id: str, step: str) -> None:
+def approve(run_id: str, step: str, as_json: JsonOpt = False) -> None:
     """Approve a manual gate of a playbook run."""
     from migrator.fleet import config as config_mod
     from migrator.fleet import zk as zk_mod
@@ -45,6 +54,8 @@ def approve(run_id: str, step: str) -> None:
     cfg = load_config()
     with zk_mod.connect(cfg, config_mod.load_credentials(cfg)) as zk:
         pbm.RunStore(zk).approve(run_id, step)
+    if as_json:
+        return print_json({"run": run_id, "approved": step})
     print(f"approved {step} of {run_id}")
 
 
@@ -59,7 +70,7 @@ def status(run_id: str, as_json: JsonOpt = False) -> None:
         st, _ = pbm.RunStore(zk).get(run_id)
     st.pop("text", None)
     if as_json:
-        print(json.dumps(st, indent=2, default=str))
+        print_json(st)
         return
     print(f"{run_id}: playbook {st['playbook']} {st['status']}"
           + (f" (migration {st['context']['migration']})" if st["context"].get("migration") else ""))
@@ -70,7 +81,7 @@ def status(run_id: str, as_json: JsonOpt = False) -> None:
 
 
 @playbook_app.command("list")
-def list_runs() -> None:
+def list_runs(as_json: JsonOpt = False) -> None:
     """Every playbook run and its status."""
     from migrator.fleet import config as config_mod
     from migrator.fleet import zk as zk_mod
@@ -78,23 +89,32 @@ def list_runs() -> None:
     cfg = load_config()
     with zk_mod.connect(cfg, config_mod.load_credentials(cfg)) as zk:
         store = pbm.RunStore(zk)
-        for rid in store.list():
-            st, _ = store.get(rid)
-            print(f"{rid}  {st['playbook']:24s} {st['status']}")
+        runs = [{"run": rid, "playbook": st["playbook"], "status": st["status"]}
+                for rid in store.list() for st in [store.get(rid)[0]]]
+    if as_json:
+        return print_json({"runs": runs})
+    for r in runs:
+        print(f"{r['run']}  {r['playbook']:24s} {r['status']}")
 
 
 @playbook_app.command("resume")
-def resume(run_id: str, sync: bool = typer.Option(False, "--sync")) -> None:
+def resume(run_id: str, sync: bool = typer.Option(False, "--sync"), as_json: JsonOpt = False) -> None:
     """Continue a run from its last checkpoint (after a crash or a lost Redis)."""
     cfg = load_config()
+    rep = Report(as_json)
+    doc: dict = {"run": run_id}
     if sync:
-        _drive(cfg, run_id)
+        doc["status"] = _drive(cfg, run_id, rep)
     else:
-        print(f"re-enqueued {run_id} on RQ queue {_enqueue(cfg, run_id, state.config_path)!r}")
+        doc["queue"] = queue = _enqueue(cfg, run_id, state.config_path)
+        rep.say(f"re-enqueued {run_id} on RQ queue {queue!r}")
+    rep.document(doc)
+    if doc.get("status") == "failed":
+        raise typer.Exit(1)
 
 
 @playbook_app.command("steps")
-def steps_cmd() -> None:
+def steps_cmd(as_json: JsonOpt = False) -> None:
     """Every step a playbook may call, with its parameters (?: optional) and what it does."""
     from rich.console import Console
     from rich.table import Table
@@ -102,6 +122,8 @@ def steps_cmd() -> None:
 
     from migrator.ops.playbook.reference import step_rows
 
+    if as_json:
+        return print_json({"steps": [dict(zip(("call", "parameters", "what"), row)) for row in step_rows()]})
     t = Table(title="playbook steps (`migrator playbook reference` for keys, gates, handlers)")
     for col in ("call", "parameters", "what it does"):
         t.add_column(col)
@@ -149,7 +171,8 @@ def _enqueue(cfg: object, run_id: str, config_path: str | None, name: str | None
     return queue
 
 
-def _drive(cfg: object, run_id: str) -> None:
+def _drive(cfg: object, run_id: str, rep: Report) -> str:
+    """Advance the run in this process until it ends, a line per change of what it does; its last status."""
     from migrator.fleet import config as config_mod
     from migrator.fleet import zk as zk_mod
 
@@ -160,11 +183,9 @@ def _drive(cfg: object, run_id: str) -> None:
             msg = (f"{out.status}" + (f" at {out.step}" if out.step else "")
                    + (f": {out.message}" if out.message else ""))
             if msg != last:
-                print(msg, flush=True)
+                rep.say(msg)
                 last = msg
             if out.status in ("done", "failed"):
-                if out.status == "failed":
-                    raise typer.Exit(1)
-                return
+                return out.status
             if out.status == "busy":
                 time.sleep(1)
