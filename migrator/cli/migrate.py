@@ -6,7 +6,9 @@ and prints its result; :func:`migrator.cli.main.main` turns whatever it raises
 into one line and an exit code. ``split``, ``move`` and ``move-partition`` are
 dry runs (nothing stored, nothing locked) unless ``--yes``, which stores the
 plan, locks the shards and runs the whole pipeline on the RQ workers
-(``--no-start``: stores and locks only, for running the phases by hand). The
+(``--no-start``: stores and locks only, for running the phases by hand), and
+follows it: a live view on a terminal, one line per event otherwise, one JSON
+document with ``--json`` (:mod:`migrator.cli.report`). The
 limits a migration runs under are set at launch with the same flags as
 ``migrator set`` (:mod:`migrator.cli.options`). The phase commands
 (``catchup``, ``verify``, ``cutover``, ``rollback``, ``cleanup``) live in
@@ -432,7 +434,8 @@ def status(
     timeout: float | None = typer.Option(None, "--timeout", help="Stop watching after this many seconds."),
 ) -> None:
     """Every migration's phase and the live workers; with an ID: per-shard copy progress, copy rate and
-    ETA, the catch-up pass table, predicted and last freeze, and the workers."""
+    ETA, the catch-up pass table, the last cutover attempts and when the next is due, predicted and last
+    freeze, and the workers."""
     from migrator.ops import watch
 
     cfg = load_config()
