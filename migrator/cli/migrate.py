@@ -271,7 +271,7 @@ def _follow(cfg: Any, mid: str, rep: Report, *, timeout: float | None = None, ev
 
     if rep.live:
         return watch.follow(cfg, mid, every=every, timeout=timeout, console=console, with_workers=with_workers)
-    st = watch.follow_events(cfg, mid, rep.event, every=every, timeout=timeout)
+    st = watch.follow_events(cfg, mid, rep.event, every=every, timeout=timeout, with_workers=with_workers)
     if not rep.as_json:
         progress, task = watch.new_progress(console)
         console.print(watch.render(st, progress, task))

@@ -378,10 +378,12 @@ class Tracker:
 
 
 def follow_events(config: Config, mid: str, emit: Callable[[Event], None], *, every: float = 0.5,
-                  timeout: float | None = None, until: set[str] | None = None) -> dict[str, Any]:
+                  timeout: float | None = None, until: set[str] | None = None,
+                  with_workers: bool = False) -> dict[str, Any]:
     """Emit each event of ``mid`` as it is recorded (:class:`Tracker`) until it reaches a phase in ``until``
     (default: final ones) or the pipeline stopped on a step; then its status (as :func:`overview`, without
-    the workers). The line-by-line twin of :func:`follow`, for output that is not a terminal."""
+    the workers unless ``with_workers``). The line-by-line twin of :func:`follow`, for output that is not a
+    terminal."""
     from migrator.fleet import zk as zk_mod
     from migrator.fleet.config import load_credentials
 
@@ -398,7 +400,7 @@ def follow_events(config: Config, mid: str, emit: Callable[[Event], None], *, ev
             if deadline is not None and time.monotonic() > deadline:
                 break
             time.sleep(every)
-    return overview(config, mid, with_workers=False)
+    return overview(config, mid, with_workers=with_workers)
 
 
 class RebalanceTracker:
