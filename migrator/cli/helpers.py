@@ -31,8 +31,13 @@ class State:
 
 state = State()
 
-#: ``--json``: print the result as JSON (the commands whose ``--json`` has no help of its own)
-JsonOpt = Annotated[bool, typer.Option("--json")]
+#: ``--json``: exactly one JSON document on stdout, nothing else there (:mod:`migrator.cli.report`)
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print the result as one JSON document on stdout, "
+                                                      "nothing else there (human lines go to stderr).")]
+#: ``--follow``: with --json, JSON lines as the command follows progress (:mod:`migrator.cli.report`)
+FollowOpt = Annotated[bool, typer.Option("--follow", help="With --json, while it follows progress: one JSON "
+                                                          "line per event as it happens, the last the result "
+                                                          "(instead of one document at the end).")]
 #: the RQ queue a migration step is enqueued on
 RqQueueOpt = Annotated[str | None, typer.Option("--queue", help="RQ queue (default: the source pair's, which "
                                                                 "`migrator worker` serves).")]

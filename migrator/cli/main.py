@@ -104,15 +104,17 @@ def id_decode(object_id: str = typer.Argument(..., help="The id, decimal or 0x h
 
 @id_app.command("encode")
 def id_encode(shard: int = typer.Option(..., "--shard"), type_id: int = typer.Option(..., "--type"),
-              local: int = typer.Option(..., "--local")) -> None:
+              local: int = typer.Option(..., "--local"), as_json: JsonOpt = False) -> None:
     """Pack shard, type and local id into one id."""
-    print(ids.encode(shard, type_id, local))
+    oid = ids.encode(shard, type_id, local)
+    print(json.dumps({"id": oid, "shard": shard, "type": type_id, "local": local}) if as_json else oid)
 
 
 @id_app.command("mod-shard")
-def id_mod_shard(key: str, shards: int = typer.Option(4096, "--shards")) -> None:
+def id_mod_shard(key: str, shards: int = typer.Option(4096, "--shards"), as_json: JsonOpt = False) -> None:
     """The shard of a key without an id: md5(key) % N."""
-    print(ids.mod_shard(key, shards))
+    shard = ids.mod_shard(key, shards)
+    print(json.dumps({"key": key, "shards": shards, "shard": shard}) if as_json else shard)
 
 
 # -- topology -------------------------------------------------------------------------
@@ -145,21 +147,29 @@ def topology_show(as_json: JsonOpt = False,
 @topology_app.command("init")
 def topology_init(from_file: Path = typer.Option(..., "--from", help="A JSON map file (seed format)."),
                   hosts_file: Path | None = typer.Option(None, "--hosts",
-                                                            help="JSON list of hosts to register first.")) -> None:
+                                                            help="JSON list of hosts to register first."),
+                  as_json: JsonOpt = False) -> None:
     """Store a first shard map (validated) in ZooKeeper."""
     from migrator.fleet import topology
 
     cfg = load_config()
     smap = topology.init_from_file(cfg, from_file, hosts_file)
+    if as_json:
+        print(json.dumps({"ranges": len(smap.ranges), "num_shards": smap.num_shards, "epoch": smap.epoch}))
+        return
     print(f"shard map stored: {len(smap.ranges)} ranges over {smap.num_shards} shards, epoch {smap.epoch}")
 
 
 @topology_app.command("create-shards")
-def topology_create_shards(rows: int = typer.Option(0, "--rows", help="Seed pins per new shard.")) -> None:
+def topology_create_shards(rows: int = typer.Option(0, "--rows", help="Seed pins per new shard."),
+                           as_json: JsonOpt = False) -> None:
     """Create missing shard databases (seed schema) on their masters."""
     from migrator.fleet import topology
 
     created = topology.create_shards_command(load_config(), rows=rows)
+    if as_json:
+        print(json.dumps({"created": created}))
+        return
     print(f"created {len(created)} shard databases" + (f": {created[0]}..{created[-1]}" if created else ""))
 
 
@@ -183,6 +193,7 @@ def _host_arg(spec: str, partner: str) -> Any:
 def topology_add_pair(
     master: str = typer.Argument(..., help="NAME=ADDRESS:PORT of the new pair's master, e.g. MySQL009A=10.0.3.17:3306"),
     standby: str = typer.Argument(..., help="NAME=ADDRESS:PORT of its standby (its master-master partner)"),
+    as_json: JsonOpt = False,
 ) -> None:
     """Register a new, empty master-master pair (a split, move or rebalance target), after checking it."""
     from migrator.fleet import topology
@@ -190,16 +201,23 @@ def topology_add_pair(
     a_name, b_name = master.split("=", 1)[0], standby.split("=", 1)[0]
     hosts = _host_arg(master, b_name), _host_arg(standby, a_name)  # checked before the fleet is asked
     out = topology.add_pair(load_config(), *hosts)
+    if as_json:
+        print(json.dumps(out, indent=2, default=str))
+        return
     print(f"registered {' and '.join(out['registered'])} (empty pair): `migrator rebalance --add-pair {a_name}` "
           "fills it")
 
 
 @topology_app.command("history")
-def topology_history(limit: int = typer.Option(20, "--limit", min=1)) -> None:
+def topology_history(limit: int = typer.Option(20, "--limit", min=1), as_json: JsonOpt = False) -> None:
     """Shard-map changes: who, when, old and new epoch."""
     from migrator.fleet import topology
 
-    for rec in topology.history(load_config(), limit):
+    rows = topology.history(load_config(), limit)
+    if as_json:
+        print(json.dumps(rows, indent=2, default=str))
+        return
+    for rec in rows:
         print(f"{rec['when_iso']}  epoch {rec['old_epoch']} -> {rec['new_epoch']}  {rec['who']}  {rec['reason']}")
 
 

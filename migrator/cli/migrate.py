@@ -6,7 +6,9 @@ and prints its result; :func:`migrator.cli.main.main` turns whatever it raises
 into one line and an exit code. ``split``, ``move`` and ``move-partition`` are
 dry runs (nothing stored, nothing locked) unless ``--yes``, which stores the
 plan, locks the shards and runs the whole pipeline on the RQ workers
-(``--no-start``: stores and locks only, for running the phases by hand). The
+(``--no-start``: stores and locks only, for running the phases by hand), and
+follows it: a live view on a terminal, one line per event otherwise, one JSON
+document with ``--json`` (:mod:`migrator.cli.report`). The
 limits a migration runs under are set at launch with the same flags as
 ``migrator set`` (:mod:`migrator.cli.options`). The phase commands
 (``catchup``, ``verify``, ``cutover``, ``rollback``, ``cleanup``) live in
@@ -15,7 +17,6 @@ limits a migration runs under are set at launch with the same flags as
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import Annotated, Any
 
@@ -26,6 +27,7 @@ from rich.table import Table
 from migrator.cli import phases
 from migrator.cli import rebalance as rebalance_cli
 from migrator.cli.helpers import (
+    FollowOpt,
     JsonOpt,
     MigrationIdArg,
     QueueNameOpt,
@@ -37,6 +39,7 @@ from migrator.cli.helpers import (
 )
 from migrator.cli.inputs import HostArg, OptionalMigrationIdArg, at_least, checked, migration_id_callback
 from migrator.cli.options import UsageProblem, YesOpt, build_options, confirm, detach_needs_yes, dry_run_or_yes
+from migrator.cli.report import Report, print_json
 from migrator.engine.migration import Options
 from migrator.errors import ExitCode
 from migrator.fleet import bounds
@@ -161,10 +164,7 @@ def _batches_table(result: command.PlanResult) -> Table:
     return t
 
 
-def _print_plan(result: command.PlanResult, as_json: bool, verbose: bool = False) -> None:
-    if as_json:
-        print(json.dumps(result.as_dict(), indent=2, default=str))
-        return
+def _print_plan(result: command.PlanResult, verbose: bool = False) -> None:
     spec = result.spec
     what = (f"queue {spec.queue} partition {spec.partition} ({', '.join(spec.tables)})"
             if spec.kind == "queue_partition" else
@@ -190,64 +190,79 @@ def _print_plan(result: command.PlanResult, as_json: bool, verbose: bool = False
                       markup=False, highlight=False)
 
 
-def _launch_batches(res: command.PlanResult, start: bool, detach: bool, postpone: bool) -> None:
+def _launch_batches(res: command.PlanResult, start: bool, detach: bool, postpone: bool, rep: Report,
+                    doc: dict[str, Any]) -> None:
     """A move too big for one fence: one batched migration (copied and tailed once) that hands its shards to
     batch migrations, each cut over on its own, followed through a rebalance record."""
     cfg = load_config()
     rid = rebalance_cmd.start_split(cfg, res.spec, paused=not start, postpone_cutover=postpone)
+    run = doc["run"] = {"rebalance": rid, "batches": len(res.batches or []), "started": start,
+                        "followed": start and not detach}
     if not start:
-        console.print(f"planned {rid}: {len(res.batches or [])} batches, not started; start it with "
-                      f"`migrator resume {rid}` (or drop it with `migrator abort {rid}`)", markup=False,
-                      highlight=False)
+        rep.say(f"planned {rid}: {len(res.batches or [])} batches, not started; start it with "
+                f"`migrator resume {rid}` (or drop it with `migrator abort {rid}`)")
+        rep.document(doc)
         return
-    console.print(f"running {rid} (one copy and tail, about {len(res.batches or [])} batches cut over one after "
-                  "another) on RQ workers; start "
-                  f"workers with `migrator worker`; `migrator status {rid}`, `migrator pause|resume|abort {rid}`",
-                  markup=False, highlight=False)
+    rep.say(f"running {rid} (one copy and tail, about {len(res.batches or [])} batches cut over one after "
+            "another) on RQ workers; start "
+            f"workers with `migrator worker`; `migrator status {rid}`, `migrator pause|resume|abort {rid}`")
     if detach:
+        rep.document(doc)
         return
-    end = rebalance_cli.follow(cfg, rid)
+    end = rebalance_cli.follow(cfg, rid, emit=rep.event)
+    run.update(end)
+    rep.document(doc)
     if end["phase"] != "done":
         print(f"error: {rid} ended {end['phase']}{' (paused)' if end['paused'] else ''} (see "
               f"`migrator status {rid}` for the batch that stopped and its error)", file=sys.stderr, flush=True)
         raise typer.Exit(ExitCode.REFUSED)
-    console.print(f"{rid} done: {end['batches']} batches, longest write freeze {end['max_freeze_ms'] or 0:.0f} ms; "
-                  "tombstones kept for rollback (per batch migration), cleanup scheduled", markup=False,
-                  highlight=False)
+    rep.say(f"{rid} done: {end['batches']} batches, longest write freeze {end['max_freeze_ms'] or 0:.0f} ms; "
+            "tombstones kept for rollback (per batch migration), cleanup scheduled")
 
 
 def _plan_and_launch(plan: Any, *, yes: bool, dry_run: bool, no_start: bool, detach: bool, postpone: bool,
-                     as_json: bool, all_tables: bool = False) -> None:
-    """A dry run unless ``yes``; with it, store (and lock), then launch unless ``no_start``."""
+                     as_json: bool, follow: bool = False, all_tables: bool = False) -> None:
+    """A dry run unless ``yes``; with it, store (and lock), then launch unless ``no_start``. With ``as_json``
+    stdout gets one document (the plan, and under ``run`` what was started and how it ended), or with
+    ``follow`` JSON lines (:mod:`migrator.cli.report`)."""
     dry_run_or_yes(dry_run, yes)
     if no_start and not yes:
         raise UsageProblem("--no-start goes with --yes (store the plan and lock the shards, start nothing); "
                            "without --yes the command is a dry run")
     detach_needs_yes(detach, yes)
+    following = yes and not no_start and not detach
+    rep = Report(as_json, follow and following)
     res = plan(dry_run=not yes)
-    _print_plan(res, as_json, all_tables)
+    doc = res.as_dict()
+    if not as_json:
+        _print_plan(res, all_tables)
+    rep.line("plan", doc)
     if not yes:
+        rep.document(doc)
         return
     if res.batches is not None and res.estimate is None:
-        _launch_batches(res, not no_start, detach, postpone)
+        _launch_batches(res, not no_start, detach, postpone, rep, doc)
         return
     if postpone:
         command.postpone(load_config(), res.spec.id, on=True)
-    if not no_start:
-        _launch(res, detach)
+    if no_start:
+        rep.document(doc)
+        return
+    _launch(res, detach, rep, doc)
 
 
-def _launch(res: command.PlanResult, detach: bool) -> None:
-    from migrator.ops import watch
-
+def _launch(res: command.PlanResult, detach: bool, rep: Report, doc: dict[str, Any]) -> None:
     cfg = load_config()
     mid = res.spec.id
     job = command.launch(cfg, mid)
-    console.print(f"running {mid} on RQ workers (first job {job}); start workers with `migrator worker`",
-                  markup=False, highlight=False)
+    run = doc["run"] = {"migration": mid, "job": job, "followed": not detach}
+    rep.say(f"running {mid} on RQ workers (first job {job}); start workers with `migrator worker`")
     if detach:
+        rep.document(doc)
         return
-    st = watch.follow(cfg, mid, console=console, until={"done", "cleaned", "aborted", "rolled_back", "failed"})
+    st = _follow(cfg, mid, rep)
+    run.update({k: st.get(k) for k in ("phase", "freeze_ms", "stopped", "error", "cutover_attempts")})
+    rep.document(doc)
     stopped = st.get("stopped")
     if stopped and st["phase"] != "done":
         print(f"error: {mid} stopped in {stopped.get('step')} (phase {st['phase']}): {stopped.get('reason')} "
@@ -256,8 +271,23 @@ def _launch(res: command.PlanResult, detach: bool) -> None:
     if st["phase"] != "done":
         print(f"error: {mid} ended in phase {st['phase']}: {st.get('error') or ''}", file=sys.stderr, flush=True)
         raise typer.Exit(ExitCode.FAILED)
-    console.print(f"{mid} done: write freeze {st.get('freeze_ms') or 0:.0f} ms; tombstones kept for rollback, "
-                  "cleanup scheduled", markup=False, highlight=False)
+    rep.say(f"{mid} done: write freeze {st.get('freeze_ms') or 0:.0f} ms; tombstones kept for rollback, "
+            "cleanup scheduled")
+
+
+def _follow(cfg: Any, mid: str, rep: Report, *, timeout: float | None = None, every: float = 0.5,
+            with_workers: bool = False) -> dict[str, Any]:
+    """Follow ``mid`` to a final phase (or a stop, or ``timeout``): the live view on a terminal, else one line
+    (or JSON line) per event and, for human output, the final view once more; its last status."""
+    from migrator.ops import watch
+
+    if rep.live:
+        return watch.follow(cfg, mid, every=every, timeout=timeout, console=console, with_workers=with_workers)
+    st = watch.follow_events(cfg, mid, rep.event, every=every, timeout=timeout, with_workers=with_workers)
+    if not rep.as_json:
+        progress, task = watch.new_progress(console)
+        console.print(watch.render(st, progress, task))
+    return st
 
 
 def split(
@@ -269,6 +299,7 @@ def split(
     no_start: NoStartOpt = False,
     detach: DetachOpt = False,
     as_json: JsonOpt = False,
+    follow: FollowOpt = False,
     max_lag: MaxLagOpt = None,
     max_threads_running: MaxThreadsOpt = None,
     freeze_budget_ms: FreezeBudgetOpt = None,
@@ -293,7 +324,7 @@ def split(
     _plan_and_launch(lambda dry_run: command.plan_split(load_config(), source, to, dry_run=dry_run,
                                                        batches_ok=True, options=opts),
                      yes=yes, dry_run=dry_run, no_start=no_start, detach=detach, postpone=postpone_cutover,
-                     as_json=as_json, all_tables=all_tables)
+                     as_json=as_json, follow=follow, all_tables=all_tables)
 
 
 def move(
@@ -304,6 +335,7 @@ def move(
     no_start: NoStartOpt = False,
     detach: DetachOpt = False,
     as_json: JsonOpt = False,
+    follow: FollowOpt = False,
     max_lag: MaxLagOpt = None,
     max_threads_running: MaxThreadsOpt = None,
     freeze_budget_ms: FreezeBudgetOpt = None,
@@ -324,7 +356,7 @@ def move(
     _plan_and_launch(lambda dry_run: command.plan_move(load_config(), shards, to, dry_run=dry_run,
                                                       batches_ok=True, options=opts),
                      yes=yes, dry_run=dry_run, no_start=no_start, detach=detach, postpone=postpone_cutover,
-                     as_json=as_json, all_tables=all_tables)
+                     as_json=as_json, follow=follow, all_tables=all_tables)
 
 
 def move_partition(
@@ -336,6 +368,7 @@ def move_partition(
     no_start: NoStartOpt = False,
     detach: DetachOpt = False,
     as_json: JsonOpt = False,
+    follow: FollowOpt = False,
     max_lag: MaxLagOpt = None,
     max_threads_running: MaxThreadsOpt = None,
     freeze_budget_ms: FreezeBudgetOpt = None,
@@ -353,14 +386,14 @@ def move_partition(
     _plan_and_launch(lambda dry_run: command.plan_move_partition(load_config(), queue, partition, to,
                                                                 dry_run=dry_run, options=opts),
                      yes=yes, dry_run=dry_run, no_start=no_start, detach=detach, postpone=postpone_cutover,
-                     as_json=as_json)
+                     as_json=as_json, follow=follow)
 
 
 def preflight(migration_id: MigrationIdArg, as_json: JsonOpt = False) -> None:
     """Check every precondition of the copy; exits non-zero on a failure."""
     res = command.preflight(load_config(), migration_id)
     if as_json:
-        print(json.dumps(res.as_dict(), indent=2, default=str))
+        print_json(res.as_dict())
     else:
         for line in res.lines():
             console.print(line, markup=False, highlight=False)
@@ -374,6 +407,7 @@ def copy(
     sync: bool = typer.Option(False, "--sync", help="Copy in this process instead of RQ workers."),
     workers: int | None = typer.Option(None, "--workers", help="Threads for --sync."),
     queue: RqQueueOpt = None,
+    as_json: JsonOpt = False,
 ) -> None:
     """Preflight, then copy schema and rows (RQ jobs; --sync runs here)."""
     cfg = load_config()
@@ -382,23 +416,33 @@ def copy(
 
         queue = queue or steps.queue_of(cfg, migration_id)
         job = command.start_copy(cfg, migration_id, queue=queue)
+        if as_json:
+            print_json({"migration": migration_id, "job": job, "queue": queue})
+            return
         console.print(f"enqueued {job} on queue {queue!r}; follow with `migrator status {migration_id}`",
                       markup=False, highlight=False)
         return
     from migrator.ops import watch
 
     st = command.status(cfg, migration_id)
-    progress, on_progress = watch.copy_progress(console, total_rows=int(st["copy"].get("est_rows") or 1))
+    progress, on_progress = watch.copy_progress(err_console if as_json else console,
+                                                total_rows=int(st["copy"].get("est_rows") or 1))
     with progress:
         out = command.run_copy(cfg, migration_id, workers=workers, on_progress=on_progress)
+    if as_json:
+        print_json({"migration": migration_id, **out})
+        return
     console.print(f"copied {out['rows']:,} rows ({human_bytes(out['bytes'])}) in {out['seconds']:.1f}s; "
                   f"phase {out['phase']}", markup=False, highlight=False)
 
 
 def status(
     migration_id: OptionalMigrationIdArg = None,
-    as_json: bool = typer.Option(False, "--json", help="Everything as JSON (for scripts)."),
-    watch_: bool = typer.Option(False, "--watch", "-w", help="Redraw live (until a final phase, or Ctrl-C)."),
+    as_json: bool = typer.Option(False, "--json", help="Everything as one JSON document on stdout (for "
+                                                        "scripts); with --follow and an ID: JSON lines."),
+    follow: FollowOpt = False,
+    watch_: bool = typer.Option(False, "--watch", "-w", help="Redraw live (until a final phase, or Ctrl-C); "
+                                                             "when stdout is not a terminal, one line per event."),
     interval: float = typer.Option(1.0, "--interval", help="Seconds between redraws with --watch (above 0).",
                                    callback=checked(at_least(0, exclusive=True), "--interval")),
     timeout: float | None = typer.Option(None, "--timeout", help="Stop watching after this many seconds (exit "
@@ -406,32 +450,34 @@ def status(
                                          callback=checked(at_least(0), "--timeout")),
 ) -> None:
     """Every migration's phase and the live workers; with an ID: per-shard copy progress, copy rate and
-    ETA, the catch-up pass table, predicted and last freeze, and the workers."""
+    ETA, the catch-up pass table, the last cutover attempts and when the next is due, predicted and last
+    freeze, and the workers."""
     from migrator.ops import watch
 
     cfg = load_config()
     if migration_id is not None and rebalance_cmd.is_rebalance_id(migration_id):
         rebalance_cli.show_status(cfg, migration_id, as_json)
         return
-    if watch_ and not as_json:
-        if migration_id is None:
-            try:
-                watch.follow_all(cfg, every=interval, timeout=timeout, console=console)
-            except KeyboardInterrupt:
-                return
-            _still_running(timeout, "the migrations")
-            return
+    if migration_id is not None and (watch_ and not as_json or as_json and follow):
+        rep = Report(as_json, follow)
         try:
-            st = watch.follow(cfg, migration_id, every=interval, timeout=timeout, console=console,
-                              with_workers=True)
+            st = _follow(cfg, migration_id, rep, timeout=timeout, every=interval, with_workers=True)
         except KeyboardInterrupt:
             return
+        rep.document(st)
         if st["phase"] not in watch.FINAL and not st.get("stopped"):
             _still_running(timeout, migration_id)
         return
+    if watch_ and not as_json:
+        try:
+            watch.follow_all(cfg, every=interval, timeout=timeout, console=console)
+        except KeyboardInterrupt:
+            return
+        _still_running(timeout, "the migrations")
+        return
     out = watch.listing(cfg) if migration_id is None else watch.overview(cfg, migration_id)
     if as_json:
-        print(json.dumps(out, indent=2, default=str))
+        print_json(out)
         return
     if migration_id is None:
         console.print(watch.render_listing(out))
@@ -455,43 +501,56 @@ def _still_running(timeout: float | None, what: str) -> None:
     raise typer.Exit(ExitCode.STILL_RUNNING)
 
 
-def pause(migration_id: MigrationIdArg) -> None:
+def pause(migration_id: MigrationIdArg, as_json: JsonOpt = False) -> None:
     """Copy workers stop between chunks (resume with `migrator resume ID`); a rebalance id pauses
     all its moves and starts no new one."""
     if rebalance_cmd.is_rebalance_id(migration_id):
         out = rebalance_cmd.pause(load_config(), migration_id)
+        if as_json:
+            return print_json(out)
         console.print(f"{migration_id} paused ({len(out['migrations'])} running moves paused)", markup=False)
         return
     out = command.pause(load_config(), migration_id)
+    if as_json:
+        return print_json(out)
     console.print(f"{migration_id} paused in phase {out['phase']}", markup=False)
 
 
 def resume(migration_id: MigrationIdArg,
-           queue: str | None = typer.Option(None, "--queue", help="RQ queue (default: the source pair's).")
-           ) -> None:
+           queue: str | None = typer.Option(None, "--queue", help="RQ queue (default: the source pair's)."),
+           as_json: JsonOpt = False) -> None:
     """Clear the pause flag and re-enqueue the current step from the ZooKeeper record (a rebalance id:
     all its paused moves, and its schedule)."""
     if rebalance_cmd.is_rebalance_id(migration_id):
         out = rebalance_cmd.resume(load_config(), migration_id)
+        if as_json:
+            return print_json(out)
         console.print(f"{migration_id} resumed: {out['running']} running, {out['waiting']} waiting",
                       markup=False)
         return
     out = command.resume(load_config(), migration_id, queue=queue)
+    if as_json:
+        return print_json(out)
     console.print(f"{migration_id} in phase {out['phase']}: " +
                   (f"enqueued {out['job']}" if out["job"] else "no queued step for this phase"), markup=False)
 
 
 def abort(migration_id: MigrationIdArg,
-          yes: YesOpt = False) -> None:
+          yes: YesOpt = False,
+          as_json: JsonOpt = False) -> None:
     """Stop a migration before cutover: drop the target copies, release the locks (shows what it drops and
     asks)."""
     confirm(intents.abort(load_config(), migration_id), yes)
     if rebalance_cmd.is_rebalance_id(migration_id):
         out = rebalance_cmd.abort(load_config(), migration_id)
+        if as_json:
+            return print_json(out)
         console.print(f"{migration_id} aborted: {len(out['aborted'])} moves aborted, "
                       f"{len(out['left_running'])} past their flip left to finish", markup=False)
         return
     out = command.abort(load_config(), migration_id)
+    if as_json:
+        return print_json(out)
     console.print(f"{migration_id} aborted (was {out['was']}); dropped on the target: "
                   f"{', '.join(out['dropped']) or 'nothing'}", markup=False, highlight=False)
 
@@ -524,7 +583,7 @@ def set_(
     else:
         out = command.set_options(load_config(), migration_id, **changes)
     if as_json:
-        print(json.dumps(out, indent=2))
+        print_json(out)
         return
     o = out["options"]
     console.print(f"{migration_id}: max lag {o['max_standby_lag_s']}s, max threads running "
@@ -538,16 +597,21 @@ def set_(
 def postpone(
     migration_id: MigrationOrBatchIdArg,
     release: bool = typer.Option(False, "--release", help="Let the pipeline cut over again."),
+    as_json: JsonOpt = False,
 ) -> None:
     """Hold the cutover (catch-up keeps the target current); --release lets it go ahead."""
     if rebalance_cmd.is_rebalance_id(migration_id):
         out = rebalance_cmd.postpone(load_config(), migration_id, on=not release)
+        if as_json:
+            return print_json(out)
         console.print(f"{migration_id}: cutovers " + (
             f"postponed ({len(out['migrations'])} running moves, and every move it starts); release with "
             f"`migrator postpone {migration_id} --release`" if not release else
             f"released ({len(out['migrations'])} running moves)"), markup=False, highlight=False)
         return
     out = command.postpone(load_config(), migration_id, on=not release)
+    if as_json:
+        return print_json(out)
     console.print(f"{migration_id} ({out['phase']}): cutover "
                   + (f"postponed; release with `migrator postpone {migration_id} --release`"
                      if out["postpone_cutover"] else "released"), markup=False, highlight=False)

@@ -82,7 +82,8 @@ def demo(
 
 
 def restart_copy(migration_id: MigrationIdArg,
-                 yes: YesOpt = False) -> None:
+                 yes: YesOpt = False,
+                 as_json: JsonOpt = False) -> None:
     """Redo the copy from scratch (e.g. the binlog catch-up needed was purged): drop the target
     copies, reset copy and catch-up progress, keep the migration and its shard locks."""
     from migrator.ops import command, intents
@@ -90,6 +91,9 @@ def restart_copy(migration_id: MigrationIdArg,
     cfg = load_config()
     confirm(intents.restart_copy(cfg, migration_id), yes)
     out = command.restart_copy(cfg, migration_id)
+    if as_json:
+        print(json.dumps({"migration": migration_id, **out}, indent=2, default=str))
+        return
     print(f"{migration_id}: copy restarted (was {out['was']}); dropped on the target: "
           f"{', '.join(out['dropped']) or 'nothing'}; " +
           (f"enqueued {out['job']}" if out["job"] else f"run `migrator copy {migration_id}`"))

@@ -14,8 +14,8 @@ of :mod:`migrator.cli.migrate`.
 
 from __future__ import annotations
 
-import json as _json
 import sys
+import time
 from dataclasses import asdict
 from typing import Annotated, Any
 
@@ -23,9 +23,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from migrator.cli.helpers import JsonOpt, RqQueueOpt, load_config
+from migrator.cli.helpers import FollowOpt, JsonOpt, RqQueueOpt, load_config
 from migrator.cli.inputs import at_least, checked, migration_id_callback
 from migrator.cli.options import YesOpt, confirm
+from migrator.cli.report import Report, print_json
 from migrator.engine.catch_up.passes import PassResult, run_passes
 from migrator.engine.cleanup import cleanup
 from migrator.engine.cutover import cutover
@@ -58,12 +59,16 @@ def catchup(
                                       help="Run exactly N passes (default: until converged)."),
     sync: bool = typer.Option(False, "--sync", help="Run the passes in this process instead of RQ workers."),
     queue: RqQueueOpt = None,
+    as_json: JsonOpt = False,
 ) -> None:
     """Replay the source binlog onto the target in passes until converged (on RQ workers; --sync: here)."""
     console = Console()
     cfg = load_config()
     if not sync:
         job = enqueue_passes(cfg, migration_id, passes, queue=queue)
+        if as_json:
+            print_json({"migration": migration_id, "job": job})
+            return
         console.print(f"enqueued {job}; follow with `migrator status {migration_id}`", markup=False,
                       highlight=False)
         return
@@ -73,7 +78,11 @@ def catchup(
         d = asdict(res)
         table.add_row(*(str(d[c]) for c in PASS_COLUMNS))
 
-    results = run_passes(cfg, migration_id, passes, on_pass=show)
+    results = run_passes(cfg, migration_id, passes, on_pass=None if as_json else show)
+    if as_json:
+        print_json({"migration": migration_id, "passes": [asdict(r) for r in results],
+                    "converged": bool(results and results[-1].converged)})
+        return
     console.print(table)
     if results and results[-1].converged:
         console.print(f"converged; predicted freeze {results[-1].predicted_freeze_ms:.0f} ms")
@@ -100,7 +109,7 @@ def verify_cmd(
                 "(overwriting the target's rows there)", yes)
     rep = verify_migration(load_config(), migration_id, repair=repair, chunk_rows=chunk_rows or None)
     if as_json:
-        print(_json.dumps(rep.to_dict(), indent=2))
+        print_json(rep.to_dict())
     else:
         print(f"{rep.tables} tables, {rep.chunks} chunks, {rep.rows_checked} rows: "
               f"{len(rep.mismatched_chunks)} chunks differed, {len(rep.differing_rows)} rows differed, "
@@ -129,7 +138,7 @@ def cutover_cmd(migration_id: PhaseMigrationIdArg,
     confirm(intents.cutover(cfg, migration_id), yes)
     res = cutover(cfg, migration_id)
     if as_json:
-        print(_json.dumps(res.to_dict(), indent=2))
+        print_json(res.to_dict())
     else:
         print(f"flipped {migration_id} at epoch {res.flipped_epoch}: write freeze {res.freeze_ms:.0f} ms "
               f"({', '.join(f'{k} {v:.0f}' for k, v in res.steps_ms.items())}); "
@@ -141,10 +150,10 @@ def register_cutover(app: Any) -> None:
     app.command("cutover")(cutover_cmd)
 
 
-def _show_reverse_pass(p: dict[str, Any]) -> None:
-    print(f"reverse pass {p.get('number')}: {p.get('events', 0)} events in {p.get('duration_s', 0):.2f}s "
-          f"(apply {p.get('apply_rate', 0):.0f}/s, writes {p.get('write_rate', 0):.0f}/s), predicted freeze "
-          f"{p.get('predicted_freeze_ms', 0):.0f} ms{' converged' if p.get('converged') else ''}", flush=True)
+def _reverse_pass_text(p: dict[str, Any]) -> str:
+    return (f"reverse pass {p.get('number')}: {p.get('events', 0)} events in {p.get('duration_s', 0):.2f}s "
+            f"(apply {p.get('apply_rate', 0):.0f}/s, writes {p.get('write_rate', 0):.0f}/s), predicted freeze "
+            f"{p.get('predicted_freeze_ms', 0):.0f} ms{' converged' if p.get('converged') else ''}")
 
 
 def rollback_cmd(
@@ -158,6 +167,8 @@ def rollback_cmd(
                                          callback=checked(at_least(0), "--timeout")),
     sync: bool = typer.Option(False, "--sync", help="Run it in this process instead of RQ workers."),
     yes: YesOpt = False,
+    as_json: JsonOpt = False,
+    follow: FollowOpt = False,
 ) -> None:
     """Tail the new master back into the tombstones in converging passes, verify, and flip the ranges back
     (retrying a stopped attempt), on RQ workers: follows each reverse pass, the freeze and the result, and
@@ -167,25 +178,32 @@ def rollback_cmd(
 
     cfg = load_config()
     confirm(intents.rollback(cfg, migration_id), yes)
+    rep = Report(as_json, follow and not detach)
     if rebalance_cmd.is_rebalance_id(migration_id):
         # a batched split (or a rebalance): each finished move rolled back, last finished first
         mids = rebalance_cmd.to_roll_back(cfg, migration_id)
-        print(f"rolling back {len(mids)} migrations of {migration_id}, last finished first", flush=True)
+        doc: dict[str, Any] = {"rollback": migration_id, "migrations": []}
+        rep.say(f"rolling back {len(mids)} migrations of {migration_id}, last finished first")
         for i, mid in enumerate(mids, 1):
-            print(f"[{i}/{len(mids)}] {mid}", flush=True)
-            code = _roll_back_one(cfg, mid, queue=queue, timeout=timeout, sync=sync)
+            rep.say(f"[{i}/{len(mids)}] {mid}")
+            code, one = _roll_back_one(cfg, mid, rep, queue=queue, timeout=timeout, sync=sync)
+            doc["migrations"].append(one)
             if code:
+                rep.document(doc)
                 print(f"{migration_id}: stopped at {mid}; {len(mids) - i} not rolled back "
                       f"({', '.join(mids[i:]) or 'none'}); run `migrator rollback {migration_id}` again "
                       "once it is fixed", file=sys.stderr)
                 raise typer.Exit(code)
+        rep.document(doc)
         return
     if not sync and detach:
         out = command.start_rollback(cfg, migration_id, queue=queue)
-        print(f"rollback of {migration_id} enqueued on {out['queue']} (first job {out['job']}); "
-              "`migrator worker` runs it", flush=True)
+        rep.say(f"rollback of {migration_id} enqueued on {out['queue']} (first job {out['job']}); "
+                "`migrator worker` runs it")
+        rep.document({"migration": migration_id, **out})
         return
-    code = _roll_back_one(cfg, migration_id, queue=queue, timeout=timeout, sync=sync)
+    code, one = _roll_back_one(cfg, migration_id, rep, queue=queue, timeout=timeout, sync=sync)
+    rep.document(one)
     if code:
         raise typer.Exit(code)
 
@@ -195,53 +213,63 @@ def register_rollback(app: Any) -> None:
     app.command("rollback")(rollback_cmd)
 
 
-def _roll_back_one(cfg: Any, migration_id: str, *, queue: str | None, timeout: float | None, sync: bool) -> int:
-    """Roll one migration back (on RQ workers, followed; or in this process) and print it; the exit code."""
+def _roll_back_one(cfg: Any, migration_id: str, rep: Report, *, queue: str | None, timeout: float | None,
+                   sync: bool) -> tuple[int, dict[str, Any]]:
+    """Roll one migration back (on RQ workers, followed; or in this process), each event as a line (a JSON
+    line with ``--json --follow``); the exit code and the outcome (for the JSON document)."""
     from migrator.ops import command, watch
 
+    def event(kind: str, text: str, data: dict[str, Any]) -> None:
+        rep.event(watch.Event(kind, migration_id, time.time(), text, data))
+
     if sync:
-        res = rollback(cfg, migration_id, on_pass=lambda p: _show_reverse_pass(asdict(p)))
-        print(f"rolled back {migration_id} at epoch {res.flipped_epoch}: write freeze {res.freeze_ms:.0f} ms")
-        return 0
+        res = rollback(cfg, migration_id, on_pass=lambda p: event("pass", _reverse_pass_text(asdict(p)), asdict(p)))
+        rep.say(f"rolled back {migration_id} at epoch {res.flipped_epoch}: write freeze {res.freeze_ms:.0f} ms")
+        return 0, {"migration": migration_id, "outcome": "rolled_back", **res.to_dict()}
     out = command.start_rollback(cfg, migration_id, queue=queue)
-    print(f"rollback of {migration_id} enqueued on {out['queue']} (first job {out['job']}); "
-          "`migrator worker` runs it", flush=True)
+    rep.say(f"rollback of {migration_id} enqueued on {out['queue']} (first job {out['job']}); "
+            "`migrator worker` runs it")
     for kind, ev in watch.rollback_events(cfg, migration_id, out["requested_at"], timeout=timeout):
         if kind == "pass":
-            _show_reverse_pass(ev)
+            event("pass", _reverse_pass_text(ev), ev)
         elif kind == "freeze":
-            print("freeze: fenced flip back under way", flush=True)
+            event("freeze", "freeze: fenced flip back under way", ev)
         elif kind == "attempt":
-            print(f"attempt stopped before the flip back: {ev.get('outcome')}; more passes, then again", flush=True)
+            event("attempt", f"attempt stopped before the flip back: {ev.get('outcome')}; more passes, then again",
+                  ev)
         elif kind == "rolled_back":
-            print(f"rolled back {migration_id} at epoch {ev.get('flipped_epoch')}: write freeze "
-                  f"{ev.get('freeze_ms') or 0:.0f} ms")
-            return 0
+            rep.say(f"rolled back {migration_id} at epoch {ev.get('flipped_epoch')}: write freeze "
+                    f"{ev.get('freeze_ms') or 0:.0f} ms")
+            return 0, {"migration": migration_id, "outcome": kind, **ev}
         elif kind == "stopped":
             print(f"error: rollback of {migration_id} stopped: {ev.get('reason')} (next: {ev.get('next')})",
                   file=sys.stderr)
-            return int(ev.get("exit_code") or ExitCode.REFUSED)
+            return int(ev.get("exit_code") or ExitCode.REFUSED), {"migration": migration_id, "outcome": kind, **ev}
         elif kind == "ended":
             print(f"error: rollback of {migration_id}: the migration is {ev['phase']} now: {ev.get('error') or ''}",
                   file=sys.stderr)
-            return int(ExitCode.FAILED)
+            return int(ExitCode.FAILED), {"migration": migration_id, "outcome": kind, **ev}
         else:
             print(f"error: rollback of {migration_id} still running after {timeout:.0f}s (follow it with "
                   f"`migrator status {migration_id}`)", file=sys.stderr)
-            return int(ExitCode.STILL_RUNNING)
-    return 0
+            return int(ExitCode.STILL_RUNNING), {"migration": migration_id, "outcome": "still running"}
+    return 0, {"migration": migration_id}
 
 
 def cleanup_cmd(migration_id: PhaseMigrationIdArg,
                 now: bool = typer.Option(False, "--now", help="Do not wait for the retention to pass: ends any "
                                                                "chance of a rollback (shows what it drops and "
                                                                "asks)."),
-                yes: YesOpt = False) -> None:
+                yes: YesOpt = False,
+                as_json: JsonOpt = False) -> None:
     """Drop the tombstones after the retention; release the migration's locks and pauses."""
     cfg = load_config()
     if now:
         confirm(intents.cleanup_now(cfg, migration_id), yes)
     res = cleanup(cfg, migration_id, now=now)
+    if as_json:
+        print_json({"migration": migration_id, **asdict(res)})
+        return
     print(f"dropped {len(res.dropped)} schemas ({res.bytes_freed / 1e6:.1f} MB): {', '.join(res.dropped) or '-'}; "
           f"released {res.released_locks} shard locks, {res.released_pauses} maintenance pauses")
     for lag in res.standby_lag:

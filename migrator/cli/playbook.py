@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
@@ -10,6 +9,7 @@ import typer
 
 from migrator.cli.helpers import JsonOpt, load_config, state
 from migrator.cli.inputs import RunIdArg
+from migrator.cli.report import Report, print_json
 from migrator.ops import playbook as pbm
 
 playbook_app = typer.Typer(help="Runbook playbooks: runs, their steps, approvals.", no_args_is_help=True,
@@ -22,25 +22,33 @@ def run(
     dry_run: bool = typer.Option(False, "--dry-run", help="Check and print the steps; run nothing (the hosts "
                                                           "the steps name are looked up in the registry)."),
     sync: bool = typer.Option(False, "--sync", help="Run in this process instead of on RQ workers."),
+    as_json: JsonOpt = False,
 ) -> None:
     """Run a playbook (checked whole before anything runs: every value as the command line checks it, and
     the hosts it names against the registry)."""
     pb = pbm.load(path)
     params = pbm.bind_params(pb, pbm.parse_sets(sets))
     lines = pbm.dry_run(pb, params)  # every step's values, bounded: refused here before anything connects
+    rep = Report(as_json)
     cfg = load_config()
     if pbm.host_args(pb, params):
         _check_hosts(cfg, pb, params)
     if dry_run:
+        if as_json:
+            return print_json({"playbook": pb.name, "params": params, "lines": lines})
         print("\n".join(lines))
         return
     run_id = _create(cfg, pb, params)
-    print(f"playbook run {run_id} created")
+    rep.say(f"playbook run {run_id} created")
+    doc: dict = {"run": run_id, "playbook": pb.name}
     if sync:
-        _drive(cfg, run_id)
+        doc["status"] = _drive(cfg, run_id, rep)
     else:
-        queue = _enqueue(cfg, run_id, state.config_path, pb.name)
-        print(f"enqueued on RQ queue {queue!r}; watch with `migrator playbook status {run_id}`")
+        doc["queue"] = queue = _enqueue(cfg, run_id, state.config_path, pb.name)
+        rep.say(f"enqueued on RQ queue {queue!r}; watch with `migrator playbook status {run_id}`")
+    rep.document(doc)
+    if doc.get("status") == "failed":
+        raise typer.Exit(1)
 
 
 def _check_hosts(cfg: object, pb: pbm.Playbook, params: dict[str, object]) -> None:
@@ -52,7 +60,7 @@ def _check_hosts(cfg: object, pb: pbm.Playbook, params: dict[str, object]) -> No
         pbm.check_hosts(pb, params, set(HostRegistry(zk).all()))
 
 
-def approve(run_id: RunIdArg, step: str) -> None:
+def approve(run_id: RunIdArg, step: str, as_json: JsonOpt = False) -> None:
     """Approve a manual gate of a playbook run."""
     from migrator.fleet import config as config_mod
     from migrator.fleet import zk as zk_mod
@@ -60,6 +68,8 @@ def approve(run_id: RunIdArg, step: str) -> None:
     cfg = load_config()
     with zk_mod.connect(cfg, config_mod.load_credentials(cfg)) as zk:
         pbm.RunStore(zk).approve(run_id, step)
+    if as_json:
+        return print_json({"run": run_id, "approved": step})
     print(f"approved {step} of {run_id}")
 
 
@@ -74,7 +84,7 @@ def status(run_id: RunIdArg, as_json: JsonOpt = False) -> None:
         st, _ = pbm.RunStore(zk).get(run_id)
     st.pop("text", None)
     if as_json:
-        print(json.dumps(st, indent=2, default=str))
+        print_json(st)
         return
     print(f"{run_id}: playbook {st['playbook']} {st['status']}"
           + (f" (migration {st['context']['migration']})" if st["context"].get("migration") else ""))
@@ -85,7 +95,7 @@ def status(run_id: RunIdArg, as_json: JsonOpt = False) -> None:
 
 
 @playbook_app.command("list")
-def list_runs() -> None:
+def list_runs(as_json: JsonOpt = False) -> None:
     """Every playbook run and its status."""
     from migrator.fleet import config as config_mod
     from migrator.fleet import zk as zk_mod
@@ -93,23 +103,32 @@ def list_runs() -> None:
     cfg = load_config()
     with zk_mod.connect(cfg, config_mod.load_credentials(cfg)) as zk:
         store = pbm.RunStore(zk)
-        for rid in store.list():
-            st, _ = store.get(rid)
-            print(f"{rid}  {st['playbook']:24s} {st['status']}")
+        runs = [{"run": rid, "playbook": st["playbook"], "status": st["status"]}
+                for rid in store.list() for st in [store.get(rid)[0]]]
+    if as_json:
+        return print_json({"runs": runs})
+    for r in runs:
+        print(f"{r['run']}  {r['playbook']:24s} {r['status']}")
 
 
 @playbook_app.command("resume")
-def resume(run_id: RunIdArg, sync: bool = typer.Option(False, "--sync")) -> None:
+def resume(run_id: RunIdArg, sync: bool = typer.Option(False, "--sync"), as_json: JsonOpt = False) -> None:
     """Continue a run from its last checkpoint (after a crash or a lost Redis)."""
     cfg = load_config()
+    rep = Report(as_json)
+    doc: dict = {"run": run_id}
     if sync:
-        _drive(cfg, run_id)
+        doc["status"] = _drive(cfg, run_id, rep)
     else:
-        print(f"re-enqueued {run_id} on RQ queue {_enqueue(cfg, run_id, state.config_path)!r}")
+        doc["queue"] = queue = _enqueue(cfg, run_id, state.config_path)
+        rep.say(f"re-enqueued {run_id} on RQ queue {queue!r}")
+    rep.document(doc)
+    if doc.get("status") == "failed":
+        raise typer.Exit(1)
 
 
 @playbook_app.command("steps")
-def steps_cmd() -> None:
+def steps_cmd(as_json: JsonOpt = False) -> None:
     """Every step a playbook may call, with its parameters (?: optional) and what it does."""
     from rich.console import Console
     from rich.table import Table
@@ -117,6 +136,8 @@ def steps_cmd() -> None:
 
     from migrator.ops.playbook.reference import step_rows
 
+    if as_json:
+        return print_json({"steps": [dict(zip(("call", "parameters", "what"), row)) for row in step_rows()]})
     t = Table(title="playbook steps (`migrator playbook reference` for keys, gates, handlers)")
     for col in ("call", "parameters", "what it does"):
         t.add_column(col)
@@ -164,7 +185,8 @@ def _enqueue(cfg: object, run_id: str, config_path: str | None, name: str | None
     return queue
 
 
-def _drive(cfg: object, run_id: str) -> None:
+def _drive(cfg: object, run_id: str, rep: Report) -> str:
+    """Advance the run in this process until it ends, a line per change of what it does; its last status."""
     from migrator.fleet import config as config_mod
     from migrator.fleet import zk as zk_mod
 
@@ -175,11 +197,9 @@ def _drive(cfg: object, run_id: str) -> None:
             msg = (f"{out.status}" + (f" at {out.step}" if out.step else "")
                    + (f": {out.message}" if out.message else ""))
             if msg != last:
-                print(msg, flush=True)
+                rep.say(msg)
                 last = msg
             if out.status in ("done", "failed"):
-                if out.status == "failed":
-                    raise typer.Exit(1)
-                return
+                return out.status
             if out.status == "busy":
                 time.sleep(1)

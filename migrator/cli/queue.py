@@ -15,6 +15,7 @@ import sqlite3
 import sys
 import threading
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -46,6 +47,9 @@ LedgerOpt = Annotated[Path, typer.Option("--ledger")]
 LEDGER = Path("queue-ledger.db")
 #: --attempts of update, enqueue and retry (None: not given)
 AttemptsOpt = Annotated[int | None, typer.Option("--attempts")]
+#: ``--json`` of the commands that print JSON always (accepted for uniformity; it changes nothing)
+AlwaysJsonOpt = Annotated[bool, typer.Option("--json", help="Accepted for uniformity: this command always prints "
+                                                            "one JSON document.")]
 queue_app.add_typer(ledger_app, name="ledger")
 
 
@@ -202,7 +206,8 @@ def load_cmd(queue: QueueNameOpt = "load",
              consumers: int = typer.Option(2, "--consumers", min=0),
              producers: int = typer.Option(1, "--producers", min=1),
              url: str | None = typer.Option(None, "--url", help="Load a queue server instead of the fleet directly.",
-                                            callback=checked(bounds.http_url, "--url"))) -> None:
+                                            callback=checked(bounds.http_url, "--url")),
+             as_json: JsonOpt = False) -> None:
     """Enqueue, dequeue and ack at a target rate, recording everything in a ledger."""
     from migrator.fleet.config import load_credentials
     from migrator.queue.load import run_load
@@ -211,6 +216,8 @@ def load_cmd(queue: QueueNameOpt = "load",
     token = load_credentials(cfg).queue_token if url else None
     res = run_load(cfg, queue, rate, duration, ledger, url=url, token=token, partitions=partitions,
                    consumers=consumers, producers=producers)
+    if as_json:
+        return _print(asdict(res))
     console.print(res.to_text(), markup=False, highlight=False)
 
 
@@ -242,7 +249,8 @@ def create(name: QueueNameArg, partitions: int = typer.Option(1, "--partitions",
            fifo: bool = typer.Option(False, "--fifo"),
            lease: float = typer.Option(30.0, "--lease"),
            attempts: int = typer.Option(3, "--attempts"),
-           max_rate: float = typer.Option(0.0, "--max-rate", help="Dequeue jobs/s; 0 = unlimited.")) -> None:
+           max_rate: float = typer.Option(0.0, "--max-rate", help="Dequeue jobs/s; 0 = unlimited."),
+           as_json: JsonOpt = False) -> None:
     """Create a queue: pick shards, create the jobs tables, record it in ZooKeeper."""
     from migrator.queue.model import QueueConfig
 
@@ -251,14 +259,20 @@ def create(name: QueueNameArg, partitions: int = typer.Option(1, "--partitions",
     with _service() as svc:
         rec = svc.create_queue(name, config)
         where = {p["partition"]: p["master"] for p in svc.placement(name)}
+    if as_json:
+        return _print({**rec.model_dump(mode="json"), "placement": where})
     for p in rec.partitions:
         print(f"{rec.name} partition {p.index}: shard {p.shard} table {p.table} on {where[p.index]}")
 
 
 @queue_app.command("list")
-def list_cmd(counts: bool = typer.Option(True, "--counts/--no-counts")) -> None:
+def list_cmd(counts: bool = typer.Option(True, "--counts/--no-counts"), as_json: JsonOpt = False) -> None:
     """Queues with their partitions and (optionally) jobs per state."""
     with _service() as svc:
+        if as_json:
+            return _print({"queues": [{**rec.model_dump(mode="json"), **({"counts": svc.counts(rec.name)}
+                                                                          if counts else {})}
+                                      for rec in svc.list_queues()]})
         t = Table(title="queues")
         for col in ("queue", "partitions", "shards", "fifo", "paused", "lease", "max/s", "NEW", "IPR", "OK", "FAIL"):
             t.add_column(col)
@@ -272,7 +286,7 @@ def list_cmd(counts: bool = typer.Option(True, "--counts/--no-counts")) -> None:
 
 
 @queue_app.command("show")
-def show(name: QueueNameArg) -> None:
+def show(name: QueueNameArg, _json: AlwaysJsonOpt = False) -> None:
     """The queue's ZooKeeper record, where each partition lives and the counts, as JSON."""
     with _service() as svc:
         rec = svc.get_queue(name)
@@ -283,7 +297,7 @@ def show(name: QueueNameArg) -> None:
 def update(name: QueueNameArg, lease: float | None = typer.Option(None, "--lease"),
            attempts: AttemptsOpt = None,
            max_rate: float | None = typer.Option(None, "--max-rate"),
-           yes: YesOpt = False) -> None:
+           yes: YesOpt = False, _json: AlwaysJsonOpt = False) -> None:
     """Change lease, default attempts or the dequeue rate limit of a live queue (shows the change and asks)."""
     from migrator.queue.model import QueueConfigUpdate
 
@@ -300,26 +314,30 @@ def update(name: QueueNameArg, lease: float | None = typer.Option(None, "--lease
 
 
 @queue_app.command("pause")
-def pause(name: QueueNameArg, yes: YesOpt = False) -> None:
+def pause(name: QueueNameArg, yes: YesOpt = False, as_json: JsonOpt = False) -> None:
     """Stop dequeues of a queue (enqueues still accepted; shows what it stops and asks)."""
     with _service() as svc:
         have = svc.counts(name)
         confirm(f"pause queue {name}: its workers get no job until `migrator queue resume {name}` (it holds "
                 f"{have.get('NEW', 0)} NEW jobs now; enqueues go on)", yes)
         svc.pause(name)
+    if as_json:
+        return _print({"queue": name, "paused": True})
     print(f"queue {name} paused")
 
 
 @queue_app.command("resume")
-def resume(name: QueueNameArg) -> None:
+def resume(name: QueueNameArg, as_json: JsonOpt = False) -> None:
     """Let a paused queue be dequeued again."""
     with _service() as svc:
         svc.resume(name)
+    if as_json:
+        return _print({"queue": name, "paused": False})
     print(f"queue {name} resumed")
 
 
 @queue_app.command("delete")
-def delete(name: QueueNameArg, yes: YesOpt = False) -> None:
+def delete(name: QueueNameArg, yes: YesOpt = False, as_json: JsonOpt = False) -> None:
     """Delete a queue and drop its jobs tables (shows what it drops and asks)."""
     with _service() as svc:
         rec = svc.get_queue(name)
@@ -328,6 +346,8 @@ def delete(name: QueueNameArg, yes: YesOpt = False) -> None:
         confirm(f"delete queue {name} and drop its {len(rec.partitions)} jobs tables "
                 f"({', '.join(p.table + ' in shard ' + str(p.shard) for p in rec.partitions)}) holding {jobs}", yes)
         svc.delete_queue(name)
+    if as_json:
+        return _print({"queue": name, "deleted": True, "counts": counts})
     print(f"queue {name} deleted")
 
 
@@ -335,26 +355,30 @@ def delete(name: QueueNameArg, yes: YesOpt = False) -> None:
 def enqueue(name: QueueNameArg, bodies: list[str] = typer.Argument(..., help="Job bodies."),
             priority: int = typer.Option(2, "--priority"), delay: float | None = typer.Option(None, "--delay"),
             attempts: AttemptsOpt = None,
-            dedupe: str | None = typer.Option(None, "--dedupe-key")) -> None:
+            dedupe: str | None = typer.Option(None, "--dedupe-key"),
+            as_json: JsonOpt = False) -> None:
     """Enqueue jobs (one per BODY)."""
     from migrator.queue.model import EnqueueJob
 
     jobs = [EnqueueJob(body=b, priority=priority, delay_seconds=delay, attempts=attempts, dedupe_key=dedupe)
             for b in bodies]
     with _service() as svc:
-        for r in svc.enqueue(name, jobs):
-            print(f"{r.id}{' (deduplicated)' if r.deduplicated else ''}")
+        results = svc.enqueue(name, jobs)
+    if as_json:
+        return _print({"queue": name, "jobs": [{"id": r.id, "deduplicated": r.deduplicated} for r in results]})
+    for r in results:
+        print(f"{r.id}{' (deduplicated)' if r.deduplicated else ''}")
 
 
 @queue_app.command("counts")
-def counts(name: QueueNameArg) -> None:
+def counts(name: QueueNameArg, _json: AlwaysJsonOpt = False) -> None:
     """Jobs per state."""
     with _service() as svc:
         _print(svc.counts(name))
 
 
 @queue_app.command("lookup")
-def lookup(name: QueueNameArg, job_id: str) -> None:
+def lookup(name: QueueNameArg, job_id: str, _json: AlwaysJsonOpt = False) -> None:
     """One job by id."""
     from migrator.fleet.ids import parse_id
 
@@ -364,10 +388,12 @@ def lookup(name: QueueNameArg, job_id: str) -> None:
 
 @queue_app.command("scan")
 def scan(name: QueueNameArg, state: JobStateOpt = "NEW", limit: int = typer.Option(20, "--limit", min=1),
-         cursor: str | None = typer.Option(None, "--cursor")) -> None:
+         cursor: str | None = typer.Option(None, "--cursor"), as_json: JsonOpt = False) -> None:
     """A page of jobs in a state (keyset pagination: pass --cursor from the last page)."""
     with _service() as svc:
         jobs, nxt = svc.scan(name, state, limit, cursor)
+    if as_json:
+        return _print({"jobs": [j.model_dump(mode="json") for j in jobs], "next_cursor": nxt})
     for j in jobs:
         print(f"{j.id}  p{j.partition}  prio {j.priority}  left {j.attempts_left}  {j.custom_status!r}  "
               f"{j.body[:60]!r}")
@@ -376,16 +402,19 @@ def scan(name: QueueNameArg, state: JobStateOpt = "NEW", limit: int = typer.Opti
 
 @queue_app.command("retry")
 def retry(name: QueueNameArg, limit: int = typer.Option(1000, "--limit", min=1),
-          attempts: AttemptsOpt = None) -> None:
+          attempts: AttemptsOpt = None, as_json: JsonOpt = False) -> None:
     """Move failed jobs back to pending."""
     with _service() as svc:
-        print(f"{svc.retry_failed(name, limit, attempts)} job(s) back to NEW")
+        n = svc.retry_failed(name, limit, attempts)
+    if as_json:
+        return _print({"queue": name, "retried": n})
+    print(f"{n} job(s) back to NEW")
 
 
 @queue_app.command("purge")
 def purge(name: QueueNameArg, state: JobStateOpt,
           limit: int = typer.Option(1000, "--limit", min=1),
-          yes: YesOpt = False) -> None:
+          yes: YesOpt = False, as_json: JsonOpt = False) -> None:
     """Delete jobs of one state (shows how many and asks; routine purging is `migrator partitions maintain`)."""
     from migrator.queue.model import JobState
 
@@ -393,7 +422,10 @@ def purge(name: QueueNameArg, state: JobStateOpt,
     with _service() as svc:
         have = svc.counts(name)
         confirm(f"delete up to {limit} {key} jobs of queue {name} (it holds {have.get(key, 0)} now)", yes)
-        print(f"{svc.delete_jobs(name, state, limit)} job(s) deleted")
+        n = svc.delete_jobs(name, state, limit)
+    if as_json:
+        return _print({"queue": name, "state": key, "deleted": n})
+    print(f"{n} job(s) deleted")
 
 
 # -- partitions ----------------------------------------------------------------------------
@@ -403,13 +435,16 @@ def maintain(dry_run: bool = typer.Option(False, "--dry-run", help="Print the pl
              queue: QueueNamesOpt = None,
              lock_wait: int = typer.Option(2, "--lock-wait", min=1, help="lock_wait_timeout (s) for each DDL."),
              pretend_later: float = typer.Option(0.0, "--pretend-later", hidden=True,
-                                                 help="Pretend the clock is this many seconds later.")) -> None:
+                                                 help="Pretend the clock is this many seconds later."),
+             as_json: JsonOpt = False) -> None:
     """Drop expired buckets (DROP PARTITION) and split FUTURE partitions ahead (REORGANIZE PARTITION)."""
     from migrator.queue.maintenance import maintain as run
 
     with _service() as svc:
         reports = run(svc, advance_seconds=pretend_later, lock_wait_timeout=lock_wait, dry_run=dry_run,
                       queues=queue or None)
+    if as_json:
+        return _print({"dry_run": dry_run, "tables": [asdict(r) for r in reports]})
     for r in reports:
         print(("[dry run] " if dry_run else "") + r.to_text())
         if dry_run and (r.dropped or r.added):
@@ -419,7 +454,7 @@ def maintain(dry_run: bool = typer.Option(False, "--dry-run", help="Print the pl
 
 
 @partitions_app.command("pause")
-def partitions_pause(shard: ShardArg, reason: str = typer.Option("", "--reason")) -> None:
+def partitions_pause(shard: ShardArg, reason: str = typer.Option("", "--reason"), as_json: JsonOpt = False) -> None:
     """Pause maintenance of a shard (creates <root>/maintenance/paused/<shard>)."""
     from migrator.fleet import zk as zk_mod
     from migrator.fleet.config import load_credentials
@@ -428,11 +463,13 @@ def partitions_pause(shard: ShardArg, reason: str = typer.Option("", "--reason")
     cfg = load_config()
     with zk_mod.connect(cfg, load_credentials(cfg)) as zk:
         pause_shard(zk, shard, reason or f"{os.environ.get('USER', '?')}@{socket.gethostname()} at {time.ctime()}")
+        if as_json:
+            return _print({"shard": shard, "paused": True, "node": pause_path(zk, shard)})
         print(f"maintenance paused on shard {shard} ({pause_path(zk, shard)})")
 
 
 @partitions_app.command("resume")
-def partitions_resume(shard: ShardArg) -> None:
+def partitions_resume(shard: ShardArg, as_json: JsonOpt = False) -> None:
     """Resume maintenance of a shard."""
     from migrator.fleet import zk as zk_mod
     from migrator.fleet.config import load_credentials
@@ -441,11 +478,13 @@ def partitions_resume(shard: ShardArg) -> None:
     cfg = load_config()
     with zk_mod.connect(cfg, load_credentials(cfg)) as zk:
         resume_shard(zk, shard)
+    if as_json:
+        return _print({"shard": shard, "paused": False})
     print(f"maintenance resumed on shard {shard}")
 
 
 @partitions_app.command("paused")
-def partitions_paused() -> None:
+def partitions_paused(as_json: JsonOpt = False) -> None:
     """Shards whose maintenance is paused."""
     from migrator.fleet import zk as zk_mod
     from migrator.fleet.config import load_credentials
@@ -454,4 +493,6 @@ def partitions_paused() -> None:
     cfg = load_config()
     with zk_mod.connect(cfg, load_credentials(cfg)) as zk:
         shards = paused_shards(zk)
+    if as_json:
+        return _print({"paused": list(shards)})
     print(", ".join(map(str, shards)) if shards else "none")

@@ -9,9 +9,9 @@ abort REBALANCE_ID`` act on all its moves (the dispatch is in
 
 from __future__ import annotations
 
-import json
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 import typer
@@ -19,10 +19,12 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from migrator.cli.helpers import duration, human_bytes, load_config, shard_runs
+from migrator.cli.helpers import FollowOpt, duration, human_bytes, load_config, shard_runs
 from migrator.cli.inputs import AddPairOpt, DrainOpt, at_least, checked
 from migrator.cli.options import UsageProblem, build_options, detach_needs_yes, dry_run_or_yes
+from migrator.cli.report import Report, print_json
 from migrator.errors import ExitCode
+from migrator.ops import watch
 from migrator.ops.rebalance import command as rebalance
 from migrator.ops.rebalance.planner import OBJECTIVES
 
@@ -99,7 +101,7 @@ def render_plan(out: dict[str, Any]) -> Group:
 def show_status(cfg: Any, rid: str | None, as_json: bool) -> None:
     out = rebalance.status(cfg, rid)
     if as_json:
-        print(json.dumps(out, indent=2, default=str))
+        print_json(out)
         return
     rows = out["rebalances"] if rid is None else [out]
     tab = Table(title="rebalances")
@@ -128,17 +130,27 @@ def show_status(cfg: Any, rid: str | None, as_json: bool) -> None:
                           f"{batching['budget_ms']:.0f} ms, the later ones to the freezes measured", markup=False)
 
 
-def follow(cfg: Any, rid: str, *, every: float = 2.0, timeout: float | None = None) -> dict[str, Any]:
-    """Advance and print until the rebalance ends (the RQ chain advances it too)."""
+def follow(cfg: Any, rid: str, *, every: float = 2.0, timeout: float | None = None,
+           emit: Callable[[watch.Event], None] | None = None) -> dict[str, Any]:
+    """Advance until the rebalance ends (the RQ chain advances it too), emitting each event as it is
+    recorded (:class:`~migrator.ops.watch.RebalanceTracker`; default: a line on stdout) and a line of
+    counts whenever they change; the last summary."""
+    from migrator.ops import command
+
+    emit = emit or (lambda ev: print(ev.line(), flush=True))
     t0 = time.monotonic()
     last = None
+    tracker = watch.RebalanceTracker(rid)
     while True:
         out = rebalance.advance(cfg, rid)
-        line = (f"{rid}: {out['phase']}{' (paused)' if out['paused'] else ''}: {out['done']} done, "
+        with command.session(cfg) as (zk, _):
+            for ev in tracker.poll(zk):
+                emit(ev)
+        text = (f"{out['phase']}{' (paused)' if out['paused'] else ''}: {out['done']} done, "
                 f"{out['running']} running, {out['waiting']} waiting, {out['failed']} failed")
-        if line != last:
-            console.print(line, markup=False, highlight=False)
-            last = line
+        if text != last:
+            emit(watch.Event("rebalance", rid, time.time(), text, dict(out)))
+            last = text
         if out["phase"] != "running" or out["paused"]:
             return out
         if timeout is not None and time.monotonic() - t0 > timeout:
@@ -176,7 +188,9 @@ def rebalance_cmd(
                                                           "without --yes)."),
     yes: bool = typer.Option(False, "--yes", "-y", help="Run the plan on RQ workers and follow it."),
     detach: bool = typer.Option(False, "--detach", help="With --yes: start it and return."),
-    as_json: bool = typer.Option(False, "--json", help="The plan as JSON."),
+    as_json: bool = typer.Option(False, "--json", help="The plan as one JSON document on stdout (with --yes, "
+                                                        "under `run`, the rebalance and how it ended)."),
+    follow_: FollowOpt = False,
 ) -> None:
     """Measure each shard (bytes, rows, writes/s), plan moves that bring every pair within the threshold
     of the mean, moving few bytes and keeping the map compact; print the plan; with --yes run it."""
@@ -191,28 +205,34 @@ def rebalance_cmd(
                                drain=list(drain), max_moves_per_pair=max_moves_per_pair,
                                max_concurrent=max_concurrent, window_s=window)
     out = live.as_dict()
-    if as_json:
-        print(json.dumps(out, indent=2, default=str))
-    else:
+    rep = Report(as_json, follow_ and yes and not detach)
+    if not as_json:
         console.print(render_plan(out))
+    rep.line("plan", out)
     if not yes:
         if not as_json:
             console.print("dry run: nothing was stored; run it with --yes", markup=False)
+        rep.document(out)
         return
     if not live.plan.moves:
-        console.print("every pair is within the threshold: nothing to do", markup=False)
+        rep.say("every pair is within the threshold: nothing to do")
+        rep.document({**out, "run": None})
         return
     rid = rebalance.start(cfg, live, max_concurrent=max_concurrent, options=options,
                           postpone_cutover=postpone_cutover)
-    console.print(f"rebalance {rid} started on RQ workers (start them with `migrator worker`); "
-                  f"`migrator status {rid}`, `migrator pause|resume|abort {rid}`", markup=False)
+    run = out["run"] = {"rebalance": rid, "followed": not detach}
+    rep.say(f"rebalance {rid} started on RQ workers (start them with `migrator worker`); "
+            f"`migrator status {rid}`, `migrator pause|resume|abort {rid}`")
     if detach:
+        rep.document(out)
         return
-    end = follow(cfg, rid)
+    end = follow(cfg, rid, emit=rep.event)
+    run.update(end)
+    rep.document(out)
     if end["phase"] != "done":
         print(f"error: {rid} ended {end['phase']} (see `migrator status {rid}`)", file=sys.stderr, flush=True)
         raise typer.Exit(ExitCode.REFUSED)
-    console.print(f"{rid} done: {end['done']} moves, at most {end['max_running']} at once", markup=False)
+    rep.say(f"{rid} done: {end['done']} moves, at most {end['max_running']} at once")
 
 
 def register(app: typer.Typer) -> None:

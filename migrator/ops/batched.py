@@ -33,6 +33,7 @@ from typing import Any
 
 from migrator.engine import cutover as cutover_mod
 from migrator.engine import handover
+from migrator.engine.cutover.attempt import record_next_try
 from migrator.engine.cutover.errors import CutoverAborted
 from migrator.engine.cutover.hooks import CutoverHooks
 from migrator.engine.migration import MigrationStore, Node, Phase
@@ -217,6 +218,9 @@ def _fly(cfg: Config, zk: ZK, creds: Credentials, mid: str, out: dict[str, Any],
         return Next(f"{len(flights)} batches flipped: the next ones")
     out["error"] = describe(stopped.error)
     delay = BACKOFF.delay(0)
+    window = store.spec(mid).options.cutover_retry_s
+    record_next_try(store, stopped.bid, {"at": time.time() + delay, "attempt": 2, "delay_s": delay,
+                                         "until": time.time() + window})
     return Next(f"batch {stopped.bid} did not flip ({out['error']}); trying it again in {delay:g} s", delay=delay,
                 attempt=1, since=time.time())
 

@@ -26,7 +26,7 @@ from migrator.engine import cutover as cutover_mod
 from migrator.engine import plan as plan_mod
 from migrator.engine import preflight as preflight_mod
 from migrator.engine import rollback as rollback_mod
-from migrator.engine.migration import MigrationStore, Node, Options, Phase, ShardsBusy, Spec
+from migrator.engine.migration import MigrationStore, Node, Options, Phase, ShardsBusy, Spec, State
 from migrator.engine.verify.run import verify_migration
 from migrator.errors import MigratorError
 from migrator.fleet import config as config_mod
@@ -298,11 +298,21 @@ def status(config: Config, mid: str | None = None) -> dict[str, Any]:
             "predicted_freeze_ms": st.predicted_freeze_ms, "freeze_ms": st.freeze_ms,
             "verify": verify_node, "verify_mismatches": (verify_node or {}).get("mismatched"),
             "cutover": cut, "cutover_attempts": (attempts or {}).get("attempts", []),
+            "cutover_next_try": _next_try(st, attempts),
             "cleanup_after": st.cleanup_after, "postpone_cutover": st.postpone_cutover,
             "copy": {"tables": len(tables), "done": sum(1 for t in tables if t.get("done")), "rows": rows,
                      "est_rows": est, "bytes": sum(int(t.get("bytes", 0)) for t in tables),
                      "start_gtids": copy_mod.earliest_start_gtids(zk, mid), "per_table": tables},
         }
+
+
+def _next_try(st: State, attempts: dict[str, Any] | None) -> dict[str, Any] | None:
+    """When the pipeline tries the cutover again (``at``, ``attempt``, ``delay_s``, ``until``), while that
+    still holds: not once the migration flipped, stopped or left the phases a retry runs in."""
+    nxt = (attempts or {}).get("next_try")
+    if not nxt or st.stopped or st.phase not in (Phase.CONVERGED, Phase.CATCHING_UP, Phase.CUTOVER):
+        return None
+    return nxt
 
 
 def abort(config: Config, mid: str, *, settle_s: float = 1.0) -> dict[str, Any]:

@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from migrator.engine.cutover.attempt import record_next_try
 from migrator.engine.migration import MigrationStore, Phase
 from migrator.errors import ExitCode, MigratorError, describe
 from migrator.fleet.config import Config
@@ -94,13 +95,18 @@ def cut_over(cfg: Config, zk: ZK, mid: str, driver: str, attempt: int, since: fl
         elapsed, delay = time.time() - first, BACKOFF.delay(attempt)
         if elapsed + delay > window:
             reason = describe(exc)
+            record_next_try(store, mid, None)
             raise CutoverRetriesOver(
                 f"{reason} (the pipeline tried the cutover {attempt + 1} times over {elapsed:.0f} s, its window "
                 f"of {window:g} s: `migrator set {driver} --cutover-retry-s S` gives it longer)",
                 phase="cutover") from exc
         out["error"], out["retry_in_s"] = str(exc), delay
         command.catchup(cfg, mid, passes=1)
+        # when the job enqueued next (after this pass, ``delay`` later) tries again; status shows it
+        record_next_try(store, mid, {"at": time.time() + delay, "attempt": attempt + 2, "delay_s": delay,
+                                     "until": first + window})
         return Next(f"cutover stopped before the flip; trying again in {delay:g} s", delay=delay,
                     attempt=attempt + 1, since=first)
+    record_next_try(MigrationStore(zk), mid, None)
     out["cleanup_job"] = command.schedule_cleanup(cfg, mid, queue=queue, zk=zk)
     return None

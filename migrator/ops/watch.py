@@ -3,15 +3,21 @@
 Runs in the operator's terminal. :func:`overview` adds to a migration's record
 (``command.status``) what an operator asks first: progress per shard db
 (tables done, rows), the copy rate and ETA, and the live RQ workers with the
-job each one runs. :func:`render` draws it; :func:`follow` redraws it live
-until the migration reaches a final phase. Used by ``migrator status [--watch]``
-and by ``migrator split/move/move-partition --yes``.
+job each one runs. :func:`render` draws it (with the last cutover attempts and
+when the pipeline tries again); :func:`follow` redraws it live until the
+migration reaches a final phase. Where the output is not a terminal (a log
+file, a pipe), :func:`follow_events` prints the same progress as events
+instead, one per line: :class:`Tracker` reads what a migration recorded since
+it last looked, :class:`RebalanceTracker` the moves or batches of a rebalance
+or a batched split. Used by ``migrator status [--watch]`` and by ``migrator
+split/move/move-partition/rebalance --yes``.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 from rich.console import Console, Group
@@ -19,6 +25,7 @@ from rich.live import Live
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
+from rich.text import Text
 
 from migrator.fleet.config import Config
 from migrator.ops import command
@@ -125,6 +132,19 @@ def pass_table(passes: list[dict[str, Any]], last: int = 8) -> Table:
     return t
 
 
+def attempts_table(attempts: list[dict[str, Any]], last: int = 5) -> Table:
+    """The last cutover attempts: when, outcome, the reason (a refusal's names its cause), the freeze."""
+    t = Table(title=f"cutover attempts (last {min(last, len(attempts))} of {len(attempts)})", expand=False)
+    for col in ("when", "outcome", "reason", "freeze"):
+        t.add_column(col, overflow="fold", justify="right" if col == "freeze" else "left")
+    for a in attempts[-last:]:
+        outcome, _, reason = str(a.get("outcome") or "?").partition(": ")
+        freeze = a.get("freeze_ms")
+        t.add_row(clock(float(a.get("at") or 0)), Text(outcome), Text(reason),  # plain text: no markup
+                  "" if freeze is None else f"{freeze:.0f} ms")
+    return t
+
+
 def shard_table(shards: list[dict[str, Any]]) -> Table:
     t = Table(title="copy per shard", expand=False)
     for col in ("shard db", "tables done", "rows", "est. rows"):
@@ -183,6 +203,10 @@ def render(st: dict[str, Any], progress: Progress, task: Any) -> Group:
         parts.append(shard_table(c["per_shard"]))
     if st.get("passes"):
         parts.append(pass_table(st["passes"]))
+    if st.get("cutover_attempts"):
+        parts.append(attempts_table(st["cutover_attempts"]))
+    if st.get("cutover_next_try"):
+        parts.append(next_try_text(st["cutover_next_try"]))
     if st.get("predicted_freeze_ms") is not None:
         parts.append(f"predicted freeze {st['predicted_freeze_ms']:.0f} ms")
     if st.get("freeze_ms") is not None:
@@ -224,6 +248,204 @@ def follow(config: Config, mid: str, *, every: float = 0.5, timeout: float | Non
             live.update(render(st, progress, task))
     console.line()
     return st
+
+
+# -- progress as events (a log file, a script) ------------------------------------------------------
+
+@dataclass(frozen=True)
+class Event:
+    """One thing a migration did, read from its record: what the CLI prints as one line (or one JSON
+    line) when its output is not a terminal. ``kind``: ``phase`` (a phase change), ``copy`` (copy progress,
+    at most every :data:`Tracker.COPY_EVERY_S`), ``pass`` (a catch-up pass), ``attempt`` (a cutover attempt
+    and its outcome), ``next_try`` (when the pipeline tries the cutover again), ``stopped`` (the pipeline
+    gave up on a step), ``batch`` (a batch, or a move, of a batched split or a rebalance changed state)."""
+
+    kind: str
+    migration: str
+    at: float
+    text: str
+    data: dict[str, Any] = field(default_factory=dict)
+
+    def line(self) -> str:
+        return f"{clock(self.at)} {self.migration}: {self.text}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"event": self.kind, "migration": self.migration, "at": round(self.at, 3), "text": self.text,
+                "data": self.data}
+
+
+def clock(at: float) -> str:
+    """An epoch time as the local ``HH:MM:SS`` of a log line."""
+    return time.strftime("%H:%M:%S", time.localtime(at))
+
+
+def attempt_text(a: dict[str, Any]) -> str:
+    """A cutover attempt as ``refused: <reason>`` / ``flipped: write freeze 120 ms``."""
+    outcome = str(a.get("outcome") or "?")
+    if outcome.startswith("flipped"):
+        return f"{outcome}: write freeze {float(a.get('freeze_ms') or 0):.0f} ms"
+    return outcome
+
+
+def next_try_text(n: dict[str, Any], now: float | None = None) -> str:
+    now = time.time() if now is None else now
+    return (f"next cutover try (attempt {n.get('attempt')}) at {clock(float(n['at']))} "
+            f"(in {_duration(max(0.0, float(n['at']) - now))}); the pipeline retries until "
+            f"{clock(float(n.get('until') or n['at']))}")
+
+
+def pass_text(p: dict[str, Any]) -> str:
+    return (f"catch-up pass {p.get('number')}: {int(p.get('events') or 0):,} events in "
+            f"{float(p.get('duration_s') or 0):.2f}s, lag {float(p.get('lag_s') or 0):.2f}s, predicted freeze "
+            f"{float(p.get('predicted_freeze_ms') or 0):.0f} ms" + (", converged" if p.get("converged") else ""))
+
+
+class Tracker:
+    """What of one migration's record was already reported: each :meth:`poll` returns the events
+    recorded since the last one (phase changes, catch-up passes, cutover attempts, the next try, a stop).
+    Reads only ZooKeeper, so it follows the pipeline across workers and a ``migrator resume ID``."""
+
+    #: copy progress is reported at most this often (a copy of thousands of tables would flood a log)
+    COPY_EVERY_S = 30.0
+
+    def __init__(self, mid: str, *, kinds: set[str] | None = None):
+        self.mid = mid
+        self.kinds = kinds
+        self.history_seen = 0
+        self.passes_seen: set[tuple[Any, Any]] = set()
+        self.attempt_seen = 0.0
+        self.next_try_seen: float | None = None
+        self.stopped_seen: float | None = None
+        self.copy_at = 0.0
+        self.copy_last: tuple[int, int] | None = None
+
+    def poll(self, zk: Any) -> tuple[list[Event], Any]:
+        """The new events, and the migration's state as read."""
+        from migrator.engine import copy as copy_mod
+        from migrator.engine.migration import MigrationStore, Node, Phase
+
+        store = MigrationStore(zk)
+        st, _ = store.state(self.mid)
+        out: list[Event] = []
+        for h in st.history[self.history_seen:]:
+            text = f"phase {h.get('to')}" + (f" (from {h['from']})" if h.get("from") else "")
+            if h.get("error") and (h.get("from"), h.get("to")) != ("cutover", "converged"):
+                text += f": {h['error']}"  # an attempt undone says why in its own line
+            out.append(Event("phase", self.mid, float(h.get("when") or time.time()), text,
+                             {"from": h.get("from"), "to": h.get("to"), "who": h.get("who"), "error": h.get("error")}))
+        self.history_seen = len(st.history)
+        now = time.time()
+        if st.phase == Phase.COPYING and now - self.copy_at >= self.COPY_EVERY_S:
+            tables = copy_mod.table_progress(zk, self.mid)
+            rows, done = sum(int(t.get("rows") or 0) for t in tables), sum(1 for t in tables if t.get("done"))
+            if tables and (rows, done) != self.copy_last:
+                rate, eta = copy_rate(tables, now)
+                est = sum(int(t.get("est_rows") or 0) for t in tables)
+                out.append(Event("copy", self.mid, now,
+                                 f"copy {done}/{len(tables)} tables, {rows:,}/{est:,} rows, {rate:,.0f} rows/s, "
+                                 f"ETA {_duration(eta)}", {"tables": len(tables), "done": done, "rows": rows,
+                                                           "est_rows": est, "rows_per_s": round(rate, 1),
+                                                           "eta_s": None if eta is None else round(eta, 1)}))
+                self.copy_last = (rows, done)
+            self.copy_at = now
+        catchup, _ = store.get_progress(self.mid, Node.CATCHUP)
+        for p in (catchup or {}).get("passes") or []:
+            key = (p.get("number"), p.get("started_at"))
+            if key not in self.passes_seen:
+                self.passes_seen.add(key)
+                out.append(Event("pass", self.mid, float(p.get("started_at") or now), pass_text(p), dict(p)))
+        node, _ = store.get_progress(self.mid, Node.CUTOVER_ATTEMPTS)
+        for a in (node or {}).get("attempts") or []:
+            at = float(a.get("at") or 0)
+            if at > self.attempt_seen:
+                self.attempt_seen = at
+                out.append(Event("attempt", self.mid, at, f"cutover attempt {attempt_text(a)}",
+                                 {k: a.get(k) for k in ("outcome", "freeze_ms", "steps_ms", "blockers") if k in a}))
+        nxt = (node or {}).get("next_try")
+        if nxt and nxt.get("at") != self.next_try_seen and not st.stopped and st.phase in (
+                Phase.CONVERGED, Phase.CATCHING_UP):
+            self.next_try_seen = nxt.get("at")
+            out.append(Event("next_try", self.mid, now, next_try_text(nxt, now), dict(nxt)))
+        stopped = st.stopped or {}
+        if stopped and stopped.get("at") != self.stopped_seen:
+            self.stopped_seen = stopped.get("at")
+            out.append(Event("stopped", self.mid, float(stopped.get("at") or now),
+                             f"stopped in {stopped.get('step')}: {stopped.get('reason')} (next: {stopped.get('next')})",
+                             dict(stopped)))
+        if self.kinds is not None:
+            out = [e for e in out if e.kind in self.kinds]
+        return sorted(out, key=lambda e: e.at), st
+
+
+def follow_events(config: Config, mid: str, emit: Callable[[Event], None], *, every: float = 0.5,
+                  timeout: float | None = None, until: set[str] | None = None,
+                  with_workers: bool = False) -> dict[str, Any]:
+    """Emit each event of ``mid`` as it is recorded (:class:`Tracker`) until it reaches a phase in ``until``
+    (default: final ones) or the pipeline stopped on a step; then its status (as :func:`overview`, without
+    the workers unless ``with_workers``). The line-by-line twin of :func:`follow`, for output that is not a
+    terminal."""
+    from migrator.fleet import zk as zk_mod
+    from migrator.fleet.config import load_credentials
+
+    until = until or FINAL
+    deadline = None if timeout is None else time.monotonic() + timeout
+    tracker = Tracker(mid)
+    with zk_mod.connect(config, load_credentials(config)) as zk:
+        while True:
+            events, st = tracker.poll(zk)
+            for ev in events:
+                emit(ev)
+            if st.phase.value in until or st.stopped:
+                break
+            if deadline is not None and time.monotonic() > deadline:
+                break
+            time.sleep(every)
+    return overview(config, mid, with_workers=with_workers)
+
+
+class RebalanceTracker:
+    """The events of a rebalance or a batched split (``rb-...``): each move's (or batch's) change of state
+    (kind ``batch``), and the events of the migrations it runs (a :class:`Tracker` each; a batch's only
+    from its cutover on: its attempts, the next try, a stop). A move is looked at once more after it
+    ended, for its last attempt."""
+
+    def __init__(self, rid: str):
+        self.rid = rid
+        self.states: dict[int, str] = {}
+        self.trackers: dict[str, Tracker] = {}
+        self.ended: set[str] = set()
+
+    def poll(self, zk: Any) -> list[Event]:
+        from migrator.engine.migration import MigrationNotFound
+        from migrator.ops.rebalance.record import RecordStore
+
+        rec, _ = RecordStore(zk).get(self.rid)
+        now, out = time.time(), []
+        for m in rec["moves"]:
+            mid, state = m["migration"], m["state"]
+            if state != "waiting" and mid not in self.ended:
+                tracker = self.trackers.setdefault(mid, Tracker(mid, kinds={"attempt", "next_try", "stopped"}
+                                                                if "batch_of" in m else None))
+                try:
+                    out += tracker.poll(zk)[0]
+                except MigrationNotFound:
+                    pass  # claimed, not stored yet: its first poll after it is stored reports it all
+                if state in ("done", "failed"):
+                    self.ended.add(mid)
+            if self.states.get(m["index"]) == state:
+                continue
+            self.states[m["index"]] = state
+            what = (f"batch {m['index']} ({int(m.get('tables') or 0):,} tables)" if "batch_of" in m
+                    else f"move {m['index']} {m['source']} -> {m['target']}")
+            runs = ",".join(f"{lo}-{hi}" if lo != hi else str(lo) for lo, hi in m.get("runs") or [])
+            text = f"{what}, shards {runs}: {state}"
+            if state == "done" and m.get("freeze_ms") is not None:
+                text += f", write freeze {float(m['freeze_ms']):.0f} ms"
+            if m.get("error"):
+                text += f": {m['error']}"
+            out.append(Event("batch", mid, now, text, {k: m.get(k) for k in (
+                "index", "batch_of", "source", "target", "runs", "tables", "state", "freeze_ms", "error")}))
+        return out
 
 
 def rollback_events(config: Config, mid: str, since: float, *, every: float = 0.5,

@@ -93,6 +93,22 @@ def record_attempt(store: MigrationStore, way: Way, migration_id: str, attempt: 
         pass
 
 
+def record_next_try(store: MigrationStore, migration_id: str, next_try: dict[str, Any] | None) -> None:
+    """Keep when the pipeline tries the cutover again (``{"at", "attempt", "delay_s", "until"}``), or None
+    once it will not (flipped, given up), in the attempts node beside the attempts: ``migrator status ID``
+    and the CLI's progress lines read it there. Bookkeeping: a lost write never stops the pipeline."""
+    for _ in range(3):  # a compare-and-set: an attempt recorded meanwhile is kept, and this is tried again
+        try:
+            node, version = store.get_progress(migration_id, FORWARD.attempts_node)
+            if node is None and next_try is None:
+                return
+            store.put_progress(migration_id, FORWARD.attempts_node, {**(node or {}), "next_try": next_try},
+                               version=version)
+            return
+        except Exception:  # noqa: BLE001 - see above
+            continue
+
+
 def phase_while_held(store: MigrationStore, way: Way, migration_id: str, phase: Phase, lease: CutoverLease,
                      error: str) -> bool:
     """Set the phase from ``running``, guarded by the lease; False when the lease is gone (the settler

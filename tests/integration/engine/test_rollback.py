@@ -157,8 +157,9 @@ def test_rollback_command_runs_on_workers_and_stops_with_the_verdict(fleet, tmp_
         res = run_cli("rollback", spec.id, "--queue", workers.queue, "--yes", config=fleet.config_path, timeout=180)
         assert res.returncode == 0, (res.stdout, res.stderr, workers.logs())
         lines = res.stdout.splitlines()
-        assert any(ln.startswith("reverse pass ") for ln in lines), res.stdout
-        assert "freeze: fenced flip back under way" in lines, res.stdout
+        # one line per event, each with its time and the migration
+        assert any(ln[9:].startswith(f"{spec.id}: reverse pass ") for ln in lines), res.stdout
+        assert any(ln.endswith(f" {spec.id}: freeze: fenced flip back under way") for ln in lines), res.stdout
         assert lines[-1].startswith(f"rolled back {spec.id} at epoch "), res.stdout
     finally:
         workers.stop()

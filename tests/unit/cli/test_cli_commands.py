@@ -76,3 +76,33 @@ def test_limits_settable_at_launch_and_with_set():
         assert flags <= opts_of[cmd], (cmd, flags - opts_of[cmd])
     for cmd in ("split", "move", "move-partition", "rebalance"):
         assert "--postpone-cutover" in opts_of[cmd], cmd
+
+
+#: the commands without --json: servers and long-running processes (they report nothing to parse), the
+#: sandbox's setup, and the playbook reference (Markdown)
+NO_JSON = {"metrics", "console", "worker", "demo", "queue serve", "queue broker", "queue worker", "sandbox up",
+           "sandbox down", "sandbox add-pair", "playbook reference"}
+
+
+def test_every_command_that_reports_something_takes_json():
+    opts_of: dict[str, set] = {}
+    for path, opts in _params():
+        opts_of.setdefault(path, set()).update(opts)
+    import typer.main
+
+    from migrator.cli import main
+
+    leaves = []
+
+    def walk(cmd, path):
+        subs = getattr(cmd, "commands", None)
+        if subs is None:
+            leaves.append(" ".join(path))
+        for name, sub in (subs or {}).items():
+            walk(sub, [*path, name])
+
+    walk(typer.main.get_command(main.app), [])
+    missing = sorted(p for p in leaves if p not in NO_JSON and "--json" not in opts_of.get(p, set()))
+    assert missing == [], missing
+    following = {p for p in leaves if "--follow" in opts_of.get(p, set())}
+    assert {"split", "move", "move-partition", "rebalance", "status", "rollback"} <= following, following
