@@ -29,6 +29,11 @@ the batched migration (phase ``cleaned``: its batches hold the tombstones). A
 batch that ended otherwise (aborted, failed, rolled back) stops it, saying
 which.
 
+A run of ``finish`` whose worker died is enqueued again by the failure callback
+(:mod:`jobs.failure`); one that finds the phase ``cutover`` (an attempt whose
+holder died, not settled yet, or an operator's own) looks again every
+:data:`BATCH_RECHECK_S` until it is settled.
+
 ``postpone_cutover`` (``migrator postpone ID``) holds the pipeline before the
 cutover: ``finish`` re-enqueues itself until it is cleared, and runs a catch-up
 pass each time so the target stays current (the freeze, when it comes, drains
@@ -102,6 +107,11 @@ def finish(migration_id: str, config_path: str | None = None, attempt: int = 0,
         command.catchup(cfg, migration_id, passes=1)
         return _again(out, migration_id, config_path, attempt, "not converged yet: one more pass", count=False,
                       since=since)
+    if st.phase == Phase.CUTOVER:
+        # an attempt holds it (an operator's), or its holder died and a worker's settler is at it: once it is
+        # settled the phase says what is next (converged: try again; done: nothing)
+        return _again(out, migration_id, config_path, attempt, "a cutover attempt is under way or being settled: "
+                      "looking again", delay=BATCH_RECHECK_S, count=False, since=since)
     if st.phase != Phase.CONVERGED:
         out["skipped"] = f"phase is {st.phase.value}"
         return out

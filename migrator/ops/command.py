@@ -316,13 +316,35 @@ def abort(config: Config, mid: str, *, settle_s: float = 1.0) -> dict[str, Any]:
             raise CommandError(f"migration {mid} is in phase {st.phase.value}: the map has flipped or is flipping; "
                                "use rollback instead of abort")
         was = st.phase
-        store.set_phase(mid, Phase.ABORTED)
+        # not over a cutover that froze meanwhile (its phase write and this one race otherwise)
+        store.set_phase(mid, Phase.ABORTED, expect=tuple(p for p in Phase if p not in NOT_ABORTABLE))
         if was == Phase.COPYING and settle_s:
             time.sleep(settle_s)  # copy workers check the phase between chunks
+        gates = _remove_gates(config, zk, mid)
         dropped = copy_mod.drop_target_copies(zk, spec, creds)
         store.release_locks(spec)
         plan_mod.release_maintenance_pause(zk, spec)
-        return {"migration": mid, "phase": Phase.ABORTED.value, "was": was.value, "dropped": dropped}
+        return {"migration": mid, "phase": Phase.ABORTED.value, "was": was.value, "dropped": dropped, "gates": gates}
+
+
+#: how long ``abort`` waits for a cutover attempt's lease to end (a dead holder's session to expire, a live
+#: one to stop on the aborted phase) before it leaves the attempt's gates to it, or to a worker's settler
+ABORT_SETTLE_S = 30.0
+
+
+def _remove_gates(config: Config, zk: ZK, mid: str) -> str:
+    """The gate objects (triggers, gate tables) any cutover attempt left on the source pair, removed under
+    the settle lock once no attempt holds the lease (:func:`migrator.engine.cutover.reconcile.settle`).
+    Returns what happened, for the answer."""
+    deadline = time.monotonic() + ABORT_SETTLE_S
+    while True:
+        try:
+            return cutover_mod.settle(config, mid, zk=zk)[1]
+        except cutover_mod.CutoverRunning as exc:
+            if time.monotonic() > deadline:
+                return (f"left to the cutover attempt still running ({exc.message}): it removes its own gates when "
+                        "it stops on the aborted phase; if it dies, a worker's settler removes them")
+            time.sleep(0.5)
 
 
 #: phases from which the copy can be redone (the map has not flipped; nothing is fenced)
