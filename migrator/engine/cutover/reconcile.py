@@ -100,7 +100,9 @@ def settle(config: Config, migration_id: str, *, zk: ZK | None = None, lease: Cu
                                  "wait for it (`migrator status ID`)", phase="cutover")
         try:
             mine = lease.path.rsplit("/", 1)[1] if lease is not None and lease.path else None
-            others = [x for x in leases(zk, migration_id) if x != mine]
+            held = leases(zk, migration_id)
+            # a lease after the caller's is a second attempt's, about to find it is not first and go
+            others = held[:held.index(mine)] if mine in held else held
             if others:
                 raise CutoverRunning(f"the cutover of {migration_id} is running in "
                                      f"{holder_text(read_record(zk, migration_id))}; it is not settled "
