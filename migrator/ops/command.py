@@ -28,7 +28,7 @@ from migrator.engine import preflight as preflight_mod
 from migrator.engine import rollback as rollback_mod
 from migrator.engine.migration import MigrationStore, Node, Options, Phase, ShardsBusy, Spec
 from migrator.engine.verify.run import verify_migration
-from migrator.errors import MigratorError
+from migrator.errors import MigratorError, describe
 from migrator.fleet import config as config_mod
 from migrator.fleet import zk as zk_mod
 from migrator.fleet.config import Config, Credentials
@@ -335,7 +335,7 @@ ABORT_SETTLE_S = 30.0
 def _remove_gates(config: Config, zk: ZK, mid: str) -> str:
     """The gate objects (triggers, gate tables) any cutover attempt left on the source pair, removed under
     the settle lock once no attempt holds the lease (:func:`migrator.engine.cutover.reconcile.settle`).
-    Returns what happened, for the answer."""
+    Returns what happened, for the answer: a member that does not answer does not stop the abort."""
     deadline = time.monotonic() + ABORT_SETTLE_S
     while True:
         try:
@@ -345,6 +345,9 @@ def _remove_gates(config: Config, zk: ZK, mid: str) -> str:
                 return (f"left to the cutover attempt still running ({exc.message}): it removes its own gates when "
                         "it stops on the aborted phase; if it dies, a worker's settler removes them")
             time.sleep(0.5)
+        except Exception as exc:  # noqa: BLE001 - the rest of the abort goes on; the answer says what to do
+            return (f"not checked ({describe(exc)}): run `migrator abort {mid}` again once the source pair answers, "
+                    "to remove any cutover triggers and gate table left there")
 
 
 #: phases from which the copy can be redone (the map has not flipped; nothing is fenced)
