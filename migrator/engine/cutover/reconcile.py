@@ -71,7 +71,7 @@ TAG = tag("cutover")
 
 
 def reconcile(config: Config, migration_id: str, *, zk: ZK | None = None, lease: CutoverLease | None = None,
-              blocking: bool = True) -> Phase:
+              blocking: bool = True, holder_died: bool = True) -> Phase:
     """Settle a cutover that died midway (phase ``cutover``) wholly before or after the flip.
 
     The flip is one CAS, so the map says which: if our shards are on the target,
@@ -82,13 +82,15 @@ def reconcile(config: Config, migration_id: str, *, zk: ZK | None = None, lease:
     Acts only under the settle lock and only while no process holds the
     cutover's lease (``lease``: the caller's own, when a new attempt settles the
     one before it); raises :class:`CutoverRunning` otherwise. ``blocking=False``
-    gives up at once when another process holds the lock.
+    gives up at once when another process holds the lock. ``holder_died``: a record
+    left without its lease is kept among the attempts as its holder's death (not
+    when the holder gave the lease up itself, :func:`settle_unknown`).
     """
-    return settle(config, migration_id, zk=zk, lease=lease, blocking=blocking)[0]
+    return settle(config, migration_id, zk=zk, lease=lease, blocking=blocking, holder_died=holder_died)[0]
 
 
 def settle(config: Config, migration_id: str, *, zk: ZK | None = None, lease: CutoverLease | None = None,
-           blocking: bool = True) -> tuple[Phase, str]:
+           blocking: bool = True, holder_died: bool = True) -> tuple[Phase, str]:
     """:func:`reconcile`, which also says what it did (for ``migrator abort``'s answer)."""
     creds = load_credentials(config)
     own = zk is None
@@ -107,7 +109,7 @@ def settle(config: Config, migration_id: str, *, zk: ZK | None = None, lease: Cu
                 raise CutoverRunning(f"the cutover of {migration_id} is running in "
                                      f"{holder_text(read_record(zk, migration_id))}; it is not settled "
                                      "while that process lives", phase="cutover")
-            orphan = read_record(zk, migration_id) if lease is None else None
+            orphan = read_record(zk, migration_id) if lease is None and holder_died else None
             try:
                 phase, what = _reconcile(config, creds, zk, migration_id, lock.guard)
             except MigrationNotFound:
@@ -251,7 +253,7 @@ def settle_unknown(config: Config, zk: ZK, migration_id: str, lease: CutoverLeas
     """
     lease.release()  # the record stays (phase cutover / rolling_back): an orphan, for a settler
     try:
-        return reconcile(config, migration_id, zk=zk)
+        return reconcile(config, migration_id, zk=zk, holder_died=False)
     except (CutoverRunning, *ZK_LOST):
         return None
 
