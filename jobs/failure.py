@@ -4,22 +4,42 @@ RQ runs it in the worker when a step's job raises (``on_failure``, set where
 the step is enqueued: :func:`migrator.ops.steps.on_failure`). The record's
 ``stopped`` field then says which step gave up, why, and what to do next:
 ``migrator status`` shows it and ``migrator split --yes`` stops following and
-exits non-zero at once. A job killed with its worker never gets here; that is
-``migrator resume ID``'s case.
+exits non-zero at once.
+
+A job whose worker died (kill -9, a lost machine) never raises: RQ finds it
+abandoned once its heartbeat has lapsed (the job's registry entry expires, 60 to
+90 s after the last heartbeat) and calls this callback with ``AbandonedJobError``
+and no message, from the registry cleanup of any live worker. That is not a
+verdict on the step, so the step is enqueued again, as it was (same entry point,
+arguments and queue), up to :data:`ABANDONED_RETRIES` deaths in a row; the record's
+``error`` says which step died, on which worker, and where its cutover attempt
+was (the settler's record of that death, :mod:`migrator.engine.cutover.reconcile`).
+The settler has settled that attempt long before (it acts seconds after the
+holder's lease ends), and a new cutover attempt settles whatever is left before
+it prepares (under the same settle lock), so the retry starts from a settled
+migration. A migration already ended (aborted, cleaned) is left as it is. Only
+after the last retry does the step stop, with that reason.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
-from migrator.engine.migration import MigrationStore
+from migrator.engine.cutover.lease import read_record, where_it_was
+from migrator.engine.migration import MigrationStore, Node
 from migrator.errors import ExitCode
 from migrator.fleet import config as config_mod
 from migrator.fleet import zk as zk_mod
-from migrator.ops.steps import next_step
+from migrator.ops.steps import job_id, next_step, on_failure
 
 log = logging.getLogger(__name__)
+
+#: how many times in a row a step whose worker died is enqueued again before it stops
+ABANDONED_RETRIES = 3
+#: the Redis key that makes one worker (of several cleaning the registry at once) retry a dead job
+CLAIM_KEY = "migrator:abandoned:{}"
 
 
 def stop_exit_code(exc: BaseException | None) -> int:
@@ -30,16 +50,72 @@ def stop_exit_code(exc: BaseException | None) -> int:
     return int(code) if code in kept else int(ExitCode.REFUSED)
 
 
+def abandoned(exc_type: Any) -> bool:
+    """RQ's verdict on a job whose worker died (by name: RQ's exception class carries no message)."""
+    return getattr(exc_type, "__name__", "") == "AbandonedJobError"
+
+
 def record(job: Any, connection: Any, type: Any, value: BaseException | None, traceback: Any) -> None:  # noqa: A002
     mid = (job.meta or {}).get("migration")
     step = (job.meta or {}).get("step") or "step"
     if not mid:
         return
-    reason = getattr(value, "message", None) or f"{getattr(type, '__name__', 'error')}: {value}"
     try:
         cfg = config_mod.load((job.kwargs or {}).get("config_path"))
         with zk_mod.connect(cfg, config_mod.load_credentials(cfg)) as zk:
-            MigrationStore(zk).record_stop(mid, step, str(reason), next_step(step, value, mid),
-                                           exit_code=stop_exit_code(value))
+            store = MigrationStore(zk)
+            if abandoned(type):
+                _abandoned(job, connection, store, mid, step)
+                return
+            reason = getattr(value, "message", None) or f"{getattr(type, '__name__', 'error')}: {value}"
+            store.record_stop(mid, step, str(reason), next_step(step, value, mid), exit_code=stop_exit_code(value))
     except Exception as exc:  # noqa: BLE001 - the job's own failure is what RQ reports
         log.warning("could not record the failure of %s in migration %s: %s", step, mid, exc)
+
+
+def _abandoned(job: Any, connection: Any, store: MigrationStore, mid: str, step: str) -> None:
+    """The worker running ``job`` died: enqueue the step again (or, after :data:`ABANDONED_RETRIES`, stop it),
+    with the reason in the record."""
+    if not connection.set(CLAIM_KEY.format(job.id), "1", nx=True, ex=24 * 3600):
+        return  # another worker's registry cleanup has it
+    st, _ = store.state(mid)
+    reason = died_reason(store, job, mid, step)
+    if st.phase.terminal:
+        log.info("%s; migration %s is %s: not retried", reason, mid, st.phase.value)
+        return
+    deaths = int((job.meta or {}).get("abandoned", 0)) + 1
+    if deaths > ABANDONED_RETRIES:
+        store.record_stop(mid, step, f"{reason}; {deaths} times in a row, so it is not retried again",
+                          next_step(step, None, mid), exit_code=int(ExitCode.REFUSED))
+        return
+    from rq import Queue
+
+    again = Queue(job.origin, connection=connection).enqueue_call(
+        job.func_name, args=job.args, kwargs=job.kwargs, timeout=job.timeout, description=job.description,
+        job_id=job_id(step, mid), meta={**(job.meta or {}), "abandoned": deaths}, on_failure=on_failure())
+    text = f"{reason}; enqueued again as {again.id} ({deaths} of {ABANDONED_RETRIES})"
+    log.warning("%s", text)
+
+    def note(s: Any) -> Any:
+        s.error = text[:2000]
+        return s
+
+    store.update(mid, note)
+
+
+def died_reason(store: MigrationStore, job: Any, mid: str, step: str) -> str:
+    """Which step died, on which worker, and where its cutover attempt was (if it had one): the holder's
+    record while it waits for a settler, else the settler's record of the death."""
+    text = (f"the worker running {step} ({job.id}{' on ' + job.worker_name if job.worker_name else ''}) died "
+            "before it ended (killed, or its machine lost)")
+    rec = read_record(store.zk, mid)
+    if rec and rec.get("holder"):
+        return f"{text}; its cutover attempt was {where_it_was(rec)}, not settled yet"
+    since = job.started_at.timestamp() if job.started_at else time.time() - 24 * 3600
+    for key in (Node.CUTOVER_ATTEMPTS, Node.ROLLBACK_PASSES):
+        node, _ = store.get_progress(mid, key)
+        deaths = [a for a in (node or {}).get("attempts", []) if a.get("died_at") and a.get("at", 0) >= since]
+        if deaths:
+            return f"{text}; its {'rollback' if key == Node.ROLLBACK_PASSES else 'cutover'} attempt: " \
+                   f"{deaths[-1]['outcome']}"
+    return text

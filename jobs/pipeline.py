@@ -14,6 +14,11 @@ A batched migration (``Spec.batched``: a split of more tables than one rename
 fence takes) is verified once and then cut over in batches, each run of
 ``finish`` one step of :mod:`migrator.ops.batched`.
 
+A run of ``finish`` whose worker died is enqueued again by the failure callback
+(:mod:`jobs.failure`); one that finds the phase ``cutover`` (an attempt whose
+holder died, not settled yet, or an operator's own) looks again every
+:data:`migrator.ops.batched.BATCH_RECHECK_S` until it is settled.
+
 ``postpone_cutover`` (``migrator postpone ID``) holds the pipeline before the
 cutover: ``finish`` re-enqueues itself until it is cleared, and runs a catch-up
 pass each time so the target stays current (the freeze, when it comes, drains
@@ -57,6 +62,12 @@ def finish(migration_id: str, config_path: str | None = None, attempt: int = 0,
         store = MigrationStore(zk)
         st, _ = store.state(migration_id)
         out: dict[str, Any] = {"migration": migration_id, "attempt": attempt, "phase": st.phase.value}
+        if st.phase == Phase.CUTOVER:
+            # an attempt holds it (an operator's), or its holder died and a worker's settler is at it: once it
+            # is settled the phase says what is next (converged: try again; done: nothing)
+            return _act(out, Next("a cutover attempt is under way or being settled: looking again",
+                                  delay=batched.BATCH_RECHECK_S, attempt=attempt, since=since), migration_id,
+                        config_path)
         if st.phase not in (Phase.CATCHING_UP, Phase.CONVERGED):
             out["skipped"] = f"phase is {st.phase.value}"
             return out

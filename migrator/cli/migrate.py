@@ -552,7 +552,8 @@ def abort(migration_id: MigrationIdArg,
     if as_json:
         return print_json(out)
     console.print(f"{migration_id} aborted (was {out['was']}); dropped on the target: "
-                  f"{', '.join(out['dropped']) or 'nothing'}", markup=False, highlight=False)
+                  f"{', '.join(out['dropped']) or 'nothing'}; cutover gates on the source pair: {out['gates']}",
+                  markup=False, highlight=False)
 
 
 def set_(

@@ -28,7 +28,7 @@ from migrator.engine import preflight as preflight_mod
 from migrator.engine import rollback as rollback_mod
 from migrator.engine.migration import MigrationStore, Node, Options, Phase, ShardsBusy, Spec, State
 from migrator.engine.verify.run import verify_migration
-from migrator.errors import MigratorError
+from migrator.errors import MigratorError, describe
 from migrator.fleet import config as config_mod
 from migrator.fleet import zk as zk_mod
 from migrator.fleet.config import Config, Credentials
@@ -326,13 +326,38 @@ def abort(config: Config, mid: str, *, settle_s: float = 1.0) -> dict[str, Any]:
             raise CommandError(f"migration {mid} is in phase {st.phase.value}: the map has flipped or is flipping; "
                                "use rollback instead of abort")
         was = st.phase
-        store.set_phase(mid, Phase.ABORTED)
+        # not over a cutover that froze meanwhile (its phase write and this one race otherwise)
+        store.set_phase(mid, Phase.ABORTED, expect=tuple(p for p in Phase if p not in NOT_ABORTABLE))
         if was == Phase.COPYING and settle_s:
             time.sleep(settle_s)  # copy workers check the phase between chunks
+        gates = _remove_gates(config, zk, mid)
         dropped = copy_mod.drop_target_copies(zk, spec, creds)
         store.release_locks(spec)
         plan_mod.release_maintenance_pause(zk, spec)
-        return {"migration": mid, "phase": Phase.ABORTED.value, "was": was.value, "dropped": dropped}
+        return {"migration": mid, "phase": Phase.ABORTED.value, "was": was.value, "dropped": dropped, "gates": gates}
+
+
+#: how long ``abort`` waits for a cutover attempt's lease to end (a dead holder's session to expire, a live
+#: one to stop on the aborted phase) before it leaves the attempt's gates to it, or to a worker's settler
+ABORT_SETTLE_S = 30.0
+
+
+def _remove_gates(config: Config, zk: ZK, mid: str) -> str:
+    """The gate objects (triggers, gate tables) any cutover attempt left on the source pair, removed under
+    the settle lock once no attempt holds the lease (:func:`migrator.engine.cutover.reconcile.settle`).
+    Returns what happened, for the answer: a member that does not answer does not stop the abort."""
+    deadline = time.monotonic() + ABORT_SETTLE_S
+    while True:
+        try:
+            return cutover_mod.settle(config, mid, zk=zk)[1]
+        except cutover_mod.CutoverRunning as exc:
+            if time.monotonic() > deadline:
+                return (f"left to the cutover attempt still running ({exc.message}): it removes its own gates when "
+                        "it stops on the aborted phase; if it dies, a worker's settler removes them")
+            time.sleep(0.5)
+        except Exception as exc:  # noqa: BLE001 - the rest of the abort goes on; the answer says what to do
+            return (f"not checked ({describe(exc)}): run `migrator abort {mid}` again once the source pair answers, "
+                    "to remove any cutover triggers and gate table left there")
 
 
 #: phases from which the copy can be redone (the map has not flipped; nothing is fenced)

@@ -73,7 +73,8 @@ def abort(config: Config, mid: str) -> str:
                 f"copies on their targets, cancel {waiting} waiting moves (moves past their flip finish)")
     spec, phase = _spec(config, mid)
     return (f"abort {mid} ({phase}): drop its copies of {_what(spec)} on {spec.target_master}/"
-            f"{spec.target_slave} and release its shard locks")
+            f"{spec.target_slave}, remove any cutover gate (triggers, gate table) left on {spec.source_master}/"
+            f"{spec.source_slave} and release its shard locks")
 
 
 def restart_copy(config: Config, mid: str) -> str:

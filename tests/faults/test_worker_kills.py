@@ -1,5 +1,5 @@
-"""Fault cells: kill -9 of the RQ workers during copy, catch-up, cutover (before and after the flip) and a
-rollback's reverse passes."""
+"""Fault cells: kill -9 of the RQ workers during copy, catch-up, cutover (before and after the flip, and in its
+prepare step with the gate installed) and a rollback's reverse passes."""
 
 from __future__ import annotations
 
@@ -183,5 +183,81 @@ def test_kill_worker_during_a_reverse_pass(fleet, tmp_path):
         assert GtidPos.parse(resumed[0]["from_gtid"]).contains(GtidPos.parse(tail)), (resumed[0], tail)
         run.events.append(f"killed after pass {passes[-1]['number']}, resumed at pass {resumed[0]['number']}")
         run.rollback_end_checks()
+    finally:
+        run.close()
+
+
+#: MASTER_DELAY of the target's standby: the pipeline's cutover waits this long in its standby check, with the
+#: passive gate installed and nothing frozen yet (the window the next two cells kill the workers in)
+STANDBY_LATE_S = 20
+
+
+def _gate_objects(fleet) -> list[tuple[str, str]]:
+    """(host, name) of every gate trigger (``_mgate_%``) and gate table on every member of the sandbox."""
+    from migrator.engine.cutover.passive_gate import GATE_SCHEMA
+    from migrator.fleet.mysql import connect as mysql_connect
+
+    out = []
+    for name, host in fleet.hosts.items():
+        with mysql_connect(host, fleet.credentials) as c, c.cursor() as cur:
+            cur.execute("SELECT TRIGGER_NAME FROM information_schema.TRIGGERS WHERE TRIGGER_NAME LIKE '\\_mgate\\_%'")
+            out += [(name, r[0]) for r in cur.fetchall()]
+            cur.execute("SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s", (GATE_SCHEMA,))
+            out += [(name, f"{GATE_SCHEMA}.{r[0]}") for r in cur.fetchall()]
+    return out
+
+
+def _kill_between_gate_and_freeze(fleet, tmp_path) -> FaultRun:
+    """The pipeline's own cutover (``split --yes``'s finish job) killed with every worker (kill -9, process
+    trees) once the passive gate's triggers exist on the source's passive member and before the freeze:
+    the target's standby applies late, so the attempt waits in its standby check meanwhile."""
+    run = FaultRun(fleet, tmp_path).start()
+    run.plan_split()
+    run.launch(postpone=True)
+    run.wait_phase(Phase.CONVERGED)
+    run.mark_target()
+    standby, passive = run.spec.target_slave, run.spec.source_slave
+    fleet.sandbox.set_link_delay(standby, STANDBY_LATE_S)
+    try:
+        command.postpone(run.cfg, run.mid, on=False)
+        run.wait(lambda: any(h == passive for h, _ in _gate_objects(fleet)), 120,
+                 f"the gate's triggers on {passive}", every=0.05)
+        run.kill_workers()
+    finally:
+        fleet.sandbox.set_link_delay(standby, 0)
+    assert run.state().phase == Phase.CONVERGED  # killed before the freeze
+    assert _gate_objects(fleet), "the dead attempt left no gate: the kill came too late"
+    return run
+
+
+def test_workers_killed_between_the_gate_and_the_freeze_end_done_without_an_operator(fleet, tmp_path):
+    """New workers only: the settler removes the dead attempt's gate and records where it died, RQ finds the
+    finish job abandoned and the failure callback enqueues it again, and the retry cuts over."""
+    run = _kill_between_gate_and_freeze(fleet, tmp_path)
+    try:
+        run.start_workers()
+        # RQ declares the dead job abandoned 60-90 s after its last heartbeat
+        st = run.wait(lambda: (lambda s: s if s.phase == Phase.DONE or s.stopped else None)(run.state()), 240,
+                      "the pipeline to retry the dead cutover and flip", every=0.5)
+        assert not st.stopped, st.stopped
+        node, _ = run.store.get_progress(run.mid, "cutover_attempts")
+        died = [a for a in (node or {}).get("attempts", []) if a.get("died_at")]
+        assert died and died[0]["before_freeze"], node  # the settler recorded where the holder died
+        assert not _gate_objects(fleet)
+        run.events.append(f"died: {died[0]['outcome']}")
+        run.end_checks()
+    finally:
+        run.close()
+
+
+def test_workers_killed_between_the_gate_and_the_freeze_then_abort_leaves_no_gate(fleet, tmp_path):
+    """No worker comes back; `migrator abort --yes` removes every attempt's gate objects itself (once the dead
+    holder's lease has ended) and the source pair serves as before."""
+    run = _kill_between_gate_and_freeze(fleet, tmp_path)
+    try:
+        out = command.abort(run.cfg, run.mid)
+        assert run.state().phase == Phase.ABORTED
+        assert not _gate_objects(fleet), out
+        run.no_flip_checks()
     finally:
         run.close()

@@ -32,7 +32,7 @@ from migrator.engine.cutover import blockers, freeze_stats
 from migrator.engine.cutover.errors import CutoverAborted, CutoverError, FlipUnknown, FreezeBudgetExceeded
 from migrator.engine.cutover.hooks import CutoverHooks, CutoverResult
 from migrator.engine.cutover.lease import CutoverLease
-from migrator.engine.cutover.reconcile import settle_unknown
+from migrator.engine.cutover.reconcile import reconcile, settle_unknown
 from migrator.engine.cutover.run import CutoverRun
 from migrator.engine.mdl import LockBusy
 from migrator.engine.migration import GuardLost, MigrationStore, Node, Phase, PhaseConflict, Spec
@@ -130,8 +130,19 @@ def drive(way: Way, store: MigrationStore, spec: Spec, run: CutoverRun, lease: C
     migration_id = spec.id
     failure: BaseException | None = None
     took = run.before_freeze
+
+    @contextmanager
+    def before_freeze(step: str) -> Iterator[None]:
+        lease.before_freeze(step, run.attempt_id, way.label)  # where it was, should this process die here
+        with _timed(took, step):
+            yield
+
     try:
-        with _timed(took, "prepare"):
+        # what earlier attempts that died before their freeze left (their gates' triggers, in any phase)
+        # goes first, under the settle lock: this attempt's own are named apart and installed after
+        with _timed(took, "settle"):
+            reconcile(run.config, migration_id, zk=run.zk, lease=lease)
+        with before_freeze("prepare"):
             try:
                 _prepare_while_warming(run)
             except LockBusy as exc:  # a client's transaction held a moving table past the tries: named
@@ -143,18 +154,18 @@ def drive(way: Way, store: MigrationStore, spec: Spec, run: CutoverRun, lease: C
         extra: dict[str, Any] = {}
         if gate is not None:
             try:
-                with _timed(took, "gate"):
+                with before_freeze("gate"):
                     extra = gate(run)
             except FreezeBudgetExceeded as exc:
                 record_attempt(store, way, migration_id, run.attempt(f"refused: {exc.message}"))
                 raise
-        with _timed(took, "standby"):
+        with before_freeze("standby"):
             run.check_target_standby()
-        with _timed(took, "recheck"):
+        with before_freeze("recheck"):
             run.refresh_verified_gtid()
         if hooks.before_freeze is not None:
             try:
-                with _timed(took, "held"):
+                with before_freeze("held"):
                     hooks.before_freeze(run)
             except MigratorError as exc:
                 record_attempt(store, way, migration_id, run.attempt(f"held: {exc.message}"))

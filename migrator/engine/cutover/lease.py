@@ -85,7 +85,16 @@ def read_record(zk: ZK, migration_id: str) -> dict[str, Any] | None:
 
 def holder_text(rec: dict[str, Any] | None) -> str:
     rec = rec or {}
-    return f"{rec.get('holder', '?')} (step {rec.get('step') or 'prepare'})"
+    return f"{rec.get('holder', '?')} (step {rec.get('step') or rec.get('before_freeze') or 'prepare'})"
+
+
+def where_it_was(rec: dict[str, Any] | None) -> str:
+    """Where the holder of a record was when it was last heard of: after a step of the freeze, or in a
+    step before it (``prepare``, ``gate``, ``standby``, ``recheck``, ``held``), for a death's record."""
+    rec = rec or {}
+    if rec.get("step"):
+        return f"after step {rec['step']} of the freeze"
+    return f"in step {rec.get('before_freeze') or 'prepare'}, before the freeze"
 
 
 class SettleLock:
@@ -230,6 +239,21 @@ class CutoverLease:
             return
         self.record["step"] = name
         self.record["steps"][name] = time.time()
+        self._write()
+
+    def before_freeze(self, name: str, attempt: str, label: str) -> None:
+        """Record the step before the freeze under way, the attempt's id (which gates are its own) and
+        ``label`` (cutover or rollback): where a holder that died before freezing was, for the settler's
+        record of its death."""
+        if self.zk is None or self.path is None:
+            return
+        self.record["before_freeze"] = name
+        self.record["attempt"] = attempt
+        self.record["label"] = label
+        self._write()
+
+    def _write(self) -> None:
+        assert self.zk is not None and self.path is not None
         try:
             t = self.zk.client.transaction()
             t.check(self.path, -1)

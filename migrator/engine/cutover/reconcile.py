@@ -20,6 +20,16 @@ closes or finishes are every attempt's (their names carry the attempt,
 is held and no new attempt installs anything before the phase it writes last.
 Its map and phase writes are guarded by its settle lock's node: a settler whose
 session expired midway cannot write over the next one.
+
+A holder that died before the freeze (phase still ``converged``, or ``done`` for
+a rollback: in its prepare step, with the gates' triggers installed) left no
+fence and no frozen range, but it may have left gate objects: the trigger gate
+of the pair it was fencing (the passive member's, and the master's for a gated
+move). Reconcile removes them, every attempt's, in whatever phase it finds the
+migration, and so does the next attempt before it prepares its own
+(:func:`~migrator.engine.cutover.attempt.drive` calls :func:`reconcile` with its
+lease) and ``migrator abort``. The settler records each death it settles in the
+attempts node, with where the holder was (:func:`~migrator.engine.cutover.lease.where_it_was`).
 """
 
 from __future__ import annotations
@@ -40,11 +50,12 @@ from migrator.engine.cutover.lease import (
     leases,
     read_record,
     settle_lock,
+    where_it_was,
 )
 from migrator.engine.cutover.maps import reread_map, unfreeze_ranges
-from migrator.engine.cutover.passive_gate import TriggerGate
+from migrator.engine.cutover.passive_gate import GATE_SCHEMA, TRIGGER_PREFIX, TriggerGate, gate_table
 from migrator.engine.mdl import LockWait
-from migrator.engine.migration import MigrationNotFound, MigrationStore, Phase, Spec
+from migrator.engine.migration import MigrationNotFound, MigrationStore, Node, Phase, Spec
 from migrator.engine.names import SENTINEL_TABLE, rename_tomb_tables, tomb_db, tomb_suffix
 from migrator.engine.plan import release_maintenance_pause
 from migrator.engine.verify.drainers import CatchUpDrainer
@@ -61,18 +72,27 @@ TAG = tag("cutover")
 
 
 def reconcile(config: Config, migration_id: str, *, zk: ZK | None = None, lease: CutoverLease | None = None,
-              blocking: bool = True) -> Phase:
+              blocking: bool = True, holder_died: bool = True) -> Phase:
     """Settle a cutover that died midway (phase ``cutover``) wholly before or after the flip.
 
     The flip is one CAS, so the map says which: if our shards are on the target,
     finish (tables to the tombstones, unfreeze, phase done); otherwise undo
-    (tables back from the tombstones, unfreeze, phase converged).
+    (tables back from the tombstones, unfreeze, phase converged). In any other
+    phase, the gate objects any attempt left are removed (:func:`remove_gates`).
 
     Acts only under the settle lock and only while no process holds the
     cutover's lease (``lease``: the caller's own, when a new attempt settles the
     one before it); raises :class:`CutoverRunning` otherwise. ``blocking=False``
-    gives up at once when another process holds the lock.
+    gives up at once when another process holds the lock. ``holder_died``: a record
+    left without its lease is kept among the attempts as its holder's death (not
+    when the holder gave the lease up itself, :func:`settle_unknown`).
     """
+    return settle(config, migration_id, zk=zk, lease=lease, blocking=blocking, holder_died=holder_died)[0]
+
+
+def settle(config: Config, migration_id: str, *, zk: ZK | None = None, lease: CutoverLease | None = None,
+           blocking: bool = True, holder_died: bool = True) -> tuple[Phase, str]:
+    """:func:`reconcile`, which also says what it did (for ``migrator abort``'s answer)."""
     creds = load_credentials(config)
     own = zk is None
     zk = zk or zk_mod.connect(config, creds)
@@ -83,19 +103,24 @@ def reconcile(config: Config, migration_id: str, *, zk: ZK | None = None, lease:
                                  "wait for it (`migrator status ID`)", phase="cutover")
         try:
             mine = lease.path.rsplit("/", 1)[1] if lease is not None and lease.path else None
-            others = [x for x in leases(zk, migration_id) if x != mine]
+            held = leases(zk, migration_id)
+            # a lease after the caller's is a second attempt's, about to find it is not first and go
+            others = held[:held.index(mine)] if mine in held else held
             if others:
                 raise CutoverRunning(f"the cutover of {migration_id} is running in "
                                      f"{holder_text(read_record(zk, migration_id))}; it is not settled "
                                      "while that process lives", phase="cutover")
+            orphan = read_record(zk, migration_id) if lease is None and holder_died else None
             try:
-                phase = _reconcile(config, creds, zk, migration_id, lock.guard)
+                phase, what = _reconcile(config, creds, zk, migration_id, lock.guard)
             except MigrationNotFound:
                 drop_record(zk, migration_id)  # a cutover record left by a migration since deleted
                 raise
+            if orphan and orphan.get("holder"):
+                _record_death(MigrationStore(zk), migration_id, orphan, what)
             if lease is None:
                 drop_record(zk, migration_id)
-            return phase
+            return phase, what
         finally:
             lock.release()
     finally:
@@ -103,13 +128,17 @@ def reconcile(config: Config, migration_id: str, *, zk: ZK | None = None, lease:
             zk.close()
 
 
-def _reconcile(config: Config, creds: Credentials, zk: ZK, migration_id: str, guard: str) -> Phase:
+def _reconcile(config: Config, creds: Credentials, zk: ZK, migration_id: str, guard: str) -> tuple[Phase, str]:
+    """Settle; returns the phase and what was done (for the record of a death)."""
     store = MigrationStore(zk)
     state, _ = store.state(migration_id)
     if state.phase == Phase.ROLLING_BACK:
-        return _reconcile_rollback(creds, zk, store.spec(migration_id), guard)
+        phase = _reconcile_rollback(creds, zk, store.spec(migration_id), guard)
+        return phase, ("finished after the flip back" if phase == Phase.ROLLED_BACK else "undone before the flip back")
     if state.phase != Phase.CUTOVER:
-        return state.phase
+        removed = remove_gates(zk, creds, store.spec(migration_id), state.phase)
+        what = ", ".join(f"{n} gate triggers and the gate table removed on {h}" for h, n in removed.items())
+        return state.phase, what or "no gate objects were left"
     spec = store.spec(migration_id)
     maps = ShardMapStore(zk)
     smap = reread_map(maps)
@@ -129,11 +158,87 @@ def _reconcile(config: Config, creds: Credentials, zk: ZK, migration_id: str, gu
                         error="cutover was interrupted after the flip; finished by reconcile",
                         expect=Phase.CUTOVER, guard=guard)
         release_maintenance_pause(zk, spec)
-        return Phase.DONE
+        return Phase.DONE, "finished after the flip"
     store.set_phase(migration_id, Phase.CONVERGED,
                     error="cutover was interrupted before the flip; undone by reconcile",
                     expect=Phase.CUTOVER, guard=guard)
-    return Phase.CONVERGED
+    return Phase.CONVERGED, "undone before the flip"
+
+
+#: phases in which a cutover (forward) attempt may have prepared: its gates are on the source pair
+BEFORE_THE_FLIP = (Phase.PLANNED, Phase.PREFLIGHT, Phase.COPYING, Phase.CATCHING_UP, Phase.CONVERGED,
+                   Phase.VERIFYING, Phase.ABORTED, Phase.FAILED)
+
+
+def gated_pair(zk: ZK, spec: Spec, phase: Phase) -> list[Host]:
+    """Both members of the pair an attempt in ``phase`` fences (its trigger gates are there): the source
+    pair before the flip, the target pair once done (a rollback's), none in the other phases."""
+    reg = HostRegistry(zk)
+    if phase in BEFORE_THE_FLIP:
+        names = (spec.source_master, spec.source_slave)
+    elif phase == Phase.DONE:
+        names = (spec.target_master, spec.target_slave)
+    else:
+        return []
+    return [reg.get(n) for n in names]
+
+
+def gate_objects(conn: Any, spec: Spec) -> tuple[list[tuple[str, str, str]], list[str]]:
+    """The gate objects of any attempt of ``spec`` on this server: (schema, trigger, table) of each
+    trigger and the gate tables. Their names carry the migration's suffix, then the attempt's."""
+    suffix = tomb_suffix(spec.id)
+    dbs = spec.databases
+    marks = ", ".join(["%s"] * len(dbs))
+    trig = [(r[0], r[1], r[2]) for r in query(
+        conn, f"{TAG}SELECT TRIGGER_SCHEMA, TRIGGER_NAME, EVENT_OBJECT_TABLE FROM information_schema.TRIGGERS "
+              f"WHERE TRIGGER_SCHEMA IN ({marks}) AND LEFT(TRIGGER_NAME, %s) = %s",
+        (*dbs, len(TRIGGER_PREFIX) + len(suffix), TRIGGER_PREFIX + suffix))]
+    gate = gate_table(suffix)
+    gates = [r[0] for r in query(
+        conn, f"{TAG}SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s "
+              "AND LEFT(TABLE_NAME, %s) = %s", (GATE_SCHEMA, len(gate), gate))]
+    return trig, gates
+
+
+def remove_gates(zk: ZK, creds: Credentials, spec: Spec, phase: Phase) -> dict[str, int]:
+    """Remove every attempt's gate objects (triggers and gate tables) from the pair an attempt in
+    ``phase`` fences (:func:`gated_pair`); returns how many triggers went, by host. Only while no
+    attempt holds the lease (under the settle lock): with one, they may be that attempt's own. A
+    member that cannot be reached raises: the settler retries with backoff, an attempt stops in
+    its prepare step (where it would have failed anyway)."""
+    removed: dict[str, int] = {}
+    for host in gated_pair(zk, spec, phase):
+        with mysql_connect(host, creds) as conn:
+            triggers, gates = gate_objects(conn, spec)
+        if not triggers and not gates:
+            continue
+        # remove() reads only the schemas of the tables it is given (with attempt="": every attempt's)
+        tables = sorted({(db, t) for db, _, t in triggers}) or [(db, SENTINEL_TABLE) for db in spec.databases]
+        gate = TriggerGate(host, creds, tables, tomb_suffix(spec.id),
+                           {db: tomb_db(spec.id, db) for db in spec.databases},
+                           lock_wait=LockWait.of(spec.options)).open()
+        try:
+            gate.remove()
+        finally:
+            gate.close_connection()
+        removed[host.name] = len(triggers)
+    return removed
+
+
+def _record_death(store: MigrationStore, migration_id: str, rec: dict[str, Any], what: str) -> None:
+    """Keep the death of an attempt's holder among the attempts (the cutover's, or the rollback's once done):
+    who held it, where it was, what the settle did. Bookkeeping: never in the way of the settle."""
+    node_key = Node.ROLLBACK_PASSES if rec.get("label") == "rollback" else Node.CUTOVER_ATTEMPTS
+    entry = {"at": time.time(), "outcome": f"holder died {where_it_was(rec)}; settled: {what}"[:500],
+             "holder": rec.get("holder"), "attempt": rec.get("attempt"), "died_at": rec.get("step")
+             or rec.get("before_freeze") or "prepare", "before_freeze": not rec.get("step")}
+    try:
+        node, version = store.get_progress(migration_id, node_key)
+        record = dict(node or {})
+        record["attempts"] = list(record.get("attempts", []))[-19:] + [entry]
+        store.put_progress(migration_id, node_key, record, version=version)
+    except Exception:  # noqa: BLE001 - see above
+        pass
 
 
 def settle_unknown(config: Config, zk: ZK, migration_id: str, lease: CutoverLease) -> Phase | None:
@@ -150,7 +255,7 @@ def settle_unknown(config: Config, zk: ZK, migration_id: str, lease: CutoverLeas
     """
     lease.release()  # the record stays (phase cutover / rolling_back): an orphan, for a settler
     try:
-        return reconcile(config, migration_id, zk=zk)
+        return reconcile(config, migration_id, zk=zk, holder_died=False)
     except (CutoverRunning, *ZK_LOST):
         return None
 

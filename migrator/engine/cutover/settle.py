@@ -12,6 +12,8 @@ For each orphan (a record without a lease) it calls
 :func:`migrator.engine.cutover.reconcile.reconcile` with a non-blocking settle
 lock: one settler acts, the others skip it. Reconcile re-checks under the lock
 that no lease exists, so a settler never undoes a cutover whose holder lives.
+An orphan whose holder died before its freeze (phase still ``converged``) is
+settled too: the gate objects it installed in its prepare step are removed.
 
 The same thread runs the cleanups whose time is long past
 (:func:`migrator.engine.cleanup.overdue`): a cleanup is scheduled on RQ when a
@@ -35,7 +37,7 @@ from kazoo.exceptions import NoNodeError
 from kazoo.recipe.watchers import ChildrenWatch
 
 from migrator.engine.cleanup import cleanup, overdue
-from migrator.engine.cutover.lease import CUTOVERS, CutoverRunning, leases, read_record
+from migrator.engine.cutover.lease import CUTOVERS, CutoverRunning, leases, read_record, where_it_was
 from migrator.engine.cutover.reconcile import reconcile
 from migrator.errors import MigratorError, describe
 from migrator.fleet import zk as zk_mod
@@ -59,8 +61,7 @@ def settle_one(config: Config, zk: ZK, migration_id: str) -> str:
         phase = reconcile(config, migration_id, zk=zk, blocking=False)
     except CutoverRunning as exc:
         return f"skipped: {exc.message}"
-    return (f"settled, phase {phase.value} (holder {rec.get('holder')} ended at step "
-            f"{rec.get('step') or 'prepare'})")
+    return f"settled, phase {phase.value} (holder {rec.get('holder')} ended {where_it_was(rec)})"
 
 
 class Settler:

@@ -407,3 +407,30 @@ def test_a_holder_that_lost_its_lease_cannot_undo_a_second_attempt(fleet, fence)
         pair_synced(a, b)
         replicating(a)
         replicating(b)
+
+
+def test_the_next_attempt_removes_the_gate_a_dead_one_left(fleet):
+    """An attempt whose holder died in its prepare step (phase still converged) left its gate's triggers and
+    gate table on the passive member, and no record for a settler: the next cutover removes every attempt's
+    before it installs its own, and flips with no gate object left on either member of the source pair."""
+    from migrator.engine.cutover.passive_gate import TriggerGate
+    from migrator.engine.names import SENTINEL_TABLE, tomb_suffix
+
+    prep = prepare_converged(fleet, MOVING)
+    spec = prep.spec
+    passive = fleet.hosts[spec.source_slave]
+    with mysql_connect(passive, fleet.credentials) as c:
+        tables = [(db, t) for db in spec.databases for t in sorted(tables_in(c, db)) if t != SENTINEL_TABLE]
+    dead = TriggerGate(passive, fleet.credentials, tables, tomb_suffix(spec.id),
+                       {db: tomb_db(spec.id, db) for db in spec.databases}, attempt="dead01").open()
+    try:
+        dead.install()
+    finally:
+        dead.close_connection()
+    with mysql_connect(passive, fleet.credentials) as c:
+        assert _triggers_of(c, "dead01") == 3 * len(tables)
+    cutover(fleet.config, spec.id, drainer=prep.drainer)
+    assert prep.store.state(spec.id)[0].phase == Phase.DONE
+    for name in (spec.source_master, spec.source_slave):
+        with mysql_connect(fleet.hosts[name], fleet.credentials) as c:
+            assert gate_leftovers(c) == [], name
