@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
 from migrator.cli.helpers import JsonOpt, load_config, state
 from migrator.cli.inputs import RunIdArg
+from migrator.cli.options import dry_run_or_yes
 from migrator.cli.report import Report, print_json
 from migrator.ops import playbook as pbm
 
@@ -22,10 +25,13 @@ def run(
     dry_run: bool = typer.Option(False, "--dry-run", help="Check and print the steps; run nothing (the hosts "
                                                           "the steps name are looked up in the registry)."),
     sync: bool = typer.Option(False, "--sync", help="Run in this process instead of on RQ workers."),
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Start the run (without it: a dry run that checks and "
+                                                          "prints the steps, as split does).")] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Run a playbook (checked whole before anything runs: every value as the command line checks it, and
-    the hosts it names against the registry)."""
+    the hosts it names against the registry). A dry run unless --yes."""
+    dry_run_or_yes(dry_run, yes)
     pb = pbm.load(path)
     params = pbm.bind_params(pb, pbm.parse_sets(sets))
     lines = pbm.dry_run(pb, params)  # every step's values, bounded: refused here before anything connects
@@ -33,10 +39,12 @@ def run(
     cfg = load_config()
     if pbm.host_args(pb, params):
         _check_hosts(cfg, pb, params)
-    if dry_run:
+    if dry_run or not yes:
         if as_json:
-            return print_json({"playbook": pb.name, "params": params, "lines": lines})
+            return print_json({"playbook": pb.name, "params": params, "lines": lines, "dry_run": True})
         print("\n".join(lines))
+        if not dry_run:
+            print("dry run: nothing started; give --yes to start the run", file=sys.stderr)
         return
     run_id = _create(cfg, pb, params)
     rep.say(f"playbook run {run_id} created")

@@ -25,7 +25,7 @@ from rich.table import Table
 
 from migrator.cli.helpers import JsonOpt, QueueNameOpt, load_config
 from migrator.cli.inputs import JobStateOpt, QueueNameArg, QueueNamesOpt, at_least, checked
-from migrator.cli.options import UsageProblem, YesOpt, confirm, listen_address
+from migrator.cli.options import UsageProblem, YesOpt, confirm, dry_run_or_yes, listen_address
 from migrator.fleet import bounds
 
 console = Console()
@@ -431,14 +431,21 @@ def purge(name: QueueNameArg, state: JobStateOpt,
 # -- partitions ----------------------------------------------------------------------------
 
 @partitions_app.command("maintain")
-def maintain(dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan; change nothing."),
+def maintain(dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan; change nothing (the default "
+                                                                  "without --yes)."),
+             yes: Annotated[bool, typer.Option("--yes", "-y", help="Run the DROP and REORGANIZE PARTITION "
+                                                                   "statements (without it: a dry run).")] = False,
              queue: QueueNamesOpt = None,
              lock_wait: int = typer.Option(2, "--lock-wait", min=1, help="lock_wait_timeout (s) for each DDL."),
              pretend_later: float = typer.Option(0.0, "--pretend-later", hidden=True,
                                                  help="Pretend the clock is this many seconds later."),
              as_json: JsonOpt = False) -> None:
-    """Drop expired buckets (DROP PARTITION) and split FUTURE partitions ahead (REORGANIZE PARTITION)."""
+    """Drop expired buckets (DROP PARTITION) and split FUTURE partitions ahead (REORGANIZE PARTITION). A dry
+    run unless --yes."""
     from migrator.queue.maintenance import maintain as run
+
+    dry_run_or_yes(dry_run, yes)
+    dry_run = dry_run or not yes
 
     with _service() as svc:
         reports = run(svc, advance_seconds=pretend_later, lock_wait_timeout=lock_wait, dry_run=dry_run,

@@ -22,7 +22,10 @@ A playbook is a YAML runbook: ordered steps that call the same functions as the
 command line, gates that hold a step until a condition or an approval, handlers
 that run when a step fails. `migrator run PLAYBOOK.yaml --set name=value ...`
 checks the whole file (every key, step, parameter, type, `${param}` and gate,
-with its line) before anything runs; `--dry-run` prints the steps it would run.
+with its line) and prints the steps it would run; with `--yes` it starts the
+run (as `split` and every command that changes the fleet: a dry run without
+it). The bundled playbooks wait for `migrator approve RUN approve-cutover`
+before each cutover.
 The run's progress lives in ZooKeeper and resumes from its last step
 (`migrator playbook status|list|resume RUN`); a step whose work the migration
 record already shows done is skipped. Examples: `playbooks/*.yaml`.

@@ -132,7 +132,7 @@ def test_resume_after_killed_executor(zk_root, tmp_path):
     fast = short_session_config(zk_root, tmp_path)
     path = write(tmp_path, "long", PB_LONG)
     proc = subprocess.Popen([sys.executable, "-m", "migrator", "--config", str(fast), "run", str(path),
-                             "--sync"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             "--sync", "--yes"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         run_id = wait_for(lambda: (pbm.RunStore(zk).list() or [None])[0])
         wait_for(lambda: run_state(zk, run_id)["steps"].get("two", {}).get("status") == "running")
@@ -157,7 +157,10 @@ def test_playbook_runs_on_an_rq_worker(zk_root, tmp_path):
     r = redis_client.connect(cfg)
     r.flushdb()
     path = write(tmp_path, "short", PB_LONG.replace("seconds: 4", "seconds: 0.1"))
+    # without --yes a dry run: nothing is created
     res = run_cli("run", str(path), config=cfg_path)
+    assert res.returncode == 0 and "nothing started" in res.stderr and pbm.RunStore(zk).list() == [], res
+    res = run_cli("run", str(path), "--yes", config=cfg_path)
     assert res.returncode == 0, res.stderr
     run_id = res.stdout.split()[2]
     assert len(Queue("migrator", connection=r)) == 1

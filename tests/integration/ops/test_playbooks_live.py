@@ -82,11 +82,14 @@ def test_split_host_playbook_end_to_end(fleet):
     zk = fleet.zk
     epoch0 = ShardMapStore(zk).read().epoch
     run_id = start(zk, "split-host", source="MySQL001A", target="MySQL003A", freeze_budget_ms=800)
+    out = drive(fleet.config, zk, run_id, until=("waiting", "done", "failed"))
+    assert (out.status, out.step) == ("waiting", "approve-cutover")  # the cutover switches traffic: asked first
+    run_cli("approve", run_id, "approve-cutover", config=fleet.config_path).check_returncode()
     out = drive(fleet.config, zk, run_id)
     st = run_state(zk, run_id)
     assert out.status == "done", (out, st)
-    assert [st["steps"][s]["status"] for s in ("plan", "preflight", "copy", "catchup", "verify", "cutover",
-                                               "cleanup")] == ["done"] * 7
+    assert [st["steps"][s]["status"] for s in ("plan", "preflight", "copy", "catchup", "verify",
+                                               "approve-cutover", "cutover", "cleanup")] == ["done"] * 8
     assert st["steps"]["cleanup"]["result"]["scheduled"]  # the tombstones are kept for the retention
     mid = st["context"]["migration"]
     mst, _ = MigrationStore(zk).state(mid)
@@ -164,6 +167,9 @@ def test_move_queue_partition_playbook_under_queue_load(fleet, tmp_path):
         rec = QueueCatalog(fleet.zk).get("op_q", fresh=True).partitions_for_shard(shard)[0]
         time.sleep(1.0)  # some jobs in the partition before it moves
         run_id = start(fleet.zk, "move-queue-partition", queue="op_q", partition=rec.index, target="MySQL003A")
+        out = drive(fleet.config, fleet.zk, run_id, until=("waiting", "done", "failed"))
+        assert (out.status, out.step) == ("waiting", "approve-cutover"), out
+        run_cli("approve", run_id, "approve-cutover", config=fleet.config_path).check_returncode()
         out = drive(fleet.config, fleet.zk, run_id)
         assert out.status == "done", (out, run_state(fleet.zk, run_id))
         smap = ShardMapStore(fleet.zk).read()
@@ -269,7 +275,7 @@ def test_killed_run_mid_copy_resumes_to_the_end(fleet, tmp_path):
     path = tmp_path / "held-copy.yaml"
     path.write_text(KILLABLE)
     proc = subprocess.Popen([sys.executable, "-m", "migrator", "--config", str(fast_path), "run", str(path),
-                             "--set", "shards=2-3", "--set", "target=MySQL003A", "--sync"],
+                             "--set", "shards=2-3", "--set", "target=MySQL003A", "--sync", "--yes"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     locker = host_conn(fleet, "MySQL001A")
     try:

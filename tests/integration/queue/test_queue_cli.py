@@ -29,6 +29,12 @@ def test_queue_cli_admin_load_and_ledger(fleet, tmp_path):
     assert res.returncode == 0 and fleet.zk.client.exists(f"{fleet.root}/maintenance/paused/3")
     res = run_cli("partitions", "maintain", "--dry-run", config=cfg)
     assert res.returncode == 0 and "jobs_cliq_p0" in res.stdout, res.stderr
+    # without --yes it plans (as every command that changes the fleet), with it it acts
+    res = run_cli("partitions", "maintain", "--json", config=cfg)
+    assert res.returncode == 0 and json.loads(res.stdout)["dry_run"] is True, res.stdout + res.stderr
+    res = run_cli("partitions", "maintain", "--yes", "--json", config=cfg)
+    assert res.returncode == 0 and json.loads(res.stdout)["dry_run"] is False, res.stdout + res.stderr
+    assert run_cli("partitions", "maintain", "--yes", "--dry-run", config=cfg).returncode == 2
     run_cli("partitions", "resume", "3", config=cfg)
     assert not fleet.zk.client.exists(f"{fleet.root}/maintenance/paused/3")
     assert run_cli("queue", "delete", "cliq", "--yes", config=cfg).returncode == 0
