@@ -26,13 +26,16 @@ from migrator.fleet import ids
 
 #: help texts are plain text: Rich markup would eat "[queue]" and every other bracketed word
 MARKUP = None
+#: ``-h`` is ``--help`` everywhere: every command's context inherits the root's help option names
+CONTEXT = {"help_option_names": ["-h", "--help"]}
 
 app = typer.Typer(
     help="Shard migration and rebalancing for sharded MySQL/MariaDB fleets.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    add_completion=False,
+    add_completion=True,
     rich_markup_mode=MARKUP,
+    context_settings=CONTEXT,
 )
 sandbox_app = typer.Typer(help="A real fleet on this machine (MariaDB pairs, ZooKeeper, Redis), no Docker.",
                           no_args_is_help=True, rich_markup_mode=MARKUP)
