@@ -343,10 +343,59 @@ class SandboxMissing(MigratorError):
     exit_code = ExitCode.USAGE
 
 
+def _option_arity(params: list[Any]) -> dict[str, bool]:
+    """Each option name of ``params`` (a command's parameters) -> whether it takes a value."""
+    out: dict[str, bool] = {}
+    for p in params:
+        if p.param_type_name == "option":
+            for name in (*p.opts, *p.secondary_opts):
+                out[name] = not p.is_flag and not getattr(p, "count", False) and p.nargs != 0
+    return out
+
+
+def hoist_root_options(argv: list[str], root: Any = None) -> list[str]:
+    """``argv`` with the root options (``-c/--config``, ``-v``, ... any option of the app's callback) that stand
+    after the subcommand moved in front of it, so ``migrator status ID -c prod.toml`` means what
+    ``migrator -c prod.toml status ID`` does. The values of the subcommand's own options are never looked at,
+    an option of the subcommand with the same name stays the subcommand's, and nothing after ``--`` moves."""
+    root = typer.main.get_command(app) if root is None else root
+    root_opts = _option_arity(root.params)
+    front: list[str] = []
+    rest: list[str] = []
+    cmd: Any = root
+    own = root_opts
+    i, n = 0, len(argv)
+    while i < n:
+        tok = argv[i]
+        if tok == "--":
+            rest.extend(argv[i:])
+            break
+        name = tok.split("=", 1)[0] if tok.startswith("--") else tok
+        if tok.startswith("-") and len(tok) > 1:
+            takes = "=" not in tok and (own.get(name) if name in own else root_opts.get(name))
+            width = 2 if takes else 1
+            if cmd is not root and name not in own and name in root_opts:
+                front.extend(argv[i:i + width])  # a root option after the subcommand: to the front
+            else:
+                rest.extend(argv[i:i + width])
+            i += width
+            continue
+        rest.append(tok)
+        if hasattr(cmd, "commands"):  # a group: this token names its subcommand
+            sub = cmd.commands.get(tok)
+            if sub is None:  # not a command name: click reports it, with its usage
+                rest.extend(argv[i + 1:])
+                break
+            cmd, own = sub, _option_arity(sub.params)
+        i += 1
+    return front + rest
+
+
 def run(argv: list[str] | None = None) -> int:
     """Run the command line; every failure becomes one line on stderr and the exit code returned."""
     try:
         _load_plugins()
+        argv = hoist_root_options(list(sys.argv[1:] if argv is None else argv))
         rv = app(args=argv, standalone_mode=False, prog_name="migrator")
     except typer.TyperException as exc:
         if type(exc).__name__ != "NoArgsIsHelpError":
