@@ -32,13 +32,13 @@ class State:
 state = State()
 
 #: ``--json``: print the result as JSON (the commands whose ``--json`` has no help of its own)
-JsonOpt = Annotated[bool, typer.Option("--json")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print the result as JSON (for scripts).")]
 #: the RQ queue a migration step is enqueued on
 RqQueueOpt = Annotated[str | None, typer.Option("--queue", help="RQ queue (default: the source pair's, which "
-                                                                "`migrator worker` serves).")]
+                                                                "`migrator worker` serves).", metavar="QUEUE")]
 #: a queue of the MySQL-backed job queue
 QueueNameOpt = Annotated[str, typer.Option("--queue", help="Queue name.",
-                                           callback=checked(bounds.queue_name, "--queue"))]
+                                           callback=checked(bounds.queue_name, "--queue"), metavar="QUEUE")]
 
 
 def load_config() -> config_mod.Config:

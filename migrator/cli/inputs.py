@@ -58,27 +58,29 @@ def job_state(text: str) -> str:
 #: the migration a command acts on
 MigrationIdArg = Annotated[str, typer.Argument(
     help="The migration id (m-...; rb-...: every move of a rebalance or batched split).",
-    callback=migration_id_callback())]
+    callback=migration_id_callback(), metavar="ID")]
 #: a migration id that may be left out (every migration)
 OptionalMigrationIdArg = Annotated[str | None, typer.Argument(
-    help="The migration id (m-... or rb-...); none: every migration.", callback=migration_id_callback())]
+    help="The migration id (m-... or rb-...); none: every migration.", callback=migration_id_callback(), metavar="ID")]
 #: a playbook run
 RunIdArg = Annotated[str, typer.Argument(help="The playbook run id (run-...).",
-                                         callback=checked(bounds.run_id, "run id"))]
+                                         callback=checked(bounds.run_id, "run id"), metavar="RUN_ID")]
 #: a host of the registry given as an argument
 HostArg = Annotated[str, typer.Argument(help="A master of the registry, e.g. MySQL001A.",
-                                        callback=checked(bounds.host_name, "host"))]
+                                        callback=checked(bounds.host_name, "host"), metavar="HOST")]
 #: a queue of the queue service given as an argument
 QueueNameArg = Annotated[str, typer.Argument(help="The queue's name (1-40 letters, digits or underscores).",
-                                             callback=checked(bounds.queue_name, "queue"))]
+                                             callback=checked(bounds.queue_name, "queue"), metavar="QUEUE")]
 #: --state of the queue commands
 JobStateOpt = Annotated[str, typer.Option("--state", help="NEW, IPR, OK or FAIL.",
-                                          callback=checked(job_state, "--state"))]
+                                          callback=checked(job_state, "--state"), metavar="STATE")]
 #: host names given by a repeatable option (``rebalance --add-pair/--drain``)
 AddPairOpt = Annotated[list[str], typer.Option("--add-pair", help="A new, empty registered pair to fill.",
-                                               callback=checked(bounds.host_name, "--add-pair"))]
+                                               callback=checked(bounds.host_name, "--add-pair"), metavar="HOST")]
 DrainOpt = Annotated[list[str], typer.Option("--drain", help="A pair to empty.",
-                                             callback=checked(bounds.host_name, "--drain"))]
+                                             callback=checked(bounds.host_name, "--drain"), metavar="HOST")]
 #: queue names given by a repeatable option (``partitions maintain --queue``)
-QueueNamesOpt = Annotated[list[str] | None, typer.Option("--queue", help="Only these queues.",
-                                                         callback=checked(bounds.queue_name, "--queue"))]
+QueueNamesOpt = Annotated[list[str] | None, typer.Option("--queue",
+                                                         help="Only these queues; repeatable (default: every queue).",
+                                                         callback=checked(bounds.queue_name, "--queue"),
+                                                         metavar="QUEUE")]

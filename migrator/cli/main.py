@@ -71,8 +71,8 @@ def _show_version(value: bool) -> None:
 @app.callback()
 def _root(
     config: str | None = typer.Option(
-        None, "--config", "-c", help="Config file (else $MIGRATOR_CONFIG, else .sandbox/migrator.toml)."
-    ),
+        None, "--config", "-c", help="Config file (default: $MIGRATOR_CONFIG, else .sandbox/migrator.toml).",
+        metavar="PATH"),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Log library chatter (ZooKeeper, RQ) too."),
     _version: bool = typer.Option(False, "--version", callback=_show_version, is_eager=True,
                                   help="Print the version and exit."),
@@ -94,7 +94,7 @@ def setup_logging(verbose: bool) -> None:
 # -- id ----------------------------------------------------------------------------
 
 @id_app.command("decode")
-def id_decode(object_id: str = typer.Argument(..., help="The id, decimal or 0x hex."),
+def id_decode(object_id: str = typer.Argument(..., help="The id, decimal or 0x hex.", metavar="ID"),
               as_json: JsonOpt = False) -> None:
     """Split an id into shard, type and local id."""
     oid = ids.decode(ids.parse_id(object_id))
@@ -106,14 +106,17 @@ def id_decode(object_id: str = typer.Argument(..., help="The id, decimal or 0x h
 
 
 @id_app.command("encode")
-def id_encode(shard: int = typer.Option(..., "--shard"), type_id: int = typer.Option(..., "--type"),
-              local: int = typer.Option(..., "--local")) -> None:
+def id_encode(shard: int = typer.Option(..., "--shard", metavar="SHARD", help="Shard (0..65535)."),
+              type_id: int = typer.Option(..., "--type", metavar="N", help="Object type."),
+              local: int = typer.Option(..., "--local", metavar="N",
+                                        help="Local id within the shard and type.")) -> None:
     """Pack shard, type and local id into one id."""
     print(ids.encode(shard, type_id, local))
 
 
 @id_app.command("mod-shard")
-def id_mod_shard(key: str, shards: int = typer.Option(4096, "--shards")) -> None:
+def id_mod_shard(key: str = typer.Argument(..., help="The key (any text).", metavar="KEY"),
+                 shards: int = typer.Option(4096, "--shards", metavar="N", help="Number of shards.")) -> None:
     """The shard of a key without an id: md5(key) % N."""
     print(ids.mod_shard(key, shards))
 
@@ -146,9 +149,11 @@ def topology_show(as_json: JsonOpt = False,
 
 
 @topology_app.command("init")
-def topology_init(from_file: Path = typer.Option(..., "--from", help="A JSON map file (seed format)."),
+def topology_init(from_file: Path = typer.Option(..., "--from", help="A JSON map file (seed format).", metavar="FILE"),
                   hosts_file: Path | None = typer.Option(None, "--hosts",
-                                                            help="JSON list of hosts to register first.")) -> None:
+                                                            help="JSON list of hosts to register first "
+                                                                 "(default: none).",
+                                                            metavar="FILE")) -> None:
     """Store a first shard map (validated) in ZooKeeper."""
     from migrator.fleet import topology
 
@@ -158,7 +163,7 @@ def topology_init(from_file: Path = typer.Option(..., "--from", help="A JSON map
 
 
 @topology_app.command("create-shards")
-def topology_create_shards(rows: int = typer.Option(0, "--rows", help="Seed pins per new shard.")) -> None:
+def topology_create_shards(rows: int = typer.Option(0, "--rows", help="Seed pins per new shard.", metavar="N")) -> None:
     """Create missing shard databases (seed schema) on their masters."""
     from migrator.fleet import topology
 
@@ -184,8 +189,11 @@ def _host_arg(spec: str, partner: str) -> Any:
 
 @topology_app.command("add-pair")
 def topology_add_pair(
-    master: str = typer.Argument(..., help="NAME=ADDRESS:PORT of the new pair's master, e.g. MySQL009A=10.0.3.17:3306"),
-    standby: str = typer.Argument(..., help="NAME=ADDRESS:PORT of its standby (its master-master partner)"),
+    master: str = typer.Argument(...,
+                                 help="NAME=ADDRESS:PORT of the new pair's master, e.g. MySQL009A=10.0.3.17:3306",
+                                 metavar="NAME=ADDRESS:PORT"),
+    standby: str = typer.Argument(..., help="NAME=ADDRESS:PORT of its standby (its master-master partner)",
+                                  metavar="NAME=ADDRESS:PORT"),
 ) -> None:
     """Register a new, empty master-master pair (a split, move or rebalance target), after checking it."""
     from migrator.fleet import topology
@@ -198,7 +206,8 @@ def topology_add_pair(
 
 
 @topology_app.command("history")
-def topology_history(limit: int = typer.Option(20, "--limit", min=1)) -> None:
+def topology_history(limit: int = typer.Option(20, "--limit", min=1, metavar="N",
+                                               help="Changes shown, newest last.")) -> None:
     """Shard-map changes: who, when, old and new epoch."""
     from migrator.fleet import topology
 
@@ -209,29 +218,29 @@ def topology_history(limit: int = typer.Option(20, "--limit", min=1)) -> None:
 # -- sandbox ----------------------------------------------------------------------------
 
 #: the sandbox's directory (--dir), the same default for every sandbox command
-SandboxDirOpt = Annotated[Path, typer.Option("--dir")]
+SandboxDirOpt = Annotated[Path, typer.Option("--dir", metavar="DIR", help="The sandbox's directory.")]
 SANDBOX_DIR = Path(".sandbox")
 
 
 @sandbox_app.command("up")
 def sandbox_up(
-    pairs: int = typer.Option(2, "--pairs", help="Pairs that hold shards."),
-    spare_pairs: int = typer.Option(1, "--spare-pairs", help="Empty pairs: split targets."),
-    shards: int = typer.Option(16, "--shards"),
-    rows: int = typer.Option(100, "--rows", help="Seed pins per shard."),
+    pairs: int = typer.Option(2, "--pairs", help="Pairs that hold shards.", metavar="N"),
+    spare_pairs: int = typer.Option(1, "--spare-pairs", help="Empty pairs: split targets.", metavar="N"),
+    shards: int = typer.Option(16, "--shards", metavar="N", help="Shards of the seed map."),
+    rows: int = typer.Option(100, "--rows", help="Seed pins per shard.", metavar="N"),
     directory: SandboxDirOpt = SANDBOX_DIR,
     base_port: int = typer.Option(33100, "--base-port",
-                                  help="Ports base+1.. (MariaDB), base+81 (ZK), base+91 (Redis)."),
+                                  help="Ports base+1.. (MariaDB), base+81 (ZK), base+91 (Redis).", metavar="PORT"),
     tls: bool = typer.Option(True, "--tls/--no-tls",
                              help="MariaDB accepts TLS only, with certificates of the sandbox's own CA "
                                   "(--no-tls: plaintext). Fixed when the sandbox is created."),
     gtid_layout: str = typer.Option("per-server", "--gtid-layout",
                                     help="per-server: a GTID domain per server, strict mode on; shared: every "
                                          "server in domain 0, strict mode off (MariaDB's default). Fixed when "
-                                         "the sandbox is created."),
+                                         "the sandbox is created.", metavar="LAYOUT"),
     parallel: int = typer.Option(0, "--parallel-replication", min=0,
                                  help="Optimistic parallel applier threads on every pair link (0: one SQL "
-                                      "thread). Fixed when the sandbox is created."),
+                                      "thread). Fixed when the sandbox is created.", metavar="N"),
 ) -> None:
     """Start the sandbox fleet (a no-op when it already runs)."""
     from migrator.sandbox import Sandbox

@@ -20,7 +20,7 @@ WORKER_TTL_S = 30
 
 
 def history(migration_id: OptionalMigrationIdArg = None,
-            limit: int = typer.Option(200, "--limit", min=1),
+            limit: int = typer.Option(200, "--limit", min=1, metavar="N", help="Changes shown, newest last."),
             as_json: JsonOpt = False) -> None:
     """Every shard-map change and migration state change: who, when, epochs."""
     from migrator.fleet import config as config_mod
@@ -38,7 +38,8 @@ def history(migration_id: OptionalMigrationIdArg = None,
         print(f"{r['when_iso']}  {r['what']:9s} {r['who']}{mid}  {r['detail']}")
 
 
-def metrics_cmd(listen: str = typer.Option("127.0.0.1:9640", "--listen", help="HOST:PORT to serve /metrics on.")
+def metrics_cmd(listen: str = typer.Option("127.0.0.1:9640", "--listen", help="HOST:PORT to serve /metrics on.",
+                                           metavar="HOST:PORT")
                 ) -> None:
     """Serve Prometheus /metrics of every migration (read from ZooKeeper on scrape)."""
     import time
@@ -57,11 +58,14 @@ def metrics_cmd(listen: str = typer.Option("127.0.0.1:9640", "--listen", help="H
 
 def demo(
     directory: str = typer.Option(".sandbox-demo", "--dir", help="A fresh sandbox is started here (a sandbox "
-                                                               "already there is deleted first, after asking)."),
-    base_port: int = typer.Option(33300, "--base-port", min=1, max=65000),
-    rate: float = typer.Option(200.0, "--rate", min=0, help="Queue load, jobs/s (0: as fast as it can)."),
-    rows: int = typer.Option(500, "--rows", min=0, help="Seed pins per shard."),
-    shards: int = typer.Option(16, "--shards", min=2, max=65536),
+                                                               "already there is deleted first, after asking).",
+                                                                   metavar="DIR"),
+    base_port: int = typer.Option(33300, "--base-port", min=1, max=65000, metavar="PORT",
+                                   help="Ports base+1.. (MariaDB), base+81 (ZK), base+91 (Redis)."),
+    rate: float = typer.Option(200.0, "--rate", min=0, help="Queue load, jobs/s (0: as fast as it can).",
+                               metavar="PER_S"),
+    rows: int = typer.Option(500, "--rows", min=0, help="Seed pins per shard.", metavar="N"),
+    shards: int = typer.Option(16, "--shards", min=2, max=65536, metavar="N", help="Shards of the seed map."),
     down: bool = typer.Option(False, "--down", help="Stop the sandbox at the end."),
     tls: bool = typer.Option(True, "--tls/--no-tls", help="MariaDB over TLS only (--no-tls: plaintext)."),
     yes: YesOpt = False,
@@ -98,13 +102,14 @@ def restart_copy(migration_id: MigrationIdArg,
 def worker(
     pairs: str | None = typer.Option(None, "--pairs", help="Serve only the jobs of migrations whose source is "
                                      "one of these pairs (comma-separated host names, e.g. "
-                                     "MySQL003A,MySQL004A)."),
+                                     "MySQL003A,MySQL004A; default: every pair).", metavar="HOSTS"),
     queues: list[str] = typer.Option([], "--queue", help="RQ queues to serve; repeatable (with --pairs: "
-                                     "served too, e.g. --queue migrator for rebalance advances)."),
+                                     "served too, e.g. --queue migrator for rebalance advances).", metavar="QUEUE"),
     burst: bool = typer.Option(False, "--burst", help="Exit when the queues are empty."),
-    name: str | None = typer.Option(None, "--name"),
+    name: str | None = typer.Option(None, "--name", metavar="NAME", help="Worker name (default: RQ's, host and pid)."),
     metrics_listen: str | None = typer.Option(None, "--metrics-listen",
-                                              help="HOST:PORT to serve Prometheus /metrics of migrations on."),
+                                              help="HOST:PORT to serve Prometheus /metrics of migrations on "
+                                                   "(default: none served).", metavar="HOST:PORT"),
     settle: bool = typer.Option(True, "--settle/--no-settle",
                                 help="Settle cutovers whose process died (undo before the flip, finish after)."),
 ) -> None:

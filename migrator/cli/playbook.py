@@ -17,8 +17,9 @@ playbook_app = typer.Typer(help="Runbook playbooks: runs, their steps, approvals
 
 
 def run(
-    path: Path = typer.Argument(..., help="A playbook YAML file (see playbooks/)."),
-    sets: list[str] = typer.Option([], "--set", help="name=value for a playbook param; repeatable."),
+    path: Path = typer.Argument(..., help="A playbook YAML file (see playbooks/).", metavar="PATH"),
+    sets: list[str] = typer.Option([], "--set", help="name=value for a playbook param; repeatable.",
+                                   metavar="NAME=VALUE"),
     dry_run: bool = typer.Option(False, "--dry-run", help="Check and print the steps; run nothing (the hosts "
                                                           "the steps name are looked up in the registry)."),
     sync: bool = typer.Option(False, "--sync", help="Run in this process instead of on RQ workers."),
@@ -52,7 +53,8 @@ def _check_hosts(cfg: object, pb: pbm.Playbook, params: dict[str, object]) -> No
         pbm.check_hosts(pb, params, set(HostRegistry(zk).all()))
 
 
-def approve(run_id: RunIdArg, step: str) -> None:
+def approve(run_id: RunIdArg, step: str = typer.Argument(..., help="The step waiting for approval.",
+                                                         metavar="STEP")) -> None:
     """Approve a manual gate of a playbook run."""
     from migrator.fleet import config as config_mod
     from migrator.fleet import zk as zk_mod
@@ -99,7 +101,8 @@ def list_runs() -> None:
 
 
 @playbook_app.command("resume")
-def resume(run_id: RunIdArg, sync: bool = typer.Option(False, "--sync")) -> None:
+def resume(run_id: RunIdArg, sync: bool = typer.Option(False, "--sync",
+                                                       help="Run it in this process instead of RQ workers.")) -> None:
     """Continue a run from its last checkpoint (after a crash or a lost Redis)."""
     cfg = load_config()
     if sync:

@@ -23,7 +23,13 @@ from rich.console import Console
 from rich.table import Table
 
 from migrator.cli.helpers import JsonOpt, QueueNameOpt, load_config
-from migrator.cli.inputs import JobStateOpt, QueueNameArg, QueueNamesOpt, at_least, checked
+from migrator.cli.inputs import (
+    JobStateOpt,
+    QueueNameArg,
+    QueueNamesOpt,
+    at_least,
+    checked,
+)
 from migrator.cli.options import UsageProblem, YesOpt, confirm, listen_address
 from migrator.fleet import bounds
 
@@ -40,12 +46,13 @@ OpenOpt = Annotated[bool, typer.Option(
     "--open", help="Serve without a token when the secrets file has none: anyone who reaches the address may "
                    "enqueue, dequeue and delete (refused without a token otherwise).")]
 #: a shard number of the id format
-ShardArg = Annotated[int, typer.Argument(min=0, max=65535, help="The shard (0..65535).")]
+ShardArg = Annotated[int, typer.Argument(min=0, max=65535, help="The shard (0..65535).", metavar="SHARD")]
 #: the load generator's ledger (`queue load` writes it, `queue ledger check` reads it)
-LedgerOpt = Annotated[Path, typer.Option("--ledger")]
+LedgerOpt = Annotated[Path, typer.Option("--ledger", metavar="FILE", help="The ledger (SQLite file).")]
 LEDGER = Path("queue-ledger.db")
 #: --attempts of update, enqueue and retry (None: not given)
-AttemptsOpt = Annotated[int | None, typer.Option("--attempts")]
+AttemptsOpt = Annotated[int | None, typer.Option("--attempts", metavar="N",
+                                                 help="Attempts per job (default: the queue's).")]
 queue_app.add_typer(ledger_app, name="ledger")
 
 
@@ -84,12 +91,15 @@ def _print(obj: Any) -> None:
 # -- servers ----------------------------------------------------------------------------
 
 @queue_app.command("serve")
-def serve(listen: str | None = typer.Option(None, "--listen", help="HOST:PORT (default: [queue] listen)."),
+def serve(listen: str | None = typer.Option(None, "--listen", help="HOST:PORT (default: [queue] listen).",
+                                            metavar="HOST:PORT"),
           broker: bool = typer.Option(False, "--broker/--no-broker",
                                       help="Also run a dequeue broker in this process."),
-          reap_every: float = typer.Option(1.0, "--reap-every", help="Seconds between lease reaper passes."),
+          reap_every: float = typer.Option(1.0, "--reap-every", help="Seconds between lease reaper passes.",
+                                           metavar="S"),
           frozen_wait: float = typer.Option(10.0, "--frozen-wait",
-                                            help="Max seconds a write waits on a frozen shard."),
+                                            help="Max seconds a write waits on a frozen shard.",
+                                                metavar="S"),
           open_: OpenOpt = False) -> None:
     """Serve the HTTP/JSON API (OpenAPI at /docs) and Prometheus /metrics; every /v1 call must send
     Authorization: Bearer <the [queue] token of the secrets file>."""
@@ -131,9 +141,12 @@ def serve(listen: str | None = typer.Option(None, "--listen", help="HOST:PORT (d
 
 @queue_app.command("broker")
 def broker_cmd(listen: str = typer.Option("127.0.0.1:0", "--listen",
-                                          help="HOST:PORT for broker dequeues (0: any free port)."),
-               buffer: int = typer.Option(200, "--buffer", min=1, help="Jobs buffered per owned partition."),
-               broker_id: str | None = typer.Option(None, "--id"),
+                                          help="HOST:PORT for broker dequeues (0: any free port).",
+                                          metavar="HOST:PORT"),
+               buffer: int = typer.Option(200, "--buffer", min=1, help="Jobs buffered per owned partition.",
+                                          metavar="N"),
+               broker_id: str | None = typer.Option(None, "--id", metavar="ID",
+                                                    help="Broker id (default: a random b...)."),
                open_: OpenOpt = False) -> None:
     """Run a dequeue broker: own queue partitions (assigned through ZooKeeper) and serve them from memory."""
     import uvicorn
@@ -160,13 +173,18 @@ def broker_cmd(listen: str = typer.Option("127.0.0.1:0", "--listen",
 
 @queue_app.command("worker")
 def worker_cmd(queue: QueueNameOpt,
-               handler: str = typer.Option(..., "--handler", help="package.module:function taking a job."),
-               concurrency: int = typer.Option(1, "--concurrency", min=1),
+               handler: str = typer.Option(..., "--handler", help="package.module:function taking a job.",
+                                           metavar="MODULE:FUNCTION"),
+               concurrency: int = typer.Option(1, "--concurrency", min=1, metavar="N", help="Threads taking jobs."),
                lease: float | None = typer.Option(None, "--lease", help="Lease seconds (default: the queue's).",
-                                                  callback=checked(at_least(0, exclusive=True), "--lease")),
-               url: str | None = typer.Option(None, "--url", help="Use a queue server instead of the fleet directly.",
-                                              callback=checked(bounds.http_url, "--url")),
-               max_jobs: int | None = typer.Option(None, "--max-jobs", min=1)) -> None:
+                                                  callback=checked(at_least(0, exclusive=True), "--lease"),
+                                                  metavar="S"),
+               url: str | None = typer.Option(None, "--url",
+                                              help="Use a queue server instead of the fleet directly (default: the "
+                                                   "fleet).",
+                                              callback=checked(bounds.http_url, "--url"), metavar="URL"),
+               max_jobs: int | None = typer.Option(None, "--max-jobs", min=1, metavar="N",
+                                                   help="Stop after this many jobs (default: never).")) -> None:
     """Run HANDLER on jobs of QUEUE with lease heartbeats; SIGTERM/SIGINT stop it gracefully."""
     from migrator.queue.worker import load_handler, run_worker
 
@@ -193,16 +211,19 @@ def _api(url: str | None) -> Any:
 @queue_app.command("load")
 def load_cmd(queue: QueueNameOpt = "load",
              rate: float = typer.Option(100.0, "--rate", help="Jobs/s to enqueue; 0 = as fast as possible.",
-                                        callback=checked(at_least(0), "--rate")),
+                                        callback=checked(at_least(0), "--rate"), metavar="PER_S"),
              duration: float = typer.Option(10.0, "--duration", help="Seconds (above 0).",
-                                            callback=checked(at_least(0, exclusive=True), "--duration")),
+                                            callback=checked(at_least(0, exclusive=True), "--duration"),
+                                                metavar="S"),
              ledger: LedgerOpt = LEDGER,
              partitions: int = typer.Option(2, "--partitions", min=1, max=256,
-                                            help="Partitions if the queue is created."),
-             consumers: int = typer.Option(2, "--consumers", min=0),
-             producers: int = typer.Option(1, "--producers", min=1),
-             url: str | None = typer.Option(None, "--url", help="Load a queue server instead of the fleet directly.",
-                                            callback=checked(bounds.http_url, "--url"))) -> None:
+                                            help="Partitions if the queue is created.", metavar="N"),
+             consumers: int = typer.Option(2, "--consumers", min=0, metavar="N", help="Consumer threads."),
+             producers: int = typer.Option(1, "--producers", min=1, metavar="N", help="Producer threads."),
+             url: str | None = typer.Option(None, "--url",
+                                            help="Load a queue server instead of the fleet directly (default: the "
+                                                 "fleet).",
+                                            callback=checked(bounds.http_url, "--url"), metavar="URL")) -> None:
     """Enqueue, dequeue and ack at a target rate, recording everything in a ledger."""
     from migrator.fleet.config import load_credentials
     from migrator.queue.load import run_load
@@ -238,11 +259,14 @@ def ledger_check(ledger: LedgerOpt = LEDGER,
 # -- admin -------------------------------------------------------------------------------
 
 @queue_app.command("create")
-def create(name: QueueNameArg, partitions: int = typer.Option(1, "--partitions", "-p"),
-           fifo: bool = typer.Option(False, "--fifo"),
-           lease: float = typer.Option(30.0, "--lease"),
-           attempts: int = typer.Option(3, "--attempts"),
-           max_rate: float = typer.Option(0.0, "--max-rate", help="Dequeue jobs/s; 0 = unlimited.")) -> None:
+def create(name: QueueNameArg, partitions: int = typer.Option(1, "--partitions", "-p", metavar="N",
+                                                              help="Partitions (shards the jobs spread over)."),
+           fifo: bool = typer.Option(False, "--fifo", help="Jobs of a partition are taken in enqueue order."),
+           lease: float = typer.Option(30.0, "--lease", metavar="S",
+                                       help="Lease of a taken job (s)."),
+           attempts: int = typer.Option(3, "--attempts", metavar="N", help="Attempts per job."),
+           max_rate: float = typer.Option(0.0, "--max-rate", help="Dequeue jobs/s; 0 = unlimited.",
+                                          metavar="PER_S")) -> None:
     """Create a queue: pick shards, create the jobs tables, record it in ZooKeeper."""
     from migrator.queue.model import QueueConfig
 
@@ -256,7 +280,7 @@ def create(name: QueueNameArg, partitions: int = typer.Option(1, "--partitions",
 
 
 @queue_app.command("list")
-def list_cmd(counts: bool = typer.Option(True, "--counts/--no-counts")) -> None:
+def list_cmd(counts: bool = typer.Option(True, "--counts/--no-counts", help="Jobs per state of each queue.")) -> None:
     """Queues with their partitions and (optionally) jobs per state."""
     with _service() as svc:
         t = Table(title="queues")
@@ -280,9 +304,11 @@ def show(name: QueueNameArg) -> None:
 
 
 @queue_app.command("update")
-def update(name: QueueNameArg, lease: float | None = typer.Option(None, "--lease"),
+def update(name: QueueNameArg, lease: float | None = typer.Option(None, "--lease", metavar="S",
+                                                                  help="New lease (s; default: unchanged)."),
            attempts: AttemptsOpt = None,
-           max_rate: float | None = typer.Option(None, "--max-rate"),
+           max_rate: float | None = typer.Option(None, "--max-rate", metavar="PER_S",
+                                                 help="New dequeue limit, jobs/s (0: none; default: unchanged)."),
            yes: YesOpt = False) -> None:
     """Change lease, default attempts or the dequeue rate limit of a live queue (shows the change and asks)."""
     from migrator.queue.model import QueueConfigUpdate
@@ -332,10 +358,14 @@ def delete(name: QueueNameArg, yes: YesOpt = False) -> None:
 
 
 @queue_app.command("enqueue")
-def enqueue(name: QueueNameArg, bodies: list[str] = typer.Argument(..., help="Job bodies."),
-            priority: int = typer.Option(2, "--priority"), delay: float | None = typer.Option(None, "--delay"),
+def enqueue(name: QueueNameArg, bodies: list[str] = typer.Argument(..., help="Job bodies.", metavar="BODY"),
+            priority: int = typer.Option(2, "--priority", metavar="N", help="Priority (lower first)."),
+                delay: float | None = typer.Option(None, "--delay", metavar="S",
+                                                   help="Not taken before this many seconds (default: at once)."),
             attempts: AttemptsOpt = None,
-            dedupe: str | None = typer.Option(None, "--dedupe-key")) -> None:
+            dedupe: str | None = typer.Option(None, "--dedupe-key", metavar="KEY",
+                                              help="An enqueue with a pending job of this key is deduplicated "
+                                                   "(default: none).")) -> None:
     """Enqueue jobs (one per BODY)."""
     from migrator.queue.model import EnqueueJob
 
@@ -354,7 +384,7 @@ def counts(name: QueueNameArg) -> None:
 
 
 @queue_app.command("lookup")
-def lookup(name: QueueNameArg, job_id: str) -> None:
+def lookup(name: QueueNameArg, job_id: str = typer.Argument(..., help="The job id.", metavar="JOB_ID")) -> None:
     """One job by id."""
     from migrator.fleet.ids import parse_id
 
@@ -363,8 +393,10 @@ def lookup(name: QueueNameArg, job_id: str) -> None:
 
 
 @queue_app.command("scan")
-def scan(name: QueueNameArg, state: JobStateOpt = "NEW", limit: int = typer.Option(20, "--limit", min=1),
-         cursor: str | None = typer.Option(None, "--cursor")) -> None:
+def scan(name: QueueNameArg, state: JobStateOpt = "NEW", limit: int = typer.Option(20, "--limit", min=1, metavar="N",
+                                                                                   help="Jobs per page."),
+         cursor: str | None = typer.Option(None, "--cursor", metavar="CURSOR",
+                                           help="Where the last page ended (default: the start).")) -> None:
     """A page of jobs in a state (keyset pagination: pass --cursor from the last page)."""
     with _service() as svc:
         jobs, nxt = svc.scan(name, state, limit, cursor)
@@ -375,7 +407,8 @@ def scan(name: QueueNameArg, state: JobStateOpt = "NEW", limit: int = typer.Opti
 
 
 @queue_app.command("retry")
-def retry(name: QueueNameArg, limit: int = typer.Option(1000, "--limit", min=1),
+def retry(name: QueueNameArg, limit: int = typer.Option(1000, "--limit", min=1, metavar="N",
+                                                        help="At most this many jobs."),
           attempts: AttemptsOpt = None) -> None:
     """Move failed jobs back to pending."""
     with _service() as svc:
@@ -384,7 +417,7 @@ def retry(name: QueueNameArg, limit: int = typer.Option(1000, "--limit", min=1),
 
 @queue_app.command("purge")
 def purge(name: QueueNameArg, state: JobStateOpt,
-          limit: int = typer.Option(1000, "--limit", min=1),
+          limit: int = typer.Option(1000, "--limit", min=1, metavar="N", help="At most this many jobs."),
           yes: YesOpt = False) -> None:
     """Delete jobs of one state (shows how many and asks; routine purging is `migrator partitions maintain`)."""
     from migrator.queue.model import JobState
@@ -401,9 +434,12 @@ def purge(name: QueueNameArg, state: JobStateOpt,
 @partitions_app.command("maintain")
 def maintain(dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan; change nothing."),
              queue: QueueNamesOpt = None,
-             lock_wait: int = typer.Option(2, "--lock-wait", min=1, help="lock_wait_timeout (s) for each DDL."),
+             lock_wait: int = typer.Option(2, "--lock-wait", callback=checked(at_least(1), "--lock-wait"),
+                                           help="lock_wait_timeout (s) for each DDL.",
+                                           metavar="S"),
              pretend_later: float = typer.Option(0.0, "--pretend-later", hidden=True,
-                                                 help="Pretend the clock is this many seconds later.")) -> None:
+                                                 help="Pretend the clock is this many seconds later.",
+                                                 metavar="X")) -> None:
     """Drop expired buckets (DROP PARTITION) and split FUTURE partitions ahead (REORGANIZE PARTITION)."""
     from migrator.queue.maintenance import maintain as run
 
@@ -419,7 +455,8 @@ def maintain(dry_run: bool = typer.Option(False, "--dry-run", help="Print the pl
 
 
 @partitions_app.command("pause")
-def partitions_pause(shard: ShardArg, reason: str = typer.Option("", "--reason")) -> None:
+def partitions_pause(shard: ShardArg, reason: str = typer.Option("", "--reason", metavar="TEXT",
+                                                                 help="Why, recorded with the pause.")) -> None:
     """Pause maintenance of a shard (creates <root>/maintenance/paused/<shard>)."""
     from migrator.fleet import zk as zk_mod
     from migrator.fleet.config import load_credentials

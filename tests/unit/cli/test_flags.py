@@ -50,3 +50,4 @@ def test_completion_is_offered():
     names = {n for p in typer.main.get_command(main.app).params for n in p.opts}
     assert {"--install-completion", "--show-completion", "-c", "--config"} <= names
 
+
