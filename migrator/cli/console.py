@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from migrator.cli.helpers import load_config
-from migrator.cli.inputs import at_least, checked
+from migrator.cli.inputs import DURATION_METAVAR, at_least, checked, duration_parser
 
 
 def console_cmd(
@@ -13,10 +13,10 @@ def console_cmd(
                                metavar="HOST:PORT"),
     measure_every: float = typer.Option(30.0, "--measure-every", callback=checked(at_least(1), "--measure-every"),
                                         help="Seconds between measurements of bytes and writes/s per shard.",
-                                        metavar="S"),
+                                        metavar=DURATION_METAVAR, parser=duration_parser("--measure-every")),
     window: float = typer.Option(2.0, "--window", callback=checked(at_least(0.1), "--window"),
                                  help="Seconds of binlog each measurement samples write rates from.",
-                                     metavar="S"),
+                                     metavar=DURATION_METAVAR, parser=duration_parser("--window")),
 ) -> None:
     """Serve the operator console: pairs, ranges, bytes and write rates, migrations with their copy and
     catch-up progress, rebalances and their plans, live in a browser (token: [queue] token of the secrets

@@ -8,6 +8,8 @@ that can be refused locally never waits on ZooKeeper's connect timeout.
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Callable
 from typing import Annotated, Any
 
@@ -38,6 +40,46 @@ def at_least(minimum: float, *, exclusive: bool = False) -> Callable[[Any], Any]
         bounds.number(value, minimum=minimum, exclusive=exclusive)
         return value
     return check
+
+
+#: a duration's unit suffixes, in seconds
+DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+_DURATION = re.compile(r"\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*(ms|s|m|h)?\s*", re.IGNORECASE)
+#: the metavar of every duration flag: a bare number in the flag's unit, or a number with its own unit
+DURATION_METAVAR = "DURATION"
+
+
+def parse_duration(text: Any, unit: str = "s") -> float:
+    """A duration as a number of ``unit`` (``s`` or ``ms``): a bare number is in ``unit``; ``1.5s``, ``1500ms``,
+    ``2m`` and ``1h`` carry their own. ValueError, saying what to give, for anything else."""
+    if isinstance(text, int | float) and not isinstance(text, bool):
+        return float(text)
+    m = _DURATION.fullmatch(str(text))
+    if m is None:
+        raise ValueError(f"not a duration: give a number of {'seconds' if unit == 's' else 'milliseconds'}, "
+                         "or one with its unit: 1.5s, 1500ms, 2m, 1h")
+    value = float(m.group(1))
+    suffix = (m.group(2) or unit).lower()
+    out = value * DURATION_UNITS[suffix] / DURATION_UNITS[unit]
+    if not math.isfinite(out):
+        raise ValueError("not a finite duration")
+    return out
+
+
+def duration_parser(flag: str, unit: str = "s", *, whole: bool = False) -> Callable[[Any], Any]:
+    """The typer ``parser=`` of the duration flag ``flag`` (:func:`parse_duration`); ``whole``: a whole number of
+    ``unit`` (an int) is required. Its refusal is one line naming the flag (exit 2)."""
+    def parser(value: Any) -> Any:
+        try:
+            out = parse_duration(value, unit)
+            if whole:
+                if out != int(out):
+                    raise ValueError(f"give whole {'seconds' if unit == 's' else 'milliseconds'} (e.g. 2 or 2s)")
+                return int(out)
+            return out
+        except ValueError as exc:
+            raise UsageProblem(f"{flag} {short(str(value))}: {exc}") from None
+    return parser
 
 
 def migration_id_callback(name: str = "migration id") -> Callable[[Any], Any]:

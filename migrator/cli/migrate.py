@@ -36,10 +36,12 @@ from migrator.cli.helpers import (
     shard_runs,
 )
 from migrator.cli.inputs import (
+    DURATION_METAVAR,
     HostArg,
     OptionalMigrationIdArg,
     at_least,
     checked,
+    duration_parser,
     migration_id_callback,
 )
 from migrator.cli.options import UsageProblem, YesOpt, build_options, confirm, detach_needs_yes, dry_run_or_yes
@@ -66,7 +68,8 @@ NoStartOpt = Annotated[bool, typer.Option(
                        "`migrator preflight|copy|catchup|verify|cutover ID`, or `migrator resume ID`).")]
 DetachOpt = Annotated[bool, typer.Option("--detach", help="With --yes: do not follow progress.")]
 MaxLagOpt = Annotated[float | None, typer.Option(
-    "--max-lag", help="Throttle the copy above this target standby lag (s; default 5).", metavar="S")]
+    "--max-lag", help="Throttle the copy above this target standby lag (s; default 5).", metavar=DURATION_METAVAR,
+        parser=duration_parser("--max-lag"))]
 MaxThreadsOpt = Annotated[int | None, typer.Option(
     "--max-threads-running",
     help="Throttle the copy while the source runs this many threads (Threads_running; default 50).", metavar="N")]
@@ -383,7 +386,8 @@ def copy(
     migration_id: MigrationIdArg,
     sync: bool = typer.Option(False, "--sync", help="Copy in this process instead of RQ workers."),
     workers: int | None = typer.Option(None, "--workers",
-                                       help="Threads for --sync (default: the migration's --workers, 4 unless set).",
+                                       help="Tables copied at once with --sync (default: the migration's --workers, 4 "
+                                            "unless set).",
                                        metavar="N"),
     queue: RqQueueOpt = None,
 ) -> None:
@@ -413,10 +417,11 @@ def status(
     watch_: bool = typer.Option(False, "--watch", "-w", help="Redraw live (until a final phase, or Ctrl-C)."),
     interval: float = typer.Option(1.0, "--interval", help="Seconds between redraws with --watch (above 0).",
                                    callback=checked(at_least(0, exclusive=True), "--interval"),
-                                       metavar="S"),
+                                       metavar=DURATION_METAVAR, parser=duration_parser("--interval")),
     timeout: float | None = typer.Option(None, "--timeout", help="Stop watching after this many seconds (exit "
                                                                  "code 7 when it ends the watch; default: never).",
-                                         callback=checked(at_least(0), "--timeout"), metavar="S"),
+                                         callback=checked(at_least(0), "--timeout"), metavar=DURATION_METAVAR,
+                                             parser=duration_parser("--timeout")),
 ) -> None:
     """Every migration's phase and the live workers; with an ID: per-shard copy progress, copy rate and
     ETA, the catch-up pass table, predicted and last freeze, and the workers."""

@@ -24,7 +24,7 @@ from rich.console import Console
 from rich.table import Table
 
 from migrator.cli.helpers import JsonOpt, RqQueueOpt, load_config
-from migrator.cli.inputs import at_least, checked, migration_id_callback
+from migrator.cli.inputs import DURATION_METAVAR, at_least, checked, duration_parser, migration_id_callback
 from migrator.cli.options import YesOpt, confirm
 from migrator.engine.catch_up.passes import PassResult, run_passes
 from migrator.engine.cleanup import cleanup
@@ -90,7 +90,8 @@ def verify_cmd(
     repair: bool = typer.Option(False, "--repair/--no-repair",
                                 help="Re-copy the chunks that differ (default: report only, change nothing)."),
     chunk_rows: int = typer.Option(0, "--chunk-rows", min=0,
-                                   help="Rows per checksum chunk (default: the migration's).", metavar="N"),
+                                   help="Rows per checksum chunk of the verify (default: the migration's "
+                                        "--chunk-rows).", metavar="N"),
     as_json: JsonOpt = False,
     yes: YesOpt = False,
 ) -> None:
@@ -156,7 +157,8 @@ def rollback_cmd(
     detach: bool = typer.Option(False, "--detach", help="Enqueue and return; follow with `migrator status ID`."),
     timeout: float | None = typer.Option(None, "--timeout", help="Stop following after this many seconds "
                                                                   "(the rollback goes on; default: never).",
-                                         callback=checked(at_least(0), "--timeout"), metavar="S"),
+                                         callback=checked(at_least(0), "--timeout"), metavar=DURATION_METAVAR,
+                                             parser=duration_parser("--timeout")),
     sync: bool = typer.Option(False, "--sync", help="Run it in this process instead of RQ workers."),
     yes: YesOpt = False,
 ) -> None:

@@ -24,11 +24,13 @@ from rich.table import Table
 
 from migrator.cli.helpers import JsonOpt, QueueNameOpt, load_config
 from migrator.cli.inputs import (
+    DURATION_METAVAR,
     JobStateOpt,
     QueueNameArg,
     QueueNamesOpt,
     at_least,
     checked,
+    duration_parser,
 )
 from migrator.cli.options import UsageProblem, YesOpt, confirm, listen_address
 from migrator.fleet import bounds
@@ -96,10 +98,10 @@ def serve(listen: str | None = typer.Option(None, "--listen", help="HOST:PORT (d
           broker: bool = typer.Option(False, "--broker/--no-broker",
                                       help="Also run a dequeue broker in this process."),
           reap_every: float = typer.Option(1.0, "--reap-every", help="Seconds between lease reaper passes.",
-                                           metavar="S"),
+                                           metavar=DURATION_METAVAR, parser=duration_parser("--reap-every")),
           frozen_wait: float = typer.Option(10.0, "--frozen-wait",
                                             help="Max seconds a write waits on a frozen shard.",
-                                                metavar="S"),
+                                                metavar=DURATION_METAVAR, parser=duration_parser("--frozen-wait")),
           open_: OpenOpt = False) -> None:
     """Serve the HTTP/JSON API (OpenAPI at /docs) and Prometheus /metrics; every /v1 call must send
     Authorization: Bearer <the [queue] token of the secrets file>."""
@@ -178,7 +180,7 @@ def worker_cmd(queue: QueueNameOpt,
                concurrency: int = typer.Option(1, "--concurrency", min=1, metavar="N", help="Threads taking jobs."),
                lease: float | None = typer.Option(None, "--lease", help="Lease seconds (default: the queue's).",
                                                   callback=checked(at_least(0, exclusive=True), "--lease"),
-                                                  metavar="S"),
+                                                  metavar=DURATION_METAVAR, parser=duration_parser("--lease")),
                url: str | None = typer.Option(None, "--url",
                                               help="Use a queue server instead of the fleet directly (default: the "
                                                    "fleet).",
@@ -214,7 +216,7 @@ def load_cmd(queue: QueueNameOpt = "load",
                                         callback=checked(at_least(0), "--rate"), metavar="PER_S"),
              duration: float = typer.Option(10.0, "--duration", help="Seconds (above 0).",
                                             callback=checked(at_least(0, exclusive=True), "--duration"),
-                                                metavar="S"),
+                                                metavar=DURATION_METAVAR, parser=duration_parser("--duration")),
              ledger: LedgerOpt = LEDGER,
              partitions: int = typer.Option(2, "--partitions", min=1, max=256,
                                             help="Partitions if the queue is created.", metavar="N"),
@@ -262,7 +264,7 @@ def ledger_check(ledger: LedgerOpt = LEDGER,
 def create(name: QueueNameArg, partitions: int = typer.Option(1, "--partitions", "-p", metavar="N",
                                                               help="Partitions (shards the jobs spread over)."),
            fifo: bool = typer.Option(False, "--fifo", help="Jobs of a partition are taken in enqueue order."),
-           lease: float = typer.Option(30.0, "--lease", metavar="S",
+           lease: float = typer.Option(30.0, "--lease", metavar=DURATION_METAVAR, parser=duration_parser("--lease"),
                                        help="Lease of a taken job (s)."),
            attempts: int = typer.Option(3, "--attempts", metavar="N", help="Attempts per job."),
            max_rate: float = typer.Option(0.0, "--max-rate", help="Dequeue jobs/s; 0 = unlimited.",
@@ -304,7 +306,8 @@ def show(name: QueueNameArg) -> None:
 
 
 @queue_app.command("update")
-def update(name: QueueNameArg, lease: float | None = typer.Option(None, "--lease", metavar="S",
+def update(name: QueueNameArg, lease: float | None = typer.Option(None, "--lease", metavar=DURATION_METAVAR,
+                                                                  parser=duration_parser("--lease"),
                                                                   help="New lease (s; default: unchanged)."),
            attempts: AttemptsOpt = None,
            max_rate: float | None = typer.Option(None, "--max-rate", metavar="PER_S",
@@ -360,7 +363,8 @@ def delete(name: QueueNameArg, yes: YesOpt = False) -> None:
 @queue_app.command("enqueue")
 def enqueue(name: QueueNameArg, bodies: list[str] = typer.Argument(..., help="Job bodies.", metavar="BODY"),
             priority: int = typer.Option(2, "--priority", metavar="N", help="Priority (lower first)."),
-                delay: float | None = typer.Option(None, "--delay", metavar="S",
+                delay: float | None = typer.Option(None, "--delay", metavar=DURATION_METAVAR,
+                                                   parser=duration_parser("--delay"),
                                                    help="Not taken before this many seconds (default: at once)."),
             attempts: AttemptsOpt = None,
             dedupe: str | None = typer.Option(None, "--dedupe-key", metavar="KEY",
@@ -436,7 +440,7 @@ def maintain(dry_run: bool = typer.Option(False, "--dry-run", help="Print the pl
              queue: QueueNamesOpt = None,
              lock_wait: int = typer.Option(2, "--lock-wait", callback=checked(at_least(1), "--lock-wait"),
                                            help="lock_wait_timeout (s) for each DDL.",
-                                           metavar="S"),
+                                           metavar=DURATION_METAVAR, parser=duration_parser("--lock-wait", whole=True)),
              pretend_later: float = typer.Option(0.0, "--pretend-later", hidden=True,
                                                  help="Pretend the clock is this many seconds later.",
                                                  metavar="X")) -> None:

@@ -20,7 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from migrator.cli.helpers import duration, human_bytes, load_config, shard_runs
-from migrator.cli.inputs import AddPairOpt, DrainOpt, at_least, checked
+from migrator.cli.inputs import DURATION_METAVAR, AddPairOpt, DrainOpt, at_least, checked, duration_parser
 from migrator.cli.options import UsageProblem, build_options, detach_needs_yes, dry_run_or_yes
 from migrator.errors import ExitCode
 from migrator.ops.rebalance import command as rebalance
@@ -165,7 +165,8 @@ def rebalance_cmd(
                                                 metavar="MS"),
     max_lag: float | None = typer.Option(None, "--max-lag", help="Throttle each move's copy above this "
                                                                  "target standby lag (s; default 5).",
-                                                                     metavar="S"),
+                                                                     metavar=DURATION_METAVAR,
+                                                                         parser=duration_parser("--max-lag")),
     max_threads_running: int | None = typer.Option(None, "--max-threads-running",
                                                    help="Throttle each move's copy while its source is this "
                                                         "busy (Threads_running; default 50).", metavar="N"),
@@ -178,7 +179,8 @@ def rebalance_cmd(
     workers: int | None = typer.Option(None, "--workers", help="Tables each move copies at once (default 4).",
                                        metavar="N"),
     window: float = typer.Option(5.0, "--window", help="Seconds of binlog to sample write rates from.",
-                                 callback=checked(at_least(0), "--window"), metavar="S"),
+                                 callback=checked(at_least(0), "--window"), metavar=DURATION_METAVAR,
+                                     parser=duration_parser("--window")),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan; store nothing (the default "
                                                           "without --yes)."),
     yes: bool = typer.Option(False, "--yes", "-y", help="Run the plan on RQ workers and follow it."),

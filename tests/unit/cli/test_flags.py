@@ -51,3 +51,45 @@ def test_completion_is_offered():
     assert {"--install-completion", "--show-completion", "-c", "--config"} <= names
 
 
+
+def test_a_duration_is_a_bare_number_in_the_flags_unit_or_carries_its_own():
+    import pytest
+
+    from migrator.cli.inputs import parse_duration
+
+    assert parse_duration("1.5s") == parse_duration("1500ms") == parse_duration("1.5") == 1.5
+    assert parse_duration("2m") == 120 and parse_duration("1h") == 3600 and parse_duration(" 2 S ") == 2
+    assert parse_duration("250", "ms") == 250 and parse_duration("1.5s", "ms") == 1500
+    assert parse_duration(5.0) == 5.0 and parse_duration("-1") == -1  # the flag's bounds refuse it, naming them
+    for bad in ("", "s", "1.5x", "1..2", "nan", "inf", "1e999", "2 days"):
+        with pytest.raises(ValueError):
+            parse_duration(bad)
+
+
+def test_a_duration_flag_refuses_garbage_in_one_line(capsys):
+    assert main.run(["status", "--interval", "soon"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--interval soon" in err and "1500ms" in err
+    assert main.run(["partitions", "maintain", "--lock-wait", "1500ms"]) == 2
+    assert "whole seconds" in capsys.readouterr().err
+
+
+def test_every_duration_flag_without_a_unit_in_its_name_takes_a_unit():
+    from migrator.cli.inputs import DURATION_METAVAR
+
+    main._load_plugins()
+    seen = []
+
+    def walk(cmd, path):
+        for p in cmd.params:
+            if p.param_type_name == "option" and p.metavar == DURATION_METAVAR:
+                seen.append((path, p.opts[0]))
+            elif p.param_type_name == "option" and p.metavar == "S":
+                assert p.opts[0].endswith("-s"), (path, p.opts)  # seconds in its name, or it takes 1.5s too
+        for name, sub in getattr(cmd, "commands", {}).items():
+            walk(sub, f"{path} {name}")
+
+    walk(typer.main.get_command(main.app), "migrator")
+    flags = {f for _, f in seen}
+    assert {"--max-lag", "--timeout", "--interval", "--lease", "--window", "--duration", "--delay"} <= flags
+
