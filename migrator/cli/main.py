@@ -21,6 +21,7 @@ from rich.table import Table
 
 from migrator.cli import failures
 from migrator.cli.helpers import JsonOpt, human_bytes, load_config, state
+from migrator.cli.options import old_spelling
 from migrator.errors import ExitCode, MigratorError
 from migrator.fleet import ids
 
@@ -116,9 +117,10 @@ def id_encode(shard: int = typer.Option(..., "--shard", metavar="SHARD", help="S
 
 @id_app.command("mod-shard")
 def id_mod_shard(key: str = typer.Argument(..., help="The key (any text).", metavar="KEY"),
-                 shards: int = typer.Option(4096, "--shards", metavar="N", help="Number of shards.")) -> None:
+                 shard_count: int = typer.Option(4096, "--shard-count", metavar="N", help="Number of shards."),
+                 shards_old: int | None = old_spelling("--shards", "--shard-count")) -> None:
     """The shard of a key without an id: md5(key) % N."""
-    print(ids.mod_shard(key, shards))
+    print(ids.mod_shard(key, shard_count if shards_old is None else shards_old))
 
 
 # -- topology -------------------------------------------------------------------------
@@ -224,9 +226,11 @@ SANDBOX_DIR = Path(".sandbox")
 
 @sandbox_app.command("up")
 def sandbox_up(
-    pairs: int = typer.Option(2, "--pairs", help="Pairs that hold shards.", metavar="N"),
+    pair_count: int = typer.Option(2, "--pair-count", help="Pairs that hold shards.", metavar="N"),
+    pairs_old: int | None = old_spelling("--pairs", "--pair-count"),
     spare_pairs: int = typer.Option(1, "--spare-pairs", help="Empty pairs: split targets.", metavar="N"),
-    shards: int = typer.Option(16, "--shards", metavar="N", help="Shards of the seed map."),
+    shard_count: int = typer.Option(16, "--shard-count", metavar="N", help="Shards of the seed map."),
+    shards_old: int | None = old_spelling("--shards", "--shard-count"),
     rows: int = typer.Option(100, "--rows", help="Seed pins per shard.", metavar="N"),
     directory: SandboxDirOpt = SANDBOX_DIR,
     base_port: int = typer.Option(33100, "--base-port",
@@ -246,6 +250,8 @@ def sandbox_up(
     from migrator.sandbox import Sandbox
 
     sb = Sandbox(directory)
+    pairs = pair_count if pairs_old is None else pairs_old
+    shards = shard_count if shards_old is None else shards_old
     sb.up(pairs=pairs, spare_pairs=spare_pairs, shards=shards, rows=rows, base_port=base_port, tls=tls,
           gtid_layout=gtid_layout, parallel_threads=parallel)
 

@@ -9,7 +9,7 @@ import typer
 
 from migrator.cli.helpers import JsonOpt, MigrationIdArg, load_config
 from migrator.cli.inputs import OptionalMigrationIdArg
-from migrator.cli.options import YesOpt, confirm, listen_address
+from migrator.cli.options import YesOpt, confirm, listen_address, old_spelling
 
 #: RQ runs delayed jobs (the pipeline's re-checks, a rebalance's advances, retries) from a scheduler in one
 #: worker, under a Redis lock that lives 61 s after its holder dies. Another worker takes it over only in its
@@ -65,7 +65,9 @@ def demo(
     rate: float = typer.Option(200.0, "--rate", min=0, help="Queue load, jobs/s (0: as fast as it can).",
                                metavar="PER_S"),
     rows: int = typer.Option(500, "--rows", min=0, help="Seed pins per shard.", metavar="N"),
-    shards: int = typer.Option(16, "--shards", min=2, max=65536, metavar="N", help="Shards of the seed map."),
+    shard_count: int = typer.Option(16, "--shard-count", min=2, max=65536, metavar="N",
+                                    help="Shards of the seed map."),
+    shards_old: int | None = old_spelling("--shards", "--shard-count", min=2, max=65536),
     down: bool = typer.Option(False, "--down", help="Stop the sandbox at the end."),
     tls: bool = typer.Option(True, "--tls/--no-tls", help="MariaDB over TLS only (--no-tls: plaintext)."),
     yes: YesOpt = False,
@@ -79,7 +81,8 @@ def demo(
         confirm(f"stop the sandbox in {existing.dir} and delete that directory with everything in it, then start "
                 "a fresh demo fleet there", yes)
 
-    report = run_demo(directory=directory, base_port=base_port, rate=rate, rows=rows, shards=shards, down=down,
+    report = run_demo(directory=directory, base_port=base_port, rate=rate, rows=rows,
+                      shards=shard_count if shards_old is None else shards_old, down=down,
                       tls=tls)
     if not report.ok:
         raise typer.Exit(1)

@@ -93,3 +93,13 @@ def test_every_duration_flag_without_a_unit_in_its_name_takes_a_unit():
     flags = {f for _, f in seen}
     assert {"--max-lag", "--timeout", "--interval", "--lease", "--window", "--duration", "--delay"} <= flags
 
+
+def test_counts_have_their_own_names_and_the_old_spelling_still_works(capsys):
+    assert main.run(["id", "mod-shard", "k", "--shard-count", "16"]) == 0
+    new = capsys.readouterr().out
+    assert main.run(["id", "mod-shard", "k", "--shards", "16"]) == 0  # deprecated, hidden, still the count
+    assert capsys.readouterr().out == new
+    assert main.run(["sandbox", "up", "-h"]) == 0
+    shown = capsys.readouterr().out
+    assert "--shard-count" in shown and "--pair-count" in shown and "--shards" not in shown
+    assert "--pairs" not in shown.replace("--spare-pairs", "")
