@@ -40,10 +40,10 @@ FollowOpt = Annotated[bool, typer.Option("--follow", help="With --json, while it
                                                           "(instead of one document at the end).")]
 #: the RQ queue a migration step is enqueued on
 RqQueueOpt = Annotated[str | None, typer.Option("--queue", help="RQ queue (default: the source pair's, which "
-                                                                "`migrator worker` serves).")]
+                                                                "`migrator worker` serves).", metavar="QUEUE")]
 #: a queue of the MySQL-backed job queue
 QueueNameOpt = Annotated[str, typer.Option("--queue", help="Queue name.",
-                                           callback=checked(bounds.queue_name, "--queue"))]
+                                           callback=checked(bounds.queue_name, "--queue"), metavar="QUEUE")]
 
 
 def load_config() -> config_mod.Config:

@@ -21,18 +21,22 @@ from rich.table import Table
 
 from migrator.cli import failures
 from migrator.cli.helpers import JsonOpt, human_bytes, load_config, state
+from migrator.cli.options import old_spelling
 from migrator.errors import ExitCode, MigratorError
 from migrator.fleet import ids
 
 #: help texts are plain text: Rich markup would eat "[queue]" and every other bracketed word
 MARKUP = None
+#: ``-h`` is ``--help`` everywhere: every command's context inherits the root's help option names
+CONTEXT = {"help_option_names": ["-h", "--help"]}
 
 app = typer.Typer(
     help="Shard migration and rebalancing for sharded MySQL/MariaDB fleets.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    add_completion=False,
+    add_completion=True,
     rich_markup_mode=MARKUP,
+    context_settings=CONTEXT,
 )
 sandbox_app = typer.Typer(help="A real fleet on this machine (MariaDB pairs, ZooKeeper, Redis), no Docker.",
                           no_args_is_help=True, rich_markup_mode=MARKUP)
@@ -68,8 +72,8 @@ def _show_version(value: bool) -> None:
 @app.callback()
 def _root(
     config: str | None = typer.Option(
-        None, "--config", "-c", help="Config file (else $MIGRATOR_CONFIG, else .sandbox/migrator.toml)."
-    ),
+        None, "--config", "-c", help="Config file (default: $MIGRATOR_CONFIG, else .sandbox/migrator.toml).",
+        metavar="PATH"),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Log library chatter (ZooKeeper, RQ) too."),
     _version: bool = typer.Option(False, "--version", callback=_show_version, is_eager=True,
                                   help="Print the version and exit."),
@@ -91,7 +95,7 @@ def setup_logging(verbose: bool) -> None:
 # -- id ----------------------------------------------------------------------------
 
 @id_app.command("decode")
-def id_decode(object_id: str = typer.Argument(..., help="The id, decimal or 0x hex."),
+def id_decode(object_id: str = typer.Argument(..., help="The id, decimal or 0x hex.", metavar="ID"),
               as_json: JsonOpt = False) -> None:
     """Split an id into shard, type and local id."""
     oid = ids.decode(ids.parse_id(object_id))
@@ -103,16 +107,21 @@ def id_decode(object_id: str = typer.Argument(..., help="The id, decimal or 0x h
 
 
 @id_app.command("encode")
-def id_encode(shard: int = typer.Option(..., "--shard"), type_id: int = typer.Option(..., "--type"),
-              local: int = typer.Option(..., "--local"), as_json: JsonOpt = False) -> None:
+def id_encode(shard: int = typer.Option(..., "--shard", metavar="SHARD", help="Shard (0..65535)."),
+              type_id: int = typer.Option(..., "--type", metavar="N", help="Object type."),
+              local: int = typer.Option(..., "--local", metavar="N",
+                                        help="Local id within the shard and type."), as_json: JsonOpt = False) -> None:
     """Pack shard, type and local id into one id."""
     oid = ids.encode(shard, type_id, local)
     print(json.dumps({"id": oid, "shard": shard, "type": type_id, "local": local}) if as_json else oid)
 
 
 @id_app.command("mod-shard")
-def id_mod_shard(key: str, shards: int = typer.Option(4096, "--shards"), as_json: JsonOpt = False) -> None:
+def id_mod_shard(key: str = typer.Argument(..., help="The key (any text).", metavar="KEY"),
+                 shard_count: int = typer.Option(4096, "--shard-count", metavar="N", help="Number of shards."),
+                 shards_old: int | None = old_spelling("--shards", "--shard-count"), as_json: JsonOpt = False) -> None:
     """The shard of a key without an id: md5(key) % N."""
+    shards = shard_count if shards_old is None else shards_old
     shard = ids.mod_shard(key, shards)
     print(json.dumps({"key": key, "shards": shards, "shard": shard}) if as_json else shard)
 
@@ -145,9 +154,11 @@ def topology_show(as_json: JsonOpt = False,
 
 
 @topology_app.command("init")
-def topology_init(from_file: Path = typer.Option(..., "--from", help="A JSON map file (seed format)."),
+def topology_init(from_file: Path = typer.Option(..., "--from", help="A JSON map file (seed format).", metavar="FILE"),
                   hosts_file: Path | None = typer.Option(None, "--hosts",
-                                                            help="JSON list of hosts to register first."),
+                                                            help="JSON list of hosts to register first "
+                                                                 "(default: none).",
+                                                            metavar="FILE"),
                   as_json: JsonOpt = False) -> None:
     """Store a first shard map (validated) in ZooKeeper."""
     from migrator.fleet import topology
@@ -161,7 +172,7 @@ def topology_init(from_file: Path = typer.Option(..., "--from", help="A JSON map
 
 
 @topology_app.command("create-shards")
-def topology_create_shards(rows: int = typer.Option(0, "--rows", help="Seed pins per new shard."),
+def topology_create_shards(rows: int = typer.Option(0, "--rows", help="Seed pins per new shard.", metavar="N"),
                            as_json: JsonOpt = False) -> None:
     """Create missing shard databases (seed schema) on their masters."""
     from migrator.fleet import topology
@@ -191,8 +202,11 @@ def _host_arg(spec: str, partner: str) -> Any:
 
 @topology_app.command("add-pair")
 def topology_add_pair(
-    master: str = typer.Argument(..., help="NAME=ADDRESS:PORT of the new pair's master, e.g. MySQL009A=10.0.3.17:3306"),
-    standby: str = typer.Argument(..., help="NAME=ADDRESS:PORT of its standby (its master-master partner)"),
+    master: str = typer.Argument(...,
+                                 help="NAME=ADDRESS:PORT of the new pair's master, e.g. MySQL009A=10.0.3.17:3306",
+                                 metavar="NAME=ADDRESS:PORT"),
+    standby: str = typer.Argument(..., help="NAME=ADDRESS:PORT of its standby (its master-master partner)",
+                                  metavar="NAME=ADDRESS:PORT"),
     as_json: JsonOpt = False,
 ) -> None:
     """Register a new, empty master-master pair (a split, move or rebalance target), after checking it."""
@@ -209,7 +223,8 @@ def topology_add_pair(
 
 
 @topology_app.command("history")
-def topology_history(limit: int = typer.Option(20, "--limit", min=1), as_json: JsonOpt = False) -> None:
+def topology_history(limit: int = typer.Option(20, "--limit", min=1, metavar="N",
+                                               help="Changes shown, newest last."), as_json: JsonOpt = False) -> None:
     """Shard-map changes: who, when, old and new epoch."""
     from migrator.fleet import topology
 
@@ -224,34 +239,38 @@ def topology_history(limit: int = typer.Option(20, "--limit", min=1), as_json: J
 # -- sandbox ----------------------------------------------------------------------------
 
 #: the sandbox's directory (--dir), the same default for every sandbox command
-SandboxDirOpt = Annotated[Path, typer.Option("--dir")]
+SandboxDirOpt = Annotated[Path, typer.Option("--dir", metavar="DIR", help="The sandbox's directory.")]
 SANDBOX_DIR = Path(".sandbox")
 
 
 @sandbox_app.command("up")
 def sandbox_up(
-    pairs: int = typer.Option(2, "--pairs", help="Pairs that hold shards."),
-    spare_pairs: int = typer.Option(1, "--spare-pairs", help="Empty pairs: split targets."),
-    shards: int = typer.Option(16, "--shards"),
-    rows: int = typer.Option(100, "--rows", help="Seed pins per shard."),
+    pair_count: int = typer.Option(2, "--pair-count", help="Pairs that hold shards.", metavar="N"),
+    pairs_old: int | None = old_spelling("--pairs", "--pair-count"),
+    spare_pairs: int = typer.Option(1, "--spare-pairs", help="Empty pairs: split targets.", metavar="N"),
+    shard_count: int = typer.Option(16, "--shard-count", metavar="N", help="Shards of the seed map."),
+    shards_old: int | None = old_spelling("--shards", "--shard-count"),
+    rows: int = typer.Option(100, "--rows", help="Seed pins per shard.", metavar="N"),
     directory: SandboxDirOpt = SANDBOX_DIR,
     base_port: int = typer.Option(33100, "--base-port",
-                                  help="Ports base+1.. (MariaDB), base+81 (ZK), base+91 (Redis)."),
+                                  help="Ports base+1.. (MariaDB), base+81 (ZK), base+91 (Redis).", metavar="PORT"),
     tls: bool = typer.Option(True, "--tls/--no-tls",
                              help="MariaDB accepts TLS only, with certificates of the sandbox's own CA "
                                   "(--no-tls: plaintext). Fixed when the sandbox is created."),
     gtid_layout: str = typer.Option("per-server", "--gtid-layout",
                                     help="per-server: a GTID domain per server, strict mode on; shared: every "
                                          "server in domain 0, strict mode off (MariaDB's default). Fixed when "
-                                         "the sandbox is created."),
+                                         "the sandbox is created.", metavar="LAYOUT"),
     parallel: int = typer.Option(0, "--parallel-replication", min=0,
                                  help="Optimistic parallel applier threads on every pair link (0: one SQL "
-                                      "thread). Fixed when the sandbox is created."),
+                                      "thread). Fixed when the sandbox is created.", metavar="N"),
 ) -> None:
     """Start the sandbox fleet (a no-op when it already runs)."""
     from migrator.sandbox import Sandbox
 
     sb = Sandbox(directory)
+    pairs = pair_count if pairs_old is None else pairs_old
+    shards = shard_count if shards_old is None else shards_old
     sb.up(pairs=pairs, spare_pairs=spare_pairs, shards=shards, rows=rows, base_port=base_port, tls=tls,
           gtid_layout=gtid_layout, parallel_threads=parallel)
 
@@ -358,10 +377,59 @@ class SandboxMissing(MigratorError):
     exit_code = ExitCode.USAGE
 
 
+def _option_arity(params: list[Any]) -> dict[str, bool]:
+    """Each option name of ``params`` (a command's parameters) -> whether it takes a value."""
+    out: dict[str, bool] = {}
+    for p in params:
+        if p.param_type_name == "option":
+            for name in (*p.opts, *p.secondary_opts):
+                out[name] = not p.is_flag and not getattr(p, "count", False) and p.nargs != 0
+    return out
+
+
+def hoist_root_options(argv: list[str], root: Any = None) -> list[str]:
+    """``argv`` with the root options (``-c/--config``, ``-v``, ... any option of the app's callback) that stand
+    after the subcommand moved in front of it, so ``migrator status ID -c prod.toml`` means what
+    ``migrator -c prod.toml status ID`` does. The values of the subcommand's own options are never looked at,
+    an option of the subcommand with the same name stays the subcommand's, and nothing after ``--`` moves."""
+    root = typer.main.get_command(app) if root is None else root
+    root_opts = _option_arity(root.params)
+    front: list[str] = []
+    rest: list[str] = []
+    cmd: Any = root
+    own = root_opts
+    i, n = 0, len(argv)
+    while i < n:
+        tok = argv[i]
+        if tok == "--":
+            rest.extend(argv[i:])
+            break
+        name = tok.split("=", 1)[0] if tok.startswith("--") else tok
+        if tok.startswith("-") and len(tok) > 1:
+            takes = "=" not in tok and (own.get(name) if name in own else root_opts.get(name))
+            width = 2 if takes else 1
+            if cmd is not root and name not in own and name in root_opts:
+                front.extend(argv[i:i + width])  # a root option after the subcommand: to the front
+            else:
+                rest.extend(argv[i:i + width])
+            i += width
+            continue
+        rest.append(tok)
+        if hasattr(cmd, "commands"):  # a group: this token names its subcommand
+            sub = cmd.commands.get(tok)
+            if sub is None:  # not a command name: click reports it, with its usage
+                rest.extend(argv[i + 1:])
+                break
+            cmd, own = sub, _option_arity(sub.params)
+        i += 1
+    return front + rest
+
+
 def run(argv: list[str] | None = None) -> int:
     """Run the command line; every failure becomes one line on stderr and the exit code returned."""
     try:
         _load_plugins()
+        argv = hoist_root_options(list(sys.argv[1:] if argv is None else argv))
         rv = app(args=argv, standalone_mode=False, prog_name="migrator")
     except typer.TyperException as exc:
         if type(exc).__name__ != "NoArgsIsHelpError":

@@ -37,7 +37,15 @@ from migrator.cli.helpers import (
     load_config,
     shard_runs,
 )
-from migrator.cli.inputs import HostArg, OptionalMigrationIdArg, at_least, checked, migration_id_callback
+from migrator.cli.inputs import (
+    DURATION_METAVAR,
+    HostArg,
+    OptionalMigrationIdArg,
+    at_least,
+    checked,
+    duration_parser,
+    migration_id_callback,
+)
 from migrator.cli.options import UsageProblem, YesOpt, build_options, confirm, detach_needs_yes, dry_run_or_yes
 from migrator.cli.report import Report, print_json
 from migrator.engine.migration import Options
@@ -63,51 +71,56 @@ NoStartOpt = Annotated[bool, typer.Option(
                        "`migrator preflight|copy|catchup|verify|cutover ID`, or `migrator resume ID`).")]
 DetachOpt = Annotated[bool, typer.Option("--detach", help="With --yes: do not follow progress.")]
 MaxLagOpt = Annotated[float | None, typer.Option(
-    "--max-lag", help="Throttle the copy above this target standby lag (s; default 5).")]
+    "--max-lag", help="Throttle the copy above this target standby lag (s; default 5).", metavar=DURATION_METAVAR,
+        parser=duration_parser("--max-lag"))]
 MaxThreadsOpt = Annotated[int | None, typer.Option(
     "--max-threads-running",
-    help="Throttle the copy while the source runs this many threads (Threads_running; default 50).")]
+    help="Throttle the copy while the source runs this many threads (Threads_running; default 50).", metavar="N")]
 FreezeBudgetOpt = Annotated[int | None, typer.Option(
-    "--freeze-budget-ms", help="Longest write freeze allowed (ms; default 500).")]
+    "--freeze-budget-ms", help="Longest write freeze allowed (ms; default 500).", metavar="MS")]
 PostponeOpt = Annotated[bool, typer.Option(
     "--postpone-cutover", help="Hold the cutover once caught up, until `migrator postpone ID --release`.")]
 CutoverRetryOpt = Annotated[float | None, typer.Option(
     "--cutover-retry-s", help="How long the pipeline keeps retrying a cutover that stopped before the flip (a lock "
-                              "on a moving table, a freeze over budget), with backoff (s; default 600; 0: once).")]
+                              "on a moving table, a freeze over budget), with backoff (s; default 600; 0: once).",
+                                  metavar="S")]
 LockRetryOpt = Annotated[float | None, typer.Option(
     "--lock-retry-s", help="How long a statement that needs a live table's metadata lock outside the freeze (the "
                            "write gates' triggers, the renames after the flip) keeps trying; each try waits at most "
-                           "half the freeze budget, so no client queues behind it longer (s; default 30).")]
+                           "half the freeze budget, so no client queues behind it longer (s; default 30).",
+                               metavar="S")]
 KillBlockersOpt = Annotated[bool | None, typer.Option(
     "--kill-blockers/--no-kill-blockers",
     help="When those tries are over, end the connections that held the lock through all of them (KILL) and try "
          "once more, instead of stopping and naming them (default: off).")]
 KillBlockersRowsOpt = Annotated[int | None, typer.Option(
     "--kill-blockers-max-rows", help="With --kill-blockers: never end a transaction that changed more rows than "
-                                     "this (default 0: only read-only ones).")]
+                                     "this (default 0: only read-only ones).", metavar="N")]
 FenceOpt = Annotated[str | None, typer.Option(
     "--fence", help="How the source master is fenced: auto (default) and rename: LOCK TABLES + one queued RENAME "
                     "per table, a move of more than 200 tables runs as batches sized for the freeze budget; gate: "
                     "one migration whose master is closed by triggers (any number of tables, weaker guarantees: "
-                    "see docs/guarantees.md).")]
-ChunkRowsOpt = Annotated[int | None, typer.Option("--chunk-rows", help="First chunk size (adapts after).")]
+                    "see docs/guarantees.md).", metavar="MODE")]
+ChunkRowsOpt = Annotated[int | None, typer.Option("--chunk-rows",
+                                                  help="First copy chunk, rows (adapts after; default 1000).",
+                                                  metavar="N")]
 ChunkTargetOpt = Annotated[int | None, typer.Option(
-    "--chunk-target-ms", help="Time target per copy chunk (ms; default 500).")]
-WorkersOpt = Annotated[int | None, typer.Option("--workers", help="Tables copied at once (default 4).")]
+    "--chunk-target-ms", help="Time target per copy chunk (ms; default 500).", metavar="MS")]
+WorkersOpt = Annotated[int | None, typer.Option("--workers", help="Tables copied at once (default 4).", metavar="N")]
 AllTablesOpt = Annotated[bool, typer.Option(
     "--all-tables", help="List every table of a dry run (else summarised by table name at host scale).")]
 #: the id `migrator set` and `migrator postpone` act on
 MigrationOrBatchIdArg = Annotated[str, typer.Argument(
     help="The migration id (rb-...: every move of a rebalance or batched split, and the moves it starts later).",
-    callback=migration_id_callback())]
+    callback=migration_id_callback(), metavar="ID")]
 #: the shards `move` moves
 ShardsOpt = Annotated[str, typer.Option("--shards", help="Shards to move, e.g. 4-7 or 4,6 (0..65535).",
-                                        callback=checked(bounds.shard_text, "--shards"))]
+                                        callback=checked(bounds.shard_text, "--shards"), metavar="SHARDS")]
 #: the queue partition `move-partition` moves
-PartitionOpt = Annotated[int, typer.Option("--partition", min=0, help="Partition index.")]
+PartitionOpt = Annotated[int, typer.Option("--partition", min=0, help="Partition index.", metavar="N")]
 #: the target pair of a move (its master)
 TargetOpt = Annotated[str, typer.Option("--to", help="Target pair (its master).",
-                                        callback=checked(bounds.host_name, "--to"))]
+                                        callback=checked(bounds.host_name, "--to"), metavar="HOST")]
 
 
 def _options(chunk_rows: int | None = None, chunk_target_ms: int | None = None, workers: int | None = None,
@@ -293,7 +306,7 @@ def _follow(cfg: Any, mid: str, rep: Report, *, timeout: float | None = None, ev
 def split(
     source: HostArg,
     to: str | None = typer.Option(None, "--to", help="Target pair (its master); default: a spare pair.",
-                                  callback=checked(bounds.host_name, "--to")),
+                                  callback=checked(bounds.host_name, "--to"), metavar="HOST"),
     yes: LaunchYesOpt = False,
     dry_run: DryRunOpt = False,
     no_start: NoStartOpt = False,
@@ -405,7 +418,10 @@ def preflight(migration_id: MigrationIdArg, as_json: JsonOpt = False) -> None:
 def copy(
     migration_id: MigrationIdArg,
     sync: bool = typer.Option(False, "--sync", help="Copy in this process instead of RQ workers."),
-    workers: int | None = typer.Option(None, "--workers", help="Threads for --sync."),
+    workers: int | None = typer.Option(None, "--workers",
+                                       help="Tables copied at once with --sync (default: the migration's --workers, 4 "
+                                            "unless set).",
+                                       metavar="N"),
     queue: RqQueueOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -444,10 +460,12 @@ def status(
     watch_: bool = typer.Option(False, "--watch", "-w", help="Redraw live (until a final phase, or Ctrl-C); "
                                                              "when stdout is not a terminal, one line per event."),
     interval: float = typer.Option(1.0, "--interval", help="Seconds between redraws with --watch (above 0).",
-                                   callback=checked(at_least(0, exclusive=True), "--interval")),
+                                   callback=checked(at_least(0, exclusive=True), "--interval"),
+                                       metavar=DURATION_METAVAR, parser=duration_parser("--interval")),
     timeout: float | None = typer.Option(None, "--timeout", help="Stop watching after this many seconds (exit "
-                                                                 "code 7 when it ends the watch).",
-                                         callback=checked(at_least(0), "--timeout")),
+                                                                 "code 7 when it ends the watch; default: never).",
+                                         callback=checked(at_least(0), "--timeout"), metavar=DURATION_METAVAR,
+                                             parser=duration_parser("--timeout")),
 ) -> None:
     """Every migration's phase and the live workers; with an ID: per-shard copy progress, copy rate and
     ETA, the catch-up pass table, the last cutover attempts and when the next is due, predicted and last
@@ -517,7 +535,8 @@ def pause(migration_id: MigrationIdArg, as_json: JsonOpt = False) -> None:
 
 
 def resume(migration_id: MigrationIdArg,
-           queue: str | None = typer.Option(None, "--queue", help="RQ queue (default: the source pair's)."),
+           queue: str | None = typer.Option(None, "--queue", help="RQ queue (default: the source pair's).",
+                                            metavar="QUEUE"),
            as_json: JsonOpt = False) -> None:
     """Clear the pause flag and re-enqueue the current step from the ZooKeeper record (a rebalance id:
     all its paused moves, and its schedule)."""

@@ -9,7 +9,7 @@ import typer
 
 from migrator.cli.helpers import JsonOpt, MigrationIdArg, load_config
 from migrator.cli.inputs import OptionalMigrationIdArg
-from migrator.cli.options import YesOpt, confirm, listen_address
+from migrator.cli.options import YesOpt, confirm, listen_address, old_spelling
 
 #: RQ runs delayed jobs (the pipeline's re-checks, a rebalance's advances, retries) from a scheduler in one
 #: worker, under a Redis lock that lives 61 s after its holder dies. Another worker takes it over only in its
@@ -20,7 +20,7 @@ WORKER_TTL_S = 30
 
 
 def history(migration_id: OptionalMigrationIdArg = None,
-            limit: int = typer.Option(200, "--limit", min=1),
+            limit: int = typer.Option(200, "--limit", min=1, metavar="N", help="Changes shown, newest last."),
             as_json: JsonOpt = False) -> None:
     """Every shard-map change and migration state change: who, when, epochs."""
     from migrator.fleet import config as config_mod
@@ -38,7 +38,8 @@ def history(migration_id: OptionalMigrationIdArg = None,
         print(f"{r['when_iso']}  {r['what']:9s} {r['who']}{mid}  {r['detail']}")
 
 
-def metrics_cmd(listen: str = typer.Option("127.0.0.1:9640", "--listen", help="HOST:PORT to serve /metrics on.")
+def metrics_cmd(listen: str = typer.Option("127.0.0.1:9640", "--listen", help="HOST:PORT to serve /metrics on.",
+                                           metavar="HOST:PORT")
                 ) -> None:
     """Serve Prometheus /metrics of every migration (read from ZooKeeper on scrape)."""
     import time
@@ -57,11 +58,16 @@ def metrics_cmd(listen: str = typer.Option("127.0.0.1:9640", "--listen", help="H
 
 def demo(
     directory: str = typer.Option(".sandbox-demo", "--dir", help="A fresh sandbox is started here (a sandbox "
-                                                               "already there is deleted first, after asking)."),
-    base_port: int = typer.Option(33300, "--base-port", min=1, max=65000),
-    rate: float = typer.Option(200.0, "--rate", min=0, help="Queue load, jobs/s (0: as fast as it can)."),
-    rows: int = typer.Option(500, "--rows", min=0, help="Seed pins per shard."),
-    shards: int = typer.Option(16, "--shards", min=2, max=65536),
+                                                               "already there is deleted first, after asking).",
+                                                                   metavar="DIR"),
+    base_port: int = typer.Option(33300, "--base-port", min=1, max=65000, metavar="PORT",
+                                   help="Ports base+1.. (MariaDB), base+81 (ZK), base+91 (Redis)."),
+    rate: float = typer.Option(200.0, "--rate", min=0, help="Queue load, jobs/s (0: as fast as it can).",
+                               metavar="PER_S"),
+    rows: int = typer.Option(500, "--rows", min=0, help="Seed pins per shard.", metavar="N"),
+    shard_count: int = typer.Option(16, "--shard-count", min=2, max=65536, metavar="N",
+                                    help="Shards of the seed map."),
+    shards_old: int | None = old_spelling("--shards", "--shard-count", min=2, max=65536),
     down: bool = typer.Option(False, "--down", help="Stop the sandbox at the end."),
     tls: bool = typer.Option(True, "--tls/--no-tls", help="MariaDB over TLS only (--no-tls: plaintext)."),
     yes: YesOpt = False,
@@ -75,7 +81,8 @@ def demo(
         confirm(f"stop the sandbox in {existing.dir} and delete that directory with everything in it, then start "
                 "a fresh demo fleet there", yes)
 
-    report = run_demo(directory=directory, base_port=base_port, rate=rate, rows=rows, shards=shards, down=down,
+    report = run_demo(directory=directory, base_port=base_port, rate=rate, rows=rows,
+                      shards=shard_count if shards_old is None else shards_old, down=down,
                       tls=tls)
     if not report.ok:
         raise typer.Exit(1)
@@ -102,13 +109,14 @@ def restart_copy(migration_id: MigrationIdArg,
 def worker(
     pairs: str | None = typer.Option(None, "--pairs", help="Serve only the jobs of migrations whose source is "
                                      "one of these pairs (comma-separated host names, e.g. "
-                                     "MySQL003A,MySQL004A)."),
+                                     "MySQL003A,MySQL004A; default: every pair).", metavar="HOSTS"),
     queues: list[str] = typer.Option([], "--queue", help="RQ queues to serve; repeatable (with --pairs: "
-                                     "served too, e.g. --queue migrator for rebalance advances)."),
+                                     "served too, e.g. --queue migrator for rebalance advances).", metavar="QUEUE"),
     burst: bool = typer.Option(False, "--burst", help="Exit when the queues are empty."),
-    name: str | None = typer.Option(None, "--name"),
+    name: str | None = typer.Option(None, "--name", metavar="NAME", help="Worker name (default: RQ's, host and pid)."),
     metrics_listen: str | None = typer.Option(None, "--metrics-listen",
-                                              help="HOST:PORT to serve Prometheus /metrics of migrations on."),
+                                              help="HOST:PORT to serve Prometheus /metrics of migrations on "
+                                                   "(default: none served).", metavar="HOST:PORT"),
     settle: bool = typer.Option(True, "--settle/--no-settle",
                                 help="Settle cutovers whose process died (undo before the flip, finish after)."),
 ) -> None:

@@ -60,6 +60,12 @@ OPTION_FLAGS = {
 }
 
 
+def old_spelling(flag: str, new: str, **bounds: Any) -> Any:
+    """The old spelling of a renamed flag (``--shards`` for a count, now ``--shard-count``): hidden from the
+    help, still accepted, with the same bounds; None when not given. Deprecated: scripts should move to ``new``."""
+    return typer.Option(None, flag, hidden=True, help=f"Deprecated spelling of {new}.", **bounds)
+
+
 def build_options(base: Options | None = None, **given: Any) -> Options:
     """Options from the flags given (None: not given), on top of ``base``; a bad value is one line naming
     its flag (``--freeze-budget-ms -5: Input should be greater than or equal to 1``)."""

@@ -24,7 +24,7 @@ from rich.console import Console
 from rich.table import Table
 
 from migrator.cli.helpers import FollowOpt, JsonOpt, RqQueueOpt, load_config
-from migrator.cli.inputs import at_least, checked, migration_id_callback
+from migrator.cli.inputs import DURATION_METAVAR, at_least, checked, duration_parser, migration_id_callback
 from migrator.cli.options import YesOpt, confirm
 from migrator.cli.report import Report, print_json
 from migrator.engine.catch_up.passes import PassResult, run_passes
@@ -41,7 +41,8 @@ PASS_COLUMNS = ("number", "events", "duration_s", "apply_rate", "write_rate", "l
                 "to_gtid", "converged")
 
 #: the migration a phase command (catchup, verify, cutover, cleanup) acts on
-PhaseMigrationIdArg = Annotated[str, typer.Argument(help="The migration id.", callback=migration_id_callback())]
+PhaseMigrationIdArg = Annotated[str, typer.Argument(help="The migration id.", callback=migration_id_callback(),
+                                                    metavar="ID")]
 
 
 def register(app: Any) -> None:
@@ -56,7 +57,7 @@ def register(app: Any) -> None:
 def catchup(
     migration_id: PhaseMigrationIdArg,
     passes: int | None = typer.Option(None, "--passes", min=1,
-                                      help="Run exactly N passes (default: until converged)."),
+                                      help="Run exactly N passes (default: until converged).", metavar="N"),
     sync: bool = typer.Option(False, "--sync", help="Run the passes in this process instead of RQ workers."),
     queue: RqQueueOpt = None,
     as_json: JsonOpt = False,
@@ -98,7 +99,8 @@ def verify_cmd(
     repair: bool = typer.Option(False, "--repair/--no-repair",
                                 help="Re-copy the chunks that differ (default: report only, change nothing)."),
     chunk_rows: int = typer.Option(0, "--chunk-rows", min=0,
-                                   help="Rows per checksum chunk (default: the migration's)."),
+                                   help="Rows per checksum chunk of the verify (default: the migration's "
+                                        "--chunk-rows).", metavar="N"),
     as_json: JsonOpt = False,
     yes: YesOpt = False,
 ) -> None:
@@ -159,12 +161,13 @@ def _reverse_pass_text(p: dict[str, Any]) -> str:
 def rollback_cmd(
     migration_id: str = typer.Argument(..., help="The migration id (rb-...: every finished move of a batched "
                                                   "split or rebalance, last finished first).",
-                                       callback=migration_id_callback()),
+                                       callback=migration_id_callback(), metavar="ID"),
     queue: RqQueueOpt = None,
     detach: bool = typer.Option(False, "--detach", help="Enqueue and return; follow with `migrator status ID`."),
     timeout: float | None = typer.Option(None, "--timeout", help="Stop following after this many seconds "
-                                                                  "(the rollback goes on).",
-                                         callback=checked(at_least(0), "--timeout")),
+                                                                  "(the rollback goes on; default: never).",
+                                         callback=checked(at_least(0), "--timeout"), metavar=DURATION_METAVAR,
+                                             parser=duration_parser("--timeout")),
     sync: bool = typer.Option(False, "--sync", help="Run it in this process instead of RQ workers."),
     yes: YesOpt = False,
     as_json: JsonOpt = False,

@@ -20,8 +20,9 @@ playbook_app = typer.Typer(help="Runbook playbooks: runs, their steps, approvals
 
 
 def run(
-    path: Path = typer.Argument(..., help="A playbook YAML file (see playbooks/)."),
-    sets: list[str] = typer.Option([], "--set", help="name=value for a playbook param; repeatable."),
+    path: Path = typer.Argument(..., help="A playbook YAML file (see playbooks/).", metavar="PATH"),
+    sets: list[str] = typer.Option([], "--set", help="name=value for a playbook param; repeatable.",
+                                   metavar="NAME=VALUE"),
     dry_run: bool = typer.Option(False, "--dry-run", help="Check and print the steps; run nothing (the hosts "
                                                           "the steps name are looked up in the registry)."),
     sync: bool = typer.Option(False, "--sync", help="Run in this process instead of on RQ workers."),
@@ -68,7 +69,8 @@ def _check_hosts(cfg: object, pb: pbm.Playbook, params: dict[str, object]) -> No
         pbm.check_hosts(pb, params, set(HostRegistry(zk).all()))
 
 
-def approve(run_id: RunIdArg, step: str, as_json: JsonOpt = False) -> None:
+def approve(run_id: RunIdArg, step: str = typer.Argument(..., help="The step waiting for approval.",
+                                                         metavar="STEP"), as_json: JsonOpt = False) -> None:
     """Approve a manual gate of a playbook run."""
     from migrator.fleet import config as config_mod
     from migrator.fleet import zk as zk_mod
@@ -120,7 +122,9 @@ def list_runs(as_json: JsonOpt = False) -> None:
 
 
 @playbook_app.command("resume")
-def resume(run_id: RunIdArg, sync: bool = typer.Option(False, "--sync"), as_json: JsonOpt = False) -> None:
+def resume(run_id: RunIdArg, sync: bool = typer.Option(False, "--sync",
+                                                       help="Run it in this process instead of RQ workers."),
+           as_json: JsonOpt = False) -> None:
     """Continue a run from its last checkpoint (after a crash or a lost Redis)."""
     cfg = load_config()
     rep = Report(as_json)

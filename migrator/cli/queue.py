@@ -24,7 +24,15 @@ from rich.console import Console
 from rich.table import Table
 
 from migrator.cli.helpers import JsonOpt, QueueNameOpt, load_config
-from migrator.cli.inputs import JobStateOpt, QueueNameArg, QueueNamesOpt, at_least, checked
+from migrator.cli.inputs import (
+    DURATION_METAVAR,
+    JobStateOpt,
+    QueueNameArg,
+    QueueNamesOpt,
+    at_least,
+    checked,
+    duration_parser,
+)
 from migrator.cli.options import UsageProblem, YesOpt, confirm, dry_run_or_yes, listen_address
 from migrator.fleet import bounds
 
@@ -41,12 +49,13 @@ OpenOpt = Annotated[bool, typer.Option(
     "--open", help="Serve without a token when the secrets file has none: anyone who reaches the address may "
                    "enqueue, dequeue and delete (refused without a token otherwise).")]
 #: a shard number of the id format
-ShardArg = Annotated[int, typer.Argument(min=0, max=65535, help="The shard (0..65535).")]
+ShardArg = Annotated[int, typer.Argument(min=0, max=65535, help="The shard (0..65535).", metavar="SHARD")]
 #: the load generator's ledger (`queue load` writes it, `queue ledger check` reads it)
-LedgerOpt = Annotated[Path, typer.Option("--ledger")]
+LedgerOpt = Annotated[Path, typer.Option("--ledger", metavar="FILE", help="The ledger (SQLite file).")]
 LEDGER = Path("queue-ledger.db")
 #: --attempts of update, enqueue and retry (None: not given)
-AttemptsOpt = Annotated[int | None, typer.Option("--attempts")]
+AttemptsOpt = Annotated[int | None, typer.Option("--attempts", metavar="N",
+                                                 help="Attempts per job (default: the queue's).")]
 #: ``--json`` of the commands that print JSON always (accepted for uniformity; it changes nothing)
 AlwaysJsonOpt = Annotated[bool, typer.Option("--json", help="Accepted for uniformity: this command always prints "
                                                             "one JSON document.")]
@@ -88,12 +97,15 @@ def _print(obj: Any) -> None:
 # -- servers ----------------------------------------------------------------------------
 
 @queue_app.command("serve")
-def serve(listen: str | None = typer.Option(None, "--listen", help="HOST:PORT (default: [queue] listen)."),
+def serve(listen: str | None = typer.Option(None, "--listen", help="HOST:PORT (default: [queue] listen).",
+                                            metavar="HOST:PORT"),
           broker: bool = typer.Option(False, "--broker/--no-broker",
                                       help="Also run a dequeue broker in this process."),
-          reap_every: float = typer.Option(1.0, "--reap-every", help="Seconds between lease reaper passes."),
+          reap_every: float = typer.Option(1.0, "--reap-every", help="Seconds between lease reaper passes.",
+                                           metavar=DURATION_METAVAR, parser=duration_parser("--reap-every")),
           frozen_wait: float = typer.Option(10.0, "--frozen-wait",
-                                            help="Max seconds a write waits on a frozen shard."),
+                                            help="Max seconds a write waits on a frozen shard.",
+                                                metavar=DURATION_METAVAR, parser=duration_parser("--frozen-wait")),
           open_: OpenOpt = False) -> None:
     """Serve the HTTP/JSON API (OpenAPI at /docs) and Prometheus /metrics; every /v1 call must send
     Authorization: Bearer <the [queue] token of the secrets file>."""
@@ -135,9 +147,12 @@ def serve(listen: str | None = typer.Option(None, "--listen", help="HOST:PORT (d
 
 @queue_app.command("broker")
 def broker_cmd(listen: str = typer.Option("127.0.0.1:0", "--listen",
-                                          help="HOST:PORT for broker dequeues (0: any free port)."),
-               buffer: int = typer.Option(200, "--buffer", min=1, help="Jobs buffered per owned partition."),
-               broker_id: str | None = typer.Option(None, "--id"),
+                                          help="HOST:PORT for broker dequeues (0: any free port).",
+                                          metavar="HOST:PORT"),
+               buffer: int = typer.Option(200, "--buffer", min=1, help="Jobs buffered per owned partition.",
+                                          metavar="N"),
+               broker_id: str | None = typer.Option(None, "--id", metavar="ID",
+                                                    help="Broker id (default: a random b...)."),
                open_: OpenOpt = False) -> None:
     """Run a dequeue broker: own queue partitions (assigned through ZooKeeper) and serve them from memory."""
     import uvicorn
@@ -164,13 +179,18 @@ def broker_cmd(listen: str = typer.Option("127.0.0.1:0", "--listen",
 
 @queue_app.command("worker")
 def worker_cmd(queue: QueueNameOpt,
-               handler: str = typer.Option(..., "--handler", help="package.module:function taking a job."),
-               concurrency: int = typer.Option(1, "--concurrency", min=1),
+               handler: str = typer.Option(..., "--handler", help="package.module:function taking a job.",
+                                           metavar="MODULE:FUNCTION"),
+               concurrency: int = typer.Option(1, "--concurrency", min=1, metavar="N", help="Threads taking jobs."),
                lease: float | None = typer.Option(None, "--lease", help="Lease seconds (default: the queue's).",
-                                                  callback=checked(at_least(0, exclusive=True), "--lease")),
-               url: str | None = typer.Option(None, "--url", help="Use a queue server instead of the fleet directly.",
-                                              callback=checked(bounds.http_url, "--url")),
-               max_jobs: int | None = typer.Option(None, "--max-jobs", min=1)) -> None:
+                                                  callback=checked(at_least(0, exclusive=True), "--lease"),
+                                                  metavar=DURATION_METAVAR, parser=duration_parser("--lease")),
+               url: str | None = typer.Option(None, "--url",
+                                              help="Use a queue server instead of the fleet directly (default: the "
+                                                   "fleet).",
+                                              callback=checked(bounds.http_url, "--url"), metavar="URL"),
+               max_jobs: int | None = typer.Option(None, "--max-jobs", min=1, metavar="N",
+                                                   help="Stop after this many jobs (default: never).")) -> None:
     """Run HANDLER on jobs of QUEUE with lease heartbeats; SIGTERM/SIGINT stop it gracefully."""
     from migrator.queue.worker import load_handler, run_worker
 
@@ -197,16 +217,19 @@ def _api(url: str | None) -> Any:
 @queue_app.command("load")
 def load_cmd(queue: QueueNameOpt = "load",
              rate: float = typer.Option(100.0, "--rate", help="Jobs/s to enqueue; 0 = as fast as possible.",
-                                        callback=checked(at_least(0), "--rate")),
+                                        callback=checked(at_least(0), "--rate"), metavar="PER_S"),
              duration: float = typer.Option(10.0, "--duration", help="Seconds (above 0).",
-                                            callback=checked(at_least(0, exclusive=True), "--duration")),
+                                            callback=checked(at_least(0, exclusive=True), "--duration"),
+                                                metavar=DURATION_METAVAR, parser=duration_parser("--duration")),
              ledger: LedgerOpt = LEDGER,
              partitions: int = typer.Option(2, "--partitions", min=1, max=256,
-                                            help="Partitions if the queue is created."),
-             consumers: int = typer.Option(2, "--consumers", min=0),
-             producers: int = typer.Option(1, "--producers", min=1),
-             url: str | None = typer.Option(None, "--url", help="Load a queue server instead of the fleet directly.",
-                                            callback=checked(bounds.http_url, "--url")),
+                                            help="Partitions if the queue is created.", metavar="N"),
+             consumers: int = typer.Option(2, "--consumers", min=0, metavar="N", help="Consumer threads."),
+             producers: int = typer.Option(1, "--producers", min=1, metavar="N", help="Producer threads."),
+             url: str | None = typer.Option(None, "--url",
+                                            help="Load a queue server instead of the fleet directly (default: the "
+                                                 "fleet).",
+                                            callback=checked(bounds.http_url, "--url"), metavar="URL"),
              as_json: JsonOpt = False) -> None:
     """Enqueue, dequeue and ack at a target rate, recording everything in a ledger."""
     from migrator.fleet.config import load_credentials
@@ -245,12 +268,14 @@ def ledger_check(ledger: LedgerOpt = LEDGER,
 # -- admin -------------------------------------------------------------------------------
 
 @queue_app.command("create")
-def create(name: QueueNameArg, partitions: int = typer.Option(1, "--partitions", "-p"),
-           fifo: bool = typer.Option(False, "--fifo"),
-           lease: float = typer.Option(30.0, "--lease"),
-           attempts: int = typer.Option(3, "--attempts"),
-           max_rate: float = typer.Option(0.0, "--max-rate", help="Dequeue jobs/s; 0 = unlimited."),
-           as_json: JsonOpt = False) -> None:
+def create(name: QueueNameArg, partitions: int = typer.Option(1, "--partitions", "-p", metavar="N",
+                                                              help="Partitions (shards the jobs spread over)."),
+           fifo: bool = typer.Option(False, "--fifo", help="Jobs of a partition are taken in enqueue order."),
+           lease: float = typer.Option(30.0, "--lease", metavar=DURATION_METAVAR, parser=duration_parser("--lease"),
+                                       help="Lease of a taken job (s)."),
+           attempts: int = typer.Option(3, "--attempts", metavar="N", help="Attempts per job."),
+           max_rate: float = typer.Option(0.0, "--max-rate", help="Dequeue jobs/s; 0 = unlimited.",
+                                          metavar="PER_S"), as_json: JsonOpt = False) -> None:
     """Create a queue: pick shards, create the jobs tables, record it in ZooKeeper."""
     from migrator.queue.model import QueueConfig
 
@@ -266,7 +291,8 @@ def create(name: QueueNameArg, partitions: int = typer.Option(1, "--partitions",
 
 
 @queue_app.command("list")
-def list_cmd(counts: bool = typer.Option(True, "--counts/--no-counts"), as_json: JsonOpt = False) -> None:
+def list_cmd(counts: bool = typer.Option(True, "--counts/--no-counts", help="Jobs per state of each queue."),
+             as_json: JsonOpt = False) -> None:
     """Queues with their partitions and (optionally) jobs per state."""
     with _service() as svc:
         if as_json:
@@ -294,9 +320,12 @@ def show(name: QueueNameArg, _json: AlwaysJsonOpt = False) -> None:
 
 
 @queue_app.command("update")
-def update(name: QueueNameArg, lease: float | None = typer.Option(None, "--lease"),
+def update(name: QueueNameArg, lease: float | None = typer.Option(None, "--lease", metavar=DURATION_METAVAR,
+                                                                  parser=duration_parser("--lease"),
+                                                                  help="New lease (s; default: unchanged)."),
            attempts: AttemptsOpt = None,
-           max_rate: float | None = typer.Option(None, "--max-rate"),
+           max_rate: float | None = typer.Option(None, "--max-rate", metavar="PER_S",
+                                                 help="New dequeue limit, jobs/s (0: none; default: unchanged)."),
            yes: YesOpt = False, _json: AlwaysJsonOpt = False) -> None:
     """Change lease, default attempts or the dequeue rate limit of a live queue (shows the change and asks)."""
     from migrator.queue.model import QueueConfigUpdate
@@ -352,11 +381,15 @@ def delete(name: QueueNameArg, yes: YesOpt = False, as_json: JsonOpt = False) ->
 
 
 @queue_app.command("enqueue")
-def enqueue(name: QueueNameArg, bodies: list[str] = typer.Argument(..., help="Job bodies."),
-            priority: int = typer.Option(2, "--priority"), delay: float | None = typer.Option(None, "--delay"),
+def enqueue(name: QueueNameArg, bodies: list[str] = typer.Argument(..., help="Job bodies.", metavar="BODY"),
+            priority: int = typer.Option(2, "--priority", metavar="N", help="Priority (lower first)."),
+                delay: float | None = typer.Option(None, "--delay", metavar=DURATION_METAVAR,
+                                                   parser=duration_parser("--delay"),
+                                                   help="Not taken before this many seconds (default: at once)."),
             attempts: AttemptsOpt = None,
-            dedupe: str | None = typer.Option(None, "--dedupe-key"),
-            as_json: JsonOpt = False) -> None:
+            dedupe: str | None = typer.Option(None, "--dedupe-key", metavar="KEY",
+                                              help="An enqueue with a pending job of this key is deduplicated "
+                                                   "(default: none)."), as_json: JsonOpt = False) -> None:
     """Enqueue jobs (one per BODY)."""
     from migrator.queue.model import EnqueueJob
 
@@ -378,7 +411,8 @@ def counts(name: QueueNameArg, _json: AlwaysJsonOpt = False) -> None:
 
 
 @queue_app.command("lookup")
-def lookup(name: QueueNameArg, job_id: str, _json: AlwaysJsonOpt = False) -> None:
+def lookup(name: QueueNameArg, job_id: str = typer.Argument(..., help="The job id.", metavar="JOB_ID"),
+           _json: AlwaysJsonOpt = False) -> None:
     """One job by id."""
     from migrator.fleet.ids import parse_id
 
@@ -387,8 +421,11 @@ def lookup(name: QueueNameArg, job_id: str, _json: AlwaysJsonOpt = False) -> Non
 
 
 @queue_app.command("scan")
-def scan(name: QueueNameArg, state: JobStateOpt = "NEW", limit: int = typer.Option(20, "--limit", min=1),
-         cursor: str | None = typer.Option(None, "--cursor"), as_json: JsonOpt = False) -> None:
+def scan(name: QueueNameArg, state: JobStateOpt = "NEW", limit: int = typer.Option(20, "--limit", min=1, metavar="N",
+                                                                                   help="Jobs per page."),
+         cursor: str | None = typer.Option(None, "--cursor", metavar="CURSOR",
+                                           help="Where the last page ended (default: the start)."),
+         as_json: JsonOpt = False) -> None:
     """A page of jobs in a state (keyset pagination: pass --cursor from the last page)."""
     with _service() as svc:
         jobs, nxt = svc.scan(name, state, limit, cursor)
@@ -401,7 +438,8 @@ def scan(name: QueueNameArg, state: JobStateOpt = "NEW", limit: int = typer.Opti
 
 
 @queue_app.command("retry")
-def retry(name: QueueNameArg, limit: int = typer.Option(1000, "--limit", min=1),
+def retry(name: QueueNameArg, limit: int = typer.Option(1000, "--limit", min=1, metavar="N",
+                                                        help="At most this many jobs."),
           attempts: AttemptsOpt = None, as_json: JsonOpt = False) -> None:
     """Move failed jobs back to pending."""
     with _service() as svc:
@@ -413,7 +451,7 @@ def retry(name: QueueNameArg, limit: int = typer.Option(1000, "--limit", min=1),
 
 @queue_app.command("purge")
 def purge(name: QueueNameArg, state: JobStateOpt,
-          limit: int = typer.Option(1000, "--limit", min=1),
+          limit: int = typer.Option(1000, "--limit", min=1, metavar="N", help="At most this many jobs."),
           yes: YesOpt = False, as_json: JsonOpt = False) -> None:
     """Delete jobs of one state (shows how many and asks; routine purging is `migrator partitions maintain`)."""
     from migrator.queue.model import JobState
@@ -436,10 +474,12 @@ def maintain(dry_run: bool = typer.Option(False, "--dry-run", help="Print the pl
              yes: Annotated[bool, typer.Option("--yes", "-y", help="Run the DROP and REORGANIZE PARTITION "
                                                                    "statements (without it: a dry run).")] = False,
              queue: QueueNamesOpt = None,
-             lock_wait: int = typer.Option(2, "--lock-wait", min=1, help="lock_wait_timeout (s) for each DDL."),
+             lock_wait: int = typer.Option(2, "--lock-wait", callback=checked(at_least(1), "--lock-wait"),
+                                           help="lock_wait_timeout (s) for each DDL.",
+                                           metavar=DURATION_METAVAR, parser=duration_parser("--lock-wait", whole=True)),
              pretend_later: float = typer.Option(0.0, "--pretend-later", hidden=True,
-                                                 help="Pretend the clock is this many seconds later."),
-             as_json: JsonOpt = False) -> None:
+                                                 help="Pretend the clock is this many seconds later.",
+                                                 metavar="X"), as_json: JsonOpt = False) -> None:
     """Drop expired buckets (DROP PARTITION) and split FUTURE partitions ahead (REORGANIZE PARTITION). A dry
     run unless --yes."""
     from migrator.queue.maintenance import maintain as run
@@ -461,7 +501,9 @@ def maintain(dry_run: bool = typer.Option(False, "--dry-run", help="Print the pl
 
 
 @partitions_app.command("pause")
-def partitions_pause(shard: ShardArg, reason: str = typer.Option("", "--reason"), as_json: JsonOpt = False) -> None:
+def partitions_pause(shard: ShardArg, reason: str = typer.Option("", "--reason", metavar="TEXT",
+                                                                 help="Why, recorded with the pause."),
+                     as_json: JsonOpt = False) -> None:
     """Pause maintenance of a shard (creates <root>/maintenance/paused/<shard>)."""
     from migrator.fleet import zk as zk_mod
     from migrator.fleet.config import load_credentials

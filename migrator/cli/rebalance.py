@@ -20,7 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from migrator.cli.helpers import FollowOpt, duration, human_bytes, load_config, shard_runs
-from migrator.cli.inputs import AddPairOpt, DrainOpt, at_least, checked
+from migrator.cli.inputs import DURATION_METAVAR, AddPairOpt, DrainOpt, at_least, checked, duration_parser
 from migrator.cli.options import UsageProblem, build_options, detach_needs_yes, dry_run_or_yes
 from migrator.cli.report import Report, print_json
 from migrator.errors import ExitCode
@@ -159,31 +159,40 @@ def follow(cfg: Any, rid: str, *, every: float = 2.0, timeout: float | None = No
 
 
 def rebalance_cmd(
-    objective: str = typer.Option("bytes", "--objective", help=f"What to even out: {', '.join(OBJECTIVES)}."),
+    objective: str = typer.Option("bytes", "--objective", help=f"What to even out: {', '.join(OBJECTIVES)}.",
+                                  metavar="OBJECTIVE"),
     threshold: float = typer.Option(0.10, "--threshold", help="Every pair within this share of the mean (0 or "
                                                               "more).",
-                                    callback=checked(at_least(0), "--threshold")),
+                                    callback=checked(at_least(0), "--threshold"), metavar="SHARE"),
     add_pair: AddPairOpt = [],  # noqa: B006 - typer's default, never mutated
     drain: DrainOpt = [],  # noqa: B006 - typer's default, never mutated
     max_moves_per_pair: int = typer.Option(1, "--max-moves-per-pair", min=1,
-                                           help="Moves a pair takes part in at once."),
-    max_concurrent: int | None = typer.Option(None, "--max-concurrent", min=1, help="Moves running at once."),
+                                           help="Moves a pair takes part in at once.", metavar="N"),
+    max_concurrent: int | None = typer.Option(None, "--max-concurrent", min=1,
+                                              help="Moves running at once (default: no limit but "
+                                                   "--max-moves-per-pair).",
+                                              metavar="N"),
     freeze_budget_ms: int | None = typer.Option(None, "--freeze-budget-ms",
-                                                help="Write-freeze budget of each move's cutover (ms)."),
+                                                help="Write-freeze budget of each move's cutover (ms; default 500).",
+                                                metavar="MS"),
     max_lag: float | None = typer.Option(None, "--max-lag", help="Throttle each move's copy above this "
-                                                                 "target standby lag (s)."),
+                                                                 "target standby lag (s; default 5).",
+                                                                     metavar=DURATION_METAVAR,
+                                                                         parser=duration_parser("--max-lag")),
     max_threads_running: int | None = typer.Option(None, "--max-threads-running",
                                                    help="Throttle each move's copy while its source is this "
-                                                        "busy (Threads_running)."),
+                                                        "busy (Threads_running; default 50).", metavar="N"),
     cutover_retry_s: float | None = typer.Option(None, "--cutover-retry-s",
                                                  help="How long each move's pipeline retries a cutover that "
-                                                      "stopped before the flip (s)."),
+                                                      "stopped before the flip (s; default 600).", metavar="S"),
     postpone_cutover: bool = typer.Option(False, "--postpone-cutover",
                                           help="Every move holds its cutover once caught up, until "
                                                "`migrator postpone RB --release`."),
-    workers: int | None = typer.Option(None, "--workers", help="Tables each move copies at once."),
+    workers: int | None = typer.Option(None, "--workers", help="Tables each move copies at once (default 4).",
+                                       metavar="N"),
     window: float = typer.Option(5.0, "--window", help="Seconds of binlog to sample write rates from.",
-                                 callback=checked(at_least(0), "--window")),
+                                 callback=checked(at_least(0), "--window"), metavar=DURATION_METAVAR,
+                                     parser=duration_parser("--window")),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan; store nothing (the default "
                                                           "without --yes)."),
     yes: bool = typer.Option(False, "--yes", "-y", help="Run the plan on RQ workers and follow it."),

@@ -81,7 +81,7 @@ LOCAL = [
     (("queue", "purge", "q", "--state", "BOGUS", "--yes"), ("--state BOGUS", "NEW, IPR, OK, FAIL")),
     (("queue", "scan", "q", "--state", "DONE!"), ("--state DONE!",)),
     (("partitions", "maintain", "--queue", "a-b"), ("--queue a-b",)),
-    (("partitions", "pause", "70000"), ("shard",)),
+    (("partitions", "pause", "70000"), ("SHARD", "65535")),
     (("status", "--interval", "-1"), ("--interval", "greater than 0")),
     (("status", MID, "--watch", "--timeout", "-1"), ("--timeout", "at least 0")),
     (("rebalance", "--threshold", "-1"), ("--threshold", "at least 0")),

@@ -18,7 +18,7 @@ def test_register_cli_adds_catchup_with_passes_option():
 
     res = CliRunner().invoke(app, ["catchup", "--help"])
     assert res.exit_code == 0, res.output
-    assert "--passes" in res.output and "migration_id" in res.output.lower()
+    assert "--passes" in res.output and "{ID}" in res.output
 
 
 def test_cli_helpers_register_their_commands():
