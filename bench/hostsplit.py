@@ -13,8 +13,8 @@ batch's wall time (from the end of the batch before it), freeze and steps, the t
 lost) and every moved table against its tombstone.
 
 ``--rows N`` seeds about N rows over the moving shards' tables (the upper half of
-MySQL001A's range, which the split moves whatever their size; ``--seed-rows`` is the
-sandbox's own few rows per shard); ``--writer-tps M`` runs
+MySQL001A's range, which the split moves whatever their size; the other shards are then
+left empty; without it, ``--seed-rows`` is the sandbox's own few rows per shard); ``--writer-tps M`` runs
 sysbench ``oltp_write_only`` at M transactions/s on the last moving shard throughout,
 following it to its new master (it is handed over last, so the batched migration tails
 and re-checks its writes the longest). For each batch it prints the window its first
@@ -39,6 +39,7 @@ import sys
 import tempfile
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -81,11 +82,9 @@ def seed(zk: Any, creds: Any, moving: list[int], rows: int) -> int:
                     seed_rows(cur, s, per_shard)
                 conn.commit()
 
-    parts = [threading.Thread(target=part, args=(moving[i::2],)) for i in range(2)]
-    for t in parts:
-        t.start()
-    for t in parts:
-        t.join()
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        for done in [pool.submit(part, moving[i::2]) for i in range(2)]:
+            done.result()  # a failed seed stops the bench
     return round(per_shard * 2.2) * len(moving)
 
 
@@ -117,7 +116,9 @@ def main(argv: list[str] | None = None) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="migrator-bench-hostsplit-"))
     sb = Sandbox(tmp / "sandbox")
     t_up = time.monotonic()
-    sb.up(pairs=2, spare_pairs=1, shards=args.shards, rows=args.seed_rows, base_port=find_base_port(100),
+    # with --rows the moving shards are seeded afterwards, into empty tables (the seed maps every pin it finds)
+    sb.up(pairs=2, spare_pairs=1, shards=args.shards, rows=0 if args.rows > 0 else args.seed_rows,
+          base_port=find_base_port(100),
           log=lambda *_: None)
     print(f"sandbox of {args.shards} shards up in {time.monotonic() - t_up:.0f}s", flush=True)
     procs: list[subprocess.Popen] = []
