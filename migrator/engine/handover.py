@@ -29,6 +29,14 @@ What :func:`hand_over` guarantees, and how:
   it (which drops the target copies) no longer see them. It commits only while
   the applier lock's node, the checkpoint's version and the batched migration's
   state are as read.
+* **A batch's first re-check reads at most one parent pass of binlog.** A
+  batch inherits the batched migration's ``verified_gtid`` and its cutover
+  first re-checks every row changed since then. Verified once, a host-sized
+  move under writes would hand every batch the same, ever older, position:
+  hours of a host's binlog to read before the first freeze. So before a
+  hand-over the batched migration refreshes its own check
+  (:func:`refresh_parent`, the cutover's re-check run on the shards it still
+  holds), and the batch inherits a ``verified_gtid`` at most one such pass old.
 * **Queue maintenance resumes on every shard once its batch ends.** The same
   transaction gives the batch the maintenance pause node of each of its shards
   (the node's data becomes the batch's id, at the version read), so the batch's
@@ -44,9 +52,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from migrator.engine.catch_up.checkpoint import applier_claim, applier_lock
+from migrator.engine.cutover import recheck
+from migrator.engine.cutover.direction import forward
 from migrator.engine.migration import MigrationError, MigrationStore, Node, Phase, PhaseConflict, Spec, State
 from migrator.engine.plan import maintenance_pauses
-from migrator.fleet.config import Credentials
+from migrator.engine.verify.checksums import load_tables, prepare_session
+from migrator.engine.verify.drainers import CatchUpDrainer
+from migrator.fleet.config import Config, Credentials
 from migrator.fleet.ids import shard_db
 from migrator.fleet.mysql import connect as mysql_connect
 from migrator.fleet.shard_map import HostRegistry, actor
@@ -121,3 +133,44 @@ def hand_over(zk: ZK, creds: Credentials, parent_id: str, shards: Sequence[int],
         except Exception:  # noqa: BLE001 - a lost session released it already
             pass
     return child
+
+
+def refresh_parent(config: Config, zk: ZK, creds: Credentials, parent_id: str) -> recheck.Refreshed:
+    """Bring the converged batched migration ``parent_id``'s last full check up to now, for the shards it
+    still holds: the rows changed since its ``verified_gtid`` are re-checked (and re-copied) and the new
+    position is stored in its ``verify`` node, which the next hand-over gives the batch.
+
+    This is the cutover's own re-check (:func:`migrator.engine.cutover.recheck.refresh_verified_gtid`), run
+    on the batched migration with its own tail and no freeze after it. Why the batch's inherited check
+    still covers every row: the check said the shards' rows were equal at the old ``verified_gtid`` V0
+    (or suspect: those chunks go with it); the re-check drains the target to a source position V1, reads
+    from the binlog every key of the moving tables changed in (V0, V1] and re-copies those rows; every
+    other row was equal at V0 and no transaction up to V1 touched it, so it is equal at V1 too. V1 is
+    stored only after that, so a hand-over (which reads the node under the same applier lock this holds
+    while it runs) gives a batch either V0 with the old check or V1 with the new one, never a position
+    past the rows checked; the batch's tail starts at the checkpoint and its re-check covers (V1, now].
+    Shards handed over before this call are not touched: the spec is read under the applier lock.
+    """
+    drainer = CatchUpDrainer(config, parent_id).open()  # the applier lock first, then the spec
+    try:
+        store = MigrationStore(zk)
+        spec = store.spec(parent_id)
+        if not spec.batched:
+            raise HandOverError(f"migration {parent_id} is not batched: its cutover re-checks it itself")
+        st, _ = store.state(parent_id)
+        if st.phase != Phase.CONVERGED:
+            raise PhaseConflict(f"migration {parent_id} is {st.phase.value}, not converged: its check is "
+                                "refreshed only between hand-overs")
+        direction = forward(zk, spec)
+        with mysql_connect(direction.source, creds, read_timeout=600) as src:
+            prepare_session(src)
+            tables = load_tables(src, spec.databases, spec.tables)
+        target = mysql_connect(direction.target, creds, read_timeout=600)
+        try:
+            prepare_session(target)
+            moving = recheck.Moving(spec, direction, direction.source, creds, tables, target, drainer)
+            return recheck.refresh_verified_gtid(config, store, moving, track=False)
+        finally:
+            target.close()
+    finally:
+        drainer.close()

@@ -13,8 +13,13 @@ sized by the budget and the freezes of the batches before it) and cuts each
 over in a thread of its own (:class:`Flight`), so that the next batch is
 handed over and prepares its fences while the one before renames its tables
 behind its freeze; a batch freezes only once the one before it has ended and
-flipped. The step asks to run again until every shard is handed over and
-every batch is done, and then ends the batched migration (phase ``cleaned``:
+flipped. Before a hand-over (every :data:`PARENT_PASS_EVERY_S`) the batched
+migration runs a catch-up pass and refreshes its own check for the shards it
+still holds (:func:`~migrator.engine.handover.refresh_parent`), so a batch
+inherits a ``verified_gtid`` at most one such pass old and its first re-check
+reads only the binlog since, not everything since the one full check. The
+step asks to run again until every shard is handed over and every batch is
+done, and then ends the batched migration (phase ``cleaned``:
 its batches hold the tombstones; it releases any maintenance pause node that
 still carries its id, the batches having taken theirs with their shards). A
 batch that ended otherwise (aborted, failed, rolled back) stops it, saying
@@ -57,10 +62,11 @@ BATCH_ENDED = (Phase.FAILED, Phase.ABORTED, Phase.ROLLED_BACK, Phase.ROLLING_BAC
 BATCH_RECHECK_S = 2.0
 #: a pipeline step of a batched migration cuts batches over for about this long, then asks for the next step
 BATCH_STEP_S = 300.0
-#: the batched migration runs a catch-up pass before a hand-over when its last one is older than this. A batch
-#: starts from its checkpoint and its own tail applies what came since (before its freeze, untimed), so a pass
-#: only bounds how much binlog each batch reads again; its fixed cost (a reader process, ZooKeeper writes)
-#: is not paid for every batch
+#: the batched migration runs a catch-up pass and refreshes its check (:func:`handover.refresh_parent`) before a
+#: hand-over when its last one is older than this. A batch starts from its checkpoint and its own tail applies
+#: what came since (before its freeze, untimed), and its first re-check reads what changed since the check it
+#: inherits, so a pass only bounds how much binlog each batch reads again; its fixed cost (reader processes,
+#: ZooKeeper writes) is not paid for every batch
 PARENT_PASS_EVERY_S = 15.0
 
 
@@ -188,8 +194,14 @@ def _fly(cfg: Config, zk: ZK, creds: Credentials, mid: str, out: dict[str, Any],
             if passed_at is None or time.monotonic() - passed_at >= PARENT_PASS_EVERY_S:
                 t0 = time.monotonic()
                 command.catchup(cfg, mid, passes=1)  # the shards still here stay current
+                took["parent_pass_s"] = time.monotonic() - t0
+                # ... and so does their check: the batches handed over from here inherit a verified_gtid at
+                # most one pass old, so a batch's first re-check reads only what came since
+                t0 = time.monotonic()
+                refreshed = handover.refresh_parent(cfg, zk, creds, mid)
                 passed_at = time.monotonic()
-                took["parent_pass_s"] = passed_at - t0
+                took["parent_recheck_s"] = passed_at - t0
+                took["parent_recheck_rows"] = float(sum(r["rows"] for r in refreshed.rounds))
             t0 = time.monotonic()
             bid = _hand_over_next(zk, creds, mid)
             took["hand_over_s"] = time.monotonic() - t0

@@ -24,11 +24,13 @@ from migrator.engine.cutover.direction import Direction
 from migrator.engine.cutover.errors import CutoverAborted, CutoverError
 from migrator.engine.migration import MigrationStore, Spec
 from migrator.engine.names import SENTINEL_TABLE
-from migrator.engine.verify.changes import ChangeTracker, changed_keys
+from migrator.engine.verify import waits
+from migrator.engine.verify.changes import ChangeTracker, KeysRead, changed_keys
 from migrator.engine.verify.checksums import Side, TableInfo, prepare_session
 from migrator.engine.verify.drainers import Drainer
 from migrator.engine.verify.repair import check_chunk, check_rows, check_rows_many
 from migrator.engine.verify.run import VERIFY_NODE, verify_migration
+from migrator.engine.verify.waits import drain_progressing
 from migrator.fleet.config import Config, Credentials
 from migrator.fleet.model import Host
 from migrator.fleet.mysql import binlog_pos
@@ -72,7 +74,7 @@ class Compared:
 
 
 def refresh_verified_gtid(config: Config, store: MigrationStore, m: Moving, *, max_rounds: int = 8,
-                          quiet_s: float = 0.2, quiet_keys: int = 300) -> Refreshed:
+                          quiet_s: float = 0.2, quiet_keys: int = 300, track: bool = True) -> Refreshed:
     """Make the last full check recent: re-check the rows changed since it, outside the freeze.
 
     Done in shrinking rounds, like catch-up passes: each round drains the
@@ -84,6 +86,27 @@ def refresh_verified_gtid(config: Config, store: MigrationStore, m: Moving, *, m
     everything written since verify. The keys of a window come from the
     drain itself when the drainer collects them (no second binlog reader),
     else from the binlog segment.
+
+    Why nothing is skipped: a round drains the target to a source position
+    ``reached``, takes the keys changed in ``(since, reached]`` and re-copies
+    those rows from the source; every other row was equal at ``since`` (the
+    check before) and no transaction up to ``reached`` touched it, so the
+    target, having applied all of them, still holds it as the source does.
+    ``since`` becomes ``reached`` only after that round's rows are checked, so
+    the windows of successive rounds (and of successive calls: each starts at
+    the ``verified_gtid`` the last one stored) are contiguous. Rows changed
+    after ``reached`` are the next window's.
+
+    The drain and the key read of a window wait as long as they advance
+    (:mod:`migrator.engine.verify.waits`): a window of hours of a host's
+    binlog takes as long as it takes, and only a stuck tail or reader is
+    refused, naming how far it got. ``track=False`` (a batched migration
+    refreshing the check its next batch inherits:
+    :func:`migrator.engine.handover.refresh_parent`): no freeze follows, so
+    the tail does not follow the source afterwards and no background reader
+    is started. Each round records its rows re-checked and the row changes
+    of the moving tables read for its window (``events``: the window's size
+    in binlog).
     """
     spec, drainer = m.spec, m.drainer
     key = m.direction.verify_node
@@ -106,23 +129,25 @@ def refresh_verified_gtid(config: Config, store: MigrationStore, m: Moving, *, m
         dst = Side(m.target_conn, m.direction.target_db_of)
         for n in range(max_rounds):
             t0 = time.monotonic()
-            drainer.drain_to(binlog_pos(src), 120)
+            stats = drain_progressing(drainer, binlog_pos(src), what=f"re-check of {spec.id}")
             # the tail may have gone past the head in some domain: the window ends where it really is
             reached = getattr(drainer, "position", None) or binlog_pos(src)
+            read = KeysRead()
             if collecting:
                 got = drainer.collected()  # type: ignore[attr-defined]
                 keys = {t.name: got.get((t.db, t.table), set()) for t in m.tables}
+                read.events = int(getattr(stats, "events", 0) or 0)  # the drain read the window
             else:
-                keys = changed_keys(m.source, m.creds, m.tables, since, reached, timeout=120)
+                keys = changed_keys(m.source, m.creds, m.tables, since, reached, stall_s=waits.STALL_S, read=read)
             # the next window starts exactly here; from here the tail follows the source in the
             # background (through the re-check and up to the fence), collecting the window's keys
             collecting = bool(collect and collect(want))
-            if collecting:
+            if collecting and track:
                 drainer.follow()  # type: ignore[attr-defined]
             check_rows_many(Side(src), dst, [(t, keys[t.name]) for t in m.tables], repair=True)
             since = reached
             changed = sum(len(v) for v in keys.values())
-            rounds.append({"rows": changed, "s": round(time.monotonic() - t0, 3)})
+            rounds.append({"rows": changed, "events": read.events, "s": round(time.monotonic() - t0, 3)})
             if n and (time.monotonic() - t0 < quiet_s or changed < quiet_keys):
                 break
     finally:
@@ -132,7 +157,7 @@ def refresh_verified_gtid(config: Config, store: MigrationStore, m: Moving, *, m
     store.put_progress(spec.id, key, node)
     # from here on the keys changed are collected from the drain itself (the tail
     # applies them anyway), else read by a background binlog reader
-    tracker = None if collecting else ChangeTracker(m.source, m.creds, m.tables, since).start()
+    tracker = None if collecting or not track else ChangeTracker(m.source, m.creds, m.tables, since).start()
     return Refreshed(since, collecting, tracker, rounds)
 
 

@@ -26,6 +26,7 @@ import os
 import threading
 import time
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import pymysql
@@ -33,6 +34,7 @@ import pymysql
 from migrator.engine.binlog.reader import LocalReader, format_state, wanted
 from migrator.engine.catch_up.statements import WHOLE_TABLE, classify
 from migrator.engine.verify.checksums import Key, LiteralKey, TableInfo, VerifyError, keys_of
+from migrator.engine.verify.waits import Stall, Stalled
 from migrator.fleet.config import Credentials
 from migrator.fleet.gtid import GtidPos, GtidState
 from migrator.fleet.model import Host
@@ -81,24 +83,52 @@ def _note(out: dict[str, set[Key]], names: dict[tuple[str, str], str], shapes: A
                 note_key(out[name], LiteralKey(old_key))
 
 
+@dataclass
+class KeysRead:
+    """What a :func:`changed_keys` read went through: transactions of the moving tables and their row
+    changes (the size of the window in binlog)."""
+
+    transactions: int = 0
+    events: int = 0
+
+
 def changed_keys(host: Host, creds: Credentials, tables: Sequence[TableInfo], since: str, until: str, *,
-                 timeout: float = 10.0) -> dict[str, set[Key]]:
+                 timeout: float = 10.0, stall_s: float | None = None,
+                 read: KeysRead | None = None) -> dict[str, set[Key]]:
     """Primary keys of ``tables`` that row events touched in ``(since, until]`` of ``host``'s binlog.
 
     Reads only that binlog segment, stopping at the commit that reaches
     ``until``, so its cost follows the writes since ``since``, not the table sizes.
+    ``timeout``: the whole read's budget (under the freeze); with ``stall_s`` instead (outside it) the
+    read goes on as long as it advances, and is given up after ``stall_s`` without progress
+    (:class:`~migrator.engine.verify.waits.Stalled`, naming how far it got). ``read``: counts what was
+    read, when given.
     """
     out: dict[str, set[Key]] = {t.name: set() for t in tables}
     if not tables or GtidState.parse(since).reaches(GtidState.parse(until)):
         return out
     names = {(t.db, t.table): t.name for t in tables}
-    deadline = time.monotonic() + timeout
+    t0 = time.monotonic()
+    read = read if read is not None else KeysRead()
     with _reader(host, creds, tables, since) as rd:
         shapes = _Shapes(rd)
-        for txn in rd.transactions(until, deadline=deadline):
+        stall = None if stall_s is None else Stall(stall_s, (rd.position, 0))
+        for txn in rd.transactions(until, deadline=None if stall is not None else t0 + timeout):
             if txn is not None:
                 _note(out, names, shapes, txn)
+                read.transactions += 1
+                read.events += len(txn.changes)
+            if stall is not None:
+                # a transaction (or a part of one) read, or the position passed: progress
+                stall.saw((rd.position, read.transactions))
+                if stall.stalled():
+                    break
         if not rd.reader.reaches(wanted(until) or []):
+            if stall is not None:
+                raise Stalled(f"reading the binlog of {host.name} from {since} to {until} made no progress for "
+                              f"{stall_s:g}s: after {time.monotonic() - t0:.0f}s it had read up to {rd.position} "
+                              f"({read.transactions} transactions of the moving tables); is {host.name} "
+                              "reachable and its binlog still there? then try again", phase="verify")
             raise VerifyError(f"reading the binlog of {host.name} up to {until} took over {timeout:.1f}s",
                               phase="verify")
     return out

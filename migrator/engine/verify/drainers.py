@@ -17,7 +17,7 @@ from migrator.engine.catch_up.checkpoint import open_tailer
 from migrator.engine.migration import MigrationStore, Node, Phase
 from migrator.engine.names import SENTINEL_TABLE
 from migrator.engine.verify.changes import KeyCollector
-from migrator.engine.verify.checksums import VerifyError
+from migrator.engine.verify.waits import WaitTimeout
 from migrator.fleet import zk as zk_mod
 from migrator.fleet.config import Config, load_credentials
 from migrator.fleet.gtid import GtidPos, GtidState
@@ -53,6 +53,8 @@ class CheckpointWaiter:
         #: how often to look again while the checkpoint node does not exist yet (once it does, a
         #: ZooKeeper watch wakes the wait when it changes; ``poll_s`` x 10 bounds a missed one)
         self.poll_s = poll_s
+        #: the checkpoint the last wait saw (its progress: :func:`~migrator.engine.verify.waits.drain_progressing`)
+        self.seen = ""
 
     def drain_to(self, gtid: str, timeout: float, *, save: bool = True) -> None:
         target = GtidState.parse(str(gtid))
@@ -72,14 +74,19 @@ class CheckpointWaiter:
                 # the checkpoint's per-(domain, server) state decides (exact in any GTID layout); a
                 # checkpoint saved without one names only its position
                 at = GtidState.of((node or {}).get("state"), (node or {}).get("gtid"))
+                self.seen = str(at)
                 if at.reaches(target):
                     return
                 if time.monotonic() > deadline:
-                    raise VerifyError(f"catch-up of {self.migration_id} did not reach {gtid} within {timeout:.0f}s "
+                    raise WaitTimeout(f"catch-up of {self.migration_id} did not reach {gtid} within {timeout:.0f}s "
                                       f"(its checkpoint is at {at or 'nothing'}); is the catch-up job running? "
                                       "(`migrator status ID`)", phase="verify")
                 wait = self.poll_s if node is None else self.poll_s * 10
                 changed.wait(max(0.0, min(wait, deadline - time.monotonic())))
+
+    def progress(self) -> str:
+        """How far the catch-up worker had got at the last look (its checkpoint)."""
+        return self.seen
 
     def close(self) -> None:
         pass
@@ -114,6 +121,12 @@ class TailDrainer(KeyCollector):
     def applied(self) -> GtidPos:
         """What the tail has committed so far (read while it follows, too)."""
         return self._tailer.applied if self._tailer is not None else GtidPos.parse("")
+
+    def progress(self) -> tuple[str, int]:
+        """How far the tail has got: what it has committed, and the row changes it has read (a transaction
+        of millions of rows moves the second long before the first)."""
+        t = self._tailer
+        return ("", 0) if t is None else (str(t.applied), t.events_read)
 
     def reached(self, target: str) -> bool:
         """The tail has applied every transaction of ``target`` (a position or state; exact in any GTID

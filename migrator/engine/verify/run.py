@@ -29,6 +29,7 @@ from typing import Any
 
 from migrator.engine.chunks import encode_key
 from migrator.engine.migration import MigrationStore, Node, Phase
+from migrator.engine.verify import waits
 from migrator.engine.verify.changes import as_values, changed_keys
 from migrator.engine.verify.checksums import (
     ChunkResult,
@@ -45,6 +46,7 @@ from migrator.engine.verify.checksums import (
 )
 from migrator.engine.verify.drainers import CatchUpDrainer, Drainer, default_drainer
 from migrator.engine.verify.repair import check_rows, repair_rows
+from migrator.engine.verify.waits import drain_progressing
 from migrator.fleet import zk as zk_mod
 from migrator.fleet.config import Config, load_credentials
 from migrator.fleet.mysql import binlog_pos
@@ -94,13 +96,15 @@ class VerifyReport:
 
 
 def verify_migration(config: Config, migration_id: str, *, repair: bool = True, chunk_rows: int | None = None,
-                     drainer: Drainer | None = None, drain_timeout: float = 60.0,
+                     drainer: Drainer | None = None, drain_timeout: float | None = None,
                      record: bool = True) -> VerifyReport:
     """Checksum every moving table source vs target; re-check and re-copy differing chunks.
 
     With a ``drainer`` (catch-up), the target is drained to the source head
     before the pass and again before each re-check. Without one (catch-up not
-    running) the re-check happens at once. The result is stored in the
+    running) the re-check happens at once. The drains and the binlog read of
+    the keys changed meanwhile wait as long as they advance
+    (:mod:`.waits`); ``drain_timeout``: a fixed limit instead. The result is stored in the
     migration's ``verify`` progress node (unless ``record`` is False).
     """
     creds = load_credentials(config)
@@ -133,6 +137,8 @@ def verify_migration(config: Config, migration_id: str, *, repair: bool = True, 
             tables = load_tables(src, spec.databases, spec.tables)
 
             def changes(since: str, until: str) -> dict[str, set[Key]]:
+                if drain_timeout is None:
+                    return changed_keys(src_host, creds, tables, since, until, stall_s=waits.STALL_S)
                 return changed_keys(src_host, creds, tables, since, until, timeout=drain_timeout)
 
             report = run_full_check(Side(src), Side(dst), tables, migration_id, changes=changes,
@@ -161,7 +167,7 @@ ChangesFn = Callable[[str, str], dict[str, set[Key]]]
 
 
 def run_full_check(src: Side, dst: Side, tables: Sequence[TableInfo], migration_id: str, *, step: int,
-                   repair: bool, drainer: Drainer | None, drain_timeout: float,
+                   repair: bool, drainer: Drainer | None, drain_timeout: float | None = None,
                    changes: ChangesFn | None = None) -> VerifyReport:
     """The full pass on open connections (what :func:`verify_migration` runs).
 
@@ -169,12 +175,22 @@ def run_full_check(src: Side, dst: Side, tables: Sequence[TableInfo], migration_
     two positions; with it, a row that differs only because the source changed
     it after the pass began (a live write catch-up has not applied yet) is
     counted as in flight, not repaired: the cutover checks it again under its
-    fence. Every other difference is real and is re-copied.
+    fence. Every other difference is real and is re-copied. The drains go on
+    as long as the tail advances (``drain_timeout`` None: :mod:`.waits`), else
+    within ``drain_timeout``.
     """
     report = VerifyReport(migration_id, tables=len(tables))
     start = report.verified_gtid = binlog_pos(src.conn)
-    if drainer is not None:
-        drainer.drain_to(start, drain_timeout)
+
+    def drain(pos: str) -> None:
+        if drainer is None:
+            return
+        if drain_timeout is None:
+            drain_progressing(drainer, pos, what=f"verify of {migration_id}")
+        else:
+            drainer.drain_to(pos, drain_timeout)
+
+    drain(start)
     by_name = {t.name: t for t in tables}
     results, rows = compare_chunks(src, dst, tables, step)
     report.chunks, report.rows_checked = len(results), rows
@@ -182,8 +198,7 @@ def run_full_check(src: Side, dst: Side, tables: Sequence[TableInfo], migration_
     report.mismatched_chunks = [_chunk_dict(r) for r in bad]
     if not bad:
         return report
-    if drainer is not None:
-        drainer.drain_to(binlog_pos(src.conn), drain_timeout)
+    drain(binlog_pos(src.conn))
     per_chunk: list[tuple[ChunkResult, list[RowDiff]]] = []
     for r in bad:
         t = by_name[r.table]

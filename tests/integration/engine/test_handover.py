@@ -150,3 +150,44 @@ def test_the_pipeline_cuts_over_a_batch_left_open_then_hands_over_the_rest(fleet
     assert smap.master_of(2) == smap.master_of(3) == prep.spec.target_master
     with pytest.raises(command.CommandError, match="in batches"):
         command.start_rollback(fleet.config, pid)
+
+
+def test_a_batch_handed_over_later_inherits_a_check_refreshed_since_and_re_checks_only_that(fleet):
+    """Writes on the shard the batched migration still holds, between two hand-overs: before the second
+    hand-over the pipeline refreshes the batched migration's own check (it re-checks those rows), so the
+    second batch inherits a ``verified_gtid`` newer than the one full check, and its cutover's first
+    re-check reads only the binlog since (none of those rows), not everything since the full check."""
+    from jobs import pipeline
+
+    prep = prepare_converged(fleet, (2, 3), options=Options(freeze_budget_ms=3000), batched=True)
+    pid, store = prep.spec.id, prep.store
+    cfg_path = str(fleet.config.path)
+    verify_migration(fleet.config, pid, drainer=prep.drainer)
+    prep.drainer.close()
+    first_check = store.get_progress(pid, Node.VERIFY)[0]["verified_gtid"]
+    first = hand_over(fleet.zk, fleet.credentials, pid, [2], tables=5)
+    pipeline.finish(pid, cfg_path)  # cuts the first batch over
+    assert store.state(first.id)[0].phase == Phase.DONE
+
+    src = mysql_connect(prep.source, fleet.credentials)
+    try:
+        written = [_insert(src, 3, f'{{"w": {i}}}') for i in range(40)]  # the batched migration's shard
+    finally:
+        src.close()
+    out = pipeline.finish(pid, cfg_path)  # a pass and a refresh of the check, then the hand-over of shard 3
+    (second,) = out["batches"]
+    assert store.state(second)[0].phase == Phase.DONE, out
+    took = store.get_progress(second, Node.HANDOVER)[0]["attempts"][0]
+    assert took["parent_recheck_rows"] >= len(written), took  # the batched migration re-checked them
+    inherited = store.get_progress(second, Node.VERIFY)[0]
+    assert inherited["handed_by"] == pid and inherited["verified_gtid"] != first_check
+    attempts = store.get_progress(second, "cutover_attempts")[0]["attempts"]
+    window = attempts[-1]["refresh_rounds"][0]
+    # the batch's first re-check window starts where the batched migration's refresh ended: the 40 rows
+    # written before it are not in it
+    assert window["rows"] < len(written) and window["events"] < len(written), window
+    dst = mysql_connect(prep.target, fleet.credentials)
+    try:
+        assert all(_has(dst, 3, w) for w in written)
+    finally:
+        dst.close()

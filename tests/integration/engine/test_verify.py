@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from migrator.engine.verify.run import VERIFY_NODE, verify_migration
 from migrator.fleet.mysql import connect as mysql_connect
 
@@ -206,3 +208,28 @@ def test_verify_sees_and_repairs_what_the_text_protocol_rounds(fleet):
     assert again.ok and not again.mismatched_chunks
     src.close()
     tgt.close()
+
+
+def test_a_drain_or_key_read_that_stops_advancing_is_refused_naming_where_it_got(fleet, monkeypatch):
+    """Outside the freeze, a drain and a binlog read of changed keys wait as long as they advance
+    (:mod:`migrator.engine.verify.waits`); one that cannot advance (here: a position the source never
+    reaches) is refused after the stall timeout, naming how far it got, instead of waiting forever."""
+    from migrator.engine.verify import waits
+    from migrator.engine.verify.changes import changed_keys
+    from migrator.engine.verify.checksums import load_tables
+    from migrator.fleet.mysql import binlog_pos
+
+    monkeypatch.setattr(waits, "STALL_S", 1.0)
+    prep = prepare_converged(fleet, (2,))
+    with mysql_connect(prep.source, fleet.credentials) as src:
+        head = binlog_pos(src)
+        tables = load_tables(src, prep.spec.databases, prep.spec.tables)
+    domain, server, _ = head.split(",")[0].split("-")
+    never = f"{domain}-{server}-999999999"
+    prep.drainer.drain_to(head, 30)
+    applied = prep.drainer.position
+    with pytest.raises(waits.Stalled, match=rf"made no progress for 1s .*applied up to {applied}"):
+        waits.drain_progressing(prep.drainer, never, what=f"verify of {prep.spec.id}")
+    with pytest.raises(waits.Stalled, match=r"made no progress for 1s: .*it had read up to"):
+        changed_keys(prep.source, fleet.credentials, tables, head, never, stall_s=waits.STALL_S)
+    prep.drainer.close()
