@@ -194,30 +194,42 @@ def _load_process(config_path: str, shards: tuple[int, ...], rate: float, stop: 
     zk.close()
 
 
-class LoadProcess:
-    """Start/stop :func:`_load_process`; after :meth:`stop` it has the Load's fields."""
+class Spawned:
+    """A client in a process of its own (spawned: it shares nothing with the cutover's interpreter): started,
+    then told to stop; :meth:`stop` returns what it put on its queue."""
 
-    def __init__(self, config_path: str, shards: tuple[int, ...], rate: float):
+    def __init__(self, target: Any, *args: Any):
         import multiprocessing as mp
 
         ctx = mp.get_context("spawn")
         self._stop = ctx.Event()
         self._out = ctx.Queue()
-        self._proc = ctx.Process(target=_load_process, args=(config_path, shards, rate, self._stop, self._out),
-                                 daemon=True)
+        self._proc = ctx.Process(target=target, args=(*args, self._stop, self._out), daemon=True)
+
+    def start(self) -> Any:
+        self._proc.start()
+        return self
+
+    def stop(self) -> dict[str, Any]:
+        self._stop.set()
+        res = self._out.get(timeout=120)
+        self._proc.join(30)
+        return res
+
+
+class LoadProcess(Spawned):
+    """Start/stop :func:`_load_process`; after :meth:`stop` it has the Load's fields."""
+
+    def __init__(self, config_path: str, shards: tuple[int, ...], rate: float):
+        super().__init__(_load_process, config_path, shards, rate)
         self.acks: dict[tuple[int, int], str] = {}
         self.calls: list[tuple[float, float, int, bool]] = []
         self.errors: list[str] = []
 
-    def start(self) -> LoadProcess:
-        self._proc.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        res = self._out.get(timeout=120)
-        self._proc.join(30)
+    def stop(self) -> dict[str, Any]:
+        res = super().stop()
         self.acks, self.calls, self.errors = res["acks"], res["calls"], res["errors"]
+        return res
 
     def calls_so_far(self) -> list[tuple[float, float, int, bool]]:
         return self.calls
@@ -338,30 +350,19 @@ def _member_probe_process(config_path: str, shard: int, report_s: float, stop: A
     zk.close()
 
 
-class MemberProbe:
+class MemberProbe(Spawned):
     """Start/stop :func:`_member_probe_process`; after :meth:`stop`: ``calls`` (start, end, ok) and the
     reports held."""
 
     def __init__(self, config_path: str, shard: int, report_s: float):
-        import multiprocessing as mp
-
-        ctx = mp.get_context("spawn")
-        self._stop = ctx.Event()
-        self._out = ctx.Queue()
-        self._proc = ctx.Process(target=_member_probe_process, args=(config_path, shard, report_s, self._stop,
-                                                                     self._out), daemon=True)
+        super().__init__(_member_probe_process, config_path, shard, report_s)
         self.calls: list[tuple[float, float, bool]] = []
         self.held = self.ended_by_migrator = 0
 
-    def start(self) -> MemberProbe:
-        self._proc.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        res = self._out.get(timeout=120)
-        self._proc.join(30)
+    def stop(self) -> dict[str, Any]:
+        res = super().stop()
         self.calls, self.held, self.ended_by_migrator = res["calls"], res["held"], res["ended_by_migrator"]
+        return res
 
 
 def _queue_load_process(config_path: str, url: str, token: str | None, rate: float, ledger: str,
