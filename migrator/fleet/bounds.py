@@ -27,7 +27,7 @@ _SHARD_PART_RE = re.compile(r"(\d+)(?:-(\d+))?")
 
 #: the migration ids migrator makes: ``m-20261122-155024-7e9460`` (:func:`migrator.engine.migration.new_id`),
 #: a rebalance's or batched split's ``rb-20261122-155024-7e9460`` and its moves' ``rb-...-m003``
-MIGRATION_ID_RE = re.compile(r"(?:m-\d{8}-\d{6}-[0-9a-f]{6}|rb-\d{8}-\d{6}-[0-9a-f]{6}(?:-m\d{3,6})?)")
+MIGRATION_ID_RE = re.compile(r"(?:m-\d{8}-\d{6}-[0-9a-f]{6}|rb-\d{8}-\d{6}-[0-9a-f]{6}(?:-m\d{3,6})?)(?:-b\d{3,6})?")
 #: a playbook run's id: ``run-20261122-155024-7e9460``
 RUN_ID_RE = re.compile(r"run-\d{8}-\d{6}-[0-9a-f]{6}")
 #: a queue of the queue service: its name goes into table names (``q_<name>_p<n>``)
@@ -74,8 +74,8 @@ def shard_text(text: Any) -> str:
 
 
 def migration_id(text: Any) -> str:
-    """A migration id as migrator makes them (``m-YYYYMMDD-HHMMSS-xxxxxx``, ``rb-...``, ``rb-...-mNNN``):
-    nothing else reaches a ZooKeeper path."""
+    """A migration id as migrator makes them (``m-YYYYMMDD-HHMMSS-xxxxxx``, ``rb-...``, a rebalance's move
+    ``rb-...-mNNN``, a batch of a batched migration ``...-bNNN``): nothing else reaches a ZooKeeper path."""
     if not isinstance(text, str) or not MIGRATION_ID_RE.fullmatch(text):
         raise ValueError("not a migration id: they look like m-20261122-155024-7e9460 or rb-20261122-155024-"
                          "7e9460 (`migrator status` lists them)")

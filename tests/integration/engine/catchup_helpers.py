@@ -138,7 +138,7 @@ def job_insert(rnd: random.Random) -> tuple[str, tuple[Any, ...]]:
 
 def create_migration(fleet: Any, *, kind: str = "shards", tables: tuple[str, ...] = (),
                      shards: tuple[int, ...] = MOVING, **options: Any) -> Spec:
-    spec = Spec(id=new_id("t"), kind=kind, source_master=SOURCE, source_slave=SOURCE_SLAVE,
+    spec = Spec(id=new_id(), kind=kind, source_master=SOURCE, source_slave=SOURCE_SLAVE,
                 target_master=TARGET, target_slave=TARGET_SLAVE, shards=shards, tables=tables,
                 options=Options(**options))
     store = MigrationStore(fleet.zk)

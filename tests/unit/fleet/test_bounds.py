@@ -37,15 +37,17 @@ def test_shards_are_refused_by_their_text_not_by_building_a_set():
 
 
 def test_migration_ids_are_exactly_the_ones_migrator_makes():
+    from migrator.engine.handover import batch_id
     from migrator.ops.rebalance.record import migration_id
 
     made = [new_id(), "rb-20261122-155024-7e9460", migration_id("rb-20261122-155024-7e9460", 3),
-            migration_id("rb-20261122-155024-7e9460", 1234)]
+            migration_id("rb-20261122-155024-7e9460", 1234), batch_id(new_id(), 0),
+            batch_id(migration_id("rb-20261122-155024-7e9460", 3), 12)]
     for mid in made:
         assert bounds.migration_id(mid) == mid
     for bad in ("../../etc", "m-1", "m-nope", "", "m-20261122-155024-7e9460/x", "m-20261122-155024-7E9460",
                 "x-20261122-155024-7e9460", "m-20261122-155024-7e9460-m001", "rb-20261122-155024-7e9460-m1",
-                " m-20261122-155024-7e9460", None, 5):
+                " m-20261122-155024-7e9460", "m-20261122-155024-7e9460-b1", None, 5):
         with pytest.raises(ValueError, match="not a migration id"):
             bounds.migration_id(bad)
 
