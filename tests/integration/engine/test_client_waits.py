@@ -212,12 +212,14 @@ def test_a_statement_slower_than_its_try_with_no_holder_gets_longer_tries(fleet)
         with conn.cursor() as cur:
             cur.execute("SET SESSION sql_log_bin = 0")
             cur.execute("CREATE DATABASE IF NOT EXISTS mdl_slow")
-            cur.execute("CREATE TABLE mdl_slow.p (id INT NOT NULL PRIMARY KEY) PARTITION BY HASH(id) PARTITIONS 128")
+            cur.execute("CREATE TABLE mdl_slow.p (id INT NOT NULL PRIMARY KEY) PARTITION BY HASH(id) PARTITIONS 1024")
         attempts = Attempts()
         run_locking(conn, "CREATE TRIGGER IF NOT EXISTS mdl_slow.tg BEFORE INSERT ON mdl_slow.p FOR EACH ROW BEGIN END",
                     tables=[("mdl_slow", "p")], server=host.name, wait=LockWait(try_s=0.001, retry_s=10),
                     attempts=attempts)
-        assert attempts.slow >= 1, attempts  # (a background thread may hold the new table a moment too)
+        # a try that was cut short with nobody holding the table counted as slow, and the longer tries got
+        # through (a fast server may finish the statement inside the first try: then nothing was cut short)
+        assert attempts.busy == 0 or attempts.slow >= 1, attempts
         with conn.cursor() as cur:
             cur.execute("SELECT COUNT(*) FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA = 'mdl_slow'")
             assert cur.fetchone()[0] == 1
