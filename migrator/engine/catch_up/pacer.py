@@ -81,12 +81,25 @@ class Pacer:
         if self._rounds_at_count < 4:
             return
         self._rounds_at_count = 0
-        here = self._rates[self.lanes]
+        self.lanes = self._next_lanes()
+
+    def _next_lanes(self) -> int:
+        """A hill climb on the measured rate: to a neighbouring lane count that measured faster, else
+        to an untried neighbour only in the direction that paid last (up first). A climb into every
+        untried count regardless of what the last step measured ends at ``max_lanes`` wherever the
+        best is (on a 2-core box 2 lanes beat 4 and the climb went to 8)."""
+        rates, here = self._rates, self._rates[self.lanes]
         up, down = self.lanes + 1, self.lanes - 1
-        if up <= self.max_lanes and (up not in self._rates or self._rates[up] > here * 1.05):
-            self.lanes = up
-        elif down >= self.min_lanes and down in self._rates and self._rates[down] >= here * 0.98:
-            self.lanes = down
+        up_ok, down_ok = up <= self.max_lanes, down >= self.min_lanes
+        if up_ok and up in rates and rates[up] > here * 1.05:
+            return up
+        if down_ok and down in rates and rates[down] >= here * 0.98:
+            return down
+        if up_ok and up not in rates and (down not in rates or here > rates[down] * 1.05):
+            return up
+        if down_ok and down not in rates and (not up_ok or up in rates):
+            return down
+        return self.lanes
 
 
 def pacer_from_env() -> Pacer:

@@ -51,3 +51,30 @@ def test_rounds_cut_by_size_and_written_fast_grow():
     assert p.round_rows == 1500
     p.after_round(1500, 10.0, cut_by_size=False)  # cut by age or at the head: no growth
     assert p.round_rows == 1500
+
+
+def climb(best: int, rounds: int = 200) -> list[int]:
+    """The lane counts a pacer walks through when ``best`` lanes write fastest (each lane away from it
+    5 % slower)."""
+    p = Pacer(lanes=4, round_target_ms=150)
+    seen = []
+    for _ in range(rounds):
+        rate = 100.0 * (1 - 0.15 * abs(p.lanes - best))  # rows per ms
+        p.after_round(1000, 1000 / rate, cut_by_size=False)
+        seen.append(p.lanes)
+    return seen
+
+
+def test_the_lane_count_settles_where_writing_is_fastest_below_the_start():
+    seen = climb(best=2)
+    assert seen[-1] == 2
+    assert max(seen) <= 5  # one step up tried, not a climb to the maximum
+
+
+def test_the_lane_count_settles_where_writing_is_fastest_above_the_start():
+    assert climb(best=6)[-1] == 6
+
+
+def test_the_lane_count_stays_put_at_the_best_start():
+    seen = climb(best=4)
+    assert seen[-1] == 4 and max(seen) <= 5 and min(seen) >= 3
