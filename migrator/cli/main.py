@@ -425,12 +425,37 @@ def hoist_root_options(argv: list[str], root: Any = None) -> list[str]:
     return front + rest
 
 
+class MetavarArgument(typer.core.TyperArgument):
+    """An argument whose help row shows its metavar (``ID``, ``HOST``, ``QUEUE``), not typer's Python type
+    after it (``ID <str>``): the metavar says what to give, the type is an implementation detail."""
+
+    def display_type_rich(self, ctx: Any) -> str:  # noqa: ARG002 - typer's signature
+        return ""
+
+
+def command() -> Any:
+    """The click command of :data:`app` as ``migrator`` runs it: the plugins' commands added, every argument
+    a :class:`MetavarArgument`. The help tests read this tree."""
+    _load_plugins()
+    root = typer.main.get_command(app)
+
+    def walk(cmd: Any) -> None:
+        for p in cmd.params:
+            if type(p) is typer.core.TyperArgument:
+                p.__class__ = MetavarArgument
+        for sub in getattr(cmd, "commands", {}).values():
+            walk(sub)
+
+    walk(root)
+    return root
+
+
 def run(argv: list[str] | None = None) -> int:
     """Run the command line; every failure becomes one line on stderr and the exit code returned."""
     try:
-        _load_plugins()
-        argv = hoist_root_options(list(sys.argv[1:] if argv is None else argv))
-        rv = app(args=argv, standalone_mode=False, prog_name="migrator")
+        root = command()
+        argv = hoist_root_options(list(sys.argv[1:] if argv is None else argv), root)
+        rv = root.main(args=argv, standalone_mode=False, prog_name="migrator")
     except typer.TyperException as exc:
         if type(exc).__name__ != "NoArgsIsHelpError":
             return failures.report(exc, sys.stderr)

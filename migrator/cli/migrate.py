@@ -46,7 +46,18 @@ from migrator.cli.inputs import (
     duration_parser,
     migration_id_callback,
 )
-from migrator.cli.options import UsageProblem, YesOpt, build_options, confirm, detach_needs_yes, dry_run_or_yes
+from migrator.cli.options import (
+    ChunkTargetOpt,
+    KillBlockersOpt,
+    KillBlockersRowsOpt,
+    LockRetryOpt,
+    UsageProblem,
+    YesOpt,
+    build_options,
+    confirm,
+    detach_needs_yes,
+    dry_run_or_yes,
+)
 from migrator.cli.report import Report, print_json
 from migrator.engine.migration import Options
 from migrator.errors import ExitCode
@@ -84,18 +95,6 @@ CutoverRetryOpt = Annotated[float | None, typer.Option(
     "--cutover-retry-s", help="How long the pipeline keeps retrying a cutover that stopped before the flip (a lock "
                               "on a moving table, a freeze over budget), with backoff (s; default 600; 0: once).",
                                   metavar="S")]
-LockRetryOpt = Annotated[float | None, typer.Option(
-    "--lock-retry-s", help="How long a statement that needs a live table's metadata lock outside the freeze (the "
-                           "write gates' triggers, the renames after the flip) keeps trying; each try waits at most "
-                           "half the freeze budget, so no client queues behind it longer (s; default 30).",
-                               metavar="S")]
-KillBlockersOpt = Annotated[bool | None, typer.Option(
-    "--kill-blockers/--no-kill-blockers",
-    help="When those tries are over, end the connections that held the lock through all of them (KILL) and try "
-         "once more, instead of stopping and naming them (default: off).")]
-KillBlockersRowsOpt = Annotated[int | None, typer.Option(
-    "--kill-blockers-max-rows", help="With --kill-blockers: never end a transaction that changed more rows than "
-                                     "this (default 0: only read-only ones).", metavar="N")]
 FenceOpt = Annotated[str | None, typer.Option(
     "--fence", help="How the source master is fenced: auto (default) and rename: LOCK TABLES + one queued RENAME "
                     "per table, a move of more than 200 tables runs as batches sized for the freeze budget; gate: "
@@ -104,8 +103,6 @@ FenceOpt = Annotated[str | None, typer.Option(
 ChunkRowsOpt = Annotated[int | None, typer.Option("--chunk-rows",
                                                   help="First copy chunk, rows (adapts after; default 1000).",
                                                   metavar="N")]
-ChunkTargetOpt = Annotated[int | None, typer.Option(
-    "--chunk-target-ms", help="Time target per copy chunk (ms; default 500).", metavar="MS")]
 WorkersOpt = Annotated[int | None, typer.Option("--workers", help="Tables copied at once (default 4).", metavar="N")]
 AllTablesOpt = Annotated[bool, typer.Option(
     "--all-tables", help="List every table of a dry run (else summarised by table name at host scale).")]
@@ -390,12 +387,13 @@ def move_partition(
     lock_retry_s: LockRetryOpt = None,
     kill_blockers: KillBlockersOpt = None,
     kill_blockers_max_rows: KillBlockersRowsOpt = None,
+    chunk_target_ms: ChunkTargetOpt = None,
 ) -> None:
     """Move one queue partition (its jobs and dedupe tables) to another pair on its own route in the shard
     map; its shard's other tables and the other partitions keep serving. A dry run unless --yes (as split)."""
     opts = _options(max_lag=max_lag, freeze_budget_ms=freeze_budget_ms, max_threads_running=max_threads_running,
                     cutover_retry_s=cutover_retry_s, lock_retry_s=lock_retry_s, kill_blockers=kill_blockers,
-                    kill_blockers_max_rows=kill_blockers_max_rows)
+                    kill_blockers_max_rows=kill_blockers_max_rows, chunk_target_ms=chunk_target_ms)
     _plan_and_launch(lambda dry_run: command.plan_move_partition(load_config(), queue, partition, to,
                                                                 dry_run=dry_run, options=opts),
                      yes=yes, dry_run=dry_run, no_start=no_start, detach=detach, postpone=postpone_cutover,

@@ -25,6 +25,22 @@ from migrator.cli.failures import pydantic_reason, short
 from migrator.engine.migration import Options
 from migrator.errors import ExitCode, MigratorError
 
+# the limits every launch (split, move, move-partition, rebalance) and `migrator set` take alike
+ChunkTargetOpt = Annotated[int | None, typer.Option(
+    "--chunk-target-ms", help="Time target per copy chunk (ms; default 500).", metavar="MS")]
+LockRetryOpt = Annotated[float | None, typer.Option(
+    "--lock-retry-s", help="How long a statement that needs a live table's metadata lock outside the freeze (the "
+                           "write gates' triggers, the renames after the flip) keeps trying; each try waits at most "
+                           "half the freeze budget, so no client queues behind it longer (s; default 30).",
+                               metavar="S")]
+KillBlockersOpt = Annotated[bool | None, typer.Option(
+    "--kill-blockers/--no-kill-blockers",
+    help="When those tries are over, end the connections that held the lock through all of them (KILL) and try "
+         "once more, instead of stopping and naming them (default: off).")]
+KillBlockersRowsOpt = Annotated[int | None, typer.Option(
+    "--kill-blockers-max-rows", help="With --kill-blockers: never end a transaction that changed more rows than "
+                                     "this (default 0: only read-only ones).", metavar="N")]
+
 
 class UsageProblem(MigratorError):
     """A value given on the command line is wrong; nothing was touched."""

@@ -21,7 +21,16 @@ from rich.text import Text
 
 from migrator.cli.helpers import FollowOpt, duration, human_bytes, load_config, shard_runs
 from migrator.cli.inputs import DURATION_METAVAR, AddPairOpt, DrainOpt, at_least, checked, duration_parser
-from migrator.cli.options import UsageProblem, build_options, detach_needs_yes, dry_run_or_yes
+from migrator.cli.options import (
+    ChunkTargetOpt,
+    KillBlockersOpt,
+    KillBlockersRowsOpt,
+    LockRetryOpt,
+    UsageProblem,
+    build_options,
+    detach_needs_yes,
+    dry_run_or_yes,
+)
 from migrator.cli.report import Report, print_json
 from migrator.errors import ExitCode
 from migrator.ops import watch
@@ -185,6 +194,10 @@ def rebalance_cmd(
     cutover_retry_s: float | None = typer.Option(None, "--cutover-retry-s",
                                                  help="How long each move's pipeline retries a cutover that "
                                                       "stopped before the flip (s; default 600).", metavar="S"),
+    lock_retry_s: LockRetryOpt = None,
+    kill_blockers: KillBlockersOpt = None,
+    kill_blockers_max_rows: KillBlockersRowsOpt = None,
+    chunk_target_ms: ChunkTargetOpt = None,
     postpone_cutover: bool = typer.Option(False, "--postpone-cutover",
                                           help="Every move holds its cutover once caught up, until "
                                                "`migrator postpone RB --release`."),
@@ -208,7 +221,9 @@ def rebalance_cmd(
     dry_run_or_yes(dry_run, yes)
     detach_needs_yes(detach, yes)
     options = build_options(freeze_budget_ms=freeze_budget_ms, copy_workers=workers, max_standby_lag_s=max_lag,
-                            max_threads_running=max_threads_running, cutover_retry_s=cutover_retry_s)
+                            max_threads_running=max_threads_running, cutover_retry_s=cutover_retry_s,
+                            lock_retry_s=lock_retry_s, kill_blockers=kill_blockers,
+                            kill_blockers_max_rows=kill_blockers_max_rows, chunk_target_ms=chunk_target_ms)
     cfg = load_config()
     live = rebalance.plan_live(cfg, objective=objective, threshold=threshold, add_pairs=list(add_pair),
                                drain=list(drain), max_moves_per_pair=max_moves_per_pair,
