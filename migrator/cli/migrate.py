@@ -225,7 +225,7 @@ def _launch_batches(res: command.PlanResult, start: bool, detach: bool, postpone
     if end["phase"] != "done":
         print(f"error: {rid} ended {end['phase']}{' (paused)' if end['paused'] else ''} (see "
               f"`migrator status {rid}` for the batch that stopped and its error)", file=sys.stderr, flush=True)
-        raise typer.Exit(ExitCode.REFUSED)
+        raise typer.Exit(int(end.get("exit_code") or ExitCode.REFUSED))  # the stopped batch's cause
     rep.say(f"{rid} done: {end['batches']} batches, longest write freeze {end['max_freeze_ms'] or 0:.0f} ms; "
             "tombstones kept for rollback (per batch migration), cleanup scheduled")
 

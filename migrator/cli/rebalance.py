@@ -255,7 +255,7 @@ def rebalance_cmd(
     rep.document(out)
     if end["phase"] != "done":
         print(f"error: {rid} ended {end['phase']} (see `migrator status {rid}`)", file=sys.stderr, flush=True)
-        raise typer.Exit(ExitCode.REFUSED)
+        raise typer.Exit(int(end.get("exit_code") or ExitCode.REFUSED))  # the stopped move's cause
     rep.say(f"{rid} done: {end['done']} moves, at most {end['max_running']} at once")
 
 

@@ -30,7 +30,7 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from migrator.engine import plan as plan_mod
 from migrator.engine.migration import MigrationNotFound, MigrationStore, Node, Options, Phase, ShardsBusy
-from migrator.errors import MigratorError
+from migrator.errors import ExitCode, MigratorError
 from migrator.fleet.zk import ZK
 
 REBALANCES = "rebalances"
@@ -116,6 +116,7 @@ def refresh(zk: ZK, rec: dict[str, Any]) -> None:
         elif st.phase in FAILED_PHASES or st.stopped:
             m["state"] = "failed"
             m["error"] = (st.stopped or {}).get("reason") or st.error or f"migration ended {st.phase.value}"
+            m["exit_code"] = (st.stopped or {}).get("exit_code")  # the stop's cause, as the CLI exits with it
         elif m["state"] == "failed":
             m["state"], m["error"] = "running", None
     if rec["phase"] == "stopped" and any(m["state"] == "running" for m in rec["moves"]):
@@ -214,4 +215,7 @@ def summary(rec: dict[str, Any]) -> dict[str, Any]:
             "created_at": rec.get("created_at"), "kind": rec.get("kind", "rebalance"),
             "tables": sum(m.get("tables") or 0 for m in moves if "batch_of" not in m),
             "batches": sum(1 for m in moves if "batch_of" in m),
-            "max_freeze_ms": max((m.get("freeze_ms") or 0 for m in moves if m["state"] == "done"), default=None)}
+            "max_freeze_ms": max((m.get("freeze_ms") or 0 for m in moves if m["state"] == "done"), default=None),
+            # a command that follows it exits with the code of the first stopped move's cause (else REFUSED)
+            "exit_code": next((m["exit_code"] for m in moves if m["state"] == "failed" and m.get("exit_code")),
+                              int(ExitCode.REFUSED))}

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from migrator.engine.migration import LOCKS, MigrationStore, Phase
+from migrator.errors import ExitCode
 from migrator.fleet.mysql import connect as mysql_connect
 from migrator.fleet.shard_map import ShardMapStore
 from tests.integration.cli_helpers import assert_one_line_error, run_cli
@@ -32,10 +33,14 @@ def fleet_state(fleet) -> tuple:
     return ShardMapStore(zk).read().epoch, MigrationStore(zk).list(), held, target_dbs
 
 
-def refused(fleet, *args: str, needles: tuple[str, ...], config: Path | None = None, env=None) -> None:
+def refused(fleet, *args: str, needles: tuple[str, ...], config: Path | None = None, env=None,
+            code: int | None = None) -> None:
+    """``args`` fail in one line naming ``needles`` (with exit ``code`` when given) and change nothing."""
     before = fleet_state(fleet)
     res = run_cli(*args, config=config or fleet.config_path, env=env)
     assert_one_line_error(res, *needles)
+    if code is not None:
+        assert res.returncode == code, (res.returncode, res.stderr)
     assert fleet_state(fleet) == before
 
 
@@ -71,8 +76,9 @@ def test_shards_already_moving(fleet):
     first = run_cli("split", "MySQL001A", "--yes", "--no-start", config=fleet.config_path)
     assert first.returncode == 0, first.stderr
     [mid] = MigrationStore(fleet.zk).list()
-    refused(fleet, "split", "MySQL001A", needles=("already moving", mid))
-    refused(fleet, "move", "--shards", "3", "--to", "MySQL003A", needles=("already moving", "shard 3"))
+    refused(fleet, "split", "MySQL001A", needles=("already moving", mid), code=ExitCode.REFUSED)
+    refused(fleet, "move", "--shards", "3", "--to", "MySQL003A", needles=("already moving", "shard 3"),
+            code=ExitCode.REFUSED)
 
 
 def test_source_that_is_the_passive_side(fleet):
@@ -84,12 +90,12 @@ def test_missing_credentials(fleet, tmp_path):
     text = fleet.config_path.read_text().replace(str(fleet.sandbox.secrets_file), str(tmp_path / "nope.toml"))
     cfg = tmp_path / "nocreds.toml"
     cfg.write_text(text)
-    refused(fleet, "split", "MySQL001A", needles=("nope.toml",), config=cfg)
+    refused(fleet, "split", "MySQL001A", needles=("nope.toml",), config=cfg, code=ExitCode.CONFIG)
     empty = tmp_path / "empty-secrets.toml"
     empty.write_text("[mysql]\nuser = \"migrator\"\n")
     empty.chmod(0o600)
     cfg.write_text(fleet.config_path.read_text().replace(str(fleet.sandbox.secrets_file), str(empty)))
-    refused(fleet, "split", "MySQL001A", needles=("no MySQL credentials",), config=cfg)
+    refused(fleet, "split", "MySQL001A", needles=("no MySQL credentials",), config=cfg, code=ExitCode.CONFIG)
 
 
 def test_malformed_playbooks(fleet, tmp_path):
@@ -117,6 +123,7 @@ def _copy_refused(fleet, mid: str, *needles: str) -> None:
     before = fleet_state(fleet)
     res = run_cli("copy", mid, "--sync", config=fleet.config_path)
     assert_one_line_error(res, "preflight", *needles)
+    assert res.returncode == ExitCode.REFUSED, res.stderr  # a preflight failure is a safety check's no
     assert fleet_state(fleet) == before
     st, _ = MigrationStore(fleet.zk).state(mid)
     assert st.phase == Phase.PREFLIGHT and all(n in (st.error or "") for n in needles), st

@@ -214,6 +214,10 @@ def test_exit_codes_with_a_fleet(fleet, tmp_path):
     res = run_cli("abort", mid, config=cfg)
     assert_one_line_error(res, "not confirmed")
     assert res.returncode == ExitCode.REFUSED
+    # 3: not converged yet (a cutover of a migration that has not even copied)
+    res = run_cli("cutover", mid, "--yes", config=cfg)
+    assert_one_line_error(res, "not converged")
+    assert res.returncode == ExitCode.REFUSED
     # 1: a check that failed (a ledger whose enqueues were lost)
     assert run_cli("abort", mid, "--yes", config=cfg).returncode == 0
     ledger = tmp_path / "ledger.db"
@@ -230,6 +234,53 @@ def test_exit_codes_with_a_fleet(fleet, tmp_path):
     res = run_cli("queue", "ledger", "check", "--ledger", str(ledger), config=cfg)
     assert res.returncode == ExitCode.FAILED, (res.stdout, res.stderr)
     # 5: credentials the fleet does not take is test_bad_inputs.py::test_missing_credentials
+    # 6: test_not_converging_exits_6
+
+
+def test_not_converging_exits_6(fleet):
+    """6: catch-up cannot keep up with the writes. A row lock on the target holds the pass that applies the
+    source's latest write for longer than the source took to write it (its apply rate below the write rate);
+    the migration is planned to judge that after one such pass instead of three."""
+    from migrator.engine.migration import Options
+    from migrator.fleet.mysql import connect as mysql_connect
+    from migrator.ops import command
+
+    cfg = fleet.config_path
+    spec = command.plan_split(fleet.config, "MySQL001A", options=Options(not_converging_passes=1)).spec
+    command.run_copy(fleet.config, spec.id)
+    db = spec.databases[0]
+    target, source = fleet.hosts[spec.target_master], fleet.hosts[spec.source_master]
+    with mysql_connect(target, fleet.credentials) as holder, holder.cursor() as hold, \
+            mysql_connect(target, fleet.credentials) as watch, watch.cursor() as look:
+        hold.execute("BEGIN")
+        hold.execute(f"SELECT local_id FROM {db}.pins ORDER BY local_id LIMIT 1 FOR UPDATE")
+        with mysql_connect(source, fleet.credentials) as c, c.cursor() as cur:
+            cur.execute(f"UPDATE {db}.pins SET data = '{{\"slow\": 1}}' ORDER BY local_id LIMIT 1")
+        written = time.monotonic()
+        proc = subprocess.Popen([sys.executable, "-m", "migrator", "--config", str(cfg), "catchup", spec.id,
+                                 "--sync"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env={**os.environ, "PYTHONPATH": str(ROOT)})
+        try:
+            deadline = time.monotonic() + 90
+            while True:  # the pass's apply waits on the held row
+                look.execute("SELECT COUNT(*) FROM information_schema.innodb_trx WHERE trx_state = 'LOCK WAIT'")
+                if look.fetchone()[0] or proc.poll() is not None or time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
+            assert proc.poll() is None, proc.communicate()
+            # the pass lasts well over the time since the write (its write-rate window), and over 5 s
+            time.sleep(max(8.0, 2 * (time.monotonic() - written) + 2))
+            holder.rollback()
+            out, err = proc.communicate(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert_one_line(proc.returncode, err, "not converging", spec.id, exit_code=ExitCode.NOT_CONVERGING)
+    assert not out.strip(), out
+    st, _ = MigrationStore(fleet.zk).state(spec.id)
+    assert "not converging" in (st.error or ""), st
+    assert run_cli("abort", spec.id, "--yes", config=cfg).returncode == 0
 
 
 def test_a_bad_queue_url_is_a_usage_error_and_a_dead_one_unreachable(fleet, tmp_path):

@@ -40,3 +40,13 @@ def test_phases():
     assert r["phase"] == "stopped"
     s = record.summary(rec([("A", "E", "done"), ("B", "F", "running"), ("C", "G", "waiting")]))
     assert (s["done"], s["running"], s["waiting"], s["bytes"], s["bytes_done"]) == (1, 1, 1, 30, 10)
+
+
+def test_a_stopped_rebalance_exits_with_its_stopped_moves_cause():
+    """`rebalance --yes` and a batched `split --yes` exit with the code the summary carries: the stop's cause
+    (6 not converging, 4 unreachable, 5 config) as a single migration's follower does, else 3."""
+    r = rec([("A", "E", "done"), ("B", "F", "failed"), ("C", "G", "failed")])
+    r["moves"][2]["exit_code"] = 6
+    assert record.summary(r)["exit_code"] == 6
+    r["moves"][2]["exit_code"] = None
+    assert record.summary(r)["exit_code"] == 3
