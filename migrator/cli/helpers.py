@@ -11,13 +11,14 @@ same way (same flag, type and help); the default stays at the command: ``as_json
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
 from migrator.cli.inputs import MigrationIdArg, checked
 from migrator.fleet import bounds
 from migrator.fleet import config as config_mod
+from migrator.fleet.model import shard_runs
 
 __all__ = ["JsonOpt", "MigrationIdArg", "QueueNameOpt", "RqQueueOpt", "State", "duration", "human_bytes",
            "load_config", "shard_runs", "state"]
@@ -70,6 +71,3 @@ def human_bytes(n: float) -> str:
     return str(n)
 
 
-def shard_runs(runs: list[Any]) -> str:
-    """Shard ranges ``[(lo, hi), ...]`` as ``4-7,9``."""
-    return ",".join(f"{lo}-{hi}" if lo != hi else str(lo) for lo, hi in runs)

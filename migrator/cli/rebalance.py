@@ -103,7 +103,7 @@ def render_plan(out: dict[str, Any]) -> Group:
     for col in ("range", "pair"):
         ranges.add_column(col)
     for lo, hi, p in out["ranges_after"]:
-        ranges.add_row(f"{lo}-{hi}" if lo != hi else str(lo), p)
+        ranges.add_row(shard_runs([(lo, hi)]), p)
     return Group(moves, ranges, bars(out), *lines)
 
 

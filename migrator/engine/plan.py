@@ -32,7 +32,7 @@ from migrator.errors import MigratorError, UnknownHost
 from migrator.fleet import bounds
 from migrator.fleet.config import Credentials
 from migrator.fleet.ids import shard_db
-from migrator.fleet.model import Host, ShardMap
+from migrator.fleet.model import Host, ShardMap, shard_runs
 from migrator.fleet.mysql import connect, ident
 from migrator.fleet.shard_map import HostRegistry, ShardMapStore
 from migrator.fleet.zk import ZK
@@ -141,7 +141,7 @@ def target_pair(hosts: dict[str, Host], smap: ShardMap, source: tuple[str, str],
 def _ranges_text(shards: list[int]) -> str:
     spec = Spec(id="x", source_master="a", source_slave="b", target_master="c", target_slave="d",
                 shards=tuple(sorted(shards)))
-    return ",".join(f"{lo}-{hi}" if lo != hi else str(lo) for lo, hi in spec.ranges())
+    return shard_runs(spec.ranges())
 
 
 # -- building specs ------------------------------------------------------------------------------

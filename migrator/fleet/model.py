@@ -408,6 +408,11 @@ def _coalesce(items: Iterable[tuple[str, str, int]]) -> Iterator[ShardRange]:
         yield ShardRange(lo=cur[2], hi=cur[3], master=cur[0], slave=cur[1])
 
 
+def shard_runs(runs: Iterable[tuple[int, int] | list[int]]) -> str:
+    """Shard runs ``[(lo, hi), ...]`` as an operator writes them (``move --shards``): ``0-3,7``."""
+    return ",".join(f"{lo}-{hi}" if lo != hi else str(lo) for lo, hi in runs)
+
+
 def pair_names(index: int) -> tuple[str, str]:
     """The host names of pair ``index`` (1-based): MySQL001A, MySQL001B."""
     return f"MySQL{index:03d}A", f"MySQL{index:03d}B"
@@ -457,7 +462,7 @@ class MovingSet:
     def describe(self) -> str:
         if self.tables:
             return f"tables {', '.join(self.tables)} of shard {self.shards[0]}"
-        return "shards " + ",".join(f"{lo}-{hi}" if lo != hi else str(lo) for lo, hi in self.ranges)
+        return "shards " + shard_runs(self.ranges)
 
     # -- reads --------------------------------------------------------------------------
     def pair_in(self, smap: ShardMap, shard: int) -> tuple[str, str]:

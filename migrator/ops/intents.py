@@ -13,6 +13,7 @@ import time
 
 from migrator.engine.migration import MigrationStore, Spec
 from migrator.fleet.config import Config
+from migrator.fleet.model import shard_runs
 from migrator.ops import command
 from migrator.ops.rebalance import command as rebalance_cmd
 from migrator.ops.rebalance import record as rec_mod
@@ -21,8 +22,7 @@ from migrator.ops.rebalance import record as rec_mod
 def _what(spec: Spec) -> str:
     if spec.kind == "queue_partition":
         return f"queue {spec.queue} partition {spec.partition} (shard {spec.shards[0]})"
-    runs = ",".join(f"{lo}-{hi}" if lo != hi else str(lo) for lo, hi in spec.ranges())
-    return f"shards {runs} ({len(spec.shards)})"
+    return f"shards {shard_runs(spec.ranges())} ({len(spec.shards)})"
 
 
 def _spec(config: Config, mid: str) -> tuple[Spec, str]:

@@ -28,6 +28,7 @@ from rich.table import Table
 from rich.text import Text
 
 from migrator.fleet.config import Config
+from migrator.fleet.model import shard_runs
 from migrator.ops import command
 
 FINAL = {"done", "cleaned", "aborted", "rolled_back", "failed"}
@@ -437,8 +438,7 @@ class RebalanceTracker:
             self.states[m["index"]] = state
             what = (f"batch {m['index']} ({int(m.get('tables') or 0):,} tables)" if "batch_of" in m
                     else f"move {m['index']} {m['source']} -> {m['target']}")
-            runs = ",".join(f"{lo}-{hi}" if lo != hi else str(lo) for lo, hi in m.get("runs") or [])
-            text = f"{what}, shards {runs}: {state}"
+            text = f"{what}, shards {shard_runs(m.get('runs') or [])}: {state}"
             if state == "done" and m.get("freeze_ms") is not None:
                 text += f", write freeze {float(m['freeze_ms']):.0f} ms"
             if m.get("error"):

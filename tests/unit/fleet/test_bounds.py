@@ -134,3 +134,12 @@ def test_cli_job_states():
     for bad in ("BOGUS", "", "9"):
         with pytest.raises(ValueError, match="NEW, IPR, OK, FAIL"):
             job_state(bad)
+
+
+def test_shard_runs_write_what_the_shards_parser_reads():
+    from migrator.fleet.model import MovingSet, shard_runs
+
+    assert shard_runs([(0, 3), (7, 7)]) == "0-3,7"
+    assert shard_runs([]) == ""
+    runs = MovingSet(shards=(9, 4, 5, 6, 7)).ranges
+    assert bounds.shards(shard_runs(runs)) == [4, 5, 6, 7, 9]
