@@ -308,8 +308,8 @@ class ReadAhead:
     """Chunks of one table in key order, read on ``links.reader``. With ``pipeline`` the next
     one is read in a thread while the caller loads the current one (the first chunk is read in
     the caller's thread, so a table of one chunk starts no thread at all). Off by default:
-    ``bench.copy --ablate`` found it 2-30% faster up to 40k rows per shard but 25% slower at
-    160k, with four streams already sharing two cores."""
+    ``bench.copy --ablate`` found it slower at the larger sizes (docs/performance.md, "Constants
+    measured by the benchmarks")."""
 
     def __init__(self, links: Links, info: TableInfo, last: tuple[Any, ...] | None,
                  rows: Any, pipeline: bool = False) -> None:

@@ -23,8 +23,8 @@ words the dry run prints):
   own read statement (the source renders it exactly as the copy would), and
   the load, which the copy overlaps with the next read, is taken to cost
   ``LOAD_COST_FACTOR`` reads; ``per_table_s`` and ``prepare_s`` are
-  ``DEFAULT_TABLE_S`` and ``DEFAULT_PREPARE_S``. The constants were measured with ``python -m bench.copy`` on the 2-core
-  development box (see docs/performance.md).
+  ``DEFAULT_TABLE_S`` and ``DEFAULT_PREPARE_S``. The constants were measured with ``python -m bench.copy``
+  (docs/performance.md, "Constants measured by the benchmarks").
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from migrator.fleet.zk import ZK
 COPY_RATE = "stats/copy_rate"
 #: one stream's time per chunk against the sampled read of it alone: the LOAD DATA on the target
 #: master (with its binlog) costs about 3 reads, and the streams share the hosts' cores
-#: (bench.copy on the 2-core box: 4 streams moved about half of 4x one stream's rate)
+#: (measured: docs/performance.md, "Constants measured by the benchmarks")
 LOAD_COST_FACTOR = 6.0
 #: seconds a table costs besides its bytes when no finished copy measured it
 DEFAULT_TABLE_S = 0.03
@@ -53,8 +53,8 @@ DEFAULT_PREPARE_S = 0.04
 DEFAULT_OVERHEAD_S = 0.8
 #: rows the sampled read asks for
 SAMPLE_ROWS = 5000
-#: bytes/s of one copy stream when no sample can be taken (bench.copy at 160k rows per shard, 4 streams on
-#: 2 cores: 69 MB in 13 s, about 1.3 MB/s a stream)
+#: bytes/s of one copy stream when no sample can be taken (measured: docs/performance.md, "Constants
+#: measured by the benchmarks")
 DEFAULT_STREAM_BYTES_PER_S = 1.3e6
 
 

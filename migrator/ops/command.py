@@ -201,8 +201,8 @@ def run_copy(config: Config, mid: str, *, workers: int | None = None,
              after_chunk: Callable[[dict[str, Any]], None] | None = None,
              pipeline: bool = False) -> dict[str, Any]:
     """Copy in this process (threads), from the checkpoints, to the end.
-    ``pipeline=True`` reads each table's next chunk while the current one loads (``bench.copy --ablate``:
-    it lost at 160k rows per shard with four streams on two cores, so it is off by default).
+    ``pipeline=True`` reads each table's next chunk while the current one loads; off by default
+    (``bench.copy --ablate``: docs/performance.md, "Constants measured by the benchmarks").
 
     Moves the migration to CATCHING_UP when every table is done; enqueues
     nothing (the caller runs the next phase).

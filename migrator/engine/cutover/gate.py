@@ -25,9 +25,9 @@ from migrator.fleet.mysql import MarkRefused, binlog_pos, wait_applied, write_ma
 from migrator.fleet.mysql import connect as mysql_connect
 
 #: what a freeze costs besides the drain (two CAS, the gates, fence, sentinel, compare, release) when
-#: this migration has no earlier attempt to learn it from (docs/performance.md, "the freeze ends at the
-#: flip": 53-223 ms, about 90 at p50, for 16 tables on a busy 2-core box); a batched split sizes its first
-#: batch with it too (:mod:`migrator.ops.rebalance.batches`)
+#: this migration has no earlier attempt to learn it from (measured: docs/performance.md, "Constants
+#: measured by the benchmarks"); a batched split sizes its first batch with it too
+#: (:mod:`migrator.ops.rebalance.batches`)
 FIXED_FREEZE_MS = 100.0
 #: the least time the lag probe waits for the master to apply the passive member's marker row
 PAIR_LAG_MIN_WAIT_S = 2.0

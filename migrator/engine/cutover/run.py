@@ -681,7 +681,7 @@ class CutoverRun:
         Under the rename fence the rows are written with ``autocommit=0`` and one
         COMMIT: START TRANSACTION would end LOCK TABLES, a COMMIT does not (checked
         on MariaDB 10.11), and one commit instead of one per db is what keeps this
-        step short for a batch of many dbs (it took 6 ms per db under load).
+        step short for a batch of many dbs (docs/performance.md, "Constants measured by the benchmarks").
         """
         token = self.token = uuid.uuid4().hex
         w = self.writer

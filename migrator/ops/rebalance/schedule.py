@@ -26,11 +26,12 @@ FIXED_FREEZE_MS = 60.0
 
 @dataclass(frozen=True)
 class Rates:
-    """Measured rates of one migration stream (``bench.copy``, ``bench.catchup``, or a finished copy)."""
+    """Measured rates of one migration stream (``bench.copy``, ``bench.catchup``, or a finished copy); the
+    defaults' figures: docs/performance.md, "Constants measured by the benchmarks"."""
 
-    copy_bytes_per_s: float = 4.4e6  # bench.copy / PARTS: ~66k rows/s of ~67-byte rows, one table stream
+    copy_bytes_per_s: float = 4.4e6  # one table stream (bench.copy)
     copy_streams: int = 4  # Options.copy_workers: tables copied at once
-    apply_rows_per_s: float = 13_600.0  # bench.catchup: 4.55 x sysbench's ~3k row writes/s
+    apply_rows_per_s: float = 13_600.0  # bench.catchup
     verify_factor: float = 3.0  # a checksum read runs this many times faster than a copy
     fixed_s: float = 60.0  # preflight, schema, cutover, bookkeeping
     converge_lag_s: float = 1.0
