@@ -60,7 +60,7 @@ from migrator.engine.cutover import recheck
 from migrator.engine.cutover.direction import forward
 from migrator.engine.migration import MigrationError, MigrationStore, Node, Phase, PhaseConflict, Spec, State
 from migrator.engine.plan import maintenance_pauses
-from migrator.engine.verify.checksums import load_tables, prepare_session
+from migrator.engine.verify.checksums import TableInfo, moving_tables, prepare_session, table_info
 from migrator.engine.verify.drainers import CatchUpDrainer
 from migrator.fleet.config import Config, Credentials
 from migrator.fleet.gtid import GtidState
@@ -175,11 +175,14 @@ def refresh_parent(config: Config, zk: ZK, creds: Credentials, parent_id: str) -
         direction = forward(zk, spec)
         with mysql_connect(direction.source, creds, read_timeout=600) as src:
             prepare_session(src)
-            tables = load_tables(src, spec.databases, spec.tables)
+            # names only: the columns and key of a table are read once a window changed rows of it
+            tables = [TableInfo(db, name, (), ()) for db in spec.databases
+                      for name in moving_tables(src, db, spec.tables)]
         target = mysql_connect(direction.target, creds, read_timeout=600)
         try:
             prepare_session(target)
-            moving = recheck.Moving(spec, direction, direction.source, creds, tables, target, drainer)
+            moving = recheck.Moving(spec, direction, direction.source, creds, tables, target, drainer,
+                                    resolve=lambda conn, t: table_info(conn, t.db, t.table))
             # one round: no freeze follows, and the hand-over right after it takes what this drained to
             return recheck.refresh_verified_gtid(config, store, moving, track=False, max_rounds=1)
         finally:
