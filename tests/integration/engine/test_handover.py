@@ -186,11 +186,8 @@ def test_a_batch_handed_over_later_inherits_a_check_refreshed_since_and_re_check
     # the batch's first re-check window starts where the batched migration's refresh ended: the 40 rows
     # written before it are not in it
     assert window["rows"] < len(written) and window["events"] < len(written), window
-    dst = mysql_connect(prep.target, fleet.credentials)
-    try:
+    with mysql_connect(prep.target, fleet.credentials) as dst:
         assert all(_has(dst, 3, w) for w in written)
-    finally:
-        dst.close()
 
 
 def test_each_batch_re_checks_only_binlog_of_its_own_life(fleet, monkeypatch):
@@ -234,8 +231,5 @@ def test_each_batch_re_checks_only_binlog_of_its_own_life(fleet, monkeypatch):
     assert took["parent_recheck_rows"] >= len(written), took  # the batched migration re-checked them
     window = store.get_progress(second, "cutover_attempts")[0]["attempts"][-1]["refresh_rounds"][0]
     assert window["events"] < len(written) and window["rows"] < len(written), window
-    dst = mysql_connect(prep.target, fleet.credentials)
-    try:
+    with mysql_connect(prep.target, fleet.credentials) as dst:
         assert all(_has(dst, 3, w) for w in written)
-    finally:
-        dst.close()
