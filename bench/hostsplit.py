@@ -19,12 +19,14 @@ sysbench ``oltp_write_only`` at M transactions/s on the last moving shard throug
 following it to its new master (it is handed over last, so the batched migration tails
 and re-checks its writes the longest). For each batch it prints the window its first
 re-check read (rows re-checked / row changes of the moving tables read since the
-``verified_gtid`` it inherited), and for the batched migration the rows its own
-re-checks before the hand-overs covered. Last line::
+``verified_gtid`` it inherited, and whether that position was the batch's own start),
+and for the batched migration the rows and row changes its own re-check before each
+hand-over covered. Last line::
 
     tables=... shards=... rows=... batches=... total_s=... copy_catchup_s=... total_vs_copy_catchup=...
     target_s=... copy_s=... catchup_s=... verify_s=... batches_s=... per_batch_s=... window_rows_max=...
-    window_events_max=... freeze_p50_ms=... freeze_max_ms=... over_budget=... writer_tps=... lost=...
+    window_events_max=... window_events=[...] parent_window_events_max=... windows_from_own_start=.../...
+    freeze_p50_ms=... freeze_max_ms=... over_budget=... writer_tps=... lost=...
 """
 
 from __future__ import annotations
@@ -125,12 +127,14 @@ def main(argv: list[str] | None = None) -> int:
     stop = threading.Event()
     out: dict[str, Any] = {}
     writer = None
-    zk = None
+    # the bench's own ZooKeeper client (the plan, the seed, the sysbench writer's router): closed before the
+    # sandbox stops, else it reconnects to the stopped ensemble for ever and the bench never exits
+    session = None
     try:
         cfg = config_mod.load(sb.config_file)
         creds = config_mod.load_credentials(cfg)
         ledger = tmp / "ledger.sqlite"
-        zk = zk_mod.connect(cfg, creds)
+        session = zk = zk_mod.connect(cfg, creds)
         moving = list(plan_split(zk, "MySQL001A").shards)
         if args.rows > 0:
             t_seed = time.monotonic()
@@ -185,6 +189,8 @@ def main(argv: list[str] | None = None) -> int:
             # the window a batch's first re-check read: its first attempt's first round
             windows = [next((a["refresh_rounds"][0] for a in atts if a.get("refresh_rounds")), {})
                        for atts in attempts]
+            # the check each batch inherited starts at its own start (the hand-over's checkpoint)
+            from_start = [bool((store.get_progress(b, "verify")[0] or {}).get("from_start")) for b in ids]
             hosts = HostRegistry(zk).all()
         from tests.faults.harness import compare_moved_batches
 
@@ -199,8 +205,8 @@ def main(argv: list[str] | None = None) -> int:
         ended = [float(h["when"]) for h in parent.history if h.get("to") == "converged"][-1] + \
             float(checked.get("seconds") or 0)
         walls, freezes = [], []
-        for (spec, state, cut), steps_around, steps_before, window in zip(batches, around, before, windows,
-                                                                           strict=True):
+        for (spec, state, cut), steps_around, steps_before, window, own in zip(batches, around, before, windows,
+                                                                                from_start, strict=True):
             done_at = max(float(h["when"]) for h in state.history if h.get("to") == "done")
             walls.append(done_at - ended)
             ended = done_at
@@ -210,7 +216,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{spec.id}: {len(spec.shards)} shards, {parent.batch_tables.get(spec.id, 0)} tables, "
                   f"{walls[-1]:.1f} s, freeze {cut['freeze_ms']:.0f} ms ({steps}); seconds by phase: {phases}; "
                   f"first re-check window: {window.get('rows', '?')} rows / {window.get('events', '?')} events "
-                  f"in {window.get('s', '?')} s")
+                  f"in {window.get('s', '?')} s (keys from the {window.get('from', '?')}; window from the batch's "
+                  f"own start: {'yes' if own else 'NO'})")
             print("    pipeline s: " + "; ".join(", ".join(f"{k} {v:.2f}" for k, v in a.items()) for a in steps_around)
                   + " | before the freeze ms: "
                   + "; ".join(", ".join(f"{k} {v:.0f}" for k, v in b.items()) for b in steps_before))
@@ -220,8 +227,11 @@ def main(argv: list[str] | None = None) -> int:
         target = 1.3 * (copy_s + catchup_s) + 1.5 * len(batches)
         parent_rows = [a.get("parent_recheck_rows") for atts in around for a in atts
                        if a.get("parent_recheck_rows") is not None]
+        parent_events = [int(a.get("parent_recheck_events") or 0) for atts in around for a in atts
+                         if a.get("parent_recheck_rows") is not None]
         print(f"{moved} moved tables equal their tombstones; {len(batches)} batches; the batched migration's "
-              f"re-checks before hand-overs: {len(parent_rows)}, rows {[int(r) for r in parent_rows]}")
+              f"re-checks before hand-overs: {len(parent_rows)}, rows {[int(r) for r in parent_rows]}, "
+              f"events {parent_events}")
         if written is not None:
             print(f"sysbench on db{moving[-1]:05d}: {written.transactions} transactions in {written.seconds:.0f} s "
                   f"({written.tps:.0f} tps), {written.errors} errors (a fenced table refuses writes)")
@@ -237,6 +247,9 @@ def main(argv: list[str] | None = None) -> int:
               f"per_batch_s={statistics.median(walls):.1f} "
               f"window_rows_max={max((w.get('rows', 0) for w in wins), default=0)} "
               f"window_events_max={max((w.get('events', 0) for w in wins), default=0)} "
+              f"window_events={[w.get('events', 0) for w in windows]} "
+              f"parent_window_events_max={max(parent_events, default=0)} "
+              f"windows_from_own_start={sum(from_start)}/{len(from_start)} "
               f"freeze_p50_ms={freezes[len(freezes) // 2]:.0f} "
               f"freeze_max_ms={freezes[-1]:.0f} over_budget={sum(f > args.freeze_budget_ms for f in freezes)} "
               f"writer_tps={written.tps if written is not None else 0:.0f} lost={lost}")
@@ -245,8 +258,8 @@ def main(argv: list[str] | None = None) -> int:
         stop.set()
         if writer is not None:
             writer.stop()
-        if zk is not None:
-            zk.close()
+        if session is not None:
+            session.close()
         for p in procs:
             stop_pid(p.pid, timeout=15)
         sb.down(purge=True)

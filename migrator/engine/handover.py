@@ -29,14 +29,18 @@ What :func:`hand_over` guarantees, and how:
   it (which drops the target copies) no longer see them. It commits only while
   the applier lock's node, the checkpoint's version and the batched migration's
   state are as read.
-* **A batch's first re-check reads at most one parent pass of binlog.** A
-  batch inherits the batched migration's ``verified_gtid`` and its cutover
-  first re-checks every row changed since then. Verified once, a host-sized
-  move under writes would hand every batch the same, ever older, position:
-  hours of a host's binlog to read before the first freeze. So before a
-  hand-over the batched migration refreshes its own check
+* **A batch's re-checks read only binlog of its own life.** A batch inherits
+  the batched migration's ``verified_gtid`` and its cutover first re-checks
+  every row changed since then. Verified once, a host-sized move under writes
+  would hand every batch the same, ever older, position: hours of a host's
+  binlog to read before the first freeze. So right before every hand-over the
+  batched migration drains its tail to the head and refreshes its own check
   (:func:`refresh_parent`, the cutover's re-check run on the shards it still
-  holds), and the batch inherits a ``verified_gtid`` at most one such pass old.
+  holds, in one round): its ``verified_gtid`` is then its checkpoint, which the
+  batch starts from. The batch's record says so (``verify.from_start``: the
+  inherited position reaches the checkpoint handed; ``window_from``), and the
+  batched migration's own re-checks read only what came since the hand-over
+  before: one batch's life each.
 * **Queue maintenance resumes on every shard once its batch ends.** The same
   transaction gives the batch the maintenance pause node of each of its shards
   (the node's data becomes the batch's id, at the version read), so the batch's
@@ -56,9 +60,10 @@ from migrator.engine.cutover import recheck
 from migrator.engine.cutover.direction import forward
 from migrator.engine.migration import MigrationError, MigrationStore, Node, Phase, PhaseConflict, Spec, State
 from migrator.engine.plan import maintenance_pauses
-from migrator.engine.verify.checksums import load_tables, prepare_session
+from migrator.engine.verify.checksums import TableInfo, moving_tables, prepare_session, table_info
 from migrator.engine.verify.drainers import CatchUpDrainer
 from migrator.fleet.config import Config, Credentials
+from migrator.fleet.gtid import GtidState
 from migrator.fleet.ids import shard_db
 from migrator.fleet.mysql import connect as mysql_connect
 from migrator.fleet.shard_map import HostRegistry, actor
@@ -114,7 +119,11 @@ def hand_over(zk: ZK, creds: Credentials, parent_id: str, shards: Sequence[int],
         dbs = {shard_db(s) for s in want}
         progress: dict[str, dict[str, Any]] = {
             Node.CATCHUP: {**ckpt, "handed_by": parent_id, "handed_at": now},
-            Node.VERIFY: {**verify, "handed_by": parent_id,
+            Node.VERIFY: {**verify, "handed_by": parent_id, "window_from": verify["verified_gtid"],
+                          # the batch's re-check windows start at its own start (the checkpoint handed), not
+                          # earlier: what a refresh right before the hand-over gives (refresh_parent)
+                          "from_start": GtidState.parse(verify["verified_gtid"]).reaches(
+                              GtidState.parse(str(ckpt["gtid"]))),
                           "suspect_chunks": [c for c in verify.get("suspect_chunks") or []
                                              if str(c.get("table", "")).split(".", 1)[0] in dbs]},
         }
@@ -149,6 +158,8 @@ def refresh_parent(config: Config, zk: ZK, creds: Credentials, parent_id: str) -
     stored only after that, so a hand-over (which reads the node under the same applier lock this holds
     while it runs) gives a batch either V0 with the old check or V1 with the new one, never a position
     past the rows checked; the batch's tail starts at the checkpoint and its re-check covers (V1, now].
+    The drain leaves the checkpoint at V1 itself, so a hand-over right after this call (nothing else tails
+    the batched migration) hands over a check that starts where the batch does.
     Shards handed over before this call are not touched: the spec is read under the applier lock.
     """
     drainer = CatchUpDrainer(config, parent_id).open()  # the applier lock first, then the spec
@@ -164,12 +175,16 @@ def refresh_parent(config: Config, zk: ZK, creds: Credentials, parent_id: str) -
         direction = forward(zk, spec)
         with mysql_connect(direction.source, creds, read_timeout=600) as src:
             prepare_session(src)
-            tables = load_tables(src, spec.databases, spec.tables)
+            # names only: the columns and key of a table are read once a window changed rows of it
+            tables = [TableInfo(db, name, (), ()) for db in spec.databases
+                      for name in moving_tables(src, db, spec.tables)]
         target = mysql_connect(direction.target, creds, read_timeout=600)
         try:
             prepare_session(target)
-            moving = recheck.Moving(spec, direction, direction.source, creds, tables, target, drainer)
-            return recheck.refresh_verified_gtid(config, store, moving, track=False)
+            moving = recheck.Moving(spec, direction, direction.source, creds, tables, target, drainer,
+                                    resolve=lambda conn, t: table_info(conn, t.db, t.table))
+            # one round: no freeze follows, and the hand-over right after it takes what this drained to
+            return recheck.refresh_verified_gtid(config, store, moving, track=False, max_rounds=1)
         finally:
             target.close()
     finally:

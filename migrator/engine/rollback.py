@@ -81,6 +81,7 @@ from migrator.engine.names import SENTINEL_TABLE, rename_tomb_tables, tomb_db
 from migrator.engine.sentinel import ensure_sentinel
 from migrator.engine.verify.checksums import moving_tables
 from migrator.engine.verify.drainers import Drainer, TailDrainer
+from migrator.engine.verify.waits import Stalled, drain_progressing
 from migrator.errors import describe
 from migrator.fleet import zk as zk_mod
 from migrator.fleet.config import Config, Credentials, load_credentials
@@ -361,7 +362,7 @@ def rollback_slice(config: Config, migration_id: str, *, slice_s: float | None =
                 try:
                     out.result = _attempt(config, zk, store, creds, spec, drainer, direction, hooks)
                     return out
-                except (FreezeBudgetExceeded, DrainTimeout) as exc:  # timing: more passes, then again
+                except (FreezeBudgetExceeded, DrainTimeout, Stalled) as exc:  # timing: more passes, then again
                     out.attempts += 1
                     out.since_attempt = 0
                     out.stopped = describe(exc)
@@ -409,7 +410,7 @@ def _timed_gate(spec: Spec, drainer: Drainer, new_master: Host, creds: Credentia
     with mysql_connect(new_master, creds) as c:
         head = binlog_pos(c)
     t0 = time.monotonic()
-    drainer.drain_to(head, 120)
+    drain_progressing(drainer, head, what=f"rollback of {spec.id}", phase="rollback")  # outside the freeze
     predicted = (time.monotonic() - t0) * 1000 + FIXED_FREEZE_MS
     if predicted > spec.options.freeze_budget_ms:
         raise FreezeBudgetExceeded(f"predicted freeze {predicted:.0f} ms exceeds the budget of "

@@ -13,11 +13,13 @@ sized by the budget and the freezes of the batches before it) and cuts each
 over in a thread of its own (:class:`Flight`), so that the next batch is
 handed over and prepares its fences while the one before renames its tables
 behind its freeze; a batch freezes only once the one before it has ended and
-flipped. Before a hand-over (every :data:`PARENT_PASS_EVERY_S`) the batched
-migration runs a catch-up pass and refreshes its own check for the shards it
-still holds (:func:`~migrator.engine.handover.refresh_parent`), so a batch
-inherits a ``verified_gtid`` at most one such pass old and its first re-check
-reads only the binlog since, not everything since the one full check. The
+flipped. Right before every hand-over the batched migration drains its tail
+to the source head and re-checks the rows changed since its last check, for
+the shards it still holds (:func:`~migrator.engine.handover.refresh_parent`),
+so a batch inherits a ``verified_gtid`` at its own start (its catch-up
+checkpoint): its re-checks read only binlog written during its own life, and
+each of the batched migration's re-checks only what came since the hand-over
+before (one batch's life), however long the copy and the full check took. The
 step asks to run again until every shard is handed over and every batch is
 done, and then ends the batched migration (phase ``cleaned``:
 its batches hold the tombstones; it releases any maintenance pause node that
@@ -62,12 +64,6 @@ BATCH_ENDED = (Phase.FAILED, Phase.ABORTED, Phase.ROLLED_BACK, Phase.ROLLING_BAC
 BATCH_RECHECK_S = 2.0
 #: a pipeline step of a batched migration cuts batches over for about this long, then asks for the next step
 BATCH_STEP_S = 300.0
-#: the batched migration runs a catch-up pass and refreshes its check (:func:`handover.refresh_parent`) before a
-#: hand-over when its last one is older than this. A batch starts from its checkpoint and its own tail applies
-#: what came since (before its freeze, untimed), and its first re-check reads what changed since the check it
-#: inherits, so a pass only bounds how much binlog each batch reads again; its fixed cost (reader processes,
-#: ZooKeeper writes) is not paid for every batch
-PARENT_PASS_EVERY_S = 15.0
 
 
 class BatchStopped(MigratorError):
@@ -143,7 +139,7 @@ def step(cfg: Config, zk: ZK, creds: Credentials, mid: str, attempt: int, since:
             t0 = time.monotonic()
             out["verify"] = command.verify(cfg, mid)  # the one full check; each batch re-checks what changed
             out["verify_s"] = round(time.monotonic() - t0, 3)
-        return _fly(cfg, zk, creds, mid, out, pass_first=bool(st.batches), queue=queue)
+        return _fly(cfg, zk, creds, mid, out, queue=queue)
     bid, bst = open_batch
     if bst.phase in BATCH_ENDED or bst.stopped:
         raise BatchStopped(f"batch {bid} of {mid} is {bst.phase.value}"
@@ -174,15 +170,13 @@ def step(cfg: Config, zk: ZK, creds: Credentials, mid: str, attempt: int, since:
     return Next(f"batch {bid} flipped: the next one")
 
 
-def _fly(cfg: Config, zk: ZK, creds: Credentials, mid: str, out: dict[str, Any], *, pass_first: bool,
-         queue: str | None) -> Next:
+def _fly(cfg: Config, zk: ZK, creds: Credentials, mid: str, out: dict[str, Any], *, queue: str | None) -> Next:
     """Hand batches their shards and cut them over, one after another, for about :data:`BATCH_STEP_S`: each
-    batch's catch-up pass of the batched migration, hand-over, fences and gate run while the batch before it
+    batch's re-check of the batched migration, hand-over, fences and gate run while the batch before it
     renames its tables and finishes the passive member behind its freeze (:class:`Flight`). Stops at the
     first batch that did not flip; the next step drives that one (its retries, its window)."""
     store = MigrationStore(zk)
     deadline = time.monotonic() + BATCH_STEP_S
-    passed_at: float | None = None if pass_first else time.monotonic()  # a verify just drained it
     flights: list[Flight] = []
     steps: dict[str, dict[str, float]] = {}
     before: Flight | None = None
@@ -190,18 +184,14 @@ def _fly(cfg: Config, zk: ZK, creds: Credentials, mid: str, out: dict[str, Any],
         while time.monotonic() < deadline:
             if not store.spec(mid).shards:
                 break
-            took: dict[str, float] = {}
-            if passed_at is None or time.monotonic() - passed_at >= PARENT_PASS_EVERY_S:
-                t0 = time.monotonic()
-                command.catchup(cfg, mid, passes=1)  # the shards still here stay current
-                took["parent_pass_s"] = time.monotonic() - t0
-                # ... and so does their check: the batches handed over from here inherit a verified_gtid at
-                # most one pass old, so a batch's first re-check reads only what came since
-                t0 = time.monotonic()
-                refreshed = handover.refresh_parent(cfg, zk, creds, mid)
-                passed_at = time.monotonic()
-                took["parent_recheck_s"] = passed_at - t0
-                took["parent_recheck_rows"] = float(sum(r["rows"] for r in refreshed.rounds))
+            # the shards still here are drained to the head and their check brought up to it, right before
+            # the hand-over: the batch inherits a verified_gtid at its own start (its checkpoint), and this
+            # re-check reads only the binlog since the hand-over before
+            t0 = time.monotonic()
+            refreshed = handover.refresh_parent(cfg, zk, creds, mid)
+            took = {"parent_recheck_s": time.monotonic() - t0,
+                    "parent_recheck_rows": float(sum(r["rows"] for r in refreshed.rounds)),
+                    "parent_recheck_events": float(sum(r["events"] for r in refreshed.rounds))}
             t0 = time.monotonic()
             bid = _hand_over_next(zk, creds, mid)
             took["hand_over_s"] = time.monotonic() - t0

@@ -21,6 +21,7 @@ from migrator.engine.cutover import freeze_stats
 from migrator.engine.cutover.errors import FreezeBudgetExceeded
 from migrator.engine.cutover.run import CutoverRun
 from migrator.engine.migration import Node
+from migrator.engine.verify.waits import drain_progressing
 from migrator.fleet.mysql import MarkRefused, binlog_pos, wait_applied, write_mark
 from migrator.fleet.mysql import connect as mysql_connect
 
@@ -118,9 +119,12 @@ def predict_freeze_ms(run: CutoverRun) -> tuple[float, dict[str, Any]]:
     conn = mysql_connect(run.source, run.creds)
     try:
         # first catch up with what was written since the last pass (verify, prepare: seconds of
-        # writes the tail will have applied long before the fence), untimed
+        # writes the tail will have applied long before the fence), untimed, and for as long as the tail
+        # advances: outside the freeze, a long backlog (a batch handed over after hours of a host's
+        # writes) is applied, not refused on every retry
         t0 = time.monotonic()
-        run.drainer.drain_to(binlog_pos(conn), 120)
+        drain_progressing(run.drainer, binlog_pos(conn), what=f"catch-up before the gate of {run.spec.id}",
+                          phase=run.direction.label)
         catch_up_ms = (time.monotonic() - t0) * 1000
         # a drain to a fixed position leaves behind what was written while it ran (seconds of writes
         # after a verify); the cutover's tail follows the source up to its fence, so let it follow now

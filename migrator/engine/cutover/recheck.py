@@ -32,6 +32,7 @@ from migrator.engine.verify.repair import check_chunk, check_rows, check_rows_ma
 from migrator.engine.verify.run import VERIFY_NODE, verify_migration
 from migrator.engine.verify.waits import drain_progressing
 from migrator.fleet.config import Config, Credentials
+from migrator.fleet.gtid import GtidState
 from migrator.fleet.model import Host
 from migrator.fleet.mysql import binlog_pos
 from migrator.fleet.mysql import connect as mysql_connect
@@ -48,6 +49,10 @@ class Moving:
     tables: list[TableInfo]
     target_conn: pymysql.connections.Connection
     drainer: Drainer
+    #: ``tables`` name the tables only (no columns yet); this reads one's columns and key, on a source
+    #: connection, once a window changed rows of it (a batched migration's re-check before each hand-over
+    #: spans hundreds of tables, few of which a window touches)
+    resolve: Callable[[pymysql.connections.Connection, TableInfo], TableInfo] | None = None
 
 
 @dataclass
@@ -121,7 +126,10 @@ def refresh_verified_gtid(config: Config, store: MigrationStore, m: Moving, *, m
     want = {(t.db, t.table): t.pk for t in m.tables}
     want.update({(db, SENTINEL_TABLE): ("token",) for db in spec.databases})
     collect = getattr(drainer, "collect", None)
-    collecting = False
+    # the tail resumes exactly where the last check ended (a batch handed over right after its parent's
+    # check was brought up to the hand-over, or a retry of the cutover): the first window's keys come from
+    # its drain too, with no second binlog reader going over the window
+    collecting = _resumes_at(drainer, since) and bool(collect and collect(want))
     rounds: list[dict[str, float]] = []
     src = mysql_connect(m.source, m.creds, read_timeout=600)
     try:
@@ -133,6 +141,7 @@ def refresh_verified_gtid(config: Config, store: MigrationStore, m: Moving, *, m
             # the tail may have gone past the head in some domain: the window ends where it really is
             reached = getattr(drainer, "position", None) or binlog_pos(src)
             read = KeysRead()
+            collected = collecting
             if collecting:
                 got = drainer.collected()  # type: ignore[attr-defined]
                 keys = {t.name: got.get((t.db, t.table), set()) for t in m.tables}
@@ -144,10 +153,13 @@ def refresh_verified_gtid(config: Config, store: MigrationStore, m: Moving, *, m
             collecting = bool(collect and collect(want))
             if collecting and track:
                 drainer.follow()  # type: ignore[attr-defined]
-            check_rows_many(Side(src), dst, [(t, keys[t.name]) for t in m.tables], repair=True)
+            work = [(m.resolve(src, t) if m.resolve is not None else t, keys[t.name]) for t in m.tables
+                    if keys[t.name]]
+            check_rows_many(Side(src), dst, work, repair=True)
             since = reached
             changed = sum(len(v) for v in keys.values())
-            rounds.append({"rows": changed, "events": read.events, "s": round(time.monotonic() - t0, 3)})
+            rounds.append({"rows": changed, "events": read.events, "s": round(time.monotonic() - t0, 3),
+                           "from": "drain" if collected else "binlog"})
             if n and (time.monotonic() - t0 < quiet_s or changed < quiet_keys):
                 break
     finally:
@@ -159,6 +171,20 @@ def refresh_verified_gtid(config: Config, store: MigrationStore, m: Moving, *, m
     # applies them anyway), else read by a background binlog reader
     tracker = None if collecting or not track else ChangeTracker(m.source, m.creds, m.tables, since).start()
     return Refreshed(since, collecting, tracker, rounds)
+
+
+def _resumes_at(drainer: Any, since: str) -> bool:
+    """The drainer's tail has applied exactly up to ``since``: a drain from here collects every key changed
+    after it (:class:`~migrator.engine.verify.changes.KeyCollector`)."""
+    opener = getattr(drainer, "open", None)
+    if opener is None or getattr(drainer, "_follower", None) is not None:
+        return False
+    opener()
+    at = getattr(drainer, "position", None)
+    if not at or not since:
+        return False
+    a, b = GtidState.parse(str(at)), GtidState.parse(since)
+    return a.reaches(b) and b.reaches(a)
 
 
 def compare_in_freeze(m: Moving, writer: pymysql.connections.Connection, refreshed: Refreshed | None,

@@ -58,7 +58,9 @@ from migrator.engine.mdl import LockWait
 from migrator.engine.migration import MigrationNotFound, MigrationStore, Node, Phase, Spec
 from migrator.engine.names import SENTINEL_TABLE, rename_tomb_tables, tomb_db, tomb_suffix
 from migrator.engine.plan import release_maintenance_pause
+from migrator.engine.verify import waits
 from migrator.engine.verify.drainers import CatchUpDrainer
+from migrator.engine.verify.waits import Stall, Stalled, drain_progressing
 from migrator.fleet import zk as zk_mod
 from migrator.fleet.config import Config, Credentials, load_credentials
 from migrator.fleet.gtid import GtidPos
@@ -463,20 +465,28 @@ def skip_tombstone_renames(config: Config, zk: ZK, creds: Credentials, spec: Spe
         head = GtidPos.parse(binlog_pos(conn))
     first: GtidPos | None = None
     last: GtidPos | None = None
+    # the read and the drain are outside any freeze: they go on as long as they advance (waits.STALL_S)
     with LocalReader(source.address, source.port, creds.mysql_user, creds.mysql_password, node["gtid"],
                      spec.databases, tls=tls_of(source, creds)) as st:
-        for txn in st.transactions(str(head), deadline=time.monotonic() + 120):
-            if txn is None:
-                continue
-            if any("RENAME TABLE" in x.query.upper() and marker in x.query for x in txn.statements):
-                if first is None:
-                    first = GtidPos.parse(st.position_before(txn))
-                last = GtidPos.parse(st.position)
+        stall = Stall(waits.STALL_S, (st.position, 0))
+        read = 0
+        for txn in st.transactions(str(head), deadline=None):
+            if txn is not None:
+                read += 1
+                if any("RENAME TABLE" in x.query.upper() and marker in x.query for x in txn.statements):
+                    if first is None:
+                        first = GtidPos.parse(st.position_before(txn))
+                    last = GtidPos.parse(st.position)
+            stall.saw((st.position, read))
+            if stall.stalled():
+                raise Stalled(f"reconcile of {spec.id}: reading the binlog of {source.name} from {node['gtid']} to "
+                              f"{head} for the fence's renames made no progress for {waits.STALL_S:g}s (at "
+                              f"{st.position}); is {source.name} reachable? then try again", phase="reconcile")
     if first is None or last is None:
         return None
     drainer = CatchUpDrainer(config, spec.id)
     try:
-        drainer.drain_to(str(first), 120)
+        drain_progressing(drainer, str(first), what=f"reconcile of {spec.id}", phase="reconcile")
     finally:
         drainer.close()
     node, version = store.get_progress(spec.id, CHECKPOINT_KEY)

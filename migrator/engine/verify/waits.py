@@ -2,9 +2,13 @@
 
 Runs wherever a drain or a binlog read outside the freeze waits for a position
 that may be hours of binlog away: the full check's drains
-(:func:`migrator.engine.verify.run.run_full_check`) and the re-check before a
+(:func:`migrator.engine.verify.run.run_full_check`), the re-check before a
 cutover's freeze (:func:`migrator.engine.cutover.recheck.refresh_verified_gtid`),
-which reads every row changed since the last full check. A fixed timeout there
+which reads every row changed since the last full check, the cutover gate's
+catch-up before it times the drain (:func:`migrator.engine.cutover.gate.predict_freeze_ms`),
+reconcile's drain up to an undone cutover's renames and its binlog read of them
+(:func:`migrator.engine.cutover.reconcile.skip_tombstone_renames`), and a
+rollback's drain before its timed gate. A fixed timeout there
 refuses exactly the large windows a host-sized move under writes produces, and
 refuses them the same way on every retry. So these waits go on while the tail's
 position (or the key reader's) advances and end only after :data:`STALL_S`
@@ -53,13 +57,15 @@ class Stall:
         return time.monotonic() - self.moved_at >= self.stall_s
 
 
-def drain_progressing(drainer: Any, gtid: str, *, what: str, stall_s: float | None = None) -> Any:
+def drain_progressing(drainer: Any, gtid: str, *, what: str, stall_s: float | None = None,
+                      phase: str = "verify") -> Any:
     """``drainer.drain_to(gtid)`` for as long as the tail advances; returns what the drain returned.
 
     The drain runs in slices of the stall timeout; a slice that ends short of ``gtid`` is followed by
     another as long as the drainer's :meth:`progress` moved during it (a tail applying hours of binlog is
     never cut off), and raises :class:`Stalled`, naming the position reached, after a slice without
     progress. A drain's own failures (anything but its time running out) are raised as they come.
+    ``phase``: the phase the error is tagged with (the cutover's gate, reconcile, a rollback).
     """
     stall_s = STALL_S if stall_s is None else stall_s
     progress: Callable[[], Hashable] = getattr(drainer, "progress", lambda: None)
@@ -74,7 +80,7 @@ def drain_progressing(drainer: Any, gtid: str, *, what: str, stall_s: float | No
                 raise Stalled(f"{what}: the drain to {gtid} made no progress for {stall_s:g}s "
                               f"(after {time.monotonic() - t0:.0f}s it had applied up to {_named(now)}); is the "
                               "source or the target reachable, and the tail's applier lock free? "
-                              "(`migrator status ID`), then try again", phase="verify") from None
+                              "(`migrator status ID`), then try again", phase=phase) from None
             before = now
 
 

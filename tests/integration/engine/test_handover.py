@@ -135,7 +135,7 @@ def test_the_pipeline_cuts_over_a_batch_left_open_then_hands_over_the_rest(fleet
     assert out["batches"] == [second] and second != first.id and store.spec(second).shards == (3,), out
     assert store.state(second)[0].phase == Phase.DONE
     timings = store.get_progress(second, Node.HANDOVER)[0]["attempts"][-1]
-    assert {"parent_pass_s", "hand_over_s", "cutover_s"} <= set(timings), timings
+    assert {"parent_recheck_s", "parent_recheck_events", "hand_over_s", "cutover_s"} <= set(timings), timings
     assert maintenance_paused(fleet.zk, 3) is None
     # pause nodes that still carry the batched migration's id (as a hand-over that did not move them
     # left them) go when it ends
@@ -186,8 +186,50 @@ def test_a_batch_handed_over_later_inherits_a_check_refreshed_since_and_re_check
     # the batch's first re-check window starts where the batched migration's refresh ended: the 40 rows
     # written before it are not in it
     assert window["rows"] < len(written) and window["events"] < len(written), window
-    dst = mysql_connect(prep.target, fleet.credentials)
-    try:
+    with mysql_connect(prep.target, fleet.credentials) as dst:
         assert all(_has(dst, 3, w) for w in written)
-    finally:
-        dst.close()
+
+
+def test_each_batch_re_checks_only_binlog_of_its_own_life(fleet, monkeypatch):
+    """Two batches handed over in one pipeline step, right after the full check, with writes on the shard
+    the batched migration still holds during the first batch's life: the second batch's check starts at its
+    own start (the checkpoint it was handed), so its first re-check reads none of those writes; the batched
+    migration's re-check right before the second hand-over covered them, and each re-check's window is
+    recorded in events. Before, the batches handed over within 15 s of the full check inherited the full
+    check's position and re-read everything written since it (the whole host's binlog, at host scale)."""
+    from jobs import pipeline
+    from migrator.engine import handover
+    from migrator.ops import batched
+
+    prep = prepare_converged(fleet, (2, 3), options=Options(freeze_budget_ms=3000), batched=True)
+    pid, store = prep.spec.id, prep.store
+    prep.drainer.close()
+    monkeypatch.setattr(batched, "PARENT_PASS_EVERY_S", 3600.0, raising=False)  # (the old refresh timer)
+    # one shard per batch: shard 2 first, then shard 3
+    monkeypatch.setattr(batched.batch_mod, "next_batch", lambda shards, *_a, **_k: sorted(shards)[:1])
+    written: list[int] = []
+    real_hand_over = handover.hand_over
+
+    def hand_over(zk, creds, mid, shards, **kw):
+        spec = real_hand_over(zk, creds, mid, shards, **kw)
+        if list(shards) == [2]:  # during the first batch's life, on the shard the batched migration holds
+            with mysql_connect(prep.source, fleet.credentials) as src:
+                written.extend(_insert(src, 3, f'{{"w": {i}}}') for i in range(40))
+        return spec
+
+    monkeypatch.setattr(handover, "hand_over", hand_over)
+    out = pipeline.finish(pid, str(fleet.config.path))  # the full check, then both batches
+    first, second = store.state(pid)[0].batches
+    assert out["batches"] == [first, second] and store.spec(second).shards == (3,), out
+    assert store.state(second)[0].phase == Phase.DONE, out
+    for b in (first, second):
+        inherited = store.get_progress(b, Node.VERIFY)[0]
+        assert inherited["from_start"] is True, inherited  # its windows start at its own start
+        took = store.get_progress(b, Node.HANDOVER)[0]["attempts"][0]
+        assert "parent_recheck_events" in took, took
+    took = store.get_progress(second, Node.HANDOVER)[0]["attempts"][0]
+    assert took["parent_recheck_rows"] >= len(written), took  # the batched migration re-checked them
+    window = store.get_progress(second, "cutover_attempts")[0]["attempts"][-1]["refresh_rounds"][0]
+    assert window["events"] < len(written) and window["rows"] < len(written), window
+    with mysql_connect(prep.target, fleet.credentials) as dst:
+        assert all(_has(dst, 3, w) for w in written)

@@ -1,0 +1,40 @@
+"""The waits outside the freeze in the cutover's gate scale with the work (:mod:`migrator.engine.verify.waits`).
+
+The gate's catch-up drain before it times the drain (:func:`migrator.engine.cutover.gate.predict_freeze_ms`)
+went on for a fixed 120 s; it now goes on while the tail advances and is refused, naming how far it got and
+the cutover's phase, once the tail has not moved for the stall timeout (shortened here). The drainer here
+waits for the catch-up worker's checkpoint (:class:`~migrator.engine.verify.drainers.CheckpointWaiter`, as
+while passes run in their own worker) and no worker runs: nothing moves, and the gate says so after the
+stall timeout instead of two minutes. (A drain that keeps moving past a slice is shown in
+tests/unit/engine/test_verify_waits.py.)"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from migrator.engine.cutover.gate import predict_freeze_ms
+from migrator.engine.cutover.run import CutoverRun
+from migrator.engine.migration import Options
+from migrator.engine.verify import waits
+from migrator.engine.verify.drainers import CheckpointWaiter
+from migrator.fleet.mysql import connect as mysql_connect
+
+from .cutover_setup import prepare_converged
+
+
+def test_the_gates_catch_up_drain_is_refused_once_the_tail_stops_advancing(fleet, monkeypatch):
+    monkeypatch.setattr(waits, "STALL_S", 2.0)
+    prep = prepare_converged(fleet, (2,), options=Options(freeze_budget_ms=3000))
+    creds = fleet.credentials
+    waiter = CheckpointWaiter(fleet.config, prep.spec.id)
+    run = CutoverRun(fleet.config, fleet.zk, creds, prep.spec, waiter)
+    with mysql_connect(prep.source, creds) as src, src.cursor() as cur:  # the head moves past the checkpoint
+        cur.execute("INSERT INTO db00002.pins (data) VALUES ('{}')")
+        src.commit()
+    t0 = time.monotonic()
+    with pytest.raises(waits.Stalled, match=r"catch-up before the gate .* made no progress for 2s") as got:
+        predict_freeze_ms(run)
+    assert got.value.phase == "cutover"
+    assert time.monotonic() - t0 < 30  # refused after the stall timeout, not after a fixed 120 s
