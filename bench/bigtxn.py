@@ -1,11 +1,13 @@
 """Benchmark: catch-up's memory and time on one huge source transaction, beside a native replica.
 
     python -m bench.bigtxn [--sandbox DIR] [--sizes 200000,1000000,5000000] [--lanes N]
+                           [--row-bytes B] [--part-bytes P]
 
 For each size N (row changes in one transaction):
 
-1. a table ``big`` (``id`` primary key, ``v INT``, ``pad CHAR(100)``) of N rows in ``db00002`` on
-   MySQL001A, a snapshot of it at the binlog position ``start``;
+1. a table ``big`` (``id`` primary key, ``v INT``, ``pad CHAR(100)``, and with ``--row-bytes B`` a
+   ``data LONGBLOB`` of B bytes in every row: wide rows) of N rows in ``db00002`` on MySQL001A, a
+   snapshot of it at the binlog position ``start``;
 2. one transaction on the source: ``UPDATE big SET v = v + 1, pad = ...`` (N row changes, a backfill);
 3. from the same snapshot, the same range ``start -> end`` applied by
    - the migrator's catch-up (:class:`~migrator.engine.catch_up.tailer.Tailer`: reader process + applier
@@ -16,7 +18,12 @@ For each size N (row changes in one transaction):
 
 Prints one row per size and the last line ``peak_rss_mb=... apply_vs_replica=...`` (the largest peak over
 every size and process; the slowest ratio of the migrator's apply time to the replica's). Target: peak RSS
-under 400 MB for every size, apply time within 1.5x of the native replica.
+under 400 MB for every size, apply time within 1.5x of the native replica. Wide rows (issue 38): ``--sizes
+400 --row-bytes 1048576`` and ``--sizes 20 --row-bytes 16777216`` must stay under the same peak as narrow
+rows. With rows over a few MiB the bench raises ``max_allowed_packet`` on the source and the target to 1 GiB
+while it runs (a row's REPLACE carries it as a hex literal: twice its size), and sets it back.
+``--part-bytes`` sets ``MIGRATOR_CATCHUP_PART_BYTES`` (the byte bound of a part, a message, a round) for the
+apply process.
 
 Uses a running sandbox (``--sandbox`` or ``$MIGRATOR_BENCH_SANDBOX``) or starts a temporary one and
 removes it afterwards. Not a test: numbers vary with the machine's load.
@@ -137,15 +144,18 @@ def run_migrator(sb: Sandbox, snap: Path, start: str, end: str, want: int, lanes
 
 # -- one size -------------------------------------------------------------------------------------------
 
-def one_size(sb: Sandbox, n: int, workdir: Path, lanes: int) -> dict[str, Any]:
+def one_size(sb: Sandbox, n: int, workdir: Path, lanes: int, row_bytes: int = 0) -> dict[str, Any]:
     hosts, creds = sb.hosts(), sb.credentials()
+    wide = ", data LONGBLOB NOT NULL" if row_bytes else ""
+    fill = f", REPEAT(CHAR(65 + seq % 26), {row_bytes})" if row_bytes else ""
+    step = max(1, min(500_000, (256 << 20) // row_bytes)) if row_bytes else 500_000
     with mysql.connect(hosts[SOURCE], creds, read_timeout=3600) as c, c.cursor() as cur:
         cur.execute(f"DROP TABLE IF EXISTS `{DB}`.`{TABLE}`")
-        cur.execute(f"CREATE TABLE `{DB}`.`{TABLE}` (id BIGINT PRIMARY KEY, v INT NOT NULL, pad CHAR(100) NOT NULL) "
-                    "ENGINE=InnoDB")
-        for lo in range(1, n + 1, 500_000):  # the fill, in parts: not itself the transaction measured
-            hi = min(n, lo + 500_000 - 1)
-            cur.execute(f"INSERT INTO `{DB}`.`{TABLE}` SELECT seq, 0, 'x' FROM `{DB}`.seq_{lo}_to_{hi}")
+        cur.execute(f"CREATE TABLE `{DB}`.`{TABLE}` (id BIGINT PRIMARY KEY, v INT NOT NULL, pad CHAR(100) NOT NULL"
+                    f"{wide}) ENGINE=InnoDB")
+        for lo in range(1, n + 1, step):  # the fill, in parts: not itself the transaction measured
+            hi = min(n, lo + step - 1)
+            cur.execute(f"INSERT INTO `{DB}`.`{TABLE}` SELECT seq, 0, 'x'{fill} FROM `{DB}`.seq_{lo}_to_{hi}")
         start = mysql.binlog_pos(c)
     snap = workdir / f"big-{n}.sql"
     replica.snapshot(sb, SOURCE, DB, snap, [TABLE])
@@ -158,7 +168,30 @@ def one_size(sb: Sandbox, n: int, workdir: Path, lanes: int) -> dict[str, Any]:
     mine = run_migrator(sb, snap, start, end, want, lanes)
     native = replica.run_replica(sb, SOURCE, DB, snap, start, end, workdir, checksum=checksum, want=want)
     snap.unlink()
-    return {"rows": n, "write_s": write_s, "migrator": mine, "replica_s": native}
+    return {"rows": n, "row_bytes": row_bytes, "write_s": write_s, "migrator": mine, "replica_s": native}
+
+
+#: rows wider than this need a larger max_allowed_packet than the sandbox's 16 MiB (hex literals: 2x)
+WIDE_PACKET = 6 << 20
+BIG_PACKET = 1 << 30
+
+
+def set_packet(sb: Sandbox, value: int | None) -> dict[str, int]:
+    """Set ``max_allowed_packet`` on the source and the target pairs (None: leave it); returns what it was."""
+    was = {}
+    for host in (SOURCE, "MySQL001B", TARGET, "MySQL003B"):
+        with sb.root_conn(host) as c, c.cursor() as cur:
+            cur.execute("SELECT @@GLOBAL.max_allowed_packet")
+            was[host] = int(cur.fetchone()[0])
+            if value is not None:
+                cur.execute(f"SET GLOBAL max_allowed_packet = {int(value)}")
+    return was
+
+
+def restore_packet(sb: Sandbox, was: dict[str, int]) -> None:
+    for host, value in was.items():
+        with sb.root_conn(host) as c, c.cursor() as cur:
+            cur.execute(f"SET GLOBAL max_allowed_packet = {int(value)}")
 
 
 def main() -> None:
@@ -175,7 +208,12 @@ def main() -> None:
     ap.add_argument("--sandbox", default=os.environ.get("MIGRATOR_BENCH_SANDBOX"))
     ap.add_argument("--sizes", default="200000,1000000,5000000", help="row changes per transaction, comma-separated")
     ap.add_argument("--lanes", type=int, default=0, help="fixed lane count (default: adapt)")
+    ap.add_argument("--row-bytes", type=int, default=0, help="a LONGBLOB of this many bytes in every row (wide rows)")
+    ap.add_argument("--part-bytes", type=int, default=0,
+                    help="MIGRATOR_CATCHUP_PART_BYTES for the apply process (default: its own, 32 MiB)")
     args = ap.parse_args()
+    if args.part_bytes:
+        os.environ["MIGRATOR_CATCHUP_PART_BYTES"] = str(args.part_bytes)  # the apply process inherits it
     sizes = [int(x) for x in args.sizes.split(",") if x.strip()]
     tmp = Path(tempfile.mkdtemp(prefix="migrator-bench-bigtxn-"))
     own = args.sandbox is None
@@ -186,13 +224,19 @@ def main() -> None:
             sb.up(pairs=2, spare_pairs=1, shards=8, rows=20, base_port=find_base_port(100), log=lambda *_: None)
         assert sb.state is not None
         reset_fleet(sb, even_layout(sb.state.shards, sb.pairs(spare=False)), rows=20)
-        for n in sizes:
-            r = one_size(sb, n, tmp, args.lanes)
-            results.append(r)
-            m = r["migrator"]
-            print(f"{n:>9} rows: migrator {m['seconds']:.1f} s, peak RSS {m['peak_mb']:.0f} MB (apply process "
-                  f"{m['self_hwm_kb'] / 1024:.0f} MB, reader {m['reader_hwm_kb'] / 1024:.0f} MB); native replica "
-                  f"{r['replica_s']:.1f} s; source wrote it in {r['write_s']:.1f} s", flush=True)
+        packet = set_packet(sb, BIG_PACKET if args.row_bytes > WIDE_PACKET else None)
+        try:
+            for n in sizes:
+                r = one_size(sb, n, tmp, args.lanes, args.row_bytes)
+                results.append(r)
+                m = r["migrator"]
+                print(f"{n:>9} rows of {args.row_bytes or 'narrow'} B: migrator {m['seconds']:.1f} s, peak RSS "
+                      f"{m['peak_mb']:.0f} MB (apply process {m['self_hwm_kb'] / 1024:.0f} MB, reader "
+                      f"{m['reader_hwm_kb'] / 1024:.0f} MB); native replica {r['replica_s']:.1f} s "
+                      f"({m['seconds'] / r['replica_s']:.2f}x); source wrote it in {r['write_s']:.1f} s", flush=True)
+        finally:
+            if args.row_bytes > WIDE_PACKET:
+                restore_packet(sb, packet)
         for host in (SOURCE, "MySQL001B", TARGET, "MySQL003B"):
             with sb.root_conn(host) as c, c.cursor() as cur:
                 cur.execute(f"DROP TABLE IF EXISTS `{DB}`.`{TABLE}`")
@@ -202,15 +246,16 @@ def main() -> None:
         if own:
             sb.down(purge=True)
         shutil.rmtree(tmp, ignore_errors=True)
-    print(f"{'rows':>9} {'migrator s':>11} {'replica s':>10} {'ratio':>6} {'peak MB':>8} {'apply MB':>9} "
-          f"{'reader MB':>10}")
+    print(f"{'rows':>9} {'row bytes':>10} {'data MB':>8} {'migrator s':>11} {'replica s':>10} {'ratio':>6} "
+          f"{'peak MB':>8} {'apply MB':>9} {'reader MB':>10}")
     for r in results:
         m = r["migrator"]
-        print(f"{r['rows']:>9} {m['seconds']:>11.1f} {r['replica_s']:>10.1f} {m['seconds'] / r['replica_s']:>6.2f} "
+        print(f"{r['rows']:>9} {r['row_bytes']:>10} {r['rows'] * r['row_bytes'] / 2**20:>8.0f} "
+              f"{m['seconds']:>11.1f} {r['replica_s']:>10.1f} {m['seconds'] / r['replica_s']:>6.2f} "
               f"{m['peak_mb']:>8.0f} {m['self_hwm_kb'] / 1024:>9.0f} {m['reader_hwm_kb'] / 1024:>10.0f}")
     peak = max(r["migrator"]["peak_mb"] for r in results)
     ratio = max(r["migrator"]["seconds"] / r["replica_s"] for r in results)
-    print(f"peak_rss_mb={peak:.0f} apply_vs_replica={ratio:.2f}")
+    print(f"peak_rss_mb={peak:.0f} apply_vs_replica={ratio:.2f} row_bytes={args.row_bytes}")
 
 
 if __name__ == "__main__":

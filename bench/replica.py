@@ -26,9 +26,9 @@ from migrator.sandbox import MARIADB_FLAGS, Sandbox, find_base_port, port_free, 
 def client(sock_or_host: Any, creds: Any | None = None) -> list[str]:
     """The ``mariadb`` client command line for a unix socket (root) or a fleet host (the migrator's user)."""
     if isinstance(sock_or_host, str):
-        return ["mariadb", "--no-defaults", "-uroot", "-S", sock_or_host]
-    return ["mariadb", "--no-defaults", "-h", sock_or_host.address, "-P", str(sock_or_host.port),
-            "-u", creds.mysql_user, *bench_tls.cli_args(sock_or_host, creds)]
+        return ["mariadb", "--no-defaults", "--max-allowed-packet=1G", "-uroot", "-S", sock_or_host]
+    return ["mariadb", "--no-defaults", "--max-allowed-packet=1G", "-h", sock_or_host.address,
+            "-P", str(sock_or_host.port), "-u", creds.mysql_user, *bench_tls.cli_args(sock_or_host, creds)]
 
 
 def env(creds: Any) -> dict[str, str]:
@@ -39,9 +39,9 @@ def snapshot(sb: Sandbox, source: str, db: str, path: Path, tables: list[str] | 
     """``mariadb-dump --single-transaction`` of ``db`` (or some of its tables) on ``source`` into ``path``."""
     host, creds = sb.hosts()[source], sb.credentials()
     with open(path, "wb") as f:
-        subprocess.run(["mariadb-dump", "--no-defaults", "-h", host.address, "-P", str(host.port), "-u",
-                        creds.mysql_user, *bench_tls.cli_args(host, creds), "--single-transaction",
-                        "--skip-add-locks", "--skip-triggers", db, *(tables or [])],
+        subprocess.run(["mariadb-dump", "--no-defaults", "--max-allowed-packet=1G", "-h", host.address,
+                        "-P", str(host.port), "-u", creds.mysql_user, *bench_tls.cli_args(host, creds),
+                        "--single-transaction", "--skip-add-locks", "--skip-triggers", db, *(tables or [])],
                        stdout=f, check=True, env=env(creds))
 
 
@@ -68,6 +68,7 @@ def run_replica(sb: Sandbox, source: str, db: str, snap: Path, start: str, end: 
              f"log-bin={d / 'binlog' / 'mysql-bin'}", f"relay-log={d / 'binlog' / 'relay-bin'}",
              f"replicate-do-db={db}"]
     lines += [k if v is None else f"{k}={v}" for k, v in MARIADB_FLAGS.items()]
+    lines.append("max-allowed-packet=1G")  # a snapshot of wide rows (bench.bigtxn --row-bytes) loads whole
     if parallel:
         lines += [f"slave-parallel-threads={parallel}", "slave-parallel-mode=optimistic"]
     cnf = d / "my.cnf"

@@ -39,6 +39,12 @@ class ReaderSpec:
     #: row changes of one transaction held at most (the rest goes on as parts, or to disk): the memory
     #: bound; 0: ``MIGRATOR_CATCHUP_PART_CHANGES`` as the reader process finds it (else 5,000)
     part_changes: int | None = 0
+    #: bytes of row events whose changes one transaction holds at most (the same, in bytes: a wide row
+    #: counts as what it is); 0: ``MIGRATOR_CATCHUP_PART_BYTES`` as the reader process finds it (else 32 MiB)
+    part_bytes: int | None = 0
+    #: a message ends once its transactions came from this many bytes of row events (or ``batch_changes``
+    #: row changes); 0: the part byte bound
+    batch_bytes: int = 0
     #: the source's TLS settings (paths; the process builds its own context from them)
     tls: MySQLTLS | None = None
 
@@ -58,9 +64,11 @@ def run_reader(spec: ReaderSpec, conn: Any) -> None:
     try:
         client = bl.BinlogClient(spec.host, spec.port, spec.user, spec.password, spec.start,
                                  heartbeat_s=spec.heartbeat_s, tls=spec.tls)
-        rd = TxnReader(spec.start, spec.schemas, spec.tables, part_changes=spec.part_changes)
+        rd = TxnReader(spec.start, spec.schemas, spec.tables, part_changes=spec.part_changes,
+                       part_bytes=spec.part_bytes)
+        batch_bytes = spec.batch_bytes or rd.part_bytes or 0
         batch: list[Committed] = []
-        nchanges = 0
+        nchanges = nbytes = 0
         started = last_tick = time.monotonic()
         polls = 0
         sent = ""  # the last position sent
@@ -78,7 +86,7 @@ def run_reader(spec: ReaderSpec, conn: Any) -> None:
                     if part.statements:  # a message ends at a statement (the tailer's barrier relies on it)
                         sent = format_pos(rd.position)
                         conn.send(Txns(batch, sent, rd.last_ts, time.monotonic(), format_state(rd.seen)))
-                        batch, nchanges = [], 0
+                        batch, nchanges, nbytes = [], 0, 0
                     continue
                 # a part of a transaction over the memory bound: what came before goes first, then the
                 # part alone (its position is still before its transaction)
@@ -86,14 +94,16 @@ def run_reader(spec: ReaderSpec, conn: Any) -> None:
                 if batch:
                     sent = format_pos(rd.position)
                     conn.send(Txns(batch, sent, rd.last_ts, now, format_state(rd.seen)))
-                    batch, nchanges = [], 0
+                    batch, nchanges, nbytes = [], 0, 0
                 conn.send(Txns([part], format_pos(rd.position), rd.last_ts, now, format_state(rd.seen)))
+                del part  # sent: not held while the next one is read
                 last_tick = now
             if txn is not None:
                 if not batch:
                     started = time.monotonic()
                 batch.append(txn)
                 nchanges += len(txn.changes) + len(txn.statements)
+                nbytes += txn.size
             now = time.monotonic()
             # the master went quiet after a transaction (a cutover's fence, a lull): send what is held
             # now, not at the next event or heartbeat (up to heartbeat_s later: a drain under the fence
@@ -103,10 +113,11 @@ def run_reader(spec: ReaderSpec, conn: Any) -> None:
                 ended = rd.transactions_read
                 quiet = client.drained()
             if batch and (nchanges >= spec.batch_changes or now - started >= spec.batch_s or quiet
-                          or ev.type == bl.HEARTBEAT or txn is not None and txn.statements):
+                          or ev.type == bl.HEARTBEAT or txn is not None and txn.statements
+                          or batch_bytes and nbytes >= batch_bytes):
                 sent = format_pos(rd.position)
                 conn.send(Txns(batch, sent, rd.last_ts, now, format_state(rd.seen)))
-                batch, nchanges = [], 0
+                batch, nchanges, nbytes = [], 0, 0
                 last_tick = now
             elif not batch and (now - last_tick >= spec.tick_s or quiet):
                 pos = format_pos(rd.position)

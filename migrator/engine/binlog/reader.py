@@ -30,8 +30,9 @@ for the decoding):
   While a prepared transaction is unresolved the safe position of its domain
   stays before it, so a restart reads it again.
 
-Memory is bounded by ``part_changes``, not by the source's transactions: a
-transaction never holds more than that many row changes in memory. Beyond it,
+Memory is bounded by ``part_changes`` and ``part_bytes``, not by the source's transactions: a
+transaction never holds more than that many row changes, nor row changes read from more than that
+many bytes of row events (beyond one event: a row of one event), in memory. Beyond either,
 its changes so far leave as a *part* (a :class:`Committed` with ``partial``
 set, :meth:`TxnReader.take_parts`) when nothing can undo them any more, or go
 to a temporary file on local disk (:class:`Spill`) while something still can
@@ -217,7 +218,7 @@ class Committed(NamedTuple):
     #: the seq_no of the previous transaction read of this one's (domain, server), None if none was
     prev_seen: int | None = None
     #: a part of a transaction still being read (its commit comes later, with the rest): applying it
-    #: does not move the position
+    #: does not move the position. A part's ``size`` is the bytes of the row events it came from
     partial: bool = False
 
 
@@ -233,6 +234,26 @@ def part_changes_from_env() -> int:
     if value < 1:
         raise ValueError(f"MIGRATOR_CATCHUP_PART_CHANGES={raw!r}: set it to at least 1 (5000 if unset)")
     return value
+
+
+def part_bytes_from_env() -> int:
+    """Bytes of row events whose changes one transaction holds in memory at most, by default:
+    ``MIGRATOR_CATCHUP_PART_BYTES`` as the process that reads finds it, else 32 MiB. Binlog bytes: an
+    update's event carries the row twice (before and after), its decoded after image (hex) about as
+    many bytes again."""
+    raw = os.environ.get("MIGRATOR_CATCHUP_PART_BYTES", "").strip()
+    try:
+        value = int(raw or DEFAULT_PART_BYTES)
+    except ValueError:
+        raise ValueError(f"MIGRATOR_CATCHUP_PART_BYTES={raw!r} is not a number of bytes: set it to a whole "
+                         f"number of at least 1 ({DEFAULT_PART_BYTES} if unset)") from None
+    if value < 1:
+        raise ValueError(f"MIGRATOR_CATCHUP_PART_BYTES={raw!r}: set it to at least 1 ({DEFAULT_PART_BYTES} if unset)")
+    return value
+
+
+#: the byte bound of one transaction's part, of a message of the reader process and of a round (default)
+DEFAULT_PART_BYTES = 32 << 20
 
 
 class Spill:
@@ -273,9 +294,17 @@ class Spill:
         self.write(keep)
 
     def chunks(self) -> Iterator[list[Change]]:
-        for _, offset in list(self._starts):
+        for chunk, _ in self.sized_chunks():
+            yield chunk
+
+    def sized_chunks(self) -> Iterator[tuple[list[Change], int]]:
+        """:meth:`chunks`, each with its size on disk (bytes)."""
+        starts = list(self._starts)
+        self._f.seek(0, os.SEEK_END)
+        ends = [offset for _, offset in starts[1:]] + [self._f.tell()]
+        for (_, offset), end in zip(starts, ends):
             self._f.seek(offset)
-            yield pickle.load(self._f)
+            yield pickle.load(self._f), end - offset
 
     def close(self) -> None:
         self._f.close()
@@ -299,6 +328,9 @@ class Txn:
     #: changes already handed out as parts, and those spilled to disk (they come before ``changes``)
     streamed: int = 0
     spill: Spill | None = None
+    #: ``size`` when changes last left memory (as parts or to the spill): ``size`` minus it is what
+    #: the changes held in memory were read from
+    left_at: int = 0
 
     @property
     def count(self) -> int:
@@ -309,15 +341,21 @@ class Txn:
         return Committed(self.gtid, self.prev, self.timestamp, self.changes, self.statements, self.size,
                          self.prev_seen)
 
-    def part(self, changes: list[Change]) -> Committed:
-        return Committed(self.gtid, self.prev, self.timestamp, changes, [], 0, None, True)
+    def part(self, changes: list[Change], nbytes: int = 0) -> Committed:
+        return Committed(self.gtid, self.prev, self.timestamp, changes, [], nbytes, None, True)
 
-    def bound(self, limit: int | None) -> list[Committed]:
-        """Keep fewer than ``limit`` changes in memory (beyond one row event's rows): hand them out as
-        parts of at most ``limit`` when nothing can undo them any more (returned), else spill them (a
-        savepoint is set, or it is an XA prepare)."""
-        if limit is None or len(self.changes) < limit:
+    def bound(self, limit: int | None, max_bytes: int | None = None) -> list[Committed]:
+        """Keep fewer than ``limit`` changes, read from fewer than ``max_bytes`` bytes of row events,
+        in memory (beyond one row event's rows): hand them out as parts of at most ``limit`` when
+        nothing can undo them any more (returned), else spill them (a savepoint is set, or it is an
+        XA prepare)."""
+        held = self.size - self.left_at
+        if (limit is None or len(self.changes) < limit) and (max_bytes is None or held < max_bytes):
             return []
+        if not self.changes:
+            return []
+        limit = limit or len(self.changes)
+        self.left_at = self.size
         out, self.changes = self.changes, []
         if self.savepoints or self.xid is not None or self.spill is not None:
             if self.spill is None:
@@ -326,7 +364,8 @@ class Txn:
                 self.spill.write(out[k:k + limit])
             return []
         self.streamed += len(out)
-        return [self.part(out[k:k + limit]) for k in range(0, len(out), limit)]
+        return [self.part(out[k:k + limit], held * len(out[k:k + limit]) // len(out))
+                for k in range(0, len(out), limit)]
 
     def held_parts(self) -> Iterator[Committed]:
         """The spilled changes as parts, in order, then the file is closed (at the commit)."""
@@ -334,9 +373,9 @@ class Txn:
         if spill is None:
             return
         try:
-            for chunk in spill.chunks():
+            for chunk, nbytes in spill.sized_chunks():
                 self.streamed += len(chunk)
-                yield self.part(chunk)
+                yield self.part(chunk, nbytes)
         finally:
             spill.close()
 
@@ -428,11 +467,14 @@ class TxnReader:
     a part of a transaction always comes before the transaction's end."""
 
     def __init__(self, start: str, schemas: Iterable[str], tables: Iterable[str] | None = None, *,
-                 part_changes: int | None = 0):
+                 part_changes: int | None = 0, part_bytes: int | None = 0):
         self.pos = parse_pos(start)
         #: row changes of one transaction held in memory at most (None: no bound; 0: what
         #: ``MIGRATOR_CATCHUP_PART_CHANGES`` says in this process, 5,000 if unset)
         self.part_changes = part_changes_from_env() if part_changes == 0 else part_changes
+        #: bytes of row events whose changes one transaction holds in memory at most (None: no bound;
+        #: 0: ``MIGRATOR_CATCHUP_PART_BYTES`` in this process, 32 MiB if unset)
+        self.part_bytes = part_bytes_from_env() if part_bytes == 0 else part_bytes
         self._parts: list[Committed | Iterator[Committed]] = []
         #: the last transaction read of each (domain, server); starts from what ``start`` names
         self.seen: State = state_of(self.pos)
@@ -517,7 +559,7 @@ class TxnReader:
                     ka = tuple(after[i] for i in pk)
                     ch.append((sid, UPDATE, ka, kb if kb != ka else None, after))
             txn.size += len(ev.body)
-            self._parts.extend(txn.bound(self.part_changes))
+            self._parts.extend(txn.bound(self.part_changes, self.part_bytes))
             return None
         if t == bl.TABLE_MAP:
             self._table_map(ev.body)
@@ -738,9 +780,9 @@ class LocalReader:
 
     def __init__(self, address: str, port: int, user: str, password: str, start: str, schemas: Iterable[str],
                  tables: Iterable[str] | None = None, *, heartbeat_s: float = 0.2, tls: MySQLTLS | None = None,
-                 part_changes: int | None = 0):
+                 part_changes: int | None = 0, part_bytes: int | None = 0):
         self.client = bl.BinlogClient(address, port, user, password, start, heartbeat_s=heartbeat_s, tls=tls)
-        self.reader = TxnReader(start, schemas, tables, part_changes=part_changes)
+        self.reader = TxnReader(start, schemas, tables, part_changes=part_changes, part_bytes=part_bytes)
 
     @property
     def position(self) -> str:

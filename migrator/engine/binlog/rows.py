@@ -84,6 +84,7 @@ class TableMap:
     binary: tuple[bool, ...] = ()
     pk: tuple[int, ...] = ()
     _decode: Callable[[bytes, int], tuple[tuple[str, ...], int]] | None = field(default=None, repr=False)
+    _decode_key: Callable[[bytes, int], tuple[tuple[str, ...], int]] | None = field(default=None, repr=False)
 
     @property
     def key_names(self) -> tuple[str, ...]:
@@ -103,6 +104,12 @@ class TableMap:
         if self._decode is None:
             self._decode = _compile(self)
         return self._decode
+
+    def key_decoder(self) -> Callable[[bytes, int], tuple[tuple[str, ...], int]]:
+        """:meth:`decoder` for images only read for their key (strings and BLOBs outside it: ``''``)."""
+        if self._decode_key is None:
+            self._decode_key = _compile(self, key_only=True)
+        return self._decode_key
 
 
 def table_map_names(body: bytes) -> tuple[str, str, int]:
@@ -290,9 +297,34 @@ def _hex(expr: str) -> str:
     return f"\"X'\" + hexlify({expr}).decode() + \"'\""
 
 
-def _column(i: int, t: int, m: int | tuple[int, int], signed: bool, binary: bool, where: str) -> list[str]:
-    """Source lines that set ``v<i>`` to the literal of a non-NULL value at ``p`` and advance ``p``."""
+def _skip(t: int, m: int | tuple[int, int]) -> list[str] | None:
+    """Source lines that only step ``p`` over a non-NULL string or BLOB value (``v<i>`` not set to its
+    literal): None for the other types, whose literals are cheap."""
+    if t in (T_VARCHAR, T_VAR_STRING):
+        assert isinstance(m, int)
+        return ["p += 1 + d[p]"] if m < 256 else ["p += 2 + (d[p] | d[p + 1] << 8)"]
+    if t in (T_BLOB, T_GEOMETRY, T_TINY_BLOB, T_MEDIUM_BLOB, T_LONG_BLOB):
+        assert isinstance(m, int)
+        return [f"p += {m} + int.from_bytes(d[p:p + {m}], 'little')"]
+    if t == T_STRING:
+        assert isinstance(m, tuple)
+        real, b1 = m
+        if real in (T_ENUM, T_SET):
+            return None
+        maxlen = (((real & 0x30) ^ 0x30) << 4) | b1
+        return ["p += 1 + d[p]"] if maxlen < 256 else ["p += 2 + (d[p] | d[p + 1] << 8)"]
+    return None
+
+
+def _column(i: int, t: int, m: int | tuple[int, int], signed: bool, binary: bool, where: str,
+            skip: bool = False) -> list[str]:
+    """Source lines that set ``v<i>`` to the literal of a non-NULL value at ``p`` and advance ``p``
+    (``skip``: a string or BLOB only steps ``p`` over, ``v<i>`` is ``''``)."""
     v = f"v{i}"
+    if skip:
+        lines = _skip(t, m)
+        if lines is not None:
+            return [*lines, f"{v} = ''"]
     if t == T_TINY:
         return [f"{v} = str(d[p] - 256 if d[p] > 127 else d[p]); p += 1" if signed else f"{v} = str(d[p]); p += 1"]
     if t == T_SHORT:
@@ -384,8 +416,10 @@ _NAMESPACE = {"unpack_from": struct.unpack_from, "hexlify": binascii.hexlify, "d
               "time2_literal": time2_literal, "timestamp_literal": timestamp_literal}
 
 
-def decoder_source(tm: TableMap) -> str:
-    """Python source of ``decode(d, p) -> (literals, p)`` for one full row image of ``tm``."""
+def decoder_source(tm: TableMap, key_only: bool = False) -> str:
+    """Python source of ``decode(d, p) -> (literals, p)`` for one full row image of ``tm``
+    (``key_only``: string and BLOB columns outside the primary key come out as ``''``, never hex-encoded:
+    what the before image of an update and a delete's image are read for)."""
     n = len(tm.types)
     nb = (n + 7) // 8
     where = f"{tm.schema}.{tm.table}"
@@ -393,7 +427,7 @@ def decoder_source(tm: TableMap) -> str:
     binary = tm.binary or (False,) * n
     out = ["def decode(d, p):", f"    nb = d[p:p + {nb}]", f"    p += {nb}"]
     for i, (t, m) in enumerate(zip(tm.types, tm.meta)):
-        body = _column(i, t, m, signed[i], binary[i], where)
+        body = _column(i, t, m, signed[i], binary[i], where, key_only and i not in tm.pk)
         if tm.nullable[i]:
             out.append(f"    if nb[{i // 8}] & {1 << (i % 8)}:")
             out.append(f"        v{i} = 'NULL'")
@@ -405,9 +439,9 @@ def decoder_source(tm: TableMap) -> str:
     return "\n".join(out)
 
 
-def _compile(tm: TableMap) -> Callable[[bytes, int], tuple[tuple[str, ...], int]]:
+def _compile(tm: TableMap, key_only: bool = False) -> Callable[[bytes, int], tuple[tuple[str, ...], int]]:
     ns = dict(_NAMESPACE)
-    exec(compile(decoder_source(tm), f"<row decoder {tm.schema}.{tm.table}>", "exec"), ns)  # noqa: S102
+    exec(compile(decoder_source(tm, key_only), f"<row decoder {tm.schema}.{tm.table}>", "exec"), ns)  # noqa: S102
     return ns["decode"]  # type: ignore[no-any-return]
 
 
@@ -428,7 +462,9 @@ Literals = tuple[str, ...]
 
 
 def decode_rows(body: bytes, tm: TableMap, kind: str, start: int) -> list[Literals] | list[tuple[Literals, Literals]]:
-    """Every row of a rows event as literal tuples; for an update, (before, after) pairs."""
+    """Every row of a rows event as literal tuples; for an update, (before, after) pairs. Only the key
+    columns of a before image and of a deleted row are read: its other strings and BLOBs are ``''``
+    (a wide row's before image is never hex-encoded, only stepped over)."""
     n, p = packed_int(body, start)
     if n != len(tm.types):
         raise RowFormatError(f"a row event of {tm.schema}.{tm.table} has {n} columns, its table map {len(tm.types)}")
@@ -446,12 +482,15 @@ def decode_rows(body: bytes, tm: TableMap, kind: str, start: int) -> list[Litera
     decode = tm.decoder()
     end = len(body)
     if kind == UPDATE:
+        key = tm.key_decoder()
         pairs = []
         while p < end:
-            before, p = decode(body, p)
+            before, p = key(body, p)
             after, p = decode(body, p)
             pairs.append((before, after))
         return pairs
+    if kind == DELETE:
+        decode = tm.key_decoder()
     rows = []
     while p < end:
         row, p = decode(body, p)

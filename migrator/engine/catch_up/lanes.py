@@ -318,6 +318,7 @@ class Lane:
             except BaseException as exc:  # noqa: BLE001 - raised in the coordinator by join()
                 self.error = exc
             finally:
+                part = None  # written: its rows are not held while the next round is collected
                 with self._cv:
                     self._busy = False
                     self._cv.notify_all()
@@ -340,6 +341,7 @@ class Lane:
                         t = self._targets(tkey)
                         for sql in replace_statements(t, rows.values()):
                             cur.execute(sql)
+                            del sql  # not held while the next statement is built (wide rows)
             if self.stagger_s:
                 time.sleep(self.stagger_s)
             conn.commit()
@@ -372,6 +374,8 @@ class LaneSet:
         self._ensure(self.pacer.lanes)
         self.parts = [Part() for _ in range(self.pacer.lanes)]
         self.rows = 0
+        #: bytes of row events the collected round's changes were read from (:meth:`add_bytes`)
+        self.bytes = 0
         self._inflight = False
         self._inflight_rows = 0
         self._inflight_started = 0.0
@@ -425,6 +429,10 @@ class LaneSet:
     def pending(self) -> int:
         return self.rows
 
+    def add_bytes(self, n: int) -> None:
+        """The changes just added were read from ``n`` bytes of row events (the round's byte bound)."""
+        self.bytes += n
+
     # -- writing ----------------------------------------------------------------------------------
     def submit(self, *, cut_by_size: bool = False) -> None:
         """Hand the collected round to the lanes (after the previous one committed) and start a new one."""
@@ -442,6 +450,7 @@ class LaneSet:
             self._inflight_cut_by_size = cut_by_size
         self.parts = [Part() for _ in range(self.pacer.lanes)]
         self.rows = 0
+        self.bytes = 0
 
     @property
     def inflight(self) -> bool:

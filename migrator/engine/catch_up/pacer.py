@@ -14,6 +14,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from migrator.engine.binlog.reader import part_bytes_from_env
+
 #: a transaction this recent (binlog timestamp, seconds) means the tail is at the source's head
 NEAR_HEAD_S = 2.0
 
@@ -21,7 +23,7 @@ NEAR_HEAD_S = 2.0
 class Cut(enum.Enum):
     """Why a round goes to the lanes now."""
 
-    #: it reached ``round_rows`` (the only cut that waits for a round still being written)
+    #: it reached ``round_rows``, or ``round_bytes`` (the only cut that waits for a round still being written)
     SIZE = "size"
     #: the tail is at the source's head with nothing more read: the tail's lag is one commit
     HEAD = "head"
@@ -40,14 +42,23 @@ class Pacer:
     min_round_rows: int = 200
     max_round_rows: int = 50_000
     round_target_ms: float = 150.0
+    #: a round holds changes read from at most this many bytes of row events (beyond one message of the
+    #: reader): the memory bound of wide rows, whatever ``round_rows`` says; 0: the reader's part bound
+    #: (``MIGRATOR_CATCHUP_PART_BYTES``, 32 MiB)
+    round_bytes: int = 0
     adapt: bool = True
     _rates: dict[int, float] = field(default_factory=dict)
     _rounds_at_count: int = 0
 
+    def __post_init__(self) -> None:
+        if not self.round_bytes:
+            self.round_bytes = part_bytes_from_env()
+
     def cut(self, rows: int, started: float, last_ts: int, busy: Callable[[], bool],
-            more: Callable[[], bool]) -> Cut | None:
-        """Whether the round being collected (``rows`` row changes, its first collected at monotonic
-        ``started``) goes to the lanes now; ``last_ts``: the binlog timestamp of the last event read,
+            more: Callable[[], bool], nbytes: int = 0) -> Cut | None:
+        """Whether the round being collected (``rows`` row changes read from ``nbytes`` bytes of row
+        events, its first collected at monotonic ``started``) goes to the lanes now; ``last_ts``: the
+        binlog timestamp of the last event read,
         ``busy()``: a lane still writes the round in flight, ``more()``: the reader has more already.
 
         While the round in flight is being written, only a round at its size limit is cut (and then
@@ -57,7 +68,7 @@ class Pacer:
         more read, the round goes at once: the tail's lag is one commit, not a round's collection
         time. In a backlog it goes once it is ``round_target_ms`` old: small rounds cost throughput.
         """
-        if rows >= self.round_rows:
+        if rows >= self.round_rows or nbytes >= self.round_bytes:
             return Cut.SIZE
         if busy():
             return None

@@ -9,7 +9,7 @@ most ``MAX_BYTES_PER_STATEMENT`` bytes unless one row alone is larger.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,19 +63,25 @@ def delete_statements(t: Target, keys: list[tuple[str, ...]]) -> list[str]:
     return out
 
 
-def replace_statements(t: Target, rows: Any) -> list[str]:
+def replace_statements(t: Target, rows: Any) -> Iterator[str]:
+    """The REPLACEs of ``rows``, built one at a time as they are taken: a lane holds one statement's
+    text at once (a part of wide rows is never all built up front; a statement is given up before
+    the next row's literal is built)."""
     head = f"{TAG}REPLACE INTO {t.sql_table} ({t.columns_sql}) VALUES "
     take = t.take
-    out: list[str] = []
     parts: list[str] = []
     size = len(head)
     for r in rows:
-        lit = "(" + ",".join(r if take is None else [r[i] for i in take]) + ")"
-        if parts and (len(parts) >= MAX_ROWS_PER_STATEMENT or size + len(lit) > MAX_BYTES_PER_STATEMENT):
-            out.append(head + ",".join(parts))
+        vals = r if take is None else [r[i] for i in take]
+        n = sum(map(len, vals)) + len(vals) + 2
+        if parts and (len(parts) >= MAX_ROWS_PER_STATEMENT or size + n > MAX_BYTES_PER_STATEMENT):
+            sql = head + ",".join(parts)
             parts, size = [], len(head)
-        parts.append(lit)
-        size += len(lit) + 1
+            yield sql
+            del sql
+        parts.append("(" + ",".join(vals) + ")")
+        size += n
     if parts:
-        out.append(head + ",".join(parts))
-    return out
+        sql = head + ",".join(parts)
+        parts = []
+        yield sql

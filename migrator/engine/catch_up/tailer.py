@@ -530,14 +530,18 @@ class Tailer:
     def _take(self, txns: list[rd.Committed], pos: str, state: str, rounds: _Rounds, stats: TailStats) -> None:
         """Route the row changes of ``txns`` into the round being collected, which now ends at ``pos``;
         a transaction with statements is a barrier (:meth:`_barrier`)."""
-        if not self.lanes.pending():
+        lanes = self.lanes
+        if not lanes.pending():
             rounds.started = time.monotonic()
         for txn in txns:
-            if not txn.partial:  # a transaction that came in parts counts once, at its end
+            if not txn.partial:  # a transaction that came in parts counts once, at its end (its size too)
                 stats.transactions += 1
+                stats.bytes += txn.size
             if not stats.first_ts:
                 stats.first_ts = txn.timestamp
-            stats.bytes += txn.size
+            # the round's byte bound; the end of a transaction that came in parts counts its whole size
+            # again (a round cut early, never late)
+            lanes.add_bytes(txn.size)
             self._add_rows(txn.changes, stats)
             if txn.statements:
                 self._barrier(txn, pos, state, rounds, stats)
@@ -546,7 +550,8 @@ class Tailer:
     def _maybe_cut(self, last_ts: int, rounds: _Rounds, stats: TailStats) -> None:
         """Send the round being collected to the lanes if the pacer says so (:meth:`Pacer.cut`)."""
         lanes = self.lanes
-        cut = lanes.pacer.cut(lanes.pending(), rounds.started, last_ts, lanes.busy, self._reader_has_more)
+        cut = lanes.pacer.cut(lanes.pending(), rounds.started, last_ts, lanes.busy, self._reader_has_more,
+                              lanes.bytes)
         if cut is not None:
             self._submit(rounds, stats, cut_by_size=cut is Cut.SIZE)
             rounds.started = time.monotonic()

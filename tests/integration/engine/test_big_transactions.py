@@ -3,8 +3,9 @@
 The bound is ``MIGRATOR_CATCHUP_PART_CHANGES`` row changes of one transaction (5,000 by default); these tests
 set it to 100 so that a 3,000-row transaction is many parts. What must hold whatever the bound: the
 transaction lands whole and equal; a tail killed in the middle of it replays it whole from a checkpoint that
-never moved past it; an XA transaction over the bound that is rolled back leaves nothing. Memory itself is
-measured by ``python -m bench.bigtxn``, not here."""
+never moved past it; an XA transaction over the bound that is rolled back leaves nothing. The bound also
+counts bytes (``MIGRATOR_CATCHUP_PART_BYTES``): transactions of wide rows are applied equal with each
+process of the tail under a peak resident set; ``python -m bench.bigtxn --row-bytes N`` measures more."""
 
 from __future__ import annotations
 
@@ -105,3 +106,84 @@ def test_an_xa_transaction_over_the_bound(fleet, monkeypatch, outcome):
     with h.conn(fleet, h.TARGET) as t, t.cursor() as cur:
         cur.execute("SELECT COUNT(*) FROM db00002.big WHERE v = 9")
         assert int(cur.fetchone()[0]) == (ROWS if outcome == "commit" else 0)
+
+
+# -- wide rows: the bound counts bytes --------------------------------------------------------------
+
+WIDE_ROWS = 64
+WIDE_BYTES = 1 << 20  # a 1 MiB BLOB in each row
+#: the byte bound set here: a part, a message of the reader process, a round hold about 4 rows
+PART_BYTES = 4 << 20
+#: peak resident set allowed to each process of the tail: the rows it moves come to 64 MiB (128 MiB of
+#: binlog for the update that carries them twice, 256 MiB as hex literals); holding one transaction whole
+#: took several times that
+PEAK_MB = 200
+
+
+def _peak_kb(pid: int) -> int:
+    """``VmHWM`` of a live process (KiB): the peak of its resident set so far."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    return 0
+
+
+def test_wide_rows_are_applied_within_the_byte_bound(fleet):
+    """Transactions of 64 rows of 1 MiB BLOBs (filled, updated with both images wide, some deleted) go
+    through the tail (``migrator catchup``: its process applies, its reader process decodes) with
+    ``MIGRATOR_CATCHUP_PART_BYTES`` at 4 MiB: the target ends equal (CHECKSUM TABLE) and neither process's
+    peak resident set grew to the size of the transactions."""
+    h.create_extra_tables(fleet, rows=5)
+    with h.conn(fleet, h.SOURCE) as c, c.cursor() as cur:
+        cur.execute("CREATE TABLE db00002.wide (id INT PRIMARY KEY, v INT NOT NULL, data LONGBLOB NOT NULL) "
+                    "ENGINE=InnoDB")
+        cur.execute(f"INSERT INTO db00002.wide SELECT seq, 0, 'x' FROM db00002.seq_1_to_{WIDE_ROWS}")
+    spec = h.create_migration(fleet, converge_events=50)
+    h.copy_tables(fleet, spec)
+    with h.conn(fleet, h.SOURCE) as c, c.cursor() as cur:
+        # wide after images; then wide before and after images; then wide deleted images
+        cur.execute(f"UPDATE db00002.wide SET data = REPEAT(CHAR(65 + id % 26), {WIDE_BYTES})")
+        cur.execute("UPDATE db00002.wide SET v = v + 1")
+        cur.execute("DELETE FROM db00002.wide WHERE id % 8 = 0")
+    want = _wide_facts(fleet, h.SOURCE)
+    peaks: dict[str, int] = {}
+    env = {"MIGRATOR_CATCHUP_PART_BYTES": str(PART_BYTES)}
+    with h.catchup_process(fleet, spec.id, env) as proc:
+        deadline = time.monotonic() + 300
+        looked = 0.0
+        while time.monotonic() < deadline and proc.poll() is None:
+            _sample(proc.pid, peaks)  # VmHWM is the peak so far: sampled often, it is not missed at the exit
+            if time.monotonic() - looked >= 0.5:
+                if _wide_facts(fleet, h.TARGET) == want:
+                    break
+                looked = time.monotonic()
+            time.sleep(0.02)
+        _sample(proc.pid, peaks)
+    assert h.compare(fleet, spec) == {}, f"the target differs from the source (catch-up exit {proc.poll()})"
+    mb = {role: round(kb / 1024) for role, kb in peaks.items()}
+    print(f"peak resident set (MB): {mb}")
+    assert set(mb) == {"tail", "reader"}, mb
+    assert max(mb.values()) < PEAK_MB, f"a process of the tail held more than {PEAK_MB} MB: {mb}"
+
+
+def _wide_facts(fleet, host: str) -> tuple:
+    with h.conn(fleet, host) as c, c.cursor() as cur:
+        cur.execute("SELECT COUNT(*), SUM(v), SUM(LENGTH(data)) FROM db00002.wide")
+        return tuple(cur.fetchone())
+
+
+def _sample(pid: int, peaks: dict[str, int]) -> None:
+    """The peak resident set so far of the catch-up process (``tail``) and its reader process."""
+    import psutil
+
+    try:
+        procs = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+    except psutil.Error:
+        return
+    for p in procs:
+        role = "tail" if p.pid == pid else "reader"
+        try:
+            peaks[role] = max(peaks.get(role, 0), _peak_kb(p.pid))
+        except OSError:
+            pass

@@ -121,3 +121,42 @@ def test_the_bound_is_read_where_the_reader_runs_and_bad_values_say_what_to_set(
         monkeypatch.setenv("MIGRATOR_CATCHUP_PART_CHANGES", bad)
         with pytest.raises(ValueError, match="MIGRATOR_CATCHUP_PART_CHANGES"):
             part_changes_from_env()
+
+
+def test_wide_changes_leave_by_bytes_long_before_the_change_count():
+    """The bound counts the bytes of the row events a transaction's changes came from: three 1 MiB rows over a
+    2 MiB bound leave as parts of what was read, each carrying its bytes (the tail's round bound counts them)."""
+    t = Txn(Gtid(0, 1, 9), 0)
+    parts = []
+    for k in range(5):
+        t.changes.append(ch(k))
+        t.size += 1 << 20  # the row event it came from
+        parts.extend(t.bound(5000, 2 << 20))
+    assert [keys(p.changes) for p in parts] == [[0, 1], [2, 3]]
+    assert [p.size for p in parts] == [2 << 20, 2 << 20] and keys(t.changes) == [4]
+
+
+def test_wide_changes_after_a_savepoint_spill_by_bytes_and_come_back_with_their_size():
+    t = Txn(Gtid(0, 1, 9), 0)
+    t.savepoint("s")
+    for k in range(6):
+        t.changes.append(ch(k))
+        t.size += 1 << 20
+        assert t.bound(5000, 2 << 20) == []
+    assert t.spill is not None and t.spill.count == 6 and t.changes == []
+    back = list(t.held_parts())
+    assert [keys(p.changes) for p in back] == [[0, 1], [2, 3], [4, 5]] and all(p.size > 0 for p in back)
+
+
+def test_the_byte_bound_is_read_where_the_reader_runs(monkeypatch):
+    from migrator.engine.binlog.reader import DEFAULT_PART_BYTES, part_bytes_from_env
+
+    monkeypatch.delenv("MIGRATOR_CATCHUP_PART_BYTES", raising=False)
+    assert part_bytes_from_env() == DEFAULT_PART_BYTES == 32 << 20
+    monkeypatch.setenv("MIGRATOR_CATCHUP_PART_BYTES", "4096")
+    assert TxnReader("0-1-8", ["db"]).part_bytes == 4096
+    assert TxnReader("0-1-8", ["db"], part_bytes=None).part_bytes is None
+    for bad in ("lots", "0"):
+        monkeypatch.setenv("MIGRATOR_CATCHUP_PART_BYTES", bad)
+        with pytest.raises(ValueError, match="MIGRATOR_CATCHUP_PART_BYTES"):
+            part_bytes_from_env()
