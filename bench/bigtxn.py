@@ -18,7 +18,7 @@ For each size N (row changes in one transaction):
 
 Prints one row per size and the last line ``peak_rss_mb=... apply_vs_replica=...`` (the largest peak over
 every size and process; the slowest ratio of the migrator's apply time to the replica's). Target: peak RSS
-under 400 MB for every size, apply time within 1.5x of the native replica. Wide rows (issue 38): ``--sizes
+under 400 MB for every size, apply time within 1.5x of the native replica. Wide rows: ``--sizes
 400 --row-bytes 1048576`` and ``--sizes 20 --row-bytes 16777216`` must stay under the same peak as narrow
 rows. With rows over a few MiB the bench raises ``max_allowed_packet`` on the source and the target to 1 GiB
 while it runs (a row's REPLACE carries it as a hex literal: twice its size), and sets it back.

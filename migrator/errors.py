@@ -108,6 +108,14 @@ class MySQLUnavailable(MigratorError):
     exit_code = ExitCode.UNREACHABLE
 
 
+class MySQLCredentialsRefused(MySQLUnavailable):
+    """A MySQL host refused the credentials (error 1045): the config or the secrets are wrong, not the
+    network. Still a :class:`MySQLUnavailable` to code that waits out an unreachable host; the operator is
+    told to fix the secrets (exit 5), not to retry later."""
+
+    exit_code = ExitCode.CONFIG
+
+
 class RedisUnavailable(MigratorError):
     component = "redis"
     exit_code = ExitCode.UNREACHABLE

@@ -15,7 +15,7 @@ from typing import Any
 import pymysql
 import pymysql.cursors
 
-from migrator.errors import MigratorError, MySQLUnavailable
+from migrator.errors import MigratorError, MySQLCredentialsRefused, MySQLUnavailable
 from migrator.fleet.config import Credentials
 from migrator.fleet.gtid import GtidPos, GtidState
 from migrator.fleet.model import Host
@@ -166,7 +166,7 @@ def connect(
         if failed is not None:
             raise failed from None
         if code == 1045:
-            raise MySQLUnavailable(
+            raise MySQLCredentialsRefused(
                 f"{host.name} ({host.address}:{host.port}) refused the credentials of "
                 f"{credentials.mysql_user!r}: check MIGRATOR_MYSQL_USER/MIGRATOR_MYSQL_PASSWORD or the secrets file"
             ) from None

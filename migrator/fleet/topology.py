@@ -220,8 +220,11 @@ def add_pair(config: Config, master: Host, standby: Host) -> dict[str, Any]:
             try:
                 conn = mysql_connect(host, creds)
             except Exception as exc:  # noqa: BLE001 - any connect failure is the operator's to fix
-                raise MigratorError(f"cannot connect to {host.name} at {host.address}:{host.port} "
-                                    f"with the migration identity: {exc}; check the address and grants") from None
+                err = MigratorError(f"cannot connect to {host.name} at {host.address}:{host.port} "
+                                    f"with the migration identity: {exc}; check the address and grants")
+                # the cause's exit code: 4 for a host that does not answer, 5 for refused credentials
+                err.exit_code = getattr(exc, "exit_code", MigratorError.exit_code)
+                raise err from None
             try:
                 with conn.cursor() as cur:
                     cur.execute("/* migrator:topology */ SELECT @@server_id")

@@ -25,7 +25,7 @@ from migrator.engine.migration import MigrationStore
 from migrator.errors import ExitCode
 from migrator.fleet.ids import TYPE_JOB, encode
 from migrator.fleet.shard_map import HostRegistry, ShardMapStore
-from tests.integration.cli.test_bad_inputs import assert_one_line, run_here
+from tests.integration.cli.test_bad_inputs import assert_one_line, refused, run_here
 from tests.integration.cli_helpers import assert_one_line_error, run_cli
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -235,6 +235,35 @@ def test_exit_codes_with_a_fleet(fleet, tmp_path):
     assert res.returncode == ExitCode.FAILED, (res.stdout, res.stderr)
     # 5: credentials the fleet does not take is test_bad_inputs.py::test_missing_credentials
     # 6: test_not_converging_exits_6
+
+
+def test_credentials_refused_exit_5_and_a_dead_host_4(fleet, tmp_path):
+    """5: the secrets hold a password MySQL refuses (fix the secrets, not wait for the network); 4: a host
+    that does not answer. Neither leaves anything behind."""
+    secrets = fleet.sandbox.secrets_file.read_text()
+    wrong = tmp_path / "wrong-secrets.toml"
+    wrong.write_text("\n".join('password = "not-the-password"' if ln.strip().startswith("password") and
+                               "mysql" in section else ln
+                               for section, ln in _sections(secrets)) + "\n")
+    wrong.chmod(0o600)
+    assert wrong.read_text() != secrets
+    cfg = tmp_path / "wrong.toml"
+    cfg.write_text(fleet.config_path.read_text().replace(str(fleet.sandbox.secrets_file), str(wrong)))
+    refused(fleet, "split", "MySQL001A", "--yes", "--no-start", needles=("refused the credentials",),
+            config=cfg, code=ExitCode.CONFIG)
+    dead_a, dead_b = _closed_port(), _closed_port()
+    refused(fleet, "topology", "add-pair", f"MySQL901A=127.0.0.1:{dead_a}", f"MySQL901B=127.0.0.1:{dead_b}",
+            needles=("MySQL901A",), code=ExitCode.UNREACHABLE)
+
+
+def _sections(text: str) -> list[tuple[str, str]]:
+    """Each line of a TOML text with the table it is in."""
+    out, section = [], ""
+    for ln in text.splitlines():
+        if ln.strip().startswith("["):
+            section = ln.strip()
+        out.append((section, ln))
+    return out
 
 
 def test_not_converging_exits_6(fleet):
