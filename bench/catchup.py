@@ -22,8 +22,9 @@
    Each run ends with CHECKSUM TABLE of every sbtest table equal to the source.
 3. Prints every run and the medians; the last line is
    ``apply_vs_write_rate=... apply_vs_replica=... apply_events_per_s=...
-   apply_vs_parallel_replica=... parallel_replica_events_per_s=...``
-   (``apply_vs_replica`` is against the one-thread replica).
+   apply_vs_parallel_replica=... parallel_replica_events_per_s=... load_avg_before=... load_avg_after=...``
+   (``apply_vs_replica`` is against the one-thread replica; the load averages are the
+   1-minute ones before the bench started its servers and at its end).
 
 Uses a running sandbox (``--sandbox`` or ``$MIGRATOR_BENCH_SANDBOX``) or starts a
 temporary one and removes it afterwards. Binlogs of the hosts it loaded are
@@ -124,6 +125,7 @@ def main() -> None:
     ap.add_argument("--fence", choices=("on", "off", "both"), default="on",
                     help="the tail's fencing token: with it (as in a migration), without, or both side by side")
     args = ap.parse_args()
+    load_before = os.getloadavg()[0]  # the box before the bench adds its own load: a busy box's figures say little
     tmp = Path(tempfile.mkdtemp(prefix="migrator-bench-catchup-"))
     own = args.sandbox is None
     sb = Sandbox(args.sandbox or tmp / "sandbox")
@@ -197,7 +199,8 @@ def main() -> None:
     print(f"binlog range {start} -> {end}")
     print(f"apply_vs_write_rate={apply_rate / write_rate:.2f} apply_vs_replica={apply_rate / replica_rate:.2f} "
           f"apply_events_per_s={apply_rate:.0f} apply_vs_parallel_replica={apply_rate / parallel_rate:.2f} "
-          f"parallel_replica_events_per_s={parallel_rate:.0f}")
+          f"parallel_replica_events_per_s={parallel_rate:.0f} load_avg_before={load_before:.2f} "
+          f"load_avg_after={os.getloadavg()[0]:.2f}")
 
 
 if __name__ == "__main__":
