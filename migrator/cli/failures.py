@@ -91,6 +91,20 @@ def _os_error(exc: OSError) -> tuple[str, int]:
     return f"{what}: {why}", int(ExitCode.FAILED)
 
 
+def _redis_error(exc: BaseException) -> tuple[str, int] | None:
+    """A failure of Redis that reached the command (redis-py connects lazily: the first command does);
+    None for anything else."""
+    from redis import exceptions as rex
+
+    if isinstance(exc, rex.AuthenticationError | rex.NoPermissionError):
+        return (f"Redis refused the credentials: {one_line(str(exc))} (fix the password under [redis] in the "
+                "secrets file, or the ACL user's rights)", int(ExitCode.CONFIG))
+    if isinstance(exc, rex.ConnectionError | rex.TimeoutError):
+        return (f"Redis did not answer: {one_line(str(exc))} (check that it runs and that [redis] in the config "
+                "names it; retry when it is back)", int(ExitCode.UNREACHABLE))
+    return None
+
+
 def describe(exc: BaseException) -> tuple[str, int]:
     """One line (without the ``error:`` prefix) and the exit code for ``exc``."""
     if isinstance(exc, MigratorError):
@@ -112,6 +126,9 @@ def describe(exc: BaseException) -> tuple[str, int]:
                 "`migrator queue load` wrote)", int(ExitCode.USAGE))
     if isinstance(exc, UnicodeDecodeError):
         return f"not a text file: {exc.reason} (give the path of a text file)", int(ExitCode.USAGE)
+    redis_failure = _redis_error(exc)
+    if redis_failure is not None:
+        return redis_failure
     if isinstance(exc, OSError):
         return _os_error(exc)
     if isinstance(exc, ValueError):

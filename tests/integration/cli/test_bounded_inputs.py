@@ -256,6 +256,18 @@ def test_credentials_refused_exit_5_and_a_dead_host_4(fleet, tmp_path):
             needles=("MySQL901A",), code=ExitCode.UNREACHABLE)
 
 
+def test_a_redis_that_does_not_answer_exits_4(fleet, tmp_path):
+    """4: Redis does not answer (redis-py connects at the first command: a worker finds out at start)."""
+    dead = _closed_port()
+    text = "\n".join(f'url = "redis://127.0.0.1:{dead}/0"' if section == "[redis]" and ln.strip().startswith("url")
+                     else ln for section, ln in _sections(fleet.config_path.read_text()))
+    assert f":{dead}/0" in text
+    cfg = tmp_path / "dead-redis.toml"
+    cfg.write_text(text + "\n")
+    refused(fleet, "worker", "--burst", "--no-settle", "--queue", "exitcodes", needles=("Redis did not answer",),
+            config=cfg, code=ExitCode.UNREACHABLE)
+
+
 def _sections(text: str) -> list[tuple[str, str]]:
     """Each line of a TOML text with the table it is in."""
     out, section = [], ""
