@@ -59,6 +59,24 @@ def _serving(fleet, prep) -> None:
     assert prep.store.state(prep.spec.id)[0].phase == Phase.CONVERGED
 
 
+def test_the_cli_exits_3_for_a_cutover_a_lock_blocks(fleet):
+    """Exit 3 (refused: end the blocker, then run it again) through ``migrator cutover``, one line naming the
+    connection; the source keeps serving."""
+    from migrator.errors import ExitCode
+    from tests.integration.cli_helpers import assert_one_line_error, run_cli
+
+    prep = prepare_converged(fleet, MOVING, options=Options(freeze_budget_ms=500, cutover_retry_s=0))
+    prep.store.set_phase(prep.spec.id, Phase.CONVERGED, predicted_freeze_ms=10.0)
+    client = OpenTransaction(prep.source, fleet.credentials)
+    try:
+        res = run_cli("cutover", prep.spec.id, "--yes", config=fleet.config_path)
+    finally:
+        client.end()
+    assert_one_line_error(res, f"connection {client.id}")
+    assert res.returncode == ExitCode.REFUSED, (res.returncode, res.stderr)
+    _serving(fleet, prep)
+
+
 def test_a_lock_held_on_a_moving_table_is_named_with_its_connection(fleet):
     prep = prepare_converged(fleet, MOVING, options=Options(freeze_budget_ms=500))
     prep.store.set_phase(prep.spec.id, Phase.CONVERGED, predicted_freeze_ms=10.0)
