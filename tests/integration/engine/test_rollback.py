@@ -206,3 +206,28 @@ def test_a_rollback_that_lost_its_lease_leaves_the_old_master_to_the_settler(fle
             assert set(SEED_TABLES) <= _tables(new, db)
     rollback(fleet.config, spec.id)
     assert prep.store.state(spec.id)[0].phase == Phase.ROLLED_BACK
+
+
+def test_rollback_timeout_exits_7_while_the_rollback_waits_its_turn(fleet):
+    """Exit 7 (stopped following; the work goes on) through ``migrator rollback --timeout``: the rollback is
+    queued where no worker serves yet, so it cannot end within the timeout; the map is untouched."""
+    from rq import Queue
+
+    from migrator.errors import ExitCode
+    from migrator.fleet import redis_client
+    from tests.integration.cli_helpers import assert_one_line_error, run_cli
+
+    prep = prepare_converged(fleet, (4,), options=Options(freeze_budget_ms=2000))
+    spec = prep.spec
+    cutover(fleet.config, spec.id)
+    queue = f"exit7-{spec.id}"
+    try:
+        started = time.monotonic()
+        res = run_cli("rollback", spec.id, "--queue", queue, "--yes", "--timeout", "1", config=fleet.config_path,
+                      timeout=120)
+        assert_one_line_error(res, "still running after 1s", f"migrator status {spec.id}")
+        assert res.returncode == ExitCode.STILL_RUNNING, (res.returncode, res.stdout, res.stderr)
+        assert time.monotonic() - started < 60
+    finally:
+        Queue(queue, connection=redis_client.connect(fleet.config)).empty()  # nobody runs it after this test
+    assert ShardMapStore(fleet.zk).read().master_of(4) == spec.target_master
