@@ -77,6 +77,19 @@ def test_the_cli_exits_3_for_a_cutover_a_lock_blocks(fleet):
     _serving(fleet, prep)
 
 
+def test_the_cli_exits_3_for_a_freeze_over_its_budget(fleet):
+    """Exit 3 through ``migrator cutover`` when the freeze cannot keep its budget (1 ms: no freeze can), one
+    line naming the budget; the source keeps serving."""
+    from migrator.errors import ExitCode
+    from tests.integration.cli_helpers import assert_one_line_error, run_cli
+
+    prep = prepare_converged(fleet, MOVING, options=Options(freeze_budget_ms=1, cutover_retry_s=0))
+    res = run_cli("cutover", prep.spec.id, "--yes", config=fleet.config_path)
+    assert_one_line_error(res, "budget")
+    assert res.returncode == ExitCode.REFUSED, (res.returncode, res.stderr)
+    _serving(fleet, prep)
+
+
 def test_a_lock_held_on_a_moving_table_is_named_with_its_connection(fleet):
     prep = prepare_converged(fleet, MOVING, options=Options(freeze_budget_ms=500))
     prep.store.set_phase(prep.spec.id, Phase.CONVERGED, predicted_freeze_ms=10.0)
