@@ -256,6 +256,33 @@ def test_credentials_refused_exit_5_and_a_dead_host_4(fleet, tmp_path):
             needles=("MySQL901A",), code=ExitCode.UNREACHABLE)
 
 
+def test_a_split_whose_migration_ends_aborted_exits_1(fleet):
+    """1: the migration a following ``split --yes`` waits on ends without being done (an operator aborts it
+    while its pipeline waits for a worker): one line naming the phase it ended in."""
+    from tests.integration.ops.operator_support import redis_of
+
+    cfg = fleet.config_path
+    split = subprocess.Popen([sys.executable, "-m", "migrator", "--config", str(cfg), "split", "MySQL001A",
+                              "--yes"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        store = MigrationStore(fleet.zk)
+        deadline = time.monotonic() + 60
+        while not store.list() and split.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        [mid] = store.list()
+        res = run_cli("abort", mid, "--yes", config=cfg)
+        assert res.returncode == 0, res.stderr
+        out, err = split.communicate(timeout=60)
+    finally:
+        if split.poll() is None:
+            split.kill()
+            split.wait()
+        redis_of(fleet).flushdb()  # the pipeline's job: nobody runs it after this test
+    assert split.returncode == ExitCode.FAILED, (split.returncode, out, err)
+    assert_one_line(split.returncode, err, mid, "aborted", exit_code=ExitCode.FAILED)
+
+
 def test_a_redis_that_does_not_answer_exits_4(fleet, tmp_path):
     """4: Redis does not answer (redis-py connects at the first command: a worker finds out at start)."""
     dead = _closed_port()
