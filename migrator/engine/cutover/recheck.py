@@ -177,7 +177,7 @@ def _resumes_at(drainer: Any, since: str) -> bool:
     """The drainer's tail has applied exactly up to ``since``: a drain from here collects every key changed
     after it (:class:`~migrator.engine.verify.changes.KeyCollector`)."""
     opener = getattr(drainer, "open", None)
-    if opener is None or getattr(drainer, "_follower", None) is not None:
+    if opener is None or getattr(drainer, "following", False):
         return False
     opener()
     at = getattr(drainer, "position", None)

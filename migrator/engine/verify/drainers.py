@@ -118,6 +118,11 @@ class TailDrainer(KeyCollector):
             self._follower = _Follower(self._tailer)
         return True
 
+    @property
+    def following(self) -> bool:
+        """A background thread applies the source's binlog (:meth:`follow`) until the next drain."""
+        return self._follower is not None
+
     def applied(self) -> GtidPos:
         """What the tail has committed so far (read while it follows, too)."""
         return self._tailer.applied if self._tailer is not None else GtidPos.parse("")
