@@ -164,6 +164,7 @@ EVERY_LAYOUT = (
     "tests/integration/engine/test_cutover_queue_partition.py",
     "tests/integration/engine/test_handover.py",
     "tests/integration/engine/test_handover_applier.py",
+    "tests/integration/engine/test_big_transactions.py::test_wide_rows_are_applied_within_the_byte_bound",
     "tests/integration/engine/test_client_waits.py::test_a_report_on_a_member_never_makes_a_client_wait",
     "tests/integration/test_nemesis.py::test_split_survives_the_seeds_faults[2]",
     "tests/integration/test_nemesis.py::test_the_fixed_seeds_cover_every_fault",
