@@ -426,8 +426,10 @@ def test_topology_init_writes_no_host_when_it_refuses(zk_root, sandbox, tmp_path
     # the first init registers the hosts with the map
     hosts_file = tmp_path / "hosts.json"
     hosts_file.write_text(json.dumps(hosts))
-    res = run_cli("topology", "init", "--from", str(good_map), "--hosts", str(hosts_file), config=cfg_path)
+    res = run_cli("topology", "init", "--from", str(good_map), "--hosts", str(hosts_file), "--json",
+                  config=cfg_path)
     assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["ranges"] == 2, res.stdout  # --json: one document, nothing else
     before = HostRegistry(zk).all()
     # a re-run with a stale hosts file is refused before any live entry is re-pointed
     stale = tmp_path / "stale.json"

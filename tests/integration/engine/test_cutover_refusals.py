@@ -90,6 +90,44 @@ def test_the_cli_exits_3_for_a_freeze_over_its_budget(fleet):
     _serving(fleet, prep)
 
 
+def test_the_cli_exits_3_for_a_concurrent_change_of_the_shard_map(fleet):
+    """Exit 3 through ``migrator cutover`` when an operator changes the moving ranges in the shard map while
+    they are frozen (here: unfreezes them by hand). A client's open transaction holds the fence, so the edit
+    lands inside the freeze, then the client ends; the flip is refused, one line says the map changed during
+    the freeze, and the source keeps serving."""
+    import threading
+
+    from migrator.errors import ExitCode
+    from tests.integration.cli_helpers import assert_one_line_error, run_cli
+
+    prep = prepare_converged(fleet, MOVING, options=Options(freeze_budget_ms=20_000, cutover_retry_s=0))
+    prep.store.set_phase(prep.spec.id, Phase.CONVERGED, predicted_freeze_ms=10.0)
+    maps = ShardMapStore(fleet.zk)
+    client = OpenTransaction(prep.source, fleet.credentials)
+    out: list = []
+    cli = threading.Thread(target=lambda: out.append(run_cli("cutover", prep.spec.id, "--yes",
+                                                             config=fleet.config_path, timeout=120)))
+    cli.start()
+    try:
+        deadline = time.monotonic() + 60
+        while not all(maps.read().is_frozen(s) for s in MOVING):
+            assert cli.is_alive() and time.monotonic() < deadline, out and out[0].stderr
+            time.sleep(0.02)
+        cur = maps.read()  # the operator's edit, a real compare-and-set by another ZooKeeper client
+        new = cur
+        for lo, hi in cur.frozen:
+            if any(lo <= s <= hi for s in MOVING):
+                new = new.without_frozen(lo, hi)
+        maps.cas(new, cur.epoch, reason="a concurrent operator edit")
+    finally:
+        client.end()
+        cli.join(150)
+    res = out[0]
+    assert_one_line_error(res, "the shard map changed during the freeze")
+    assert res.returncode == ExitCode.REFUSED, (res.returncode, res.stderr)
+    _serving(fleet, prep)
+
+
 def test_a_lock_held_on_a_moving_table_is_named_with_its_connection(fleet):
     prep = prepare_converged(fleet, MOVING, options=Options(freeze_budget_ms=500))
     prep.store.set_phase(prep.spec.id, Phase.CONVERGED, predicted_freeze_ms=10.0)

@@ -6,6 +6,7 @@ that drive real migrations are exercised in the engine tests."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -105,8 +106,9 @@ def test_approval_gate_holds_then_releases(zk_root, tmp_path):
     assert "last" not in st["steps"]
     # still held on a second try
     assert pbm.advance(cfg, zk, run_id, poll_s=0.05, wait_budget_s=0.3).status == "waiting"
-    res = run_cli("approve", run_id, "ok-to-go", config=cfg_path)
+    res = run_cli("approve", run_id, "ok-to-go", "--json", config=cfg_path)
     assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)  # --json: one document on stdout, nothing else
     assert pbm.advance(cfg, zk, run_id, poll_s=0.05, wait_budget_s=0.5).status == "done"
     st = run_state(zk, run_id)
     assert [st["steps"][s]["status"] for s in ("first", "ok-to-go", "last")] == ["done"] * 3
@@ -141,8 +143,9 @@ def test_resume_after_killed_executor(zk_root, tmp_path):
         proc.wait()
     st = run_state(zk, run_id)
     assert st["status"] == "running" and st["steps"]["one"]["status"] == "done"
-    res = run_cli("playbook", "resume", run_id, "--sync", config=fast, timeout=60)
+    res = run_cli("playbook", "resume", run_id, "--sync", "--json", config=fast, timeout=60)
     assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)  # --json: one document on stdout, nothing else
     st = run_state(zk, run_id)
     assert st["status"] == "done"
     assert st["steps"]["one"]["attempts"] == 1  # finished steps are not redone
@@ -171,6 +174,8 @@ def test_playbook_runs_on_an_rq_worker(zk_root, tmp_path):
     assert run_state(zk, run_id)["status"] == "done"
     status = run_cli("playbook", "status", run_id, config=cfg_path)
     assert "done" in status.stdout and "three" in status.stdout
+    status = run_cli("playbook", "status", run_id, "--json", config=cfg_path)
+    assert json.loads(status.stdout)["status"] == "done", status.stdout  # one document, nothing else
     r.flushdb()
 
 

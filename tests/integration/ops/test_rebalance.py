@@ -129,8 +129,8 @@ def test_added_pair_and_control_of_a_whole_rebalance(fleet4):
     assert "Traceback" not in wrong.stderr
     taken = cli(cfg_path, "topology", "add-pair", f"MySQL001A={hosts[a].address}:{hosts[a].port}", spec[b])
     assert taken.returncode != 0 and "already registered" in taken.stderr, taken.stderr
-    reg = cli(cfg_path, "topology", "add-pair", spec[a], spec[b])
-    assert reg.returncode == 0 and "registered" in reg.stdout, reg.stdout + reg.stderr
+    reg = cli(cfg_path, "topology", "add-pair", spec[a], spec[b], "--json")
+    assert reg.returncode == 0 and json.loads(reg.stdout)["registered"] == [a, b], reg.stdout + reg.stderr
     with zk_mod.connect(cfg, creds) as zk:
         assert {a, b} <= set(HostRegistry(zk).all())
         assert HostRegistry(zk).get(a).partner == b
