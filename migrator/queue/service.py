@@ -18,6 +18,15 @@ Partition choice on enqueue: a dedupe key hashes to a fixed partition (so the
 side table sees every copy of the key); other batches go round-robin, skipping
 partitions whose shard is frozen for a cutover when another one is free.
 
+A call whose jobs fall in several partitions (an enqueue with dedupe keys, an
+ack, a lease extension, a checkpoint) writes each partition in its own
+transaction, as it always did, but the partitions side by side
+(:meth:`QueueService._per_partition`): the call takes as long as its slowest
+partition, not their sum, so a partition frozen for a cutover holds the call
+only until its flip, not its flip plus every other partition's statement. The
+call answers once every partition's statement has ended (the first error,
+after the others ended: a client's retry never races its own call).
+
 Lookups, counts, scans and the bulk state changes (retry-failed, cancel,
 delete) are in :mod:`migrator.queue.admin`.
 """
@@ -30,7 +39,9 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterable
-from typing import Any, Protocol
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import wait as wait_all
+from typing import Any, Protocol, TypeVar
 
 from migrator.fleet import zk as zk_mod
 from migrator.fleet.config import Config, Credentials, load_credentials
@@ -62,6 +73,12 @@ from migrator.queue.pacing import TokenBucket, backoff_seconds
 from migrator.queue.partitioning import jobs_policy
 
 REAP_EVERY = 1.0
+#: threads writing the partitions of calls side by side, per service (made as needed); a partition
+#: frozen for a cutover holds one until its flip, so there are more than the HTTP server's 40
+PARTITION_THREADS = 64
+
+W = TypeVar("W")
+R = TypeVar("R")
 
 
 def policy_for(config: QueueConfig):  # -> TablePolicy
@@ -94,8 +111,10 @@ class QueueService(QueueAdmin):
         self._lock = threading.Lock()
         self._enqueued = threading.Condition()
         self.dequeue_source: DequeueSource | None = None
+        self._partition_threads = ThreadPoolExecutor(PARTITION_THREADS, thread_name_prefix="queue-partition")
 
     def close(self) -> None:
+        self._partition_threads.shutdown(wait=True)
         self.executor.close()
         if self._own_zk:
             self.zk.close()
@@ -207,15 +226,13 @@ class QueueService(QueueAdmin):
             groups.setdefault(idx, []).append(i)
         out: list[EnqueueResult | None] = [None] * len(jobs)
         now = time.time()
+        work = {idx: [self._new_job(rec, jobs[i], now) for i in members] for idx, members in groups.items()}
+        inserted = self._per_partition(
+            rec, work, lambda c, part, new: st.insert_jobs(c, shard_db(part.shard), part.table, new), "enqueue into")
         for idx, members in groups.items():
-            part = rec.partition(idx)
-            new = [self._new_job(rec, jobs[i], now) for i in members]
-            ids = self._run(rec, part,
-                                    lambda c, part=part, new=new: st.insert_jobs(c, shard_db(part.shard), part.table,
-                                                                                 new),
-                                    what=f"enqueue into {part.table}")
-            for i, (local, dup) in zip(members, ids):
-                out[i] = EnqueueResult(id=job_id(part.shard, local), partition=idx, deduplicated=dup)
+            shard = rec.partition(idx).shard
+            for i, (local, dup) in zip(members, inserted[idx]):
+                out[i] = EnqueueResult(id=job_id(shard, local), partition=idx, deduplicated=dup)
         metrics.ENQUEUED.labels(queue).inc(len(jobs))
         with self._enqueued:
             self._enqueued.notify_all()
@@ -329,6 +346,31 @@ class QueueService(QueueAdmin):
         return self.executor.run(part.shard, fn, guard=lambda: self.catalog.get(rec.name, fresh=True),
                                  table=part.table, **kw)
 
+    def _per_partition(self, rec: QueueRecord, work: dict[int, W],
+                       fn: Callable[[Any, PartitionRecord, W], R], what: str) -> dict[int, R]:
+        """``fn(conn, partition, its work)`` for each partition index of ``work``, each in its own call of
+        :meth:`_run` (its own transaction, following moves), the partitions side by side; returns each
+        partition's result. Every partition's call has ended when this returns or raises (the first error)."""
+
+        def one(idx: int) -> R:
+            part = rec.partition(idx)
+            return self._run(rec, part, lambda c: fn(c, part, work[idx]), what=f"{what} {part.table}")
+
+        if not work:
+            return {}
+        first, *rest = work
+        if not rest:
+            return {first: one(first)}
+        futures = {idx: self._partition_threads.submit(one, idx) for idx in rest}
+        try:
+            results = {first: one(first)}
+        finally:
+            wait_all(futures.values())
+        for f in futures.values():
+            if (exc := f.exception()) is not None:
+                raise exc
+        return results | {idx: f.result() for idx, f in futures.items()}
+
     def _limiter(self, rec: QueueRecord) -> TokenBucket:
         with self._lock:
             b = self._limiters.get(rec.name)
@@ -355,20 +397,16 @@ class QueueService(QueueAdmin):
         if len(items) > MAX_BATCH:
             raise InvalidArgument(f"at most {MAX_BATCH} acks per call")
         rec = self.catalog.get(queue)
-        out: list[str] = [""] * len(items)
-        for idx, positions in self._by_partition(rec, [it.id for it in items]).items():
-            part = rec.partition(idx)
-            fin = []
-            for pos in positions:
-                it = items[pos]
-                claim = st.Claim.parse(it.claim)
-                delay = it.retry_delay_seconds if it.retry_delay_seconds is not None else backoff_seconds(claim.attempt)
-                fin.append(st.Finish(split_job_id(it.id)[1], claim, it.success, int(delay * 1e6), it.custom_status))
-            res = self._run(rec, part,
-                            lambda c, part=part, fin=fin: st.finish_jobs(c, shard_db(part.shard), part.table, fin),
-                                    what=f"ack in {part.table}")
-            for pos, ok in zip(positions, res):
-                out[pos] = "OK" if ok else "STALE_CLAIM"
+        groups = self._by_partition(rec, [it.id for it in items])
+
+        def finish_of(it: AckItem) -> st.Finish:
+            claim = st.Claim.parse(it.claim)
+            delay = it.retry_delay_seconds if it.retry_delay_seconds is not None else backoff_seconds(claim.attempt)
+            return st.Finish(split_job_id(it.id)[1], claim, it.success, int(delay * 1e6), it.custom_status)
+
+        work = {idx: [finish_of(items[pos]) for pos in positions] for idx, positions in groups.items()}
+        out = _answers(len(items), groups, self._per_partition(
+            rec, work, lambda c, part, fin: st.finish_jobs(c, shard_db(part.shard), part.table, fin), "ack in"))
         n_ok = sum(1 for x in out if x == "OK")
         metrics.ACKED.labels(queue, "success").inc(sum(1 for it, x in zip(items, out) if x == "OK" and it.success))
         metrics.ACKED.labels(queue, "failure").inc(sum(1 for it, x in zip(items, out) if x == "OK" and not it.success))
@@ -382,37 +420,26 @@ class QueueService(QueueAdmin):
         lease = lease_seconds if lease_seconds is not None else rec.config.lease_seconds
         if lease <= 0 or lease > 86400:
             raise InvalidArgument("lease_seconds must be in (0, 86400]")
-        out: list[str] = [""] * len(items)
-        for idx, positions in self._by_partition(rec, [i for i, _ in items]).items():
-            part = rec.partition(idx)
-            args = [(split_job_id(items[p][0])[1], st.Claim.parse(items[p][1])) for p in positions]
-            res = self._run(rec, part,
-                                    lambda c, part=part, args=args: st.extend_leases(
-                                        c, shard_db(part.shard), part.table, args, int(lease * 1e6)),
-                                    what=f"extend lease in {part.table}")
-            for pos, ok in zip(positions, res):
-                out[pos] = "OK" if ok else "STALE_CLAIM"
-        return out
+        groups = self._by_partition(rec, [i for i, _ in items])
+        work = {idx: [(split_job_id(items[p][0])[1], st.Claim.parse(items[p][1])) for p in positions]
+                for idx, positions in groups.items()}
+        return _answers(len(items), groups, self._per_partition(
+            rec, work, lambda c, part, args: st.extend_leases(c, shard_db(part.shard), part.table, args,
+                                                              int(lease * 1e6)), "extend lease in"))
 
     def checkpoint(self, queue: str, items: list[CheckpointItem]) -> list[str]:
         rec = self.catalog.get(queue)
-        out: list[str] = [""] * len(items)
-        for idx, positions in self._by_partition(rec, [it.id for it in items]).items():
-            part = rec.partition(idx)
-            cps = []
-            for pos in positions:
-                it = items[pos]
-                cps.append(st.Checkpoint(
-                    split_job_id(it.id)[1], st.Claim.parse(it.claim), it.body, it.to_pending,
-                    schema.from_epoch(it.run_after) if it.run_after is not None else None,
-                    int((it.delay_seconds or 0) * 1e6), it.attempts, it.custom_status,
-                ))
-            res = self._run(rec, part,
-                                    lambda c, part=part, cps=cps: st.checkpoint_jobs(c, shard_db(part.shard),
-                                                                                     part.table, cps),
-                                    what=f"checkpoint in {part.table}")
-            for pos, ok in zip(positions, res):
-                out[pos] = "OK" if ok else "STALE_CLAIM"
+        groups = self._by_partition(rec, [it.id for it in items])
+
+        def checkpoint_of(it: CheckpointItem) -> st.Checkpoint:
+            return st.Checkpoint(split_job_id(it.id)[1], st.Claim.parse(it.claim), it.body, it.to_pending,
+                                 schema.from_epoch(it.run_after) if it.run_after is not None else None,
+                                 int((it.delay_seconds or 0) * 1e6), it.attempts, it.custom_status)
+
+        work = {idx: [checkpoint_of(items[pos]) for pos in positions] for idx, positions in groups.items()}
+        out = _answers(len(items), groups, self._per_partition(
+            rec, work, lambda c, part, cps: st.checkpoint_jobs(c, shard_db(part.shard), part.table, cps),
+            "checkpoint in"))
         with self._enqueued:
             self._enqueued.notify_all()
         return out
@@ -438,3 +465,12 @@ class QueueService(QueueAdmin):
                     continue
                 out[f"{rec.name}/{part.index}"] = self.reap_partition(rec, part)
         return out
+
+
+def _answers(n: int, groups: dict[int, list[int]], done: dict[int, list[bool]]) -> list[str]:
+    """Per item of a call, "OK" or "STALE_CLAIM", from each partition's answers in its items' order."""
+    out = [""] * n
+    for idx, positions in groups.items():
+        for pos, ok in zip(positions, done[idx]):
+            out[pos] = "OK" if ok else "STALE_CLAIM"
+    return out

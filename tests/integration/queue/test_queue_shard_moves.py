@@ -131,6 +131,57 @@ def test_frozen_shard_waits_then_proceeds(qs, fleet):
     assert qs.executor.frozen_waits >= 1
 
 
+def test_a_frozen_partition_holds_only_its_own_part_of_a_call(qs, fleet):
+    """An enqueue whose jobs fall in four partitions, the first of them frozen for a cutover: the other
+    three partitions' jobs are written while the frozen one waits (the partitions side by side, not one
+    after the other), and the call answers, every job written, once the freeze ends. Acks of those jobs
+    across the four partitions are answered the same way."""
+    import hashlib
+
+    rec = qs.create_queue("fz4", QueueConfig(partitions=4))
+
+    def partition_of(key: str) -> int:
+        return int.from_bytes(hashlib.md5(key.encode()).digest()[:8], "big") % 4
+
+    keys: dict[int, str] = {}
+    n = 0
+    while len(keys) < 4:
+        keys.setdefault(partition_of(f"k{n}"), f"k{n}")
+        n += 1
+    order = [keys[i] for i in sorted(keys)]  # the first job's partition is the first written in a call
+    frozen = rec.partition(partition_of(order[0])).shard
+    store = ShardMapStore(fleet.zk)
+    store.update(lambda m: m.with_frozen(frozen, frozen), reason="test freeze")
+    assert qs.router.wait_for_epoch(store.read().epoch, 5)
+    result: list = []
+    t = threading.Thread(target=lambda: result.append(
+        qs.enqueue("fz4", [EnqueueJob(body=k, dedupe_key=k) for k in order])))
+    t.start()
+    try:
+        others = [rec.partition(partition_of(k)) for k in order[1:]]
+        deadline = time.monotonic() + 5
+        while True:
+            written = []
+            for part in others:
+                master = store.read().master_of(part.shard)
+                with fleet.sandbox.root_conn(master) as c, c.cursor() as cur:
+                    cur.execute(f"SELECT COUNT(*) FROM {shard_db(part.shard)}.{part.table}")
+                    written.append(cur.fetchone()[0])
+            if written == [1, 1, 1]:
+                break
+            assert time.monotonic() < deadline, f"the unfrozen partitions hold {written} jobs while one is frozen"
+            time.sleep(0.05)
+        assert t.is_alive(), "the call waits for its frozen partition"
+    finally:
+        store.update(lambda m: m.without_frozen(frozen, frozen), reason="test unfreeze")
+        t.join(10)
+    assert result and len(result[0]) == 4 and qs.counts("fz4")["NEW"] == 4
+    got = qs.dequeue("fz4", limit=10)
+    assert len(got) == 4
+    assert qs.ack("fz4", [AckItem(id=d.id, claim=d.claim) for d in got]) == ["OK"] * 4
+    assert qs.ack("fz4", [AckItem(id=d.id, claim=d.claim) for d in got]) == ["STALE_CLAIM"] * 4
+
+
 def test_frozen_too_long_is_a_retryable_error(fleet):
     svc = QueueService(fleet.config, fleet.credentials, frozen_wait=0.5)
     try:
