@@ -22,8 +22,9 @@ start position), ``@slave_gtid_strict_mode`` and ``@master_heartbeat_period``
 ``net_write_timeout`` (a reader whose consumer is busy stops reading; the
 dump thread waits for it instead of closing the connection).
 
-Uses PyMySQL's packet reader (``_read_packet``/``_write_bytes``): PyMySQL is
-pinned exactly in pyproject.toml for that reason.
+Uses PyMySQL to connect and its private ``_write_bytes``, ``_sock``, ``_rfile`` and
+``_read_timeout`` (frames the dump stream itself, see :meth:`BinlogClient.events`):
+PyMySQL is pinned exactly in pyproject.toml for that reason.
 """
 
 from __future__ import annotations
@@ -144,33 +145,51 @@ class BinlogClient:
         self.conn._next_seq_id = 1
 
     def events(self) -> Iterator[Event]:
-        """Events in binlog order; blocks while the master has nothing new (heartbeats arrive meanwhile)."""
-        read = self.conn._read_packet
+        """Events in binlog order; blocks while the master has nothing new (heartbeats arrive meanwhile).
+
+        Frames the dump stream itself, from the connection's buffered socket: reads up to
+        :data:`READ_CHUNK` bytes at a time and cuts packets out of them with one copy per event (its
+        body), where PyMySQL's ``_read_packet`` makes two reads, a packet object and a join per packet.
+        A packet of 16 MiB - 1 bytes continues in the next (MySQL's split of a long event)."""
+        conn = self.conn
+        conn._sock.settimeout(conn._read_timeout)  # as PyMySQL's reader does before it reads
+        rfile = conn._rfile
         checksum = self._checksum
         crc = zlib.crc32
+        unpack = struct.unpack_from
+        buf, pos = b"", 0
         while True:
-            try:
-                pkt = read()
-            except pymysql.err.MySQLError as exc:
-                code = exc.args[0] if exc.args else None
-                raise BinlogError(f"reading the binlog failed: {exc.args[-1] if exc.args else exc}", code) from None
-            data = pkt._data
-            first = data[0]
+            if len(buf) - pos < 4:
+                buf, pos = buf[pos:] + _read_some(rfile, READ_CHUNK), 0
+                continue
+            length = buf[pos] | buf[pos + 1] << 8 | buf[pos + 2] << 16
+            end = pos + 4 + length
+            if end > len(buf):  # the rest of this packet in one read (a long event is not read chunk by chunk)
+                buf, pos = buf[pos:] + _read_exactly(rfile, end - len(buf)), 0
+                end = 4 + length
+            if length == MAX_PACKET:  # a split event: join its packets
+                data, buf = _joined(buf, pos, rfile)
+                pos, start, end = 0, 0, len(data)
+            else:
+                data, start = buf, pos + 4
+                pos = end
+            first = data[start]
             if first == 0xFF:
-                code = struct.unpack_from("<H", data, 1)[0]
-                msg = data[9:].decode("utf-8", "replace") if data[3:4] == b"#" else data[3:].decode("utf-8", "replace")
+                code = unpack("<H", data, start + 1)[0]
+                text = data[start + 3:end]
+                msg = (text[6:] if text[:1] == b"#" else text).decode("utf-8", "replace")
                 raise BinlogError(msg, code)
-            if first == 0xFE and len(data) < 9:
+            if first == 0xFE and end - start < 9:
                 raise BinlogError("the master ended the binlog dump", None)
-            # data[0] is the OK byte; the event starts at 1
-            ts, etype, sid, size, _pos, flags = struct.unpack_from("<IBIIIH", data, 1)
+            # data[start] is the OK byte; the event starts at start + 1
+            ts, etype, sid, _size, _pos, flags = unpack("<IBIIIH", data, start + 1)
             if checksum:
-                body_end = len(data) - 4
-                if etype != HEARTBEAT and crc(data[1:body_end]) != struct.unpack_from("<I", data, body_end)[0]:
+                body_end = end - 4
+                if etype != HEARTBEAT and crc(data[start + 1:body_end]) != unpack("<I", data, body_end)[0]:
                     raise BinlogError(f"binlog event of type {etype} failed its CRC32 check")
             else:
-                body_end = len(data)
-            yield Event(etype, ts, sid, flags, data[20:body_end])
+                body_end = end
+            yield Event(etype, ts, sid, flags, data[start + 20:body_end])
 
     def drained(self) -> bool:
         """Nothing more has arrived from the master yet: no bytes wait on the dump socket.
@@ -198,6 +217,51 @@ class BinlogClient:
             except Exception:  # noqa: BLE001 - a broken dump connection is closed either way
                 pass
             self.conn = None  # type: ignore[assignment]
+
+
+#: bytes asked of the socket at a time while framing events
+READ_CHUNK = 1 << 20
+#: a packet of this length continues in the next one (MySQL's packets carry at most 16 MiB - 1 bytes)
+MAX_PACKET = 0xFFFFFF
+
+
+def _read_some(rfile: Any, n: int) -> bytes:
+    """What the buffered socket holds, or one read of at most ``n`` bytes (blocking until some arrive)."""
+    try:
+        data = rfile.read1(n)
+    except OSError as exc:  # a timeout included: the master sends heartbeats, so silence is a dead link
+        raise BinlogError(f"reading the binlog failed: lost connection to the master ({exc})", 2013) from None
+    if not data:
+        raise BinlogError("reading the binlog failed: the master closed the connection", 2013)
+    return data
+
+
+def _read_exactly(rfile: Any, n: int) -> bytes:
+    try:
+        data = rfile.read(n)
+    except OSError as exc:
+        raise BinlogError(f"reading the binlog failed: lost connection to the master ({exc})", 2013) from None
+    if len(data) < n:
+        raise BinlogError("reading the binlog failed: the master closed the connection", 2013)
+    return data
+
+
+def _joined(buf: bytes, pos: int, rfile: Any) -> tuple[bytes, bytes]:
+    """The payload of a split event whose first packet (of :data:`MAX_PACKET` bytes) starts at ``pos`` of
+    ``buf``, its next packets from the rest of ``buf`` and then ``rfile``; and the bytes read after it."""
+    parts = [buf[pos + 4:pos + 4 + MAX_PACKET]]
+    rest = buf[pos + 4 + MAX_PACKET:]
+    while True:
+        if len(rest) < 4:
+            rest += _read_exactly(rfile, 4 - len(rest))
+        length = int.from_bytes(rest[:3], "little")
+        body = rest[4:4 + length]
+        if len(body) < length:
+            body += _read_exactly(rfile, length - len(body))
+        parts.append(body)
+        rest = rest[4 + length:]
+        if length < MAX_PACKET:
+            return b"".join(parts), rest
 
 
 def decompress(body: bytes, header_len: int) -> bytes:

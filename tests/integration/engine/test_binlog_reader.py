@@ -175,3 +175,42 @@ def test_transactions_over_the_memory_bound_come_in_parts_and_in_order(fleet):
         finally:
             cur.execute(f"DROP DATABASE `{OTHER}`")
             cur.execute(f"DROP TABLE `{DB}`.big_t")
+
+
+def test_an_event_over_16_mib_arrives_whole(fleet):
+    """A row of 17 MiB makes one rows event longer than a MySQL packet: the master splits it over two
+    packets and the client joins them; the events after it follow in order."""
+    import os
+
+    from migrator.engine.binlog.client import MAX_PACKET, ROWS_EVENTS, XID, BinlogClient
+
+    host = fleet.hosts["MySQL001A"]
+    blob = os.urandom(17 << 20)
+    with fleet.sandbox.root_conn("MySQL001A") as root, root.cursor() as rc:
+        rc.execute("SELECT @@GLOBAL.max_allowed_packet")
+        was = rc.fetchone()[0]
+        rc.execute("SET GLOBAL max_allowed_packet = 64 * 1024 * 1024")  # read by sessions opened after it
+        try:
+            with connect(host, fleet.credentials) as c, c.cursor() as cur:
+                cur.execute(f"CREATE TABLE `{DB}`.wide_one (id INT PRIMARY KEY, b LONGBLOB) ENGINE=InnoDB")
+                start = binlog_pos(c)
+                cur.execute(f"INSERT INTO `{DB}`.wide_one VALUES (1, %s)", (blob,))
+                cur.execute(f"INSERT INTO `{DB}`.wide_one VALUES (2, 'after')")
+                cur.execute(f"DROP TABLE `{DB}`.wide_one")
+        finally:
+            rc.execute("SET GLOBAL max_allowed_packet = %s", (was,))
+    client = BinlogClient(host.address, host.port, fleet.credentials.mysql_user, fleet.credentials.mysql_password,
+                          start, tls=tls_of(host, fleet.credentials))
+    try:
+        rows, xids = [], 0
+        for ev in client.events():
+            if ev.type in ROWS_EVENTS:
+                rows.append(ev.body)
+            elif ev.type == XID:
+                xids += 1
+                if xids == 2:
+                    break
+    finally:
+        client.close()
+    assert len(rows) == 2 and len(rows[0]) > MAX_PACKET and blob in rows[0], [len(r) for r in rows]
+    assert b"after" in rows[1]
