@@ -136,8 +136,7 @@ def _insert_rows(cur: Any, t: str, jobs: list[NewJob]) -> list[int]:
         args += [j.priority, j.attempts, j.attempts, j.custom_status, j.dedupe_key, j.body]
     sql = (f"{T}INSERT INTO {t} (state, updated_at, created_at, run_after, priority, attempts_allowed, "
            f"attempts_left, custom_status, dedupe_key, body) VALUES ")
-    cur.execute("SELECT @@auto_increment_increment, @@innodb_autoinc_lock_mode")
-    step, mode = cur.fetchone()
+    step, mode = _autoinc(cur)
     if int(mode) == 2:
         # interleaved autoinc: a multi-row insert's ids are not consecutive, so one row at a time
         return [_insert_one(cur, sql + v, _args_of(j)) for v, j in zip(values, jobs)]
@@ -145,6 +144,18 @@ def _insert_rows(cur: Any, t: str, jobs: list[NewJob]) -> list[int]:
     first = int(cur.lastrowid)
     # "simple inserts" get consecutive values (lock mode 0/1), spaced by the increment
     return [first + k * int(step) for k in range(len(jobs))]
+
+
+def _autoinc(cur: Any) -> tuple[int, int]:
+    """The session's auto-increment step and the server's lock mode, asked once per connection (neither
+    changes under an open session: the step is a session variable, the lock mode read-only)."""
+    conn = cur.connection
+    known = getattr(conn, "_queue_autoinc", None)
+    if known is None:
+        cur.execute("SELECT @@auto_increment_increment, @@innodb_autoinc_lock_mode")
+        step, mode = cur.fetchone()
+        known = conn._queue_autoinc = (int(step), int(mode))
+    return known
 
 
 def _args_of(j: NewJob) -> list[Any]:
