@@ -374,7 +374,7 @@ def rollback_slice(config: Config, migration_id: str, *, slice_s: float | None =
                     if deadline is not None and time.monotonic() >= deadline:
                         return out
         finally:
-            if own_drainer and hasattr(drainer, "close"):
+            if own_drainer:
                 drainer.close()
 
 

@@ -59,9 +59,9 @@ import pickle
 import re
 import tempfile
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 from migrator.engine.binlog import client as bl
 from migrator.engine.binlog.rows import (
@@ -527,112 +527,141 @@ class TxnReader:
 
     # -- events -------------------------------------------------------------------------
     def feed(self, ev: bl.Event) -> Committed | None:
-        """Take one event; return a transaction when one of kept rows or statements ended."""
+        """Take one event; return a transaction when one of kept rows or statements ended.
+
+        What is done with it depends on its type only (:attr:`_ON`); a type with no handler there
+        (a heartbeat, an annotation, a GTID list) is read past."""
+        on = self._ON.get(ev.type)
+        return None if on is None else on(self, ev)
+
+    def _on_rows(self, ev: bl.Event) -> None:
+        """A row event: its row changes, decoded, join the open transaction (a table not kept: skipped
+        undecoded)."""
+        txn = self._txn
+        if txn is None:
+            return None
         t = ev.type
-        if t in _KIND:
-            txn = self._txn
-            if txn is None:
-                return None
-            body = ev.body
-            tid = int.from_bytes(body[0:6], "little")
-            entry = self._by_table.get(tid)
-            if entry is None:
-                return None  # a table we do not keep: never decoded
-            if t in _COMPRESSED:
-                body = bl.decompress(body, 8)
-            tm, shape = entry
-            _, _, p = rows_header(body, t in _V2)
-            kind = _KIND[t]
-            rows = decode_rows(body, tm, kind, p)
-            pk = tm.pk
-            ch = txn.changes
-            sid = shape.id
-            if kind == WRITE:
-                for r in rows:
-                    ch.append((sid, WRITE, tuple(r[i] for i in pk), None, r))  # type: ignore[index]
-            elif kind == DELETE:
-                for r in rows:
-                    ch.append((sid, DELETE, tuple(r[i] for i in pk), None, None))  # type: ignore[index]
-            else:
-                for before, after in rows:  # type: ignore[misc]
-                    kb = tuple(before[i] for i in pk)
-                    ka = tuple(after[i] for i in pk)
-                    ch.append((sid, UPDATE, ka, kb if kb != ka else None, after))
-            txn.size += len(ev.body)
-            self._parts.extend(txn.bound(self.part_changes, self.part_bytes))
-            return None
-        if t == bl.TABLE_MAP:
-            self._table_map(ev.body)
-            return None
-        if t == bl.GTID:
-            body = ev.body
-            seq = int.from_bytes(body[0:8], "little")
-            domain = int.from_bytes(body[8:12], "little")
-            flags2 = body[12]
-            self._txn = Txn(Gtid(domain, ev.server_id, seq), ev.timestamp)
-            self._standalone = bool(flags2 & FL_STANDALONE)
-            if flags2 & (FL_PREPARED_XA | FL_COMPLETED_XA):
-                self._txn.xid = _gtid_xid(body, flags2)
-            return None
-        if t == bl.XID:
-            return self._end()
-        if t in (bl.QUERY, bl.QUERY_COMPRESSED):
-            body = ev.body if t == bl.QUERY else _inflate_query(ev.body)
-            schema, q = _query_text(body)
-            head = q.lstrip()[:12].upper()
-            if head.startswith("BEGIN") or head.startswith("XA START") or head.startswith("XA END"):
-                return None
-            if head.startswith("COMMIT"):
-                return self._end()
-            if head.startswith(("SAVEPOINT", "ROLLBACK", "RELEASE")):
-                sp = savepoint_statement(q)
-                if sp is not None:
-                    self._savepoint(*sp)
-                    return None
-                if head.startswith("ROLLBACK"):
-                    if not _FULL_ROLLBACK.match(q):
-                        raise ReaderError(f"a ROLLBACK the binlog reader does not understand ends a transaction "
-                                          f"after {format_pos(self.pos)}: `{q[:200]}`; catch-up cannot tell which "
-                                          "of its changes were undone")
-                    # nothing of it reached the moving (transactional: preflight) tables; read past it, so
-                    # a target naming this group (the last one logged) is reached
-                    txn, self._txn = self._txn, None
-                    if txn is not None:
-                        txn.discard()
-                        self._advance(txn)
-                    return None
-            if head.startswith("XA COMMIT") or head.startswith("XA ROLLBACK"):
-                return self._complete_xa(commit=head.startswith("XA COMMIT"))
-            txn = self._txn
-            if txn is not None and self._mentions(schema, q):
-                txn.statements.append(Statement(schema, q))
-            # a statement may change any table's shape: forget the table maps read so far
-            self._maps.clear()
-            self._by_table.clear()
-            if self._standalone:
-                return self._end()
-            return None
-        if t == bl.XA_PREPARE:
-            one_phase = ev.body[0]
-            if one_phase:
-                return self._end()
-            txn = self._txn
-            self._txn = None
-            if txn is None:
-                return None
-            self._advance(txn)
-            if txn.xid is None:
-                raise ReaderError(f"an XA PREPARE at {txn.gtid} carries no xid in its GTID event")
-            self._held[txn.xid] = txn
-            return None
-        if t == bl.ROTATE:
-            # a server restart reuses table ids and always starts a new binlog file
-            self._maps.clear()
-            self._by_table.clear()
-            return None
-        if t == bl.START_ENCRYPTION:
-            raise ReaderError("the source sent an encrypted binlog event stream; catch-up reads plain events")
+        body = ev.body
+        tid = int.from_bytes(body[0:6], "little")
+        entry = self._by_table.get(tid)
+        if entry is None:
+            return None  # a table we do not keep: never decoded
+        if t in _COMPRESSED:
+            body = bl.decompress(body, 8)
+        tm, shape = entry
+        _, _, p = rows_header(body, t in _V2)
+        kind = _KIND[t]
+        rows = decode_rows(body, tm, kind, p)
+        pk = tm.pk
+        ch = txn.changes
+        sid = shape.id
+        if kind == WRITE:
+            for r in rows:
+                ch.append((sid, WRITE, tuple(r[i] for i in pk), None, r))  # type: ignore[index]
+        elif kind == DELETE:
+            for r in rows:
+                ch.append((sid, DELETE, tuple(r[i] for i in pk), None, None))  # type: ignore[index]
+        else:
+            for before, after in rows:  # type: ignore[misc]
+                kb = tuple(before[i] for i in pk)
+                ka = tuple(after[i] for i in pk)
+                ch.append((sid, UPDATE, ka, kb if kb != ka else None, after))
+        txn.size += len(ev.body)
+        self._parts.extend(txn.bound(self.part_changes, self.part_bytes))
         return None
+
+    def _on_table_map(self, ev: bl.Event) -> None:
+        self._table_map(ev.body)
+
+    def _on_gtid(self, ev: bl.Event) -> None:
+        """A GTID event opens a transaction (a stand-alone group, an XA group with its xid)."""
+        body = ev.body
+        seq = int.from_bytes(body[0:8], "little")
+        domain = int.from_bytes(body[8:12], "little")
+        flags2 = body[12]
+        self._txn = Txn(Gtid(domain, ev.server_id, seq), ev.timestamp)
+        self._standalone = bool(flags2 & FL_STANDALONE)
+        if flags2 & (FL_PREPARED_XA | FL_COMPLETED_XA):
+            self._txn.xid = _gtid_xid(body, flags2)
+
+    def _on_xid(self, ev: bl.Event) -> Committed | None:
+        return self._end()
+
+    def _on_query(self, ev: bl.Event) -> Committed | None:
+        """A statement: ``BEGIN``/``COMMIT``, a savepoint, a ``ROLLBACK``, an XA verb, or one handed over
+        as a :class:`Statement`."""
+        body = ev.body if ev.type == bl.QUERY else _inflate_query(ev.body)
+        schema, q = _query_text(body)
+        head = q.lstrip()[:12].upper()
+        if head.startswith("BEGIN") or head.startswith("XA START") or head.startswith("XA END"):
+            return None
+        if head.startswith("COMMIT"):
+            return self._end()
+        if head.startswith(("SAVEPOINT", "ROLLBACK", "RELEASE")):
+            sp = savepoint_statement(q)
+            if sp is not None:
+                self._savepoint(*sp)
+                return None
+            if head.startswith("ROLLBACK"):
+                if not _FULL_ROLLBACK.match(q):
+                    raise ReaderError(f"a ROLLBACK the binlog reader does not understand ends a transaction "
+                                      f"after {format_pos(self.pos)}: `{q[:200]}`; catch-up cannot tell which "
+                                      "of its changes were undone")
+                # nothing of it reached the moving (transactional: preflight) tables; read past it, so
+                # a target naming this group (the last one logged) is reached
+                txn, self._txn = self._txn, None
+                if txn is not None:
+                    txn.discard()
+                    self._advance(txn)
+                return None
+        if head.startswith("XA COMMIT") or head.startswith("XA ROLLBACK"):
+            return self._complete_xa(commit=head.startswith("XA COMMIT"))
+        txn = self._txn
+        if txn is not None and self._mentions(schema, q):
+            txn.statements.append(Statement(schema, q))
+        # a statement may change any table's shape: forget the table maps read so far
+        self._maps.clear()
+        self._by_table.clear()
+        if self._standalone:
+            return self._end()
+        return None
+
+    def _on_xa_prepare(self, ev: bl.Event) -> Committed | None:
+        """``XA PREPARE`` ends a group that is held until its ``XA COMMIT`` or ``XA ROLLBACK`` (a one-phase
+        one commits now)."""
+        one_phase = ev.body[0]
+        if one_phase:
+            return self._end()
+        txn = self._txn
+        self._txn = None
+        if txn is None:
+            return None
+        self._advance(txn)
+        if txn.xid is None:
+            raise ReaderError(f"an XA PREPARE at {txn.gtid} carries no xid in its GTID event")
+        self._held[txn.xid] = txn
+        return None
+
+    def _on_rotate(self, ev: bl.Event) -> None:
+        # a server restart reuses table ids and always starts a new binlog file
+        self._maps.clear()
+        self._by_table.clear()
+
+    def _on_start_encryption(self, ev: bl.Event) -> None:
+        raise ReaderError("the source sent an encrypted binlog event stream; catch-up reads plain events")
+
+    #: event type -> what :meth:`feed` does with it
+    _ON: ClassVar[dict[int, Callable[[TxnReader, bl.Event], Committed | None]]] = {
+        **dict.fromkeys(_KIND, _on_rows),
+        bl.TABLE_MAP: _on_table_map,
+        bl.GTID: _on_gtid,
+        bl.XID: _on_xid,
+        bl.QUERY: _on_query,
+        bl.QUERY_COMPRESSED: _on_query,
+        bl.XA_PREPARE: _on_xa_prepare,
+        bl.ROTATE: _on_rotate,
+        bl.START_ENCRYPTION: _on_start_encryption,
+    }
 
     def _savepoint(self, verb: str, name: str) -> None:
         txn = self._txn

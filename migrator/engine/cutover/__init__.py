@@ -185,5 +185,5 @@ def _cutover(config: Config, zk: ZK, creds: Credentials, migration_id: str, leas
     try:
         return drive(FORWARD, store, spec, run, lease, hooks, gate=gate, on_flipped=record_flip)
     finally:
-        if own_drainer and hasattr(drainer, "close"):
+        if own_drainer:
             drainer.close()

@@ -199,14 +199,10 @@ def _prepare_while_warming(run: CutoverRun) -> None:
     the drainer's reader and applies what is there, the first thing the gate's prediction does (a few
     hundred ms). The reader is started here, not in the helper thread: it is killed when the thread that
     started it ends (``PR_SET_PDEATHSIG``). The gate warms it again if this failed, and reports why."""
-    warm = getattr(run.drainer, "warm", None)
-    if warm is None:
-        run.prepare()
-        return
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="cutover-prepare") as pool:
         preparing = pool.submit(run.prepare)
         try:
-            warm()
+            run.drainer.warm()
             run.warmed = True
         except Exception as exc:  # noqa: BLE001 - the gate warms it again and reports what fails
             log.debug("warming the drainer while preparing failed: %s", exc)

@@ -73,12 +73,11 @@ def _follow_until_steady(run: CutoverRun, conn: Any) -> None:
     """With the tail following: wait at least :data:`FOLLOW_MIN_S`, then until it reaches a fresh
     head within :data:`FOLLOW_STEADY_S` (it has caught up with what piled up meanwhile and follows at
     its steady lag; each step is shorter, as passes are), at most :data:`FOLLOW_MAX_S`."""
-    reached = getattr(run.drainer, "reached", None)
     deadline = time.monotonic() + FOLLOW_MAX_S
     time.sleep(FOLLOW_MIN_S)
-    while reached is not None and time.monotonic() < deadline:
+    while time.monotonic() < deadline:
         mark, t = binlog_pos(conn), time.monotonic()
-        while time.monotonic() < deadline and not reached(mark):
+        while time.monotonic() < deadline and not run.drainer.reached(mark):
             time.sleep(0.01)
         if time.monotonic() - t < FOLLOW_STEADY_S:
             return
@@ -113,9 +112,8 @@ def predict_freeze_ms(run: CutoverRun) -> tuple[float, dict[str, Any]]:
     fixed cost. Reads the run; changes nothing of it.
 
     The drainer is warmed first: starting its reader process is not part of a freeze."""
-    warm = getattr(run.drainer, "warm", None)
-    if warm is not None and not getattr(run, "warmed", False):
-        warm()
+    if not run.warmed:
+        run.drainer.warm()
     conn = mysql_connect(run.source, run.creds)
     try:
         # first catch up with what was written since the last pass (verify, prepare: seconds of
@@ -130,14 +128,13 @@ def predict_freeze_ms(run: CutoverRun) -> tuple[float, dict[str, Any]]:
         # after a verify); the cutover's tail follows the source up to its fence, so let it follow now
         # until it keeps up, then time the drain from there: stopping the follower and applying its
         # lag, as under the fence
-        follow = getattr(run.drainer, "follow", None)
-        if follow is not None and follow():
+        if run.drainer.follow():
             _follow_until_steady(run, conn)
         # the median of a few timed drains, the tail following between them: one drain can meet a
         # lane's deadlock retry or a slow commit, which says nothing of the drain under the fence
         samples = []
         for k in range(DRAIN_SAMPLES):
-            if k and follow is not None and follow():
+            if k and run.drainer.follow():
                 time.sleep(SAMPLE_GAP_S)
             head = binlog_pos(conn)
             t0 = time.monotonic()

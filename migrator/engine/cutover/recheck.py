@@ -125,11 +125,12 @@ def refresh_verified_gtid(config: Config, store: MigrationStore, m: Moving, *, m
     since = node["verified_gtid"]
     want = {(t.db, t.table): t.pk for t in m.tables}
     want.update({(db, SENTINEL_TABLE): ("token",) for db in spec.databases})
-    collect = getattr(drainer, "collect", None)
     # the tail resumes exactly where the last check ended (a batch handed over right after its parent's
     # check was brought up to the hand-over, or a retry of the cutover): the first window's keys come from
-    # its drain too, with no second binlog reader going over the window
-    collecting = _resumes_at(drainer, since) and bool(collect and collect(want))
+    # its drain too, with no second binlog reader going over the window. Opened first, so that its position
+    # is known (a tail already open, or following, stays as it is)
+    drainer.open()
+    collecting = _resumes_at(drainer, since) and drainer.collect(want)
     rounds: list[dict[str, float]] = []
     src = mysql_connect(m.source, m.creds, read_timeout=600)
     try:
@@ -139,20 +140,20 @@ def refresh_verified_gtid(config: Config, store: MigrationStore, m: Moving, *, m
             t0 = time.monotonic()
             stats = drain_progressing(drainer, binlog_pos(src), what=f"re-check of {spec.id}")
             # the tail may have gone past the head in some domain: the window ends where it really is
-            reached = getattr(drainer, "position", None) or binlog_pos(src)
+            reached = drainer.position or binlog_pos(src)
             read = KeysRead()
             collected = collecting
             if collecting:
-                got = drainer.collected()  # type: ignore[attr-defined]
+                got = drainer.collected()
                 keys = {t.name: got.get((t.db, t.table), set()) for t in m.tables}
                 read.events = int(getattr(stats, "events", 0) or 0)  # the drain read the window
             else:
                 keys = changed_keys(m.source, m.creds, m.tables, since, reached, stall_s=waits.STALL_S, read=read)
             # the next window starts exactly here; from here the tail follows the source in the
             # background (through the re-check and up to the fence), collecting the window's keys
-            collecting = bool(collect and collect(want))
+            collecting = drainer.collect(want)
             if collecting and track:
-                drainer.follow()  # type: ignore[attr-defined]
+                drainer.follow()
             work = [(m.resolve(src, t) if m.resolve is not None else t, keys[t.name]) for t in m.tables
                     if keys[t.name]]
             check_rows_many(Side(src), dst, work, repair=True)
@@ -173,14 +174,13 @@ def refresh_verified_gtid(config: Config, store: MigrationStore, m: Moving, *, m
     return Refreshed(since, collecting, tracker, rounds)
 
 
-def _resumes_at(drainer: Any, since: str) -> bool:
-    """The drainer's tail has applied exactly up to ``since``: a drain from here collects every key changed
-    after it (:class:`~migrator.engine.verify.changes.KeyCollector`)."""
-    opener = getattr(drainer, "open", None)
-    if opener is None or getattr(drainer, "following", False):
+def _resumes_at(drainer: Drainer, since: str) -> bool:
+    """The drainer's tail, opened and not following, has applied exactly up to ``since``: a drain from here
+    collects every key changed after it (:class:`~migrator.engine.verify.changes.KeyCollector`). Opens
+    nothing: a drainer not opened yet knows no position."""
+    if drainer.following:
         return False
-    opener()
-    at = getattr(drainer, "position", None)
+    at = drainer.position
     if not at or not since:
         return False
     a, b = GtidState.parse(str(at)), GtidState.parse(since)
@@ -198,7 +198,7 @@ def compare_in_freeze(m: Moving, writer: pymysql.connections.Connection, refresh
     keys = None
     keys_from = ""
     if refreshed is not None and refreshed.collecting and refreshed.verified_gtid == verified:
-        got = m.drainer.collected()  # type: ignore[attr-defined]
+        got = m.drainer.collected()
         # trust the set only if the sentinel row the drain applied is in it
         mark = (string_literal(token),)
         if all(mark in got.get((db, SENTINEL_TABLE), set()) for db in m.spec.databases):

@@ -373,12 +373,10 @@ class CutoverRun:
         if self.refreshed is not None and self.refreshed.tracker is not None:
             self.refreshed.tracker.stop()
         problems: list[str] = []
-        stop_following = getattr(self.drainer, "stop_following", None)
-        if stop_following is not None:
-            try:
-                stop_following()  # the drainer is its owner's again, idle
-            except Exception as exc:  # noqa: BLE001 - reported below, never instead of the cause
-                problems.append(f"the background tail of the cutover failed ({type(exc).__name__}: {exc})")
+        try:
+            self.drainer.stop_following()  # the drainer is its owner's again, idle
+        except Exception as exc:  # noqa: BLE001 - reported below, never instead of the cause
+            problems.append(f"the background tail of the cutover failed ({type(exc).__name__}: {exc})")
         if self.fences is not None:
             # never flipped (or undone): the members go back to how they were; an unknown flip keeps them
             problems += self.fences.close(keep_closed=self.flipped_epoch is not None or self.flip_unknown)

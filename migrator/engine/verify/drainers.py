@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Protocol
+from collections.abc import Hashable
+from typing import Any, Protocol, Self
 
 from migrator.engine.catch_up.checkpoint import open_tailer
 from migrator.engine.migration import MigrationStore, Node, Phase
 from migrator.engine.names import SENTINEL_TABLE
 from migrator.engine.verify.changes import KeyCollector
+from migrator.engine.verify.checksums import Key
 from migrator.engine.verify.waits import WaitTimeout
 from migrator.fleet import zk as zk_mod
 from migrator.fleet.config import Config, load_credentials
@@ -24,11 +26,108 @@ from migrator.fleet.gtid import GtidPos, GtidState
 
 
 class Drainer(Protocol):
-    """Applies the source binlog to the target up to a GTID position (catch-up)."""
+    """Gets the target to a source binlog position (catch-up), and every verb its callers use around that.
+
+    Implemented by the drainers that own a catch-up tail (:class:`TailDrainer`: :class:`CatchUpDrainer`,
+    :class:`~migrator.engine.rollback.ReverseDrainer`) and by the one that waits for another process's
+    tail (:class:`CheckpointWaiter`, whose verbs beyond the drain are the documented no-ops of
+    :class:`NoTail`). Callers call the verbs directly: a drainer with nothing to do for one does nothing.
+    """
 
     def drain_to(self, gtid: str, timeout: float, *, save: bool = True) -> Any:
-        """``save=False``: the position reached need not be saved before returning (a drain inside
+        """Get the target to ``gtid`` (a source position or state) within ``timeout`` seconds; raises
+        :class:`~migrator.engine.catch_up.tailer.DrainTimeout` or :class:`WaitTimeout` when it does not.
+
+        ``save=False``: the position reached need not be saved before returning (a drain inside
         the freeze; the saved checkpoint only bounds what a crash replays)."""
+
+    def progress(self) -> Hashable:
+        """A marker of how far the drain has got, compared between slices of a long wait
+        (:func:`~migrator.engine.verify.waits.drain_progressing`): a changed marker is progress."""
+
+    def open(self) -> Self:
+        """Make the drainer ready to drain (its tail and applier lock), if not already; returns it."""
+
+    def warm(self) -> None:
+        """Start what a drain needs (the tail's reader process) and apply what is there, so that no
+        drain timed later (the cutover's gate, its freeze) pays for starting it."""
+
+    def follow(self) -> bool:
+        """Keep applying the source's binlog in the background until the next drain; False when the
+        drainer cannot (nothing opened yet, or no tail of its own)."""
+
+    @property
+    def following(self) -> bool:
+        """The drainer applies the source's binlog in the background (:meth:`follow`)."""
+
+    def reached(self, target: str) -> bool:
+        """The drainer has applied every transaction of ``target`` (a position or state)."""
+
+    def stop_following(self) -> None:
+        """Stop applying in the background (its last round committed); raise what it failed with."""
+
+    @property
+    def position(self) -> str | None:
+        """Everything up to here is applied (None: not known, e.g. before the first drain)."""
+
+    def collect(self, keys: dict[tuple[str, str], tuple[str, ...]]) -> bool:
+        """Start collecting the primary keys of the row changes the drains apply to the tables of
+        ``{(schema, table): pk columns}``; False when the drainer cannot (nothing opened, no tail)."""
+
+    def collected(self) -> dict[tuple[str, str], set[Key]]:
+        """The keys collected since :meth:`collect`, per (schema, table)."""
+
+    def close(self) -> None:
+        """Release what the drainer holds (its tail, reader process, applier lock); it may be opened again."""
+
+
+class NoTail:
+    """The verbs of a :class:`Drainer` that owns no catch-up tail of its own (it waits for another
+    process's tail, as :class:`CheckpointWaiter` does): there is nothing to open, warm, follow,
+    collect or close, so each is a no-op. A subclass gives :meth:`Drainer.drain_to`."""
+
+    def progress(self) -> Hashable:
+        """No marker: a wait cannot tell progress, and is given up after one slice that ends short."""
+        return None
+
+    def open(self) -> Self:
+        """Nothing to open."""
+        return self
+
+    def warm(self) -> None:
+        """Nothing to start."""
+
+    def follow(self) -> bool:
+        """Nothing to follow with: False."""
+        return False
+
+    @property
+    def following(self) -> bool:
+        """Never follows."""
+        return False
+
+    def reached(self, target: str) -> bool:
+        """No tail to ask: False (only asked of a drainer that follows)."""
+        return False
+
+    def stop_following(self) -> None:
+        """Never follows: nothing to stop."""
+
+    @property
+    def position(self) -> str | None:
+        """Not known here (a caller reads the source's head instead)."""
+        return None
+
+    def collect(self, keys: dict[tuple[str, str], tuple[str, ...]]) -> bool:
+        """No tail whose changes could be collected: False (a caller reads the binlog instead)."""
+        return False
+
+    def collected(self) -> dict[tuple[str, str], set[Key]]:
+        """Nothing collected."""
+        return {}
+
+    def close(self) -> None:
+        """Nothing held."""
 
 
 def default_drainer(config: Config, migration_id: str, phase: Any = None) -> Drainer:
@@ -44,7 +143,7 @@ def default_drainer(config: Config, migration_id: str, phase: Any = None) -> Dra
     return CatchUpDrainer(config, migration_id)
 
 
-class CheckpointWaiter:
+class CheckpointWaiter(NoTail):
     """:class:`Drainer` that waits for the running catch-up worker's checkpoint to pass a position."""
 
     def __init__(self, config: Config, migration_id: str, poll_s: float = 0.1):
@@ -88,9 +187,6 @@ class CheckpointWaiter:
         """How far the catch-up worker had got at the last look (its checkpoint)."""
         return self.seen
 
-    def close(self) -> None:
-        pass
-
 
 class TailDrainer(KeyCollector):
     """A :class:`Drainer` that owns a catch-up :class:`~migrator.engine.catch_up.tailer.Tailer`:
@@ -107,7 +203,8 @@ class TailDrainer(KeyCollector):
     _tailer: Any = None
     _follower: _Follower | None = None
 
-    def open(self) -> TailDrainer:
+    def open(self) -> Self:
+        """Make the tail (a subclass knows which), if not made yet; returns the drainer."""
         raise NotImplementedError
 
     def follow(self) -> bool:
@@ -194,14 +291,17 @@ class TailDrainer(KeyCollector):
         self._tailer.warm()
 
     def collect(self, keys: dict[tuple[str, str], tuple[str, ...]]) -> bool:
+        """Stop following, then start collecting keys (:meth:`KeyCollector.collect`)."""
         self.stop_following()
         return super().collect(keys)
 
-    def collected(self) -> dict[tuple[str, str], set[Any]]:
+    def collected(self) -> dict[tuple[str, str], set[Key]]:
+        """Stop following, then the keys collected (:meth:`KeyCollector.collected`)."""
         self.stop_following()
         return super().collected()
 
     def close(self) -> None:
+        """Stop following and close the tail (its reader process); :meth:`open` makes a new one."""
         try:
             self.stop_following()
         finally:

@@ -147,7 +147,7 @@ def verify_migration(config: Config, migration_id: str, *, repair: bool = True, 
         finally:
             src.close()
             dst.close()
-            if own_drainer and drainer is not None and hasattr(drainer, "close"):
+            if own_drainer and drainer is not None:
                 drainer.close()
         report.seconds = time.monotonic() - t0
         if record:

@@ -62,13 +62,14 @@ def drain_progressing(drainer: Any, gtid: str, *, what: str, stall_s: float | No
     """``drainer.drain_to(gtid)`` for as long as the tail advances; returns what the drain returned.
 
     The drain runs in slices of the stall timeout; a slice that ends short of ``gtid`` is followed by
-    another as long as the drainer's :meth:`progress` moved during it (a tail applying hours of binlog is
-    never cut off), and raises :class:`Stalled`, naming the position reached, after a slice without
-    progress. A drain's own failures (anything but its time running out) are raised as they come.
+    another as long as the drainer's :meth:`~migrator.engine.verify.drainers.Drainer.progress` moved
+    during it (a tail applying hours of binlog is never cut off), and raises :class:`Stalled`, naming the
+    position reached, after a slice without progress. A drain's own failures (anything but its time
+    running out) are raised as they come.
     ``phase``: the phase the error is tagged with (the cutover's gate, reconcile, a rollback).
     """
     stall_s = STALL_S if stall_s is None else stall_s
-    progress: Callable[[], Hashable] = getattr(drainer, "progress", lambda: None)
+    progress: Callable[[], Hashable] = drainer.progress
     before = progress()
     t0 = time.monotonic()
     while True:

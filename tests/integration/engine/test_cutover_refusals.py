@@ -178,7 +178,8 @@ def test_the_blocker_reader_without_the_metadata_lock_plugin(fleet):
 
 
 class SlowDrainUnderFence:
-    """The cutover's drainer, slowed only for the drain under the fence (after ``fenced`` is set)."""
+    """The cutover's drainer, slowed only for the drain under the fence (after ``fenced`` is set); every
+    other verb of :class:`~migrator.engine.verify.drainers.Drainer` is the inner drainer's."""
 
     def __init__(self, inner, delay_s: float):
         self.inner, self.delay_s, self.fenced = inner, delay_s, False
@@ -188,8 +189,41 @@ class SlowDrainUnderFence:
             time.sleep(self.delay_s)
         return self.inner.drain_to(gtid, timeout, save=save)
 
-    def __getattr__(self, name):
-        return getattr(self.inner, name)
+    def progress(self):
+        return self.inner.progress()
+
+    def open(self):
+        self.inner.open()
+        return self
+
+    def warm(self):
+        self.inner.warm()
+
+    def follow(self):
+        return self.inner.follow()
+
+    @property
+    def following(self):
+        return self.inner.following
+
+    def reached(self, target):
+        return self.inner.reached(target)
+
+    def stop_following(self):
+        self.inner.stop_following()
+
+    @property
+    def position(self):
+        return self.inner.position
+
+    def collect(self, keys):
+        return self.inner.collect(keys)
+
+    def collected(self):
+        return self.inner.collected()
+
+    def close(self):
+        self.inner.close()
 
 
 def test_a_slow_drain_says_to_let_catch_up_converge(fleet):

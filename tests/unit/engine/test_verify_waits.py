@@ -10,11 +10,13 @@ import time
 import pytest
 
 from migrator.engine.catch_up.tailer import DrainTimeout
+from migrator.engine.verify.drainers import NoTail
 from migrator.engine.verify.waits import Stall, Stalled, WaitTimeout, drain_progressing
 
 
-class SlowTail:
-    """Reaches its target after ``slices`` calls, advancing by one each call for ``moving`` calls."""
+class SlowTail(NoTail):
+    """Reaches its target after ``slices`` calls, advancing by one each call for ``moving`` calls (a
+    :class:`~migrator.engine.verify.drainers.Drainer` with no tail: its other verbs are no-ops)."""
 
     def __init__(self, slices: int, moving: int, error: type[Exception] = DrainTimeout):
         self.slices, self.moving, self.error = slices, moving, error
