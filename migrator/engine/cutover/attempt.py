@@ -223,7 +223,7 @@ def _stopped(way: Way, store: MigrationStore, spec: Spec, run: CutoverRun, lease
     """The attempt raised ``exc``: after the flip, left for the settler to finish (raises that);
     before it, the phase set back while the lease is held and the attempt recorded."""
     msg = describe(exc)
-    if run.flipped_epoch is not None:
+    if run.edits.flipped_epoch is not None:
         # flipped, but the release did not complete: a worker settles it (finishes) once this lease ends
         phase_while_held(store, way, spec.id, way.running, lease, error=f"{way.flipped}; release failed: {msg}")
         raise way.error(f"the ranges {way.flipped} to {way.flips_to(spec)} but releasing the fence failed ({msg}); "
@@ -234,7 +234,7 @@ def _stopped(way: Way, store: MigrationStore, spec: Spec, run: CutoverRun, lease
     if blocked and isinstance(exc, MigratorError):
         exc.message = msg = blockers.named(msg, blocked)
     if not phase_while_held(store, way, spec.id, way.before, lease, error=f"{way.label} aborted: {msg}") \
-            or run.lease_lost:
+            or run.edits.lease_lost:
         note = ("this process lost its lease meanwhile, so it left the unfreeze and the phase to the worker that "
                 "settles the attempt (within seconds)")
         if isinstance(exc, MigratorError):

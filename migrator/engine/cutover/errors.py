@@ -42,6 +42,16 @@ class CutoverAborted(CutoverError):
     exit_code = 3
 
 
+class LeaseLost(CutoverAborted):
+    """This process lost the attempt's lease in ZooKeeper before a step that needs it: nothing of that
+    step was done, the source still serves, and a worker may be settling the attempt already."""
+
+    def __init__(self, label: str, before: str, undone: str):
+        super().__init__(f"this process lost the {label}'s lease in ZooKeeper before {before} (its session expired, "
+                         f"or ZooKeeper did not answer), so a worker may be settling it: {undone}; retry the {label}",
+                         phase=label)
+
+
 class FlipUnknown(CutoverError):
     """The flip CAS's outcome is unknown: the fences stay closed until the settler reads the map."""
 

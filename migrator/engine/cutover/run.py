@@ -51,12 +51,13 @@ from migrator.engine.cutover.errors import (
     CutoverError,
     FlipUnknown,
     FreezeBudgetExceeded,
+    LeaseLost,
 )
 from migrator.engine.cutover.fence import Fence, Move, fence_mode
 from migrator.engine.cutover.fences import GateFence, PairFence, RenameFence
 from migrator.engine.cutover.hooks import CutoverHooks, CutoverResult
 from migrator.engine.cutover.lease import CutoverLease, settle_lock
-from migrator.engine.cutover.maps import reread_map, unfreeze_ranges
+from migrator.engine.cutover.maps import MapEdits, reread_map
 from migrator.engine.cutover.passive_gate import TriggerGate
 from migrator.engine.cutover.watchdog import Watchdog
 from migrator.engine.mdl import LockWait
@@ -69,10 +70,10 @@ from migrator.engine.verify.checksums import (
     prepare_session,
 )
 from migrator.engine.verify.drainers import Drainer
-from migrator.errors import MigratorError, ShardMapConflict, ShardMapGuardLost
+from migrator.errors import MigratorError
 from migrator.fleet.config import Config, Credentials
 from migrator.fleet.gtid import GtidPos
-from migrator.fleet.model import Host, ShardMap
+from migrator.fleet.model import Host
 from migrator.fleet.mysql import (
     binlog_pos,
     binlog_state,
@@ -149,9 +150,9 @@ class CutoverRun:
         self.writer: pymysql.connections.Connection | None = None
         self.passive_gate: TriggerGate | None = None
         self.target_conn: pymysql.connections.Connection | None = None
-        self.frozen_epoch: int | None = None
-        self.frozen_map: ShardMap | None = None
-        self.flipped_epoch: int | None = None
+        #: the freeze, the flip and the unfreeze of this attempt, each guarded by its lease
+        self.edits = MapEdits(self.maps, self.moving, self.ranges, self.direction, spec.id,
+                              guard=lambda: self.guard, lease_alive=lambda: self.lease is None or self.lease.alive)
         self.fence_gtid = ""
         #: the source master's own transactions up to and including the sentinel write (what a member of
         #: its pair must have applied before it renames: :func:`~migrator.fleet.mysql.wait_applied`)
@@ -176,11 +177,6 @@ class CutoverRun:
         self.attempt_id = uuid.uuid4().hex[:6]
         #: the flip CAS went out and its outcome is unknown: the fences stay closed for the settler
         self.flip_unknown = False
-        #: after a lost answer to the flip CAS, how long to try reading the map back before the outcome
-        #: counts as unknown without it (a variable: tests shorten it)
-        self.reread_s = 60.0
-        #: an undo found the lease gone (its unfreeze was refused): the settler finishes the undo
-        self.lease_lost = False
         #: the lease's node as last seen (see :attr:`guard`); a path no lease ever has until then
         self._guard_path = "/migrator-no-lease-held"
 
@@ -275,7 +271,7 @@ class CutoverRun:
         missing = [t.name for t in self.tables if (tdb(t.db), t.table) not in there]
         if missing:
             raise CutoverError(f"tables {missing} are not on the target {self.target.name}: "
-                               "the copy is incomplete; run the copy again", phase="cutover")
+                               "the copy is incomplete; run the copy again", phase=self.direction.label)
         moves = [Move(t.db, t.table, self.tomb(t.db)) for t in self.tables]
         sentinels = [(db, SENTINEL_TABLE) for db in spec.databases]
         self.fence_mode = fence_mode(spec.options.fence, len(self.tables))
@@ -379,7 +375,7 @@ class CutoverRun:
             problems.append(f"the background tail of the cutover failed ({type(exc).__name__}: {exc})")
         if self.fences is not None:
             # never flipped (or undone): the members go back to how they were; an unknown flip keeps them
-            problems += self.fences.close(keep_closed=self.flipped_epoch is not None or self.flip_unknown)
+            problems += self.fences.close(keep_closed=self.edits.flipped_epoch is not None or self.flip_unknown)
         if self.writer is not None and self.fence is None:
             self.writer.close()
         if self.target_conn is not None:
@@ -392,84 +388,6 @@ class CutoverRun:
                 failure.add_note(problem)
             else:
                 raise CutoverError(problem, phase=self.direction.label)
-
-    # -- map edits -------------------------------------------------------------------------
-    def freeze(self, attempts: int = 5) -> None:
-        """Freeze our ranges in one CAS; another change landing first (a concurrent move's freeze
-        or flip) is read again and the freeze retried: nothing is frozen until it lands."""
-        for attempt in range(attempts):
-            try:
-                self._freeze_once()
-                return
-            except ShardMapConflict:
-                if attempt + 1 == attempts:
-                    raise
-
-    def _freeze_once(self) -> None:
-        cur = self.maps.read()
-        moving = self.moving
-        for s in moving.shards:
-            owner = moving.master_in(cur, s)
-            if owner != self.direction.from_master:
-                raise CutoverError(f"{moving.describe()}: shard {s} is served by {owner}, not "
-                                   f"{self.direction.from_master}: the map changed since the plan",
-                                   phase=self.direction.label)
-            if moving.frozen_in(cur, s):
-                raise CutoverError(f"{moving.describe()}: shard {s} is already frozen by someone else",
-                                   phase="cutover")
-        new = moving.freeze(cur)
-        assert cur.epoch is not None
-        try:
-            # guarded by the lease like the flip: once the lease is given up, a freeze still held
-            # somewhere (a paused ZooKeeper server) can no longer commit
-            stored = self.maps.cas(new, cur.epoch, reason=f"{self.direction.label} {self.spec.id}: freeze",
-                                   details={"migration": self.spec.id, "ranges": self.ranges,
-                                            "moving": self.moving.describe()}, guard=self.guard)
-        except ShardMapGuardLost:
-            raise CutoverAborted("this process lost the cutover's lease in ZooKeeper before the freeze (its "
-                                 "session expired); nothing was frozen; retry the cutover",
-                                 phase=self.direction.label) from None
-        except ZK_LOST:
-            stored = self._freeze_outcome()
-        self.frozen_epoch = stored.epoch
-        self.frozen_map = stored
-
-    def _freeze_outcome(self) -> ShardMap:
-        """The freeze CAS went out and no answer came back. A map read back that shows our ranges frozen
-        is the answer (the shards are this migration's: nobody else freezes them) and the freeze goes
-        on; anything else leaves it to the settler, which gives the lease up first (after which the
-        guarded CAS cannot commit) and unfreezes what the map shows frozen."""
-        try:
-            smap = reread_map(self.maps, self.reread_s)
-        except ZK_LOST:
-            smap = None
-        landed = (smap is not None and self.moving.all_frozen(smap)
-                  and self.moving.served_by(smap, self.direction.from_master))
-        if landed and (self.lease is None or self.lease.alive):
-            assert smap is not None
-            return smap
-        raise FlipUnknown(
-            "lost ZooKeeper during the freeze, before anything was fenced; the freeze may still commit, so "
-            "the decision is left to the settler, which unfreezes the ranges from the map once this "
-            "process's lease is gone; the source serves (`migrator cutover ID` retries)",
-            phase=self.direction.label)
-
-    def flipped_map(self, frozen: ShardMap) -> ShardMap:
-        return self.moving.flip(frozen, self.direction.to_master, self.direction.to_slave)
-
-    def flip_landed(self, smap: ShardMap) -> bool:
-        return self.moving.served_by(smap, self.direction.to_master)
-
-    def unfreeze(self) -> bool:
-        """Unfreeze our ranges, guarded by the lease: False (nothing changed) once the lease is gone,
-        when the ranges may be a later attempt's freeze already; the settler unfreezes then."""
-        try:
-            unfreeze_ranges(self.maps, self.moving, reason=f"{self.direction.label} {self.spec.id}: abort, unfreeze",
-                            guard=self.guard)
-        except ShardMapGuardLost:
-            self.lease_lost = True
-            return False
-        return True
 
     # -- undo --------------------------------------------------------------------------------
     def undo(self) -> None:
@@ -484,13 +402,13 @@ class CutoverRun:
                 if self._pre_flipped and self.direction.undo_pre_flip is not None:
                     self._pre_flipped = False
                     if not self._while_holding(self.direction.undo_pre_flip):
-                        self.lease_lost = True
+                        self.edits.lease_lost = True
             finally:
                 try:
                     if self.fences is not None:
                         self.fences.undo()
                 finally:
-                    if self.frozen_epoch is not None and self.unfreeze():
+                    if self.edits.frozen_epoch is not None and self.edits.unfreeze():
                         self.t_released = time.monotonic()  # clients wait no longer
 
     # -- the freeze ----------------------------------------------------------------------------
@@ -505,11 +423,10 @@ class CutoverRun:
             self.lease.record["attempt"] = self.attempt_id  # for people: which gates are this attempt's
         if self.lease is not None and not self.lease.alive:
             # a worker may be settling this cutover already: never start a freeze without the lease
-            raise CutoverAborted("this process lost the cutover's lease in ZooKeeper before the freeze (its session "
-                                 "expired); nothing was frozen; retry the cutover", phase="cutover")
+            raise LeaseLost(self.direction.label, "the freeze", "nothing was frozen")
         self._step_end = time.monotonic()
         with self.step("freeze_cas"):
-            self.freeze()
+            self.edits.freeze()
         self.t_freeze = self._step_end  # the freeze starts when the frozen map is committed: clients wait
         self.watchdog = Watchdog(self.spec.options.freeze_budget_ms / 1000, self._overrun).start()
         flipped = False
@@ -532,7 +449,8 @@ class CutoverRun:
             self._hook(hooks.before_flip)
             with self.step("flip_cas"):
                 self._claim_flip()
-                flipped = self._flip()
+                flipped = self.edits.flip({"fence_gtid": self.fence_gtid, "target_gtid": self.target_pos,
+                                           "target_state": self.target_state})
             with self.step("release"):
                 self.fences.release()
             self.t_released = self._step_end
@@ -571,16 +489,16 @@ class CutoverRun:
                 if self.watchdog.claim() or not self.watchdog.fired:
                     self.undo()
                 if self.watchdog.fired:
-                    raise FreezeBudgetExceeded(self._overrun_msg(), phase="cutover") from None
+                    raise FreezeBudgetExceeded(self._overrun_msg(), phase=self.direction.label) from None
             if isinstance(exc, (MigratorError, pymysql.err.MySQLError, *ZK_LOST)) and not flipped:
                 if isinstance(exc, MigratorError):
                     raise
-                raise CutoverAborted(f"cutover aborted before the flip, source still serves: "
+                raise CutoverAborted(f"{self.direction.label} aborted before the flip, source still serves: "
                                      f"{str(exc) or type(exc).__name__}",
-                                     phase="cutover") from None
+                                     phase=self.direction.label) from None
             raise
         self._hook(hooks.after_flip)
-        assert self.flipped_epoch is not None
+        assert self.edits.flipped_epoch is not None
         return self._result(freeze_ms)
 
     # -- the steps of the freeze ---------------------------------------------------------------
@@ -614,7 +532,7 @@ class CutoverRun:
                                  f"when the freeze budget ran out: the replication {p} -> {self.source.name} "
                                  "lags (lag inside the source pair); the freeze was undone and the source "
                                  f"still serves; let it catch up (SHOW SLAVE STATUS on {self.source.name}), "
-                                 "then retry", phase="cutover")
+                                 "then retry", phase=self.direction.label)
 
     def _drain_to_sentinel(self) -> None:
         """Catch-up applies everything up to the sentinel (the background tail, if any, goes on to it
@@ -627,7 +545,7 @@ class CutoverRun:
         if missing:
             raise CutoverAborted(f"the sentinel row did not reach {missing[0]} on {self.target.name} after "
                                  f"draining to {self.fence_gtid}: catch-up is not applying; check it",
-                                 phase="cutover")
+                                 phase=self.direction.label)
         # where a reverse tail would start: the state first, so it never names a transaction after the
         # position (a shared GTID domain needs it to know which server's transactions are before it)
         self.target_state = str(binlog_state(self.target_conn))
@@ -638,18 +556,15 @@ class CutoverRun:
         will), every fence still holds, and a rollback's old tables are back under their names."""
         assert self.watchdog is not None and self.fences is not None
         if not self.watchdog.claim():
-            raise FreezeBudgetExceeded(self._overrun_msg(), phase="cutover")
+            raise FreezeBudgetExceeded(self._overrun_msg(), phase=self.direction.label)
         lost = self.fences.holding()
         if lost is not None:
-            raise CutoverAborted(f"{lost}; not flipping", phase="cutover")
+            raise CutoverAborted(f"{lost}; not flipping", phase=self.direction.label)
         if self.direction.pre_flip is not None:
             self._pre_flipped = True
             if not self._while_holding(self.direction.pre_flip):
                 self._pre_flipped = False
-                raise CutoverAborted(f"this process lost the {self.direction.label}'s lease in ZooKeeper before "
-                                     "the flip (its session expired, or ZooKeeper did not answer), so a worker "
-                                     "may be settling it: nothing was renamed and the flip was not made; retry",
-                                     phase=self.direction.label)
+                raise LeaseLost(self.direction.label, "the flip", "nothing was renamed and the flip was not made")
 
     def _landed_once_lease_is_gone(self, timeout: float = 10.0) -> bool | None:
         """After an unknown flip: give the lease up, then read the map. True/False once the lease node
@@ -662,12 +577,12 @@ class CutoverRun:
         try:
             if self.zk.client.exists(path) is not None:
                 return None  # not deleted (the lease's own session was cut off): it ends with that session
-            return self.flip_landed(reread_map(self.maps, timeout))
+            return self.edits.flip_landed(reread_map(self.maps, timeout))
         except (*ZK_LOST, KazooException):
             return None
 
     def _result(self, freeze_ms: float) -> CutoverResult:
-        return CutoverResult(self.spec.id, round(freeze_ms, 2), self.flipped_epoch or 0, self.fence_gtid,
+        return CutoverResult(self.spec.id, round(freeze_ms, 2), self.edits.flipped_epoch or 0, self.fence_gtid,
                              self.target_pos, self.rows_checked, self.rows_repaired, dict(self.steps),
                              self.keys_from, self.target_state)
 
@@ -741,76 +656,3 @@ class CutoverRun:
                                         token=self.token, fence_gtid=self.fence_gtid, remaining_s=self.remaining_s)
         self.steps["compare_keys"] = got.keys_ms
         self.keys_from, self.rows_checked, self.rows_repaired = got.keys_from, got.rows_checked, got.rows_repaired
-
-    def _ours_unchanged(self, smap: ShardMap) -> bool:
-        """Our ranges (or route) in ``smap`` are exactly as we froze them (owner, standby, frozen)."""
-        frozen = self.frozen_map
-        assert frozen is not None
-        return self.moving.image(smap) == self.moving.image(frozen) and self.moving.all_frozen(smap)
-
-    def _flip(self, attempts: int = 5) -> bool:
-        """The one CAS. Returns True when the flip landed; raises (after undo by the caller) if not.
-
-        The flip is made on the map we froze. If another change landed meanwhile (another
-        migration's freeze or flip of other ranges: concurrent moves of a rebalance), the map is
-        read again and the flip made on it, but only if our ranges are exactly as we froze them;
-        any change to them refuses the flip."""
-        assert self.frozen_epoch is not None and self.frozen_map is not None
-        base = self.frozen_map
-        for attempt in range(attempts):
-            try:
-                return self._flip_on(base)
-            except ShardMapConflict as exc:
-                cur = reread_map(self.maps)
-                if attempt + 1 == attempts or not self._ours_unchanged(cur):
-                    raise CutoverAborted(
-                        f"the shard map changed during the freeze (epoch {self.frozen_epoch} expected): "
-                        f"{exc.message} The flip was not made and the source still serves; "
-                        "look at `migrator topology history`, then retry the cutover", phase="cutover") from None
-                base = cur
-        raise AssertionError("unreachable")
-
-    def _flip_on(self, base: ShardMap) -> bool:
-        assert base.epoch is not None
-        new = self.flipped_map(base)
-        try:
-            stored = self.maps.cas(new, base.epoch, reason=f"{self.direction.label} {self.spec.id}: flip to "
-                                   f"{self.direction.to_master}/{self.direction.to_slave}",
-                                   details={"migration": self.spec.id, "ranges": self.ranges,
-                                            "moving": self.moving.describe(), "fence_gtid": self.fence_gtid,
-                                            "target_gtid": self.target_pos,
-                                            "target_state": self.target_state,
-                                            "direction": self.direction.label},
-                                   guard=self.lease.path if self.lease is not None else None)
-            self.flipped_epoch = stored.epoch
-            return True
-        except ShardMapGuardLost:
-            raise CutoverAborted("this process lost the cutover's lease in ZooKeeper before the flip (its session "
-                                 "expired), so a worker may be undoing it: the flip was not made and the source "
-                                 "still serves; retry the cutover", phase="cutover") from None
-        except ZK_LOST:
-            # the CAS went out and no answer came back: it may have committed, or may still commit (a
-            # server that held it, paused, processes it when it resumes). Only a map that shows it is
-            # an answer; a map that does not is no proof it never will.
-            try:
-                smap = reread_map(self.maps, self.reread_s)
-            except ZK_LOST:
-                raise FlipUnknown(
-                    "lost ZooKeeper during the flip and could not read the map back; the fences stay closed "
-                    "(the source tables go to the tombstones, the gates stay shut), safe either way; once this "
-                    "process's lease is gone a worker settles it from the map (`migrator cutover ID` does too)",
-                    phase=self.direction.label) from None
-            if self.flip_landed(smap) and (self.lease is None or self.lease.alive):
-                self.flipped_epoch = smap.epoch
-                return True
-            if self.flip_landed(smap):
-                # landed, but the lease ended meanwhile: a settler may be finishing it already; this
-                # process does not finish it beside it (the settle below, from the map, does)
-                raise FlipUnknown("lost ZooKeeper during the flip; the map read back shows it landed, but this "
-                                  "process lost its lease meanwhile, so a settler finishes it",
-                                  phase=self.direction.label) from None
-            raise FlipUnknown(
-                "lost ZooKeeper during the flip and the map read back does not show it yet; the request may "
-                "still commit, so the fences stay closed (the source tables go to the tombstones, the gates "
-                "stay shut) until the settler decides from the map once this process's lease is gone",
-                phase=self.direction.label) from None

@@ -73,7 +73,8 @@ def _pair_settled(fleet, first, second, spec, where: str) -> None:
 
 
 def _intercept_map_commit(run, on_commit):
-    """The next ZooKeeper transaction of ``run``'s client that writes the shard map (the freeze, the flip)
+    """The next ZooKeeper transaction of ``run``'s client (a cutover run's, or its map edits') that writes the
+    shard map (the freeze, the flip)
     commits through ``on_commit(commit_async)``; other transactions (a settle lock) go through as they are.
     Returns the client's own ``transaction``, to put back."""
     client = run.maps.zk.client
@@ -186,25 +187,25 @@ def test_an_unanswered_freeze_ends_wholly_before_or_after(fleet, monkeypatch, an
     ZooKeeper (the map shows nothing frozen, and an unanswered request may still commit): the decision goes
     to the settler, which gives the lease up (the freeze is guarded by it) and unfreezes from the map. Never
     ranges left frozen with no one to unfreeze them; every routed write on the final owner."""
-    from migrator.engine.cutover.run import CutoverRun
+    from migrator.engine.cutover.maps import MapEdits
 
     prep = prepare_converged(fleet, MOVING, options=Options(freeze_budget_ms=2000))
     spec = prep.spec
-    plain_freeze = CutoverRun._freeze_once
+    plain_freeze = MapEdits._freeze_once
 
-    def unanswered_freeze(run):
+    def unanswered_freeze(edits):
         def unanswered(commit_async):
             if answer == "lost":
                 commit_async().get()
             raise ConnectionLoss()
 
-        plain = _intercept_map_commit(run, unanswered)
+        plain = _intercept_map_commit(edits, unanswered)
         try:
-            return plain_freeze(run)
+            return plain_freeze(edits)
         finally:
-            run.maps.zk.client.transaction = plain
+            edits.maps.zk.client.transaction = plain
 
-    monkeypatch.setattr(CutoverRun, "_freeze_once", unanswered_freeze)
+    monkeypatch.setattr(MapEdits, "_freeze_once", unanswered_freeze)
     router = ShardRouter(fleet.zk, fleet.credentials).start()
     writer = Writer(router, shards=MOVING).start()
     time.sleep(0.3)
@@ -222,7 +223,7 @@ def test_an_unanswered_freeze_ends_wholly_before_or_after(fleet, monkeypatch, an
     assert not fleet.zk.client.exists(fleet.zk.path("cutovers", spec.id))
     assert not writer.errors, writer.errors[:5]
     if outcome == "before":  # and the next attempt, answered, flips
-        monkeypatch.setattr(CutoverRun, "_freeze_once", plain_freeze)
+        monkeypatch.setattr(MapEdits, "_freeze_once", plain_freeze)
         cutover(fleet.config, spec.id, drainer=prep.drainer)
         assert _where(fleet, prep) == "after"
     prep.drainer.close()
@@ -306,7 +307,7 @@ def _pause_at_the_flip_cas(sb, reread: str, resumer: list[threading.Thread]):
 
     def at_flip(run) -> None:
         if reread in ("no_answer", "lost_answer"):
-            run.reread_s = 3.0
+            run.edits.reread_s = 3.0
 
         def paused(commit_async):
             if reread == "lost_answer":
