@@ -443,8 +443,8 @@ def move(cfg: config_mod.Config, target: str, window: dict[str, float],
     verify_migration(cfg, mid)
 
     def began(run: Any) -> None:
-        window["start"] = run.t_freeze
-        window["start_wall"] = time.time() - (time.monotonic() - run.t_freeze)
+        window["start"] = run.record.t_freeze
+        window["start_wall"] = time.time() - (time.monotonic() - run.record.t_freeze)
         window["run"] = run
 
     def ended(run: Any) -> None:
@@ -464,14 +464,15 @@ def move(cfg: config_mod.Config, target: str, window: dict[str, float],
                 catch_up.run_passes(cfg, mid, 1)
                 continue
             run = window.pop("run")
-            end = run.t_released if run.t_released is not None else time.monotonic()  # unfrozen by the undo
+            rec = run.record
+            end = rec.t_released if rec.t_released is not None else time.monotonic()  # unfrozen by the undo
             aborts.append({"freeze_ms": (end - window.pop("start")) * 1000,
-                           "steps": dict(run.steps), "why": type(exc).__name__})
+                           "steps": dict(run.record.steps), "why": type(exc).__name__})
             catch_up.run_passes(cfg, mid, 1)
     run = window.pop("run", None)
-    detail = {"drained": dict(run.drained), "refresh_rounds": list(run.refresh_rounds),
-              "released": dict(run.released), "waiters_ended": run.waiters_ended,
-              "released_at": run.t_released} if run is not None else {}
+    detail = {"drained": dict(run.record.drained), "refresh_rounds": list(run.record.refresh_rounds),
+              "released": dict(run.record.released), "waiters_ended": run.record.waiters_ended,
+              "released_at": run.record.t_released} if run is not None else {}
     with zk_mod.connect(cfg, config_mod.load_credentials(cfg)) as zk:
         predicted = MigrationStore(zk).state(mid)[0].predicted_freeze_ms
     cleanup(cfg, mid, now=True)

@@ -157,9 +157,9 @@ def _cutover(config: Config, zk: ZK, creds: Credentials, migration_id: str, leas
 
     def gate(run: CutoverRun) -> dict[str, Any]:
         try:
-            predicted, run.predicted = check_budget(run, state.predicted_freeze_ms)
+            predicted, run.record.predicted = check_budget(run, state.predicted_freeze_ms)
         except FreezeBudgetExceeded as exc:
-            run.predicted = exc.predicted or {}
+            run.record.predicted = exc.predicted or {}
             raise
         return {"predicted_freeze_ms": predicted}
 

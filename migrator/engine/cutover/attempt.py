@@ -129,7 +129,7 @@ def drive(way: Way, store: MigrationStore, spec: Spec, run: CutoverRun, lease: C
     Raises :class:`FlipUnknown` for the caller to settle; closes the run."""
     migration_id = spec.id
     failure: BaseException | None = None
-    took = run.before_freeze
+    took = run.record.before_freeze
 
     @contextmanager
     def before_freeze(step: str) -> Iterator[None]:

@@ -30,9 +30,9 @@ def after_overrun(run: Any) -> list[Blocker]:
     them)."""
     from migrator.fleet.mysql import connect as mysql_connect
 
-    if run.t_freeze is None:
+    if run.record.t_freeze is None:
         return []
-    step = run.overrun_step or run.pending_step()
+    step = run.record.overrun_step or run.pending_step()
     if step not in LOCK_STEPS:
         return []
     host = run.passive_gate.host if step == "passive_close" else run.source

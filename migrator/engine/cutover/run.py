@@ -59,6 +59,7 @@ from migrator.engine.cutover.hooks import CutoverHooks, CutoverResult
 from migrator.engine.cutover.lease import CutoverLease, settle_lock
 from migrator.engine.cutover.maps import MapEdits, reread_map
 from migrator.engine.cutover.passive_gate import TriggerGate
+from migrator.engine.cutover.record import AttemptRecord
 from migrator.engine.cutover.watchdog import Watchdog
 from migrator.engine.mdl import LockWait
 from migrator.engine.migration import MigrationStore, Spec
@@ -115,22 +116,9 @@ class CutoverRun:
         self._pre_flipped = False
         #: the last re-check before the freeze (:func:`recheck.refresh_verified_gtid`)
         self.refreshed: recheck.Refreshed | None = None
-        #: where the compare under the fence took the changed keys from: drain, reader or binlog
-        self.keys_from = ""
         self.token = ""
-        #: the gate's predictions (:func:`migrator.engine.cutover.gate.check_budget`), for the record
-        self.predicted: dict[str, Any] = {}
-        #: the rounds of :meth:`refresh_verified_gtid` (rows re-checked, seconds), for the record
-        self.refresh_rounds: list[dict[str, float]] = []
-        #: the drain under the fence (row changes read, ms until the last were read and until their round
-        #: was sent, ms saving checkpoints), for the record
-        self.drained: dict[str, Any] = {}
-        #: under the rename fence, ms from the UNLOCK until each table's RENAME had run (slowest first)
-        self.released: dict[str, float] = {}
-        #: client statements the rename fence ended (waiting on it at the flip, or stale behind its renames)
-        self.waiters_ended = 0
-        #: ms of each step before the freeze (prepare, gate, standby, recheck), for the record
-        self.before_freeze: dict[str, float] = {}
+        #: what this attempt measured and how it ended (:mod:`migrator.engine.cutover.record`)
+        self.record = AttemptRecord()
         #: called once the freeze is over (flipped and released), before the steps behind it
         self.on_released: Callable[[], None] | None = None
         #: the drainer's reader was started ahead, while the fences were prepared (the gate does not warm it)
@@ -157,16 +145,9 @@ class CutoverRun:
         #: the source master's own transactions up to and including the sentinel write (what a member of
         #: its pair must have applied before it renames: :func:`~migrator.fleet.mysql.wait_applied`)
         self.fence_own: GtidPos = GtidPos()
-        self.steps: dict[str, float] = {}
         #: when the last step of the freeze ended (each step is timed from the end of the one before)
         self._step_end = 0.0
-        self.rows_checked = 0
-        self.rows_repaired = 0
         self.watchdog: Watchdog | None = None
-        #: the freeze step under way when the watchdog fired (what an overrun's refusal names)
-        self.overrun_step: str | None = None
-        self.t_freeze: float | None = None
-        self.t_released: float | None = None
         self._undo_lock = threading.Lock()
         self._undone = False
         #: the cutover's lease (:mod:`migrator.engine.cutover.lease`): it records the steps and guards the flip,
@@ -183,22 +164,14 @@ class CutoverRun:
     # -- helpers ------------------------------------------------------------------------
     def attempt(self, outcome: str) -> dict[str, Any]:
         """What this attempt did, for the record (kept for aborted attempts too)."""
-        freeze_ms = None
-        if self.t_freeze is not None:
-            end = self.t_released if self.t_released is not None else time.monotonic()
-            freeze_ms = round((end - self.t_freeze) * 1000, 2)
-        return {"at": time.time(), "outcome": outcome[:500], "freeze_ms": freeze_ms, "steps_ms": dict(self.steps),
-                "refresh_rounds": list(self.refresh_rounds), "predicted": dict(self.predicted),
-                "drained": dict(self.drained), "released": dict(self.released),
-                "waiters_ended": self.waiters_ended, "before_freeze_ms": dict(self.before_freeze),
-                "lock_waits": {g.host.name: g.lock_attempts.to_dict()
-                               for g in (self.active_gate, self.passive_gate) if g is not None}}
+        return self.record.to_dict(outcome, {g.host.name: g.lock_attempts.to_dict()
+                                             for g in (self.active_gate, self.passive_gate) if g is not None})
 
     def remaining_s(self) -> float:
         budget = self.spec.options.freeze_budget_ms / 1000
-        if self.t_freeze is None:
+        if self.record.t_freeze is None:
             return budget
-        return max(0.01, budget - (time.monotonic() - self.t_freeze))
+        return max(0.01, budget - (time.monotonic() - self.record.t_freeze))
 
     def tomb(self, db: str) -> str:
         return tomb_db(self.spec.id, db)
@@ -352,7 +325,7 @@ class CutoverRun:
         (:func:`migrator.engine.cutover.recheck.refresh_verified_gtid`)."""
         self.refreshed = recheck.refresh_verified_gtid(self.config, self.store, self.moving_tables(),
                                                        max_rounds=max_rounds, quiet_s=quiet_s, quiet_keys=quiet_keys)
-        self.refresh_rounds.extend(self.refreshed.rounds)
+        self.record.refresh_rounds.extend(self.refreshed.rounds)
         return self.refreshed.verified_gtid
 
     def close(self, failure: BaseException | None = None) -> None:
@@ -409,7 +382,7 @@ class CutoverRun:
                         self.fences.undo()
                 finally:
                     if self.edits.frozen_epoch is not None and self.edits.unfreeze():
-                        self.t_released = time.monotonic()  # clients wait no longer
+                        self.record.t_released = time.monotonic()  # clients wait no longer
 
     # -- the freeze ----------------------------------------------------------------------------
     def run(self, hooks: CutoverHooks) -> CutoverResult:
@@ -427,7 +400,7 @@ class CutoverRun:
         self._step_end = time.monotonic()
         with self.step("freeze_cas"):
             self.edits.freeze()
-        self.t_freeze = self._step_end  # the freeze starts when the frozen map is committed: clients wait
+        self.record.t_freeze = self._step_end  # the freeze starts when the frozen map is committed: clients wait
         self.watchdog = Watchdog(self.spec.options.freeze_budget_ms / 1000, self._overrun).start()
         flipped = False
         try:
@@ -453,8 +426,8 @@ class CutoverRun:
                                            "target_state": self.target_state})
             with self.step("release"):
                 self.fences.release()
-            self.t_released = self._step_end
-            freeze_ms = (self.t_released - self.t_freeze) * 1000
+            self.record.t_released = self._step_end
+            freeze_ms = (self.record.t_released - self.record.t_freeze) * 1000
             if self.on_released is not None:
                 self.on_released()
             # outside the freeze: the renames, each member kept from stale writers meanwhile (ended by the
@@ -464,8 +437,8 @@ class CutoverRun:
                     with self.step(name):
                         fence.finish(self.fence_own, 60 + 0.05 * len(self.tables))
             finally:
-                self.released = self.fences.released
-                self.waiters_ended = self.fences.waiters_ended
+                self.record.released = self.fences.released
+                self.record.waiters_ended = self.fences.waiters_ended
         except FlipUnknown as exc:
             # An unknown outcome is its own outcome: neither undo nor claim success. The gates stay
             # closed with their triggers (close() leaves them) and the lock stays held while the
@@ -482,7 +455,7 @@ class CutoverRun:
             except BaseException as rel:  # noqa: BLE001 - the unknown flip is what the caller must see
                 exc.message = (f"{exc.message}; also, putting the rename fence on its side failed ({rel}): the "
                                "settler finishes or undoes it")
-            exc.result = self._result((time.monotonic() - (self.t_freeze or time.monotonic())) * 1000)
+            exc.result = self._result((time.monotonic() - (self.record.t_freeze or time.monotonic())) * 1000)
             raise
         except BaseException as exc:
             if not flipped:
@@ -509,7 +482,7 @@ class CutoverRun:
         :meth:`pending_step` names the step an overrun caught."""
         yield
         now = time.monotonic()
-        self.steps[name] = round((now - self._step_end) * 1000, 2)
+        self.record.steps[name] = round((now - self._step_end) * 1000, 2)
         self._step_end = now
         if self.lease is not None:
             self.lease.step(name)
@@ -540,7 +513,7 @@ class CutoverRun:
         assert self.target_conn is not None
         got = self.drainer.drain_to(self.fence_gtid, self.remaining_s(), save=False)
         if got is not None:
-            self.drained = got.drain_record()
+            self.record.drained = got.drain_record()
         missing = self._sentinels_missing()
         if missing:
             raise CutoverAborted(f"the sentinel row did not reach {missing[0]} on {self.target.name} after "
@@ -582,9 +555,10 @@ class CutoverRun:
             return None
 
     def _result(self, freeze_ms: float) -> CutoverResult:
+        rec = self.record
         return CutoverResult(self.spec.id, round(freeze_ms, 2), self.edits.flipped_epoch or 0, self.fence_gtid,
-                             self.target_pos, self.rows_checked, self.rows_repaired, dict(self.steps),
-                             self.keys_from, self.target_state)
+                             self.target_pos, rec.rows_checked, rec.rows_repaired, dict(rec.steps), rec.keys_from,
+                             self.target_state)
 
     def _write_sentinels(self) -> None:
         """A unique row in each moving db's sentinel table, all in one commit; ``fence_gtid`` is the
@@ -625,18 +599,18 @@ class CutoverRun:
     def pending_step(self) -> str:
         """The freeze step under way now: the first of :data:`FREEZE_STEPS` not yet recorded."""
         skip = () if self.passive_gate is not None else ("passive_close", "passive_sync")
-        return next((s for s in FREEZE_STEPS if s not in self.steps and s not in skip), "release")
+        return next((s for s in FREEZE_STEPS if s not in self.record.steps and s not in skip), "release")
 
     def _overrun(self) -> None:
         """The watchdog fired: note the step it caught (the main thread may finish that step before it
         sees the watchdog, and the refusal must name the step the budget ran out in), then undo."""
-        self.overrun_step = self.pending_step()
+        self.record.overrun_step = self.pending_step()
         self.undo()
 
     def _overrun_msg(self) -> str:
         """Why the watchdog undid the freeze, named by the step that was running when the budget ran out."""
         extra = f" (undo failed: {self.watchdog.error})" if self.watchdog and self.watchdog.error else ""
-        step = self.overrun_step or self.pending_step()
+        step = self.record.overrun_step or self.pending_step()
         passive = self.passive_gate.host.name if self.passive_gate is not None else "the passive member"
         why = {
             "passive_close": (f"while closing the write gate on {passive}: a transaction there holds a moving "
@@ -654,5 +628,6 @@ class CutoverRun:
         assert self.writer is not None
         got = recheck.compare_in_freeze(self.moving_tables(), self.writer, self.refreshed, verified, suspect,
                                         token=self.token, fence_gtid=self.fence_gtid, remaining_s=self.remaining_s)
-        self.steps["compare_keys"] = got.keys_ms
-        self.keys_from, self.rows_checked, self.rows_repaired = got.keys_from, got.rows_checked, got.rows_repaired
+        self.record.steps["compare_keys"] = got.keys_ms
+        rec = self.record
+        rec.keys_from, rec.rows_checked, rec.rows_repaired = got.keys_from, got.rows_checked, got.rows_repaired
