@@ -19,6 +19,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+import pymysql
+
 from migrator.engine import catch_up, copy_groups
 from migrator.engine import cleanup as cleanup_mod
 from migrator.engine import copy as copy_mod
@@ -26,9 +28,10 @@ from migrator.engine import cutover as cutover_mod
 from migrator.engine import plan as plan_mod
 from migrator.engine import preflight as preflight_mod
 from migrator.engine import rollback as rollback_mod
+from migrator.engine.mdl import LockBusy
 from migrator.engine.migration import MigrationStore, Node, Options, Phase, ShardsBusy, Spec, State
 from migrator.engine.verify.run import verify_migration
-from migrator.errors import MigratorError, describe
+from migrator.errors import MigratorError, MySQLUnavailable, describe
 from migrator.fleet import config as config_mod
 from migrator.fleet import zk as zk_mod
 from migrator.fleet.config import Config, Credentials
@@ -345,7 +348,8 @@ ABORT_SETTLE_S = 30.0
 def _remove_gates(config: Config, zk: ZK, mid: str) -> str:
     """The gate objects (triggers, gate tables) any cutover attempt left on the source pair, removed under
     the settle lock once no attempt holds the lease (:func:`migrator.engine.cutover.reconcile.settle`).
-    Returns what happened, for the answer: a member that does not answer does not stop the abort."""
+    Returns what happened, for the answer: a member that does not answer (for :data:`ABORT_SETTLE_S`, tried
+    again every half second) does not stop the abort."""
     deadline = time.monotonic() + ABORT_SETTLE_S
     while True:
         try:
@@ -356,6 +360,10 @@ def _remove_gates(config: Config, zk: ZK, mid: str) -> str:
                         "it stops on the aborted phase; if it dies, a worker's settler removes them")
             time.sleep(0.5)
         except Exception as exc:  # noqa: BLE001 - the rest of the abort goes on; the answer says what to do
+            if isinstance(exc, (pymysql.err.MySQLError, MySQLUnavailable, LockBusy)) and time.monotonic() <= deadline:
+                # a member slow to answer, a DROP TRIGGER that waited on a lock: tried again
+                time.sleep(0.5)
+                continue
             return (f"not checked ({describe(exc)}): run `migrator abort {mid}` again once the source pair answers, "
                     "to remove any cutover triggers and gate table left there")
 

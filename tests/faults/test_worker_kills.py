@@ -257,7 +257,7 @@ def test_workers_killed_between_the_gate_and_the_freeze_then_abort_leaves_no_gat
     try:
         out = command.abort(run.cfg, run.mid)
         assert run.state().phase == Phase.ABORTED
-        assert not _gate_objects(fleet), out
+        assert not _gate_objects(fleet), out["gates"]
         run.no_flip_checks()
     finally:
         run.close()
