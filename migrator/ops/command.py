@@ -28,6 +28,7 @@ from migrator.engine import cutover as cutover_mod
 from migrator.engine import plan as plan_mod
 from migrator.engine import preflight as preflight_mod
 from migrator.engine import rollback as rollback_mod
+from migrator.engine.cutover.reconcile import NO_GATES_LEFT
 from migrator.engine.mdl import LockBusy
 from migrator.engine.migration import MigrationStore, Node, Options, Phase, ShardsBusy, Spec, State
 from migrator.engine.verify.run import verify_migration
@@ -351,9 +352,16 @@ def _remove_gates(config: Config, zk: ZK, mid: str) -> str:
     Returns what happened, for the answer: a member that does not answer (for :data:`ABORT_SETTLE_S`, tried
     again every half second) does not stop the abort."""
     deadline = time.monotonic() + ABORT_SETTLE_S
+    done: list[str] = []
     while True:
         try:
-            return cutover_mod.settle(config, mid, zk=zk)[1]
+            what = cutover_mod.settle(config, mid, zk=zk)[1]
+            if what == NO_GATES_LEFT or time.monotonic() > deadline:
+                return "; then ".join([*done, what]) if done else what
+            # some were removed: look once more a moment later, for a statement of the dead holder that the
+            # server was still running (a CREATE TRIGGER waiting on a table's lock) and that landed after them
+            done.append(what)
+            time.sleep(1.0)
         except cutover_mod.CutoverRunning as exc:
             if time.monotonic() > deadline:
                 return (f"left to the cutover attempt still running ({exc.message}): it removes its own gates when "

@@ -92,6 +92,10 @@ def reconcile(config: Config, migration_id: str, *, zk: ZK | None = None, lease:
     return settle(config, migration_id, zk=zk, lease=lease, blocking=blocking, holder_died=holder_died)[0]
 
 
+#: what a settle says when it found no gate object to remove
+NO_GATES_LEFT = "no gate objects were left"
+
+
 def settle(config: Config, migration_id: str, *, zk: ZK | None = None, lease: CutoverLease | None = None,
            blocking: bool = True, holder_died: bool = True) -> tuple[Phase, str]:
     """:func:`reconcile`, which also says what it did (for ``migrator abort``'s answer)."""
@@ -140,7 +144,7 @@ def _reconcile(config: Config, creds: Credentials, zk: ZK, migration_id: str, gu
     if state.phase != Phase.CUTOVER:
         removed = remove_gates(zk, creds, store.spec(migration_id), state.phase)
         what = ", ".join(f"{n} gate triggers and the gate table removed on {h}" for h, n in removed.items())
-        return state.phase, what or "no gate objects were left"
+        return state.phase, what or NO_GATES_LEFT
     spec = store.spec(migration_id)
     maps = ShardMapStore(zk)
     smap = reread_map(maps)
