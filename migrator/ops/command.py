@@ -29,6 +29,7 @@ from migrator.engine import plan as plan_mod
 from migrator.engine import preflight as preflight_mod
 from migrator.engine import rollback as rollback_mod
 from migrator.engine.cutover.reconcile import NO_GATES_LEFT
+from migrator.engine.cutover.reconcile import settle as settle_cutover
 from migrator.engine.mdl import LockBusy
 from migrator.engine.migration import MigrationStore, Node, Options, Phase, ShardsBusy, Spec, State
 from migrator.engine.verify.run import verify_migration
@@ -355,7 +356,9 @@ def _remove_gates(config: Config, zk: ZK, mid: str) -> str:
     done: list[str] = []
     while True:
         try:
-            what = cutover_mod.settle(config, mid, zk=zk)[1]
+            # reconcile's settle, never `cutover_mod.settle`: once the module migrator.engine.cutover.settle is
+            # imported (`migrator worker` does), that name is the module, and calling it raised TypeError
+            what = settle_cutover(config, mid, zk=zk)[1]
             if what == NO_GATES_LEFT or time.monotonic() > deadline:
                 return "; then ".join([*done, what]) if done else what
             # some were removed: look once more a moment later, for a statement of the dead holder that the
