@@ -95,14 +95,16 @@ class ShardRouter:
     def epoch(self) -> int | None:
         return self.map.epoch
 
-    def refresh(self) -> ShardMap:
-        """Read the map synchronously (after an error that says a table moved)."""
+    def refresh(self, *, hosts: bool = True) -> ShardMap:
+        """Read the map synchronously (after an error that says a table moved); with ``hosts`` the host
+        registry too (one read per host: after a lost connection, whose host may have a new address)."""
         smap = self.store.read()
-        hosts = self.registry.all()
+        registry = self.registry.all() if hosts else None
         with self._cond:
             if self._map is None or (smap.epoch or 0) >= (self._map.epoch or 0):
                 self._map = smap
-            self._hosts = hosts
+            if registry is not None:
+                self._hosts = registry
             self._cond.notify_all()
             return self._map
 

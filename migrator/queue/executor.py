@@ -181,7 +181,7 @@ class ShardExecutor:
                 self.pool.release(host, conn) if _usable(conn) else _close(conn)
                 self.moved_retries += 1
                 epoch = self.router.epoch
-                self._refresh()
+                self._refresh(hosts=False)  # the table moved: the map says where; the hosts are watched
                 if self.on_moved:
                     self.on_moved(shard)
                 if guard is not None:
@@ -206,9 +206,9 @@ class ShardExecutor:
         self.pool.release(host, conn)
         return result
 
-    def _refresh(self) -> None:
+    def _refresh(self, *, hosts: bool = True) -> None:
         try:
-            self.router.refresh()
+            self.router.refresh(hosts=hosts)
         except Exception:  # ZooKeeper hiccup: the watch will catch up
             pass
 
