@@ -79,6 +79,10 @@ def tag(component: str) -> str:
     return f"/* migrator:{component} */ "
 
 
+#: a statement this long (bytes) is written without PyMySQL's copies (:meth:`_Connection._execute_command`)
+WIDE_STATEMENT = 1 << 20
+
+
 class _Connection(pymysql.connections.Connection):
     """A PyMySQL connection that shares one TLS context per process.
 
@@ -96,6 +100,14 @@ class _Connection(pymysql.connections.Connection):
                     _Connection._preferred_ctx = super()._create_ssl_ctx(sslp)
             return _Connection._preferred_ctx
         return super()._create_ssl_ctx(sslp)
+
+    def _execute_command(self, command: int, sql: Any) -> None:
+        """PyMySQL's, but a statement given as bytes of ``WIDE_STATEMENT`` or more is cut into packets
+        through a memoryview: PyMySQL slices the bytes at every 16 MiB packet (a copy of the rest each
+        time), so a statement carrying a wide row cost several copies of itself in memory at once."""
+        if isinstance(sql, (bytes, bytearray)) and len(sql) >= WIDE_STATEMENT:
+            sql = memoryview(sql)
+        super()._execute_command(command, sql)
 
 
 def tls_of(host: Host, credentials: Credentials) -> MySQLTLS | None:

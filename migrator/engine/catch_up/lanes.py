@@ -340,7 +340,11 @@ class Lane:
                     if rows:
                         t = self._targets(tkey)
                         for sql in replace_statements(t, rows.values()):
-                            cur.execute(sql)
+                            if isinstance(sql, bytes):  # a wide row: a cursor of its own lets the
+                                with conn.cursor() as wide:  # statement go once it is written
+                                    wide.execute(sql)
+                            else:
+                                cur.execute(sql)
                             del sql  # not held while the next statement is built (wide rows)
             if self.stagger_s:
                 time.sleep(self.stagger_s)

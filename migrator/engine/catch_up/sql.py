@@ -4,7 +4,7 @@ A lane's part of a round becomes, per table, multi-row ``DELETE ... WHERE key IN
 ``REPLACE INTO ... VALUES (...)`` statements (:mod:`.lanes`). Values arrive as SQL literals
 already (the binlog reader decodes row images straight to them), so building a statement is
 joining strings. A statement holds at most ``MAX_ROWS_PER_STATEMENT`` rows, and a ``REPLACE`` at
-most ``MAX_BYTES_PER_STATEMENT`` bytes unless one row alone is larger.
+most ``MAX_BYTES_PER_STATEMENT`` bytes; a row of ``WIDE_ROW`` bytes or more is a statement of its own.
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ from migrator.fleet.mysql import tag
 TAG = tag("catchup")
 MAX_ROWS_PER_STATEMENT = 1000
 MAX_BYTES_PER_STATEMENT = 4 << 20
+#: a row with this many bytes of literals (or more) is a REPLACE of its own, sent as bytes
+WIDE_ROW = 1 << 20
 
 
 @dataclass
@@ -63,10 +65,14 @@ def delete_statements(t: Target, keys: list[tuple[str, ...]]) -> list[str]:
     return out
 
 
-def replace_statements(t: Target, rows: Any) -> Iterator[str]:
+def replace_statements(t: Target, rows: Any) -> Iterator[str | bytes]:
     """The REPLACEs of ``rows``, built one at a time as they are taken: a lane holds one statement's
     text at once (a part of wide rows is never all built up front; a statement is given up before
-    the next row's literal is built)."""
+    the next row's literal is built).
+
+    A row whose literals come to ``WIDE_ROW`` bytes or more is a statement of its own, built as
+    bytes in one join (:func:`wide_replace`): the driver then sends it without copying it again.
+    """
     head = f"{TAG}REPLACE INTO {t.sql_table} ({t.columns_sql}) VALUES "
     take = t.take
     parts: list[str] = []
@@ -74,14 +80,31 @@ def replace_statements(t: Target, rows: Any) -> Iterator[str]:
     for r in rows:
         vals = r if take is None else [r[i] for i in take]
         n = sum(map(len, vals)) + len(vals) + 2
-        if parts and (len(parts) >= MAX_ROWS_PER_STATEMENT or size + n > MAX_BYTES_PER_STATEMENT):
+        wide = n >= WIDE_ROW
+        if parts and (wide or len(parts) >= MAX_ROWS_PER_STATEMENT or size + n > MAX_BYTES_PER_STATEMENT):
             sql = head + ",".join(parts)
             parts, size = [], len(head)
             yield sql
             del sql
+        if wide:
+            yield wide_replace(head, vals)
+            continue
         parts.append("(" + ",".join(vals) + ")")
         size += n
     if parts:
         sql = head + ",".join(parts)
         parts = []
         yield sql
+
+
+def wide_replace(head: str, vals: Any) -> bytes:
+    """One row's REPLACE as bytes: the literals encoded one by one and joined once, so the statement
+    costs the row's size once more (a ``str`` statement cost it twice more: the text, then the
+    driver's encoding of it, both held while it is sent)."""
+    pieces = [head.encode(), b"("]
+    for i, v in enumerate(vals):
+        if i:
+            pieces.append(b",")
+        pieces.append(v.encode())
+    pieces.append(b")")
+    return b"".join(pieces)

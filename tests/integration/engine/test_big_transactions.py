@@ -9,6 +9,8 @@ process of the tail under a peak resident set; ``python -m bench.bigtxn --row-by
 
 from __future__ import annotations
 
+import hashlib
+import os
 import time
 
 import pytest
@@ -187,3 +189,41 @@ def _sample(pid: int, peaks: dict[str, int]) -> None:
             peaks[role] = max(peaks.get(role, 0), _peak_kb(p.pid))
         except OSError:
             pass
+
+
+def test_a_row_wider_than_a_packet_is_applied_equal(fleet):
+    """A 9 MiB BLOB is an 18 MiB hex literal: its REPLACE is longer than one MySQL packet (16 MiB), so the
+    lane sends it as bytes cut into packets through a memoryview (``WIDE_ROW``, the connection's
+    ``_execute_command``). Inserted, then updated with both images wide: the target ends equal."""
+    wide = os.urandom(9 << 20)
+    was = {}
+    for host in (h.SOURCE, h.TARGET):  # sessions opened after this take it (the lanes' too)
+        with fleet.sandbox.root_conn(host) as root, root.cursor() as rc:
+            rc.execute("SELECT @@GLOBAL.max_allowed_packet")
+            was[host] = rc.fetchone()[0]
+            rc.execute("SET GLOBAL max_allowed_packet = 64 * 1024 * 1024")
+    try:
+        h.create_extra_tables(fleet, rows=5)
+        with h.conn(fleet, h.SOURCE) as c, c.cursor() as cur:
+            cur.execute("CREATE TABLE db00002.widest (id INT PRIMARY KEY, v INT NOT NULL, data LONGBLOB) "
+                        "ENGINE=InnoDB")
+            cur.execute("INSERT INTO db00002.widest VALUES (1, 0, 'x'), (2, 0, 'y')")
+        spec = h.create_migration(fleet, converge_events=50)
+        h.copy_tables(fleet, spec)
+        with h.conn(fleet, h.SOURCE) as c, c.cursor() as cur:
+            cur.execute("INSERT INTO db00002.widest VALUES (3, 0, %s)", (wide,))
+            cur.execute("UPDATE db00002.widest SET data = %s, v = v + 1 WHERE id = 1", (wide[::-1],))
+            cur.execute("UPDATE db00002.widest SET v = v + 1")  # both images wide for ids 1 and 3
+            head = h.binlog_pos(c)
+        catch_up.drain_to(fleet.config, spec.id, head, timeout=300)
+        assert h.compare(fleet, spec) == {}
+        with h.conn(fleet, h.TARGET) as c, c.cursor() as cur:
+            cur.execute("SELECT id, v, MD5(data) FROM db00002.widest ORDER BY id")
+            got = cur.fetchall()
+        assert [(r[0], r[1], r[2]) for r in got] == [
+            (1, 2, hashlib.md5(wide[::-1]).hexdigest()), (2, 1, hashlib.md5(b"y").hexdigest()),
+            (3, 1, hashlib.md5(wide).hexdigest())]
+    finally:
+        for host, value in was.items():
+            with fleet.sandbox.root_conn(host) as root, root.cursor() as rc:
+                rc.execute("SET GLOBAL max_allowed_packet = %s", (value,))
