@@ -16,7 +16,9 @@ For each size N (row changes in one transaction):
    - a native replica with one SQL thread (:mod:`bench.replica`): the apply time.
    Each ends with ``CHECKSUM TABLE`` equal to the source.
 
-Prints one row per size and the last line ``peak_rss_mb=... apply_vs_replica=...`` (the largest peak over
+Prints one row per size (with the CPU seconds of the apply process and of its reader process: which one
+was the ceiling) and the last line ``peak_rss_mb=... apply_vs_replica=... load_avg_before=... load_avg_after=...``
+(the largest peak over
 every size and process; the slowest ratio of the migrator's apply time to the replica's). Target: peak RSS
 under 400 MB for every size, apply time within 1.5x of the native replica. Wide rows: ``--sizes
 400 --row-bytes 1048576`` and ``--sizes 20 --row-bytes 16777216`` must stay under the same peak as narrow
@@ -72,6 +74,15 @@ def _hwm_kb(pid: int) -> int:
     return 0
 
 
+def _cpu_s(pid: int) -> float:
+    """CPU seconds (user and system) a live process has used so far (0 when it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
 # -- the apply process -------------------------------------------------------------------------------
 
 def apply_main(args: argparse.Namespace) -> None:
@@ -85,31 +96,34 @@ def apply_main(args: argparse.Namespace) -> None:
     pacer = Pacer(lanes=args.lanes, adapt=False) if args.lanes else Pacer()
     tailer = Tailer(hosts[SOURCE], hosts[TARGET], creds, start=GtidPos.parse(args.start), schema_map={DB: DB},
                     pacer=pacer)
-    reader_hwm = 0
+    reader_hwm, reader_cpu = 0, 0.0
     stop = threading.Event()
 
-    def watch_reader() -> None:  # the reader process's peak, read while it lives
-        nonlocal reader_hwm
+    def watch_reader() -> None:  # the reader process's peak and CPU time, read while it lives
+        nonlocal reader_hwm, reader_cpu
         while not stop.wait(0.02):
             proc = tailer._proc
             if proc is not None:
                 reader_hwm = max(reader_hwm, _hwm_kb(proc.pid))
+                reader_cpu = max(reader_cpu, _cpu_s(proc.pid))
 
     watcher = threading.Thread(target=watch_reader, daemon=True)
     watcher.start()
     try:
-        t0 = time.monotonic()
+        t0, c0 = time.monotonic(), time.process_time()
         stats = tailer.apply_until(args.end, timeout_s=3600)
-        elapsed = time.monotonic() - t0
+        elapsed, apply_cpu = time.monotonic() - t0, time.process_time() - c0
         stop.set()
         watcher.join()
         if tailer._proc is not None:
             reader_hwm = max(reader_hwm, _hwm_kb(tailer._proc.pid))
+            reader_cpu = max(reader_cpu, _cpu_s(tailer._proc.pid))
     finally:
         stop.set()
         tailer.close()
     print(json.dumps({"reached": stats.reached, "events": stats.events, "seconds": elapsed,
-                      "self_hwm_kb": _hwm_kb(os.getpid()), "reader_hwm_kb": reader_hwm}), flush=True)
+                      "self_hwm_kb": _hwm_kb(os.getpid()), "reader_hwm_kb": reader_hwm,
+                      "apply_cpu_s": apply_cpu, "reader_cpu_s": reader_cpu}), flush=True)
 
 
 def run_migrator(sb: Sandbox, snap: Path, start: str, end: str, want: int, lanes: int) -> dict[str, Any]:
@@ -212,6 +226,7 @@ def main() -> None:
     ap.add_argument("--part-bytes", type=int, default=0,
                     help="MIGRATOR_CATCHUP_PART_BYTES for the apply process (default: its own, 32 MiB)")
     args = ap.parse_args()
+    load_before = os.getloadavg()[0]
     if args.part_bytes:
         os.environ["MIGRATOR_CATCHUP_PART_BYTES"] = str(args.part_bytes)  # the apply process inherits it
     sizes = [int(x) for x in args.sizes.split(",") if x.strip()]
@@ -247,15 +262,17 @@ def main() -> None:
             sb.down(purge=True)
         shutil.rmtree(tmp, ignore_errors=True)
     print(f"{'rows':>9} {'row bytes':>10} {'data MB':>8} {'migrator s':>11} {'replica s':>10} {'ratio':>6} "
-          f"{'peak MB':>8} {'apply MB':>9} {'reader MB':>10}")
+          f"{'peak MB':>8} {'apply MB':>9} {'reader MB':>10} {'apply CPU s':>12} {'reader CPU s':>13}")
     for r in results:
         m = r["migrator"]
         print(f"{r['rows']:>9} {r['row_bytes']:>10} {r['rows'] * r['row_bytes'] / 2**20:>8.0f} "
               f"{m['seconds']:>11.1f} {r['replica_s']:>10.1f} {m['seconds'] / r['replica_s']:>6.2f} "
-              f"{m['peak_mb']:>8.0f} {m['self_hwm_kb'] / 1024:>9.0f} {m['reader_hwm_kb'] / 1024:>10.0f}")
+              f"{m['peak_mb']:>8.0f} {m['self_hwm_kb'] / 1024:>9.0f} {m['reader_hwm_kb'] / 1024:>10.0f} "
+              f"{m['apply_cpu_s']:>12.1f} {m['reader_cpu_s']:>13.1f}")
     peak = max(r["migrator"]["peak_mb"] for r in results)
     ratio = max(r["migrator"]["seconds"] / r["replica_s"] for r in results)
-    print(f"peak_rss_mb={peak:.0f} apply_vs_replica={ratio:.2f} row_bytes={args.row_bytes}")
+    print(f"peak_rss_mb={peak:.0f} apply_vs_replica={ratio:.2f} row_bytes={args.row_bytes} "
+          f"load_avg_before={load_before:.2f} load_avg_after={os.getloadavg()[0]:.2f}")
 
 
 if __name__ == "__main__":
