@@ -35,12 +35,12 @@ import struct
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pymysql
 
-from migrator.fleet.mysql import tls_failure
-from migrator.fleet.tls import MySQLTLS
+if TYPE_CHECKING:  # the reader process starts without the fleet's config models (see start-up below)
+    from migrator.fleet.tls import MySQLTLS
 
 #: how long the master waits for a reader that stopped reading before it drops the dump (seconds)
 NET_WRITE_TIMEOUT_S = 24 * 3600
@@ -113,6 +113,8 @@ class BinlogClient:
                                         connect_timeout=connect_timeout_s, read_timeout=read_timeout_s,
                                         charset="utf8mb4", **kw)
         except pymysql.err.MySQLError as exc:
+            from migrator.fleet.mysql import tls_failure  # only on a failure: fleet.mysql loads the config models
+
             failed = tls_failure(f"{host}:{port}", tls, exc) if tls is not None else None
             if failed is not None:
                 raise BinlogError(f"cannot read the binlog: {failed.message}", exc.args[0] if exc.args else None) \

@@ -15,12 +15,14 @@ import signal
 import struct
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from migrator.engine.binlog import client as bl
 from migrator.engine.binlog.messages import Failure, Shapes, Tick, Txns
 from migrator.engine.binlog.reader import Committed, ReaderError, TxnReader, format_pos, format_state
-from migrator.fleet.tls import MySQLTLS
+
+if TYPE_CHECKING:
+    from migrator.fleet.tls import MySQLTLS
 
 
 @dataclass

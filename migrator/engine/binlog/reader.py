@@ -61,7 +61,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, NamedTuple
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 from migrator.engine.binlog import client as bl
 from migrator.engine.binlog.rows import (
@@ -75,7 +75,9 @@ from migrator.engine.binlog.rows import (
     rows_header,
     table_map_names,
 )
-from migrator.fleet.tls import MySQLTLS
+
+if TYPE_CHECKING:
+    from migrator.fleet.tls import MySQLTLS
 
 _MISSING = object()
 

@@ -30,3 +30,17 @@ def _cycles(package: str) -> list[list[str]]:
 
 def test_the_cutover_package_has_no_import_circle():
     assert _cycles("migrator.engine.cutover") == []
+
+
+def test_the_reader_process_starts_without_the_fleet_config():
+    """The catch-up reader process is a fresh interpreter started inside a tail's timing: it imports
+    the binlog modules only, not the fleet's config, model and connection modules."""
+    import subprocess
+    import sys
+
+    code = ("import sys, migrator.engine.binlog.process; "
+            "print(' '.join(m for m in sys.modules if m.startswith('migrator')))")
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert "migrator.engine.binlog.process" in loaded
+    heavy = {"migrator.fleet.config", "migrator.fleet.model", "migrator.fleet.mysql"} & set(loaded)
+    assert not heavy, f"the reader process imports {sorted(heavy)}"
