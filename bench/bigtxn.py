@@ -48,6 +48,7 @@ from typing import Any
 import pymysql
 
 from bench import replica
+from bench.fleet import cpu_s
 from migrator.fleet import mysql
 from migrator.fleet.model import even_layout
 from migrator.sandbox import Sandbox, find_base_port, reset_fleet
@@ -74,15 +75,6 @@ def _hwm_kb(pid: int) -> int:
     return 0
 
 
-def _cpu_s(pid: int) -> float:
-    """CPU seconds (user and system) a live process has used so far (0 when it is gone)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, IndexError, ValueError):
-        return 0.0
-
-
 # -- the apply process -------------------------------------------------------------------------------
 
 def apply_main(args: argparse.Namespace) -> None:
@@ -105,7 +97,7 @@ def apply_main(args: argparse.Namespace) -> None:
             proc = tailer._proc
             if proc is not None:
                 reader_hwm = max(reader_hwm, _hwm_kb(proc.pid))
-                reader_cpu = max(reader_cpu, _cpu_s(proc.pid))
+                reader_cpu = max(reader_cpu, cpu_s(proc.pid))
 
     watcher = threading.Thread(target=watch_reader, daemon=True)
     watcher.start()
@@ -117,7 +109,7 @@ def apply_main(args: argparse.Namespace) -> None:
         watcher.join()
         if tailer._proc is not None:
             reader_hwm = max(reader_hwm, _hwm_kb(tailer._proc.pid))
-            reader_cpu = max(reader_cpu, _cpu_s(tailer._proc.pid))
+            reader_cpu = max(reader_cpu, cpu_s(tailer._proc.pid))
     finally:
         stop.set()
         tailer.close()

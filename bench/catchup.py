@@ -20,7 +20,8 @@
      (``slave_parallel_threads=4``, ``slave_parallel_mode=optimistic``, server
      options; nothing else differs), timed the same way: the stronger baseline.
    Each run ends with CHECKSUM TABLE of every sbtest table equal to the source.
-3. Prints every run and the medians; the last line is
+3. Prints every run (with the CPU seconds of the reader process and of the coordinator and
+   lanes: which one was the ceiling) and the medians; the last line is
    ``apply_vs_write_rate=... apply_vs_replica=... apply_events_per_s=...
    apply_vs_parallel_replica=... parallel_replica_events_per_s=... load_avg_before=... load_avg_after=...``
    (``apply_vs_replica`` is against the one-thread replica; the load averages are the
@@ -44,6 +45,7 @@ from pathlib import Path
 import pymysql
 
 from bench import replica, sysbench
+from bench.fleet import cpu_s
 from migrator.engine.catch_up.lanes import Epoch, Pacer
 from migrator.engine.catch_up.tailer import Tailer
 from migrator.fleet import mysql
@@ -73,7 +75,9 @@ def checksums(conn: pymysql.connections.Connection) -> list[int]:
 # -- the migrator tailer ---------------------------------------------------------------------
 
 def run_tailer(sb: Sandbox, snap: Path, start: str, end: str, want: list[int], lanes: int | None,
-               fenced: bool = True) -> tuple[int, float]:
+               fenced: bool = True) -> tuple[int, float, float, float]:
+    """(row events, seconds, CPU seconds of this process's coordinator and lanes, CPU seconds of the
+    reader process) of one tail from ``start`` to ``end``."""
     hosts, creds = sb.hosts(), sb.credentials()
     with sb.root_conn(TARGET) as c, c.cursor() as cur:
         cur.execute(f"DROP DATABASE IF EXISTS {DB}")
@@ -83,15 +87,16 @@ def run_tailer(sb: Sandbox, snap: Path, start: str, end: str, want: list[int], l
     tailer = Tailer(hosts[SOURCE], hosts[TARGET], creds, start=GtidPos.parse(start), schema_map={DB: DB},
                     pacer=pacer, epoch=epoch)
     try:
-        t0 = time.monotonic()  # the reader process starts inside the timing, as a replica's threads do
+        t0, c0 = time.monotonic(), time.process_time()  # the reader process starts inside the timing
         stats = tailer.apply_until(GtidPos.parse(end), timeout_s=900)
-        elapsed = time.monotonic() - t0
+        elapsed, apply_cpu = time.monotonic() - t0, time.process_time() - c0
+        reader_cpu = cpu_s(tailer._proc.pid) if tailer._proc is not None else 0.0
     finally:
         tailer.close()
     assert stats.reached, "catch-up did not reach the end position"
     with mysql.connect(hosts[TARGET], creds) as c:
         assert checksums(c) == want, "the migrator target differs from the source"
-    return stats.events, elapsed
+    return stats.events, elapsed, apply_cpu, reader_cpu
 
 
 # -- a native replica ------------------------------------------------------------------------
@@ -144,8 +149,8 @@ def main() -> None:
         with mysql.connect(hosts[SOURCE], creds) as c:
             end = str(mysql.binlog_pos(c))
             want = checksums(c)
-        mine: list[tuple[int, float]] = []
-        bare: list[tuple[int, float]] = []
+        mine: list[tuple[int, float, float, float]] = []
+        bare: list[tuple[int, float, float, float]] = []
         native: list[float] = []
         parallel: list[float] = []
 
@@ -165,7 +170,8 @@ def main() -> None:
             if bare:
                 extra = f", without the token {bare[-1][0] / bare[-1][1]:.0f} events/s ({bare[-1][1]:.2f} s)"
             n = mine[-1][0]
-            print(f"run {i + 1}: migrator {n / mine[-1][1]:.0f} events/s ({mine[-1][1]:.2f} s){extra}, "
+            print(f"run {i + 1}: migrator {n / mine[-1][1]:.0f} events/s ({mine[-1][1]:.2f} s; CPU s: reader "
+                  f"{mine[-1][3]:.2f}, coordinator and lanes {mine[-1][2]:.2f}){extra}, "
                   f"native replica {n / native[-1]:.0f} events/s ({native[-1]:.2f} s), "
                   f"parallel replica {n / parallel[-1]:.0f} events/s ({parallel[-1]:.2f} s)", flush=True)
         with sb.root_conn(TARGET) as c, c.cursor() as cur:
@@ -178,7 +184,7 @@ def main() -> None:
         shutil.rmtree(tmp, ignore_errors=True)
     events = mine[0][0]
     write_rate = events / writer.seconds
-    apply_rate = statistics.median(n / s for n, s in mine)
+    apply_rate = statistics.median(n / s for n, s, *_ in mine)
     replica_rate = statistics.median(events / s for s in native)
     parallel_rate = statistics.median(events / s for s in parallel)
     print(f"{'what':<16} {'how':<52} {'events':>8} {'seconds':>8} {'events/s':>9}")
@@ -186,11 +192,11 @@ def main() -> None:
           f"{events:>8} {writer.seconds:>8.2f} {write_rate:>9.0f}")
     how = "fencing token" if args.fence != "off" else "no fencing token"
     print(f"{'catch-up':<16} {f'reader process + lanes, {how}, median of {args.repeat}':<52} {events:>8} "
-          f"{statistics.median(s for _, s in mine):>8.2f} {apply_rate:>9.0f}")
+          f"{statistics.median(s for _, s, *_ in mine):>8.2f} {apply_rate:>9.0f}")
     if bare:
-        bare_rate = statistics.median(n / s for n, s in bare)
+        bare_rate = statistics.median(n / s for n, s, *_ in bare)
         print(f"{'catch-up':<16} {f'reader process + lanes, no token, median of {args.repeat}':<52} {events:>8} "
-              f"{statistics.median(s for _, s in bare):>8.2f} {bare_rate:>9.0f}")
+              f"{statistics.median(s for _, s, *_ in bare):>8.2f} {bare_rate:>9.0f}")
         print(f"fenced_vs_unfenced={apply_rate / bare_rate:.2f}")
     print(f"{'native replica':<16} {'1 SQL thread, median of ' + str(args.repeat):<52} {events:>8} "
           f"{statistics.median(native):>8.2f} {replica_rate:>9.0f}")

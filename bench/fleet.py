@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import uuid
 from pathlib import Path
 
@@ -33,3 +34,12 @@ def seeded_root(sb: Sandbox, prefix: str, rows: int, reason: str) -> tuple[confi
             reg.register(h)
         ShardMapStore(zk).init(smap, hosts, reason=reason)
     return cfg, path
+
+
+def cpu_s(pid: int) -> float:
+    """CPU seconds (user and system) a live process has used so far (0 when it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
