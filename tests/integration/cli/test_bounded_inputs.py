@@ -183,17 +183,33 @@ def test_exit_codes_without_a_fleet(unreachable, tmp_path):
     # 4 (unreachable): test_the_config_of_these_cases_does_wait_for_the_network
 
 
-def test_ctrl_c_exits_130(unreachable):
-    proc = subprocess.Popen([sys.executable, "-m", "migrator", "--config", str(unreachable), "status", MID],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONPATH": str(ROOT)})
-    try:
-        time.sleep(2.0)  # the process waits on ZooKeeper's connect timeout (5 s)
-        proc.send_signal(signal.SIGINT)
-        _out, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+def test_ctrl_c_exits_130(tmp_path):
+    """Ctrl-C while the CLI waits on ZooKeeper. The ZooKeeper it is given accepts the connection and never
+    answers, so the test knows when the CLI is waiting (past its start-up, on a busy machine too) and sends
+    SIGINT then, not after a guessed sleep."""
+    with socket.socket() as hole:
+        hole.bind(("127.0.0.1", 0))
+        hole.listen(8)
+        hole.settimeout(120)
+        secrets = tmp_path / "secrets.toml"
+        secrets.write_text('[mysql]\nuser = "u"\npassword = "p"\n')
+        secrets.chmod(0o600)
+        cfg = tmp_path / "migrator.toml"
+        cfg.write_text(f'[zookeeper]\nhosts = "127.0.0.1:{hole.getsockname()[1]}"\n\n'
+                       f'[redis]\nurl = "redis://127.0.0.1:{_closed_port()}/0"\n\n'
+                       '[credentials]\nfile = "secrets.toml"\n')
+        proc = subprocess.Popen([sys.executable, "-m", "migrator", "--config", str(cfg), "status", MID],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env={**os.environ, "PYTHONPATH": str(ROOT)})
+        try:
+            conn, _ = hole.accept()  # the CLI is connecting to ZooKeeper: its handlers are in place
+            with conn:
+                time.sleep(0.2)
+                proc.send_signal(signal.SIGINT)
+                _out, err = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
     assert proc.returncode == ExitCode.INTERRUPTED, err
     assert_one_line(proc.returncode, err, "interrupted")
 
