@@ -179,24 +179,19 @@ class GtidPos(Mapping[int, Gtid]):
         return cls(parse_gtids(text))
 
     @classmethod
-    def _wrap(cls, pos: Position) -> GtidPos:
-        """A position of a light one (taken over, not copied: the caller gives up ``pos``)."""
-        out = cls.__new__(cls)
-        out._by_domain = pos
-        return out
-
-    @classmethod
     def copy_of(cls, pos: Mapping[int, Gtid]) -> GtidPos:
-        """A position of a light one (:data:`Position`, e.g. a reader's), copied."""
-        return cls._wrap(dict(pos))
+        """A position of a light one (:data:`Position`, e.g. a reader's), copied (no checks)."""
+        out = cls.__new__(cls)
+        out._by_domain = dict(pos)
+        return out
 
     def with_gtid(self, gtid: Gtid) -> GtidPos:
         """This position advanced by one transaction (replaces that domain's entry)."""
-        return GtidPos._wrap({**self._by_domain, gtid.domain: gtid})
+        return GtidPos.copy_of({**self._by_domain, gtid.domain: gtid})
 
     def before(self, gtid: Gtid, prev: Gtid | None) -> GtidPos:
         """This position set back before the transaction ``gtid`` (:func:`pos_before`)."""
-        return GtidPos._wrap(pos_before(self._by_domain, gtid, prev))
+        return GtidPos.copy_of(pos_before(self._by_domain, gtid, prev))
 
     # -- Mapping -----------------------------------------------------------------
     def __getitem__(self, domain: int) -> Gtid:
@@ -305,16 +300,11 @@ class GtidState(Mapping[tuple[int, int], Gtid]):
         self._by_key = state_of(gtids)
 
     @classmethod
-    def _wrap(cls, state: State) -> GtidState:
-        """A state of a light one (taken over, not copied: the caller gives up ``state``)."""
-        out = cls.__new__(cls)
-        out._by_key = state
-        return out
-
-    @classmethod
     def copy_of(cls, state: Mapping[tuple[int, int], int]) -> GtidState:
         """A state of a light one (:data:`State`, e.g. a reader's), copied."""
-        return cls._wrap(dict(state))
+        out = cls.__new__(cls)
+        out._by_key = dict(state)
+        return out
 
     @classmethod
     def parse(cls, text: str | None) -> GtidState:
@@ -329,18 +319,18 @@ class GtidState(Mapping[tuple[int, int], Gtid]):
         out: State = {}
         for p in parts:
             merge_state(out, p._by_key if isinstance(p, GtidState) else state_of(p))
-        return cls._wrap(out)
+        return cls.copy_of(out)
 
     def with_gtid(self, gtid: Gtid) -> GtidState:
         """This state after one more transaction (a server's own numbering only grows)."""
         key = (gtid.domain, gtid.server)
         if self._by_key.get(key, -1) >= gtid.seq:
             return self
-        return GtidState._wrap({**self._by_key, key: gtid.seq})
+        return GtidState.copy_of({**self._by_key, key: gtid.seq})
 
     def before(self, gtid: Gtid, prev_seq: int | None) -> GtidState:
         """This state set back before the transaction ``gtid`` (:func:`state_before`)."""
-        return GtidState._wrap(state_before(self._by_key, gtid, prev_seq))
+        return GtidState.copy_of(state_before(self._by_key, gtid, prev_seq))
 
     def __getitem__(self, key: tuple[int, int]) -> Gtid:
         return Gtid(key[0], key[1], self._by_key[key])
