@@ -81,7 +81,7 @@ def apply_main(args: argparse.Namespace) -> None:
     """Runs in a process of its own: the tailer from ``start`` to ``end``; prints a JSON line."""
     from migrator.engine.catch_up.lanes import Pacer
     from migrator.engine.catch_up.tailer import Tailer
-    from migrator.fleet.gtid import GtidPos
+    from migrator.fleet.gtid import GtidPos, GtidState
 
     sb = Sandbox(args.sandbox)
     hosts, creds = sb.hosts(), sb.credentials()
@@ -103,7 +103,7 @@ def apply_main(args: argparse.Namespace) -> None:
     watcher.start()
     try:
         t0, c0 = time.monotonic(), time.process_time()
-        stats = tailer.apply_until(args.end, timeout_s=3600)
+        stats = tailer.apply_until(GtidState.parse(args.end), timeout_s=3600)
         elapsed, apply_cpu = time.monotonic() - t0, time.process_time() - c0
         stop.set()
         watcher.join()

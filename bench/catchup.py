@@ -49,7 +49,7 @@ from bench.fleet import cpu_s
 from migrator.engine.catch_up.lanes import Epoch, Pacer
 from migrator.engine.catch_up.tailer import Tailer
 from migrator.fleet import mysql
-from migrator.fleet.gtid import GtidPos
+from migrator.fleet.gtid import GtidPos, GtidState
 from migrator.fleet.model import even_layout
 from migrator.sandbox import Sandbox, find_base_port, reset_fleet
 
@@ -88,7 +88,7 @@ def run_tailer(sb: Sandbox, snap: Path, start: str, end: str, want: list[int], l
                     pacer=pacer, epoch=epoch)
     try:
         t0, c0 = time.monotonic(), time.process_time()  # the reader process starts inside the timing
-        stats = tailer.apply_until(GtidPos.parse(end), timeout_s=900)
+        stats = tailer.apply_until(GtidState.parse(end), timeout_s=900)
         elapsed, apply_cpu = time.monotonic() - t0, time.process_time() - c0
         reader_cpu = cpu_s(tailer._proc.pid) if tailer._proc is not None else 0.0
     finally:

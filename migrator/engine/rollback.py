@@ -85,7 +85,7 @@ from migrator.engine.verify.waits import Stalled, drain_progressing
 from migrator.errors import describe
 from migrator.fleet import zk as zk_mod
 from migrator.fleet.config import Config, Credentials, load_credentials
-from migrator.fleet.gtid import GtidPos
+from migrator.fleet.gtid import GtidPos, GtidState
 from migrator.fleet.model import Host
 from migrator.fleet.mysql import binlog_pos, tag
 from migrator.fleet.mysql import connect as mysql_connect
@@ -206,7 +206,7 @@ def reverse_passes(store: MigrationStore, spec: Spec, drainer: ReverseDrainer, *
         started_at = time.time()
         head = tailer.source_head()
         head_at = time.time()
-        stats = tailer.apply_until(head, timeout_s=3600)
+        stats = tailer.apply_until(GtidState.of(head), timeout_s=3600)
         if not stats.reached:
             raise RollbackError(f"a reverse pass did not reach the new master's head {head} within an hour; "
                                 "run `migrator rollback ID` again (it resumes from its checkpoint)", phase="rollback")

@@ -32,7 +32,14 @@ tracks that, per (domain, server), the way MariaDB's ``@@gtid_binlog_state``
 does, and says exactly when a reader or a replica has passed a transaction
 (:meth:`GtidState.reaches`), whatever the layout.
 
-Pure functions and immutable values; runs anywhere (no server needed).
+The same two things exist in a light form for a binlog reader's per-transaction work (tens of
+thousands a second, where building an immutable value per transaction costs measurable CPU): a
+:data:`Position` (``{domain: Gtid}``) and a :data:`State` (``{(domain, server): seq}``), plain dicts
+updated in place, with the functions below (:func:`reaches`, :func:`format_pos`, :func:`format_state`,
+...). :class:`GtidPos` and :class:`GtidState` wrap exactly these dicts and use the same functions, so
+a GTID is parsed, rendered and "reached" in one place.
+
+Pure functions and immutable values (the light forms aside); runs anywhere (no server needed).
 """
 
 from __future__ import annotations
@@ -69,6 +76,83 @@ class Gtid(NamedTuple):
         return f"{self.domain}-{self.server}-{self.seq}"
 
 
+#: the light form of a position: the last GTID of each domain (what :class:`GtidPos` wraps)
+Position = dict[int, Gtid]
+#: the light form of a state: the last ``seq`` of each (domain, server) (what :class:`GtidState` wraps)
+State = dict[tuple[int, int], int]
+
+
+def parse_gtids(text: str | None) -> list[Gtid]:
+    """The GTIDs of ``"0-1-100,2-2-7"`` (commas or newlines between them); ``""`` and None: none."""
+    if not text:
+        return []
+    return [Gtid.parse(p) for p in str(text).replace("\n", ",").split(",") if p.strip()]
+
+
+def format_pos(pos: Mapping[int, Gtid]) -> str:
+    """A position's text (its GTIDs by domain): what ``str(GtidPos)`` is, and what is stored."""
+    return ",".join(str(pos[d]) for d in sorted(pos))
+
+
+def state_of(*parts: str | Mapping[int, Gtid] | Iterable[Gtid] | None) -> State:
+    """A state from positions, GTID lists and state texts (``"0-1-5,0-2-9"``: several GTIDs of one domain
+    allowed), per (domain, server) the highest ``seq``."""
+    out: State = {}
+    for p in parts:
+        if not p:
+            continue
+        gtids = parse_gtids(p) if isinstance(p, str) else p.values() if isinstance(p, Mapping) else p
+        for g in gtids:
+            key = (g.domain, g.server)
+            if out.get(key, -1) < g.seq:
+                out[key] = g.seq
+    return out
+
+
+def format_state(state: State) -> str:
+    """A state's text (its GTIDs by domain, then server): what ``str(GtidState)`` is, and what is stored."""
+    return ",".join(f"{d}-{s}-{state[(d, s)]}" for d, s in sorted(state))
+
+
+def merge_state(into: State, other: State) -> None:
+    """Add ``other`` to ``into`` in place (per key, the highest ``seq``)."""
+    for k, q in other.items():
+        if into.get(k, -1) < q:
+            into[k] = q
+
+
+def pos_before(pos: Mapping[int, Gtid], gtid: Gtid, prev: Gtid | None) -> Position:
+    """``pos`` set back before the transaction ``gtid``: its domain at ``prev`` (the domain's GTID before
+    it), or without the domain when ``prev`` is None."""
+    out = dict(pos)
+    if prev is None:
+        out.pop(gtid.domain, None)
+    else:
+        out[gtid.domain] = prev
+    return out
+
+
+def state_before(state: Mapping[tuple[int, int], int], gtid: Gtid, prev_seq: int | None) -> State:
+    """``state`` set back before the transaction ``gtid``: its (domain, server) at ``prev_seq`` (that
+    server's previous transaction in the domain), or without it when ``prev_seq`` is None."""
+    out = dict(state)
+    key = (gtid.domain, gtid.server)
+    if prev_seq is None:
+        out.pop(key, None)
+    else:
+        out[key] = prev_seq
+    return out
+
+
+def reaches(state: State, want: Iterable[Gtid]) -> bool:
+    """Every transaction of ``want`` is at or before ``state``: for each GTID, ``state`` holds a
+    transaction of that (domain, server) numbered at least as high (exact in every GTID layout)."""
+    for g in want:
+        if state.get((g.domain, g.server), -1) < g.seq:
+            return False
+    return True
+
+
 class GtidPos(Mapping[int, Gtid]):
     """An immutable GTID position: at most one :class:`Gtid` per domain."""
 
@@ -92,16 +176,22 @@ class GtidPos(Mapping[int, Gtid]):
             return cls()
         if isinstance(text, GtidPos):
             return text
-        parts = [p for p in text.replace("\n", ",").split(",") if p.strip()]
-        return cls(Gtid.parse(p) for p in parts)
+        return cls(parse_gtids(text))
+
+    @classmethod
+    def copy_of(cls, pos: Mapping[int, Gtid]) -> GtidPos:
+        """A position of a light one (:data:`Position`, e.g. a reader's), copied (no checks)."""
+        out = cls.__new__(cls)
+        out._by_domain = dict(pos)
+        return out
 
     def with_gtid(self, gtid: Gtid) -> GtidPos:
         """This position advanced by one transaction (replaces that domain's entry)."""
-        by = dict(self._by_domain)
-        by[gtid.domain] = gtid
-        out = GtidPos.__new__(GtidPos)
-        out._by_domain = by
-        return out
+        return GtidPos.copy_of({**self._by_domain, gtid.domain: gtid})
+
+    def before(self, gtid: Gtid, prev: Gtid | None) -> GtidPos:
+        """This position set back before the transaction ``gtid`` (:func:`pos_before`)."""
+        return GtidPos.copy_of(pos_before(self._by_domain, gtid, prev))
 
     # -- Mapping -----------------------------------------------------------------
     def __getitem__(self, domain: int) -> Gtid:
@@ -124,7 +214,7 @@ class GtidPos(Mapping[int, Gtid]):
         return hash(frozenset(self._by_domain.items()))
 
     def __str__(self) -> str:
-        return ",".join(str(self._by_domain[d]) for d in sorted(self._by_domain))
+        return format_pos(self._by_domain)
 
     def __repr__(self) -> str:
         return f"GtidPos({str(self)!r})"
@@ -200,50 +290,50 @@ class GtidState(Mapping[tuple[int, int], Gtid]):
     exact in every GTID layout, where :meth:`GtidPos.contains` is exact only with one writer per domain.
     A target given as a position (``@@gtid_binlog_pos``: the last transaction of each domain) is reached
     once each of its GTIDs is: the last transaction the binlog held is one of them.
+
+    It wraps a :data:`State` (``{(domain, server): seq}``), the light form a reader updates in place.
     """
 
     __slots__ = ("_by_key",)
 
     def __init__(self, gtids: Iterable[Gtid] = ()):
-        by: dict[tuple[int, int], Gtid] = {}
-        for g in gtids:
-            prev = by.get((g.domain, g.server))
-            if prev is None or g.seq > prev.seq:
-                by[(g.domain, g.server)] = g
-        self._by_key = by
+        self._by_key = state_of(gtids)
+
+    @classmethod
+    def copy_of(cls, state: Mapping[tuple[int, int], int]) -> GtidState:
+        """A state of a light one (:data:`State`, e.g. a reader's), copied."""
+        out = cls.__new__(cls)
+        out._by_key = dict(state)
+        return out
 
     @classmethod
     def parse(cls, text: str | None) -> GtidState:
         """Parse ``"0-1-100,0-2-7"`` (several GTIDs per domain allowed); ``""``/None is empty."""
-        if not text:
-            return cls()
         if isinstance(text, GtidState):
             return text
-        return cls(Gtid.parse(p) for p in str(text).replace("\n", ",").split(",") if p.strip())
+        return cls(parse_gtids(text))
 
     @classmethod
     def of(cls, *parts: GtidState | GtidPos | str | Iterable[Gtid] | None) -> GtidState:
         """The union (per key, the highest ``seq``) of states, positions and GTID lists."""
-        out: list[Gtid] = []
+        out: State = {}
         for p in parts:
-            if p is None:
-                continue
-            if isinstance(p, str):
-                p = GtidState.parse(p)
-            out.extend(p.values() if isinstance(p, Mapping) else p)
-        return cls(out)
+            merge_state(out, p._by_key if isinstance(p, GtidState) else state_of(p))
+        return cls.copy_of(out)
 
     def with_gtid(self, gtid: Gtid) -> GtidState:
         """This state after one more transaction (a server's own numbering only grows)."""
-        prev = self._by_key.get((gtid.domain, gtid.server))
-        if prev is not None and prev.seq >= gtid.seq:
+        key = (gtid.domain, gtid.server)
+        if self._by_key.get(key, -1) >= gtid.seq:
             return self
-        out = GtidState.__new__(GtidState)
-        out._by_key = {**self._by_key, (gtid.domain, gtid.server): gtid}
-        return out
+        return GtidState.copy_of({**self._by_key, key: gtid.seq})
+
+    def before(self, gtid: Gtid, prev_seq: int | None) -> GtidState:
+        """This state set back before the transaction ``gtid`` (:func:`state_before`)."""
+        return GtidState.copy_of(state_before(self._by_key, gtid, prev_seq))
 
     def __getitem__(self, key: tuple[int, int]) -> Gtid:
-        return self._by_key[key]
+        return Gtid(key[0], key[1], self._by_key[key])
 
     def __iter__(self) -> Iterator[tuple[int, int]]:
         return iter(sorted(self._by_key))
@@ -262,27 +352,26 @@ class GtidState(Mapping[tuple[int, int], Gtid]):
         return hash(frozenset(self._by_key.items()))
 
     def __str__(self) -> str:
-        return ",".join(str(self._by_key[k]) for k in sorted(self._by_key))
+        return format_state(self._by_key)
 
     def __repr__(self) -> str:
         return f"GtidState({str(self)!r})"
 
     def reaches(self, target: GtidPos | GtidState | Gtid | str | Iterable[Gtid]) -> bool:
-        """Every transaction of ``target`` (one GTID, a position or a state) is at or before this state."""
+        """Every transaction of ``target`` (one GTID, a position or a state) is at or before this state
+        (:func:`reaches`)."""
+        if isinstance(target, GtidState):
+            return reaches(self._by_key, target.values())
         if isinstance(target, str):
-            target = GtidState.parse(target)
-        gtids: Iterable[Gtid] = (target,) if isinstance(target, Gtid) else \
-            (target.values() if isinstance(target, Mapping) else target)
-        for g in gtids:
-            have = self._by_key.get((g.domain, g.server))
-            if have is None or have.seq < g.seq:
-                return False
-        return True
+            return reaches(self._by_key, parse_gtids(target))
+        if isinstance(target, Gtid):
+            return reaches(self._by_key, (target,))
+        return reaches(self._by_key, target.values() if isinstance(target, Mapping) else target)
 
     def own(self, server_id: int) -> GtidPos:
         """The last transaction ``server_id`` wrote itself, per domain (what a peer must apply to have
         every write that server accepted)."""
-        return GtidPos(g for (_, s), g in sorted(self._by_key.items()) if s == server_id)
+        return GtidPos(Gtid(d, s, q) for (d, s), q in sorted(self._by_key.items()) if s == server_id)
 
     def earlier_than(self, other: GtidState) -> bool:
         """True when this state is at or before ``other`` in every (domain, server) of either (two

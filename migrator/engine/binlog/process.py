@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 from migrator.engine.binlog import client as bl
 from migrator.engine.binlog.messages import Failure, Shapes, Tick, Txns
-from migrator.engine.binlog.reader import Committed, ReaderError, TxnReader, format_pos, format_state
+from migrator.engine.binlog.reader import Committed, ReaderError, TxnReader
+from migrator.fleet.gtid import format_pos, format_state
 
 if TYPE_CHECKING:
     from migrator.fleet.tls import MySQLTLS

@@ -49,7 +49,9 @@ schemas too, so a target position is always reached. Whether a target has
 been passed is asked of :attr:`TxnReader.state` (:meth:`TxnReader.reaches`):
 the last transaction read of each (domain, server), which is exact in every
 GTID layout where the per-domain position is not (two pair members sharing a
-domain: :mod:`migrator.fleet.gtid`).
+domain: :mod:`migrator.fleet.gtid`). Both are kept in the light forms of
+:mod:`migrator.fleet.gtid` (plain dicts updated in place once per transaction: a
+:data:`~migrator.fleet.gtid.Position` and a :data:`~migrator.fleet.gtid.State`).
 """
 
 from __future__ import annotations
@@ -74,6 +76,18 @@ from migrator.engine.binlog.rows import (
     parse_table_map,
     rows_header,
     table_map_names,
+)
+from migrator.fleet.gtid import (
+    Gtid,
+    GtidPos,
+    GtidState,
+    Position,
+    State,
+    format_pos,
+    parse_gtids,
+    pos_before,
+    reaches,
+    state_of,
 )
 
 if TYPE_CHECKING:
@@ -103,84 +117,9 @@ class ReaderError(Exception):
         self.code = code
 
 
-class Gtid(NamedTuple):
-    domain: int
-    server: int
-    seq: int
-
-    def __str__(self) -> str:
-        return f"{self.domain}-{self.server}-{self.seq}"
-
-
-def parse_pos(text: str) -> dict[int, Gtid]:
-    out: dict[int, Gtid] = {}
-    for part in (text or "").replace("\n", ",").split(","):
-        part = part.strip()
-        if part:
-            d, s, q = (int(x) for x in part.split("-"))
-            out[d] = Gtid(d, s, q)
-    return out
-
-
-def format_pos(pos: dict[int, Gtid]) -> str:
-    return ",".join(str(pos[d]) for d in sorted(pos))
-
-
-def contains(pos: dict[int, Gtid], want: dict[int, Gtid]) -> bool:
-    """Per-domain order: exact only with one writer per domain (use :func:`reaches` to decide whether a
-    reader passed a target)."""
-    for d, g in want.items():
-        have = pos.get(d)
-        if have is None or have.seq < g.seq:
-            return False
-    return True
-
-
-#: the last transaction read of each (domain, server): ``{(domain, server): seq}``
-State = dict[tuple[int, int], int]
-
-
-def state_of(*positions: str | dict[int, Gtid] | None) -> State:
-    """A state from positions and state texts (``"0-1-5,0-2-9"``: several GTIDs of one domain allowed)."""
-    out: State = {}
-    for p in positions:
-        if not p:
-            continue
-        gtids: Iterable[Gtid | tuple[int, int, int]]
-        if isinstance(p, dict):
-            gtids = p.values()
-        else:
-            gtids = (tuple(int(x) for x in part.strip().split("-"))  # type: ignore[misc]
-                     for part in str(p).replace("\n", ",").split(",") if part.strip())
-        for d, s, q in gtids:
-            if out.get((d, s), -1) < q:
-                out[(d, s)] = q
-    return out
-
-
-def format_state(state: State) -> str:
-    return ",".join(f"{d}-{s}-{state[(d, s)]}" for d, s in sorted(state))
-
-
-def merge_state(into: State, other: State) -> None:
-    for k, q in other.items():
-        if into.get(k, -1) < q:
-            into[k] = q
-
-
-def reaches(state: State, want: dict[int, Gtid] | Iterable[Gtid]) -> bool:
-    """Every transaction of ``want`` (a position or GTIDs) is at or before ``state``, per (domain, server)."""
-    for g in (want.values() if isinstance(want, dict) else want):
-        if state.get((g.domain, g.server), -1) < g.seq:
-            return False
-    return True
-
-
 def wanted(target: str | None) -> list[Gtid] | None:
     """The GTIDs of a target given as a position or a state text (None: no target)."""
-    if target is None:
-        return None
-    return [Gtid(d, s, q) for (d, s), q in state_of(str(target)).items()]
+    return None if target is None else parse_gtids(target)
 
 
 @dataclass(frozen=True, slots=True)
@@ -470,7 +409,8 @@ class TxnReader:
 
     def __init__(self, start: str, schemas: Iterable[str], tables: Iterable[str] | None = None, *,
                  part_changes: int | None = 0, part_bytes: int | None = 0):
-        self.pos = parse_pos(start)
+        #: the last transaction read of each domain (where a restart resumes, capped: :attr:`position`)
+        self.pos: Position = dict(GtidPos.parse(start))
         #: row changes of one transaction held in memory at most (None: no bound; 0: what
         #: ``MIGRATOR_CATCHUP_PART_CHANGES`` says in this process, 5,000 if unset)
         self.part_changes = part_changes_from_env() if part_changes == 0 else part_changes
@@ -494,7 +434,7 @@ class TxnReader:
 
     # -- positions --------------------------------------------------------------------
     @property
-    def position(self) -> dict[int, Gtid]:
+    def position(self) -> Position:
         """Every transaction up to here was read whole (capped before unresolved XA prepares).
 
         A domain with prepared, unresolved transactions is capped just before the first of them in
@@ -516,12 +456,12 @@ class TxnReader:
         return out
 
     @property
-    def state(self) -> State:
+    def state(self) -> GtidState:
         """The last transaction read of each (domain, server) (a copy)."""
-        return dict(self.seen)
+        return GtidState.copy_of(self.seen)
 
-    def reaches(self, want: dict[int, Gtid] | Iterable[Gtid]) -> bool:
-        """This reader has read past every transaction of ``want``."""
+    def reaches(self, want: Iterable[Gtid]) -> bool:
+        """This reader has read past every transaction of ``want`` (:func:`migrator.fleet.gtid.reaches`)."""
         return reaches(self.seen, want)
 
     def keep_table(self, schema: str, table: str) -> bool:
@@ -821,12 +761,7 @@ class LocalReader:
 
     def position_before(self, txn: Committed) -> str:
         """:attr:`position` as it was just before ``txn`` (the last one yielded)."""
-        before = dict(self.reader.position)
-        if txn.prev is None:
-            before.pop(txn.gtid.domain, None)
-        else:
-            before[txn.gtid.domain] = txn.prev
-        return format_pos(before)
+        return format_pos(pos_before(self.reader.position, txn.gtid, txn.prev))
 
     def transactions(self, until: str | None = None, *, deadline: float | None = None,
                      tick_s: float = 0.1) -> Iterator[Committed | None]:

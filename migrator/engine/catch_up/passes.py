@@ -44,7 +44,7 @@ from migrator.engine.migration import Options, Phase, State
 from migrator.errors import ExitCode
 from migrator.fleet import zk as zk_mod
 from migrator.fleet.config import Config, Credentials
-from migrator.fleet.gtid import GtidPos
+from migrator.fleet.gtid import GtidPos, GtidState
 
 log = logging.getLogger(__name__)
 
@@ -174,7 +174,7 @@ def run_pass(
         head = tailer.source_head()
         head_at = time.time()
         try:
-            stats = tailer.apply_until(head, timeout_s=timeout_s)
+            stats = tailer.apply_until(GtidState.of(head), timeout_s=timeout_s)
         except UnsafeStatement as exc:
             store.set_phase(migration_id, Phase.FAILED, error=exc.message)
             raise CatchUpError(exc.message, phase="catch_up") from None

@@ -142,14 +142,14 @@ class _Rounds:
 
     collect_pos: str | None = None
     inflight_pos: str | None = None
-    collect_state: str = ""
-    inflight_state: str = ""
+    collect_state: GtidState = GtidState()
+    inflight_state: GtidState = GtidState()
     started: float = 0.0
 
-    def covers(self, want: list[rd.Gtid]) -> bool:
+    def covers(self, want: GtidState) -> bool:
         """The rounds read so far reach ``want``: committing them is all that is left."""
         for p, st in ((self.collect_pos, self.collect_state), (self.inflight_pos, self.inflight_state)):
-            if p is not None and rd.reaches(rd.state_of(st), want):
+            if p is not None and st.reaches(want):
                 return True
         return False
 
@@ -195,7 +195,7 @@ class Tailer:
         self._applied_text = str(start)
         #: the last applied transaction of each (domain, server); ``start_state`` is what the tail that
         #: saved ``start`` had (a saved checkpoint's ``state``), else what ``start`` itself names
-        self._seen: rd.State = rd.state_of(str(start), str(start_state or ""))
+        self._seen = GtidState.of(start, start_state)
         #: notified whenever ``applied`` moves (and by whoever stops waiting on the tail)
         self.applied_changed = threading.Condition()
         #: row changes read so far (all calls)
@@ -393,20 +393,20 @@ class Tailer:
     @property
     def applied_state(self) -> GtidState:
         """The last applied transaction of each (domain, server) (:class:`~migrator.fleet.gtid.GtidState`)."""
-        return GtidState.parse(rd.format_state(self._seen))
+        return self._seen
 
     def reached(self, target: GtidPos | GtidState | str) -> bool:
         """Every transaction of ``target`` (a position, e.g. a head read from the source, or a state)
         is applied: exact in every GTID layout, unlike comparing positions per domain."""
-        return rd.reaches(self._seen, rd.wanted(str(target)) or [])
+        return self._seen.reaches(target)
 
-    def _checkpoint(self, pos: str, state: str = "") -> None:
+    def _checkpoint(self, pos: str, state: GtidState | None = None) -> None:
         if pos == self._applied_text and not state:
             return
         self._applied_text = pos
         with self.applied_changed:
             self.applied = GtidPos.parse(pos)
-            rd.merge_state(self._seen, rd.state_of(pos, state))
+            self._seen = GtidState.of(self._seen, pos, state)
             self.applied_changed.notify_all()
         self._last_checkpoint_at = time.monotonic()
         self._save()
@@ -425,10 +425,11 @@ class Tailer:
         self._saved_text, self._saved_at = self._applied_text, now
         self.save_s += time.monotonic() - now
 
-    def apply_until(self, until: GtidPos | GtidState | str | None, *, timeout_s: float | None = None,
+    def apply_until(self, until: GtidState | None, *, timeout_s: float | None = None,
                     stop: threading.Event | None = None, save: bool = True) -> TailStats:
         """Apply every kept transaction up to and including ``until`` (None: until the timeout),
-        checkpointing after each committed round. Returns once ``until`` is committed and
+        checkpointing after each committed round (a target position, e.g. a head read from the
+        source, is given as ``GtidState.of(pos)``: its GTIDs). Returns once ``until`` is committed and
         checkpointed, or at the timeout or once ``stop`` is set (``reached`` False), with
         everything read so far committed.
 
@@ -440,12 +441,11 @@ class Tailer:
         t0 = time.monotonic()
         saved0, retries0 = self.save_s, self.lanes.retries
         deadline = None if timeout_s is None else t0 + timeout_s
-        want = rd.wanted(str(until)) if until is not None else None
         stats = TailStats(start=self._applied_text, end="", reached=False)
         rounds = _Rounds()
         try:
             self._claim()
-            self._loop(want, deadline, rounds, stats, stop, t0)
+            self._loop(until, deadline, rounds, stats, stop, t0)
             self._settle(rounds, stats)
             if save:
                 self._save(force=True)
@@ -457,7 +457,7 @@ class Tailer:
             if isinstance(failure, StaleEpoch):
                 raise self._stale(failure) from None
             raise
-        stats.reached = want is None or rd.reaches(self._seen, want)
+        stats.reached = until is None or self._seen.reaches(until)
         stats.end = self._applied_text
         stats.duration_s = time.monotonic() - t0
         stats.lanes = self.lanes.lanes
@@ -466,7 +466,7 @@ class Tailer:
         stats.retry_cause = self.lanes.last_retry if stats.retries else ""
         return stats
 
-    def _loop(self, want: list[rd.Gtid] | None, deadline: float | None, rounds: _Rounds,
+    def _loop(self, want: GtidState | None, deadline: float | None, rounds: _Rounds,
               stats: TailStats, stop: threading.Event | None, t0: float) -> None:
         """Receive, dispatch, maybe cut a round, until an exit (:meth:`_done`)."""
         while not self._done(want, deadline, rounds, stats, stop, t0):
@@ -476,13 +476,13 @@ class Tailer:
             match self._pending.pop(0):
                 case Tick(position, last_ts, state):
                     stats.last_ts = last_ts or stats.last_ts
-                    self._passed(position, state, rounds, stats)
+                    self._passed(position, GtidState.parse(state), rounds, stats)
                 case Txns(txns, position, last_ts, _, state):
                     stats.last_ts = last_ts or stats.last_ts
-                    self._take(txns, position, state, rounds, stats)
+                    self._take(txns, position, GtidState.parse(state), rounds, stats)
                     self._maybe_cut(last_ts, rounds, stats)
 
-    def _done(self, want: list[rd.Gtid] | None, deadline: float | None, rounds: _Rounds,
+    def _done(self, want: GtidState | None, deadline: float | None, rounds: _Rounds,
               stats: TailStats, stop: threading.Event | None, t0: float) -> bool:
         """The call ends: ``stop`` set, ``want`` applied, or the deadline passed. Rounds read that
         reach ``want`` are committed here first (all that is left), then it looks again."""
@@ -491,7 +491,7 @@ class Tailer:
                 return True
             if want is None:
                 break
-            if rd.reaches(self._seen, want):
+            if self._seen.reaches(want):
                 return True
             if not rounds.covers(want):
                 break
@@ -518,7 +518,7 @@ class Tailer:
             self._submit(rounds, stats)
         self._save()
 
-    def _passed(self, pos: str, state: str, rounds: _Rounds, stats: TailStats) -> None:
+    def _passed(self, pos: str, state: GtidState, rounds: _Rounds, stats: TailStats) -> None:
         """A tick: the reader passed transactions the tail does not keep. Its position ends the round
         being collected; with nothing collected or in flight, it is checkpointed every
         ``idle_checkpoint_s``."""
@@ -527,7 +527,7 @@ class Tailer:
                 time.monotonic() - self._last_checkpoint_at >= self.idle_checkpoint_s:
             self._settle(rounds, stats)
 
-    def _take(self, txns: list[rd.Committed], pos: str, state: str, rounds: _Rounds, stats: TailStats) -> None:
+    def _take(self, txns: list[rd.Committed], pos: str, state: GtidState, rounds: _Rounds, stats: TailStats) -> None:
         """Route the row changes of ``txns`` into the round being collected, which now ends at ``pos``;
         a transaction with statements is a barrier (:meth:`_barrier`)."""
         lanes = self.lanes
@@ -560,24 +560,14 @@ class Tailer:
         """Messages read and not yet dispatched, or one waiting in the pipe (never blocks)."""
         return bool(self._pending) or bool(self._pipe.poll(0))
 
-    def _barrier(self, txn: rd.Committed, pos: str, state: str, rounds: _Rounds, stats: TailStats) -> None:
+    def _barrier(self, txn: rd.Committed, pos: str, state: GtidState, rounds: _Rounds, stats: TailStats) -> None:
         """Commit everything before a statement (checkpointed just before it), then run the statement.
 
         The reader ends a message at a statement, so ``txn`` is its message's last
         transaction and the position just before it is ``pos`` with ``txn``'s domain set back.
         """
-        before = dict(rd.parse_pos(pos))
-        if txn.prev is None:
-            before.pop(txn.gtid.domain, None)
-        else:
-            before[txn.gtid.domain] = txn.prev
-        seen_before = rd.state_of(state)
-        key = (txn.gtid.domain, txn.gtid.server)
-        if txn.prev_seen is None:
-            seen_before.pop(key, None)
-        else:
-            seen_before[key] = txn.prev_seen
-        rounds.collect_pos, rounds.collect_state = rd.format_pos(before), rd.format_state(seen_before)
+        rounds.collect_pos = str(GtidPos.parse(pos).before(txn.gtid, txn.prev))
+        rounds.collect_state = state.before(txn.gtid, txn.prev_seen)
         self._settle(rounds, stats)
         self._save(force=True)  # a crash after the statement never replays rows from before it
         for st in txn.statements:
@@ -649,14 +639,14 @@ class Tailer:
         return self.apply_until(None, timeout_s=0.5)
 
     def drain_to(self, target_gtid: GtidPos | GtidState | str, timeout_s: float, *, save: bool = True) -> TailStats:
-        """Apply up to and including ``target_gtid`` (a position, or a state: ``@@gtid_binlog_state``);
+        """Apply up to and including ``target_gtid`` (a position, or a state: ``@@gtid_binlog_state``; as
+        read from a server or a record, text or parsed: :meth:`apply_until` gets its GTIDs);
         raise :class:`DrainTimeout` if it is not committed (and, with ``save``, checkpointed) within
         ``timeout_s``."""
-        target = target_gtid
-        stats = self.apply_until(target, timeout_s=timeout_s, save=save)
+        stats = self.apply_until(GtidState.of(target_gtid), timeout_s=timeout_s, save=save)
         if not stats.reached:
             raise DrainTimeout(
-                f"drain to {target} did not finish within {timeout_s:.3f}s (applied up to {self.applied}); "
+                f"drain to {target_gtid} did not finish within {timeout_s:.3f}s (applied up to {self.applied}); "
                 "the cutover should release its fence and retry later"
             )
         return stats

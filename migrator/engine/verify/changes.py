@@ -31,7 +31,7 @@ from typing import Any
 
 import pymysql
 
-from migrator.engine.binlog.reader import LocalReader, format_state, wanted
+from migrator.engine.binlog.reader import LocalReader, wanted
 from migrator.engine.catch_up.statements import WHOLE_TABLE, classify
 from migrator.engine.verify.checksums import Key, LiteralKey, TableInfo, VerifyError, keys_of
 from migrator.engine.verify.waits import Stall, Stalled
@@ -193,8 +193,8 @@ class ChangeTracker:
                         for n, ks in got.items():
                             for k in ks:
                                 note_key(self.keys[n], k)
-                        self.pos = GtidPos.parse(self._rd.position)
-                        self.state = GtidState.of(format_state(self._rd.reader.seen))
+                        self.pos = GtidPos.copy_of(self._rd.reader.position)
+                        self.state = self._rd.reader.state
                         self._cond.notify_all()
             except BaseException as exc:  # noqa: BLE001 - reported to the waiter
                 if not self._stop:

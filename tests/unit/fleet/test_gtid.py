@@ -4,7 +4,20 @@ from __future__ import annotations
 
 import pytest
 
-from migrator.fleet.gtid import Gtid, GtidPos, InvalidGtid, compare, earliest, latest
+from migrator.fleet.gtid import (
+    Gtid,
+    GtidPos,
+    GtidState,
+    InvalidGtid,
+    compare,
+    earliest,
+    format_pos,
+    format_state,
+    latest,
+    parse_gtids,
+    reaches,
+    state_of,
+)
 
 
 def test_parse_and_render_sorted_by_domain():
@@ -63,3 +76,22 @@ def test_with_gtid_and_behind():
     assert pos.behind("1-1-15,2-2-3") == 8
     assert GtidPos.parse("1-1-20").behind("1-1-15") == 0
     assert hash(GtidPos.parse("1-1-1,2-2-2")) == hash(GtidPos.parse("2-2-2,1-1-1"))
+
+
+def test_the_light_forms_render_and_reach_as_the_values_do():
+    text = "0-2-9,0-1-12,1-1-14"
+    state = state_of(text, "0-1-3")
+    assert format_state(state) == str(GtidState.parse(text)) == "0-1-12,0-2-9,1-1-14"
+    assert GtidState.copy_of(state) == GtidState.parse(text)
+    assert format_pos(GtidPos.parse("2-2-7,0-1-100")) == "0-1-100,2-2-7"
+    assert reaches(state, parse_gtids("0-1-12,0-2-9")) and not reaches(state, parse_gtids("0-2-10"))
+    assert GtidState.parse(text).reaches("0-1-12,0-2-9") and not GtidState.parse(text).reaches(Gtid(1, 2, 1))
+
+
+def test_set_back_before_a_transaction():
+    pos = GtidPos.parse("0-1-12,1-1-14")
+    assert str(pos.before(Gtid(0, 2, 13), Gtid(0, 1, 12))) == "0-1-12,1-1-14"
+    assert str(pos.before(Gtid(1, 1, 14), None)) == "0-1-12"
+    state = GtidState.parse("0-1-12,0-2-9")
+    assert str(state.before(Gtid(0, 2, 9), 8)) == "0-1-12,0-2-8"
+    assert str(state.before(Gtid(0, 2, 9), None)) == "0-1-12" and str(state) == "0-1-12,0-2-9"
