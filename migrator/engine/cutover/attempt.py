@@ -146,10 +146,10 @@ def drive(way: Way, store: MigrationStore, spec: Spec, run: CutoverRun, lease: C
             try:
                 _prepare_while_warming(run)
             except LockBusy as exc:  # a client's transaction held a moving table past the tries: named
-                record = run.attempt(f"refused: {exc.message}")
-                record["lock_waits"][exc.server] = exc.attempts.to_dict()
-                record["blockers"] = [b.to_dict() for b in exc.blockers]
-                record_attempt(store, way, migration_id, record)
+                entry = run.attempt(f"refused: {exc.message}")
+                entry.lock_waits[exc.server] = exc.attempts.to_dict()
+                entry.blockers = [b.to_dict() for b in exc.blockers]
+                record_attempt(store, way, migration_id, entry.as_dict())
                 raise
         extra: dict[str, Any] = {}
         if gate is not None:
@@ -157,7 +157,7 @@ def drive(way: Way, store: MigrationStore, spec: Spec, run: CutoverRun, lease: C
                 with before_freeze("gate"):
                     extra = gate(run)
             except FreezeBudgetExceeded as exc:
-                record_attempt(store, way, migration_id, run.attempt(f"refused: {exc.message}"))
+                record_attempt(store, way, migration_id, run.attempt(f"refused: {exc.message}").as_dict())
                 raise
         with before_freeze("standby"):
             run.check_target_standby()
@@ -166,16 +166,17 @@ def drive(way: Way, store: MigrationStore, spec: Spec, run: CutoverRun, lease: C
         if hooks.before_freeze is not None:
             try:
                 with before_freeze("held"):
-                    hooks.before_freeze(run)
+                    hooks.before_freeze(run.view())
             except MigratorError as exc:
-                record_attempt(store, way, migration_id, run.attempt(f"held: {exc.message}"))
+                record_attempt(store, way, migration_id, run.attempt(f"held: {exc.message}").as_dict())
                 raise
         # from `before`, and only while this process holds the lease (a settler may be at work otherwise)
         store.set_phase(migration_id, way.running, expect=way.before, guard=lease.path, **extra)
         # the freeze is known once it is over: kept for the next attempts' predictions then, not after the
         # renames and the passive member's finish (the next batch of a batched migration predicts meanwhile)
-        run.on_released = lambda: freeze_stats.remember(run.zk, run.attempt(way.flipped), fence=run.fence_mode,
-                                                        tables=len(run.tables), migration=migration_id)
+        run.on_released = lambda: freeze_stats.remember(run.zk, run.attempt(way.flipped).as_dict(),
+                                                        fence=run.fences.mode, tables=len(run.tables),
+                                                        migration=migration_id)
         try:
             result = run.run(hooks)
         except FlipUnknown:
@@ -185,7 +186,7 @@ def drive(way: Way, store: MigrationStore, spec: Spec, run: CutoverRun, lease: C
             raise
         recorded = on_flipped(result)
         attempt = run.attempt(way.flipped if recorded else f"{way.flipped} (recorded by a settler)")
-        record_attempt(store, way, migration_id, attempt)
+        record_attempt(store, way, migration_id, attempt.as_dict())
         return result
     except BaseException as exc:
         failure = exc
@@ -241,10 +242,10 @@ def _stopped(way: Way, store: MigrationStore, spec: Spec, run: CutoverRun, lease
             exc.message = f"{exc.message}; {note}"
         else:
             exc.add_note(note)
-    record = run.attempt(f"aborted: {msg}")
+    entry = run.attempt(f"aborted: {msg}")
     if blocked:
-        record["blockers"] = [b.to_dict() for b in blocked]
-    record_attempt(store, way, spec.id, record)
+        entry.blockers = [b.to_dict() for b in blocked]
+    record_attempt(store, way, spec.id, entry.as_dict())
 
 
 def settle_after_unknown(way: Way, config: Config, zk: ZK, spec: Spec, lease: CutoverLease,

@@ -35,7 +35,7 @@ def after_overrun(run: Any) -> list[Blocker]:
     step = run.record.overrun_step or run.pending_step()
     if step not in LOCK_STEPS:
         return []
-    host = run.passive_gate.host if step == "passive_close" else run.source
+    host = run.fences.passive_host if step == "passive_close" else run.direction.source
     try:
         with mysql_connect(host, run.creds, read_timeout=10) as conn:
             return read_blockers(conn, [(t.db, t.table) for t in run.tables], server=host.name)

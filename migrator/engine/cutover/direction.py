@@ -10,14 +10,21 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from migrator.engine.cutover.errors import CutoverError
-from migrator.engine.cutover.hooks import RunView
 from migrator.engine.migration import Spec
 from migrator.engine.verify.run import VERIFY_NODE
 from migrator.fleet.model import Host
 from migrator.fleet.shard_map import HostRegistry
 from migrator.fleet.zk import ZK
+
+
+class StepView(Protocol):
+    """What a direction's step may read of the attempt that runs it: its spec and its id."""
+
+    spec: Spec
+    attempt_id: str
 
 
 @dataclass
@@ -28,7 +35,8 @@ class Direction:
     ``target`` the host whose tables must hold every row; on the target the
     tables live in ``target_db_of(db)`` (the tombstone schema for a rollback).
     ``pre_flip``/``undo_pre_flip`` run under the fence just before the flip
-    CAS, and to undo it if the flip does not land.
+    CAS, and to undo it if the flip does not land. ``label`` is its phase
+    (``cutover``, ``rollback``): the name its errors carry.
     """
 
     label: str
@@ -41,8 +49,8 @@ class Direction:
     passive: Host | None = None
     verify_node: str = VERIFY_NODE
     target_db_of: Callable[[str], str] = lambda db: db
-    pre_flip: Callable[[RunView], None] | None = None
-    undo_pre_flip: Callable[[RunView], None] | None = None
+    pre_flip: Callable[[StepView], None] | None = None
+    undo_pre_flip: Callable[[StepView], None] | None = None
 
 
 def forward(zk: ZK, spec: Spec) -> Direction:

@@ -34,16 +34,25 @@ passive member's last writes back).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
-from typing import Protocol
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor, wait
+from contextlib import contextmanager
+from typing import Any, Protocol
 
 import pymysql
 
-from migrator.engine.cutover.fence import Fence
+from migrator.engine.cutover.fence import Fence, Move, fence_mode
 from migrator.engine.cutover.passive_gate import TriggerGate
+from migrator.engine.mdl import LockWait
+from migrator.engine.migration import Spec
+from migrator.engine.names import SENTINEL_TABLE, tomb_db, tomb_suffix
+from migrator.fleet.config import Credentials
 from migrator.fleet.gtid import GtidPos
 from migrator.fleet.model import Host
+from migrator.fleet.mysql import connect as mysql_connect
+from migrator.fleet.mysql import tag
+
+TAG = tag("cutover")
 
 
 class WriteFence(Protocol):
@@ -158,12 +167,110 @@ class GateFence:
 
 
 class PairFence:
-    """The source pair's fence: the active member's (rename or gate), and a gate on the passive member."""
+    """The source pair's fence: the active member's (rename or gate), and a gate on the passive member.
 
-    def __init__(self, active: RenameFence | GateFence, passive: GateFence | None = None):
-        self.active = active
-        self.passive = passive
+    Made empty with the attempt; :meth:`prepare` opens it (connections, the gates' triggers) and picks
+    the mode. The run writes and reads under it through :attr:`writer` only, whichever fence it is."""
+
+    def __init__(self, source: Host, passive_host: Host | None, creds: Credentials, attempt_id: str):
+        self.source = source
+        self.passive_host = passive_host
+        self.creds = creds
+        self.attempt_id = attempt_id
+        #: "rename" (:class:`RenameFence`) or "gate" (:class:`GateFence`), see :func:`fence_mode`
+        self.mode = "rename"
+        self.active: RenameFence | GateFence | None = None
+        self.passive: GateFence | None = None
+        #: this attempt's trigger gates by role ("active", "passive"), each as soon as it is installed
+        self.gates: dict[str, TriggerGate] = {}
+        #: the connection on the source that writes the sentinel rows and reads under the fence
+        self.writer: pymysql.connections.Connection | None = None
         self._active_engaged = False
+
+    # -- prepare ------------------------------------------------------------------------------
+    def prepare(self, spec: Spec, tables: Sequence[tuple[str, str]]) -> None:
+        """Open the fences of ``tables`` (nothing closed yet): the rename fence's connections, or the
+        master's gate, and the passive member's gate. Sets :attr:`active` and :attr:`passive` once all
+        are open; if one fails, what it opened is closed and the error raised."""
+        opts = spec.options
+        self.mode = fence_mode(opts.fence, len(tables))
+        if self.mode == "rename":
+            moves = [Move(db, table, tomb_db(spec.id, db)) for db, table in tables]
+            # with a gated passive member each side renames its own tables (unlogged); else the partner follows
+            fence = Fence(self.source, self.creds, moves, [(db, SENTINEL_TABLE) for db in spec.databases],
+                          lock_wait_timeout=max(1.0, opts.freeze_budget_ms / 1000),
+                          log_renames=self.passive_host is None)
+            self._open_beside_passive_gate(fence, spec, tables)
+            rename = RenameFence(fence)
+            self.active, self.passive = rename, self._gate_fence("passive")
+            self.writer = rename.writer
+            return
+        if self.passive_host is not None:
+            self._install("passive", self.passive_host, spec, tables)
+        # the gate fence: one DROP TABLE closes every moving table; the renames come after the flip
+        self._install("active", self.source, spec, tables)
+        passive = self._gate_fence("passive")
+        self.active, self.passive = GateFence(self.gates["active"], log_renames=passive is None), passive
+        self.writer = mysql_connect(self.source, self.creds, read_timeout=600)
+        with self.writer.cursor() as cur:
+            cur.execute(f"{TAG}SET SESSION time_zone = '+00:00'")
+
+    def _gate_fence(self, role: str) -> GateFence | None:
+        return GateFence(self.gates[role]) if role in self.gates else None
+
+    def _open_beside_passive_gate(self, fence: Fence, spec: Spec, tables: Sequence[tuple[str, str]]) -> None:
+        """Open the master's rename fence (its connections) while the passive member's gate is installed;
+        if either fails, the fence's connections are closed and the error raised."""
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="fence-prepare") as pool:
+            opening = pool.submit(fence.open)
+            try:
+                if self.passive_host is not None:
+                    self._install("passive", self.passive_host, spec, tables)
+                opening.result()
+            except BaseException:
+                wait([opening])
+                fence.close()
+                raise
+
+    def _install(self, role: str, host: Host, spec: Spec, tables: Sequence[tuple[str, str]]) -> None:
+        """This attempt's trigger gate on ``host``, installed (open: clients still write)."""
+        gate = TriggerGate(host, self.creds, list(tables), tomb_suffix(spec.id),
+                           {db: tomb_db(spec.id, db) for db in spec.databases}, attempt=self.attempt_id,
+                           lock_wait=LockWait.of(spec.options)).open()
+        try:
+            gate.install()
+        except BaseException:
+            gate.close_connection()
+            raise
+        self.gates[role] = gate
+
+    def lock_waits(self) -> dict[str, Any]:
+        """Per gated host, how its statements waited for their metadata locks (for the attempt's record)."""
+        return {g.host.name: g.lock_attempts.to_dict() for role in ("active", "passive")
+                if (g := self.gates.get(role)) is not None}
+
+    # -- the freeze ----------------------------------------------------------------------------
+    @property
+    def control(self) -> pymysql.connections.Connection:
+        """A connection on the source for waits under the fence (the rename fence's C, else the writer)."""
+        conn = self.active.fence.c if isinstance(self.active, RenameFence) else self.writer
+        assert conn is not None
+        return conn
+
+    @contextmanager
+    def one_commit(self) -> Iterator[pymysql.cursors.Cursor]:
+        """A cursor on :attr:`writer` whose statements commit together, at the end of the block.
+
+        Under the rename fence with ``autocommit=0`` and one COMMIT: START TRANSACTION would end LOCK
+        TABLES, a COMMIT does not (checked on MariaDB 10.11)."""
+        assert self.writer is not None
+        locked = isinstance(self.active, RenameFence)
+        with self.writer.cursor() as cur:
+            cur.execute(f"{TAG}SET SESSION autocommit = 0" if locked else f"{TAG}START TRANSACTION")
+            yield cur
+            cur.execute(f"{TAG}COMMIT")
+            if locked:
+                cur.execute(f"{TAG}SET SESSION autocommit = 1")
 
     @property
     def members(self) -> list[WriteFence]:
@@ -172,7 +279,7 @@ class PairFence:
     def close_passive(self, timeout: float) -> GtidPos:
         """Close the passive member's gate (an active gate beside it, at the same time): returns the
         passive member's own transactions, which the master must apply before its fence."""
-        assert self.passive is not None
+        assert self.passive is not None and self.active is not None
         if not isinstance(self.active, GateFence):
             return self.passive.engage(timeout)
         # leaving the pool waits for the passive close, even when the active one failed: an undo
@@ -185,6 +292,7 @@ class PairFence:
 
     def engage(self, timeout: float) -> None:
         """Fence the active member (unless its gate closed beside the passive one)."""
+        assert self.active is not None
         if not self._active_engaged:
             self.active.engage(timeout)
             self._active_engaged = True
@@ -194,6 +302,7 @@ class PairFence:
         return next((why for f in self.members if (why := f.holding()) is not None), None)
 
     def release(self) -> None:
+        assert self.active is not None
         self.active.release()
 
     @property
@@ -231,8 +340,14 @@ class PairFence:
             self.active.settle_unknown(landed)
 
     def close(self, *, keep_closed: bool) -> list[str]:
+        """Close every member (see :meth:`WriteFence.close`) and the writer; the problems met, if any.
+        A pair whose prepare did not complete is left as it is (its gates to the next settle)."""
+        if self.active is None:
+            return []
         problems = []
         for f in (self.active, self.passive):
             if f is not None:
                 problems += f.close(keep_closed=keep_closed)
+        if isinstance(self.active, GateFence) and self.writer is not None:
+            self.writer.close()
         return problems

@@ -61,11 +61,11 @@ def fixed_cost_ms(run: CutoverRun, recent: list[dict[str, Any]]) -> tuple[float,
     costs = [c for a in (node or {}).get("attempts", []) if (c := freeze_stats.fixed_part(a)) is not None]
     if costs:
         return statistics.median(costs), "attempts"
-    fleet = freeze_stats.recent_fixed_ms(recent, fence=run.fence_mode, tables=len(run.tables),
+    fleet = freeze_stats.recent_fixed_ms(recent, fence=run.fences.mode, tables=len(run.tables),
                                          per_table_ms=FENCE_PER_TABLE_MS)
     if fleet is not None:
         return fleet, "fleet"
-    fence = FENCE_PER_TABLE_MS * len(run.tables) if run.fence_mode == "rename" else 0.0
+    fence = FENCE_PER_TABLE_MS * len(run.tables) if run.fences.mode == "rename" else 0.0
     return FIXED_FREEZE_MS + fence, "default"
 
 
@@ -90,10 +90,10 @@ def pair_lag_ms(run: CutoverRun, timeout_s: float) -> float | None:
     fences no passive member, or the member refuses writes (read_only: its clients cannot write
     either); ``inf`` when the master had not applied it within ``timeout_s``."""
     passive = run.direction.passive
-    if passive is None or run.passive_gate is None:
+    if passive is None or run.fences.passive is None:
         return None
     with mysql_connect(passive, run.creds) as p, \
-            mysql_connect(run.source, run.creds, read_timeout=int(timeout_s) + 30) as m:
+            mysql_connect(run.direction.source, run.creds, read_timeout=int(timeout_s) + 30) as m:
         try:
             mark = write_mark(p, f"pair_lag:{passive.name}")
         except MarkRefused:
@@ -114,7 +114,7 @@ def predict_freeze_ms(run: CutoverRun) -> tuple[float, dict[str, Any]]:
     The drainer is warmed first: starting its reader process is not part of a freeze."""
     if not run.warmed:
         run.drainer.warm()
-    conn = mysql_connect(run.source, run.creds)
+    conn = mysql_connect(run.direction.source, run.creds)
     try:
         # first catch up with what was written since the last pass (verify, prepare: seconds of
         # writes the tail will have applied long before the fence), untimed, and for as long as the tail
@@ -182,25 +182,26 @@ def check_budget(run: CutoverRun, from_passes: float | None) -> tuple[float, dic
 
 def _refuse_over_budget(run: CutoverRun, predicted: float, p: dict[str, Any]) -> None:
     budget = run.spec.options.freeze_budget_ms
+    source = run.direction.source.name
     passive = run.direction.passive.name if run.direction.passive is not None else "the passive member"
     if "pair_lag_ms" in p and p["pair_lag_ms"] is None:
         raise FreezeBudgetExceeded(
-            f"the source pair lags: {run.source.name} had not applied a write of {passive} within "
+            f"the source pair lags: {source} had not applied a write of {passive} within "
             f"{max(2 * budget / 1000, PAIR_LAG_MIN_WAIT_S):.0f} s, and a "
             f"freeze waits for that member's last writes before it fences; repair or wait out the replication "
-            f"{passive} -> {run.source.name} (SHOW SLAVE STATUS on {run.source.name}), then retry", phase="cutover")
+            f"{passive} -> {source} (SHOW SLAVE STATUS on {source}), then retry", phase="cutover")
     if predicted > budget:
         parts = []
         if "drain_ms" in p:
             parts.append(f"a drain of {p['drain_ms']:.0f} ms for {p.get('drain_events', '?')} row changes the tail "
                          "lagged behind")
         if p.get("pair_lag_ms"):
-            parts.append(f"{p['pair_lag_ms']:.0f} ms for {passive}'s writes to reach {run.source.name}")
+            parts.append(f"{p['pair_lag_ms']:.0f} ms for {passive}'s writes to reach {source}")
         if "fixed_ms" in p:
             parts.append(f"{p['fixed_ms']:.0f} ms for the freeze's other steps")
         lagging = p.get("pair_lag_ms") and p["pair_lag_ms"] > p.get("drain_ms", 0) + p.get("fixed_ms", 0)
-        todo = (f"the replication {passive} -> {run.source.name} lags: let it catch up (SHOW SLAVE STATUS on "
-                f"{run.source.name}), then retry" if lagging else
+        todo = (f"the replication {passive} -> {source} lags: let it catch up (SHOW SLAVE STATUS on "
+                f"{source}), then retry" if lagging else
                 "let catch-up converge further (lower write load) or raise freeze_budget_ms")
         raise FreezeBudgetExceeded(
             f"predicted freeze {predicted:.0f} ms ({', '.join(parts)}) exceeds the budget of {budget} ms: {todo}",

@@ -2,8 +2,8 @@
 
 Tests (fault injection at a named step) and benchmarks pass
 :class:`CutoverHooks` to :func:`migrator.engine.cutover.cutover`; each hook is
-called with the run at that point of the freeze, seen through
-:class:`RunView`. :class:`CutoverResult` is what a finished cutover records in
+called with a :class:`RunView` of the attempt at that point of the freeze,
+never the run itself. :class:`CutoverResult` is what a finished cutover records in
 the migration's ``cutover`` progress node (a rollback, in ``rollback``).
 """
 
@@ -11,21 +11,40 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
+import pymysql
+
+from migrator.engine.cutover.lease import CutoverLease
+from migrator.engine.cutover.maps import MapEdits
+from migrator.engine.cutover.record import AttemptRecord
 from migrator.engine.migration import Spec
+from migrator.fleet.zk import ZK
 
 
-class RunView(Protocol):
-    """What a hook (or a direction's step) may read of the attempt that calls it: its spec, its id, the steps
-    done so far (ms each) and when its freeze began and was released (monotonic). The run passes itself;
-    a hook reads, it never drives the run."""
+@dataclass(frozen=True)
+class RunView:
+    """What a hook may see of the attempt that calls it. A hook reads, or acts on the world around the
+    attempt (the map, ZooKeeper, the lease, as a fault would); it never drives the run."""
 
     spec: Spec
     attempt_id: str
-    steps: dict[str, float]
-    t_freeze: float | None
-    t_released: float | None
+    #: the steps done so far (ms each), when the freeze began and was released (monotonic), ...
+    record: AttemptRecord
+    #: the ranges the attempt freezes and flips
+    ranges: list[Any]
+    zk: ZK
+    #: the attempt's map edits (their store: ``edits.maps``)
+    edits: MapEdits
+    lease: CutoverLease | None
+    #: the connection that writes and reads on the source under the fence (None before it is open)
+    writer: pymysql.connections.Connection | None
+    #: the connection on the target (None before the attempt is prepared)
+    target_conn: pymysql.connections.Connection | None
+
+    @property
+    def maps(self) -> Any:
+        return self.edits.maps
 
 
 Hook = Callable[[RunView], None]

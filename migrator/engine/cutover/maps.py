@@ -9,15 +9,21 @@ after an interruption to learn which side of the flip it is on).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from kazoo.exceptions import KazooException
 from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_fixed
 
 from migrator.engine.cutover.direction import Direction
 from migrator.engine.cutover.errors import ZK_LOST, CutoverAborted, CutoverError, FlipUnknown, LeaseLost
+from migrator.engine.cutover.lease import settle_lock
 from migrator.errors import ShardMapConflict, ShardMapGuardLost
 from migrator.fleet.model import MovingSet, ShardMap
 from migrator.fleet.shard_map import ShardMapStore
+from migrator.fleet.zk import ZK
+
+if TYPE_CHECKING:
+    from migrator.engine.cutover.lease import CutoverLease
 
 
 def reread_map(maps: ShardMapStore, timeout: float = 60.0) -> ShardMap:
@@ -57,10 +63,58 @@ def unfreeze_ranges(maps: ShardMapStore, moving: MovingSet, *, reason: str, atte
                        "`migrator topology` by hand", phase="cutover")
 
 
+class LeaseGuard:
+    """The attempt's lease as its guarded writes see it (no lease at all: unguarded, as in tests)."""
+
+    def __init__(self) -> None:
+        self.lease: CutoverLease | None = None
+        #: the lease's node as last seen (see :attr:`path`); a path no lease ever has until then
+        self._path = "/migrator-no-lease-held"
+
+    @property
+    def path(self) -> str | None:
+        """The lease's znode: the ZooKeeper writes of this attempt commit only while it exists (once
+        the lease is given up, the node it had: nothing it guards commits any more)."""
+        if self.lease is None:
+            return None
+        if self.lease.path is not None:
+            self._path = self.lease.path
+        return self._path
+
+    @property
+    def alive(self) -> bool:
+        return self.lease is None or self.lease.alive
+
+    def while_holding(self, zk: ZK, migration_id: str, action: Callable[[], None]) -> bool:
+        """Run ``action``, a change to what is not the attempt's own (the old master's tables in a
+        rollback), only while this process holds the lease: under the settle lock, which every
+        settler takes before it acts, with the lease checked under it. False (nothing done) when
+        the lease is gone or the lock is not free: then a settler decides, once the lease is gone."""
+        if self.lease is None:
+            action()
+            return True
+        lock = settle_lock(zk, migration_id)
+        try:
+            if not lock.acquire(blocking=True, timeout=5):
+                return False
+        except KazooException:  # ZooKeeper unreachable: the lease cannot be confirmed either
+            return False
+        try:
+            if not self.lease.alive:
+                return False
+            action()
+            return True
+        finally:
+            try:
+                lock.release()
+            except KazooException:
+                pass  # the lock ends with this process's session
+
+
 class MapEdits:
     """One attempt's edits of the shard map: freeze, flip, unfreeze.
 
-    Each is one CAS guarded by the attempt's lease (``guard()`` names its znode; None: no lease), so
+    Each is one CAS guarded by the attempt's lease (``lease.path`` names its znode; None: no lease), so
     none of them commits once the lease is given up. A conflict with another change is read again:
     the freeze retries on the new map, the flip too but only while our ranges are exactly as we froze
     them. A CAS that went out with no answer is decided by reading the map back (for at most
@@ -68,14 +122,13 @@ class MapEdits:
     """
 
     def __init__(self, maps: ShardMapStore, moving: MovingSet, ranges: list[Any], direction: Direction,
-                 migration_id: str, guard: Callable[[], str | None], lease_alive: Callable[[], bool]):
+                 migration_id: str, lease: LeaseGuard):
         self.maps = maps
         self.moving = moving
         self.ranges = ranges
         self.direction = direction
         self.migration_id = migration_id
-        self.guard = guard
-        self.lease_alive = lease_alive
+        self.lease = lease
         self.frozen_epoch: int | None = None
         self.frozen_map: ShardMap | None = None
         self.flipped_epoch: int | None = None
@@ -88,6 +141,21 @@ class MapEdits:
     @property
     def label(self) -> str:
         return self.direction.label
+
+    def landed_once_lease_is_gone(self, timeout: float = 10.0) -> bool | None:
+        """After an unknown flip: give the lease up, then read the map. True/False once the lease node
+        is known gone (the guarded flip CAS can no longer commit, so the map is final); None when
+        that cannot be known now (ZooKeeper unreachable)."""
+        path = self.lease.path
+        if self.lease.lease is None or path is None:
+            return None
+        self.lease.lease.release()  # its record stays while the phase is still "cutover": for the settler
+        try:
+            if self.maps.zk.client.exists(path) is not None:
+                return None  # not deleted (the lease's own session was cut off): it ends with that session
+            return self.flip_landed(reread_map(self.maps, timeout))
+        except (*ZK_LOST, KazooException):
+            return None
 
     # -- freeze ----------------------------------------------------------------------------
     def freeze(self, attempts: int = 5) -> None:
@@ -119,7 +187,7 @@ class MapEdits:
             # somewhere (a paused ZooKeeper server) can no longer commit
             stored = self.maps.cas(new, cur.epoch, reason=f"{self.label} {self.migration_id}: freeze",
                                    details={"migration": self.migration_id, "ranges": self.ranges,
-                                            "moving": moving.describe()}, guard=self.guard())
+                                            "moving": moving.describe()}, guard=self.lease.path)
         except ShardMapGuardLost:
             raise LeaseLost(self.label, "the freeze", "nothing was frozen") from None
         except ZK_LOST:
@@ -138,7 +206,7 @@ class MapEdits:
             smap = None
         landed = (smap is not None and self.moving.all_frozen(smap)
                   and self.moving.served_by(smap, self.direction.from_master))
-        if landed and self.lease_alive():
+        if landed and self.lease.alive:
             assert smap is not None
             return smap
         raise FlipUnknown(
@@ -152,7 +220,7 @@ class MapEdits:
         when the ranges may be a later attempt's freeze already; the settler unfreezes then."""
         try:
             unfreeze_ranges(self.maps, self.moving, reason=f"{self.label} {self.migration_id}: abort, unfreeze",
-                            guard=self.guard())
+                            guard=self.lease.path)
         except ShardMapGuardLost:
             self.lease_lost = True
             return False
@@ -202,7 +270,7 @@ class MapEdits:
                                    details={"migration": self.migration_id, "ranges": self.ranges,
                                             "moving": self.moving.describe(), **details,
                                             "direction": self.label},
-                                   guard=self.guard())
+                                   guard=self.lease.path)
             self.flipped_epoch = stored.epoch
             return True
         except ShardMapGuardLost:
@@ -219,7 +287,7 @@ class MapEdits:
                     "(the source tables go to the tombstones, the gates stay shut), safe either way; once this "
                     f"process's lease is gone a worker settles it from the map (`migrator {self.label} ID` does "
                     "too)", phase=self.label) from None
-            if self.flip_landed(smap) and self.lease_alive():
+            if self.flip_landed(smap) and self.lease.alive:
                 self.flipped_epoch = smap.epoch
                 return True
             if self.flip_landed(smap):

@@ -8,8 +8,10 @@ migration's ``cutover_attempts`` (or ``rollback_attempts``) node by
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
+
+from migrator.fleet.gtid import GtidPos
 
 
 @dataclass
@@ -38,6 +40,16 @@ class AttemptRecord:
     t_released: float | None = None
     #: the freeze step under way when the watchdog fired (what an overrun's refusal names)
     overrun_step: str | None = None
+    #: the flip CAS went out and its outcome is unknown: the fences stay closed for the settler
+    flip_unknown: bool = False
+    #: when the last step of the freeze ended (each step is timed from the end of the one before)
+    step_end: float = 0.0
+
+    def step_done(self, name: str) -> None:
+        """Record step ``name`` as ended now, timed from the end of the one before."""
+        now = time.monotonic()
+        self.steps[name] = round((now - self.step_end) * 1000, 2)
+        self.step_end = now
 
     def freeze_ms(self) -> float | None:
         """How long clients have waited in the freeze (so far, while it holds); None before it."""
@@ -46,10 +58,51 @@ class AttemptRecord:
         end = self.t_released if self.t_released is not None else time.monotonic()
         return round((end - self.t_freeze) * 1000, 2)
 
-    def to_dict(self, outcome: str, lock_waits: dict[str, Any]) -> dict[str, Any]:
-        """The record as written to ZooKeeper (kept for aborted attempts too)."""
-        return {"at": time.time(), "outcome": outcome[:500], "freeze_ms": self.freeze_ms(),
-                "steps_ms": dict(self.steps), "refresh_rounds": list(self.refresh_rounds),
-                "predicted": dict(self.predicted), "drained": dict(self.drained), "released": dict(self.released),
-                "waiters_ended": self.waiters_ended, "before_freeze_ms": dict(self.before_freeze),
-                "lock_waits": lock_waits}
+    def entry(self, outcome: str, lock_waits: dict[str, Any]) -> AttemptEntry:
+        """What the attempt did so far, as it is written to ZooKeeper (kept for aborted attempts too)."""
+        return AttemptEntry(time.time(), outcome[:500], self.freeze_ms(), dict(self.steps), list(self.refresh_rounds),
+                            dict(self.predicted), dict(self.drained), dict(self.released), self.waiters_ended,
+                            dict(self.before_freeze), lock_waits)
+
+
+@dataclass
+class AttemptEntry:
+    """One entry of the attempts node: the attempt's record at one moment, with its outcome."""
+
+    at: float
+    outcome: str
+    freeze_ms: float | None
+    steps_ms: dict[str, float]
+    refresh_rounds: list[dict[str, float]]
+    predicted: dict[str, Any]
+    drained: dict[str, Any]
+    released: dict[str, float]
+    waiters_ended: int
+    before_freeze_ms: dict[str, float]
+    #: per gated host, how its statements waited for their metadata locks
+    lock_waits: dict[str, Any]
+    #: who held the moving tables, when the attempt stopped waiting for their locks (written only when known)
+    blockers: list[dict[str, Any]] | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The entry as written to ZooKeeper."""
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "blockers"}
+        if self.blockers is not None:
+            out["blockers"] = self.blockers
+        return out
+
+
+@dataclass
+class FencePoint:
+    """Where the fence put the source, and the target once drained to it."""
+
+    #: the sentinel rows' token (unique per attempt)
+    token: str = ""
+    #: the source's position after the sentinel write (where the drain goes)
+    fence_gtid: str = ""
+    #: the source master's own transactions up to and including the sentinel write (what a member of
+    #: its pair must have applied before it renames: :func:`~migrator.fleet.mysql.wait_applied`)
+    fence_own: GtidPos = field(default_factory=GtidPos)
+    #: the target's binlog position and state read right after the drain (where a reverse tail starts)
+    target_pos: str = ""
+    target_state: str = ""

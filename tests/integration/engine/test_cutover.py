@@ -48,7 +48,7 @@ def test_cutover_under_live_writes_loses_nothing(fleet):
     def compare_under_fence(run):
         # the source is fenced and drained: source (through the lock holder) == target
         for db in spec.databases:
-            under_fence[db] = {"source": _checksum(run.fence.a, db, SEED_TABLES),
+            under_fence[db] = {"source": _checksum(run.writer, db, SEED_TABLES),
                                "target": _checksum(run.target_conn, db, SEED_TABLES)}
 
     result = cutover(fleet.config, spec.id, hooks=CutoverHooks(before_flip=compare_under_fence))
