@@ -60,8 +60,8 @@ class LivePlan:
 
 def _rates(zk: Any) -> tuple[Rates, str]:
     stored = eta.stored_rate(zk)
-    if stored and stored.get("bytes_per_s", 0) > 0:
-        return Rates(copy_bytes_per_s=float(stored["bytes_per_s"]), copy_streams=1), "measured by the last copy"
+    if stored and stored.bytes_per_s > 0:
+        return Rates(copy_bytes_per_s=stored.bytes_per_s, copy_streams=1), "measured by the last copy"
     return Rates(), "defaults measured by bench.copy and bench.catchup"
 
 
