@@ -126,8 +126,8 @@ def hand_over(zk: ZK, creds: Credentials, parent_id: str, shards: Sequence[int],
                           # the batch's re-check windows start at its own start (the checkpoint handed), not
                           # earlier: what a refresh right before the hand-over gives (refresh_parent)
                           "from_start": GtidState.parse(verified.verified_gtid).reaches(GtidState.parse(str(gtid))),
-                          "suspect_chunks": [c for c in verified.suspect_chunks
-                                             if str(c.get("table", "")).split(".", 1)[0] in dbs]},
+                          "suspect_chunks": [c.dump() for c in verified.suspect_chunks
+                                             if c.table.split(".", 1)[0] in dbs]},
         }
 
         def change(s: State) -> State:

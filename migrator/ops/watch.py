@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import Field
 from rich.console import Console, Group
 from rich.live import Live
 from rich.markup import escape
@@ -33,7 +34,9 @@ from migrator.engine.records import (
     CatchupNode,
     CatchupPass,
     NextTry,
+    Number,
     PhaseChange,
+    Record,
     Stopped,
     TableProgress,
 )
@@ -42,6 +45,48 @@ from migrator.fleet.model import shard_runs
 from migrator.ops import command
 
 FINAL = {"done", "cleaned", "aborted", "rolled_back", "failed"}
+
+
+class CopyStatus(Record):
+    """The ``copy`` part of a migration's status: tables, rows and bytes copied (and, from
+    :func:`overview`, the rate, the ETA and the sums per shard db)."""
+
+    tables: int = 0
+    done: int = 0
+    rows: int = 0
+    est_rows: int = 0
+    bytes: int = 0
+    rows_per_s: Number | None = None
+    eta_s: Number | None = None
+    per_shard: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class SpecStatus(Record):
+    """What a status shows of a migration's spec."""
+
+    source_master: str | None = None
+    target_master: str | None = None
+    shards: list[int] | None = None
+
+
+class MigrationStatus(Record):
+    """A migration's status (``command.status``, :func:`overview`), read back by what renders it."""
+
+    id: str = ""
+    phase: str = ""
+    paused: bool = False
+    postpone_cutover: bool = False
+    error: str | None = None
+    stopped: Stopped | None = None
+    spec: SpecStatus | None = None
+    copy_: CopyStatus = Field(default_factory=CopyStatus, alias="copy")
+    passes: list[CatchupPass] = Field(default_factory=list)
+    cutover_attempts: list[Attempt] = Field(default_factory=list)
+    cutover_next_try: NextTry | None = None
+    predicted_freeze_ms: Number | None = None
+    freeze_ms: Number | None = None
+    verify_mismatches: int | None = None
+    workers: list[dict[str, Any]] | None = None
 
 
 # -- assembling the view ---------------------------------------------------------------------------------
@@ -180,8 +225,8 @@ def migrations_table(migrations: list[dict[str, Any]]) -> Table:
     for col in ("phase", "kind", "shards", "source", "target", "note"):
         t.add_column(col)
     for m in migrations:
-        stopped = m.get("stopped")
-        note = "paused" if m["paused"] else (f"STOPPED in {stopped['step']}" if stopped else (m["error"] or ""))[:60]
+        stopped = MigrationStatus.parse(m).stopped
+        note = "paused" if m["paused"] else (f"STOPPED in {stopped.step}" if stopped else (m["error"] or ""))[:60]
         t.add_row(m["id"], m["phase"], m["kind"], ",".join(map(str, m["shards"])), m["source"], m["target"], note)
     return t
 
@@ -193,42 +238,38 @@ def new_progress(console: Console | None = None) -> tuple[Progress, Any]:
     return progress, progress.add_task("copy", total=1)
 
 
-def render(st: dict[str, Any], progress: Progress, task: Any) -> Group:
-    c = st.get("copy") or {}
-    total = max(int(c.get("est_rows") or 0), int(c.get("rows") or 0), 1)
-    progress.update(task, completed=int(c.get("rows") or 0), total=total,
-                    description=f"copy {c.get('done', 0)}/{c.get('tables', 0)} tables")
-    spec = st.get("spec") or {}
-    head = (f"[bold]{st['id']}[/]: phase [cyan]{st['phase']}[/]"
-            + (" [yellow](paused)[/]" if st.get("paused") else "")
-            + (" [yellow](cutover postponed)[/]" if st.get("postpone_cutover") else "")
-            + (f"  {spec.get('source_master')} -> {spec.get('target_master')}, shards {spec.get('shards')}"
-               if spec else ""))
+def render(status: dict[str, Any], progress: Progress, task: Any) -> Group:
+    st = MigrationStatus.parse(status)
+    c = st.copy_
+    progress.update(task, completed=c.rows, total=max(c.est_rows, c.rows, 1),
+                    description=f"copy {c.done}/{c.tables} tables")
+    spec = st.spec
+    head = (f"[bold]{st.id}[/]: phase [cyan]{st.phase}[/]"
+            + (" [yellow](paused)[/]" if st.paused else "")
+            + (" [yellow](cutover postponed)[/]" if st.postpone_cutover else "")
+            + (f"  {spec.source_master} -> {spec.target_master}, shards {spec.shards}" if spec else ""))
     parts: list[Any] = [head, progress]
-    if "rows_per_s" in c:
-        eta = c.get("eta_s")
-        parts.append(f"copy rate {c['rows_per_s']:,.0f} rows/s, ETA "
-                     + ("done" if eta == 0 else _duration(eta)))
-    if c.get("per_shard"):
-        parts.append(shard_table(c["per_shard"]))
-    if st.get("passes"):
-        parts.append(pass_table(st["passes"]))
-    if st.get("cutover_attempts"):
-        parts.append(attempts_table(st["cutover_attempts"]))
-    if st.get("cutover_next_try"):
-        parts.append(next_try_text(st["cutover_next_try"]))
-    if st.get("predicted_freeze_ms") is not None:
-        parts.append(f"predicted freeze {st['predicted_freeze_ms']:.0f} ms")
-    if st.get("freeze_ms") is not None:
-        parts.append(f"[green]last write freeze {st['freeze_ms']:.0f} ms[/]")
-    stopped = st.get("stopped")
-    if stopped:
-        parts.append(f"[bold red]stopped in {stopped.get('step')}:[/] {escape(str(stopped.get('reason')))}\n"
-                     f"[bold]next:[/] {escape(str(stopped.get('next')))}")
-    elif st.get("error"):
-        parts.append(f"[yellow]note: {escape(str(st['error']))}[/]")
-    if "workers" in st:
-        parts.append(worker_table(st["workers"]))
+    if c.rows_per_s is not None:
+        parts.append(f"copy rate {c.rows_per_s:,.0f} rows/s, ETA " + ("done" if c.eta_s == 0 else _duration(c.eta_s)))
+    if c.per_shard:
+        parts.append(shard_table(c.per_shard))
+    if st.passes:
+        parts.append(pass_table(st.passes))
+    if st.cutover_attempts:
+        parts.append(attempts_table(st.cutover_attempts))
+    if st.cutover_next_try:
+        parts.append(next_try_text(st.cutover_next_try))
+    if st.predicted_freeze_ms is not None:
+        parts.append(f"predicted freeze {st.predicted_freeze_ms:.0f} ms")
+    if st.freeze_ms is not None:
+        parts.append(f"[green]last write freeze {st.freeze_ms:.0f} ms[/]")
+    if st.stopped:
+        parts.append(f"[bold red]stopped in {st.stopped.step}:[/] {escape(str(st.stopped.reason))}\n"
+                     f"[bold]next:[/] {escape(str(st.stopped.next))}")
+    elif st.error:
+        parts.append(f"[yellow]note: {escape(str(st.error))}[/]")
+    if st.workers is not None:
+        parts.append(worker_table(st.workers))
     return Group(*parts)
 
 
@@ -250,7 +291,7 @@ def follow(config: Config, mid: str, *, every: float = 0.5, timeout: float | Non
     deadline = None if timeout is None else time.monotonic() + timeout
     st = overview(config, mid, with_workers=with_workers)
     with Live(render(st, progress, task), console=console, refresh_per_second=4, transient=False) as live:
-        while st["phase"] not in until and not st.get("stopped"):
+        while st["phase"] not in until and not MigrationStatus.parse(st).stopped:
             if deadline is not None and time.monotonic() > deadline:
                 break
             time.sleep(every)
@@ -429,7 +470,7 @@ class RebalanceTracker:
 
     def poll(self, zk: Any) -> list[Event]:
         from migrator.engine.migration import MigrationNotFound
-        from migrator.ops.rebalance.record import RecordStore
+        from migrator.ops.rebalance.record import Move, RecordStore
 
         rec, _ = RecordStore(zk).get(self.rid)
         now, out = time.time(), []
@@ -447,13 +488,14 @@ class RebalanceTracker:
             if self.states.get(m["index"]) == state:
                 continue
             self.states[m["index"]] = state
-            what = (f"batch {m['index']} ({int(m.get('tables') or 0):,} tables)" if "batch_of" in m
-                    else f"move {m['index']} {m['source']} -> {m['target']}")
+            move = Move.parse(m)
+            what = (f"batch {move.index} ({move.tables:,} tables)" if "batch_of" in m
+                    else f"move {move.index} {move.source} -> {move.target}")
             text = f"{what}, shards {shard_runs(m.get('runs') or [])}: {state}"
-            if state == "done" and m.get("freeze_ms") is not None:
-                text += f", write freeze {float(m['freeze_ms']):.0f} ms"
-            if m.get("error"):
-                text += f": {m['error']}"
+            if state == "done" and move.freeze_ms is not None:
+                text += f", write freeze {move.freeze_ms:.0f} ms"
+            if move.error:
+                text += f": {move.error}"
             out.append(Event("batch", mid, now, text, {k: m.get(k) for k in (
                 "index", "batch_of", "source", "target", "runs", "tables", "state", "freeze_ms", "error")}))
         return out
@@ -534,9 +576,8 @@ def copy_progress(console: Console, *, total_rows: int = 1) -> tuple[Progress, C
 
     def on_progress(view: dict[str, Any]) -> None:
         seen[f"{view['db']}.{view['table']}"] = view
-        rows = sum(int(v.get("rows") or 0) for v in seen.values())
-        est = sum(int(v.get("est_rows") or 0) for v in seen.values())
-        done = sum(1 for v in seen.values() if v.get("done"))
+        views = TableProgress.parse_list(list(seen.values()))
+        rows, est, done = sum(v.rows for v in views), sum(v.est_rows for v in views), sum(1 for v in views if v.done)
         progress.update(task, completed=rows, total=max(total_rows, est, rows, 1),
                         description=f"copy {done}/{len(seen)} tables")
 
