@@ -203,11 +203,11 @@ class FreezeSample(Record):
 
 class SuspectChunk(Record):
     """A chunk a full check could not settle (its rows changed while it was read): checked again under
-    the fence. ``lo``/``hi``: its key bounds (None: open)."""
+    the fence. ``lo``/``hi``: its key bounds as the copy checkpoint encodes them (None: open)."""
 
     table: str = ""
-    lo: list[Any] | None = None
-    hi: list[Any] | None = None
+    lo: Any = None
+    hi: Any = None
 
 
 class VerifyNode(Record):

@@ -116,14 +116,14 @@ def refresh_verified_gtid(config: Config, store: MigrationStore, m: Moving, *, m
     """
     spec, drainer = m.spec, m.drainer
     key = m.direction.verify_node
-    node = VerifyNode.parse(store.get_progress(spec.id, key)[0])
-    if not node.verified_gtid and key == VERIFY_NODE:
+    node = store.get_progress(spec.id, key)[0] or {}
+    if not VerifyNode.parse(node).verified_gtid and key == VERIFY_NODE:
         verify_migration(config, spec.id, drainer=drainer)
-        node = VerifyNode.parse(store.get_progress(spec.id, key)[0])
-    if not node.verified_gtid:
+        node = store.get_progress(spec.id, key)[0] or {}
+    since = VerifyNode.parse(node).verified_gtid
+    if not since:
         raise CutoverError(f"no verified position in {key}: verify first (`migrator verify ID`)",
                            phase=m.direction.label)
-    since = node.verified_gtid
     want = {(t.db, t.table): t.pk for t in m.tables}
     want.update({(db, SENTINEL_TABLE): ("token",) for db in spec.databases})
     # the tail resumes exactly where the last check ended (a batch handed over right after its parent's

@@ -462,8 +462,8 @@ def skip_tombstone_renames(config: Config, zk: ZK, creds: Credentials, spec: Spe
     None when there was nothing to skip.
     """
     store = MigrationStore(zk)
-    node = CatchupNode.parse(store.get_progress(spec.id, CHECKPOINT_KEY)[0])
-    if not node.gtid:
+    node = store.get_progress(spec.id, CHECKPOINT_KEY)[0] or {}
+    if not CatchupNode.parse(node).gtid:
         return None
     marker = f"_tomb_{tomb_suffix(spec.id)}_"
     with mysql_connect(source, creds) as conn:

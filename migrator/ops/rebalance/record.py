@@ -57,7 +57,7 @@ class Move(Record):
     bytes: Number = 0
     batched: bool = False
     queue: str | None = None
-    partition: int | None = None
+    partition: Any = None
     freeze_ms: Number | None = None
     steps_ms: dict[str, Any] = Field(default_factory=dict)
     started_at: Number | None = None
