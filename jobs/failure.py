@@ -29,6 +29,7 @@ from typing import Any
 
 from migrator.engine.cutover.lease import read_record, where_it_was
 from migrator.engine.migration import MigrationStore, Node
+from migrator.engine.records import AttemptsNode, CutoverHolder
 from migrator.errors import ExitCode
 from migrator.fleet import config as config_mod
 from migrator.fleet import zk as zk_mod
@@ -109,13 +110,13 @@ def died_reason(store: MigrationStore, job: Any, mid: str, step: str) -> str:
     text = (f"the worker running {step} ({job.id}{' on ' + job.worker_name if job.worker_name else ''}) died "
             "before it ended (killed, or its machine lost)")
     rec = read_record(store.zk, mid)
-    if rec and rec.get("holder"):
+    if CutoverHolder.parse(rec).holder:
         return f"{text}; its cutover attempt was {where_it_was(rec)}, not settled yet"
     since = job.started_at.timestamp() if job.started_at else time.time() - 24 * 3600
     for key in (Node.CUTOVER_ATTEMPTS, Node.ROLLBACK_PASSES):
-        node, _ = store.get_progress(mid, key)
-        deaths = [a for a in (node or {}).get("attempts", []) if a.get("died_at") and a.get("at", 0) >= since]
+        attempts = AttemptsNode.parse(store.get_progress(mid, key)[0]).attempts
+        deaths = [a for a in attempts if a.died_at and a.at >= since]
         if deaths:
             return f"{text}; its {'rollback' if key == Node.ROLLBACK_PASSES else 'cutover'} attempt: " \
-                   f"{deaths[-1]['outcome']}"
+                   f"{deaths[-1].outcome}"
     return text

@@ -67,6 +67,7 @@ from migrator.engine.migration import MigrationStore, Phase, Spec
 from migrator.engine.plan import hold_maintenance_pause, moving_tables
 from migrator.engine.preflight import PreflightFailed
 from migrator.engine.preflight import run as run_preflight
+from migrator.engine.records import TableProgress
 from migrator.engine.sentinel import prepare_sentinels
 from migrator.engine.throttler import ChunkSizer
 from migrator.fleet.config import Credentials
@@ -186,7 +187,7 @@ def prepare(zk: ZK, spec: Spec, creds: Credentials) -> list[tuple[str, str]]:
             pending.append((info.db, info.table))
             continue
         prog, _ = store.get_progress(spec.id, progress_key(info.db, info.table))
-        if prog and not prog.get("done"):
+        if prog and not TableProgress.parse(prog).done:
             pending.append((info.db, info.table))
     return pending
 
@@ -221,6 +222,7 @@ def _prepare_tables(store: MigrationStore, spec: Spec, ep: Endpoints, creds: Cre
 
 
 def table_progress(zk: ZK, mid: str) -> list[dict[str, Any]]:
+    """Every table's progress node, as stored (what ``status`` shows)."""
     store = MigrationStore(zk)
     out = []
     for name in store.progress_keys(mid, PREFIX):
@@ -228,6 +230,11 @@ def table_progress(zk: ZK, mid: str) -> list[dict[str, Any]]:
         if prog is not None:
             out.append(prog)
     return out
+
+
+def table_records(zk: ZK, mid: str) -> list[TableProgress]:
+    """Every table's progress node, read as a :class:`TableProgress`."""
+    return TableProgress.parse_list(table_progress(zk, mid))
 
 
 
@@ -279,12 +286,13 @@ def copy_table(
     kept across tables by the caller (opened and closed here when absent)."""
     store = MigrationStore(zk)
     key = progress_key(db, table)
-    prog, version = store.get_progress(spec.id, key)
-    if prog is None:
+    stored, version = store.get_progress(spec.id, key)
+    if stored is None:
         raise CopyError(f"{db}.{table} has no progress node: the copy was not prepared (`migrator copy ID`)",
                         phase="copy")
-    result = TableResult(db, table, "done", progress=prog)
-    if prog.get("done"):
+    result = TableResult(db, table, "done", progress=stored)
+    prog = TableProgress.parse(stored)
+    if prog.done:
         return result
     control = control or control_check(zk, spec.id)
     reason = control()
@@ -302,22 +310,22 @@ def copy_table(
         info = inspector.describe(src, db, table)
         if not info.key:
             raise CopyError(f"{db}.{table} has no usable key", phase="copy")
-        if prog.get("start_gtid") is None:
+        if prog.start_gtid is None:
             # recorded before the first chunk read: catch-up replays from here. (Recording it only with
             # the first checkpoint would lose it when a worker dies between that chunk's load and its
             # checkpoint: the retry's later position would skip deletes the loaded rows still need.)
-            prog["start_gtid"], prog["start_state"] = start_point(src)
-            prog["started_at"] = time.time()
+            gtid, state = start_point(src)
+            prog = prog.model_copy(update={"start_gtid": gtid, "start_state": state, "started_at": time.time()})
             try:
-                version = store.put_progress(spec.id, key, prog, version)
+                version = store.put_progress(spec.id, key, prog.dump(), version)
             except BadVersionError:
                 result.status = "superseded"
                 return result
-        sizer = ChunkSizer(prog.get("chunk_rows") or opts.chunk_rows, opts.chunk_target_ms / 1000.0,
+        sizer = ChunkSizer(prog.chunk_rows or opts.chunk_rows, opts.chunk_target_ms / 1000.0,
                            min_rows=min(10, opts.chunk_max_rows), max_rows=opts.chunk_max_rows)
-        reader = ReadAhead(links, info, decode_key(prog.get("last_key")), lambda: sizer.rows, pipeline=pipeline)
+        reader = ReadAhead(links, info, decode_key(prog.last_key), lambda: sizer.rows, pipeline=pipeline)
         last_control = time.monotonic()
-        wall_before = float(prog.get("wall_s", 0.0))
+        wall_before = prog.wall_s
         chunks_this_call = 0
         throttled_before = throttler.throttled_s
         t_prev = time.monotonic()
@@ -341,21 +349,21 @@ def copy_table(
             took, t_prev = now - t_prev, now
             n, nbytes = chunk.rows, len(chunk.blob)
             done = n < chunk.asked
-            new = dict(prog)
-            new.update(last_key=encode_key(chunk.last if n else decode_key(prog.get("last_key"))),
-                       rows=prog.get("rows", 0) + n, bytes=prog.get("bytes", 0) + nbytes,
-                       chunks=prog.get("chunks", 0) + (1 if n else 0), chunk_rows=sizer.observe(n, took),
-                       copy_s=round(prog.get("copy_s", 0.0) + took, 3),
-                       wall_s=round(wall_before + time.monotonic() - t_start, 3),
-                       read_s=round(prog.get("read_s", 0.0) + chunk.read_s, 3),
-                       load_s=round(prog.get("load_s", 0.0) + now - t_load, 3),
-                       throttled_s=round(prog.get("throttled_s", 0.0) + throttler.throttled_s - throttled_before, 3))
+            step = dict(last_key=encode_key(chunk.last if n else decode_key(prog.last_key)),
+                        rows=prog.rows + n, bytes=prog.bytes + nbytes,
+                        chunks=prog.chunks + (1 if n else 0), chunk_rows=sizer.observe(n, took),
+                        copy_s=round(prog.copy_s + took, 3),
+                        wall_s=round(wall_before + time.monotonic() - t_start, 3),
+                        read_s=round(prog.read_s + chunk.read_s, 3),
+                        load_s=round(prog.load_s + now - t_load, 3),
+                        throttled_s=round(prog.throttled_s + throttler.throttled_s - throttled_before, 3))
             throttled_before = throttler.throttled_s
             if done:
                 carry_auto_increment(src, links.target, info)
-                new.update(done=True, finished_at=time.time())
+                step.update(done=True, finished_at=time.time())
+            new = prog.model_copy(update=step)
             try:
-                version = store.put_progress(spec.id, key, new, version)
+                version = store.put_progress(spec.id, key, new.dump(), version)
             except BadVersionError:
                 result.status = "superseded"  # another worker advanced this table: it owns it now
                 break
@@ -363,11 +371,11 @@ def copy_table(
             chunks_this_call += 1
             result.rows += n
             result.bytes += nbytes
-            result.progress = prog
+            result.progress = prog.dump()
             if on_progress:
                 on_progress(progress_view(prog, time.monotonic() - t_start, result))
             if after_chunk:
-                after_chunk(prog)
+                after_chunk(result.progress)
             if done:
                 result.status = "done"
                 break
@@ -380,15 +388,14 @@ def copy_table(
     return result
 
 
-def progress_view(prog: dict[str, Any], elapsed: float, result: TableResult) -> dict[str, Any]:
+def progress_view(prog: TableProgress, elapsed: float, result: TableResult) -> dict[str, Any]:
     """Progress as job meta shows it: rows, bytes, rate, ETA (no secrets, small)."""
     rate = result.rows / elapsed if elapsed > 0 else 0.0
     brate = result.bytes / elapsed if elapsed > 0 else 0.0
-    left = max(0, int(prog.get("est_rows") or 0) - int(prog.get("rows") or 0))
-    return {"db": prog["db"], "table": prog["table"], "rows": prog.get("rows", 0), "bytes": prog.get("bytes", 0),
-            "est_rows": prog.get("est_rows", 0), "rows_per_s": round(rate, 1), "bytes_per_s": round(brate, 1),
-            "eta_s": round(left / rate, 1) if rate > 0 and not prog.get("done") else 0.0,
-            "chunk_rows": prog.get("chunk_rows"), "done": bool(prog.get("done"))}
+    return {"db": prog.db, "table": prog.table, "rows": prog.rows, "bytes": prog.bytes,
+            "est_rows": prog.est_rows, "rows_per_s": round(rate, 1), "bytes_per_s": round(brate, 1),
+            "eta_s": round(prog.rows_left / rate, 1) if rate > 0 and not prog.done else 0.0,
+            "chunk_rows": prog.chunk_rows, "done": prog.done}
 
 
 def carry_auto_increment(src: pymysql.connections.Connection, tgt: pymysql.connections.Connection,
@@ -414,8 +421,8 @@ def carry_auto_increment(src: pymysql.connections.Connection, tgt: pymysql.conne
 def finish_if_complete(zk: ZK, mid: str) -> bool:
     """If every table is done, move COPYING -> CATCHING_UP. True only for the
     one caller whose compare-and-set made the transition."""
-    progress = table_progress(zk, mid)
-    if not progress or not all(p.get("done") for p in progress):
+    progress = table_records(zk, mid)
+    if not progress or not all(p.done for p in progress):
         return False
     store = MigrationStore(zk)
     moved = []
@@ -427,10 +434,10 @@ def finish_if_complete(zk: ZK, mid: str) -> bool:
                            "to": Phase.CATCHING_UP.value})
         st.phase = Phase.CATCHING_UP
         st.error = None
-        rows = sum(int(p.get("rows", 0)) for p in progress)
-        nbytes = sum(int(p.get("bytes", 0)) for p in progress)
-        started = min((p.get("started_at") or time.time()) for p in progress)
-        finished = max((p.get("finished_at") or time.time()) for p in progress)
+        rows = sum(p.rows for p in progress)
+        nbytes = sum(p.bytes for p in progress)
+        started = min((p.started_at or time.time()) for p in progress)
+        finished = max((p.finished_at or time.time()) for p in progress)
         st.copy = {"rows": rows, "bytes": nbytes, "tables": len(progress), "seconds": round(finished - started, 3)}
         began = getattr(st, "copy_began_at", None)
         moved.append(dict(st.copy, total_s=finished - began if began else None))
@@ -446,7 +453,7 @@ def finish_if_complete(zk: ZK, mid: str) -> bool:
 
 def earliest_start_gtids(zk: ZK, mid: str) -> list[str]:
     """Every table's recorded ``start_gtid`` (catch-up starts from the earliest)."""
-    return sorted({p["start_gtid"] for p in table_progress(zk, mid) if p.get("start_gtid") is not None})
+    return sorted({p.start_gtid for p in table_records(zk, mid) if p.start_gtid is not None})
 
 
 # -- abort helper ----------------------------------------------------------------------------------------
@@ -455,7 +462,7 @@ def drop_target_copies(zk: ZK, spec: Spec, creds: Credentials) -> list[str]:
     """Drop what the copy created on the target master (it replicates to the
     standby): the moving databases, or for a partition move the one table.
     Only objects with a progress node are ours; anything else is left alone."""
-    ours = table_progress(zk, spec.id)
+    ours = table_records(zk, spec.id)
     if not ours:
         return []
     ep = endpoints(zk, spec)
@@ -465,10 +472,10 @@ def drop_target_copies(zk: ZK, spec: Spec, creds: Credentials) -> list[str]:
         with tgt.cursor() as cur:
             if spec.kind == "queue_partition":
                 for p in ours:
-                    cur.execute(T + f"DROP TABLE IF EXISTS {qualified(p['db'], p['table'])}")
-                    dropped.append(f"{p['db']}.{p['table']}")
+                    cur.execute(T + f"DROP TABLE IF EXISTS {qualified(p.db, p.table)}")
+                    dropped.append(f"{p.db}.{p.table}")
             else:
-                for db in sorted({p["db"] for p in ours}):
+                for db in sorted({p.db for p in ours}):
                     if db in spec.databases:
                         cur.execute(T + f"DROP DATABASE IF EXISTS {ident(db)}")
                         dropped.append(db)

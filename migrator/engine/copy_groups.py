@@ -22,6 +22,7 @@ from typing import Any
 from migrator.engine.copy import TableResult, control_check, copy_table, endpoints, progress_key
 from migrator.engine.copy_load import Links, open_links
 from migrator.engine.migration import MigrationStore, Spec
+from migrator.engine.records import TableProgress
 from migrator.fleet.config import Credentials
 from migrator.fleet.mysql import start_point
 from migrator.fleet.zk import ZK
@@ -32,7 +33,7 @@ GROUP_BYTES = 16 * 1024 * 1024
 GROUP_TABLES = 2000
 
 
-def plan_groups(progress: list[dict[str, Any]], workers: int, *, group_bytes: int = GROUP_BYTES,
+def plan_groups(progress: list[Any], workers: int, *, group_bytes: int = GROUP_BYTES,
                 group_tables: int = GROUP_TABLES) -> list[list[tuple[str, str]]]:
     """Pack the tables not done into groups: large tables alone, small ones together.
 
@@ -40,20 +41,20 @@ def plan_groups(progress: list[dict[str, Any]], workers: int, *, group_bytes: in
     ``n`` is enough groups for every worker (when there are that many tables)
     and for the byte and table caps of a group.
     """
-    todo = sorted((p for p in progress if not p.get("done")), key=lambda p: -int(p.get("est_bytes") or 0))
-    big = [[(p["db"], p["table"])] for p in todo if int(p.get("est_bytes") or 0) > group_bytes]
-    small = [p for p in todo if int(p.get("est_bytes") or 0) <= group_bytes]
+    todo = sorted((p for p in TableProgress.parse_list(progress) if not p.done), key=lambda p: -p.est_bytes)
+    big = [[(p.db, p.table)] for p in todo if p.est_bytes > group_bytes]
+    small = [p for p in todo if p.est_bytes <= group_bytes]
     if not small:
         return big
-    small_bytes = sum(int(p.get("est_bytes") or 0) for p in small)
+    small_bytes = sum(p.est_bytes for p in small)
     n = max(1, min(len(small), max(workers - len(big), 1)),
             math.ceil(small_bytes / group_bytes), math.ceil(len(small) / group_tables))
     groups: list[list[tuple[str, str]]] = [[] for _ in range(n)]
     load = [0] * n
     for p in small:
         i = min(range(n), key=lambda j: (load[j], len(groups[j])))
-        groups[i].append((p["db"], p["table"]))
-        load[i] += int(p.get("est_bytes") or 0) + 1
+        groups[i].append((p.db, p.table))
+        load[i] += p.est_bytes + 1
     return big + [g for g in groups if g]
 
 
@@ -121,10 +122,12 @@ def stamp_start(zk: ZK, mid: str, tables: list[tuple[str, str]], links: Links) -
     batch: list[tuple[str, dict[str, Any], int]] = []
     for db, table in tables:
         key = progress_key(db, table)
-        prog, version = store.get_progress(mid, key)
-        if prog is None or version is None or prog.get("done") or prog.get("start_gtid") is not None:
+        stored, version = store.get_progress(mid, key)
+        prog = TableProgress.parse(stored)
+        if stored is None or version is None or prog.done or prog.start_gtid is not None:
             continue
-        batch.append((key, dict(prog, start_gtid=pos, start_state=state, started_at=now), version))
+        stamped = prog.model_copy(update={"start_gtid": pos, "start_state": state, "started_at": now})
+        batch.append((key, stamped.dump(), version))
         if len(batch) >= STAMP_BATCH:
             store.put_progress_many(mid, batch)
             batch = []

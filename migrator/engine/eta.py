@@ -38,6 +38,7 @@ from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from migrator.engine.copy_load import PREPARE_THREADS, chunk_read_sql, prepare_reader
 from migrator.engine.inspector import TableInfo
+from migrator.engine.records import Record, TableProgress
 from migrator.fleet.zk import ZK
 
 COPY_RATE = "stats/copy_rate"
@@ -126,14 +127,14 @@ def fill(est: Estimate, zk: ZK, conn: Any, infos: list[TableInfo], workers: int)
     """Set the rates of ``est`` from the stored model, else from a sampled chunk read."""
     est.streams = max(1, min(workers, len(infos)))
     stored = stored_rate(zk)
-    if stored and stored.get("stream_bytes_per_s"):
-        est.stream_bytes_per_s = float(stored["stream_bytes_per_s"])
-        est.per_table_s = float(stored.get("per_table_s", DEFAULT_TABLE_S))
-        est.prepare_s = float(stored.get("prepare_s", DEFAULT_PREPARE_S))
-        est.overhead_s = float(stored.get("overhead_s", DEFAULT_OVERHEAD_S))
+    if stored and stored.stream_bytes_per_s:
+        est.stream_bytes_per_s = stored.stream_bytes_per_s
+        est.per_table_s = stored.per_table_s
+        est.prepare_s = stored.prepare_s
+        est.overhead_s = stored.overhead_s
         est.rate_source = "stored"
-        est.method = (f"fitted to the last finished copy on this fleet (migration {stored.get('migration')}: "
-                      f"{stored.get('tables')} tables, {_mb(stored.get('est_bytes', 0))}): "
+        est.method = (f"fitted to the last finished copy on this fleet (migration {stored.migration}: "
+                      f"{stored.tables} tables, {_mb(stored.est_bytes)}): "
                       f"{_mb(est.stream_bytes_per_s)}/s per stream, {est.per_table_s * 1000:.0f} ms per table, "
                       f"{est.prepare_s * 1000:.0f} ms of schema per table, {est.overhead_s:.1f} s once, "
                       f"{est.streams} streams at once")
@@ -170,30 +171,45 @@ def fill(est: Estimate, zk: ZK, conn: Any, infos: list[TableInfo], workers: int)
     return est
 
 
-def stored_rate(zk: ZK) -> dict[str, Any] | None:
+class CopyRate(Record):
+    """The model fitted to the last finished copy on the fleet (``stats/copy_rate``)."""
+
+    rows_per_s: float = 0.0
+    bytes_per_s: float = 0.0
+    stream_bytes_per_s: float = 0.0
+    per_table_s: float = DEFAULT_TABLE_S
+    prepare_s: float = DEFAULT_PREPARE_S
+    overhead_s: float = DEFAULT_OVERHEAD_S
+    est_bytes: int = 0
+    tables: int | None = None
+    migration: str | None = None
+
+
+def stored_rate(zk: ZK) -> CopyRate | None:
     try:
         data, _ = zk.client.get(zk.path(COPY_RATE))
-        rec = json.loads(data)
-        if rec.get("rows_per_s", 0) > 0:
+        rec = CopyRate.parse(json.loads(data))
+        if rec.rows_per_s > 0:
             return rec
     except (NoNodeError, ValueError):
         pass
     return None
 
 
-def store_rate(zk: ZK, mid: str, progress: list[dict[str, Any]], seconds: float, *,
+def store_rate(zk: ZK, mid: str, progress: list[TableProgress], seconds: float, *,
                total_s: float | None = None, streams: int = 1) -> None:
     """Fit the model to a finished copy's progress records and keep it for the next dry run
     (``total_s``: the copy's whole time from its first job, which sets ``overhead_s``)."""
-    rows = sum(int(p.get("rows", 0)) for p in progress)
-    est_bytes = sum(int(p.get("est_bytes", 0)) for p in progress)
-    copy_s = sum(float(p.get("copy_s", 0.0)) for p in progress)
-    fixed_s = sum(max(0.0, float(p.get("wall_s", 0.0)) - float(p.get("copy_s", 0.0))) for p in progress)
+    progress = TableProgress.parse_list(progress)
+    rows = sum(p.rows for p in progress)
+    est_bytes = sum(p.est_bytes for p in progress)
+    copy_s = sum(p.copy_s for p in progress)
+    fixed_s = sum(max(0.0, p.wall_s - p.copy_s) for p in progress)
     if rows <= 0 or seconds <= 0 or copy_s <= 0:
         return
     tables = len(progress)
     per_table_s = fixed_s / max(1, tables)
-    prepare_s = sum(float(p.get("prepare_s", 0.0)) for p in progress) / max(1, tables)
+    prepare_s = sum(p.prepare_s for p in progress) / max(1, tables)
     rate = est_bytes / copy_s
     overhead_s = DEFAULT_OVERHEAD_S
     if total_s:
@@ -205,8 +221,8 @@ def store_rate(zk: ZK, mid: str, progress: list[dict[str, Any]], seconds: float,
                       "est_bytes": est_bytes, "tables": tables, "seconds": seconds, "total_s": total_s,
                       "stream_bytes_per_s": rate, "per_table_s": per_table_s, "prepare_s": prepare_s,
                       "overhead_s": overhead_s,
-                      "read_s": round(sum(float(p.get("read_s", 0.0)) for p in progress), 3),
-                      "load_s": round(sum(float(p.get("load_s", 0.0)) for p in progress), 3),
+                      "read_s": round(sum(p.read_s for p in progress), 3),
+                      "load_s": round(sum(p.load_s for p in progress), 3),
                       "migration": mid, "at": time.time()}).encode()
     path = zk.path(COPY_RATE)
     try:

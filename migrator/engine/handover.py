@@ -60,6 +60,7 @@ from migrator.engine.cutover import recheck
 from migrator.engine.cutover.direction import forward
 from migrator.engine.migration import MigrationError, MigrationStore, Node, Phase, PhaseConflict, Spec, State
 from migrator.engine.plan import maintenance_pauses
+from migrator.engine.records import CatchupNode, VerifyNode
 from migrator.engine.verify.checksums import TableInfo, moving_tables, prepare_session, table_info
 from migrator.engine.verify.drainers import CatchUpDrainer
 from migrator.fleet.config import Config, Credentials
@@ -104,10 +105,12 @@ def hand_over(zk: ZK, creds: Credentials, parent_id: str, shards: Sequence[int],
             raise PhaseConflict(f"migration {parent_id} is {st.phase.value}, not converged: batches are handed "
                                 "their shards only once it has caught up and been verified")
         ckpt, ck_version = store.get_progress(parent_id, Node.CATCHUP)
-        if not ckpt or not ckpt.get("gtid") or ck_version is None:
+        gtid = CatchupNode.parse(ckpt).gtid
+        if not gtid or ck_version is None:
             raise HandOverError(f"migration {parent_id} has no catch-up checkpoint: run a pass first")
         verify, _ = store.get_progress(parent_id, Node.VERIFY)
-        if not verify or not verify.get("verified_gtid"):
+        verified = VerifyNode.parse(verify)
+        if not verified.verified_gtid:
             raise HandOverError(f"migration {parent_id} has not been verified: verify it before its batches")
         cid = batch_id(parent_id, len(st.batches))
         child = spec.model_copy(update={"id": cid, "shards": tuple(want), "batched": False, "parent": parent_id,
@@ -119,13 +122,12 @@ def hand_over(zk: ZK, creds: Credentials, parent_id: str, shards: Sequence[int],
         dbs = {shard_db(s) for s in want}
         progress: dict[str, dict[str, Any]] = {
             Node.CATCHUP: {**ckpt, "handed_by": parent_id, "handed_at": now},
-            Node.VERIFY: {**verify, "handed_by": parent_id, "window_from": verify["verified_gtid"],
+            Node.VERIFY: {**verify, "handed_by": parent_id, "window_from": verified.verified_gtid,
                           # the batch's re-check windows start at its own start (the checkpoint handed), not
                           # earlier: what a refresh right before the hand-over gives (refresh_parent)
-                          "from_start": GtidState.parse(verify["verified_gtid"]).reaches(
-                              GtidState.parse(str(ckpt["gtid"]))),
-                          "suspect_chunks": [c for c in verify.get("suspect_chunks") or []
-                                             if str(c.get("table", "")).split(".", 1)[0] in dbs]},
+                          "from_start": GtidState.parse(verified.verified_gtid).reaches(GtidState.parse(str(gtid))),
+                          "suspect_chunks": [c.dump() for c in verified.suspect_chunks
+                                             if c.table.split(".", 1)[0] in dbs]},
         }
 
         def change(s: State) -> State:

@@ -78,6 +78,7 @@ from migrator.engine.cutover.reconcile import reconcile
 from migrator.engine.cutover.run import CutoverRun
 from migrator.engine.migration import GuardLost, MigrationStore, Node, Phase, PhaseConflict, Spec
 from migrator.engine.names import SENTINEL_TABLE, rename_tomb_tables, tomb_db
+from migrator.engine.records import AttemptsNode, CatchupNode, CatchupPass, FlipNode
 from migrator.engine.sentinel import ensure_sentinel
 from migrator.engine.verify.checksums import moving_tables
 from migrator.engine.verify.drainers import Drainer, TailDrainer
@@ -130,11 +131,10 @@ class ReverseDrainer(TailDrainer):
                 self._lock = applier_lock(self.store.zk, key, "rollback")
             # its node guards the checkpoint writes; its token fences the writes into the tombstones
             claim = applier_claim(self.store.zk, self._lock, key)
-            node, _ = self.store.get_progress(self.spec.id, TAIL_NODE)
-            start = (node or {}).get("gtid") or self.start
+            node = CatchupNode.parse(self.store.get_progress(self.spec.id, TAIL_NODE)[0])
             tailer = Tailer(
-                self.new_master, self.old_master, self.credentials, start=GtidPos.parse(start),
-                start_state=(node or {}).get("state") if (node or {}).get("gtid") else self.start_state,
+                self.new_master, self.old_master, self.credentials, start=GtidPos.parse(node.gtid or self.start),
+                start_state=node.state if node.gtid else self.start_state,
                 schema_map={db: tomb_db(self.spec.id, db) for db in self.spec.databases},
                 tables=_with_sentinel(tail_tables(self.spec)), epoch=claim.epoch(),
             )
@@ -199,7 +199,7 @@ def reverse_passes(store: MigrationStore, spec: Spec, drainer: ReverseDrainer, *
     tailer = drainer.open()._tailer
     node, _ = store.get_progress(spec.id, PASSES_NODE)
     record = dict(node or {})
-    passes: list[dict[str, Any]] = list(record.get("passes", []))
+    passes = AttemptsNode.parse(node).passes
     for n in range(max_passes):
         if n and deadline is not None and time.monotonic() >= deadline:
             return None
@@ -210,12 +210,12 @@ def reverse_passes(store: MigrationStore, spec: Spec, drainer: ReverseDrainer, *
         if not stats.reached:
             raise RollbackError(f"a reverse pass did not reach the new master's head {head} within an hour; "
                                 "run `migrator rollback ID` again (it resumes from its checkpoint)", phase="rollback")
-        res = measure_pass(stats, number=(passes[-1]["number"] + 1) if passes else 1, started_at=started_at,
+        res = measure_pass(stats, number=(passes[-1].number or 0) + 1 if passes else 1, started_at=started_at,
                            head=str(head), head_at=head_at, prev_head_at=prev_head_at)
         prev_head_at = head_at
         res.converged, res.not_converging = judge(res, passes, opts)
-        passes.append(asdict(res))
-        record["passes"] = passes[-PASSES_KEPT:]
+        passes.append(CatchupPass.parse(asdict(res)))
+        record["passes"] = [p.dump() for p in passes[-PASSES_KEPT:]]
         record["head_at"] = head_at
         store.put_progress(spec.id, PASSES_NODE, record)
         if on_pass is not None:
@@ -315,8 +315,8 @@ def rollback_slice(config: Config, migration_id: str, *, slice_s: float | None =
         if state.phase != Phase.DONE:
             raise RollbackError(f"migration {migration_id} is {state.phase.value}: only a finished (done) migration "
                                 "with its tombstones can be rolled back", phase="rollback")
-        node, _ = store.get_progress(migration_id, Node.CUTOVER)
-        if not node or not node.get("target_gtid"):
+        node = FlipNode.parse(store.get_progress(migration_id, Node.CUTOVER)[0])
+        if not node.target_gtid:
             raise RollbackError(f"migration {migration_id} recorded no new-master position at its flip; "
                                 "it cannot be tailed back", phase="rollback")
         reg = HostRegistry(zk)
@@ -333,12 +333,12 @@ def rollback_slice(config: Config, migration_id: str, *, slice_s: float | None =
                 ensure_sentinel(conn, tomb)
         if store.get_progress(migration_id, VERIFY_NODE)[0] is None:
             # the cutover proved tombstones == new tables at target_gtid
-            store.put_progress(migration_id, VERIFY_NODE, {"verified_gtid": node["target_gtid"],
+            store.put_progress(migration_id, VERIFY_NODE, {"verified_gtid": node.target_gtid,
                                                            "suspect_chunks": [], "at": time.time()})
         own_drainer = drainer is None
         if drainer is None:
-            drainer = ReverseDrainer(store, spec, new_master, old_master, creds, node["target_gtid"],
-                                     node.get("target_state") or "")
+            drainer = ReverseDrainer(store, spec, new_master, old_master, creds, node.target_gtid,
+                                     node.target_state or "")
         direction = Direction(
             "rollback", source=new_master, target=old_master, from_master=spec.target_master,
             to_master=spec.source_master, to_slave=spec.source_slave, verify_node=VERIFY_NODE,

@@ -14,6 +14,7 @@ import datetime as dt
 from typing import Any
 
 from migrator.engine.migration import MigrationNotFound, MigrationStore
+from migrator.engine.records import AuditEntry, PhaseChange
 from migrator.fleet.shard_map import ShardMapStore
 from migrator.fleet.zk import ZK
 
@@ -24,7 +25,7 @@ def history(zk: ZK, *, migration_id: str | None = None, limit: int = 200) -> lis
         for rec in ShardMapStore(zk).history(limit=limit):
             out.append({
                 "when": rec["when"], "who": rec["who"], "what": "shard_map",
-                "migration": (rec.get("details") or {}).get("migration"),
+                "migration": AuditEntry.parse(rec).details.migration,
                 "old_epoch": rec["old_epoch"], "new_epoch": rec["new_epoch"],
                 "detail": f"epoch {rec['old_epoch']} -> {rec['new_epoch']}: {rec['reason']}",
             })
@@ -37,18 +38,17 @@ def history(zk: ZK, *, migration_id: str | None = None, limit: int = 200) -> lis
             if migration_id:
                 raise
             continue
-        for h in state.history:
-            detail = f"phase {h.get('from') or '-'} -> {h['to']}"
-            if h.get("error"):
-                detail += f" ({h['error']})"
-            if h.get("component"):
-                detail += f" by {h['component']}"
-            out.append({"when": h["when"], "who": h["who"], "what": "migration", "migration": mid,
-                        "component": h.get("component"), "from": h.get("from"), "to": h.get("to"),
-                        "detail": detail})
+        for h in PhaseChange.parse_list(state.history):
+            detail = f"phase {h.from_ or '-'} -> {h.to}"
+            if h.error:
+                detail += f" ({h.error})"
+            if h.component:
+                detail += f" by {h.component}"
+            out.append({"when": h.when, "who": h.who, "what": "migration", "migration": mid,
+                        "component": h.component, "from": h.from_, "to": h.to, "detail": detail})
     if migration_id:
         for rec in ShardMapStore(zk).history(limit=limit):
-            if (rec.get("details") or {}).get("migration") == migration_id:
+            if AuditEntry.parse(rec).details.migration == migration_id:
                 out.append({"when": rec["when"], "who": rec["who"], "what": "shard_map", "migration": migration_id,
                             "old_epoch": rec["old_epoch"], "new_epoch": rec["new_epoch"],
                             "detail": f"epoch {rec['old_epoch']} -> {rec['new_epoch']}: {rec['reason']}"})

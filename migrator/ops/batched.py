@@ -45,6 +45,7 @@ from migrator.engine.cutover.errors import CutoverAborted
 from migrator.engine.cutover.hooks import CutoverHooks
 from migrator.engine.migration import MigrationStore, Node, Phase
 from migrator.engine.plan import release_maintenance_pause
+from migrator.engine.records import FlipNode, HandoverNode
 from migrator.errors import ExitCode, MigratorError, describe
 from migrator.fleet.config import Config, Credentials
 from migrator.fleet.mysql import connect as mysql_connect
@@ -229,9 +230,9 @@ def _fly(cfg: Config, zk: ZK, creds: Credentials, mid: str, out: dict[str, Any],
 
 def _record_steps(store: MigrationStore, bid: str, took: dict[str, float]) -> None:
     """Keep what the pipeline spent around one attempt of the batch (its ``handover`` node)."""
-    prior = store.get_progress(bid, Node.HANDOVER)[0] or {}
-    store.put_progress(bid, Node.HANDOVER, {**prior, "attempts": [*prior.get("attempts", []),
-                                                                 {k: round(v, 3) for k, v in took.items()}]})
+    prior = HandoverNode.parse(store.get_progress(bid, Node.HANDOVER)[0])
+    prior.attempts = [*prior.attempts, {k: round(v, 3) for k, v in took.items()}]
+    store.put_progress(bid, Node.HANDOVER, prior.dump())
 
 
 def _hand_over_next(zk: ZK, creds: Credentials, mid: str) -> str:
@@ -240,10 +241,9 @@ def _hand_over_next(zk: ZK, creds: Credentials, mid: str) -> str:
     spec, (st, _) = store.spec(mid), store.state(mid)
     done = []
     for b in st.batches:
-        cut, _ = store.get_progress(b, Node.CUTOVER)
-        if cut and cut.get("freeze_ms") is not None:
-            done.append({"freeze_ms": cut["freeze_ms"], "steps_ms": cut.get("steps_ms") or {},
-                         "tables": st.batch_tables.get(b, 0)})
+        cut = FlipNode.parse(store.get_progress(b, Node.CUTOVER)[0])
+        if cut.freeze_ms is not None:
+            done.append({"freeze_ms": cut.freeze_ms, "steps_ms": cut.steps_ms, "tables": st.batch_tables.get(b, 0)})
     source = HostRegistry(zk).get(spec.source_master)
     with mysql_connect(source, creds) as conn:
         tables = {s: n for s, (n, _) in batch_mod.count_tables(conn, spec.shards).items()}

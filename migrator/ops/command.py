@@ -32,6 +32,7 @@ from migrator.engine.cutover.reconcile import NO_GATES_LEFT
 from migrator.engine.cutover.reconcile import settle as settle_cutover
 from migrator.engine.mdl import LockBusy
 from migrator.engine.migration import MigrationStore, Node, Options, Phase, ShardsBusy, Spec, State
+from migrator.engine.records import AttemptsNode, CatchupNode, TableProgress, VerifyNode
 from migrator.engine.verify.run import verify_migration
 from migrator.errors import MigratorError, MySQLUnavailable, describe
 from migrator.fleet import config as config_mod
@@ -289,35 +290,35 @@ def status(config: Config, mid: str | None = None) -> dict[str, Any]:
         spec = store.spec(mid)
         st, _ = store.state(mid)
         tables = copy_mod.table_progress(zk, mid)
-        rows = sum(int(t.get("rows", 0)) for t in tables)
-        est = sum(int(t.get("est_rows", 0)) for t in tables)
-        catchup, _ = store.get_progress(mid, Node.CATCHUP)
+        copied = TableProgress.parse_list(tables)
+        catchup = CatchupNode.parse(store.get_progress(mid, Node.CATCHUP)[0])
         verify_node, _ = store.get_progress(mid, Node.VERIFY)
         cut, _ = store.get_progress(mid, Node.CUTOVER)
-        attempts, _ = store.get_progress(mid, Node.CUTOVER_ATTEMPTS)
+        attempts = AttemptsNode.parse(store.get_progress(mid, Node.CUTOVER_ATTEMPTS)[0])
         return {
             "id": mid, "phase": st.phase.value, "paused": st.paused, "error": st.error, "stopped": st.stopped,
             "spec": spec.model_dump(mode="json"), "history": st.history,
-            "passes": (catchup or {}).get("passes", []), "catchup_gtid": (catchup or {}).get("gtid"),
-            "not_converging": (catchup or {}).get("not_converging"),
+            "passes": [p.dump() for p in catchup.passes], "catchup_gtid": catchup.gtid,
+            "not_converging": catchup.not_converging,
             "predicted_freeze_ms": st.predicted_freeze_ms, "freeze_ms": st.freeze_ms,
-            "verify": verify_node, "verify_mismatches": (verify_node or {}).get("mismatched"),
-            "cutover": cut, "cutover_attempts": (attempts or {}).get("attempts", []),
+            "verify": verify_node, "verify_mismatches": VerifyNode.parse(verify_node).mismatched,
+            "cutover": cut, "cutover_attempts": [a.dump() for a in attempts.attempts],
             "cutover_next_try": _next_try(st, attempts),
             "cleanup_after": st.cleanup_after, "postpone_cutover": st.postpone_cutover,
-            "copy": {"tables": len(tables), "done": sum(1 for t in tables if t.get("done")), "rows": rows,
-                     "est_rows": est, "bytes": sum(int(t.get("bytes", 0)) for t in tables),
+            "copy": {"tables": len(tables), "done": sum(1 for t in copied if t.done),
+                     "rows": sum(t.rows for t in copied), "est_rows": sum(t.est_rows for t in copied),
+                     "bytes": sum(t.bytes for t in copied),
                      "start_gtids": copy_mod.earliest_start_gtids(zk, mid), "per_table": tables},
         }
 
 
-def _next_try(st: State, attempts: dict[str, Any] | None) -> dict[str, Any] | None:
+def _next_try(st: State, attempts: AttemptsNode) -> dict[str, Any] | None:
     """When the pipeline tries the cutover again (``at``, ``attempt``, ``delay_s``, ``until``), while that
     still holds: not once the migration flipped, stopped or left the phases a retry runs in."""
-    nxt = (attempts or {}).get("next_try")
+    nxt = attempts.next_try
     if not nxt or st.stopped or st.phase not in (Phase.CONVERGED, Phase.CATCHING_UP, Phase.CUTOVER):
         return None
-    return nxt
+    return nxt.dump()
 
 
 def abort(config: Config, mid: str, *, settle_s: float = 1.0) -> dict[str, Any]:

@@ -116,10 +116,11 @@ def run_demo(*, directory: str | Path = ".sandbox-demo", base_port: int = 33300,
         command.launch(cfg, spec.id)
         st = watch.follow(cfg, spec.id, console=console, timeout=900)
         report.phase = st["phase"]
-        c = st.get("copy") or {}
-        report.tables, report.rows_copied, report.bytes_copied = c.get("tables", 0), c.get("rows", 0), c.get("bytes", 0)
-        report.passes = st.get("passes") or []
-        report.freeze_ms, report.predicted_freeze_ms = st.get("freeze_ms"), st.get("predicted_freeze_ms")
+        status = watch.MigrationStatus.parse(st)
+        c = status.copy_
+        report.tables, report.rows_copied, report.bytes_copied = c.tables, c.rows, c.bytes
+        report.passes = [p.dump() for p in status.passes]
+        report.freeze_ms, report.predicted_freeze_ms = status.freeze_ms, status.predicted_freeze_ms
         time.sleep(after_s)  # the load keeps going on the new topology
     finally:
         stop.set()

@@ -24,6 +24,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from migrator.engine.migration import MigrationStore, Node, Phase
+from migrator.engine.records import CatchupNode, TableProgress
 from migrator.fleet.shard_map import ShardMapStore
 from migrator.fleet.zk import ZK
 
@@ -81,27 +82,27 @@ class MigrationCollector(Collector):
                 phase.add_metric([mid, p.value], 1.0 if st.phase == p else 0.0)
             total_rows = total_bytes = pending = 0
             for key in store.progress_keys(mid, "copy"):
-                prog, _ = store.get_progress(mid, f"copy/{key}")
-                if prog:
-                    total_rows += int(prog.get("rows") or 0)
-                    total_bytes += int(prog.get("bytes") or 0)
-                    pending += 0 if prog.get("done") else 1
+                stored, _ = store.get_progress(mid, f"copy/{key}")
+                if stored:
+                    prog = TableProgress.parse(stored)
+                    total_rows += prog.rows
+                    total_bytes += prog.bytes
+                    pending += 0 if prog.done else 1
             rows.add_metric([mid], total_rows)
             nbytes.add_metric([mid], total_bytes)
             tables_left.add_metric([mid], pending)
-            ck, _ = store.get_progress(mid, Node.CATCHUP)
-            plist = (ck or {}).get("passes") or []
-            passes.add_metric([mid], max(len(plist), int(max((p.get("number") or 0 for p in plist), default=0))))
-            events.add_metric([mid], sum(int(p.get("events") or 0) for p in plist))
+            plist = CatchupNode.parse(store.get_progress(mid, Node.CATCHUP)[0]).passes
+            passes.add_metric([mid], max(len(plist), max((p.number or 0 for p in plist), default=0)))
+            events.add_metric([mid], sum(p.events for p in plist))
             if plist:
                 last = plist[-1]
                 # an empty pass has no rate: report the last pass that applied something
-                busy = next((p for p in reversed(plist) if p.get("events")), last)
-                apply_rate.add_metric([mid], float(busy.get("apply_rate") or 0))
-                write_rate.add_metric([mid], float(last.get("write_rate") or 0))
-                lag.add_metric([mid], float(last.get("lag_s") or 0))
-                delta.add_metric([mid], float(last.get("events") or 0))
-                pass_seconds.add_metric([mid], float(last.get("duration_s") or 0))
+                busy = next((p for p in reversed(plist) if p.events), last)
+                apply_rate.add_metric([mid], busy.apply_rate)
+                write_rate.add_metric([mid], last.write_rate)
+                lag.add_metric([mid], last.lag_s)
+                delta.add_metric([mid], float(last.events))
+                pass_seconds.add_metric([mid], last.duration_s)
             if st.predicted_freeze_ms is not None:
                 predicted.add_metric([mid], st.predicted_freeze_ms / 1000)
             if st.freeze_ms is not None:

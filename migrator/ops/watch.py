@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import Field
 from rich.console import Console, Group
 from rich.live import Live
 from rich.markup import escape
@@ -27,6 +28,18 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 from rich.text import Text
 
+from migrator.engine.records import (
+    Attempt,
+    AttemptsNode,
+    CatchupNode,
+    CatchupPass,
+    NextTry,
+    Number,
+    PhaseChange,
+    Record,
+    Stopped,
+    TableProgress,
+)
 from migrator.fleet.config import Config
 from migrator.fleet.model import shard_runs
 from migrator.ops import command
@@ -34,38 +47,80 @@ from migrator.ops import command
 FINAL = {"done", "cleaned", "aborted", "rolled_back", "failed"}
 
 
+class CopyStatus(Record):
+    """The ``copy`` part of a migration's status: tables, rows and bytes copied (and, from
+    :func:`overview`, the rate, the ETA and the sums per shard db)."""
+
+    tables: int = 0
+    done: int = 0
+    rows: int = 0
+    est_rows: int = 0
+    bytes: int = 0
+    rows_per_s: Number | None = None
+    eta_s: Number | None = None
+    per_shard: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class SpecStatus(Record):
+    """What a status shows of a migration's spec."""
+
+    source_master: str | None = None
+    target_master: str | None = None
+    shards: list[int] | None = None
+
+
+class MigrationStatus(Record):
+    """A migration's status (``command.status``, :func:`overview`), read back by what renders it."""
+
+    id: str = ""
+    phase: str = ""
+    paused: bool = False
+    postpone_cutover: bool = False
+    error: str | None = None
+    stopped: Stopped | None = None
+    spec: SpecStatus | None = None
+    copy_: CopyStatus = Field(default_factory=CopyStatus, alias="copy")
+    passes: list[CatchupPass] = Field(default_factory=list)
+    cutover_attempts: list[Attempt] = Field(default_factory=list)
+    cutover_next_try: NextTry | None = None
+    predicted_freeze_ms: Number | None = None
+    freeze_ms: Number | None = None
+    verify_mismatches: int | None = None
+    workers: list[dict[str, Any]] | None = None
+
+
 # -- assembling the view ---------------------------------------------------------------------------------
 
-def per_shard(per_table: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def per_shard(per_table: list[Any]) -> list[dict[str, Any]]:
     """Copy progress summed per shard db: tables done, rows, estimated rows."""
     out: dict[str, dict[str, Any]] = {}
-    for t in per_table:
-        s = out.setdefault(t["db"], {"db": t["db"], "tables": 0, "done": 0, "rows": 0, "est_rows": 0, "bytes": 0})
+    for t in TableProgress.parse_list(per_table):
+        s = out.setdefault(t.db, {"db": t.db, "tables": 0, "done": 0, "rows": 0, "est_rows": 0, "bytes": 0})
         s["tables"] += 1
-        s["done"] += 1 if t.get("done") else 0
-        s["rows"] += int(t.get("rows") or 0)
-        s["est_rows"] += int(t.get("est_rows") or 0)
-        s["bytes"] += int(t.get("bytes") or 0)
+        s["done"] += 1 if t.done else 0
+        s["rows"] += t.rows
+        s["est_rows"] += t.est_rows
+        s["bytes"] += t.bytes
     return [out[k] for k in sorted(out)]
 
 
-def copy_rate(per_table: list[dict[str, Any]], now: float | None = None) -> tuple[float, float | None]:
+def copy_rate(per_table: list[Any], now: float | None = None) -> tuple[float, float | None]:
     """(rows/s since the first chunk, seconds left) from the tables' progress nodes.
 
     The ETA is None when nothing was copied yet, 0 when every table is done."""
     now = time.time() if now is None else now
-    started = [float(t["started_at"]) for t in per_table if t.get("started_at")]
-    rows = sum(int(t.get("rows") or 0) for t in per_table)
+    tables = TableProgress.parse_list(per_table)
+    started = [t.started_at for t in tables if t.started_at]
+    rows = sum(t.rows for t in tables)
     if not started or not rows:
         return 0.0, None
-    all_done = all(t.get("done") for t in per_table)
-    end = max((float(t.get("finished_at") or now) for t in per_table), default=now) if all_done else now
+    all_done = all(t.done for t in tables)
+    end = max((t.finished_at or now for t in tables), default=now) if all_done else now
     elapsed = max(end - min(started), 1e-3)
     rate = rows / elapsed
     if all_done:
         return rate, 0.0
-    left = sum(max(0, int(t.get("est_rows") or 0) - int(t.get("rows") or 0))
-               for t in per_table if not t.get("done"))
+    left = sum(t.rows_left for t in tables if not t.done)
     return rate, left / rate if rate > 0 else None
 
 
@@ -122,27 +177,26 @@ def _duration(s: float | None) -> str:
     return f"{h}h{m:02d}m{sec:02d}s" if h else (f"{m}m{sec:02d}s" if m else f"{sec}s")
 
 
-def pass_table(passes: list[dict[str, Any]], last: int = 8) -> Table:
+def pass_table(passes: list[Any], last: int = 8) -> Table:
     t = Table(title="catch-up passes", expand=False)
     for col in ("#", "delta (events)", "duration", "apply/s", "writes/s", "lag", "pred. freeze", "converged"):
         t.add_column(col, justify="right")
-    for p in passes[-last:]:
-        t.add_row(str(p.get("number")), f"{p.get('events', 0):,}", f"{p.get('duration_s', 0):.3f}s",
-                  f"{p.get('apply_rate', 0):,.0f}", f"{p.get('write_rate', 0):,.0f}", f"{p.get('lag_s', 0):.3f}s",
-                  f"{p.get('predicted_freeze_ms', 0):.0f} ms", "yes" if p.get("converged") else "")
+    for p in CatchupPass.parse_list(passes[-last:]):
+        t.add_row(str(p.number), f"{p.events:,}", f"{p.duration_s:.3f}s", f"{p.apply_rate:,.0f}",
+                  f"{p.write_rate:,.0f}", f"{p.lag_s:.3f}s", f"{p.predicted_freeze_ms:.0f} ms",
+                  "yes" if p.converged else "")
     return t
 
 
-def attempts_table(attempts: list[dict[str, Any]], last: int = 5) -> Table:
+def attempts_table(attempts: list[Any], last: int = 5) -> Table:
     """The last cutover attempts: when, outcome, the reason (a refusal's names its cause), the freeze."""
     t = Table(title=f"cutover attempts (last {min(last, len(attempts))} of {len(attempts)})", expand=False)
     for col in ("when", "outcome", "reason", "freeze"):
         t.add_column(col, overflow="fold", justify="right" if col == "freeze" else "left")
-    for a in attempts[-last:]:
-        outcome, _, reason = str(a.get("outcome") or "?").partition(": ")
-        freeze = a.get("freeze_ms")
-        t.add_row(clock(float(a.get("at") or 0)), Text(outcome), Text(reason),  # plain text: no markup
-                  "" if freeze is None else f"{freeze:.0f} ms")
+    for a in Attempt.parse_list(attempts[-last:]):
+        outcome, _, reason = str(a.outcome or "?").partition(": ")
+        t.add_row(clock(a.at), Text(outcome), Text(reason),  # plain text: no markup
+                  "" if a.freeze_ms is None else f"{a.freeze_ms:.0f} ms")
     return t
 
 
@@ -171,8 +225,8 @@ def migrations_table(migrations: list[dict[str, Any]]) -> Table:
     for col in ("phase", "kind", "shards", "source", "target", "note"):
         t.add_column(col)
     for m in migrations:
-        stopped = m.get("stopped")
-        note = "paused" if m["paused"] else (f"STOPPED in {stopped['step']}" if stopped else (m["error"] or ""))[:60]
+        stopped = MigrationStatus.parse(m).stopped
+        note = "paused" if m["paused"] else (f"STOPPED in {stopped.step}" if stopped else (m["error"] or ""))[:60]
         t.add_row(m["id"], m["phase"], m["kind"], ",".join(map(str, m["shards"])), m["source"], m["target"], note)
     return t
 
@@ -184,42 +238,38 @@ def new_progress(console: Console | None = None) -> tuple[Progress, Any]:
     return progress, progress.add_task("copy", total=1)
 
 
-def render(st: dict[str, Any], progress: Progress, task: Any) -> Group:
-    c = st.get("copy") or {}
-    total = max(int(c.get("est_rows") or 0), int(c.get("rows") or 0), 1)
-    progress.update(task, completed=int(c.get("rows") or 0), total=total,
-                    description=f"copy {c.get('done', 0)}/{c.get('tables', 0)} tables")
-    spec = st.get("spec") or {}
-    head = (f"[bold]{st['id']}[/]: phase [cyan]{st['phase']}[/]"
-            + (" [yellow](paused)[/]" if st.get("paused") else "")
-            + (" [yellow](cutover postponed)[/]" if st.get("postpone_cutover") else "")
-            + (f"  {spec.get('source_master')} -> {spec.get('target_master')}, shards {spec.get('shards')}"
-               if spec else ""))
+def render(status: dict[str, Any], progress: Progress, task: Any) -> Group:
+    st = MigrationStatus.parse(status)
+    c = st.copy_
+    progress.update(task, completed=c.rows, total=max(c.est_rows, c.rows, 1),
+                    description=f"copy {c.done}/{c.tables} tables")
+    spec = st.spec
+    head = (f"[bold]{st.id}[/]: phase [cyan]{st.phase}[/]"
+            + (" [yellow](paused)[/]" if st.paused else "")
+            + (" [yellow](cutover postponed)[/]" if st.postpone_cutover else "")
+            + (f"  {spec.source_master} -> {spec.target_master}, shards {spec.shards}" if spec else ""))
     parts: list[Any] = [head, progress]
-    if "rows_per_s" in c:
-        eta = c.get("eta_s")
-        parts.append(f"copy rate {c['rows_per_s']:,.0f} rows/s, ETA "
-                     + ("done" if eta == 0 else _duration(eta)))
-    if c.get("per_shard"):
-        parts.append(shard_table(c["per_shard"]))
-    if st.get("passes"):
-        parts.append(pass_table(st["passes"]))
-    if st.get("cutover_attempts"):
-        parts.append(attempts_table(st["cutover_attempts"]))
-    if st.get("cutover_next_try"):
-        parts.append(next_try_text(st["cutover_next_try"]))
-    if st.get("predicted_freeze_ms") is not None:
-        parts.append(f"predicted freeze {st['predicted_freeze_ms']:.0f} ms")
-    if st.get("freeze_ms") is not None:
-        parts.append(f"[green]last write freeze {st['freeze_ms']:.0f} ms[/]")
-    stopped = st.get("stopped")
-    if stopped:
-        parts.append(f"[bold red]stopped in {stopped.get('step')}:[/] {escape(str(stopped.get('reason')))}\n"
-                     f"[bold]next:[/] {escape(str(stopped.get('next')))}")
-    elif st.get("error"):
-        parts.append(f"[yellow]note: {escape(str(st['error']))}[/]")
-    if "workers" in st:
-        parts.append(worker_table(st["workers"]))
+    if c.rows_per_s is not None:
+        parts.append(f"copy rate {c.rows_per_s:,.0f} rows/s, ETA " + ("done" if c.eta_s == 0 else _duration(c.eta_s)))
+    if c.per_shard:
+        parts.append(shard_table(c.per_shard))
+    if st.passes:
+        parts.append(pass_table(st.passes))
+    if st.cutover_attempts:
+        parts.append(attempts_table(st.cutover_attempts))
+    if st.cutover_next_try:
+        parts.append(next_try_text(st.cutover_next_try))
+    if st.predicted_freeze_ms is not None:
+        parts.append(f"predicted freeze {st.predicted_freeze_ms:.0f} ms")
+    if st.freeze_ms is not None:
+        parts.append(f"[green]last write freeze {st.freeze_ms:.0f} ms[/]")
+    if st.stopped:
+        parts.append(f"[bold red]stopped in {st.stopped.step}:[/] {escape(str(st.stopped.reason))}\n"
+                     f"[bold]next:[/] {escape(str(st.stopped.next))}")
+    elif st.error:
+        parts.append(f"[yellow]note: {escape(str(st.error))}[/]")
+    if st.workers is not None:
+        parts.append(worker_table(st.workers))
     return Group(*parts)
 
 
@@ -241,7 +291,7 @@ def follow(config: Config, mid: str, *, every: float = 0.5, timeout: float | Non
     deadline = None if timeout is None else time.monotonic() + timeout
     st = overview(config, mid, with_workers=with_workers)
     with Live(render(st, progress, task), console=console, refresh_per_second=4, transient=False) as live:
-        while st["phase"] not in until and not st.get("stopped"):
+        while st["phase"] not in until and not MigrationStatus.parse(st).stopped:
             if deadline is not None and time.monotonic() > deadline:
                 break
             time.sleep(every)
@@ -280,25 +330,26 @@ def clock(at: float) -> str:
     return time.strftime("%H:%M:%S", time.localtime(at))
 
 
-def attempt_text(a: dict[str, Any]) -> str:
+def attempt_text(a: Any) -> str:
     """A cutover attempt as ``refused: <reason>`` / ``flipped: write freeze 120 ms``."""
-    outcome = str(a.get("outcome") or "?")
+    a = Attempt.parse(a)
+    outcome = str(a.outcome or "?")
     if outcome.startswith("flipped"):
-        return f"{outcome}: write freeze {float(a.get('freeze_ms') or 0):.0f} ms"
+        return f"{outcome}: write freeze {a.freeze_ms or 0:.0f} ms"
     return outcome
 
 
-def next_try_text(n: dict[str, Any], now: float | None = None) -> str:
+def next_try_text(n: Any, now: float | None = None) -> str:
     now = time.time() if now is None else now
-    return (f"next cutover try (attempt {n.get('attempt')}) at {clock(float(n['at']))} "
-            f"(in {_duration(max(0.0, float(n['at']) - now))}); the pipeline retries until "
-            f"{clock(float(n.get('until') or n['at']))}")
+    n = NextTry.parse(n)
+    return (f"next cutover try (attempt {n.attempt}) at {clock(n.at)} "
+            f"(in {_duration(max(0.0, n.at - now))}); the pipeline retries until {clock(n.until or n.at)}")
 
 
-def pass_text(p: dict[str, Any]) -> str:
-    return (f"catch-up pass {p.get('number')}: {int(p.get('events') or 0):,} events in "
-            f"{float(p.get('duration_s') or 0):.2f}s, lag {float(p.get('lag_s') or 0):.2f}s, predicted freeze "
-            f"{float(p.get('predicted_freeze_ms') or 0):.0f} ms" + (", converged" if p.get("converged") else ""))
+def pass_text(p: Any) -> str:
+    p = CatchupPass.parse(p)
+    return (f"catch-up pass {p.number}: {p.events:,} events in {p.duration_s:.2f}s, lag {p.lag_s:.2f}s, "
+            f"predicted freeze {p.predicted_freeze_ms:.0f} ms" + (", converged" if p.converged else ""))
 
 
 class Tracker:
@@ -328,20 +379,20 @@ class Tracker:
         store = MigrationStore(zk)
         st, _ = store.state(self.mid)
         out: list[Event] = []
-        for h in st.history[self.history_seen:]:
-            text = f"phase {h.get('to')}" + (f" (from {h['from']})" if h.get("from") else "")
-            if h.get("error") and (h.get("from"), h.get("to")) != ("cutover", "converged"):
-                text += f": {h['error']}"  # an attempt undone says why in its own line
-            out.append(Event("phase", self.mid, float(h.get("when") or time.time()), text,
-                             {"from": h.get("from"), "to": h.get("to"), "who": h.get("who"), "error": h.get("error")}))
+        for h in PhaseChange.parse_list(st.history[self.history_seen:]):
+            text = f"phase {h.to}" + (f" (from {h.from_})" if h.from_ else "")
+            if h.error and (h.from_, h.to) != ("cutover", "converged"):
+                text += f": {h.error}"  # an attempt undone says why in its own line
+            out.append(Event("phase", self.mid, h.when or time.time(), text,
+                             {"from": h.from_, "to": h.to, "who": h.who, "error": h.error}))
         self.history_seen = len(st.history)
         now = time.time()
         if st.phase == Phase.COPYING and now - self.copy_at >= self.COPY_EVERY_S:
-            tables = copy_mod.table_progress(zk, self.mid)
-            rows, done = sum(int(t.get("rows") or 0) for t in tables), sum(1 for t in tables if t.get("done"))
+            tables = copy_mod.table_records(zk, self.mid)
+            rows, done = sum(t.rows for t in tables), sum(1 for t in tables if t.done)
             if tables and (rows, done) != self.copy_last:
                 rate, eta = copy_rate(tables, now)
-                est = sum(int(t.get("est_rows") or 0) for t in tables)
+                est = sum(t.est_rows for t in tables)
                 out.append(Event("copy", self.mid, now,
                                  f"copy {done}/{len(tables)} tables, {rows:,}/{est:,} rows, {rate:,.0f} rows/s, "
                                  f"ETA {_duration(eta)}", {"tables": len(tables), "done": done, "rows": rows,
@@ -349,30 +400,31 @@ class Tracker:
                                                            "eta_s": None if eta is None else round(eta, 1)}))
                 self.copy_last = (rows, done)
             self.copy_at = now
-        catchup, _ = store.get_progress(self.mid, Node.CATCHUP)
-        for p in (catchup or {}).get("passes") or []:
-            key = (p.get("number"), p.get("started_at"))
+        catchup = CatchupNode.parse(store.get_progress(self.mid, Node.CATCHUP)[0])
+        for p in catchup.passes:
+            key = (p.number, p.started_at)
             if key not in self.passes_seen:
                 self.passes_seen.add(key)
-                out.append(Event("pass", self.mid, float(p.get("started_at") or now), pass_text(p), dict(p)))
-        node, _ = store.get_progress(self.mid, Node.CUTOVER_ATTEMPTS)
-        for a in (node or {}).get("attempts") or []:
-            at = float(a.get("at") or 0)
-            if at > self.attempt_seen:
-                self.attempt_seen = at
-                out.append(Event("attempt", self.mid, at, f"cutover attempt {attempt_text(a)}",
-                                 {k: a.get(k) for k in ("outcome", "freeze_ms", "steps_ms", "blockers") if k in a}))
-        nxt = (node or {}).get("next_try")
-        if nxt and nxt.get("at") != self.next_try_seen and not st.stopped and st.phase in (
+                out.append(Event("pass", self.mid, p.started_at or now, pass_text(p), p.dump()))
+        node = AttemptsNode.parse(store.get_progress(self.mid, Node.CUTOVER_ATTEMPTS)[0])
+        for a in node.attempts:
+            if a.at > self.attempt_seen:
+                self.attempt_seen = a.at
+                shown = a.dump()
+                out.append(Event("attempt", self.mid, a.at, f"cutover attempt {attempt_text(a)}",
+                                 {k: shown[k] for k in ("outcome", "freeze_ms", "steps_ms", "blockers") if k in shown}))
+        nxt = node.next_try
+        if nxt and nxt.at != self.next_try_seen and not st.stopped and st.phase in (
                 Phase.CONVERGED, Phase.CATCHING_UP):
-            self.next_try_seen = nxt.get("at")
-            out.append(Event("next_try", self.mid, now, next_try_text(nxt, now), dict(nxt)))
-        stopped = st.stopped or {}
-        if stopped and stopped.get("at") != self.stopped_seen:
-            self.stopped_seen = stopped.get("at")
-            out.append(Event("stopped", self.mid, float(stopped.get("at") or now),
-                             f"stopped in {stopped.get('step')}: {stopped.get('reason')} (next: {stopped.get('next')})",
-                             dict(stopped)))
+            self.next_try_seen = nxt.at
+            out.append(Event("next_try", self.mid, now, next_try_text(nxt, now), nxt.dump()))
+        if st.stopped:
+            stopped = Stopped.parse(st.stopped)
+            if stopped.at != self.stopped_seen:
+                self.stopped_seen = stopped.at
+                out.append(Event("stopped", self.mid, stopped.at or now,
+                                 f"stopped in {stopped.step}: {stopped.reason} (next: {stopped.next})",
+                                 dict(st.stopped)))
         if self.kinds is not None:
             out = [e for e in out if e.kind in self.kinds]
         return sorted(out, key=lambda e: e.at), st
@@ -418,7 +470,7 @@ class RebalanceTracker:
 
     def poll(self, zk: Any) -> list[Event]:
         from migrator.engine.migration import MigrationNotFound
-        from migrator.ops.rebalance.record import RecordStore
+        from migrator.ops.rebalance.record import Move, RecordStore
 
         rec, _ = RecordStore(zk).get(self.rid)
         now, out = time.time(), []
@@ -436,13 +488,14 @@ class RebalanceTracker:
             if self.states.get(m["index"]) == state:
                 continue
             self.states[m["index"]] = state
-            what = (f"batch {m['index']} ({int(m.get('tables') or 0):,} tables)" if "batch_of" in m
-                    else f"move {m['index']} {m['source']} -> {m['target']}")
+            move = Move.parse(m)
+            what = (f"batch {move.index} ({move.tables:,} tables)" if "batch_of" in m
+                    else f"move {move.index} {move.source} -> {move.target}")
             text = f"{what}, shards {shard_runs(m.get('runs') or [])}: {state}"
-            if state == "done" and m.get("freeze_ms") is not None:
-                text += f", write freeze {float(m['freeze_ms']):.0f} ms"
-            if m.get("error"):
-                text += f": {m['error']}"
+            if state == "done" and move.freeze_ms is not None:
+                text += f", write freeze {move.freeze_ms:.0f} ms"
+            if move.error:
+                text += f": {move.error}"
             out.append(Event("batch", mid, now, text, {k: m.get(k) for k in (
                 "index", "batch_of", "source", "target", "runs", "tables", "state", "freeze_ms", "error")}))
         return out
@@ -468,30 +521,29 @@ def rollback_events(config: Config, mid: str, since: float, *, every: float = 0.
         store = MigrationStore(zk)
         while True:
             st, _ = store.state(mid)
-            node = store.get_progress(mid, PASSES_NODE)[0] or {}
-            for p in node.get("passes") or []:
-                if float(p.get("started_at") or 0) >= since and int(p.get("number") or 0) > seen_pass:
-                    seen_pass = int(p["number"])
-                    yield "pass", p
+            node = AttemptsNode.parse(store.get_progress(mid, PASSES_NODE)[0])
+            for p in node.passes:
+                if (p.started_at or 0) >= since and (p.number or 0) > seen_pass:
+                    seen_pass = p.number or 0
+                    yield "pass", p.dump()
             # a freeze lasts well under a poll: the phase history says each flip back that began
-            for h in st.history:
-                at = float(h.get("when") or 0)
-                if h.get("to") == Phase.ROLLING_BACK.value and at >= since and at > seen_freeze:
+            for h in PhaseChange.parse_list(st.history):
+                at = h.when or 0.0
+                if h.to == Phase.ROLLING_BACK.value and at >= since and at > seen_freeze:
                     seen_freeze = at
                     yield "freeze", {"at": at}
-            for a in node.get("attempts") or []:
-                at = float(a.get("at") or 0)
-                if at >= since and at > seen_attempt:
-                    seen_attempt = at
-                    if a.get("outcome") != "flipped back":
-                        yield "attempt", a
+            for a in node.attempts:
+                if a.at >= since and a.at > seen_attempt:
+                    seen_attempt = a.at
+                    if a.outcome != "flipped back":
+                        yield "attempt", a.dump()
             if st.phase == Phase.ROLLED_BACK:
                 result = store.get_progress(mid, Node.ROLLBACK)[0] or {}
                 yield "rolled_back", {"freeze_ms": st.freeze_ms, "flipped_epoch": st.flipped_epoch, **result}
                 return
-            stopped = st.stopped or {}
-            if stopped.get("step") == "rollback" and float(stopped.get("at") or 0) >= since:
-                yield "stopped", stopped
+            stopped = Stopped.parse(st.stopped)
+            if stopped.step == "rollback" and (stopped.at or 0) >= since:
+                yield "stopped", st.stopped
                 return
             if st.phase not in (Phase.DONE, Phase.ROLLING_BACK):
                 yield "ended", {"phase": st.phase.value, "error": st.error}
@@ -524,9 +576,8 @@ def copy_progress(console: Console, *, total_rows: int = 1) -> tuple[Progress, C
 
     def on_progress(view: dict[str, Any]) -> None:
         seen[f"{view['db']}.{view['table']}"] = view
-        rows = sum(int(v.get("rows") or 0) for v in seen.values())
-        est = sum(int(v.get("est_rows") or 0) for v in seen.values())
-        done = sum(1 for v in seen.values() if v.get("done"))
+        views = TableProgress.parse_list(list(seen.values()))
+        rows, est, done = sum(v.rows for v in views), sum(v.est_rows for v in views), sum(1 for v in views if v.done)
         progress.update(task, completed=rows, total=max(total_rows, est, rows, 1),
                         description=f"copy {done}/{len(seen)} tables")
 

@@ -35,6 +35,7 @@ from kazoo.exceptions import BadVersionError, ConnectionLoss, LockTimeout, Sessi
 from migrator.engine.catch_up.lanes import Epoch
 from migrator.engine.catch_up.tailer import CatchUpConflict, CatchUpError, StaleApplier, Tailer, stale_message
 from migrator.engine.migration import GuardLost, MigrationStore, Node, Spec
+from migrator.engine.records import CatchupNode, TableProgress
 from migrator.fleet import config as config_mod
 from migrator.fleet import zk as zk_mod
 from migrator.fleet.config import Config, Credentials
@@ -115,19 +116,20 @@ class Checkpoint:
         #: with a claim, every write commits only while the applier lock's node exists
         self.claim = claim
         data, version = store.get_progress(migration_id, CHECKPOINT_KEY)
-        self.data: dict[str, Any] = data or {"gtid": None, "passes": []}
+        self.record = CatchupNode.parse(data or {"gtid": None, "passes": []})
         self.version = version
 
     @property
     def gtid(self) -> GtidPos | None:
-        g = self.data.get("gtid")
+        g = self.record.gtid
         return None if g is None else GtidPos.parse(g)
 
     def save(self, **fields: Any) -> None:
-        self.data.update(fields)
-        self.data["updated_at"] = time.time()
+        """Change ``fields`` of the record and write it (a CAS on the version read or last written)."""
+        data = {**self.record.dump(), **fields, "updated_at": time.time()}
+        self.record = CatchupNode.parse(data)
         try:
-            self.version = self.store.put_progress(self.mid, CHECKPOINT_KEY, self.data, version=self.version,
+            self.version = self.store.put_progress(self.mid, CHECKPOINT_KEY, data, version=self.version,
                                                    guard=self.claim.node if self.claim is not None else None)
         except GuardLost:
             assert self.claim is not None
@@ -150,7 +152,7 @@ class Checkpoint:
 
     @property
     def state(self) -> str:
-        return str(self.data.get("state") or "")
+        return str(self.record.state or "")
 
     def set_gtid(self, pos: GtidPos, state: GtidState | str | None = None) -> None:
         if state is None:
@@ -171,12 +173,12 @@ def copy_start(store: MigrationStore, migration_id: str) -> CopyStart:
     keys = store.progress_keys(migration_id, COPY_PREFIX)
     starts, unfinished = [], []
     for key in keys:
-        node, _ = store.get_progress(migration_id, f"{COPY_PREFIX}/{key}")
-        if not node or node.get("start_gtid") is None:
+        node = TableProgress.parse(store.get_progress(migration_id, f"{COPY_PREFIX}/{key}")[0])
+        if node.start_gtid is None:
             unfinished.append(key)
             continue
-        starts.append((GtidPos.parse(node["start_gtid"]), node.get("start_state")))
-        if not node.get("done"):
+        starts.append((GtidPos.parse(node.start_gtid), node.start_state))
+        if not node.done:
             unfinished.append(key)
     if not starts:
         raise CatchUpError(
@@ -274,7 +276,7 @@ def open_tailer(
                     "catch-up starts once every table is copied"
                 )
             ckpt.save(gtid=str(start), start_gtid=str(start), state=start_state, source=spec.source_master,
-                      target=spec.target_master, passes=ckpt.data.get("passes", []))
+                      target=spec.target_master, passes=[p.dump() for p in ckpt.record.passes])
         source, target = _hosts(sess.zk, spec)
         tables = moving_tables(spec)
         if tables is not None:

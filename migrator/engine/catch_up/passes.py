@@ -41,6 +41,7 @@ from migrator.engine.catch_up.checkpoint import CHECKPOINT_KEY, Checkpoint, Sess
 from migrator.engine.catch_up.statements import UnsafeStatement
 from migrator.engine.catch_up.tailer import CatchUpError, Tailer, TailStats
 from migrator.engine.migration import Options, Phase, State
+from migrator.engine.records import CatchupPass
 from migrator.errors import ExitCode
 from migrator.fleet import zk as zk_mod
 from migrator.fleet.config import Config, Credentials
@@ -86,7 +87,7 @@ class PassResult:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def judge(result: PassResult, previous: list[dict[str, Any]], opts: Options) -> tuple[bool, bool]:
+def judge(result: PassResult, previous: list[Any], opts: Options) -> tuple[bool, bool]:
     """(converged, not_converging) for a pass, given the earlier passes' rows.
 
     Converged: the pass's delta is at most ``converge_events`` and its lag
@@ -103,10 +104,8 @@ def judge(result: PassResult, previous: list[dict[str, Any]], opts: Options) -> 
     if converged or result.apply_rate >= result.write_rate or result.duration_s < THROUGHPUT_PASS_S:
         return converged, False
     k = opts.not_converging_passes
-    recent = previous[-(k - 1):] if k > 1 else []
-    slow = len(recent) == k - 1 and all(
-        not p.get("converged") and p.get("apply_rate", 0.0) < p.get("write_rate", 0.0) for p in recent
-    )
+    recent = CatchupPass.parse_list(previous[-(k - 1):] if k > 1 else [])
+    slow = len(recent) == k - 1 and all(not p.converged and p.apply_rate < p.write_rate for p in recent)
     return False, slow
 
 
@@ -183,16 +182,16 @@ def run_pass(
                 f"pass did not reach the source head {head} within {timeout_s:.0f}s (at {stats.end}); "
                 "it resumes from the checkpoint when run again"
             )
-        passes: list[dict[str, Any]] = list(ckpt.data.get("passes", []))
-        result = measure_pass(stats, number=(passes[-1]["number"] + 1) if passes else 1, started_at=started_at,
-                              head=str(head), head_at=head_at, prev_head_at=ckpt.data.get("head_at"))
+        passes = list(ckpt.record.passes)
+        result = measure_pass(stats, number=(passes[-1].number or 0) + 1 if passes else 1, started_at=started_at,
+                              head=str(head), head_at=head_at, prev_head_at=ckpt.record.head_at)
         result.converged, result.not_converging = judge(result, passes, opts)
-        passes.append(asdict(result))
+        passes.append(CatchupPass.parse(asdict(result)))
         verdict: dict[str, Any] = {"converged": result.converged, "not_converging": None}
         if result.not_converging:
             verdict["not_converging"] = {"apply_rate": result.apply_rate, "write_rate": result.write_rate,
                                          "passes": opts.not_converging_passes}
-        ckpt.save(passes=passes[-PASS_HISTORY:], head_at=head_at, gtid=str(tailer.applied),
+        ckpt.save(passes=[p.dump() for p in passes[-PASS_HISTORY:]], head_at=head_at, gtid=str(tailer.applied),
                   state=str(tailer.applied_state), **verdict)
 
         def record(st: State) -> State:

@@ -20,7 +20,9 @@ import time
 from typing import Any
 
 from kazoo.exceptions import NoNodeError
+from pydantic import Field
 
+from migrator.engine.records import Attempt, FreezeSample, Record
 from migrator.fleet.zk import ZK
 
 FREEZE_STATS = "stats/freeze_fixed"
@@ -36,17 +38,17 @@ DRAIN_RATIO_FLOOR_MS = 5.0
 DRAIN_RATIO_BOUNDS = (0.1, 2.0)
 
 
-def fixed_part(attempt: dict[str, Any]) -> float | None:
+def fixed_part(attempt: dict[str, Any] | Attempt) -> float | None:
     """The fixed part of a flipped attempt's freeze (ms), None for an attempt that did not flip."""
-    steps = attempt.get("steps_ms") or {}
-    if not attempt.get("freeze_ms") or "flip_cas" not in steps:
+    a = Attempt.parse(attempt)
+    if not a.freeze_ms or "flip_cas" not in a.steps_ms:
         return None
-    return max(0.0, attempt["freeze_ms"] - sum(steps.get(k, 0.0) for k in (*DRAIN_STEPS, *PAIR_STEPS)))
+    return max(0.0, a.freeze_ms - sum(a.steps_ms.get(k, 0.0) for k in (*DRAIN_STEPS, *PAIR_STEPS)))
 
 
-def drained_ms(attempt: dict[str, Any]) -> float:
+def drained_ms(attempt: dict[str, Any] | Attempt) -> float:
     """How long an attempt's freeze drained (its drain steps, ms)."""
-    steps = attempt.get("steps_ms") or {}
+    steps = Attempt.parse(attempt).steps_ms
     return float(sum(steps.get(k, 0.0) for k in DRAIN_STEPS))
 
 
@@ -58,13 +60,13 @@ def remember(zk: ZK, attempt: dict[str, Any], *, fence: str, tables: int, migrat
         return
     entry = {"fixed_ms": round(fixed, 1), "fence": fence, "tables": tables, "migration": migration,
              "at": round(time.time(), 1), "drain_ms": round(drained_ms(attempt), 1),
-             "drain_sampled_ms": (attempt.get("predicted") or {}).get("drain_sampled_ms")}
+             "drain_sampled_ms": Attempt.parse(attempt).predicted.get("drain_sampled_ms")}
     path = zk.path(FREEZE_STATS)
     try:
         try:
             data, stat = zk.client.get(path)
-            recent = list(json.loads(data).get("recent", []))
-            zk.client.set(path, json.dumps({"recent": (recent + [entry])[-KEEP:]}).encode(), version=stat.version)
+            kept = [e.dump() for e in FreezeStats.parse(json.loads(data)).recent]
+            zk.client.set(path, json.dumps({"recent": (kept + [entry])[-KEEP:]}).encode(), version=stat.version)
         except NoNodeError:
             zk.ensure(zk.path("stats"))
             zk.client.create(path, json.dumps({"recent": [entry]}).encode(), acl=zk.protected_acl())
@@ -72,33 +74,39 @@ def remember(zk: ZK, attempt: dict[str, Any], *, fence: str, tables: int, migrat
         pass
 
 
-def recent(zk: ZK) -> list[dict[str, Any]]:
+class FreezeStats(Record):
+    """The ``stats/freeze`` node: the fleet's recent flipped freezes."""
+
+    recent: list[FreezeSample] = Field(default_factory=list)
+
+
+def recent(zk: ZK) -> list[FreezeSample]:
     """The fleet's recent flipped freezes as :func:`remember` kept them, oldest first."""
     try:
         data, _ = zk.client.get(zk.path(FREEZE_STATS))
-        return list(json.loads(data).get("recent", []))
+        return FreezeStats.parse(json.loads(data)).recent
     except (NoNodeError, ValueError):
         return []
 
 
-def recent_fixed_ms(entries: list[dict[str, Any]], *, fence: str, tables: int, per_table_ms: float) -> float | None:
+def recent_fixed_ms(entries: list[Any], *, fence: str, tables: int, per_table_ms: float) -> float | None:
     """The median fixed part of the recent freezes ``entries`` (:func:`recent`) with the same fence, for
     ``tables`` tables (each sample's per-table share, ``per_table_ms`` under the rename fence, taken out
     and this move's put in); None when none is kept."""
-    same = [e for e in entries if e.get("fence") == fence]
+    same = [e for e in FreezeSample.parse_list(entries) if e.fence == fence]
     if not same:
         return None
     per = per_table_ms if fence == "rename" else 0.0
-    base = statistics.median(max(0.0, float(e["fixed_ms"]) - per * int(e.get("tables", 0))) for e in same)
+    base = statistics.median(max(0.0, e.fixed_ms - per * e.tables) for e in same)
     return base + per * tables
 
 
-def ratio_of(entries: list[dict[str, Any]]) -> float | None:
+def ratio_of(entries: list[Any]) -> float | None:
     """The median, over freezes, of the drain under the fence against the drain timed before it
     (:data:`DRAIN_RATIO_FLOOR_MS` at least each, so a drain of nothing is not a ratio of 0), within
     :data:`DRAIN_RATIO_BOUNDS`; None when no freeze kept both."""
-    ratios = [max(DRAIN_RATIO_FLOOR_MS, float(e["drain_ms"])) / max(DRAIN_RATIO_FLOOR_MS, float(e["drain_sampled_ms"]))
-              for e in entries if e.get("drain_ms") is not None and e.get("drain_sampled_ms") is not None]
+    ratios = [max(DRAIN_RATIO_FLOOR_MS, e.drain_ms) / max(DRAIN_RATIO_FLOOR_MS, e.drain_sampled_ms)
+              for e in FreezeSample.parse_list(entries) if e.drain_ms is not None and e.drain_sampled_ms is not None]
     if not ratios:
         return None
     lo, hi = DRAIN_RATIO_BOUNDS

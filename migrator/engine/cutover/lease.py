@@ -43,6 +43,7 @@ from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError, NotEm
 
 from migrator.engine.cutover.errors import CutoverError
 from migrator.engine.migration import MigrationNotFound, MigrationStore, Phase
+from migrator.engine.records import CutoverHolder
 from migrator.fleet import zk as zk_mod
 from migrator.fleet.config import Config, Credentials
 from migrator.fleet.zk import ZK
@@ -84,17 +85,17 @@ def read_record(zk: ZK, migration_id: str) -> dict[str, Any] | None:
 
 
 def holder_text(rec: dict[str, Any] | None) -> str:
-    rec = rec or {}
-    return f"{rec.get('holder', '?')} (step {rec.get('step') or rec.get('before_freeze') or 'prepare'})"
+    held = CutoverHolder.parse(rec)
+    return f"{held.holder or '?'} (step {held.where})"
 
 
 def where_it_was(rec: dict[str, Any] | None) -> str:
     """Where the holder of a record was when it was last heard of: after a step of the freeze, or in a
     step before it (``prepare``, ``gate``, ``standby``, ``recheck``, ``held``), for a death's record."""
-    rec = rec or {}
-    if rec.get("step"):
-        return f"after step {rec['step']} of the freeze"
-    return f"in step {rec.get('before_freeze') or 'prepare'}, before the freeze"
+    held = CutoverHolder.parse(rec)
+    if held.step:
+        return f"after step {held.step} of the freeze"
+    return f"in step {held.where}, before the freeze"
 
 
 class SettleLock:

@@ -24,6 +24,7 @@ from migrator.engine.cutover.direction import Direction
 from migrator.engine.cutover.errors import CutoverAborted, CutoverError
 from migrator.engine.migration import MigrationStore, Spec
 from migrator.engine.names import SENTINEL_TABLE
+from migrator.engine.records import SuspectChunk, VerifyNode
 from migrator.engine.verify import waits
 from migrator.engine.verify.changes import ChangeTracker, KeysRead, changed_keys
 from migrator.engine.verify.checksums import Side, TableInfo, prepare_session
@@ -115,14 +116,14 @@ def refresh_verified_gtid(config: Config, store: MigrationStore, m: Moving, *, m
     """
     spec, drainer = m.spec, m.drainer
     key = m.direction.verify_node
-    node, _ = store.get_progress(spec.id, key)
-    if (not node or not node.get("verified_gtid")) and key == VERIFY_NODE:
+    node = store.get_progress(spec.id, key)[0] or {}
+    if not VerifyNode.parse(node).verified_gtid and key == VERIFY_NODE:
         verify_migration(config, spec.id, drainer=drainer)
-        node, _ = store.get_progress(spec.id, key)
-    if not node or not node.get("verified_gtid"):
+        node = store.get_progress(spec.id, key)[0] or {}
+    since = VerifyNode.parse(node).verified_gtid
+    if not since:
         raise CutoverError(f"no verified position in {key}: verify first (`migrator verify ID`)",
                            phase=m.direction.label)
-    since = node["verified_gtid"]
     want = {(t.db, t.table): t.pk for t in m.tables}
     want.update({(db, SENTINEL_TABLE): ("token",) for db in spec.databases})
     # the tail resumes exactly where the last check ended (a batch handed over right after its parent's
@@ -222,12 +223,12 @@ def compare_in_freeze(m: Moving, writer: pymysql.connections.Connection, refresh
         repaired += fixed
         if diffs and check_rows(src, dst, t, keys[t.name], repair=False)[0]:
             raise CutoverAborted(f"{t.name}: rows still differ after re-copy inside the freeze", phase="cutover")
-    for ch in suspect:
-        t = by_name.get(ch["table"])
+    for ch in SuspectChunk.parse_list(suspect):
+        t = by_name.get(ch.table)
         if t is None:
             continue
-        lo = tuple(ch["lo"]) if ch.get("lo") is not None else None
-        hi = tuple(ch["hi"]) if ch.get("hi") is not None else None
+        lo = tuple(ch.lo) if ch.lo is not None else None
+        hi = tuple(ch.hi) if ch.hi is not None else None
         diffs, fixed = check_chunk(src, dst, t, lo, hi, repair=True)
         repaired += fixed
         if diffs and check_chunk(src, dst, t, lo, hi, repair=False)[0]:

@@ -58,6 +58,7 @@ from migrator.engine.mdl import LockWait
 from migrator.engine.migration import MigrationNotFound, MigrationStore, Node, Phase, Spec
 from migrator.engine.names import SENTINEL_TABLE, rename_tomb_tables, tomb_db, tomb_suffix
 from migrator.engine.plan import release_maintenance_pause
+from migrator.engine.records import AttemptsNode, AuditEntry, CatchupNode, CutoverHolder, FlipNode
 from migrator.engine.verify import waits
 from migrator.engine.verify.drainers import CatchUpDrainer
 from migrator.engine.verify.waits import Stall, Stalled, drain_progressing
@@ -122,7 +123,7 @@ def settle(config: Config, migration_id: str, *, zk: ZK | None = None, lease: Cu
             except MigrationNotFound:
                 drop_record(zk, migration_id)  # a cutover record left by a migration since deleted
                 raise
-            if orphan and orphan.get("holder"):
+            if CutoverHolder.parse(orphan).holder:
                 _record_death(MigrationStore(zk), migration_id, orphan, what)
             if lease is None:
                 drop_record(zk, migration_id)
@@ -234,14 +235,14 @@ def remove_gates(zk: ZK, creds: Credentials, spec: Spec, phase: Phase) -> dict[s
 def _record_death(store: MigrationStore, migration_id: str, rec: dict[str, Any], what: str) -> None:
     """Keep the death of an attempt's holder among the attempts (the cutover's, or the rollback's once done):
     who held it, where it was, what the settle did. Bookkeeping: never in the way of the settle."""
-    node_key = Node.ROLLBACK_PASSES if rec.get("label") == "rollback" else Node.CUTOVER_ATTEMPTS
+    held = CutoverHolder.parse(rec)
+    node_key = Node.ROLLBACK_PASSES if held.label == "rollback" else Node.CUTOVER_ATTEMPTS
     entry = {"at": time.time(), "outcome": f"holder died {where_it_was(rec)}; settled: {what}"[:500],
-             "holder": rec.get("holder"), "attempt": rec.get("attempt"), "died_at": rec.get("step")
-             or rec.get("before_freeze") or "prepare", "before_freeze": not rec.get("step")}
+             "holder": held.holder, "attempt": held.attempt, "died_at": held.where, "before_freeze": not held.step}
     try:
         node, version = store.get_progress(migration_id, node_key)
         record = dict(node or {})
-        record["attempts"] = list(record.get("attempts", []))[-19:] + [entry]
+        record["attempts"] = [a.dump() for a in AttemptsNode.parse(node).attempts[-19:]] + [entry]
         store.put_progress(migration_id, node_key, record, version=version)
     except Exception:  # noqa: BLE001 - see above
         pass
@@ -270,14 +271,14 @@ def _record_flip(store: MigrationStore, maps: ShardMapStore, spec: Spec, directi
     """The flip's positions (``fence_gtid``, ``target_gtid``: where a rollback's reverse tail
     starts) into the progress node ``node``, from the audit entry the flip CAS wrote with the map.
     The process that flipped died before it could record them itself."""
-    if (store.get_progress(spec.id, node)[0] or {}).get("target_gtid"):
+    if FlipNode.parse(store.get_progress(spec.id, node)[0]).target_gtid:
         return
-    for entry in reversed(maps.history(limit=1000)):
-        d = entry.get("details") or {}
-        if d.get("migration") == spec.id and d.get("direction", "cutover") == direction and d.get("target_gtid"):
-            store.put_progress(spec.id, node, {"migration_id": spec.id, "fence_gtid": d.get("fence_gtid"),
-                                               "target_gtid": d["target_gtid"], "flipped_epoch": entry.get("new_epoch"),
-                                               "target_state": d.get("target_state") or "",
+    for entry in AuditEntry.parse_list(list(reversed(maps.history(limit=1000)))):
+        d = entry.details
+        if d.migration == spec.id and d.direction == direction and d.target_gtid:
+            store.put_progress(spec.id, node, {"migration_id": spec.id, "fence_gtid": d.fence_gtid,
+                                               "target_gtid": d.target_gtid, "flipped_epoch": entry.new_epoch,
+                                               "target_state": d.target_state or "",
                                                "settled_by": "reconcile"})
             return
 
@@ -461,8 +462,8 @@ def skip_tombstone_renames(config: Config, zk: ZK, creds: Credentials, spec: Spe
     None when there was nothing to skip.
     """
     store = MigrationStore(zk)
-    node, _ = store.get_progress(spec.id, CHECKPOINT_KEY)
-    if not node or not node.get("gtid"):
+    node = store.get_progress(spec.id, CHECKPOINT_KEY)[0] or {}
+    if not CatchupNode.parse(node).gtid:
         return None
     marker = f"_tomb_{tomb_suffix(spec.id)}_"
     with mysql_connect(source, creds) as conn:

@@ -17,6 +17,7 @@ from typing import Any, Protocol, Self
 from migrator.engine.catch_up.checkpoint import open_tailer
 from migrator.engine.migration import MigrationStore, Node, Phase
 from migrator.engine.names import SENTINEL_TABLE
+from migrator.engine.records import CatchupNode
 from migrator.engine.verify.changes import KeyCollector
 from migrator.engine.verify.checksums import Key
 from migrator.engine.verify.waits import WaitTimeout
@@ -169,10 +170,10 @@ class CheckpointWaiter(NoTail):
             store = MigrationStore(zk)
             while True:
                 changed.clear()
-                node, _ = store.get_progress(self.migration_id, Node.CATCHUP, watch=on_change)
+                node = CatchupNode.parse(store.get_progress(self.migration_id, Node.CATCHUP, watch=on_change)[0])
                 # the checkpoint's per-(domain, server) state decides (exact in any GTID layout); a
                 # checkpoint saved without one names only its position
-                at = GtidState.of((node or {}).get("state"), (node or {}).get("gtid"))
+                at = GtidState.of(node.state, node.gtid)
                 self.seen = str(at)
                 if at.reaches(target):
                     return

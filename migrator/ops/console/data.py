@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
+from migrator.engine.records import AuditEntry
 from migrator.errors import MigratorError
 from migrator.fleet.config import Config
 from migrator.fleet.model import Host, ShardMap
@@ -24,6 +25,7 @@ from migrator.ops import command
 from migrator.ops.rebalance import command as rebalance
 from migrator.ops.rebalance.measure import measure
 from migrator.ops.rebalance.planner import ShardCost
+from migrator.ops.rebalance.record import Rebalance
 from migrator.queue.catalog import QueueCatalog
 from migrator.queue.model import QueueRecord
 
@@ -153,9 +155,8 @@ def fleet_view(smap: ShardMap, hosts: dict[str, Host], costs: list[ShardCost] | 
             p["writes_per_s"] = round(sum(costs[s].writes for s in shards), 3)
     used = set(pairs) | {p["slave"] for p in pairs.values()}
     spare = sorted({tuple(sorted((h.name, h.partner))) for h in hosts.values() if h.name not in used and h.partner})
-    history = [{"epoch": a.get("new_epoch"), "old_epoch": a.get("old_epoch"), "when": a.get("when"),
-                "who": a.get("who"), "reason": a.get("reason"),
-                "migration": (a.get("details") or {}).get("migration")} for a in audit[-EPOCH_HISTORY:]]
+    history = [{"epoch": a.new_epoch, "old_epoch": a.old_epoch, "when": a.when, "who": a.who, "reason": a.reason,
+                "migration": a.details.migration} for a in AuditEntry.parse_list(audit[-EPOCH_HISTORY:])]
     return {"epoch": smap.epoch, "num_shards": smap.num_shards, "frozen": [list(f) for f in smap.frozen],
             "pairs": list(pairs.values()), "spare_pairs": [list(p) for p in spare], "epoch_history": history,
             "measured": measured, "queues": queue_view(smap, queues)}
@@ -177,7 +178,7 @@ def rebalance_loads(rec: dict[str, Any], smap: ShardMap, costs: list[ShardCost] 
     """A stored rebalance's load per pair before it started and after its moves, on today's measurement:
     the shards of finished moves are put back on their source for "before", and the shards of every
     move not failed or cancelled go to their target for "after"."""
-    objective = rec.get("objective") or "bytes"
+    objective = Rebalance.parse(rec).objective or "bytes"
     now = owners(smap)
     before, after = list(now), list(now)
     for m in rec["moves"]:

@@ -25,11 +25,12 @@ from migrator.ops.playbook.model import (
     parse_sets,
     resolve_args,
 )
-from migrator.ops.playbook.runner import Outcome, RunStore, StepTimeout, advance, check_result
+from migrator.ops.playbook.runner import Outcome, PlaybookRun, RunStore, StepTimeout, advance, check_result
 from migrator.ops.playbook.steps import STEPS, StepDef, parse_duration
 
 __all__ = [
-    "STEPS", "Gate", "Outcome", "Playbook", "PlaybookError", "PlaybookRunError", "RunStore", "Step", "StepDef",
+    "STEPS", "Gate", "Outcome", "Playbook", "PlaybookError", "PlaybookRun", "PlaybookRunError", "RunStore", "Step",
+    "StepDef",
     "StepTimeout", "advance", "bind_params", "check_hosts", "check_result", "dry_run", "gate_metrics", "host_args",
     "load", "parse_duration",
     "parse_sets",

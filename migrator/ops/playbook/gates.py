@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from migrator.ops import command
+from migrator.ops.watch import MigrationStatus
 
 # -- gates -----------------------------------------------------------------------
 
@@ -90,19 +91,14 @@ def gate_metrics(config: Any, migration_id: str | None) -> tuple[dict[str, Any],
     """Current metrics and the catch-up pass table of a migration, for gates."""
     if not migration_id:
         return {}, []
-    status = command.status(config, migration_id)
-    passes = list(status.get("passes") or [])
-    last = passes[-1] if passes else {}
+    status = MigrationStatus.parse(command.status(config, migration_id))
+    hist = [{"lag_s": p.lag_s, "pass_events": p.events, "apply_rate": p.apply_rate, "write_rate": p.write_rate,
+             "predicted_freeze_ms": p.predicted_freeze_ms} for p in status.passes]
+    of_last = ("lag_s", "pass_events", "apply_rate", "write_rate")
     metrics = {
-        "lag_s": last.get("lag_s"),
-        "pass_events": last.get("events"),
-        "apply_rate": last.get("apply_rate"),
-        "write_rate": last.get("write_rate"),
-        "predicted_freeze_ms": status.get("predicted_freeze_ms"),
-        "verify_mismatches": status.get("verify_mismatches"),
-        "passes": len(passes),
+        **{k: hist[-1][k] if hist else None for k in of_last},
+        "predicted_freeze_ms": status.predicted_freeze_ms,
+        "verify_mismatches": status.verify_mismatches,
+        "passes": len(hist),
     }
-    hist = [{"lag_s": p.get("lag_s"), "pass_events": p.get("events"), "apply_rate": p.get("apply_rate"),
-             "write_rate": p.get("write_rate"), "predicted_freeze_ms": p.get("predicted_freeze_ms")}
-            for p in passes]
     return metrics, hist

@@ -35,8 +35,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from kazoo.exceptions import NodeExistsError, NoNodeError
+from pydantic import Field
 
 from migrator.engine.migration import MigrationNotFound, MigrationStore, Phase
+from migrator.engine.records import Number, Record
 from migrator.errors import MigratorError
 from migrator.fleet.shard_map import actor
 from migrator.fleet.zk import ZK
@@ -52,6 +54,33 @@ from migrator.ops.playbook.model import (
 from migrator.ops.playbook.steps import STEPS
 
 PLAYBOOKS = "playbooks"
+
+
+class RunContext(Record):
+    """What a run learned as it went: the migration its plan step made (or adopted)."""
+
+    migration: str | None = None
+
+
+class StepRun(Record):
+    """One step of a run as recorded: its status, attempts, when it was first seen and last started."""
+
+    status: str | None = None
+    attempts: int = 0
+    first_seen: Number | None = None
+    started: Number | None = None
+
+
+class PlaybookRun(Record):
+    """A playbook run's record (:meth:`RunStore.create` makes it). The runner changes it as JSON data and
+    reads it through this model."""
+
+    playbook: str = ""
+    status: str = "pending"
+    cursor: int = 0
+    failed_step: str | None = None
+    error: str = ""
+    context: RunContext = Field(default_factory=RunContext)
 
 
 class RunStore:
@@ -225,15 +254,15 @@ def _advance(config: Any, store: RunStore, run_id: str, poll_s: float, wait_budg
     state, version = store.get(run_id)
     pb = load(f"{state['playbook']}.yaml", state["text"])
     if state["status"] in ("done", "failed"):
-        return Outcome(state["status"], state.get("failed_step"))
+        return Outcome(state["status"], PlaybookRun.parse(state).failed_step)
     started_wait = time.monotonic()
     while state["cursor"] < len(pb.steps):
         step = pb.steps[state["cursor"]]
         sdef = STEPS[step.call]
         rec = state["steps"].setdefault(step.id, {"status": "pending", "attempts": 0})
-        if rec.get("first_seen") is None:
+        if StepRun.parse(rec).first_seen is None:
             rec["first_seen"] = time.time()
-        mid = state["context"].get("migration")
+        mid = PlaybookRun.parse(state).context.migration
         if sdef.needs_migration and (sdef.honours_pause or sdef.done_in):
             phase, paused = migration_state(config, mid)
             if phase in sdef.done_in:
@@ -281,7 +310,8 @@ def _advance(config: Any, store: RunStore, run_id: str, poll_s: float, wait_budg
             if step.wait_with and time.monotonic() - started_wait > wait_budget_s:
                 return Outcome("waiting", step.id, "; ".join(pending))
         # run the step
-        interrupted_at = rec.get("started") if rec.get("status") == "running" else None
+        ran = StepRun.parse(rec)
+        interrupted_at = ran.started if ran.status == "running" else None
         rec.update(status="running", started=time.time(), waiting_on=None)
         rec["attempts"] += 1
         state["status"] = "running"
@@ -357,7 +387,7 @@ def _fail(config: Any, store: RunStore, run_id: str, pb: Playbook, step: Step, e
     state["status"] = "failed"
     state["error"] = error.splitlines()[0][:500] if error else ""
     version = store.put(run_id, state, version)
-    mid = state["context"].get("migration")
+    mid = PlaybookRun.parse(state).context.migration
     for hid in step.on_failure:
         if hid in state["handlers_run"]:
             continue
@@ -373,4 +403,4 @@ def _fail(config: Any, store: RunStore, run_id: str, pb: Playbook, step: Step, e
         state["handlers_run"].append(hid)
         state["steps"][hid] = {"status": outcome, "finished": time.time()}
         version = store.put(run_id, state, version)
-    return Outcome("failed", step.id, state.get("error", ""))
+    return Outcome("failed", step.id, PlaybookRun.parse(state).error)

@@ -44,7 +44,7 @@ from migrator.engine.fencing import MAX_TABLES
 from migrator.engine.names import SENTINEL_TABLE
 from migrator.fleet.ids import shard_db
 from migrator.fleet.mysql import query, tag
-from migrator.ops.rebalance.record import migration_id
+from migrator.ops.rebalance.record import Move, migration_id
 
 TAG = tag("plan")
 #: the drain's share of a freeze before any batch was measured: the cutover's gate predicts it from its own
@@ -133,9 +133,8 @@ def measured_costs(done: Sequence[dict[str, Any]]) -> tuple[float, float] | None
     :data:`RATE_MIN_TABLES` tables (smaller ones measure the latency of one
     statement, not a rate), else :data:`PER_TABLE_MS`."""
     fixed, per = [], []
-    for m in done:
-        steps = m.get("steps_ms") or {}
-        freeze, n = m.get("freeze_ms"), m.get("tables") or 0
+    for m in Move.parse_list(done):
+        steps, freeze, n = m.steps_ms, m.freeze_ms, m.tables
         if freeze is None or not n:
             continue
         scaled = sum(float(steps.get(k, 0.0)) for k in PER_TABLE_STEPS)
@@ -161,7 +160,7 @@ def next_batch(shards: Sequence[int], tables: dict[int, int], budget_ms: float,
     if costs is None:
         limit = limit_for(budget_ms)
     else:
-        last = max((int(m.get("tables") or 1) for m in done), default=MAX_TABLES)
+        last = max((m.tables or 1 for m in Move.parse_list(done)), default=MAX_TABLES)
         limit = min(limit_for(budget_ms, *costs), 2 * last)
     return cut(shards, tables, limit)[0]
 
@@ -183,7 +182,7 @@ def expand(rid: str, planned: Sequence[dict[str, Any]], counts: dict[int, tuple[
     preview: dict[str, list[list[list[int]]]] = {}
     for i, p in enumerate(planned):
         shards = shards_of(p["runs"])
-        n = len(p["partition_tables"]) if p.get("queue") else sum(tables.get(s, 0) for s in shards)
+        n = len(p["partition_tables"]) if Move.parse(p).queue else sum(tables.get(s, 0) for s in shards)
         move = {**p, "index": i, "group": i, "migration": migration_id(rid, i), "runs": [list(r) for r in p["runs"]],
                 "tables": n, "state": "waiting", "error": None}
         if batched(fence, n):

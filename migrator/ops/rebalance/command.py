@@ -60,8 +60,8 @@ class LivePlan:
 
 def _rates(zk: Any) -> tuple[Rates, str]:
     stored = eta.stored_rate(zk)
-    if stored and stored.get("bytes_per_s", 0) > 0:
-        return Rates(copy_bytes_per_s=float(stored["bytes_per_s"]), copy_streams=1), "measured by the last copy"
+    if stored and stored.bytes_per_s > 0:
+        return Rates(copy_bytes_per_s=stored.bytes_per_s, copy_streams=1), "measured by the last copy"
     return Rates(), "defaults measured by bench.copy and bench.catchup"
 
 
@@ -159,7 +159,7 @@ def count_move_tables(zk: Any, creds: Any, planned: list[dict[str, Any]]) -> dic
     """``{shard: (tables, bytes)}`` for every shard of ``planned``, read on each move's source master."""
     hosts = HostRegistry(zk).all()
     counts: dict[int, tuple[int, int]] = {}
-    shard_moves = [p for p in planned if not p.get("queue")]  # a partition move counts its own tables
+    shard_moves = [p for p in planned if not rec_mod.Move.parse(p).queue]  # a partition move counts its own tables
     for src in sorted({p["source"] for p in shard_moves}):
         shards = [s for p in shard_moves if p["source"] == src for s in batches.shards_of(p["runs"])]
         with mysql_connect(hosts[src], creds) as conn:
@@ -198,7 +198,7 @@ def advance(config: Config, rid: str) -> dict[str, Any]:
             for m in rec_mod.startable(rec):
                 m["state"], m["started_at"] = "running", time.time()
                 claimed.append(m)
-            rec["max_running"] = max(rec.get("max_running", 0),
+            rec["max_running"] = max(rec_mod.Rebalance.parse(rec).max_running,
                                      sum(1 for m in rec["moves"] if m["state"] == "running"))
             rec_mod.finish_phase(rec)
 
@@ -208,7 +208,7 @@ def advance(config: Config, rid: str) -> dict[str, Any]:
         to_launch, refused = [], {}
         now = time.time()
         for m in rec["moves"]:
-            stale = now - float(m.get("started_at") or 0) > RELAUNCH_AFTER_S
+            stale = now - (rec_mod.Move.parse(m).started_at or 0) > RELAUNCH_AFTER_S
             if m["state"] == "running" and (m in claimed or stale and _unlaunched(zk, m["migration"])):
                 try:
                     if rec_mod.start_move(zk, rec, m):
@@ -224,7 +224,7 @@ def advance(config: Config, rid: str) -> dict[str, Any]:
 
             rec = store.update(rid, fail)
     for mid in to_launch:
-        command.launch(config, mid, queue=rec.get("queue"))
+        command.launch(config, mid, queue=rec_mod.Rebalance.parse(rec).queue)
     return rec_mod.summary(rec)
 
 
@@ -243,14 +243,14 @@ def enqueue_advance(config: Config, rid: str, *, delay: float = 0.0) -> str:
     with command.session(config) as (zk, _):
         rec = rec_mod.RecordStore(zk).update(rid, lambda r: r.__setitem__("chain", jid))
     steps.enqueue_rebalance_advance(command._redis(config), rid, jid, str(config.path) if config.path else None,
-                                    delay=delay, queue=rec.get("queue") or steps.QUEUE)
+                                    delay=delay, queue=rec_mod.Rebalance.parse(rec).queue or steps.QUEUE)
     return jid
 
 
 def chain_of(config: Config, rid: str) -> str | None:
     with command.session(config) as (zk, _):
         rec, _ = rec_mod.RecordStore(zk).get(rid)
-    return rec.get("chain")
+    return rec_mod.Rebalance.parse(rec).chain
 
 
 # -- control ------------------------------------------------------------------------------------
@@ -290,7 +290,7 @@ def resume(config: Config, rid: str) -> dict[str, Any]:
     resumed = []
     for mid in _running_migrations(config, rid, with_failed=True):
         try:
-            command.resume(config, mid, queue=rec.get("queue"))
+            command.resume(config, mid, queue=rec_mod.Rebalance.parse(rec).queue)
             resumed.append(mid)
         except MigratorError:
             pass  # launched by the advance below, or settled by hand (a cutover)
@@ -319,7 +319,7 @@ def set_options(config: Config, rid: str, **changes: Any) -> dict[str, Any]:
     given = {k: v for k, v in changes.items() if v is not None}
 
     def change(r: dict[str, Any]) -> None:
-        r["options"] = Options(**{**r.get("options", {}), **given}).model_dump()
+        r["options"] = Options(**{**rec_mod.Rebalance.parse(r).options, **given}).model_dump()
 
     with command.session(config) as (zk, _):
         rec = rec_mod.RecordStore(zk).update(rid, change)
@@ -371,7 +371,7 @@ def to_roll_back(config: Config, rid: str) -> list[str]:
                                  "flip finish), then roll it back")
         store = MigrationStore(zk)
         done = sorted((m for m in rec["moves"] if m["state"] == "done"),
-                      key=lambda m: m.get("finished_at") or 0, reverse=True)
+                      key=lambda m: rec_mod.Move.parse(m).finished_at or 0, reverse=True)
         out = [m["migration"] for m in done if store.state(m["migration"])[0].phase == Phase.DONE]
     if not out:
         raise RebalanceError(f"{rid} has no finished move left to roll back (rolled back or cleaned up already)")

@@ -27,9 +27,11 @@ import time
 from typing import Any
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from pydantic import Field
 
 from migrator.engine import plan as plan_mod
 from migrator.engine.migration import MigrationNotFound, MigrationStore, Node, Options, Phase, ShardsBusy
+from migrator.engine.records import FlipNode, Number, Record, Stopped
 from migrator.errors import ExitCode, MigratorError
 from migrator.fleet.zk import ZK
 
@@ -37,6 +39,56 @@ REBALANCES = "rebalances"
 #: migration phases that end a move well / badly
 DONE_PHASES = (Phase.DONE, Phase.CLEANED)
 FAILED_PHASES = (Phase.FAILED, Phase.ABORTED, Phase.ROLLED_BACK)
+
+
+class Move(Record):
+    """One move of a rebalance record (or one batch of a batched move: ``batch_of``)."""
+
+    index: int = 0
+    group: int | None = None
+    batch_of: int | None = None
+    source: str = ""
+    target: str = ""
+    migration: str = ""
+    state: str = "waiting"
+    error: str | None = None
+    exit_code: int | None = None
+    tables: int = 0
+    bytes: Number = 0
+    batched: bool = False
+    queue: str | None = None
+    partition: Any = None
+    freeze_ms: Number | None = None
+    steps_ms: dict[str, Any] = Field(default_factory=dict)
+    started_at: Number | None = None
+    finished_at: Number | None = None
+
+
+class Batching(Record):
+    """A rebalance's ``batching`` entry: the freeze budget and the tables of each shard."""
+
+    shard_tables: dict[str, int] = Field(default_factory=dict)
+
+
+class Rebalance(Record):
+    """The rebalance record (see the module's docstring). The functions here change the record as
+    JSON data; they read it through this model."""
+
+    id: str = ""
+    phase: str = "running"
+    kind: str = "rebalance"
+    paused: bool = False
+    postpone_cutover: bool = False
+    max_concurrent: int | None = None
+    max_running: int = 0
+    eta_s: Number | None = None
+    created_at: Number | None = None
+    objective: str | None = None
+    queue: str | None = None
+    chain: str | None = None
+    options: dict[str, Any] = Field(default_factory=dict)
+    batching: Batching | None = None
+    moves: list[Move] = Field(default_factory=list)
 
 
 class RebalanceNotFound(MigratorError):
@@ -110,13 +162,14 @@ def refresh(zk: ZK, rec: dict[str, Any]) -> None:
         if st.phase in DONE_PHASES:
             m["state"], m["error"] = "done", None
             m["freeze_ms"] = st.freeze_ms
-            cut, _ = store.get_progress(m["migration"], Node.CUTOVER)
-            m["steps_ms"] = (cut or {}).get("steps_ms") or {}  # the batch sizes adapt to these
+            # the batch sizes adapt to these
+            m["steps_ms"] = FlipNode.parse(store.get_progress(m["migration"], Node.CUTOVER)[0]).steps_ms
             m["finished_at"] = time.time()
         elif st.phase in FAILED_PHASES or st.stopped:
             m["state"] = "failed"
-            m["error"] = (st.stopped or {}).get("reason") or st.error or f"migration ended {st.phase.value}"
-            m["exit_code"] = (st.stopped or {}).get("exit_code")  # the stop's cause, as the CLI exits with it
+            stopped = Stopped.parse(st.stopped)
+            m["error"] = stopped.reason or st.error or f"migration ended {st.phase.value}"
+            m["exit_code"] = stopped.exit_code  # the stop's cause, as the CLI exits with it
         elif m["state"] == "failed":
             m["state"], m["error"] = "running", None
     if rec["phase"] == "stopped" and any(m["state"] == "running" for m in rec["moves"]):
@@ -127,8 +180,9 @@ def _list_batches(store: MigrationStore, rec: dict[str, Any]) -> None:
     """Add the batches a batched move's migration handed its shards to since the last look, as running
     moves of its group (``batch_of``: the batched move's index), in the order they were handed over."""
     known = {m["migration"] for m in rec["moves"]}
-    tables = {int(k): int(v) for k, v in ((rec.get("batching") or {}).get("shard_tables") or {}).items()}
-    for lead in [m for m in rec["moves"] if m.get("batched") and m["state"] in ("running", "failed")]:
+    batching = Rebalance.parse(rec).batching
+    tables = {int(k): int(v) for k, v in (batching.shard_tables if batching else {}).items()}
+    for lead in [m for m in rec["moves"] if Move.parse(m).batched and m["state"] in ("running", "failed")]:
         try:
             st, _ = store.state(lead["migration"])
         except MigrationNotFound:
@@ -140,20 +194,26 @@ def _list_batches(store: MigrationStore, rec: dict[str, Any]) -> None:
             index = 1 + max(m["index"] for m in rec["moves"])
             rec["moves"].append({
                 **{k: lead[k] for k in ("source", "source_slave", "target", "target_slave", "wave") if k in lead},
-                "index": index, "group": lead.get("group", lead["index"]), "batch_of": lead["index"],
+                "index": index, "group": _group(lead), "batch_of": lead["index"],
                 "runs": [list(r) for r in spec.ranges()], "tables": sum(tables.get(s, 0) for s in spec.shards),
                 "bytes": 0, "rows": 0, "writes": 0.0, "eta_s": None, "migration": bid, "state": "running",
                 "started_at": spec.created_at, "error": None})
             known.add(bid)
 
 
+def _group(m: dict[str, Any]) -> Any:
+    """A move's group: its own index unless it names one."""
+    return m["group"] if "group" in m else m["index"]
+
+
 def startable(rec: dict[str, Any]) -> list[dict[str, Any]]:
     """Waiting moves that may start now, in plan order."""
-    if rec["phase"] != "running" or rec.get("paused"):
+    r = Rebalance.parse(rec)
+    if r.phase != "running" or r.paused:
         return []
     busy = busy_pairs(rec)
     running = sum(1 for m in rec["moves"] if m["state"] == "running")
-    cap = rec.get("max_concurrent") or len(rec["moves"])
+    cap = r.max_concurrent or len(rec["moves"])
     out = []
     for m in rec["moves"]:
         if running + len(out) >= cap:
@@ -176,12 +236,13 @@ def start_move(zk: ZK, rec: dict[str, Any], m: dict[str, Any]) -> bool:
     except MigrationNotFound:
         pass
     shards = [s for lo, hi in m["runs"] for s in range(lo, hi + 1)]
-    opts = Options(**rec.get("options", {}))
-    if m.get("queue"):  # one queue partition, on its own route
-        spec = plan_mod.plan_move_partition(zk, m["queue"], int(m["partition"]), m["target"], options=opts, mid=mid)
+    r, move = Rebalance.parse(rec), Move.parse(m)
+    opts = Options(**r.options)
+    if move.queue:  # one queue partition, on its own route
+        spec = plan_mod.plan_move_partition(zk, move.queue, int(m["partition"]), move.target, options=opts, mid=mid)
     else:
-        spec = plan_mod.plan_move(zk, shards, m["target"], options=opts, mid=mid)
-        if m.get("batched"):  # copied and tailed once, cut over in batches (migrator.engine.handover)
+        spec = plan_mod.plan_move(zk, shards, move.target, options=opts, mid=mid)
+        if move.batched:  # copied and tailed once, cut over in batches (migrator.engine.handover)
             spec = spec.model_copy(update={"batched": True})
     try:
         plan_mod.store(zk, spec)
@@ -189,7 +250,7 @@ def start_move(zk: ZK, rec: dict[str, Any], m: dict[str, Any]) -> bool:
         if set(store.holders(shards).values()) == {mid}:
             return False  # another advance stored it a moment ago: that one launches it
         raise
-    if rec.get("postpone_cutover"):
+    if r.postpone_cutover:
         store.update(mid, lambda st: setattr(st, "postpone_cutover", True) or st)
     return True
 
@@ -206,16 +267,17 @@ def finish_phase(rec: dict[str, Any]) -> None:
 
 
 def summary(rec: dict[str, Any]) -> dict[str, Any]:
-    moves = rec["moves"]
-    count = {s: sum(1 for m in moves if m["state"] == s) for s in ("done", "running", "waiting", "failed")}
-    return {"id": rec["id"], "phase": rec["phase"], "paused": rec.get("paused", False), **count,
-            "moves": len(moves), "bytes": sum(m["bytes"] for m in moves),
-            "bytes_done": sum(m["bytes"] for m in moves if m["state"] == "done"),
-            "max_running": rec.get("max_running", 0), "eta_s": rec.get("eta_s"),
-            "created_at": rec.get("created_at"), "kind": rec.get("kind", "rebalance"),
-            "tables": sum(m.get("tables") or 0 for m in moves if "batch_of" not in m),
-            "batches": sum(1 for m in moves if "batch_of" in m),
-            "max_freeze_ms": max((m.get("freeze_ms") or 0 for m in moves if m["state"] == "done"), default=None),
+    r = Rebalance.parse(rec)
+    moves = r.moves
+    count = {s: sum(1 for m in moves if m.state == s) for s in ("done", "running", "waiting", "failed")}
+    return {"id": r.id, "phase": r.phase, "paused": r.paused, **count,
+            "moves": len(moves), "bytes": sum(m.bytes for m in moves),
+            "bytes_done": sum(m.bytes for m in moves if m.state == "done"),
+            "max_running": r.max_running, "eta_s": r.eta_s,
+            "created_at": r.created_at, "kind": r.kind,
+            "tables": sum(m.tables for m in moves if m.batch_of is None),
+            "batches": sum(1 for m in moves if m.batch_of is not None),
+            "max_freeze_ms": max((m.freeze_ms or 0 for m in moves if m.state == "done"), default=None),
             # a command that follows it exits with the code of the first stopped move's cause (else REFUSED)
-            "exit_code": next((m["exit_code"] for m in moves if m["state"] == "failed" and m.get("exit_code")),
+            "exit_code": next((m.exit_code for m in moves if m.state == "failed" and m.exit_code),
                               int(ExitCode.REFUSED))}
