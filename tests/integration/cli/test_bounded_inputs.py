@@ -40,17 +40,22 @@ def _closed_port() -> int:
         return s.getsockname()[1]  # closed again when the socket is: nothing listens there
 
 
-@pytest.fixture
-def unreachable(tmp_path) -> Path:
-    """A valid config (credentials included) whose ZooKeeper and Redis nobody answers."""
+def _config(tmp_path: Path, zk_port: int) -> Path:
+    """A valid config (credentials included) with ZooKeeper at ``zk_port`` and a Redis nobody answers."""
     secrets = tmp_path / "secrets.toml"
     secrets.write_text('[mysql]\nuser = "u"\npassword = "p"\n')
     secrets.chmod(0o600)
     cfg = tmp_path / "migrator.toml"
-    cfg.write_text(f'[zookeeper]\nhosts = "127.0.0.1:{_closed_port()}"\n\n'
+    cfg.write_text(f'[zookeeper]\nhosts = "127.0.0.1:{zk_port}"\n\n'
                    f'[redis]\nurl = "redis://127.0.0.1:{_closed_port()}/0"\n\n'
                    '[credentials]\nfile = "secrets.toml"\n')
     return cfg
+
+
+@pytest.fixture
+def unreachable(tmp_path) -> Path:
+    """A valid config (credentials included) whose ZooKeeper and Redis nobody answers."""
+    return _config(tmp_path, _closed_port())
 
 
 def _playbook(tmp_path: Path, body: str) -> str:
@@ -191,13 +196,7 @@ def test_ctrl_c_exits_130(tmp_path):
         hole.bind(("127.0.0.1", 0))
         hole.listen(8)
         hole.settimeout(120)
-        secrets = tmp_path / "secrets.toml"
-        secrets.write_text('[mysql]\nuser = "u"\npassword = "p"\n')
-        secrets.chmod(0o600)
-        cfg = tmp_path / "migrator.toml"
-        cfg.write_text(f'[zookeeper]\nhosts = "127.0.0.1:{hole.getsockname()[1]}"\n\n'
-                       f'[redis]\nurl = "redis://127.0.0.1:{_closed_port()}/0"\n\n'
-                       '[credentials]\nfile = "secrets.toml"\n')
+        cfg = _config(tmp_path, hole.getsockname()[1])
         proc = subprocess.Popen([sys.executable, "-m", "migrator", "--config", str(cfg), "status", MID],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 env={**os.environ, "PYTHONPATH": str(ROOT)})
