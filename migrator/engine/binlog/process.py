@@ -215,9 +215,8 @@ def return_large_blocks() -> bool:
     """Make glibc give every block of ``LARGE_BLOCK`` bytes or more pages of its own, handed back to
     the system when freed; True when set. glibc raises its threshold each time such a block is freed
     (up to 32 MiB), and from then on keeps wide rows' text in the heap, where the freed space stays
-    resident: a catch-up of 16 MiB rows held 427 MB resident for 242 MB of live blocks, 274 MB with
-    the threshold fixed. Left alone where the operator set ``MALLOC_MMAP_THRESHOLD_`` or the C
-    library is not glibc."""
+    resident (measured: docs/performance.md, "Memory: one transaction of any size"). Left alone where
+    the operator set ``MALLOC_MMAP_THRESHOLD_`` or the C library is not glibc."""
     if os.environ.get("MALLOC_MMAP_THRESHOLD_"):
         return False
     try:
