@@ -357,8 +357,7 @@ def _remove_gates(config: Config, zk: ZK, mid: str) -> str:
     done: list[str] = []
     while True:
         try:
-            # reconcile's settle, never `cutover_mod.settle`: once the module migrator.engine.cutover.settle is
-            # imported (`migrator worker` does), that name is the module, and calling it raised TypeError
+            # reconcile's settle (the cutover package re-exports no `settle`: that name is its settle module)
             what = settle_cutover(config, mid, zk=zk)[1]
             if what == NO_GATES_LEFT or time.monotonic() > deadline:
                 return "; then ".join([*done, what]) if done else what

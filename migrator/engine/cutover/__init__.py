@@ -90,7 +90,7 @@ from migrator.engine.cutover.errors import (
 from migrator.engine.cutover.gate import FIXED_FREEZE_MS, check_budget, predict_freeze_ms
 from migrator.engine.cutover.hooks import CutoverHooks, CutoverResult
 from migrator.engine.cutover.lease import CutoverLease, CutoverRunning
-from migrator.engine.cutover.reconcile import reconcile, settle
+from migrator.engine.cutover.reconcile import reconcile
 from migrator.engine.cutover.run import CutoverRun
 from migrator.engine.migration import MigrationStore, Node, Phase, PhaseConflict
 from migrator.engine.names import tomb_suffix
@@ -104,7 +104,7 @@ from migrator.fleet.zk import ZK
 __all__ = [
     "FIXED_FREEZE_MS", "CutoverAborted", "CutoverError", "CutoverHooks", "CutoverLease", "CutoverResult", "CutoverRun",
     "CutoverRunning", "Direction", "FlipUnknown", "FreezeBudgetExceeded", "NotConverged", "cutover", "forward",
-    "passive_of", "predict_freeze_ms", "prepare_sentinels", "reconcile", "settle",
+    "passive_of", "predict_freeze_ms", "prepare_sentinels", "reconcile",
 ]
 
 
