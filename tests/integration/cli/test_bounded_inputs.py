@@ -197,9 +197,12 @@ def test_ctrl_c_exits_130(tmp_path):
         hole.listen(8)
         hole.settimeout(120)
         cfg = _config(tmp_path, hole.getsockname()[1])
+        # as from an interactive shell: a test run started in the background of a non-interactive shell
+        # ignores SIGINT, and a child inherits that (POSIX), so the CLI would never see the Ctrl-C
         proc = subprocess.Popen([sys.executable, "-m", "migrator", "--config", str(cfg), "status", MID],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                env={**os.environ, "PYTHONPATH": str(ROOT)})
+                                env={**os.environ, "PYTHONPATH": str(ROOT)},
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         try:
             conn, _ = hole.accept()  # the CLI is connecting to ZooKeeper: its handlers are in place
             with conn:
