@@ -510,6 +510,8 @@ def rollback_events(config: Config, mid: str, since: float, *, every: float = 0.
     step), ``("ended", {"phase": ...})`` (the migration left ``done`` some other way) or
     ``("timeout", {})``. Reads only the record in ZooKeeper, so it follows the chain across
     workers and a ``migrator resume ID``."""
+    from kazoo.exceptions import ConnectionLoss, OperationTimeoutError, SessionExpiredError
+
     from migrator.engine.migration import MigrationStore, Node, Phase
     from migrator.engine.rollback import PASSES_NODE
     from migrator.fleet import zk as zk_mod
@@ -520,8 +522,17 @@ def rollback_events(config: Config, mid: str, since: float, *, every: float = 0.
     with zk_mod.connect(config, load_credentials(config)) as zk:
         store = MigrationStore(zk)
         while True:
-            st, _ = store.state(mid)
-            node = AttemptsNode.parse(store.get_progress(mid, PASSES_NODE)[0])
+            try:
+                st, _ = store.state(mid)
+                node = AttemptsNode.parse(store.get_progress(mid, PASSES_NODE)[0])
+            except (ConnectionLoss, OperationTimeoutError, SessionExpiredError):
+                # this watcher's session was lost (a busy box, a ZooKeeper restart): the client makes a new
+                # one; the record is read again at the next tick, nothing of it is missed
+                if deadline is not None and time.monotonic() > deadline:
+                    yield "timeout", {}
+                    return
+                time.sleep(every)
+                continue
             for p in node.passes:
                 if (p.started_at or 0) >= since and (p.number or 0) > seen_pass:
                     seen_pass = p.number or 0
