@@ -37,14 +37,14 @@ SOURCE = "MySQL001A"
 DB = "db00004"
 
 
-def moved_tables_differing(sb: Sandbox, mid: str, spec: Any) -> tuple[int, int]:
+def moved_tables_differing(sb: Sandbox, migration_id: str, spec: Any) -> tuple[int, int]:
     """(tables compared, tables whose CHECKSUM TABLE differs) between the new master and the tombstones."""
     creds = sb.credentials()
     hosts = sb.hosts()
     compared = differing = 0
     with mysql.connect(hosts[spec.source_master], creds) as old, mysql.connect(hosts[spec.target_master], creds) as new:
         for db in spec.databases:
-            tomb = tomb_db(mid, db)
+            tomb = tomb_db(migration_id, db)
             with old.cursor() as cur:
                 cur.execute("SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s", (tomb,))
                 tables = [r[0] for r in cur.fetchall()]
@@ -90,9 +90,9 @@ def main() -> None:
         try:
             time.sleep(3.0)  # the writer is at speed before the split starts
             plan = command.plan_split(cfg, SOURCE)
-            mid = plan.spec.id
-            command.launch(cfg, mid)
-            st = watch.follow(cfg, mid, timeout=args.timeout, until={"done", "aborted", "failed"})
+            migration_id = plan.spec.id
+            command.launch(cfg, migration_id)
+            st = watch.follow(cfg, migration_id, timeout=args.timeout, until={"done", "aborted", "failed"})
         finally:
             result = writer.stop()
             for p in procs:
@@ -100,8 +100,8 @@ def main() -> None:
         seconds = time.monotonic() - t0
         done = st.get("phase") == "done"
         passes = st.get("passes") or []
-        compared, differing = moved_tables_differing(sb, mid, plan.spec) if done else (0, -1)
-        print(f"split {mid}: phase {st.get('phase')} after {seconds:.0f}s; {len(passes)} catch-up passes; "
+        compared, differing = moved_tables_differing(sb, migration_id, plan.spec) if done else (0, -1)
+        print(f"split {migration_id}: phase {st.get('phase')} after {seconds:.0f}s; {len(passes)} catch-up passes; "
               f"{compared} moved tables compared with their tombstones")
         if passes:
             last = passes[-1]

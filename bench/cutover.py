@@ -437,10 +437,10 @@ def move(cfg: config_mod.Config, target: str, window: dict[str, float],
     from migrator.ops import command
 
     plan = command.plan_move(cfg, list(MOVING), target, options=Options(fence=fence))
-    mid = plan.spec.id
-    command.run_copy(cfg, mid)
-    catch_up.run_passes(cfg, mid)
-    verify_migration(cfg, mid)
+    migration_id = plan.spec.id
+    command.run_copy(cfg, migration_id)
+    catch_up.run_passes(cfg, migration_id)
+    verify_migration(cfg, migration_id)
 
     def began(run: Any) -> None:
         window["start"] = run.record.t_freeze
@@ -454,29 +454,29 @@ def move(cfg: config_mod.Config, target: str, window: dict[str, float],
     refused = 0
     for attempt in range(attempts):
         try:
-            res = cutover(cfg, mid, hooks=CutoverHooks(after_freeze=began, after_flip=ended))
+            res = cutover(cfg, migration_id, hooks=CutoverHooks(after_freeze=began, after_flip=ended))
             break
         except (FreezeBudgetExceeded, CutoverAborted, DrainTimeout) as exc:
             if attempt + 1 == attempts:
                 raise
             if "start" not in window:  # refused before any freeze (the predicted freeze): one more pass
                 refused += 1
-                catch_up.run_passes(cfg, mid, 1)
+                catch_up.run_passes(cfg, migration_id, 1)
                 continue
             run = window.pop("run")
             rec = run.record
             end = rec.t_released if rec.t_released is not None else time.monotonic()  # unfrozen by the undo
             aborts.append({"freeze_ms": (end - window.pop("start")) * 1000,
                            "steps": dict(run.record.steps), "why": type(exc).__name__})
-            catch_up.run_passes(cfg, mid, 1)
+            catch_up.run_passes(cfg, migration_id, 1)
     run = window.pop("run", None)
     detail = {"drained": dict(run.record.drained), "refresh_rounds": list(run.record.refresh_rounds),
               "released": dict(run.record.released), "waiters_ended": run.record.waiters_ended,
               "released_at": run.record.t_released} if run is not None else {}
     with zk_mod.connect(cfg, config_mod.load_credentials(cfg)) as zk:
-        predicted = MigrationStore(zk).state(mid)[0].predicted_freeze_ms
-    cleanup(cfg, mid, now=True)
-    return mid, {**res.to_dict(), "predicted_ms": predicted, "refused": refused, **detail}
+        predicted = MigrationStore(zk).state(migration_id)[0].predicted_freeze_ms
+    cleanup(cfg, migration_id, now=True)
+    return migration_id, {**res.to_dict(), "predicted_ms": predicted, "refused": refused, **detail}
 
 
 def pct(xs: list[float], p: float) -> float:
@@ -540,7 +540,7 @@ def main(argv: list[str] | None = None) -> int:
             target = spare if i % 2 == 0 else pair1
             win: dict[str, float] = {}
             try:
-                mid, res = move(cfg, target, win, aborts, attempts=args.attempts, fence=args.fence)
+                migration_id, res = move(cfg, target, win, aborts, attempts=args.attempts, fence=args.fence)
             except Exception as exc:  # a benchmark shows a failure and stops
                 failures.append(f"round {i + 1}: {type(exc).__name__}: {exc}")
                 console.print(f"[red]round {i + 1} failed: {exc}[/red]")

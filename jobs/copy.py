@@ -39,27 +39,27 @@ def _queue_args() -> tuple[Redis, str]:
     return job.connection, job.origin
 
 
-def start(mid: str, config_path: str | None = None, slice_s: float = SLICE_S) -> dict[str, Any]:
+def start(migration_id: str, config_path: str | None = None, slice_s: float = SLICE_S) -> dict[str, Any]:
     """Preflight + prepare, then one group job per group of pending tables."""
     redis, queue = _queue_args()
     with command.session(command.load_config(config_path)) as (zk, creds):
-        spec = command.spec_of(zk, mid)
+        spec = command.spec_of(zk, migration_id)
         pending = copy_mod.begin(zk, spec, creds)
         want = set(pending)
-        groups = plan_groups([p for p in copy_mod.table_progress(zk, mid) if (p["db"], p["table"]) in want],
+        groups = plan_groups([p for p in copy_mod.table_progress(zk, migration_id) if (p["db"], p["table"]) in want],
                              spec.options.copy_workers)
-        ids = [enqueue_group(redis, mid, g, config_path, queue, slice_s).id for g in groups]
+        ids = [enqueue_group(redis, migration_id, g, config_path, queue, slice_s).id for g in groups]
         caught_up = None
-        if not pending and copy_mod.finish_if_complete(zk, mid):
-            caught_up = enqueue_catch_up(redis, mid, config_path, queue).id
+        if not pending and copy_mod.finish_if_complete(zk, migration_id):
+            caught_up = enqueue_catch_up(redis, migration_id, config_path, queue).id
     job = get_current_job()
     if job is not None:
         job.meta.update({"tables": len(pending)})
         job.save_meta()
-    return {"migration": mid, "group_jobs": ids, "catch_up_job": caught_up}
+    return {"migration": migration_id, "group_jobs": ids, "catch_up_job": caught_up}
 
 
-def group_job(mid: str, tables: list[str], config_path: str | None = None,
+def group_job(migration_id: str, tables: list[str], config_path: str | None = None,
               slice_s: float = SLICE_S) -> dict[str, Any]:
     """Copy a group of tables, one after another from their checkpoints, for up to ``slice_s``."""
     redis, queue = _queue_args()
@@ -68,7 +68,7 @@ def group_job(mid: str, tables: list[str], config_path: str | None = None,
     on_progress = _progress_saver(job)
 
     with command.session(command.load_config(config_path)) as (zk, creds):
-        spec = command.spec_of(zk, mid)  # afresh for every slice: `migrator set ID ...` applies at the next
+        spec = command.spec_of(zk, migration_id)  # afresh for every slice: `migrator set ID ...` applies at the next
         if job is not None:
             _show_options(job, spec)
         try:
@@ -76,18 +76,18 @@ def group_job(mid: str, tables: list[str], config_path: str | None = None,
                                   on_progress=on_progress)
         except Exception as exc:
             message = f"copy of {len(group)} table(s) from {tables[0]}: {exc}"
-            MigrationStore(zk).update(mid, lambda st: _with_error(st, message))
+            MigrationStore(zk).update(migration_id, lambda st: _with_error(st, message))
             raise
         left = remaining(group, results)
         status = results[-1].status if results else "done"
-        out: dict[str, Any] = {"migration": mid, "tables": len(group), "status": status,
+        out: dict[str, Any] = {"migration": migration_id, "tables": len(group), "status": status,
                                "done": sum(1 for r in results if r.status == "done"),
                                "rows": sum(r.rows for r in results), "bytes": sum(r.bytes for r in results),
                                "seconds": round(sum(r.seconds for r in results), 3)}
         if left and status not in ("paused", "stopped"):
-            out["next_job"] = enqueue_group(redis, mid, left, config_path, queue, slice_s).id
-        elif not left and copy_mod.finish_if_complete(zk, mid):
-            out["catch_up_job"] = enqueue_catch_up(redis, mid, config_path, queue).id
+            out["next_job"] = enqueue_group(redis, migration_id, left, config_path, queue, slice_s).id
+        elif not left and copy_mod.finish_if_complete(zk, migration_id):
+            out["catch_up_job"] = enqueue_catch_up(redis, migration_id, config_path, queue).id
     if job is not None:
         job.meta["status"] = status
         job.save_meta()

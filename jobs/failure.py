@@ -57,43 +57,44 @@ def abandoned(exc_type: Any) -> bool:
 
 
 def record(job: Any, connection: Any, type: Any, value: BaseException | None, traceback: Any) -> None:  # noqa: A002
-    mid = (job.meta or {}).get("migration")
+    migration_id = (job.meta or {}).get("migration")
     step = (job.meta or {}).get("step") or "step"
-    if not mid:
+    if not migration_id:
         return
     try:
         cfg = config_mod.load((job.kwargs or {}).get("config_path"))
         with zk_mod.connect(cfg, config_mod.load_credentials(cfg)) as zk:
             store = MigrationStore(zk)
             if abandoned(type):
-                _abandoned(job, connection, store, mid, step)
+                _abandoned(job, connection, store, migration_id, step)
                 return
             reason = getattr(value, "message", None) or f"{getattr(type, '__name__', 'error')}: {value}"
-            store.record_stop(mid, step, str(reason), next_step(step, value, mid), exit_code=stop_exit_code(value))
+            store.record_stop(migration_id, step, str(reason), next_step(step, value, migration_id),
+                              exit_code=stop_exit_code(value))
     except Exception as exc:  # noqa: BLE001 - the job's own failure is what RQ reports
-        log.warning("could not record the failure of %s in migration %s: %s", step, mid, exc)
+        log.warning("could not record the failure of %s in migration %s: %s", step, migration_id, exc)
 
 
-def _abandoned(job: Any, connection: Any, store: MigrationStore, mid: str, step: str) -> None:
+def _abandoned(job: Any, connection: Any, store: MigrationStore, migration_id: str, step: str) -> None:
     """The worker running ``job`` died: enqueue the step again (or, after :data:`ABANDONED_RETRIES`, stop it),
     with the reason in the record."""
     if not connection.set(CLAIM_KEY.format(job.id), "1", nx=True, ex=24 * 3600):
         return  # another worker's registry cleanup has it
-    st, _ = store.state(mid)
-    reason = died_reason(store, job, mid, step)
+    st, _ = store.state(migration_id)
+    reason = died_reason(store, job, migration_id, step)
     if st.phase.terminal:
-        log.info("%s; migration %s is %s: not retried", reason, mid, st.phase.value)
+        log.info("%s; migration %s is %s: not retried", reason, migration_id, st.phase.value)
         return
     deaths = int((job.meta or {}).get("abandoned", 0)) + 1
     if deaths > ABANDONED_RETRIES:
-        store.record_stop(mid, step, f"{reason}; {deaths} times in a row, so it is not retried again",
-                          next_step(step, None, mid), exit_code=int(ExitCode.REFUSED))
+        store.record_stop(migration_id, step, f"{reason}; {deaths} times in a row, so it is not retried again",
+                          next_step(step, None, migration_id), exit_code=int(ExitCode.REFUSED))
         return
     from rq import Queue
 
     again = Queue(job.origin, connection=connection).enqueue_call(
         job.func_name, args=job.args, kwargs=job.kwargs, timeout=job.timeout, description=job.description,
-        job_id=job_id(step, mid), meta={**(job.meta or {}), "abandoned": deaths}, on_failure=on_failure())
+        job_id=job_id(step, migration_id), meta={**(job.meta or {}), "abandoned": deaths}, on_failure=on_failure())
     text = f"{reason}; enqueued again as {again.id} ({deaths} of {ABANDONED_RETRIES})"
     log.warning("%s", text)
 
@@ -101,20 +102,20 @@ def _abandoned(job: Any, connection: Any, store: MigrationStore, mid: str, step:
         s.error = text[:2000]
         return s
 
-    store.update(mid, note)
+    store.update(migration_id, note)
 
 
-def died_reason(store: MigrationStore, job: Any, mid: str, step: str) -> str:
+def died_reason(store: MigrationStore, job: Any, migration_id: str, step: str) -> str:
     """Which step died, on which worker, and where its cutover attempt was (if it had one): the holder's
     record while it waits for a settler, else the settler's record of the death."""
     text = (f"the worker running {step} ({job.id}{' on ' + job.worker_name if job.worker_name else ''}) died "
             "before it ended (killed, or its machine lost)")
-    rec = read_record(store.zk, mid)
+    rec = read_record(store.zk, migration_id)
     if CutoverHolder.parse(rec).holder:
         return f"{text}; its cutover attempt was {where_it_was(rec)}, not settled yet"
     since = job.started_at.timestamp() if job.started_at else time.time() - 24 * 3600
     for key in (Node.CUTOVER_ATTEMPTS, Node.ROLLBACK_PASSES):
-        attempts = AttemptsNode.parse(store.get_progress(mid, key)[0]).attempts
+        attempts = AttemptsNode.parse(store.get_progress(migration_id, key)[0]).attempts
         deaths = [a for a in attempts if a.died_at and a.at >= since]
         if deaths:
             return f"{text}; its {'rollback' if key == Node.ROLLBACK_PASSES else 'cutover'} attempt: " \

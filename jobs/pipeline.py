@@ -75,19 +75,19 @@ def finish(migration_id: str, config_path: str | None = None, attempt: int = 0,
     return _act(out, nxt, migration_id, config_path)
 
 
-def _step(cfg: Any, zk: ZK, creds: Any, store: MigrationStore, mid: str, st: Any, attempt: int,
+def _step(cfg: Any, zk: ZK, creds: Any, store: MigrationStore, migration_id: str, st: Any, attempt: int,
           since: float | None, out: dict[str, Any]) -> Next:
     if st.phase == Phase.CATCHING_UP:
-        command.catchup(cfg, mid, passes=1)
+        command.catchup(cfg, migration_id, passes=1)
         return Next("not converged yet: one more pass", attempt=attempt, since=since)
     if st.postpone_cutover or st.paused:
         if st.postpone_cutover and not st.paused:
-            out["pass"] = _pass_while_postponed(cfg, zk, mid)
+            out["pass"] = _pass_while_postponed(cfg, zk, migration_id)
         return Next("cutover postponed", delay=POSTPONE_RECHECK_S, attempt=attempt)
-    if store.spec(mid).batched:
-        return batched.step(cfg, zk, creds, mid, attempt, since, out, queue=_queue_name())
-    out["verify"] = command.verify(cfg, mid)
-    return cut_over(cfg, zk, mid, mid, attempt, since, out, queue=_queue_name()) or DONE
+    if store.spec(migration_id).batched:
+        return batched.step(cfg, zk, creds, migration_id, attempt, since, out, queue=_queue_name())
+    out["verify"] = command.verify(cfg, migration_id)
+    return cut_over(cfg, zk, migration_id, migration_id, attempt, since, out, queue=_queue_name()) or DONE
 
 
 def _pass_while_postponed(cfg: Any, zk: ZK, migration_id: str) -> str:
@@ -106,7 +106,7 @@ def _queue_name() -> str | None:
     return job.origin if job else None
 
 
-def _act(out: dict[str, Any], nxt: Next, mid: str, config_path: str | None) -> dict[str, Any]:
+def _act(out: dict[str, Any], nxt: Next, migration_id: str, config_path: str | None) -> dict[str, Any]:
     """Record the step in the job's meta and, unless it is done, enqueue the next one."""
     if not nxt.done:
         out["next"] = nxt.why
@@ -116,6 +116,13 @@ def _act(out: dict[str, Any], nxt: Next, mid: str, config_path: str | None) -> d
     job.meta["pipeline"] = {k: v for k, v in out.items() if k in ("phase", "attempt", "error", "skipped", "next")}
     job.save_meta()
     if not nxt.done:
-        enqueue_finish(job.connection, mid, config_path, queue=job.origin, attempt=nxt.attempt, delay=nxt.delay,
-                       since=nxt.since)
+        enqueue_finish(
+            job.connection,
+            migration_id,
+            config_path,
+            queue=job.origin,
+            attempt=nxt.attempt,
+            delay=nxt.delay,
+            since=nxt.since,
+        )
     return out

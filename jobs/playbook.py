@@ -24,14 +24,14 @@ def advance(run_id: str, config_path: str | None = None, wait_budget_s: float = 
     with zk_mod.connect(cfg, creds) as zk:
         out = playbook.advance(cfg, zk, run_id, wait_budget_s=wait_budget_s)
         state, _ = playbook.RunStore(zk).get(run_id)
-        mid = playbook.PlaybookRun.parse(state).context.migration
-        queue = playbook_queue(zk, mid)
+        migration_id = playbook.PlaybookRun.parse(state).context.migration
+        queue = playbook_queue(zk, migration_id)
     job = get_current_job()
     if job is not None:
-        job.meta.update({"run": run_id, "playbook": state["playbook"], "migration": mid,
+        job.meta.update({"run": run_id, "playbook": state["playbook"], "migration": migration_id,
                          "status": out.status, "step": out.step, "message": out.message[:300]})
         job.save_meta()
         if out.status in ("waiting", "busy"):
             enqueue_playbook(run_id, config_path, connection=job.connection, playbook_name=state["playbook"],
-                    migration=mid, step=out.step, queue=queue)
+                    migration=migration_id, step=out.step, queue=queue)
     return {"status": out.status, "step": out.step, "message": out.message}

@@ -263,37 +263,38 @@ def _plan_and_launch(plan: Any, *, yes: bool, dry_run: bool, no_start: bool, det
 
 def _launch(res: command.PlanResult, detach: bool, rep: Report, doc: dict[str, Any]) -> None:
     cfg = load_config()
-    mid = res.spec.id
-    job = command.launch(cfg, mid)
-    run = doc["run"] = {"migration": mid, "job": job, "followed": not detach}
-    rep.say(f"running {mid} on RQ workers (first job {job}); start workers with `migrator worker`")
+    migration_id = res.spec.id
+    job = command.launch(cfg, migration_id)
+    run = doc["run"] = {"migration": migration_id, "job": job, "followed": not detach}
+    rep.say(f"running {migration_id} on RQ workers (first job {job}); start workers with `migrator worker`")
     if detach:
         rep.document(doc)
         return
-    st = _follow(cfg, mid, rep)
+    st = _follow(cfg, migration_id, rep)
     run.update({k: st.get(k) for k in ("phase", "freeze_ms", "stopped", "error", "cutover_attempts")})
     rep.document(doc)
     stopped = st.get("stopped")
     if stopped and st["phase"] != "done":
-        print(f"error: {mid} stopped in {stopped.get('step')} (phase {st['phase']}): {stopped.get('reason')} "
+        print(f"error: {migration_id} stopped in {stopped.get('step')} (phase {st['phase']}): {stopped.get('reason')} "
               f"(next: {stopped.get('next')})", file=sys.stderr, flush=True)
         raise typer.Exit(int(stopped.get("exit_code") or ExitCode.REFUSED))
     if st["phase"] != "done":
-        print(f"error: {mid} ended in phase {st['phase']}: {st.get('error') or ''}", file=sys.stderr, flush=True)
+        print(f"error: {migration_id} ended in phase {st['phase']}: {st.get('error') or ''}", file=sys.stderr,
+              flush=True)
         raise typer.Exit(ExitCode.FAILED)
-    rep.say(f"{mid} done: write freeze {st.get('freeze_ms') or 0:.0f} ms; tombstones kept for rollback, "
+    rep.say(f"{migration_id} done: write freeze {st.get('freeze_ms') or 0:.0f} ms; tombstones kept for rollback, "
             "cleanup scheduled")
 
 
-def _follow(cfg: Any, mid: str, rep: Report, *, timeout: float | None = None, every: float = 0.5,
+def _follow(cfg: Any, migration_id: str, rep: Report, *, timeout: float | None = None, every: float = 0.5,
             with_workers: bool = False) -> dict[str, Any]:
-    """Follow ``mid`` to a final phase (or a stop, or ``timeout``): the live view on a terminal, else one line
+    """Follow ``migration_id`` to a final phase (or a stop, or ``timeout``): the live view on a terminal, else one line
     (or JSON line) per event and, for human output, the final view once more; its last status."""
     from migrator.ops import watch
 
     if rep.live:
-        return watch.follow(cfg, mid, every=every, timeout=timeout, console=console, with_workers=with_workers)
-    st = watch.follow_events(cfg, mid, rep.event, every=every, timeout=timeout, with_workers=with_workers)
+        return watch.follow(cfg, migration_id, every=every, timeout=timeout, console=console, with_workers=with_workers)
+    st = watch.follow_events(cfg, migration_id, rep.event, every=every, timeout=timeout, with_workers=with_workers)
     if not rep.as_json:
         progress, task = watch.new_progress(console)
         console.print(watch.render(st, progress, task))

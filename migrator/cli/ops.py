@@ -34,8 +34,8 @@ def history(migration_id: OptionalMigrationIdArg = None,
         print(json.dumps(rows, indent=2))
         return
     for r in rows:
-        mid = f" [{r['migration']}]" if r.get("migration") else ""
-        print(f"{r['when_iso']}  {r['what']:9s} {r['who']}{mid}  {r['detail']}")
+        tag = f" [{r['migration']}]" if r.get("migration") else ""
+        print(f"{r['when_iso']}  {r['what']:9s} {r['who']}{tag}  {r['detail']}")
 
 
 def metrics_cmd(listen: str = typer.Option("127.0.0.1:9640", "--listen", help="HOST:PORT to serve /metrics on.",

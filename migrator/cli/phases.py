@@ -184,17 +184,17 @@ def rollback_cmd(
     rep = Report(as_json, follow and not detach)
     if rebalance_cmd.is_rebalance_id(migration_id):
         # a batched split (or a rebalance): each finished move rolled back, last finished first
-        mids = rebalance_cmd.to_roll_back(cfg, migration_id)
+        migration_ids = rebalance_cmd.to_roll_back(cfg, migration_id)
         doc: dict[str, Any] = {"rollback": migration_id, "migrations": []}
-        rep.say(f"rolling back {len(mids)} migrations of {migration_id}, last finished first")
-        for i, mid in enumerate(mids, 1):
-            rep.say(f"[{i}/{len(mids)}] {mid}")
-            code, one = _roll_back_one(cfg, mid, rep, queue=queue, timeout=timeout, sync=sync)
+        rep.say(f"rolling back {len(migration_ids)} migrations of {migration_id}, last finished first")
+        for i, move_id in enumerate(migration_ids, 1):
+            rep.say(f"[{i}/{len(migration_ids)}] {move_id}")
+            code, one = _roll_back_one(cfg, move_id, rep, queue=queue, timeout=timeout, sync=sync)
             doc["migrations"].append(one)
             if code:
                 rep.document(doc)
-                print(f"{migration_id}: stopped at {mid}; {len(mids) - i} not rolled back "
-                      f"({', '.join(mids[i:]) or 'none'}); run `migrator rollback {migration_id}` again "
+                print(f"{migration_id}: stopped at {move_id}; {len(migration_ids) - i} not rolled back "
+                      f"({', '.join(migration_ids[i:]) or 'none'}); run `migrator rollback {migration_id}` again "
                       "once it is fixed", file=sys.stderr)
                 raise typer.Exit(code)
         rep.document(doc)

@@ -240,12 +240,12 @@ def overdue(zk: ZK, *, grace_s: float = 120.0, clock: Callable[[], float] = time
     """
     store = MigrationStore(zk)
     due = []
-    for mid in store.list():
+    for migration_id in store.list():
         try:
-            state, _ = store.state(mid)
+            state, _ = store.state(migration_id)
         except MigrationNotFound:
             continue  # deleted meanwhile
         if state.phase in (Phase.DONE, Phase.ROLLED_BACK) and state.cleanup_after is not None \
                 and clock() >= state.cleanup_after + grace_s and not state.rollback_requested:
-            due.append(mid)
+            due.append(migration_id)
     return due

@@ -221,20 +221,20 @@ def _prepare_tables(store: MigrationStore, spec: Spec, ep: Endpoints, creds: Cre
     return out
 
 
-def table_progress(zk: ZK, mid: str) -> list[dict[str, Any]]:
+def table_progress(zk: ZK, migration_id: str) -> list[dict[str, Any]]:
     """Every table's progress node, as stored (what ``status`` shows)."""
     store = MigrationStore(zk)
     out = []
-    for name in store.progress_keys(mid, PREFIX):
-        prog, _ = store.get_progress(mid, f"{PREFIX}/{name}")
+    for name in store.progress_keys(migration_id, PREFIX):
+        prog, _ = store.get_progress(migration_id, f"{PREFIX}/{name}")
         if prog is not None:
             out.append(prog)
     return out
 
 
-def table_records(zk: ZK, mid: str) -> list[TableProgress]:
+def table_records(zk: ZK, migration_id: str) -> list[TableProgress]:
     """Every table's progress node, read as a :class:`TableProgress`."""
-    return TableProgress.parse_list(table_progress(zk, mid))
+    return TableProgress.parse_list(table_progress(zk, migration_id))
 
 
 
@@ -251,12 +251,12 @@ class TableResult:
     progress: dict[str, Any] = field(default_factory=dict)
 
 
-def control_check(zk: ZK, mid: str) -> Callable[[], str | None]:
+def control_check(zk: ZK, migration_id: str) -> Callable[[], str | None]:
     """A between-chunks check: 'paused', 'stopped' (phase is no longer copying) or None."""
     store = MigrationStore(zk)
 
     def check() -> str | None:
-        st, _ = store.state(mid)
+        st, _ = store.state(migration_id)
         if st.phase != Phase.COPYING:
             return "stopped"
         if st.paused:
@@ -418,10 +418,10 @@ def carry_auto_increment(src: pymysql.connections.Connection, tgt: pymysql.conne
 
 # -- completion ---------------------------------------------------------------------------------------
 
-def finish_if_complete(zk: ZK, mid: str) -> bool:
+def finish_if_complete(zk: ZK, migration_id: str) -> bool:
     """If every table is done, move COPYING -> CATCHING_UP. True only for the
     one caller whose compare-and-set made the transition."""
-    progress = table_records(zk, mid)
+    progress = table_records(zk, migration_id)
     if not progress or not all(p.done for p in progress):
         return False
     store = MigrationStore(zk)
@@ -443,17 +443,18 @@ def finish_if_complete(zk: ZK, mid: str) -> bool:
         moved.append(dict(st.copy, total_s=finished - began if began else None))
         return st
 
-    store.update(mid, change)
+    store.update(migration_id, change)
     if moved:
         c = moved[-1]
         # the next dry run's ETA is fitted to this copy
-        store_rate(zk, mid, progress, c["seconds"], total_s=c["total_s"], streams=store.spec(mid).options.copy_workers)
+        store_rate(zk, migration_id, progress, c["seconds"], total_s=c["total_s"],
+                   streams=store.spec(migration_id).options.copy_workers)
     return bool(moved)
 
 
-def earliest_start_gtids(zk: ZK, mid: str) -> list[str]:
+def earliest_start_gtids(zk: ZK, migration_id: str) -> list[str]:
     """Every table's recorded ``start_gtid`` (catch-up starts from the earliest)."""
-    return sorted({p.start_gtid for p in table_records(zk, mid) if p.start_gtid is not None})
+    return sorted({p.start_gtid for p in table_records(zk, migration_id) if p.start_gtid is not None})
 
 
 # -- abort helper ----------------------------------------------------------------------------------------

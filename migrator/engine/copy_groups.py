@@ -111,7 +111,7 @@ def copy_tables(
 STAMP_BATCH = 200
 
 
-def stamp_start(zk: ZK, mid: str, tables: list[tuple[str, str]], links: Links) -> None:
+def stamp_start(zk: ZK, migration_id: str, tables: list[tuple[str, str]], links: Links) -> None:
     """Give every table of the group that has none a ``start_gtid``: one source position read
     now, before any of their chunks, written in a few transactions instead of one write per table.
     (Any position before a table's first read is a valid start; catch-up starts at the earliest.)
@@ -122,16 +122,16 @@ def stamp_start(zk: ZK, mid: str, tables: list[tuple[str, str]], links: Links) -
     batch: list[tuple[str, dict[str, Any], int]] = []
     for db, table in tables:
         key = progress_key(db, table)
-        stored, version = store.get_progress(mid, key)
+        stored, version = store.get_progress(migration_id, key)
         prog = TableProgress.parse(stored)
         if stored is None or version is None or prog.done or prog.start_gtid is not None:
             continue
         stamped = prog.model_copy(update={"start_gtid": pos, "start_state": state, "started_at": now})
         batch.append((key, stamped.dump(), version))
         if len(batch) >= STAMP_BATCH:
-            store.put_progress_many(mid, batch)
+            store.put_progress_many(migration_id, batch)
             batch = []
-    store.put_progress_many(mid, batch)
+    store.put_progress_many(migration_id, batch)
 
 
 def remaining(tables: list[tuple[str, str]], results: list[TableResult]) -> list[tuple[str, str]]:

@@ -196,7 +196,7 @@ def stored_rate(zk: ZK) -> CopyRate | None:
     return None
 
 
-def store_rate(zk: ZK, mid: str, progress: list[TableProgress], seconds: float, *,
+def store_rate(zk: ZK, migration_id: str, progress: list[TableProgress], seconds: float, *,
                total_s: float | None = None, streams: int = 1) -> None:
     """Fit the model to a finished copy's progress records and keep it for the next dry run
     (``total_s``: the copy's whole time from its first job, which sets ``overhead_s``)."""
@@ -223,7 +223,7 @@ def store_rate(zk: ZK, mid: str, progress: list[TableProgress], seconds: float, 
                       "overhead_s": overhead_s,
                       "read_s": round(sum(p.read_s for p in progress), 3),
                       "load_s": round(sum(p.load_s for p in progress), 3),
-                      "migration": mid, "at": time.time()}).encode()
+                      "migration": migration_id, "at": time.time()}).encode()
     path = zk.path(COPY_RATE)
     try:
         zk.client.set(path, rec)

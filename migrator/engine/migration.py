@@ -244,14 +244,14 @@ class MigrationStore:
         self.base = zk.path(MIGRATIONS)
         self.locks = zk.path(LOCKS)
 
-    def _node(self, mid: str, *sub: str) -> str:
-        if not isinstance(mid, str) or not _NODE_NAME_RE.fullmatch(mid):
-            raise InvalidIdError(f"{mid!r:.60} is not a migration id: they look like m-20261122-155024-7e9460")
-        return "/".join([self.base, mid, *sub])
+    def _node(self, migration_id: str, *sub: str) -> str:
+        if not isinstance(migration_id, str) or not _NODE_NAME_RE.fullmatch(migration_id):
+            raise InvalidIdError(f"{migration_id!r:.60} is not a migration id: they look like m-20261122-155024-7e9460")
+        return "/".join([self.base, migration_id, *sub])
 
-    def node_path(self, mid: str, *sub: str) -> str:
+    def node_path(self, migration_id: str, *sub: str) -> str:
         """The znode of a migration's record (or of one of its progress nodes)."""
-        return self._node(mid, *sub)
+        return self._node(migration_id, *sub)
 
     # -- create / read -----------------------------------------------------
     def create(self, spec: Spec) -> State:
@@ -276,12 +276,12 @@ class MigrationStore:
             raise MigrationError(f"could not store migration {spec.id}: {[type(r).__name__ for r in results]}")
         return state
 
-    def tombstone_lock(self, mid: str, who: str, *, exclusive: bool) -> Any:
+    def tombstone_lock(self, migration_id: str, who: str, *, exclusive: bool) -> Any:
         """The lock on a migration's tombstones: every rollback (its RQ slices, ``--sync``, a playbook's step,
         ``command.rollback``) holds the shared side while it reads them; cleanup holds the exclusive side
         while it drops them, so the two never overlap, on any path. A holder that dies lets go with its
         ZooKeeper session. Returns the kazoo lock, not yet acquired."""
-        path = self.zk.path(TOMBSTONE_LOCKS, mid)
+        path = self.zk.path(TOMBSTONE_LOCKS, migration_id)
         ident = f"{zk_mod.holder()} {who}"
         return (self.zk.client.WriteLock if exclusive else self.zk.client.ReadLock)(path, identifier=ident)
 
@@ -304,11 +304,11 @@ class MigrationStore:
             except (NoNodeError, BadVersionError):
                 pass
 
-    def spec(self, mid: str) -> Spec:
+    def spec(self, migration_id: str) -> Spec:
         try:
-            data, _ = self.zk.client.get(self._node(mid, "spec"))
+            data, _ = self.zk.client.get(self._node(migration_id, "spec"))
         except NoNodeError:
-            raise MigrationNotFound(f"no migration {mid!r} (see `migrator status`)") from None
+            raise MigrationNotFound(f"no migration {migration_id!r} (see `migrator status`)") from None
         return Spec.model_validate_json(data)
 
     def replace_spec(self, spec: Spec) -> None:
@@ -329,11 +329,11 @@ class MigrationStore:
             raise PhaseConflict(f"migration {spec.id}: its spec changed meanwhile (a batch was handed its shards); "
                                 "read it again and retry") from None
 
-    def state(self, mid: str) -> tuple[State, int]:
+    def state(self, migration_id: str) -> tuple[State, int]:
         try:
-            data, stat = self.zk.client.get(self._node(mid))
+            data, stat = self.zk.client.get(self._node(migration_id))
         except NoNodeError:
-            raise MigrationNotFound(f"no migration {mid!r} (see `migrator status`)") from None
+            raise MigrationNotFound(f"no migration {migration_id!r} (see `migrator status`)") from None
         return State.model_validate_json(data), stat.version
 
     def list(self) -> list[str]:
@@ -343,7 +343,7 @@ class MigrationStore:
             return []
 
     # -- state changes -------------------------------------------------------
-    def update(self, mid: str, change: Callable[[State], State | None], *, attempts: int = 20,
+    def update(self, migration_id: str, change: Callable[[State], State | None], *, attempts: int = 20,
                guard: str | None = None) -> State:
         """Apply ``change`` to the state by CAS, re-reading on a lost race.
 
@@ -352,7 +352,7 @@ class MigrationStore:
         same ZooKeeper transaction); :class:`GuardLost` when it is gone.
         """
         for _ in range(attempts):
-            st, version = self.state(mid)
+            st, version = self.state(migration_id)
             new = change(st.model_copy(deep=True))
             if new is None:
                 return st
@@ -361,25 +361,25 @@ class MigrationStore:
             data = new.model_dump_json().encode()
             if guard is None:
                 try:
-                    self.zk.client.set(self._node(mid), data, version=version)
+                    self.zk.client.set(self._node(migration_id), data, version=version)
                     return new
                 except BadVersionError:
                     continue
             tx = self.zk.client.transaction()
             tx.check(guard, -1)
-            tx.set_data(self._node(mid), data, version=version)
+            tx.set_data(self._node(migration_id), data, version=version)
             results = tx.commit()
             if isinstance(results[0], NoNodeError):
-                raise GuardLost(f"migration {mid}: {guard} is gone, so the state was not changed: the process "
+                raise GuardLost(f"migration {migration_id}: {guard} is gone, so the state was not changed: the process "
                                 "that held it lost its claim (its ZooKeeper session expired) and whoever took "
                                 "over decides now")
             if isinstance(results[1], BadVersionError):
                 continue
             _raise_first(results)
             return new
-        raise MigrationError(f"migration {mid}: state kept changing under us ({attempts} tries)")
+        raise MigrationError(f"migration {migration_id}: state kept changing under us ({attempts} tries)")
 
-    def set_phase(self, mid: str, phase: Phase, *, error: str | None = None,
+    def set_phase(self, migration_id: str, phase: Phase, *, error: str | None = None,
                   expect: Phase | tuple[Phase, ...] | None = None, guard: str | None = None,
                   **fields: Any) -> State:
         """Set the phase (and ``fields``); a compare-and-set on the record.
@@ -391,9 +391,9 @@ class MigrationStore:
 
         def change(st: State) -> State:
             if allowed is not None and st.phase not in allowed:
-                raise PhaseConflict(f"migration {mid} is {st.phase.value}, not "
+                raise PhaseConflict(f"migration {migration_id} is {st.phase.value}, not "
                                     f"{' or '.join(p.value for p in allowed)}: someone else moved it on; "
-                                    f"not setting it to {phase.value} (see `migrator status {mid}`)")
+                                    f"not setting it to {phase.value} (see `migrator status {migration_id}`)")
             if st.phase != phase:
                 st.history.append(_transition(st.phase, phase, error))
             st.phase = phase
@@ -402,9 +402,9 @@ class MigrationStore:
                 setattr(st, k, v)
             return st
 
-        return self.update(mid, change, guard=guard)
+        return self.update(migration_id, change, guard=guard)
 
-    def record_stop(self, mid: str, step: str, reason: str, next_step: str, exit_code: int = 3) -> State:
+    def record_stop(self, migration_id: str, step: str, reason: str, next_step: str, exit_code: int = 3) -> State:
         """The pipeline gave up on ``step``: say why and what to do next, where ``status`` shows it;
         ``exit_code`` (:class:`~migrator.errors.ExitCode`) is what a command following it exits with."""
 
@@ -414,28 +414,28 @@ class MigrationStore:
             st.error = f"{step}: {reason}"[:2000]
             return st
 
-        return self.update(mid, change)
+        return self.update(migration_id, change)
 
     # -- progress nodes (copy/<db>.<table>, catchup, ...) ---------------------
-    def get_progress(self, mid: str, key: str, watch: Callable[[Any], None] | None = None
+    def get_progress(self, migration_id: str, key: str, watch: Callable[[Any], None] | None = None
                      ) -> tuple[dict[str, Any] | None, int | None]:
         """The progress node's value and version (None, None if there is none). ``watch`` is called
         once on the node's next change (kazoo's one-shot watch; none is left on a missing node)."""
         try:
-            data, stat = self.zk.client.get(self._node(mid, key), watch=watch)
+            data, stat = self.zk.client.get(self._node(migration_id, key), watch=watch)
         except NoNodeError:
             return None, None
         return json.loads(data), stat.version
 
-    def put_progress(self, mid: str, key: str, value: dict[str, Any], version: int | None = None,
+    def put_progress(self, migration_id: str, key: str, value: dict[str, Any], version: int | None = None,
                      guard: str | None = None) -> int:
         """Write a progress node; with ``version`` it is a CAS (BadVersionError on a race). With
         ``guard`` the write commits only while that znode exists (one ZooKeeper transaction;
         :class:`GuardLost` otherwise): a tail writes its checkpoint so, guarded by its applier lock."""
-        path = self._node(mid, key)
+        path = self._node(migration_id, key)
         data = json.dumps(value, default=str).encode()
         if guard is not None:
-            return self._put_guarded(mid, path, data, version, guard)
+            return self._put_guarded(migration_id, path, data, version, guard)
         if version is None:
             try:
                 stat = self.zk.client.set(path, data)
@@ -446,7 +446,7 @@ class MigrationStore:
         stat = self.zk.client.set(path, data, version=version)
         return stat.version
 
-    def _put_guarded(self, mid: str, path: str, data: bytes, version: int | None, guard: str) -> int:
+    def _put_guarded(self, migration_id: str, path: str, data: bytes, version: int | None, guard: str) -> int:
         for create in (False, True):
             tx = self.zk.client.transaction()
             tx.check(guard, -1)
@@ -456,8 +456,10 @@ class MigrationStore:
                 tx.set_data(path, data, version=-1 if version is None else version)
             results = tx.commit()
             if isinstance(results[0], NoNodeError):
-                raise GuardLost(f"migration {mid}: {guard} is gone, so {path.rsplit('/', 1)[1]} was not written: "
-                                "the process that held it lost its claim (its ZooKeeper session expired)")
+                raise GuardLost(
+                    f"migration {migration_id}: {guard} is gone, so {path.rsplit('/', 1)[1]} was not written: "
+                    "the process that held it lost its claim (its ZooKeeper session expired)"
+                )
             if not create and version is None and isinstance(results[1], NoNodeError):
                 self.zk.ensure(path.rsplit("/", 1)[0])
                 continue  # a first write: create the node, under the same guard
@@ -465,26 +467,26 @@ class MigrationStore:
             return 0 if create else results[1].version
         raise AssertionError("unreachable")
 
-    def progress_keys(self, mid: str, prefix: str) -> list[str]:
+    def progress_keys(self, migration_id: str, prefix: str) -> list[str]:
         try:
-            return sorted(self.zk.client.get_children(self._node(mid, prefix)))
+            return sorted(self.zk.client.get_children(self._node(migration_id, prefix)))
         except NoNodeError:
             return []
 
-    def put_progress_many(self, mid: str, items: list[tuple[str, dict[str, Any], int]]) -> bool:
+    def put_progress_many(self, migration_id: str, items: list[tuple[str, dict[str, Any], int]]) -> bool:
         """Write several progress nodes at once, each by compare-and-set on its version; all or
         none (False when any node changed meanwhile)."""
         if not items:
             return True
         tx = self.zk.client.transaction()
         for key, value, version in items:
-            tx.set_data(self._node(mid, key), json.dumps(value, default=str).encode(), version=version)
+            tx.set_data(self._node(migration_id, key), json.dumps(value, default=str).encode(), version=version)
         return not any(isinstance(r, Exception) for r in tx.commit())
 
-    def create_progress(self, mid: str, key: str, value: dict[str, Any]) -> bool:
+    def create_progress(self, migration_id: str, key: str, value: dict[str, Any]) -> bool:
         """Create a progress node unless it exists; True if this call created it."""
         try:
-            self.zk.client.create(self._node(mid, key), json.dumps(value, default=str).encode(),
+            self.zk.client.create(self._node(migration_id, key), json.dumps(value, default=str).encode(),
                                   acl=self.zk.protected_acl(), makepath=True)
             return True
         except NodeExistsError:
@@ -536,10 +538,10 @@ class MigrationStore:
                                 "the migration, its checkpoint, its tail, a shard lock or a pause node changed since")
         return new
 
-    def delete(self, mid: str) -> None:
-        spec = self.spec(mid)
+    def delete(self, migration_id: str) -> None:
+        spec = self.spec(migration_id)
         self.release_locks(spec)
-        self.zk.client.delete(self._node(mid), recursive=True)
+        self.zk.client.delete(self._node(migration_id), recursive=True)
 
 
 def _raise_first(results: list[Any]) -> None:

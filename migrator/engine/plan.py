@@ -147,7 +147,7 @@ def _ranges_text(shards: list[int]) -> str:
 # -- building specs ------------------------------------------------------------------------------
 
 def plan_split(zk: ZK, source: str, target: str | None = None, *, options: Options | None = None,
-               mid: str | None = None) -> Spec:
+               migration_id: str | None = None) -> Spec:
     smap = ShardMapStore(zk).read()
     hosts = HostRegistry(zk).all()
     if source not in hosts:
@@ -162,11 +162,11 @@ def plan_split(zk: ZK, source: str, target: str | None = None, *, options: Optio
         target = spare[0][0]
     tgt = target_pair(hosts, smap, src, target)
     _refuse_routed_to(smap, shards, tgt)
-    return _spec(mid, "shards", src, tgt, shards, options)
+    return _spec(migration_id, "shards", src, tgt, shards, options)
 
 
 def plan_move(zk: ZK, shards: list[int], target: str, *, options: Options | None = None,
-              mid: str | None = None) -> Spec:
+              migration_id: str | None = None) -> Spec:
     smap = ShardMapStore(zk).read()
     hosts = HostRegistry(zk).all()
     for s in shards:
@@ -175,7 +175,7 @@ def plan_move(zk: ZK, shards: list[int], target: str, *, options: Options | None
     src = source_pair(smap, shards)
     tgt = target_pair(hosts, smap, src, target)
     _refuse_routed_to(smap, shards, tgt)
-    return _spec(mid, "shards", src, tgt, shards, options)
+    return _spec(migration_id, "shards", src, tgt, shards, options)
 
 
 def read_queue(zk: ZK, queue: str) -> dict[str, Any]:
@@ -193,7 +193,7 @@ def read_queue(zk: ZK, queue: str) -> dict[str, Any]:
 
 
 def plan_move_partition(zk: ZK, queue: str, partition: int, target: str, *, options: Options | None = None,
-                        mid: str | None = None) -> Spec:
+                        migration_id: str | None = None) -> Spec:
     rec = read_queue(zk, queue)
     parts = {p.get("index"): p for p in rec.get("partitions", [])}
     if partition not in parts:
@@ -210,13 +210,13 @@ def plan_move_partition(zk: ZK, queue: str, partition: int, target: str, *, opti
     # the partition's tables are served by their route (a partition that moved before), else by the range
     src = smap.pair_of_table(shard, tables[0])
     tgt = target_pair(hosts, smap, src, target)
-    return _spec(mid, "queue_partition", src, tgt, [shard], options, tables=tables, queue=queue,
+    return _spec(migration_id, "queue_partition", src, tgt, [shard], options, tables=tables, queue=queue,
                  partition=partition)
 
 
-def _spec(mid: str | None, kind: str, src: tuple[str, str], tgt: tuple[str, str], shards: list[int],
+def _spec(migration_id: str | None, kind: str, src: tuple[str, str], tgt: tuple[str, str], shards: list[int],
           options: Options | None, **extra: Any) -> Spec:
-    return Spec(id=mid or new_id(), kind=kind, source_master=src[0], source_slave=src[1],
+    return Spec(id=migration_id or new_id(), kind=kind, source_master=src[0], source_slave=src[1],
                 target_master=tgt[0], target_slave=tgt[1], shards=tuple(sorted(shards)),
                 options=options or Options(), **extra)
 

@@ -31,9 +31,9 @@ def history(zk: ZK, *, migration_id: str | None = None, limit: int = 200) -> lis
             })
     store = MigrationStore(zk)
     ids = [migration_id] if migration_id else store.list()
-    for mid in ids:
+    for each_id in ids:
         try:
-            state, _ = store.state(mid)
+            state, _ = store.state(each_id)
         except MigrationNotFound:
             if migration_id:
                 raise
@@ -44,7 +44,7 @@ def history(zk: ZK, *, migration_id: str | None = None, limit: int = 200) -> lis
                 detail += f" ({h.error})"
             if h.component:
                 detail += f" by {h.component}"
-            out.append({"when": h.when, "who": h.who, "what": "migration", "migration": mid,
+            out.append({"when": h.when, "who": h.who, "what": "migration", "migration": each_id,
                         "component": h.component, "from": h.from_, "to": h.to, "detail": detail})
     if migration_id:
         for rec in ShardMapStore(zk).history(limit=limit):

@@ -119,34 +119,34 @@ class Flight:
                                  "not freezing behind it", phase="cutover")
 
 
-def step(cfg: Config, zk: ZK, creds: Credentials, mid: str, attempt: int, since: float | None,
+def step(cfg: Config, zk: ZK, creds: Credentials, migration_id: str, attempt: int, since: float | None,
          out: dict[str, Any], *, queue: str | None) -> Next:
-    """One step of the converged batched migration ``mid``: cut over its unfinished batch (with the retries
+    """One step of the converged batched migration ``migration_id``: cut over its unfinished batch (with the retries
     and window of any cutover), else hand batches their shards and cut them over one after another
     (:func:`_fly`), else (every shard handed over, every batch done) end it. ``attempt`` and ``since``: the
     cutover attempts of the open batch that stopped before the flip; ``queue``: where cleanups go."""
     store = MigrationStore(zk)
-    spec, (st, _) = store.spec(mid), store.state(mid)
+    spec, (st, _) = store.spec(migration_id), store.state(migration_id)
     batches = [(b, store.state(b)[0]) for b in st.batches]
     open_batch = next(((b, bst) for b, bst in batches if bst.phase not in BATCH_DONE), None)
     if open_batch is None and not spec.shards:
         worst = max((bst.freeze_ms or 0.0 for _, bst in batches), default=None)
-        store.set_phase(mid, Phase.CLEANED, expect=Phase.CONVERGED, freeze_ms=worst)
+        store.set_phase(migration_id, Phase.CLEANED, expect=Phase.CONVERGED, freeze_ms=worst)
         release_maintenance_pause(zk, spec)  # whatever pause node still carries its id
         out["done"] = {"batches": len(batches), "longest_freeze_ms": worst}
         return DONE
     if open_batch is None:
         if not st.batches:
             t0 = time.monotonic()
-            out["verify"] = command.verify(cfg, mid)  # the one full check; each batch re-checks what changed
+            out["verify"] = command.verify(cfg, migration_id)  # the one full check; each batch re-checks what changed
             out["verify_s"] = round(time.monotonic() - t0, 3)
-        return _fly(cfg, zk, creds, mid, out, queue=queue)
+        return _fly(cfg, zk, creds, migration_id, out, queue=queue)
     bid, bst = open_batch
     if bst.phase in BATCH_ENDED or bst.stopped:
-        raise BatchStopped(f"batch {bid} of {mid} is {bst.phase.value}"
+        raise BatchStopped(f"batch {bid} of {migration_id} is {bst.phase.value}"
                            f"{': ' + str(bst.stopped.get('reason')) if bst.stopped else ''}; the batches after "
                            f"it wait: resume it (`migrator resume {bid}`) or roll the finished ones back, "
-                           f"then `migrator resume {mid}`", phase="cutover")
+                           f"then `migrator resume {migration_id}`", phase="cutover")
     if bst.phase != Phase.CONVERGED:  # catching up after a stop, or a cutover (or its settler) holds it
         if bst.phase == Phase.CATCHING_UP:
             command.catchup(cfg, bid, passes=1)
@@ -155,7 +155,7 @@ def step(cfg: Config, zk: ZK, creds: Credentials, mid: str, attempt: int, since:
     out["batch"] = bid
     t0 = time.monotonic()
     try:
-        retry = cut_over(cfg, zk, bid, mid, attempt, since, out, queue=queue)
+        retry = cut_over(cfg, zk, bid, migration_id, attempt, since, out, queue=queue)
         _record_steps(store, bid, {"cutover_s": time.monotonic() - t0})
     except CutoverRetriesOver:
         raise
@@ -171,7 +171,7 @@ def step(cfg: Config, zk: ZK, creds: Credentials, mid: str, attempt: int, since:
     return Next(f"batch {bid} flipped: the next one")
 
 
-def _fly(cfg: Config, zk: ZK, creds: Credentials, mid: str, out: dict[str, Any], *, queue: str | None) -> Next:
+def _fly(cfg: Config, zk: ZK, creds: Credentials, migration_id: str, out: dict[str, Any], *, queue: str | None) -> Next:
     """Hand batches their shards and cut them over, one after another, for about :data:`BATCH_STEP_S`: each
     batch's re-check of the batched migration, hand-over, fences and gate run while the batch before it
     renames its tables and finishes the passive member behind its freeze (:class:`Flight`). Stops at the
@@ -183,18 +183,18 @@ def _fly(cfg: Config, zk: ZK, creds: Credentials, mid: str, out: dict[str, Any],
     before: Flight | None = None
     try:
         while time.monotonic() < deadline:
-            if not store.spec(mid).shards:
+            if not store.spec(migration_id).shards:
                 break
             # the shards still here are drained to the head and their check brought up to it, right before
             # the hand-over: the batch inherits a verified_gtid at its own start (its checkpoint), and this
             # re-check reads only the binlog since the hand-over before
             t0 = time.monotonic()
-            refreshed = handover.refresh_parent(cfg, zk, creds, mid)
+            refreshed = handover.refresh_parent(cfg, zk, creds, migration_id)
             took = {"parent_recheck_s": time.monotonic() - t0,
                     "parent_recheck_rows": float(sum(r["rows"] for r in refreshed.rounds)),
                     "parent_recheck_events": float(sum(r["events"] for r in refreshed.rounds))}
             t0 = time.monotonic()
-            bid = _hand_over_next(zk, creds, mid)
+            bid = _hand_over_next(zk, creds, migration_id)
             took["hand_over_s"] = time.monotonic() - t0
             steps[bid] = took
             flight = Flight(cfg, bid, before).start()
@@ -221,7 +221,7 @@ def _fly(cfg: Config, zk: ZK, creds: Credentials, mid: str, out: dict[str, Any],
         return Next(f"{len(flights)} batches flipped: the next ones")
     out["error"] = describe(stopped.error)
     delay = BACKOFF.delay(0)
-    window = store.spec(mid).options.cutover_retry_s
+    window = store.spec(migration_id).options.cutover_retry_s
     record_next_try(store, stopped.bid, {"at": time.time() + delay, "attempt": 2, "delay_s": delay,
                                          "until": time.time() + window})
     return Next(f"batch {stopped.bid} did not flip ({out['error']}); trying it again in {delay:g} s", delay=delay,
@@ -235,10 +235,10 @@ def _record_steps(store: MigrationStore, bid: str, took: dict[str, float]) -> No
     store.put_progress(bid, Node.HANDOVER, prior.dump())
 
 
-def _hand_over_next(zk: ZK, creds: Credentials, mid: str) -> str:
+def _hand_over_next(zk: ZK, creds: Credentials, migration_id: str) -> str:
     """Hand the next batch (sized by the budget and the batches measured so far) its shards; its id."""
     store = MigrationStore(zk)
-    spec, (st, _) = store.spec(mid), store.state(mid)
+    spec, (st, _) = store.spec(migration_id), store.state(migration_id)
     done = []
     for b in st.batches:
         cut = FlipNode.parse(store.get_progress(b, Node.CUTOVER)[0])
@@ -248,4 +248,4 @@ def _hand_over_next(zk: ZK, creds: Credentials, mid: str) -> str:
     with mysql_connect(source, creds) as conn:
         tables = {s: n for s, (n, _) in batch_mod.count_tables(conn, spec.shards).items()}
     shards = batch_mod.next_batch(list(spec.shards), tables, spec.options.freeze_budget_ms, done)
-    return handover.hand_over(zk, creds, mid, shards, tables=sum(tables.get(s, 0) for s in shards)).id
+    return handover.hand_over(zk, creds, migration_id, shards, tables=sum(tables.get(s, 0) for s in shards)).id

@@ -67,18 +67,18 @@ def session(config: Config) -> Iterator[tuple[ZK, Credentials]]:
         zk.close()
 
 
-def update_quietly(config: Config, mid: str, change: Callable[[Any], Any]) -> None:
+def update_quietly(config: Config, migration_id: str, change: Callable[[Any], Any]) -> None:
     """Change the migration's record, best effort: for a job that is already failing with its own error
     (which must not be hidden by a ZooKeeper problem here)."""
     try:
         with session(config) as (zk, _):
-            MigrationStore(zk).update(mid, change)
+            MigrationStore(zk).update(migration_id, change)
     except Exception:  # noqa: BLE001 - never hide the original error
         pass
 
 
-def spec_of(zk: ZK, mid: str) -> Spec:
-    return MigrationStore(zk).spec(mid)
+def spec_of(zk: ZK, migration_id: str) -> Spec:
+    return MigrationStore(zk).spec(migration_id)
 
 
 def _redis(config: Config) -> Any:
@@ -178,31 +178,31 @@ def plan_move_partition(config: Config, queue: str, partition: int, target: str,
 
 # -- preflight -----------------------------------------------------------------------------------------
 
-def preflight(config: Config, mid: str) -> preflight_mod.PreflightResult:
+def preflight(config: Config, migration_id: str) -> preflight_mod.PreflightResult:
     """Run every preflight check; the result lists failures and warnings."""
     with session(config) as (zk, creds):
         store = MigrationStore(zk)
-        spec = store.spec(mid)
-        st, _ = store.state(mid)
+        spec = store.spec(migration_id)
+        st, _ = store.state(migration_id)
         return preflight_mod.run(zk, spec, creds, phase=st.phase)
 
 
 # -- copy ------------------------------------------------------------------------------------------------
 
-def start_copy(config: Config, mid: str, *, queue: str | None = None, slice_s: float | None = None) -> str:
+def start_copy(config: Config, migration_id: str, *, queue: str | None = None, slice_s: float | None = None) -> str:
     """Enqueue the copy (preflight, schema, one job per table) on the migration's queue (its source
     pair's) unless ``queue`` names another; returns the RQ job id."""
     with session(config) as (zk, _):
-        st, _ = MigrationStore(zk).state(mid)
+        st, _ = MigrationStore(zk).state(migration_id)
         if st.phase not in (Phase.PLANNED, Phase.PREFLIGHT, Phase.COPYING):
-            raise CommandError(f"migration {mid} is in phase {st.phase.value}: nothing to copy")
-        queue = queue or steps.migration_queue(spec_of(zk, mid))
-    job = steps.enqueue_start(_redis(config), mid, _config_path(config), queue,
+            raise CommandError(f"migration {migration_id} is in phase {st.phase.value}: nothing to copy")
+        queue = queue or steps.migration_queue(spec_of(zk, migration_id))
+    job = steps.enqueue_start(_redis(config), migration_id, _config_path(config), queue,
                               slice_s=slice_s if slice_s is not None else steps.SLICE_S)
     return job.id
 
 
-def run_copy(config: Config, mid: str, *, workers: int | None = None,
+def run_copy(config: Config, migration_id: str, *, workers: int | None = None,
              on_progress: Callable[[dict[str, Any]], None] | None = None,
              after_chunk: Callable[[dict[str, Any]], None] | None = None,
              pipeline: bool = False) -> dict[str, Any]:
@@ -214,12 +214,12 @@ def run_copy(config: Config, mid: str, *, workers: int | None = None,
     nothing (the caller runs the next phase).
     """
     with session(config) as (zk, creds):
-        spec = spec_of(zk, mid)
+        spec = spec_of(zk, migration_id)
         t0 = time.monotonic()
         pending = copy_mod.begin(zk, spec, creds)
         n = workers or spec.options.copy_workers
         want = set(pending)
-        groups = copy_groups.plan_groups([p for p in copy_mod.table_progress(zk, mid)
+        groups = copy_groups.plan_groups([p for p in copy_mod.table_progress(zk, migration_id)
                                           if (p["db"], p["table"]) in want], n)
 
         def one(group: list[tuple[str, str]]) -> list[copy_mod.TableResult]:
@@ -228,9 +228,9 @@ def run_copy(config: Config, mid: str, *, workers: int | None = None,
 
         with ThreadPoolExecutor(max_workers=max(1, n), thread_name_prefix="copy") as pool:
             results = [r for rs in pool.map(one, groups) for r in rs]
-        finished = copy_mod.finish_if_complete(zk, mid)
-        st, _ = MigrationStore(zk).state(mid)
-        return {"migration": mid, "phase": st.phase.value, "tables": len(pending), "finished": finished,
+        finished = copy_mod.finish_if_complete(zk, migration_id)
+        st, _ = MigrationStore(zk).state(migration_id)
+        return {"migration": migration_id, "phase": st.phase.value, "tables": len(pending), "finished": finished,
                 "rows": sum(r.rows for r in results), "bytes": sum(r.bytes for r in results),
                 "seconds": round(time.monotonic() - t0, 3),
                 "statuses": sorted({r.status for r in results})}
@@ -238,28 +238,30 @@ def run_copy(config: Config, mid: str, *, workers: int | None = None,
 
 # -- control ----------------------------------------------------------------------------------------------
 
-def pause(config: Config, mid: str) -> dict[str, Any]:
+def pause(config: Config, migration_id: str) -> dict[str, Any]:
     """Copy workers stop between chunks; ``resume`` continues from the checkpoints."""
     with session(config) as (zk, _):
-        st = MigrationStore(zk).update(mid, lambda s: _set(s, paused=True))
-        return {"migration": mid, "paused": st.paused, "phase": st.phase.value}
+        st = MigrationStore(zk).update(migration_id, lambda s: _set(s, paused=True))
+        return {"migration": migration_id, "paused": st.paused, "phase": st.phase.value}
 
 
-def resume(config: Config, mid: str, *, queue: str | None = None) -> dict[str, Any]:
+def resume(config: Config, migration_id: str, *, queue: str | None = None) -> dict[str, Any]:
     """Clear the pause flag and re-enqueue the current step from the ZooKeeper record."""
     with session(config) as (zk, _):
-        st = MigrationStore(zk).update(mid, lambda s: _set(s, paused=False, stopped=None))
+        st = MigrationStore(zk).update(migration_id, lambda s: _set(s, paused=False, stopped=None))
     if st.phase == Phase.CUTOVER:
         # no job to re-enqueue: a cutover that died midway must be settled wholly before or after the flip
-        raise CommandError(f"migration {mid} is in its cutover (interrupted, or still running): run "
-                           f"`migrator cutover {mid}` to settle it (it finishes if the flip landed, undoes it "
+        raise CommandError(f"migration {migration_id} is in its cutover (interrupted, or still running): run "
+                           f"`migrator cutover {migration_id}` to settle it (it finishes if the flip landed, undoes it "
                            "otherwise, then cuts over again)")
     if st.phase == Phase.ROLLING_BACK:
-        raise CommandError(f"migration {mid} is in its rollback's flip back (interrupted, or still running): a "
-                           f"running `migrator worker` settles an interrupted one within seconds, or run "
-                           f"`migrator rollback {mid}` to settle it and roll back again")
-    job = steps.enqueue_current_step(_redis(config), config, mid, queue=queue)
-    return {"migration": mid, "phase": st.phase.value, "job": job.id if job else None}
+        raise CommandError(
+            f"migration {migration_id} is in its rollback's flip back (interrupted, or still running): a "
+            f"running `migrator worker` settles an interrupted one within seconds, or run "
+            f"`migrator rollback {migration_id}` to settle it and roll back again"
+        )
+    job = steps.enqueue_current_step(_redis(config), config, migration_id, queue=queue)
+    return {"migration": migration_id, "phase": st.phase.value, "job": job.id if job else None}
 
 
 def _set(st: Any, **fields: Any) -> Any:
@@ -270,11 +272,11 @@ def _set(st: Any, **fields: Any) -> Any:
 
 # -- status / abort ------------------------------------------------------------------------------------------
 
-def status(config: Config, mid: str | None = None) -> dict[str, Any]:
+def status(config: Config, migration_id: str | None = None) -> dict[str, Any]:
     """Every migration's phase, or one migration's spec, state and per-table copy progress."""
     with session(config) as (zk, _):
         store = MigrationStore(zk)
-        if mid is None:
+        if migration_id is None:
             out = []
             for m in store.list():
                 try:
@@ -287,16 +289,16 @@ def status(config: Config, mid: str | None = None) -> dict[str, Any]:
                             "error": st.error, "stopped": st.stopped,
                             "predicted_freeze_ms": st.predicted_freeze_ms, "freeze_ms": st.freeze_ms})
             return {"migrations": out}
-        spec = store.spec(mid)
-        st, _ = store.state(mid)
-        tables = copy_mod.table_progress(zk, mid)
+        spec = store.spec(migration_id)
+        st, _ = store.state(migration_id)
+        tables = copy_mod.table_progress(zk, migration_id)
         copied = TableProgress.parse_list(tables)
-        catchup = CatchupNode.parse(store.get_progress(mid, Node.CATCHUP)[0])
-        verify_node, _ = store.get_progress(mid, Node.VERIFY)
-        cut, _ = store.get_progress(mid, Node.CUTOVER)
-        attempts = AttemptsNode.parse(store.get_progress(mid, Node.CUTOVER_ATTEMPTS)[0])
+        catchup = CatchupNode.parse(store.get_progress(migration_id, Node.CATCHUP)[0])
+        verify_node, _ = store.get_progress(migration_id, Node.VERIFY)
+        cut, _ = store.get_progress(migration_id, Node.CUTOVER)
+        attempts = AttemptsNode.parse(store.get_progress(migration_id, Node.CUTOVER_ATTEMPTS)[0])
         return {
-            "id": mid, "phase": st.phase.value, "paused": st.paused, "error": st.error, "stopped": st.stopped,
+            "id": migration_id, "phase": st.phase.value, "paused": st.paused, "error": st.error, "stopped": st.stopped,
             "spec": spec.model_dump(mode="json"), "history": st.history,
             "passes": [p.dump() for p in catchup.passes], "catchup_gtid": catchup.gtid,
             "not_converging": catchup.not_converging,
@@ -308,7 +310,7 @@ def status(config: Config, mid: str | None = None) -> dict[str, Any]:
             "copy": {"tables": len(tables), "done": sum(1 for t in copied if t.done),
                      "rows": sum(t.rows for t in copied), "est_rows": sum(t.est_rows for t in copied),
                      "bytes": sum(t.bytes for t in copied),
-                     "start_gtids": copy_mod.earliest_start_gtids(zk, mid), "per_table": tables},
+                     "start_gtids": copy_mod.earliest_start_gtids(zk, migration_id), "per_table": tables},
         }
 
 
@@ -321,26 +323,29 @@ def _next_try(st: State, attempts: AttemptsNode) -> dict[str, Any] | None:
     return nxt.dump()
 
 
-def abort(config: Config, mid: str, *, settle_s: float = 1.0) -> dict[str, Any]:
+def abort(config: Config, migration_id: str, *, settle_s: float = 1.0) -> dict[str, Any]:
     """Stop the migration: phase ABORTED (workers stop between chunks), drop the
     target copies, release the shard locks and the maintenance pause."""
     with session(config) as (zk, creds):
         store = MigrationStore(zk)
-        spec = store.spec(mid)
-        st, _ = store.state(mid)
+        spec = store.spec(migration_id)
+        st, _ = store.state(migration_id)
         if st.phase in NOT_ABORTABLE:
-            raise CommandError(f"migration {mid} is in phase {st.phase.value}: the map has flipped or is flipping; "
-                               "use rollback instead of abort")
+            raise CommandError(
+                f"migration {migration_id} is in phase {st.phase.value}: the map has flipped or is flipping; "
+                "use rollback instead of abort"
+            )
         was = st.phase
         # not over a cutover that froze meanwhile (its phase write and this one race otherwise)
-        store.set_phase(mid, Phase.ABORTED, expect=tuple(p for p in Phase if p not in NOT_ABORTABLE))
+        store.set_phase(migration_id, Phase.ABORTED, expect=tuple(p for p in Phase if p not in NOT_ABORTABLE))
         if was == Phase.COPYING and settle_s:
             time.sleep(settle_s)  # copy workers check the phase between chunks
-        gates = _remove_gates(config, zk, mid)
+        gates = _remove_gates(config, zk, migration_id)
         dropped = copy_mod.drop_target_copies(zk, spec, creds)
         store.release_locks(spec)
         plan_mod.release_maintenance_pause(zk, spec)
-        return {"migration": mid, "phase": Phase.ABORTED.value, "was": was.value, "dropped": dropped, "gates": gates}
+        return {"migration": migration_id, "phase": Phase.ABORTED.value, "was": was.value, "dropped": dropped,
+                "gates": gates}
 
 
 #: how long ``abort`` waits for a cutover attempt's lease to end (a dead holder's session to expire, a live
@@ -348,7 +353,7 @@ def abort(config: Config, mid: str, *, settle_s: float = 1.0) -> dict[str, Any]:
 ABORT_SETTLE_S = 30.0
 
 
-def _remove_gates(config: Config, zk: ZK, mid: str) -> str:
+def _remove_gates(config: Config, zk: ZK, migration_id: str) -> str:
     """The gate objects (triggers, gate tables) any cutover attempt left on the source pair, removed under
     the settle lock once no attempt holds the lease (:func:`migrator.engine.cutover.reconcile.settle`).
     Returns what happened, for the answer: a member that does not answer (for :data:`ABORT_SETTLE_S`, tried
@@ -358,7 +363,7 @@ def _remove_gates(config: Config, zk: ZK, mid: str) -> str:
     while True:
         try:
             # reconcile's settle (the cutover package re-exports no `settle`: that name is its settle module)
-            what = settle_cutover(config, mid, zk=zk)[1]
+            what = settle_cutover(config, migration_id, zk=zk)[1]
             if what == NO_GATES_LEFT or time.monotonic() > deadline:
                 return "; then ".join([*done, what]) if done else what
             # some were removed: look once more a moment later, for a statement of the dead holder that the
@@ -375,8 +380,11 @@ def _remove_gates(config: Config, zk: ZK, mid: str) -> str:
                 # a member slow to answer, a DROP TRIGGER that waited on a lock: tried again
                 time.sleep(0.5)
                 continue
-            return (f"not checked ({describe(exc)}): run `migrator abort {mid}` again once the source pair answers, "
-                    "to remove any cutover triggers and gate table left there")
+            return (
+                f"not checked ({describe(exc)}): run `migrator abort {migration_id}` again once the source pair "
+                "answers, "
+                "to remove any cutover triggers and gate table left there"
+            )
 
 
 #: phases from which the copy can be redone (the map has not flipped; nothing is fenced)
@@ -385,7 +393,8 @@ RESTARTABLE = (Phase.PLANNED, Phase.PREFLIGHT, Phase.COPYING, Phase.CATCHING_UP,
 ATTEMPT_NODES = ("copy", Node.CATCHUP, Node.VERIFY, Node.CUTOVER)
 
 
-def restart_copy(config: Config, mid: str, *, queue: str | None = None, settle_s: float = 1.0) -> dict[str, Any]:
+def restart_copy(config: Config, migration_id: str, *, queue: str | None = None,
+                 settle_s: float = 1.0) -> dict[str, Any]:
     """Redo the copy from scratch, keeping the migration (same id, shard locks, spec).
 
     For when catch-up can no longer continue from its checkpoint: the binlog it
@@ -399,21 +408,21 @@ def restart_copy(config: Config, mid: str, *, queue: str | None = None, settle_s
     """
     with session(config) as (zk, creds):
         store = MigrationStore(zk)
-        spec = store.spec(mid)
-        st, _ = store.state(mid)
+        spec = store.spec(migration_id)
+        st, _ = store.state(migration_id)
         if st.phase not in RESTARTABLE:
-            raise CommandError(f"migration {mid} is in phase {st.phase.value}: the copy can only be restarted "
+            raise CommandError(f"migration {migration_id} is in phase {st.phase.value}: the copy can only be restarted "
                                "before the cutover (after a flip, use rollback)")
         was = st.phase
         if st.phase != Phase.FAILED:
-            store.set_phase(mid, Phase.FAILED, error="restarting the copy")
+            store.set_phase(migration_id, Phase.FAILED, error="restarting the copy")
             if settle_s:
                 # copy jobs check the phase between chunks and catch-up before each pass; a pass in
                 # flight fails on the dropped tables or the deleted checkpoint, and is not retried
                 time.sleep(settle_s)
         dropped = copy_mod.drop_target_copies(zk, spec, creds)
         for key in ATTEMPT_NODES:
-            node = f"{store.base}/{mid}/{key}"
+            node = f"{store.base}/{migration_id}/{key}"
             if zk.client.exists(node):
                 zk.client.delete(node, recursive=True)
 
@@ -426,135 +435,139 @@ def restart_copy(config: Config, mid: str, *, queue: str | None = None, settle_s
             s.predicted_freeze_ms = None
             return s
 
-        new = store.update(mid, reset)
-    job = start_copy(config, mid, queue=queue) if new.autopilot else None
-    return {"migration": mid, "was": was.value, "phase": Phase.PLANNED.value, "dropped": dropped, "job": job}
+        new = store.update(migration_id, reset)
+    job = start_copy(config, migration_id, queue=queue) if new.autopilot else None
+    return {"migration": migration_id, "was": was.value, "phase": Phase.PLANNED.value, "dropped": dropped, "job": job}
 
 
 # -- later phases (their modules hold the logic; these are the shared entry points) ---------------------
 
-def catchup(config: Config, mid: str, *, passes: int | None = None) -> dict[str, Any]:
+def catchup(config: Config, migration_id: str, *, passes: int | None = None) -> dict[str, Any]:
     """Run catch-up passes in this process (until converged, or ``passes``)."""
-    results = catch_up.run_passes(config, mid, passes)
+    results = catch_up.run_passes(config, migration_id, passes)
     last = results[-1] if results else None
-    return {"migration": mid, "passes": len(results),
+    return {"migration": migration_id, "passes": len(results),
             "converged": bool(last and last.converged),
             "last": None if last is None else {"events": last.events, "lag_s": last.lag_s,
                                                "apply_rate": last.apply_rate,
                                                "predicted_freeze_ms": last.predicted_freeze_ms}}
 
 
-def verify(config: Config, mid: str, *, repair: bool = True) -> dict[str, Any]:
+def verify(config: Config, migration_id: str, *, repair: bool = True) -> dict[str, Any]:
     """Chunked checksums source vs target; mismatched chunks re-checked and re-copied."""
-    rep = verify_migration(config, mid, repair=repair)
+    rep = verify_migration(config, migration_id, repair=repair)
     # Rows that still differ while writes go on are rows in flight: the cutover re-checks every row
     # changed since this check (and the suspect chunks) under its write fence, where nothing moves.
-    return {"migration": mid, "chunks": rep.chunks, "mismatched": len(rep.mismatched_chunks),
+    return {"migration": migration_id, "chunks": rep.chunks, "mismatched": len(rep.mismatched_chunks),
             "repaired": rep.repaired_rows, "still_differing": len(rep.differing_rows), "ok": rep.ok}
 
 
-def cutover(config: Config, mid: str, *, freeze_budget_ms: int | None = None) -> dict[str, Any]:
+def cutover(config: Config, migration_id: str, *, freeze_budget_ms: int | None = None) -> dict[str, Any]:
     """The fenced cutover (freeze, fence, drain to the sentinel, verify, flip, unfreeze)."""
     if freeze_budget_ms is not None:
-        _set_budget(config, mid, freeze_budget_ms)
-    return cutover_mod.cutover(config, mid).to_dict()
+        _set_budget(config, migration_id, freeze_budget_ms)
+    return cutover_mod.cutover(config, migration_id).to_dict()
 
 
-def _set_budget(config: Config, mid: str, budget_ms: int) -> None:
+def _set_budget(config: Config, migration_id: str, budget_ms: int) -> None:
     """The budget is part of the spec's options; an operator may lower or raise it before the cutover."""
     with session(config) as (zk, _):
         store = MigrationStore(zk)
-        spec = store.spec(mid)
+        spec = store.spec(migration_id)
         if spec.options.freeze_budget_ms == budget_ms:
             return
         new = spec.model_copy(update={"options": spec.options.model_copy(update={"freeze_budget_ms": budget_ms})})
         store.replace_spec(new)
 
 
-def rollback(config: Config, mid: str) -> dict[str, Any]:
+def rollback(config: Config, migration_id: str) -> dict[str, Any]:
     """Tail the new master back into the tombstones and flip back, in this process."""
-    return rollback_mod.rollback(config, mid).to_dict()
+    return rollback_mod.rollback(config, migration_id).to_dict()
 
 
-def start_rollback(config: Config, mid: str, *, queue: str | None = None) -> dict[str, Any]:
+def start_rollback(config: Config, migration_id: str, *, queue: str | None = None) -> dict[str, Any]:
     """Hand a rollback to the RQ workers (on the migration's queue unless ``queue`` names another):
     a chain of jobs runs the reverse passes, then the fenced flip back (``jobs.rollback.run``).
     Returns the first job's id and the time of the request: the passes, attempts and a
     ``stopped`` recorded after it are this rollback's (:func:`migrator.ops.watch.rollback_events`)."""
     with session(config) as (zk, _):
         store = MigrationStore(zk)
-        spec = store.spec(mid)
-        st, _ = store.state(mid)
+        spec = store.spec(migration_id)
+        st, _ = store.state(migration_id)
         if spec.batched:
-            raise CommandError(f"migration {mid} cut over in batches ({', '.join(st.batches) or 'none yet'}), each "
-                               "with its own tombstones: roll those back, last first (`migrator rollback rb-...` of "
-                               "the split does it)")
+            raise CommandError(
+                f"migration {migration_id} cut over in batches ({', '.join(st.batches) or 'none yet'}), each "
+                "with its own tombstones: roll those back, last first (`migrator rollback rb-...` of "
+                "the split does it)"
+            )
         if st.phase not in (Phase.DONE, Phase.ROLLING_BACK):
-            raise CommandError(f"migration {mid} is {st.phase.value}: only a finished (done) migration with its "
-                               "tombstones can be rolled back")
+            raise CommandError(
+                f"migration {migration_id} is {st.phase.value}: only a finished (done) migration with its "
+                "tombstones can be rolled back"
+            )
         at = time.time()
-        store.update(mid, lambda s: _set(s, rollback_requested=at, stopped=None))
+        store.update(migration_id, lambda s: _set(s, rollback_requested=at, stopped=None))
         queue = queue or steps.migration_queue(spec)
-    job = steps.enqueue_rollback(_redis(config), mid, _config_path(config), queue, chain=at)
-    return {"migration": mid, "job": job.id, "queue": queue, "requested_at": at}
+    job = steps.enqueue_rollback(_redis(config), migration_id, _config_path(config), queue, chain=at)
+    return {"migration": migration_id, "job": job.id, "queue": queue, "requested_at": at}
 
 
-def cleanup(config: Config, mid: str, *, now: bool = False) -> dict[str, Any]:
+def cleanup(config: Config, migration_id: str, *, now: bool = False) -> dict[str, Any]:
     """Drop the tombstones after the retention; before it, schedule that and return."""
     try:
-        return cleanup_mod.cleanup(config, mid, now=now).to_dict()
+        return cleanup_mod.cleanup(config, migration_id, now=now).to_dict()
     except cleanup_mod.RollbackUnderWay as exc:  # again later: the rollback ends (done or verdict) meanwhile
-        job = schedule_cleanup(config, mid, at=time.time() + ROLLBACK_RECHECK_S)
-        return {"migration": mid, "scheduled": job, "waiting_for": exc.message}
+        job = schedule_cleanup(config, migration_id, at=time.time() + ROLLBACK_RECHECK_S)
+        return {"migration": migration_id, "scheduled": job, "waiting_for": exc.message}
     except cleanup_mod.RetentionNotOver:
-        job = schedule_cleanup(config, mid)
-        return {"migration": mid, "scheduled": job}
+        job = schedule_cleanup(config, migration_id)
+        return {"migration": migration_id, "scheduled": job}
 
 
 #: a cleanup that found a rollback under way looks again this much later
 ROLLBACK_RECHECK_S = 300.0
 
 
-def schedule_cleanup(config: Config, mid: str, *, queue: str | None = None, at: float | None = None,
+def schedule_cleanup(config: Config, migration_id: str, *, queue: str | None = None, at: float | None = None,
                      zk: ZK | None = None) -> str | None:
     """Enqueue the cleanup job for the end of the retention, or for ``at`` (needs a worker with the scheduler).
     ``zk``: a session the caller holds (else one is opened)."""
     if zk is None:
         with session(config) as (own, _):
-            return schedule_cleanup(config, mid, queue=queue, at=at, zk=own)
-    st, _ = MigrationStore(zk).state(mid)
-    queue = queue or steps.migration_queue(spec_of(zk, mid))
+            return schedule_cleanup(config, migration_id, queue=queue, at=at, zk=own)
+    st, _ = MigrationStore(zk).state(migration_id)
+    queue = queue or steps.migration_queue(spec_of(zk, migration_id))
     when = at if at is not None else st.cleanup_after
     if when is None:
         return None
-    return steps.enqueue_cleanup_at(_redis(config), mid, when, _config_path(config), queue).id
+    return steps.enqueue_cleanup_at(_redis(config), migration_id, when, _config_path(config), queue).id
 
 
 # -- the whole pipeline ---------------------------------------------------------------------------------------
 
-def launch(config: Config, mid: str, *, queue: str | None = None) -> str:
+def launch(config: Config, migration_id: str, *, queue: str | None = None) -> str:
     """Hand a planned migration to the RQ pipeline: copy -> catch-up passes ->
     verify -> cutover -> cleanup scheduled, each step enqueuing the next."""
     with session(config) as (zk, _):
-        MigrationStore(zk).update(mid, lambda s: _set(s, autopilot=True))
-    return start_copy(config, mid, queue=queue)
+        MigrationStore(zk).update(migration_id, lambda s: _set(s, autopilot=True))
+    return start_copy(config, migration_id, queue=queue)
 
 
-def postpone(config: Config, mid: str, *, on: bool = True) -> dict[str, Any]:
+def postpone(config: Config, migration_id: str, *, on: bool = True) -> dict[str, Any]:
     """Hold (or release) the pipeline before the cutover; catch-up keeps the target current."""
     with session(config) as (zk, _):
-        st = MigrationStore(zk).update(mid, lambda s: _set(s, postpone_cutover=on))
-        return {"migration": mid, "postpone_cutover": st.postpone_cutover, "phase": st.phase.value}
+        st = MigrationStore(zk).update(migration_id, lambda s: _set(s, postpone_cutover=on))
+        return {"migration": migration_id, "postpone_cutover": st.postpone_cutover, "phase": st.phase.value}
 
 
-def set_options(config: Config, mid: str, **changes: Any) -> dict[str, Any]:
+def set_options(config: Config, migration_id: str, **changes: Any) -> dict[str, Any]:
     """Change a running migration's tunables (throttle limits, chunk target, budget).
 
     Copy and catch-up jobs read the spec's options at each slice/pass, so the
     change takes effect within a slice."""
     with session(config) as (zk, _):
         store = MigrationStore(zk)
-        spec = store.spec(mid)
+        spec = store.spec(migration_id)
         opts = Options(**{**spec.options.model_dump(), **{k: v for k, v in changes.items() if v is not None}})
         store.replace_spec(spec.model_copy(update={"options": opts}))
-        return {"migration": mid, "options": opts.model_dump()}
+        return {"migration": migration_id, "options": opts.model_dump()}

@@ -77,17 +77,17 @@ class CutoverRetriesOver(MigratorError):
     exit_code = ExitCode.REFUSED
 
 
-def cut_over(cfg: Config, zk: ZK, mid: str, driver: str, attempt: int, since: float | None,
+def cut_over(cfg: Config, zk: ZK, migration_id: str, driver: str, attempt: int, since: float | None,
              out: dict[str, Any], *, queue: str | None) -> Next | None:
-    """Cut ``mid`` over (``driver``: the migration whose pipeline this is, ``mid`` or the batched migration
-    ``mid`` is a batch of) and schedule its cleanup on ``queue``; None when it flipped, else the next try,
-    after one more catch-up pass. Raises when the retry window is over, or when the attempt ended otherwise
+    """Cut ``migration_id`` over (``driver``: the migration whose pipeline this is, ``migration_id`` or the batched
+    migration ``migration_id`` is a batch of) and schedule its cleanup on ``queue``; None when it flipped, else the
+    next try, after one more catch-up pass. Raises when the retry window is over, or when the attempt ended otherwise
     than before the flip. ``zk``: the step's session (the cutover opens its own)."""
     try:
-        out["cutover"] = command.cutover(cfg, mid)
+        out["cutover"] = command.cutover(cfg, migration_id)
     except Exception as exc:  # noqa: BLE001 - the cutover stopped before the flip; the source serves
         store = MigrationStore(zk)
-        st, _ = store.state(mid)
+        st, _ = store.state(migration_id)
         window = store.spec(driver).options.cutover_retry_s
         if st.phase != Phase.CONVERGED:
             raise
@@ -95,18 +95,18 @@ def cut_over(cfg: Config, zk: ZK, mid: str, driver: str, attempt: int, since: fl
         elapsed, delay = time.time() - first, BACKOFF.delay(attempt)
         if elapsed + delay > window:
             reason = describe(exc)
-            record_next_try(store, mid, None)
+            record_next_try(store, migration_id, None)
             raise CutoverRetriesOver(
                 f"{reason} (the pipeline tried the cutover {attempt + 1} times over {elapsed:.0f} s, its window "
                 f"of {window:g} s: `migrator set {driver} --cutover-retry-s S` gives it longer)",
                 phase="cutover") from exc
         out["error"], out["retry_in_s"] = str(exc), delay
-        command.catchup(cfg, mid, passes=1)
+        command.catchup(cfg, migration_id, passes=1)
         # when the job enqueued next (after this pass, ``delay`` later) tries again; status shows it
-        record_next_try(store, mid, {"at": time.time() + delay, "attempt": attempt + 2, "delay_s": delay,
+        record_next_try(store, migration_id, {"at": time.time() + delay, "attempt": attempt + 2, "delay_s": delay,
                                      "until": first + window})
         return Next(f"cutover stopped before the flip; trying again in {delay:g} s", delay=delay,
                     attempt=attempt + 1, since=first)
-    record_next_try(MigrationStore(zk), mid, None)
-    out["cleanup_job"] = command.schedule_cleanup(cfg, mid, queue=queue, zk=zk)
+    record_next_try(MigrationStore(zk), migration_id, None)
+    out["cleanup_job"] = command.schedule_cleanup(cfg, migration_id, queue=queue, zk=zk)
     return None

@@ -73,40 +73,40 @@ class MigrationCollector(Collector):
         store = MigrationStore(self.zk)
         (phase, rows, nbytes, tables_left, apply_rate, write_rate, lag, delta, pass_seconds, passes, events,
          predicted, freeze, epoch) = families()
-        for mid in store.list():
+        for migration_id in store.list():
             try:
-                st, _ = store.state(mid)
+                st, _ = store.state(migration_id)
             except Exception:  # a record deleted between list and read
                 continue
             for p in Phase:
-                phase.add_metric([mid, p.value], 1.0 if st.phase == p else 0.0)
+                phase.add_metric([migration_id, p.value], 1.0 if st.phase == p else 0.0)
             total_rows = total_bytes = pending = 0
-            for key in store.progress_keys(mid, "copy"):
-                stored, _ = store.get_progress(mid, f"copy/{key}")
+            for key in store.progress_keys(migration_id, "copy"):
+                stored, _ = store.get_progress(migration_id, f"copy/{key}")
                 if stored:
                     prog = TableProgress.parse(stored)
                     total_rows += prog.rows
                     total_bytes += prog.bytes
                     pending += 0 if prog.done else 1
-            rows.add_metric([mid], total_rows)
-            nbytes.add_metric([mid], total_bytes)
-            tables_left.add_metric([mid], pending)
-            plist = CatchupNode.parse(store.get_progress(mid, Node.CATCHUP)[0]).passes
-            passes.add_metric([mid], max(len(plist), max((p.number or 0 for p in plist), default=0)))
-            events.add_metric([mid], sum(p.events for p in plist))
+            rows.add_metric([migration_id], total_rows)
+            nbytes.add_metric([migration_id], total_bytes)
+            tables_left.add_metric([migration_id], pending)
+            plist = CatchupNode.parse(store.get_progress(migration_id, Node.CATCHUP)[0]).passes
+            passes.add_metric([migration_id], max(len(plist), max((p.number or 0 for p in plist), default=0)))
+            events.add_metric([migration_id], sum(p.events for p in plist))
             if plist:
                 last = plist[-1]
                 # an empty pass has no rate: report the last pass that applied something
                 busy = next((p for p in reversed(plist) if p.events), last)
-                apply_rate.add_metric([mid], busy.apply_rate)
-                write_rate.add_metric([mid], last.write_rate)
-                lag.add_metric([mid], last.lag_s)
-                delta.add_metric([mid], float(last.events))
-                pass_seconds.add_metric([mid], last.duration_s)
+                apply_rate.add_metric([migration_id], busy.apply_rate)
+                write_rate.add_metric([migration_id], last.write_rate)
+                lag.add_metric([migration_id], last.lag_s)
+                delta.add_metric([migration_id], float(last.events))
+                pass_seconds.add_metric([migration_id], last.duration_s)
             if st.predicted_freeze_ms is not None:
-                predicted.add_metric([mid], st.predicted_freeze_ms / 1000)
+                predicted.add_metric([migration_id], st.predicted_freeze_ms / 1000)
             if st.freeze_ms is not None:
-                freeze.add_metric([mid], st.freeze_ms / 1000)
+                freeze.add_metric([migration_id], st.freeze_ms / 1000)
         yield from (phase, rows, nbytes, tables_left, apply_rate, write_rate, lag, delta, pass_seconds, passes, events,
                     predicted, freeze)
         try:

@@ -107,13 +107,13 @@ NOT_CONVERGING_NEXT = ("reduce the write load on the moving shards (or move fewe
                        "`migrator resume ID`")
 
 
-def next_step(step: str, exc: BaseException | None, mid: str) -> str:
+def next_step(step: str, exc: BaseException | None, migration_id: str) -> str:
     """What to do next after ``step`` failed with ``exc`` (the migration id filled in)."""
     if type(exc).__name__ == "NotConverging":
         text = NOT_CONVERGING_NEXT
     else:
         text = NEXT_STEPS.get(step, "fix what the reason names, then `migrator resume ID`")
-    return text.replace("ID", mid)
+    return text.replace("ID", migration_id)
 
 
 class UnknownPair(MigratorError):
@@ -137,10 +137,10 @@ def migration_queue(spec: Spec) -> str:
     return pair_queue(pair_name(spec.source_master, spec.source_slave))
 
 
-def queue_of(config: Config, mid: str) -> str:
+def queue_of(config: Config, migration_id: str) -> str:
     """:func:`migration_queue` of a stored migration."""
     with zk_mod.connect(config, config_mod.load_credentials(config)) as zk:
-        return migration_queue(MigrationStore(zk).spec(mid))
+        return migration_queue(MigrationStore(zk).spec(migration_id))
 
 
 def worker_queues(hosts: dict[str, Host], pairs: list[str] | None) -> list[str]:
@@ -169,36 +169,43 @@ def job_id(*parts: str) -> str:
 
 # -- copy ------------------------------------------------------------------------------------------
 
-def enqueue_start(redis: Redis, mid: str, config_path: str | None = None, queue: str = QUEUE,
+def enqueue_start(redis: Redis, migration_id: str, config_path: str | None = None, queue: str = QUEUE,
                   slice_s: float = SLICE_S) -> Job:
     """The copy's first job: preflight, schema, then one table job per table."""
     return Queue(queue, connection=redis).enqueue(
-        COPY_START_JOB, mid, config_path=config_path, slice_s=slice_s, job_id=job_id("copy-start", mid),
-        description=f"copy: preflight, schema and table jobs of migration {mid}", job_timeout=900,
-        meta={"migration": mid, "step": "copy-start"}, on_failure=on_failure())
+        COPY_START_JOB,
+        migration_id,
+        config_path=config_path,
+        slice_s=slice_s,
+        job_id=job_id("copy-start", migration_id),
+        description=f"copy: preflight, schema and table jobs of migration {migration_id}",
+        job_timeout=900,
+        meta={"migration": migration_id, "step": "copy-start"},
+        on_failure=on_failure(),
+    )
 
 
-def enqueue_group(redis: Redis, mid: str, tables: list[tuple[str, str]], config_path: str | None = None,
+def enqueue_group(redis: Redis, migration_id: str, tables: list[tuple[str, str]], config_path: str | None = None,
                   queue: str = QUEUE, slice_s: float = SLICE_S) -> Job:
     """One slice of a group of tables copied one after another on one set of connections (the
     job re-enqueues itself with the tables left until all are done)."""
     names = [f"{db}.{t}" for db, t in tables]
     first = names[0] if len(names) == 1 else f"{names[0]}-and-{len(names) - 1}"
     return Queue(queue, connection=redis).enqueue(
-        COPY_GROUP_JOB, mid, names, config_path=config_path, slice_s=slice_s,
-        job_id=job_id("copy", mid, first), description=f"copy {first} of migration {mid}",
+        COPY_GROUP_JOB, migration_id, names, config_path=config_path, slice_s=slice_s,
+        job_id=job_id("copy", migration_id, first), description=f"copy {first} of migration {migration_id}",
         job_timeout=TABLE_TIMEOUT_S + int(slice_s),
-        meta={"migration": mid, "step": "copy", "table": first, "tables": len(names)}, on_failure=on_failure())
+        meta={"migration": migration_id, "step": "copy", "table": first, "tables": len(names)}, on_failure=on_failure())
 
 
 # -- catch-up ----------------------------------------------------------------------------------------
 
-def enqueue_catch_up(redis: Redis, mid: str, config_path: str | None = None, queue: str = QUEUE) -> Job:
+def enqueue_catch_up(redis: Redis, migration_id: str, config_path: str | None = None, queue: str = QUEUE) -> Job:
     """The catch-up passes after the copy (each pass job enqueues the next until converged)."""
     return Queue(queue, connection=redis).enqueue(
-        CATCH_UP_JOB, mid, config_path=config_path, job_id=job_id("catch_up", mid),
-        description=f"catch-up passes of migration {mid}", job_timeout=24 * 3600,
-        meta={"migration": mid, "step": "catch-up"}, on_failure=on_failure())
+        CATCH_UP_JOB, migration_id, config_path=config_path, job_id=job_id("catch_up", migration_id),
+        description=f"catch-up passes of migration {migration_id}", job_timeout=24 * 3600,
+        meta={"migration": migration_id, "step": "catch-up"}, on_failure=on_failure())
 
 
 def enqueue_passes(config: Config, migration_id: str, passes: int | None = None, *,
@@ -219,30 +226,42 @@ def enqueue_passes(config: Config, migration_id: str, passes: int | None = None,
 
 # -- verify and cutover, cleanup ---------------------------------------------------------------------
 
-def enqueue_finish(redis: Any, mid: str, config_path: str | None, *, queue: str = QUEUE, attempt: int = 0,
+def enqueue_finish(redis: Any, migration_id: str, config_path: str | None, *, queue: str = QUEUE, attempt: int = 0,
                    delay: float = 0, since: float | None = None) -> Any:
     """Verify and cut over a converged migration driven by the pipeline (``split --yes``); ``attempt`` and
     ``since`` carry the cutover's retries (``jobs.pipeline.finish``)."""
     q = Queue(queue, connection=redis)
-    kwargs = dict(config_path=config_path, attempt=attempt, since=since, job_id=job_id("finish", mid),
-                  job_timeout=3600,
-                  description=f"verify and cut over migration {mid}", meta={"migration": mid, "step": "finish"},
-                  on_failure=on_failure())
+    kwargs = dict(
+        config_path=config_path,
+        attempt=attempt,
+        since=since,
+        job_id=job_id("finish", migration_id),
+        job_timeout=3600,
+        description=f"verify and cut over migration {migration_id}",
+        meta={"migration": migration_id, "step": "finish"},
+        on_failure=on_failure(),
+    )
     if delay:
-        return q.enqueue_in(dt.timedelta(seconds=delay), FINISH_JOB, mid, **kwargs)
-    return q.enqueue(FINISH_JOB, mid, **kwargs)
+        return q.enqueue_in(dt.timedelta(seconds=delay), FINISH_JOB, migration_id, **kwargs)
+    return q.enqueue(FINISH_JOB, migration_id, **kwargs)
 
 
-def enqueue_cleanup_at(redis: Redis, mid: str, when: float, config_path: str | None = None,
+def enqueue_cleanup_at(redis: Redis, migration_id: str, when: float, config_path: str | None = None,
                        queue: str = QUEUE) -> Job:
     """Drop the tombstones at ``when`` (epoch seconds; needs a worker with the scheduler). RQ keeps
     whole seconds and drops the fraction, so the job is scheduled at the next whole second: never
     before the retention ends, when the cleanup would refuse."""
     at = dt.datetime.fromtimestamp(math.ceil(when), tz=dt.UTC)
     return Queue(queue, connection=redis).enqueue_at(
-        at, CLEANUP_JOB, mid, config_path=config_path, job_id=job_id("cleanup", mid),
-        description=f"drop the tombstones of migration {mid}", meta={"migration": mid, "step": "cleanup"},
-        on_failure=on_failure())
+        at,
+        CLEANUP_JOB,
+        migration_id,
+        config_path=config_path,
+        job_id=job_id("cleanup", migration_id),
+        description=f"drop the tombstones of migration {migration_id}",
+        meta={"migration": migration_id, "step": "cleanup"},
+        on_failure=on_failure(),
+    )
 
 
 # -- rollback ------------------------------------------------------------------------------------------------
@@ -251,7 +270,7 @@ def enqueue_cleanup_at(redis: Redis, mid: str, when: float, config_path: str | N
 ROLLBACK_TIMEOUT_S = 2 * 3600
 
 
-def enqueue_rollback(redis: Redis, mid: str, config_path: str | None = None, queue: str = QUEUE, *,
+def enqueue_rollback(redis: Redis, migration_id: str, config_path: str | None = None, queue: str = QUEUE, *,
                      chain: float | None = None, attempts: int = 0, since_attempt: int = 0,
                      head_at: float | None = None, waits: int = 0) -> Job:
     """One slice of a rollback: reverse passes, then the flip back once one converges (the job
@@ -259,19 +278,29 @@ def enqueue_rollback(redis: Redis, mid: str, config_path: str | None = None, que
     ``chain``: the record's ``rollback_requested`` when the chain was started; a slice whose chain
     is no longer the requested one steps aside."""
     return Queue(queue, connection=redis).enqueue(
-        ROLLBACK_JOB, mid, config_path=config_path, chain=chain, attempts=attempts, since_attempt=since_attempt,
-        head_at=head_at, waits=waits, job_id=job_id("rollback", mid), job_timeout=ROLLBACK_TIMEOUT_S,
-        description=f"rollback of migration {mid}: reverse passes and the flip back",
-        meta={"migration": mid, "step": "rollback"}, on_failure=on_failure())
+        ROLLBACK_JOB,
+        migration_id,
+        config_path=config_path,
+        chain=chain,
+        attempts=attempts,
+        since_attempt=since_attempt,
+        head_at=head_at,
+        waits=waits,
+        job_id=job_id("rollback", migration_id),
+        job_timeout=ROLLBACK_TIMEOUT_S,
+        description=f"rollback of migration {migration_id}: reverse passes and the flip back",
+        meta={"migration": migration_id, "step": "rollback"},
+        on_failure=on_failure(),
+    )
 
 
 # -- resume from the record ----------------------------------------------------------------------------
 
-def _enqueue_finish_step(redis: Redis, mid: str, config_path: str | None = None, queue: str = QUEUE) -> Job:
-    return enqueue_finish(redis, mid, config_path, queue=queue)
+def _enqueue_finish_step(redis: Redis, migration_id: str, config_path: str | None = None, queue: str = QUEUE) -> Job:
+    return enqueue_finish(redis, migration_id, config_path, queue=queue)
 
 
-#: phase -> how to enqueue its entry step (redis, mid, config_path, queue) -> Job
+#: phase -> how to enqueue its entry step (redis, migration_id, config_path, queue) -> Job
 STEPS: dict[Phase, Any] = {
     Phase.PLANNED: enqueue_start,
     Phase.PREFLIGHT: enqueue_start,
@@ -281,26 +310,26 @@ STEPS: dict[Phase, Any] = {
 }
 
 
-def enqueue_current_step(redis: Redis, config: Config, mid: str, *, queue: str | None = None) -> Job | None:
-    """The job now queued for ``mid``'s current phase (on the migration's queue unless ``queue``
+def enqueue_current_step(redis: Redis, config: Config, migration_id: str, *, queue: str | None = None) -> Job | None:
+    """The job now queued for ``migration_id``'s current phase (on the migration's queue unless ``queue``
     names another), or None when the phase has no queued step (terminal, paused, or driven by an
     operator command)."""
     with zk_mod.connect(config, config_mod.load_credentials(config)) as zk:
         store = MigrationStore(zk)
-        st, _ = store.state(mid)
-        queue = queue or migration_queue(store.spec(mid))
+        st, _ = store.state(migration_id)
+        queue = queue or migration_queue(store.spec(migration_id))
         if st.phase == Phase.DONE and st.rollback_requested:
             # a rollback chain whose worker died goes on from its checkpoint: a new chain, so that the
             # old one, should it still run, steps aside at its next slice
             chain = time.time()
-            store.update(mid, lambda s: setattr(s, "rollback_requested", chain) or s)
-            return enqueue_rollback(redis, mid, str(config.path) if config.path else None, queue, chain=chain)
+            store.update(migration_id, lambda s: setattr(s, "rollback_requested", chain) or s)
+            return enqueue_rollback(redis, migration_id, str(config.path) if config.path else None, queue, chain=chain)
     config_path = str(config.path) if config.path else None
     if st.paused or st.phase not in STEPS:
         return None
     if st.phase == Phase.CONVERGED and not st.autopilot:
         return None  # an operator (or a playbook) decides when to cut over
-    return STEPS[st.phase](redis, mid, config_path, queue)
+    return STEPS[st.phase](redis, migration_id, config_path, queue)
 
 
 

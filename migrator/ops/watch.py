@@ -146,9 +146,9 @@ def workers(config: Config) -> list[dict[str, Any]]:
     return sorted(out, key=lambda w: w["name"])
 
 
-def overview(config: Config, mid: str, *, with_workers: bool = True) -> dict[str, Any]:
+def overview(config: Config, migration_id: str, *, with_workers: bool = True) -> dict[str, Any]:
     """``command.status`` of one migration plus per-shard progress, copy rate, ETA and workers."""
-    st = command.status(config, mid)
+    st = command.status(config, migration_id)
     c = st["copy"]
     rate, eta = copy_rate(c["per_table"])
     c["rows_per_s"] = round(rate, 1)
@@ -280,7 +280,7 @@ def render_listing(out: dict[str, Any]) -> Group:
     return Group(*parts)
 
 
-def follow(config: Config, mid: str, *, every: float = 0.5, timeout: float | None = None,
+def follow(config: Config, migration_id: str, *, every: float = 0.5, timeout: float | None = None,
            console: Console | None = None, until: set[str] | None = None,
            with_workers: bool = False) -> dict[str, Any]:
     """Render live until the migration reaches a phase in ``until`` (default: final ones), or the
@@ -289,13 +289,13 @@ def follow(config: Config, mid: str, *, every: float = 0.5, timeout: float | Non
     console = console or Console()
     progress, task = new_progress(console)
     deadline = None if timeout is None else time.monotonic() + timeout
-    st = overview(config, mid, with_workers=with_workers)
+    st = overview(config, migration_id, with_workers=with_workers)
     with Live(render(st, progress, task), console=console, refresh_per_second=4, transient=False) as live:
         while st["phase"] not in until and not MigrationStatus.parse(st).stopped:
             if deadline is not None and time.monotonic() > deadline:
                 break
             time.sleep(every)
-            st = overview(config, mid, with_workers=with_workers)
+            st = overview(config, migration_id, with_workers=with_workers)
             live.update(render(st, progress, task))
     console.line()
     return st
@@ -360,8 +360,8 @@ class Tracker:
     #: copy progress is reported at most this often (a copy of thousands of tables would flood a log)
     COPY_EVERY_S = 30.0
 
-    def __init__(self, mid: str, *, kinds: set[str] | None = None):
-        self.mid = mid
+    def __init__(self, migration_id: str, *, kinds: set[str] | None = None):
+        self.migration_id = migration_id
         self.kinds = kinds
         self.history_seen = 0
         self.passes_seen: set[tuple[Any, Any]] = set()
@@ -377,52 +377,52 @@ class Tracker:
         from migrator.engine.migration import MigrationStore, Node, Phase
 
         store = MigrationStore(zk)
-        st, _ = store.state(self.mid)
+        st, _ = store.state(self.migration_id)
         out: list[Event] = []
         for h in PhaseChange.parse_list(st.history[self.history_seen:]):
             text = f"phase {h.to}" + (f" (from {h.from_})" if h.from_ else "")
             if h.error and (h.from_, h.to) != ("cutover", "converged"):
                 text += f": {h.error}"  # an attempt undone says why in its own line
-            out.append(Event("phase", self.mid, h.when or time.time(), text,
+            out.append(Event("phase", self.migration_id, h.when or time.time(), text,
                              {"from": h.from_, "to": h.to, "who": h.who, "error": h.error}))
         self.history_seen = len(st.history)
         now = time.time()
         if st.phase == Phase.COPYING and now - self.copy_at >= self.COPY_EVERY_S:
-            tables = copy_mod.table_records(zk, self.mid)
+            tables = copy_mod.table_records(zk, self.migration_id)
             rows, done = sum(t.rows for t in tables), sum(1 for t in tables if t.done)
             if tables and (rows, done) != self.copy_last:
                 rate, eta = copy_rate(tables, now)
                 est = sum(t.est_rows for t in tables)
-                out.append(Event("copy", self.mid, now,
+                out.append(Event("copy", self.migration_id, now,
                                  f"copy {done}/{len(tables)} tables, {rows:,}/{est:,} rows, {rate:,.0f} rows/s, "
                                  f"ETA {_duration(eta)}", {"tables": len(tables), "done": done, "rows": rows,
                                                            "est_rows": est, "rows_per_s": round(rate, 1),
                                                            "eta_s": None if eta is None else round(eta, 1)}))
                 self.copy_last = (rows, done)
             self.copy_at = now
-        catchup = CatchupNode.parse(store.get_progress(self.mid, Node.CATCHUP)[0])
+        catchup = CatchupNode.parse(store.get_progress(self.migration_id, Node.CATCHUP)[0])
         for p in catchup.passes:
             key = (p.number, p.started_at)
             if key not in self.passes_seen:
                 self.passes_seen.add(key)
-                out.append(Event("pass", self.mid, p.started_at or now, pass_text(p), p.dump()))
-        node = AttemptsNode.parse(store.get_progress(self.mid, Node.CUTOVER_ATTEMPTS)[0])
+                out.append(Event("pass", self.migration_id, p.started_at or now, pass_text(p), p.dump()))
+        node = AttemptsNode.parse(store.get_progress(self.migration_id, Node.CUTOVER_ATTEMPTS)[0])
         for a in node.attempts:
             if a.at > self.attempt_seen:
                 self.attempt_seen = a.at
                 shown = a.dump()
-                out.append(Event("attempt", self.mid, a.at, f"cutover attempt {attempt_text(a)}",
+                out.append(Event("attempt", self.migration_id, a.at, f"cutover attempt {attempt_text(a)}",
                                  {k: shown[k] for k in ("outcome", "freeze_ms", "steps_ms", "blockers") if k in shown}))
         nxt = node.next_try
         if nxt and nxt.at != self.next_try_seen and not st.stopped and st.phase in (
                 Phase.CONVERGED, Phase.CATCHING_UP):
             self.next_try_seen = nxt.at
-            out.append(Event("next_try", self.mid, now, next_try_text(nxt, now), nxt.dump()))
+            out.append(Event("next_try", self.migration_id, now, next_try_text(nxt, now), nxt.dump()))
         if st.stopped:
             stopped = Stopped.parse(st.stopped)
             if stopped.at != self.stopped_seen:
                 self.stopped_seen = stopped.at
-                out.append(Event("stopped", self.mid, stopped.at or now,
+                out.append(Event("stopped", self.migration_id, stopped.at or now,
                                  f"stopped in {stopped.step}: {stopped.reason} (next: {stopped.next})",
                                  dict(st.stopped)))
         if self.kinds is not None:
@@ -430,10 +430,10 @@ class Tracker:
         return sorted(out, key=lambda e: e.at), st
 
 
-def follow_events(config: Config, mid: str, emit: Callable[[Event], None], *, every: float = 0.5,
+def follow_events(config: Config, migration_id: str, emit: Callable[[Event], None], *, every: float = 0.5,
                   timeout: float | None = None, until: set[str] | None = None,
                   with_workers: bool = False) -> dict[str, Any]:
-    """Emit each event of ``mid`` as it is recorded (:class:`Tracker`) until it reaches a phase in ``until``
+    """Emit each event of ``migration_id`` as it is recorded (:class:`Tracker`) until it reaches a phase in ``until``
     (default: final ones) or the pipeline stopped on a step; then its status (as :func:`overview`, without
     the workers unless ``with_workers``). The line-by-line twin of :func:`follow`, for output that is not a
     terminal."""
@@ -442,7 +442,7 @@ def follow_events(config: Config, mid: str, emit: Callable[[Event], None], *, ev
 
     until = until or FINAL
     deadline = None if timeout is None else time.monotonic() + timeout
-    tracker = Tracker(mid)
+    tracker = Tracker(migration_id)
     with zk_mod.connect(config, load_credentials(config)) as zk:
         while True:
             events, st = tracker.poll(zk)
@@ -453,7 +453,7 @@ def follow_events(config: Config, mid: str, emit: Callable[[Event], None], *, ev
             if deadline is not None and time.monotonic() > deadline:
                 break
             time.sleep(every)
-    return overview(config, mid, with_workers=with_workers)
+    return overview(config, migration_id, with_workers=with_workers)
 
 
 class RebalanceTracker:
@@ -475,16 +475,18 @@ class RebalanceTracker:
         rec, _ = RecordStore(zk).get(self.rid)
         now, out = time.time(), []
         for m in rec["moves"]:
-            mid, state = m["migration"], m["state"]
-            if state != "waiting" and mid not in self.ended:
-                tracker = self.trackers.setdefault(mid, Tracker(mid, kinds={"attempt", "next_try", "stopped"}
-                                                                if "batch_of" in m else None))
+            migration_id, state = m["migration"], m["state"]
+            if state != "waiting" and migration_id not in self.ended:
+                tracker = self.trackers.setdefault(
+                    migration_id,
+                    Tracker(migration_id, kinds={"attempt", "next_try", "stopped"} if "batch_of" in m else None),
+                )
                 try:
                     out += tracker.poll(zk)[0]
                 except MigrationNotFound:
                     pass  # claimed, not stored yet: its first poll after it is stored reports it all
                 if state in ("done", "failed"):
-                    self.ended.add(mid)
+                    self.ended.add(migration_id)
             if self.states.get(m["index"]) == state:
                 continue
             self.states[m["index"]] = state
@@ -496,12 +498,12 @@ class RebalanceTracker:
                 text += f", write freeze {move.freeze_ms:.0f} ms"
             if move.error:
                 text += f": {move.error}"
-            out.append(Event("batch", mid, now, text, {k: m.get(k) for k in (
+            out.append(Event("batch", migration_id, now, text, {k: m.get(k) for k in (
                 "index", "batch_of", "source", "target", "runs", "tables", "state", "freeze_ms", "error")}))
         return out
 
 
-def rollback_events(config: Config, mid: str, since: float, *, every: float = 0.5,
+def rollback_events(config: Config, migration_id: str, since: float, *, every: float = 0.5,
                     timeout: float | None = None) -> Iterator[tuple[str, dict[str, Any]]]:
     """What a rollback handed to the workers at ``since`` does, as it is recorded: ``("pass",
     row)`` for each reverse pass, ``("freeze", {})`` when a fenced flip back starts (phase
@@ -523,8 +525,8 @@ def rollback_events(config: Config, mid: str, since: float, *, every: float = 0.
         store = MigrationStore(zk)
         while True:
             try:
-                st, _ = store.state(mid)
-                node = AttemptsNode.parse(store.get_progress(mid, PASSES_NODE)[0])
+                st, _ = store.state(migration_id)
+                node = AttemptsNode.parse(store.get_progress(migration_id, PASSES_NODE)[0])
             except (ConnectionLoss, OperationTimeoutError, SessionExpiredError):
                 # this watcher's session was lost (a busy box, a ZooKeeper restart): the client makes a new
                 # one; the record is read again at the next tick, nothing of it is missed
@@ -549,7 +551,7 @@ def rollback_events(config: Config, mid: str, since: float, *, every: float = 0.
                     if a.outcome != "flipped back":
                         yield "attempt", a.dump()
             if st.phase == Phase.ROLLED_BACK:
-                result = store.get_progress(mid, Node.ROLLBACK)[0] or {}
+                result = store.get_progress(migration_id, Node.ROLLBACK)[0] or {}
                 yield "rolled_back", {"freeze_ms": st.freeze_ms, "flipped_epoch": st.flipped_epoch, **result}
                 return
             stopped = Stopped.parse(st.stopped)

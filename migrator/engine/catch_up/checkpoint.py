@@ -112,7 +112,7 @@ class Checkpoint:
 
     def __init__(self, store: MigrationStore, migration_id: str, claim: ApplierClaim | None = None):
         self.store = store
-        self.mid = migration_id
+        self.migration_id = migration_id
         #: with a claim, every write commits only while the applier lock's node exists
         self.claim = claim
         data, version = store.get_progress(migration_id, CHECKPOINT_KEY)
@@ -129,7 +129,7 @@ class Checkpoint:
         data = {**self.record.dump(), **fields, "updated_at": time.time()}
         self.record = CatchupNode.parse(data)
         try:
-            self.version = self.store.put_progress(self.mid, CHECKPOINT_KEY, data, version=self.version,
+            self.version = self.store.put_progress(self.migration_id, CHECKPOINT_KEY, data, version=self.version,
                                                    guard=self.claim.node if self.claim is not None else None)
         except GuardLost:
             assert self.claim is not None
@@ -146,7 +146,7 @@ class Checkpoint:
                                   "cannot show it still holds its applier lock") from None
         except BadVersionError:
             raise CatchUpConflict(
-                f"migration {self.mid}: the catch-up checkpoint was written by someone else meanwhile; "
+                f"migration {self.migration_id}: the catch-up checkpoint was written by someone else meanwhile; "
                 "only one catch-up worker may run per migration (check `rq info` and stop the other one)"
             ) from None
 

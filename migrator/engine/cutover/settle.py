@@ -51,7 +51,7 @@ def orphans(zk: ZK) -> list[str]:
         ids = zk.client.get_children(zk.path(CUTOVERS))
     except NoNodeError:
         return []
-    return sorted(mid for mid in ids if not leases(zk, mid))
+    return sorted(migration_id for migration_id in ids if not leases(zk, migration_id))
 
 
 def settle_one(config: Config, zk: ZK, migration_id: str) -> str:
@@ -103,10 +103,10 @@ class Settler:
         if self._stop.is_set():
             return False
         self._watched &= set(ids)  # a record that went and comes back gets a new watch
-        for mid in set(ids) - self._watched:
-            self._watched.add(mid)
+        for migration_id in set(ids) - self._watched:
+            self._watched.add(migration_id)
             # fires when a lease comes or goes; ends by itself when the record is deleted
-            ChildrenWatch(self.zk.client, self.zk.path(CUTOVERS, mid), self._on_leases)  # type: ignore[union-attr]
+            ChildrenWatch(self.zk.client, self.zk.path(CUTOVERS, migration_id), self._on_leases)  # type: ignore[union-attr]
         self._kick.set()
         return True
 
@@ -132,33 +132,34 @@ class Settler:
     def sweep(self) -> None:
         assert self.zk is not None
         now = time.monotonic()
-        for mid in orphans(self.zk):
-            at, _ = self._retry_at.get(mid, (0.0, 0))
+        for migration_id in orphans(self.zk):
+            at, _ = self._retry_at.get(migration_id, (0.0, 0))
             if now < at:
                 continue
             try:
-                what = settle_one(self.config, self.zk, mid)
+                what = settle_one(self.config, self.zk, migration_id)
             except Exception as exc:  # noqa: BLE001 - logged and retried with backoff
-                _, n = self._retry_at.get(mid, (0.0, 0))
+                _, n = self._retry_at.get(migration_id, (0.0, 0))
                 wait = min(60.0, 2.0 ** n)
-                self._retry_at[mid] = (time.monotonic() + wait, n + 1)
+                self._retry_at[migration_id] = (time.monotonic() + wait, n + 1)
                 msg = describe(exc)
-                self.log(f"{mid}: settling failed ({msg}); retry in {wait:.0f}s")
+                self.log(f"{migration_id}: settling failed ({msg}); retry in {wait:.0f}s")
                 continue
-            self._retry_at.pop(mid, None)
-            self.log(f"{mid}: {what}")
+            self._retry_at.pop(migration_id, None)
+            self.log(f"{migration_id}: {what}")
 
     def cleanups(self) -> None:
         """Run the overdue cleanups (their RQ job was lost), one settler at a time for each."""
         assert self.zk is not None
-        for mid in overdue(self.zk, grace_s=self.cleanup_grace_s):
-            lock = self.zk.client.Lock(self.zk.path("locks", "cleanup", mid), identifier="settler")
+        for migration_id in overdue(self.zk, grace_s=self.cleanup_grace_s):
+            lock = self.zk.client.Lock(self.zk.path("locks", "cleanup", migration_id), identifier="settler")
             if not lock.acquire(blocking=False):
                 continue
             try:
-                res = cleanup(self.config, mid)
-                self.log(f"{mid}: cleanup was overdue (its job lost?): dropped {len(res.dropped)} tombstone schemas")
+                res = cleanup(self.config, migration_id)
+                self.log(f"{migration_id}: cleanup was overdue (its job lost?): "
+                         f"dropped {len(res.dropped)} tombstone schemas")
             except MigratorError as exc:
-                self.log(f"{mid}: overdue cleanup failed: {exc.message}")
+                self.log(f"{migration_id}: overdue cleanup failed: {exc.message}")
             finally:
                 lock.release()

@@ -84,12 +84,12 @@ def create_app(config: Config, *, token: str | None, measurements: data.Measurem
         """``migrator status --json``: every migration's phase and the workers."""
         return watch.listing(config)
 
-    @app.get("/api/status/{mid}", dependencies=deps)
-    def status_of(mid: str) -> dict[str, Any]:
+    @app.get("/api/status/{migration_id}", dependencies=deps)
+    def status_of(migration_id: str) -> dict[str, Any]:
         """``migrator status ID --json``: a migration (or a rebalance, for an ``rb-`` id)."""
-        if rebalance.is_rebalance_id(mid):
-            return rebalance.status(config, mid)
-        return watch.overview(config, mid)
+        if rebalance.is_rebalance_id(migration_id):
+            return rebalance.status(config, migration_id)
+        return watch.overview(config, migration_id)
 
     @app.get("/api/rebalances", dependencies=deps)
     def rebalances() -> dict[str, Any]:

@@ -226,14 +226,14 @@ def planned_since(config: Any, since: float) -> str | None:
     found = []
     with command.session(config) as (zk, _):
         store = MigrationStore(zk)
-        for mid in store.list():
+        for migration_id in store.list():
             try:
-                spec = store.spec(mid)
-                st, _ = store.state(mid)
+                spec = store.spec(migration_id)
+                st, _ = store.state(migration_id)
             except MigratorError:
                 continue
             if st.phase == Phase.PLANNED and spec.created_by == me and spec.created_at >= since - 1.0:
-                found.append(mid)
+                found.append(migration_id)
     return found[0] if len(found) == 1 else None
 
 
@@ -262,9 +262,9 @@ def _advance(config: Any, store: RunStore, run_id: str, poll_s: float, wait_budg
         rec = state["steps"].setdefault(step.id, {"status": "pending", "attempts": 0})
         if StepRun.parse(rec).first_seen is None:
             rec["first_seen"] = time.time()
-        mid = PlaybookRun.parse(state).context.migration
+        migration_id = PlaybookRun.parse(state).context.migration
         if sdef.needs_migration and (sdef.honours_pause or sdef.done_in):
-            phase, paused = migration_state(config, mid)
+            phase, paused = migration_state(config, migration_id)
             if phase in sdef.done_in:
                 # the work is already in the record (a resumed run whose executor died after the
                 # step finished but before it was marked done): do not redo it
@@ -282,7 +282,7 @@ def _advance(config: Any, store: RunStore, run_id: str, poll_s: float, wait_budg
                 continue
         # gates: hold before the step runs
         while step.gates:
-            metrics, hist = gate_metrics(config, mid) if any(not g.approval for g in step.gates) else ({}, [])
+            metrics, hist = gate_metrics(config, migration_id) if any(not g.approval for g in step.gates) else ({}, [])
             approved = store.approved(run_id, step.id)
             pending = [g.text for g in step.gates if not g.holds(metrics, hist, approved)]
             if not pending:
@@ -294,11 +294,11 @@ def _advance(config: Any, store: RunStore, run_id: str, poll_s: float, wait_budg
             if time.time() - rec["first_seen"] > step.timeout:
                 return _fail(config, store, run_id, pb, step, f"gate did not hold within {step.timeout:.0f}s: "
                              + "; ".join(pending), call)
-            if step.wait_with and mid:
-                if migration_state(config, mid)[1]:
+            if step.wait_with and migration_id:
+                if migration_state(config, migration_id)[1]:
                     return Outcome("waiting", step.id, "migration paused")
                 try:
-                    call(STEPS[step.wait_with].target, config, mid, passes=1)
+                    call(STEPS[step.wait_with].target, config, migration_id, passes=1)
                 except Exception as exc:  # the work done while waiting failed: the step fails
                     return _fail(config, store, run_id, pb, step, f"{step.wait_with} while waiting: {exc}", call)
                 state, version = store.get(run_id)
@@ -317,7 +317,7 @@ def _advance(config: Any, store: RunStore, run_id: str, poll_s: float, wait_budg
         state["status"] = "running"
         version = store.put(run_id, state, version)
         kwargs = resolve_args(step, state["params"])
-        args = (mid,) if sdef.needs_migration else ()
+        args = (migration_id,) if sdef.needs_migration else ()
         try:
             adopted = (planned_since(config, interrupted_at)
                        if sdef.sets_migration and step.call != "use_migration" and interrupted_at else None)
@@ -330,9 +330,9 @@ def _advance(config: Any, store: RunStore, run_id: str, poll_s: float, wait_budg
             state, version = store.get(run_id)
             state["steps"][step.id].update(status="error", error=str(exc), finished=time.time())
             version = store.put(run_id, state, version)
-            if sdef.honours_pause and mid:
+            if sdef.honours_pause and migration_id:
                 try:
-                    call("migrator.ops.command:pause", config, mid)
+                    call("migrator.ops.command:pause", config, migration_id)
                 except Exception:  # noqa: BLE001 - the failure below is what the operator must see
                     pass
             return _fail(config, store, run_id, pb, step, str(exc), call)
@@ -340,7 +340,7 @@ def _advance(config: Any, store: RunStore, run_id: str, poll_s: float, wait_budg
             state, version = store.get(run_id)
             rec = state["steps"][step.id]
             rec.update(status="error", error=str(exc).splitlines()[0][:500], finished=time.time())
-            if sdef.honours_pause and migration_state(config, mid)[1]:
+            if sdef.honours_pause and migration_state(config, migration_id)[1]:
                 rec["attempts"] -= 1  # stopped by a pause, not failed: run it again after the resume
                 version = store.put(run_id, state, version)
                 continue
@@ -387,13 +387,13 @@ def _fail(config: Any, store: RunStore, run_id: str, pb: Playbook, step: Step, e
     state["status"] = "failed"
     state["error"] = error.splitlines()[0][:500] if error else ""
     version = store.put(run_id, state, version)
-    mid = PlaybookRun.parse(state).context.migration
+    migration_id = PlaybookRun.parse(state).context.migration
     for hid in step.on_failure:
         if hid in state["handlers_run"]:
             continue
         h = pb.handlers[hid]
         kwargs = resolve_args(h, state["params"])
-        args = (mid,) if STEPS[h.call].needs_migration else ()
+        args = (migration_id,) if STEPS[h.call].needs_migration else ()
         try:
             call(STEPS[h.call].target, config, *args, **kwargs)
             outcome = "done"

@@ -106,9 +106,9 @@ def plan_live(config: Config, *, objective: str = "bytes", threshold: float = 0.
     return live
 
 
-def _active(zk: Any, mid: str) -> bool:
+def _active(zk: Any, migration_id: str) -> bool:
     try:
-        st, _ = MigrationStore(zk).state(mid)
+        st, _ = MigrationStore(zk).state(migration_id)
     except MigratorError:
         return False
     return not st.phase.terminal and st.phase not in (Phase.DONE, Phase.FAILED)
@@ -223,14 +223,14 @@ def advance(config: Config, rid: str) -> dict[str, Any]:
                 rec_mod.finish_phase(r)
 
             rec = store.update(rid, fail)
-    for mid in to_launch:
-        command.launch(config, mid, queue=rec_mod.Rebalance.parse(rec).queue)
+    for migration_id in to_launch:
+        command.launch(config, migration_id, queue=rec_mod.Rebalance.parse(rec).queue)
     return rec_mod.summary(rec)
 
 
-def _unlaunched(zk: Any, mid: str) -> bool:
+def _unlaunched(zk: Any, migration_id: str) -> bool:
     try:
-        st, _ = MigrationStore(zk).state(mid)
+        st, _ = MigrationStore(zk).state(migration_id)
     except MigratorError:
         return True
     return st.phase == Phase.PLANNED and not st.autopilot
@@ -267,10 +267,10 @@ def pause(config: Config, rid: str) -> dict[str, Any]:
     with command.session(config) as (zk, _):
         rec_mod.RecordStore(zk).update(rid, lambda r: r.__setitem__("paused", True))
     paused = []
-    for mid in _running_migrations(config, rid):
+    for migration_id in _running_migrations(config, rid):
         try:
-            command.pause(config, mid)
-            paused.append(mid)
+            command.pause(config, migration_id)
+            paused.append(migration_id)
         except MigratorError:
             pass  # not yet stored (started by the next advance) or already finished
     return {"rebalance": rid, "paused": True, "migrations": paused}
@@ -288,10 +288,10 @@ def resume(config: Config, rid: str) -> dict[str, Any]:
     if rec["phase"] != "running":
         raise MigratorError(f"rebalance {rid} is {rec['phase']}: nothing to resume")
     resumed = []
-    for mid in _running_migrations(config, rid, with_failed=True):
+    for migration_id in _running_migrations(config, rid, with_failed=True):
         try:
-            command.resume(config, mid, queue=rec_mod.Rebalance.parse(rec).queue)
-            resumed.append(mid)
+            command.resume(config, migration_id, queue=rec_mod.Rebalance.parse(rec).queue)
+            resumed.append(migration_id)
         except MigratorError:
             pass  # launched by the advance below, or settled by hand (a cutover)
     out = advance(config, rid)
@@ -304,10 +304,10 @@ def postpone(config: Config, rid: str, *, on: bool = True) -> dict[str, Any]:
     with command.session(config) as (zk, _):
         rec_mod.RecordStore(zk).update(rid, lambda r: r.__setitem__("postpone_cutover", on))
     changed = []
-    for mid in _running_migrations(config, rid, with_failed=True):
+    for migration_id in _running_migrations(config, rid, with_failed=True):
         try:
-            command.postpone(config, mid, on=on)
-            changed.append(mid)
+            command.postpone(config, migration_id, on=on)
+            changed.append(migration_id)
         except MigratorError:
             pass  # not yet stored: start_move applies the record's setting
     return {"rebalance": rid, "postpone_cutover": on, "migrations": changed}
@@ -324,10 +324,10 @@ def set_options(config: Config, rid: str, **changes: Any) -> dict[str, Any]:
     with command.session(config) as (zk, _):
         rec = rec_mod.RecordStore(zk).update(rid, change)
     changed = []
-    for mid in _running_migrations(config, rid, with_failed=True):
+    for migration_id in _running_migrations(config, rid, with_failed=True):
         try:
-            command.set_options(config, mid, **given)
-            changed.append(mid)
+            command.set_options(config, migration_id, **given)
+            changed.append(migration_id)
         except MigratorError:
             pass  # not yet stored: it starts with the record's options
     return {"rebalance": rid, "options": rec["options"], "migrations": changed}
@@ -339,13 +339,13 @@ def abort(config: Config, rid: str) -> dict[str, Any]:
     with command.session(config) as (zk, _):
         rec = rec_mod.RecordStore(zk).update(rid, lambda r: r.update(phase="aborted"))
     aborted, kept = [], []
-    for mid in [m["migration"] for m in rec["moves"] if m["state"] in ("running", "failed")]:
+    for migration_id in [m["migration"] for m in rec["moves"] if m["state"] in ("running", "failed")]:
         try:
-            out = command.abort(config, mid)
+            out = command.abort(config, migration_id)
             if out["was"] != Phase.ABORTED.value:
-                aborted.append(mid)
+                aborted.append(migration_id)
         except MigratorError:
-            kept.append(mid)  # past its flip (it finishes), or never stored
+            kept.append(migration_id)  # past its flip (it finishes), or never stored
 
     def mark(r: dict[str, Any]) -> None:
         for m in r["moves"]:

@@ -228,10 +228,10 @@ def startable(rec: dict[str, Any]) -> list[dict[str, Any]]:
 def start_move(zk: ZK, rec: dict[str, Any], m: dict[str, Any]) -> bool:
     """Store the move's migration (idempotent: a crash after this finds it); True when it is new or
     still has to be launched."""
-    mid = migration_id(rec["id"], m["index"])
+    move_id = migration_id(rec["id"], m["index"])
     store = MigrationStore(zk)
     try:
-        st, _ = store.state(mid)
+        st, _ = store.state(move_id)
         return st.phase == Phase.PLANNED and not st.autopilot
     except MigrationNotFound:
         pass
@@ -239,19 +239,20 @@ def start_move(zk: ZK, rec: dict[str, Any], m: dict[str, Any]) -> bool:
     r, move = Rebalance.parse(rec), Move.parse(m)
     opts = Options(**r.options)
     if move.queue:  # one queue partition, on its own route
-        spec = plan_mod.plan_move_partition(zk, move.queue, int(m["partition"]), move.target, options=opts, mid=mid)
+        spec = plan_mod.plan_move_partition(zk, move.queue, int(m["partition"]), move.target,
+                                            options=opts, migration_id=move_id)
     else:
-        spec = plan_mod.plan_move(zk, shards, move.target, options=opts, mid=mid)
+        spec = plan_mod.plan_move(zk, shards, move.target, options=opts, migration_id=move_id)
         if move.batched:  # copied and tailed once, cut over in batches (migrator.engine.handover)
             spec = spec.model_copy(update={"batched": True})
     try:
         plan_mod.store(zk, spec)
     except ShardsBusy:
-        if set(store.holders(shards).values()) == {mid}:
+        if set(store.holders(shards).values()) == {move_id}:
             return False  # another advance stored it a moment ago: that one launches it
         raise
     if r.postpone_cutover:
-        store.update(mid, lambda st: setattr(st, "postpone_cutover", True) or st)
+        store.update(move_id, lambda st: setattr(st, "postpone_cutover", True) or st)
     return True
 
 
