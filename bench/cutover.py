@@ -301,14 +301,14 @@ def _member_probe_process(config_path: str, shard: int, report_s: float, stop: A
     while not stop.is_set():
         if conn is None:
             try:
-                conn = mysql_connect(hosts.get(maps.read().range_of(shard).slave), creds, read_timeout=120)
+                conn = mysql_connect(hosts.get(maps.read().range_of(shard).passive), creds, read_timeout=120)
             except Exception:  # noqa: BLE001 - a member being restarted: try again
                 time.sleep(0.1)
                 continue
         now = time.monotonic()
         if report_s > 0 and report is None and now >= next_report:
             try:
-                report = mysql_connect(hosts.get(maps.read().range_of(shard).slave), creds, read_timeout=120)
+                report = mysql_connect(hosts.get(maps.read().range_of(shard).passive), creds, read_timeout=120)
                 with report.cursor() as cur:
                     cur.execute("BEGIN")
                     cur.execute(f"SELECT COUNT(*) FROM {table}")

@@ -97,7 +97,7 @@ def group_job(migration_id: str, tables: list[str], config_path: str | None = No
 def _show_options(job: Any, spec: Any) -> None:
     """The throttle and chunk options this slice runs with, in the job's meta."""
     o = spec.options
-    job.meta["options"] = {"max_standby_lag_s": o.max_standby_lag_s, "max_threads_running": o.max_threads_running,
+    job.meta["options"] = {"max_standby_lag_s": o.max_passive_lag_s, "max_threads_running": o.max_threads_running,
                            "chunk_target_ms": o.chunk_target_ms, "chunk_max_rows": o.chunk_max_rows}
     job.save_meta()
 

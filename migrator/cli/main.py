@@ -205,15 +205,15 @@ def topology_add_pair(
     master: str = typer.Argument(...,
                                  help="NAME=ADDRESS:PORT of the new pair's master, e.g. MySQL009A=10.0.3.17:3306",
                                  metavar="NAME=ADDRESS:PORT"),
-    standby: str = typer.Argument(..., help="NAME=ADDRESS:PORT of its standby (its master-master partner)",
+    passive: str = typer.Argument(..., help="NAME=ADDRESS:PORT of its standby (its master-master partner)",
                                   metavar="NAME=ADDRESS:PORT"),
     as_json: JsonOpt = False,
 ) -> None:
     """Register a new, empty master-master pair (a split, move or rebalance target), after checking it."""
     from migrator.fleet import topology
 
-    a_name, b_name = master.split("=", 1)[0], standby.split("=", 1)[0]
-    hosts = _host_arg(master, b_name), _host_arg(standby, a_name)  # checked before the fleet is asked
+    a_name, b_name = master.split("=", 1)[0], passive.split("=", 1)[0]
+    hosts = _host_arg(master, b_name), _host_arg(passive, a_name)  # checked before the fleet is asked
     out = topology.add_pair(load_config(), *hosts)
     if as_json:
         print(json.dumps(out, indent=2, default=str))

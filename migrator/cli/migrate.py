@@ -126,7 +126,7 @@ def _options(chunk_rows: int | None = None, chunk_target_ms: int | None = None, 
              lock_retry_s: float | None = None, kill_blockers: bool | None = None,
              kill_blockers_max_rows: int | None = None) -> Options:
     return build_options(chunk_rows=chunk_rows, chunk_target_ms=chunk_target_ms, copy_workers=workers,
-                         max_standby_lag_s=max_lag, freeze_budget_ms=freeze_budget_ms, fence=fence,
+                         max_passive_lag_s=max_lag, freeze_budget_ms=freeze_budget_ms, fence=fence,
                          max_threads_running=max_threads_running, cutover_retry_s=cutover_retry_s,
                          lock_retry_s=lock_retry_s, kill_blockers=kill_blockers,
                          kill_blockers_max_rows=kill_blockers_max_rows)
@@ -181,8 +181,8 @@ def _print_plan(result: command.PlanResult, verbose: bool = False) -> None:
             f"shards {shard_runs(spec.ranges())} ({len(spec.shards)})")
     head = "dry run: would move" if result.estimate is not None else \
         ("move" if not result.stored else "planned " + spec.id + ": move")
-    console.print(f"{head} {what} from {spec.source_master}/{spec.source_slave} to "
-                  f"{spec.target_master}/{spec.target_slave}", markup=False, highlight=False)
+    console.print(f"{head} {what} from {spec.source_master}/{spec.source_passive} to "
+                  f"{spec.target_master}/{spec.target_passive}", markup=False, highlight=False)
     if result.batches is not None:
         console.print(_batches_table(result))
     est = result.estimate

@@ -24,6 +24,7 @@ from pydantic import ValidationError
 from migrator.cli.failures import pydantic_reason, short
 from migrator.engine.migration import Options
 from migrator.errors import ExitCode, MigratorError
+from migrator.fleet.model import WIRE_NAMES
 
 # the limits every launch (split, move, move-partition, rebalance) and `migrator set` take alike
 ChunkTargetOpt = Annotated[int | None, typer.Option(
@@ -65,7 +66,7 @@ OPTION_FLAGS = {
     "chunk_rows": "--chunk-rows",
     "chunk_target_ms": "--chunk-target-ms",
     "copy_workers": "--workers",
-    "max_standby_lag_s": "--max-lag",
+    "max_passive_lag_s": "--max-lag",
     "max_threads_running": "--max-threads-running",
     "freeze_budget_ms": "--freeze-budget-ms",
     "fence": "--fence",
@@ -74,6 +75,8 @@ OPTION_FLAGS = {
     "kill_blockers": "--kill-blockers",
     "kill_blockers_max_rows": "--kill-blockers-max-rows",
 }
+#: an option named by its config key (stored, `migrator set`) where that differs from its field's name
+OPTION_FLAGS.update({wire: OPTION_FLAGS[name] for name, wire in WIRE_NAMES.items() if name in OPTION_FLAGS})
 
 
 def old_spelling(flag: str, new: str, **bounds: Any) -> Any:

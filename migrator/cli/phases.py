@@ -33,6 +33,7 @@ from migrator.engine.cutover import cutover
 from migrator.engine.rollback import rollback
 from migrator.engine.verify.run import verify_migration
 from migrator.errors import ExitCode
+from migrator.fleet.model import wire_keys
 from migrator.ops import intents
 from migrator.ops.rebalance import command as rebalance_cmd
 from migrator.ops.steps import enqueue_passes
@@ -271,11 +272,11 @@ def cleanup_cmd(migration_id: PhaseMigrationIdArg,
         confirm(intents.cleanup_now(cfg, migration_id), yes)
     res = cleanup(cfg, migration_id, now=now)
     if as_json:
-        print_json({"migration": migration_id, **asdict(res)})
+        print_json({"migration": migration_id, **wire_keys(asdict(res))})
         return
     print(f"dropped {len(res.dropped)} schemas ({res.bytes_freed / 1e6:.1f} MB): {', '.join(res.dropped) or '-'}; "
           f"released {res.released_locks} shard locks, {res.released_pauses} maintenance pauses")
-    for lag in res.standby_lag:
+    for lag in res.passive_lag:
         print(f"warning: {lag}; its replication applies them in time (a move onto that pair is refused "
               "by its preflight until then)", file=sys.stderr)
 

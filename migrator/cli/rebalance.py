@@ -220,7 +220,7 @@ def rebalance_cmd(
         raise UsageProblem(f"--objective {objective}: choose one of {', '.join(OBJECTIVES)}")
     dry_run_or_yes(dry_run, yes)
     detach_needs_yes(detach, yes)
-    options = build_options(freeze_budget_ms=freeze_budget_ms, copy_workers=workers, max_standby_lag_s=max_lag,
+    options = build_options(freeze_budget_ms=freeze_budget_ms, copy_workers=workers, max_passive_lag_s=max_lag,
                             max_threads_running=max_threads_running, cutover_retry_s=cutover_retry_s,
                             lock_retry_s=lock_retry_s, kill_blockers=kill_blockers,
                             kill_blockers_max_rows=kill_blockers_max_rows, chunk_target_ms=chunk_target_ms)

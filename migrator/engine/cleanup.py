@@ -49,7 +49,7 @@ from migrator.fleet.zk import ZK
 TAG = tag("cleanup")
 
 #: how long cleanup waits for each pair partner to apply the drops
-STANDBY_WAIT_S = 60.0
+PASSIVE_WAIT_S = 60.0
 
 
 class CleanupError(MigratorError):
@@ -73,7 +73,7 @@ class CleanupResult:
     released_locks: int = 0
     released_pauses: int = 0
     #: "standby: why" for each pair partner that had not applied the drops within the wait
-    standby_lag: list[str] = field(default_factory=list)
+    passive_lag: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -123,14 +123,14 @@ def _wait_partner(reg: HostRegistry, host: Host, pos: GtidPos, creds: Credential
     host's own transactions after the drops (:func:`own_gtids`), which the partner must have applied."""
     if not host.partner:
         return
-    timeout = STANDBY_WAIT_S
+    timeout = PASSIVE_WAIT_S
     try:
         partner = reg.get(host.partner)
         with mysql_connect(partner, creds, read_timeout=int(timeout) + 30) as pconn:
             if not wait_applied(pconn, pos, timeout):
-                result.standby_lag.append(f"{partner.name}: had not applied the drops ({pos}) after {timeout:.0f}s")
+                result.passive_lag.append(f"{partner.name}: had not applied the drops ({pos}) after {timeout:.0f}s")
     except (MigratorError, pymysql.err.MySQLError) as exc:
-        result.standby_lag.append(f"{host.partner}: could not check ({exc})")
+        result.passive_lag.append(f"{host.partner}: could not check ({exc})")
 
 
 def release_bookkeeping(zk: ZK, store: MigrationStore, spec: Spec) -> tuple[int, int]:

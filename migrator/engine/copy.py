@@ -102,12 +102,12 @@ def _node_name(name: str) -> str:
 class Endpoints:
     source: Host
     target: Host
-    target_slave: Host
+    target_passive: Host
 
 
 def endpoints(zk: ZK, spec: Spec) -> Endpoints:
     reg = HostRegistry(zk)
-    return Endpoints(reg.get(spec.source_master), reg.get(spec.target_master), reg.get(spec.target_slave))
+    return Endpoints(reg.get(spec.source_master), reg.get(spec.target_master), reg.get(spec.target_passive))
 
 
 # -- begin: preflight, phase, prepare ------------------------------------------------------------

@@ -287,16 +287,16 @@ def load_chunk(tgt: pymysql.connections.Connection, info: TableInfo, chunk: Chun
 class Links:
     """The connections a copy worker keeps across chunks and tables (a connection costs a handshake,
     with TLS a context too): ``source`` for metadata and the throttler, ``reader`` for chunk reads
-    (its own, so reads run ahead of loads), ``target`` with LOCAL INFILE, ``slave`` for the lag."""
+    (its own, so reads run ahead of loads), ``target`` with LOCAL INFILE, ``passive`` for the lag."""
 
-    def __init__(self, source: Any, reader: Any, target: Any, slave: Any) -> None:
-        self.source, self.reader, self.target, self.slave = source, reader, target, slave
+    def __init__(self, source: Any, reader: Any, target: Any, passive: Any) -> None:
+        self.source, self.reader, self.target, self.passive = source, reader, target, passive
         self.max_bytes = prepare_reader(reader)
         self.file = LoadFile()
         self.throttler: Any = None
 
     def close(self) -> None:
-        for c in (self.source, self.reader, self.target, self.slave):
+        for c in (self.source, self.reader, self.target, self.passive):
             try:
                 c.close()
             except Exception:  # a dead connection after a failure: nothing to close
@@ -399,18 +399,18 @@ def target_conn(host: Host, creds: Credentials) -> pymysql.connections.Connectio
 
 def open_links(ep: Any, creds: Credentials, opts: Any) -> Links:
     """The connections (and throttler) one copy worker uses for every chunk of every table it copies
-    (``ep``: the migration's hosts, ``source``, ``target`` and ``target_slave``)."""
+    (``ep``: the migration's hosts, ``source``, ``target`` and ``target_passive``)."""
     opened: list[Any] = []
     try:
         for make in (lambda: source_conn(ep.source, creds), lambda: source_conn(ep.source, creds),
-                     lambda: target_conn(ep.target, creds), lambda: connect(ep.target_slave, creds)):
+                     lambda: target_conn(ep.target, creds), lambda: connect(ep.target_passive, creds)):
             opened.append(make())
         links = Links(*opened)
     except BaseException:
         for c in opened:
             c.close()
         raise
-    links.throttler = Throttler(links.slave, links.source, max_lag_s=opts.max_standby_lag_s,
+    links.throttler = Throttler(links.passive, links.source, max_lag_s=opts.max_passive_lag_s,
                                 max_threads_running=opts.max_threads_running)
     return links
 

@@ -48,7 +48,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from migrator.errors import InvalidIdError, MigratorError
 from migrator.fleet import zk as zk_mod
-from migrator.fleet.model import MovingSet
+from migrator.fleet.model import WIRE_NAMES, MovingSet
 from migrator.fleet.shard_map import actor
 from migrator.fleet.zk import ZK
 
@@ -110,15 +110,20 @@ class Phase(str, Enum):
 
 
 class Options(BaseModel):
-    """Tunables of one migration; defaults are the documented ones."""
+    """Tunables of one migration; defaults are the documented ones.
 
-    model_config = ConfigDict(extra="forbid")
+    Stored, set and listed under their config keys: the code's name of a field differs from its key only
+    where the key keeps an older word (the target pair's passive member was its *standby*); the alias is
+    the one place that translates, read and written (:data:`WIRE_NAMES`)."""
+
+    model_config = ConfigDict(extra="forbid", validate_by_name=True, validate_by_alias=True, serialize_by_alias=True)
 
     chunk_rows: int = Field(default=1000, ge=1, le=1_000_000)  # first chunk; adapts after
     chunk_target_ms: int = Field(default=500, ge=10)
     chunk_max_rows: int = Field(default=50_000, ge=1)  # upper bound of the adapted chunk
     copy_workers: int = Field(default=4, ge=1, le=64)
-    max_standby_lag_s: float = Field(default=5.0, gt=0)  # throttle copy above this
+    # throttle copy above this lag of the target's passive member
+    max_passive_lag_s: float = Field(default=5.0, gt=0, alias=WIRE_NAMES["max_passive_lag_s"])
     max_threads_running: int = Field(default=50, ge=1)  # throttle copy while the source is this busy
     converge_lag_s: float = Field(default=1.0, gt=0)
     converge_events: int = Field(default=1000, ge=0)  # a pass delta at or under this converges
@@ -147,16 +152,18 @@ class Options(BaseModel):
 
 
 class Spec(BaseModel):
-    """What a migration moves. Immutable once stored."""
+    """What a migration moves. Immutable once stored (the pairs' passive members under their stored
+    keys, ``source_passive``/``target_passive``: :data:`WIRE_NAMES`)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_by_name=True, validate_by_alias=True,
+                              serialize_by_alias=True)
 
     id: str
     kind: str = "shards"  # "shards" | "queue_partition"
     source_master: str
-    source_slave: str
+    source_passive: str = Field(alias=WIRE_NAMES["source_passive"])
     target_master: str
-    target_slave: str
+    target_passive: str = Field(alias=WIRE_NAMES["target_passive"])
     shards: tuple[int, ...]
     #: for kind == "queue_partition": only these tables of the shard move
     tables: tuple[str, ...] = ()
@@ -318,7 +325,7 @@ class MigrationStore:
         except NoNodeError:
             raise MigrationNotFound(f"no migration {spec.id!r} (see `migrator status`)") from None
         old = Spec.model_validate_json(data)
-        same = ("kind", "source_master", "source_slave", "target_master", "target_slave", "shards", "tables",
+        same = ("kind", "source_master", "source_passive", "target_master", "target_passive", "shards", "tables",
                 "queue", "partition", "batched", "parent")
         if any(getattr(old, f) != getattr(spec, f) for f in same):
             raise MigrationError(f"migration {spec.id}: only options may change; plan a new migration instead")

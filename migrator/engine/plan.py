@@ -72,9 +72,9 @@ def split_shards(smap: ShardMap, master: str) -> list[int]:
     """The shards a split of ``master`` moves: the upper half of each of its ranges."""
     ranges = smap.ranges_on(master)
     if not ranges:
-        standby_of = [r for r in smap.ranges if r.slave == master]
-        if standby_of:
-            r = standby_of[0]
+        passive_ranges = [r for r in smap.ranges if r.passive == master]
+        if passive_ranges:
+            r = passive_ranges[0]
             raise PlanError(f"{master} is the standby of range [{r.lo}, {r.hi}]; split its master {r.master} instead")
         raise PlanError(f"{master} holds no shard range: nothing to split (see `migrator topology show`)")
     shards = [s for r in ranges for s in upper_half(r.lo, r.hi)]
@@ -86,7 +86,7 @@ def split_shards(smap: ShardMap, master: str) -> list[int]:
 
 def spare_pairs(hosts: dict[str, Host], smap: ShardMap) -> list[tuple[str, str]]:
     """Registered pairs that hold no range, as (A, B) sorted by name."""
-    used = {r.master for r in smap.ranges} | {r.slave for r in smap.ranges}
+    used = {r.master for r in smap.ranges} | {r.passive for r in smap.ranges}
     pairs = set()
     for h in hosts.values():
         if h.name in used or h.partner in used or h.partner not in hosts:
@@ -100,7 +100,7 @@ def source_pair(smap: ShardMap, shards: list[int]) -> tuple[str, str]:
     owners = {}
     for s in shards:
         r = smap.range_of(s)
-        owners.setdefault((r.master, r.slave), []).append(s)
+        owners.setdefault((r.master, r.passive), []).append(s)
     if len(owners) != 1:
         desc = "; ".join(f"{m}: {_ranges_text(v)}" for (m, _), v in sorted(owners.items()))
         raise PlanError(f"the shards live on more than one pair ({desc}); plan one migration per source pair")
@@ -111,7 +111,7 @@ def routed_to(smap: ShardMap, shards: list[int], target: tuple[str, str]) -> lis
     """Tables of ``shards`` that a table route serves from the ``target`` pair (a queue partition
     moved there on its own): a move of those whole shards there would meet them in its databases."""
     return [f"{shard_db(rt.shard)}.{t}" for s in shards for rt in smap.routes_of(s)
-            if rt.master in target or rt.slave in target for t in rt.tables]
+            if rt.master in target or rt.passive in target for t in rt.tables]
 
 
 def _refuse_routed_to(smap: ShardMap, shards: list[int], target: tuple[str, str]) -> None:
@@ -133,13 +133,13 @@ def target_pair(hosts: dict[str, Host], smap: ShardMap, source: tuple[str, str],
     if target in source:
         raise PlanError(f"{target} is in the source pair {source[0]}/{source[1]}: pick another pair as target")
     for r in smap.ranges:
-        if r.slave == target:
+        if r.passive == target:
             raise PlanError(f"{target} is the standby of range [{r.lo}, {r.hi}]; name its master {r.master} as target")
     return target, h.partner
 
 
 def _ranges_text(shards: list[int]) -> str:
-    spec = Spec(id="x", source_master="a", source_slave="b", target_master="c", target_slave="d",
+    spec = Spec(id="x", source_master="a", source_passive="b", target_master="c", target_passive="d",
                 shards=tuple(sorted(shards)))
     return shard_runs(spec.ranges())
 
@@ -216,8 +216,8 @@ def plan_move_partition(zk: ZK, queue: str, partition: int, target: str, *, opti
 
 def _spec(migration_id: str | None, kind: str, src: tuple[str, str], tgt: tuple[str, str], shards: list[int],
           options: Options | None, **extra: Any) -> Spec:
-    return Spec(id=migration_id or new_id(), kind=kind, source_master=src[0], source_slave=src[1],
-                target_master=tgt[0], target_slave=tgt[1], shards=tuple(sorted(shards)),
+    return Spec(id=migration_id or new_id(), kind=kind, source_master=src[0], source_passive=src[1],
+                target_master=tgt[0], target_passive=tgt[1], shards=tuple(sorted(shards)),
                 options=options or Options(), **extra)
 
 

@@ -190,8 +190,8 @@ def run(zk: ZK, spec: Spec, creds: Credentials, *, phase: Phase = Phase.PLANNED)
     """Run every check; never raises for a failed check (the result says)."""
     res = PreflightResult(spec.id)
     hosts = HostRegistry(zk).all()
-    roles = {"source master": spec.source_master, "source slave": spec.source_slave,
-             "target master": spec.target_master, "target slave": spec.target_slave}
+    roles = {"source master": spec.source_master, "source slave": spec.source_passive,
+             "target master": spec.target_master, "target slave": spec.target_passive}
     conns: dict[str, pymysql.connections.Connection] = {}
     tls_failed: dict[str, MySQLTLSFailed] = {}
     try:
@@ -263,9 +263,9 @@ def _check_source_master(zk: ZK, spec: Spec, res: PreflightResult) -> None:
     frozen = [s for s in spec.shards if moving.frozen_in(smap, s)]
     if frozen:
         res.add("not frozen", False, f"shards {_list(frozen)} are frozen for a cutover; wait for it to finish")
-    there = routed_to(smap, list(spec.shards), (spec.target_master, spec.target_slave)) if not moving.tables else []
+    there = routed_to(smap, list(spec.shards), (spec.target_master, spec.target_passive)) if not moving.tables else []
     if there:
-        res.add("routes", False, f"{spec.target_master}/{spec.target_slave} already serves {', '.join(there)} (a "
+        res.add("routes", False, f"{spec.target_master}/{spec.target_passive} already serves {', '.join(there)} (a "
                 "queue partition moved there on its own); abort this migration and pick another target pair, or "
                 "move the partition elsewhere first")
 
@@ -578,11 +578,11 @@ def _check_server_ids(conns: dict[str, pymysql.connections.Connection], roles: d
 def _check_target_replication(conns: dict[str, pymysql.connections.Connection], hosts: dict[str, Host],
                               spec: Spec, res: PreflightResult) -> None:
     ok = True
-    for role, peer in (("target master", spec.target_slave), ("target slave", spec.target_master)):
+    for role, peer in (("target master", spec.target_passive), ("target slave", spec.target_master)):
         c = conns.get(role)
         if c is None:
             continue
-        name = spec.target_master if role == "target master" else spec.target_slave
+        name = spec.target_master if role == "target master" else spec.target_passive
         st = inspector.slave_status(c)
         if not st:
             ok = False
@@ -600,12 +600,12 @@ def _check_target_replication(conns: dict[str, pymysql.connections.Connection], 
                     f" sql={st.get('Slave_SQL_Running')}: {err}); fix it with START SLAVE")
             continue
         lag = st.get("Seconds_Behind_Master")
-        if lag is None or float(lag) > spec.options.max_standby_lag_s:
+        if lag is None or float(lag) > spec.options.max_passive_lag_s:
             ok = False
             res.add("target replication", False, f"{name} lags {lag}s behind {peer} "
-                    f"(threshold {spec.options.max_standby_lag_s:g}s); wait for it to catch up")
+                    f"(threshold {spec.options.max_passive_lag_s:g}s); wait for it to catch up")
     if ok and "target master" in conns and "target slave" in conns:
-        res.add("target replication", True, f"{spec.target_master} <-> {spec.target_slave} both ways, lag in bounds")
+        res.add("target replication", True, f"{spec.target_master} <-> {spec.target_passive} both ways, lag in bounds")
 
 
 def _check_target_empty(conns: dict[str, pymysql.connections.Connection], spec: Spec, res: PreflightResult,
@@ -618,7 +618,7 @@ def _check_target_empty(conns: dict[str, pymysql.connections.Connection], spec: 
         c = conns.get(role)
         if c is None:
             continue
-        name = spec.target_master if role == "target master" else spec.target_slave
+        name = spec.target_master if role == "target master" else spec.target_passive
         if spec.kind == "queue_partition":
             db = shard_db(spec.shards[0])
             for t in spec.tables:

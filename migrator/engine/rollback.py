@@ -341,9 +341,9 @@ def rollback_slice(config: Config, migration_id: str, *, slice_s: float | None =
                                      node.target_state or "")
         direction = Direction(
             "rollback", source=new_master, target=old_master, from_master=spec.target_master,
-            to_master=spec.source_master, to_slave=spec.source_slave, verify_node=VERIFY_NODE,
+            to_master=spec.source_master, to_passive=spec.source_passive, verify_node=VERIFY_NODE,
             target_db_of=lambda db: tomb_db(migration_id, db),
-            passive=passive_of(reg, spec.target_master, spec.target_slave, spec),
+            passive=passive_of(reg, spec.target_master, spec.target_passive, spec),
             pre_flip=_renamer(old_master, creds, spec, lambda: moved, to_live=True),
             undo_pre_flip=_renamer(old_master, creds, spec, lambda: moved, to_live=False),
         )

@@ -68,13 +68,13 @@ class ThrottleReading:
 class Throttler:
     """Holds a copy worker back while the target standby lags or the source is busy.
 
-    ``target_slave`` and ``source`` are connections the caller owns.
+    ``target_passive`` and ``source`` are connections the caller owns.
     ``sleep`` and ``clock`` are replaceable so tests need not wait.
     """
 
     def __init__(
         self,
-        target_slave: pymysql.connections.Connection | None,
+        target_passive: pymysql.connections.Connection | None,
         source: pymysql.connections.Connection | None,
         *,
         max_lag_s: float,
@@ -84,7 +84,7 @@ class Throttler:
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
     ):
-        self.target_slave = target_slave
+        self.target_passive = target_passive
         self.source = source
         self.max_lag_s = max_lag_s
         self.max_threads_running = max_threads_running
@@ -98,8 +98,8 @@ class Throttler:
 
     def read(self) -> ThrottleReading:
         lag: float | None = 0.0
-        if self.target_slave is not None:
-            st = slave_status(self.target_slave)
+        if self.target_passive is not None:
+            st = slave_status(self.target_passive)
             if not st or st.get("Slave_SQL_Running") != "Yes" or st.get("Seconds_Behind_Master") is None:
                 lag = None
             else:

@@ -38,6 +38,26 @@ from migrator.fleet.ids import MAX_SHARD
 HOST_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,62}$")
 
 
+#: The code's word for the pair member that is not the active master is *passive*. Stored records,
+#: the seed's shard map and the command line's JSON keep older words; these are the only keys that
+#: differ from the code's names (code name -> wire key), translated where each is read and written:
+#: the shard map here (:meth:`ShardRange.to_wire`), a migration's spec and options as field aliases
+#: (:mod:`migrator.engine.migration`), cleanup's report where it is printed.
+WIRE_NAMES: dict[str, str] = {
+    "passive": "slave",
+    "source_passive": "source_slave",
+    "target_passive": "target_slave",
+    "max_passive_lag_s": "max_standby_lag_s",
+    "passive_lag": "standby_lag",
+}
+PASSIVE_KEY = WIRE_NAMES["passive"]
+
+
+def wire_keys(doc: dict[str, Any]) -> dict[str, Any]:
+    """``doc`` with its top-level keys under their wire names (:data:`WIRE_NAMES`)."""
+    return {WIRE_NAMES.get(k, k): v for k, v in doc.items()}
+
+
 def check_host_name(name: str) -> str:
     if not isinstance(name, str) or not HOST_NAME_RE.fullmatch(name):
         raise ShardMapError(
@@ -70,16 +90,16 @@ class ShardRange(BaseModel):
     lo: int = Field(ge=0, le=MAX_SHARD)
     hi: int = Field(ge=0, le=MAX_SHARD)
     master: str
-    slave: str
+    passive: str
 
     @model_validator(mode="after")
     def _ordered(self) -> ShardRange:
         if self.lo > self.hi:
             raise ValueError(f"range [{self.lo}, {self.hi}] is empty (lo > hi)")
-        if self.master == self.slave:
+        if self.master == self.passive:
             raise ValueError(f"range [{self.lo}, {self.hi}] names {self.master} as both master and slave")
         check_host_name(self.master)
-        check_host_name(self.slave)
+        check_host_name(self.passive)
         return self
 
     @property
@@ -97,7 +117,7 @@ class ShardRange(BaseModel):
         return self.lo <= hi and lo <= self.hi
 
     def to_wire(self) -> dict[str, Any]:
-        return {"range": [self.lo, self.hi], "master": self.master, "slave": self.slave}
+        return {"range": [self.lo, self.hi], "master": self.master, PASSIVE_KEY: self.passive}
 
     @classmethod
     def from_wire(cls, item: Any) -> ShardRange:
@@ -106,11 +126,11 @@ class ShardRange(BaseModel):
         rng = item.get("range")
         if not (isinstance(rng, (list, tuple)) and len(rng) == 2 and all(isinstance(x, int) for x in rng)):
             raise ShardMapError(f'each range needs "range": [lo, hi] with two integers, got {rng!r}')
-        unknown = set(item) - {"range", "master", "slave"}
+        unknown = set(item) - {"range", "master", PASSIVE_KEY}
         if unknown:
             raise ShardMapError(f"unknown keys in range {rng}: {sorted(unknown)}")
         try:
-            return cls(lo=rng[0], hi=rng[1], master=item.get("master"), slave=item.get("slave"))
+            return cls(lo=rng[0], hi=rng[1], master=item.get("master"), passive=item.get(PASSIVE_KEY))
         except ValidationError as exc:
             raise ShardMapError(f"range {rng}: {_first_error(exc)}") from None
 
@@ -123,7 +143,7 @@ class TableRoute(BaseModel):
     shard: int = Field(ge=0, le=MAX_SHARD)
     tables: tuple[str, ...]
     master: str
-    slave: str
+    passive: str
     frozen: bool = False
 
     @model_validator(mode="after")
@@ -132,21 +152,21 @@ class TableRoute(BaseModel):
             raise ValueError(f"the route of shard {self.shard} names no table")
         if len(set(self.tables)) != len(self.tables):
             raise ValueError(f"the route of shard {self.shard} names a table twice: {list(self.tables)}")
-        if self.master == self.slave:
+        if self.master == self.passive:
             raise ValueError(f"the route of shard {self.shard} names {self.master} as both master and slave")
         check_host_name(self.master)
-        check_host_name(self.slave)
+        check_host_name(self.passive)
         return self
 
     def to_wire(self) -> dict[str, Any]:
-        return {"shard": self.shard, "tables": list(self.tables), "master": self.master, "slave": self.slave,
+        return {"shard": self.shard, "tables": list(self.tables), "master": self.master, PASSIVE_KEY: self.passive,
                 "frozen": self.frozen}
 
     @classmethod
     def from_wire(cls, item: Any) -> TableRoute:
         if not isinstance(item, dict):
             raise ShardMapError(f"each route must be an object, got {item!r}")
-        unknown = set(item) - {"shard", "tables", "master", "slave", "frozen"}
+        unknown = set(item) - {"shard", "tables", "master", PASSIVE_KEY, "frozen"}
         if unknown:
             raise ShardMapError(f"unknown keys in route {item!r}: {sorted(unknown)}")
         tables = item.get("tables")
@@ -154,7 +174,7 @@ class TableRoute(BaseModel):
             raise ShardMapError(f'each route needs "tables": a list of table names, got {tables!r}')
         try:
             return cls(shard=item.get("shard"), tables=tuple(tables), master=item.get("master"),
-                       slave=item.get("slave"), frozen=bool(item.get("frozen", False)))
+                       passive=item.get(PASSIVE_KEY), frozen=bool(item.get("frozen", False)))
         except ValidationError as exc:
             raise ShardMapError(f"route {item!r}: {_first_error(exc)}") from None
 
@@ -279,19 +299,19 @@ class ShardMap(BaseModel):
     def validate_hosts(self, hosts: dict[str, Host]) -> None:
         """Every host known, and each range's master and slave form a pair."""
         for r in self.ranges:
-            for role, name in (("master", r.master), ("slave", r.slave)):
+            for role, name in (("master", r.master), ("slave", r.passive)):
                 if name not in hosts:
                     raise UnknownHost(
                         f"range [{r.lo}, {r.hi}] names {role} {name!r}, which is not in the host registry; "
                         "register it first (migrator topology init registers the hosts of a map file)"
                     )
-            if hosts[r.master].partner != r.slave or hosts[r.slave].partner != r.master:
+            if hosts[r.master].partner != r.passive or hosts[r.passive].partner != r.master:
                 raise ShardMapError(
-                    f"range [{r.lo}, {r.hi}]: {r.master} and {r.slave} are not a master-master pair "
-                    f"({r.master}'s partner is {hosts[r.master].partner}, {r.slave}'s is {hosts[r.slave].partner})"
+                    f"range [{r.lo}, {r.hi}]: {r.master} and {r.passive} are not a master-master pair "
+                    f"({r.master}'s partner is {hosts[r.master].partner}, {r.passive}'s is {hosts[r.passive].partner})"
                 )
         for rt in self.routes:
-            for role, name in (("master", rt.master), ("slave", rt.slave)):
+            for role, name in (("master", rt.master), ("slave", rt.passive)):
                 if name not in hosts:
                     raise UnknownHost(f"the route of shard {rt.shard} {list(rt.tables)} names {role} {name!r}, "
                                       "which is not in the host registry; register it first")
@@ -325,9 +345,9 @@ class ShardMap(BaseModel):
         """(master, slave) serving ``table`` of ``shard``: its route's pair, else its range's."""
         rt = self.route_of(shard, table) if table is not None else None
         if rt is not None:
-            return rt.master, rt.slave
+            return rt.master, rt.passive
         r = self.range_of(shard)
-        return r.master, r.slave
+        return r.master, r.passive
 
     def master_of_table(self, shard: int, table: str | None) -> str:
         return self.pair_of_table(shard, table)[0]
@@ -358,7 +378,7 @@ class ShardMap(BaseModel):
     def without_frozen(self, lo: int, hi: int) -> ShardMap:
         return self._replace(frozen=tuple(f for f in self.frozen if f != (lo, hi)))
 
-    def with_route(self, shard: int, tables: Iterable[str], master: str, slave: str, *,
+    def with_route(self, shard: int, tables: Iterable[str], master: str, passive: str, *,
                    frozen: bool) -> ShardMap:
         """Route ``tables`` of ``shard`` to a pair (frozen or not). The tables must be exactly one
         existing route's, or routed nowhere yet. A route left unfrozen on its range's pair is dropped."""
@@ -369,20 +389,20 @@ class ShardMap(BaseModel):
                                 f"{[list(r.tables) if r else None for r in current]}")
         keep = tuple(rt for rt in self.routes if rt not in current)
         r = self.range_of(shard)
-        if frozen or (master, slave) != (r.master, r.slave):
-            keep = keep + (TableRoute(shard=shard, tables=tabs, master=master, slave=slave, frozen=frozen),)
+        if frozen or (master, passive) != (r.master, r.passive):
+            keep = keep + (TableRoute(shard=shard, tables=tabs, master=master, passive=passive, frozen=frozen),)
         return self._replace(routes=tuple(sorted(keep, key=lambda rt: (rt.shard, rt.tables))))
 
-    def reassign(self, lo: int, hi: int, master: str, slave: str) -> ShardMap:
+    def reassign(self, lo: int, hi: int, master: str, passive: str) -> ShardMap:
         """Move shards lo..hi to another pair, splitting and merging ranges as needed."""
         owner: dict[int, tuple[str, str]] = {}
         for r in self.ranges:
             for s in r.shards:
-                owner[s] = (r.master, r.slave)
+                owner[s] = (r.master, r.passive)
         for s in range(lo, hi + 1):
             if s not in owner:
                 raise ShardMapError(f"shard {s} is outside the map")
-            owner[s] = (master, slave)
+            owner[s] = (master, passive)
         new_ranges = list(_coalesce(owner[s] + (s,) for s in range(self.num_shards)))
         return self._replace(ranges=tuple(new_ranges))
 
@@ -397,15 +417,15 @@ class ShardMap(BaseModel):
 
 def _coalesce(items: Iterable[tuple[str, str, int]]) -> Iterator[ShardRange]:
     cur: tuple[str, str, int, int] | None = None
-    for master, slave, s in items:
-        if cur and cur[0] == master and cur[1] == slave and cur[3] == s - 1:
-            cur = (master, slave, cur[2], s)
+    for master, passive, s in items:
+        if cur and cur[0] == master and cur[1] == passive and cur[3] == s - 1:
+            cur = (master, passive, cur[2], s)
             continue
         if cur:
-            yield ShardRange(lo=cur[2], hi=cur[3], master=cur[0], slave=cur[1])
-        cur = (master, slave, s, s)
+            yield ShardRange(lo=cur[2], hi=cur[3], master=cur[0], passive=cur[1])
+        cur = (master, passive, s, s)
     if cur:
-        yield ShardRange(lo=cur[2], hi=cur[3], master=cur[0], slave=cur[1])
+        yield ShardRange(lo=cur[2], hi=cur[3], master=cur[0], passive=cur[1])
 
 
 def shard_runs(runs: Iterable[tuple[int, int] | list[int]]) -> str:
@@ -429,7 +449,7 @@ def even_layout(num_shards: int, pairs: list[tuple[str, str]]) -> ShardMap:
     lo = 0
     for i, (m, s) in enumerate(pairs):
         n = per + (1 if i < extra else 0)
-        ranges.append(ShardRange(lo=lo, hi=lo + n - 1, master=m, slave=s))
+        ranges.append(ShardRange(lo=lo, hi=lo + n - 1, master=m, passive=s))
         lo += n
     return ShardMap(num_shards=num_shards, ranges=tuple(ranges))
 
@@ -504,10 +524,10 @@ class MovingSet:
             smap = smap.without_frozen(lo, hi)
         return smap
 
-    def flip(self, smap: ShardMap, master: str, slave: str) -> ShardMap:
+    def flip(self, smap: ShardMap, master: str, passive: str) -> ShardMap:
         """Serve the moving set from (master, slave), unfrozen, in one edit."""
         if self.tables:
-            return smap.with_route(self.shards[0], self.tables, master, slave, frozen=False)
+            return smap.with_route(self.shards[0], self.tables, master, passive, frozen=False)
         for lo, hi in self.ranges:
-            smap = smap.reassign(lo, hi, master, slave).without_frozen(lo, hi)
+            smap = smap.reassign(lo, hi, master, passive).without_frozen(lo, hi)
         return smap

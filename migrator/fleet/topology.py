@@ -53,10 +53,10 @@ def show(config: Config, *, with_sizes: bool = True) -> dict[str, Any]:
             sizes = shard_sizes(hosts[r.master], creds, list(r.shards))
             size = sum(sizes.values())
         ranges.append({
-            "range": [r.lo, r.hi], "master": r.master, "slave": r.slave, "shards": r.count,
+            "range": [r.lo, r.hi], "master": r.master, "slave": r.passive, "shards": r.count,
             "bytes": size, "frozen": any(r.overlaps(lo, hi) for lo, hi in smap.frozen),
         })
-    used = {r.master for r in smap.ranges} | {r.slave for r in smap.ranges}
+    used = {r.master for r in smap.ranges} | {r.passive for r in smap.ranges}
     spare = sorted({tuple(sorted((h.name, h.partner))) for h in hosts.values() if h.name not in used})
     return {"epoch": smap.epoch, "num_shards": smap.num_shards, "ranges": ranges,
             "frozen": [list(f) for f in smap.frozen], "spare_pairs": [list(p) for p in spare]}
@@ -197,7 +197,7 @@ def _replicates_from(conn: Any, peer: Host) -> str | None:
     return f"it does not replicate from {peer.name} (port {peer.port})"
 
 
-def add_pair(config: Config, master: Host, standby: Host) -> dict[str, Any]:
+def add_pair(config: Config, master: Host, passive: Host) -> dict[str, Any]:
     """Register a new, empty master-master pair: a split, move or rebalance target.
 
     Refuses (one line, what to do) a name already registered, a host the
@@ -206,17 +206,17 @@ def add_pair(config: Config, master: Host, standby: Host) -> dict[str, Any]:
     databases. Nothing is registered unless every check passes.
     """
     creds = load_credentials(config)
-    if master.partner != standby.name or standby.partner != master.name:
-        raise MigratorError(f"{master.name} and {standby.name} must name each other as partner")
+    if master.partner != passive.name or passive.partner != master.name:
+        raise MigratorError(f"{master.name} and {passive.name} must name each other as partner")
     with zk_mod.connect(config, creds) as zk:
         reg = HostRegistry(zk)
         known = reg.all()
-        taken = [h.name for h in (master, standby) if h.name in known]
+        taken = [h.name for h in (master, passive) if h.name in known]
         if taken:
             raise MigratorError(f"{', '.join(taken)} already registered (see `migrator topology show`); "
                                 "pick new names")
         ids: dict[int, str] = {}
-        for host, peer in ((master, standby), (standby, master)):
+        for host, peer in ((master, passive), (passive, master)):
             try:
                 conn = mysql_connect(host, creds)
             except Exception as exc:  # noqa: BLE001 - any connect failure is the operator's to fix
@@ -244,5 +244,5 @@ def add_pair(config: Config, master: Host, standby: Host) -> dict[str, Any]:
             if problem:
                 raise MigratorError(f"{host.name}: {problem}; set up master-master replication first")
         reg.register(master)
-        reg.register(standby)
-    return {"registered": [master.name, standby.name], "server_ids": {v: k for k, v in ids.items()}}
+        reg.register(passive)
+    return {"registered": [master.name, passive.name], "server_ids": {v: k for k, v in ids.items()}}

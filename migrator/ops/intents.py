@@ -36,8 +36,8 @@ def _spec(config: Config, migration_id: str) -> tuple[Spec, str]:
 def cutover(config: Config, migration_id: str) -> str:
     spec, phase = _spec(config, migration_id)
     return (f"cut over {migration_id} ({phase}): freeze writes to {_what(spec)} for at most "
-            f"{spec.options.freeze_budget_ms} ms, fence them on {spec.source_master}/{spec.source_slave} and "
-            f"switch their traffic to {spec.target_master}/{spec.target_slave}")
+            f"{spec.options.freeze_budget_ms} ms, fence them on {spec.source_master}/{spec.source_passive} and "
+            f"switch their traffic to {spec.target_master}/{spec.target_passive}")
 
 
 def rollback(config: Config, migration_id: str) -> str:
@@ -51,7 +51,7 @@ def rollback(config: Config, migration_id: str) -> str:
     spec, phase = _spec(config, migration_id)
     return (f"roll back {migration_id} ({phase}): tail {spec.target_master} back into the tombstones on "
             f"{spec.source_master}, then freeze {_what(spec)} and switch their traffic back to "
-            f"{spec.source_master}/{spec.source_slave}")
+            f"{spec.source_master}/{spec.source_passive}")
 
 
 def cleanup_now(config: Config, migration_id: str) -> str:
@@ -78,11 +78,11 @@ def abort(config: Config, migration_id: str) -> str:
         )
     spec, phase = _spec(config, migration_id)
     return (f"abort {migration_id} ({phase}): drop its copies of {_what(spec)} on {spec.target_master}/"
-            f"{spec.target_slave}, remove any cutover gate (triggers, gate table) left on {spec.source_master}/"
-            f"{spec.source_slave} and release its shard locks")
+            f"{spec.target_passive}, remove any cutover gate (triggers, gate table) left on {spec.source_master}/"
+            f"{spec.source_passive} and release its shard locks")
 
 
 def restart_copy(config: Config, migration_id: str) -> str:
     spec, phase = _spec(config, migration_id)
     return (f"restart the copy of {migration_id} ({phase}): drop its copies of {_what(spec)} on {spec.target_master}/"
-            f"{spec.target_slave}, forget its copy and catch-up progress and copy again from the start")
+            f"{spec.target_passive}, forget its copy and catch-up progress and copy again from the start")

@@ -134,7 +134,7 @@ def pair_queue(pair: str) -> str:
 
 def migration_queue(spec: Spec) -> str:
     """The queue every job of this migration goes to: its source pair's."""
-    return pair_queue(pair_name(spec.source_master, spec.source_slave))
+    return pair_queue(pair_name(spec.source_master, spec.source_passive))
 
 
 def queue_of(config: Config, migration_id: str) -> str:

@@ -216,7 +216,7 @@ def _kill_between_gate_and_freeze(fleet, tmp_path) -> FaultRun:
     run.launch(postpone=True)
     run.wait_phase(Phase.CONVERGED)
     run.mark_target()
-    standby, passive = run.spec.target_slave, run.spec.source_slave
+    standby, passive = run.spec.target_passive, run.spec.source_passive
     fleet.sandbox.set_link_delay(standby, STANDBY_LATE_S)
     try:
         command.postpone(run.cfg, run.mid, on=False)

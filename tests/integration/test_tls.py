@@ -86,7 +86,7 @@ def test_wrong_ca_fails_preflight_with_one_line(fleet, tmp_path):
     assert len(lines) == 1, res.lines()
     line = lines[0]
     assert line.startswith("FAIL tls: the TLS certificate of ") and str(wrong) in line and "mysql.tls.ca" in line
-    for name in (spec.source_master, spec.source_slave, spec.target_master, spec.target_slave):
+    for name in (spec.source_master, spec.source_passive, spec.target_master, spec.target_passive):
         assert name in line, line
     cli = run_cli("preflight", spec.id, config=path)
     assert cli.returncode != 0
@@ -110,9 +110,9 @@ def test_a_host_requiring_tls_without_settings_fails_preflight_with_one_line(fle
     assert "require secure transport" in msg and "[mysql.tls]" in msg and spec.target_master in msg, msg
     # a host the settings turn off is named; the others pass
     cfg, _ = _with_tls(fleet, tmp_path, fleet.config.mysql.tls.model_copy(
-        update={"hosts": {spec.source_slave: MySQLTLSOverride(enabled=False)}}))
+        update={"hosts": {spec.source_passive: MySQLTLSOverride(enabled=False)}}))
     res = command.preflight(cfg, spec.id)
-    assert [c.name for c in res.failures] == ["tls"] and spec.source_slave in res.failures[0].message, res.lines()
+    assert [c.name for c in res.failures] == ["tls"] and spec.source_passive in res.failures[0].message, res.lines()
     assert spec.source_master not in res.failures[0].message
 
 

@@ -355,7 +355,7 @@ class SplitNemesis(Nemesis):
 
     def pair_hosts(self) -> tuple[str, str, str]:
         spec = self.run.spec
-        return spec.source_master, spec.source_slave, spec.target_master
+        return spec.source_master, spec.source_passive, spec.target_master
 
     def resume_work(self) -> str | None:
         phase = self.run.state().phase
@@ -379,7 +379,7 @@ class SplitNemesis(Nemesis):
         in_cutover = plan.in_phase(sched.CUTOVER)
         spec = run.plan_split(**OPTIONS, **(HOLD_CATCH_UP if held else {}))
         source = fleet.hosts[spec.source_master]
-        passive = fleet.hosts[spec.source_slave]
+        passive = fleet.hosts[spec.source_passive]
         sysbench.prepare(source, fleet.credentials, spec.databases[0], tables=SB_TABLES, table_size=SB_ROWS)
         sysbench.prepare(passive, fleet.credentials, spec.databases[-1], tables=SB_TABLES, table_size=SB_ROWS)
         fleet.sandbox.wait_pairs_converged()

@@ -160,7 +160,7 @@ def drive(way: Way, store: MigrationStore, spec: Spec, run: CutoverRun, lease: C
                 record_attempt(store, way, migration_id, run.attempt(f"refused: {exc.message}").as_dict())
                 raise
         with before_freeze("standby"):
-            run.check_target_standby()
+            run.check_target_passive()
         with before_freeze("recheck"):
             run.refresh_verified_gtid()
         if hooks.before_freeze is not None:

@@ -44,7 +44,7 @@ class Direction:
     target: Host
     from_master: str
     to_master: str
-    to_slave: str
+    to_passive: str
     #: the source's pair partner, closed by a :class:`TriggerGate` (None: not fenced)
     passive: Host | None = None
     verify_node: str = VERIFY_NODE
@@ -56,16 +56,16 @@ class Direction:
 def forward(zk: ZK, spec: Spec) -> Direction:
     reg = HostRegistry(zk)
     return Direction("cutover", reg.get(spec.source_master), reg.get(spec.target_master),
-                     spec.source_master, spec.target_master, spec.target_slave,
-                     passive=passive_of(reg, spec.source_master, spec.source_slave, spec))
+                     spec.source_master, spec.target_master, spec.target_passive,
+                     passive=passive_of(reg, spec.source_master, spec.source_passive, spec))
 
 
-def passive_of(reg: HostRegistry, master: str, slave: str, spec: Spec) -> Host | None:
+def passive_of(reg: HostRegistry, master: str, passive: str, spec: Spec) -> Host | None:
     """The pair partner to gate while ``master`` is fenced, or None when the option turns it off."""
     if not spec.options.fence_passive:
         return None
-    host = reg.get(slave)
+    host = reg.get(passive)
     if host.partner != master:
-        raise CutoverError(f"{slave} is not registered as the pair partner of {master} (its partner is "
+        raise CutoverError(f"{passive} is not registered as the pair partner of {master} (its partner is "
                            f"{host.partner}): fix the host registry before the cutover", phase="cutover")
     return host

@@ -81,11 +81,11 @@ class CopyIncomplete(CutoverError):
                          "the copy is incomplete; run the copy again", phase=label)
 
 
-class StandbyLags(CutoverAborted):
+class PassiveLags(CutoverAborted):
     """Before the freeze: the target's standby has not applied its master's writes."""
 
-    def __init__(self, label: str, standby: str, target: str, head: object, timeout: float, problem: str | None):
-        super().__init__(f"the target's standby {standby} has not applied {target}'s writes up "
+    def __init__(self, label: str, passive: str, target: str, head: object, timeout: float, problem: str | None):
+        super().__init__(f"the target's standby {passive} has not applied {target}'s writes up "
                          f"to {head} within {timeout:.0f}s ({problem or 'it lags'}): a flip now would leave the "
                          f"new owner without a caught-up standby; repair the target pair's replication, then "
                          f"retry the cutover", phase=label)

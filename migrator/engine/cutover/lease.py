@@ -91,7 +91,7 @@ def holder_text(rec: dict[str, Any] | None) -> str:
 
 def where_it_was(rec: dict[str, Any] | None) -> str:
     """Where the holder of a record was when it was last heard of: after a step of the freeze, or in a
-    step before it (``prepare``, ``gate``, ``standby``, ``recheck``, ``held``), for a death's record."""
+    step before it (``prepare``, ``gate``, ``passive``, ``recheck``, ``held``), for a death's record."""
     held = CutoverHolder.parse(rec)
     if held.step:
         return f"after step {held.step} of the freeze"

@@ -228,7 +228,7 @@ class MapEdits:
 
     # -- flip --------------------------------------------------------------------------------
     def flipped_map(self, frozen: ShardMap) -> ShardMap:
-        return self.moving.flip(frozen, self.direction.to_master, self.direction.to_slave)
+        return self.moving.flip(frozen, self.direction.to_master, self.direction.to_passive)
 
     def flip_landed(self, smap: ShardMap) -> bool:
         return self.moving.served_by(smap, self.direction.to_master)
@@ -266,7 +266,7 @@ class MapEdits:
         new = self.flipped_map(base)
         try:
             stored = self.maps.cas(new, base.epoch, reason=f"{self.label} {self.migration_id}: flip to "
-                                   f"{self.direction.to_master}/{self.direction.to_slave}",
+                                   f"{self.direction.to_master}/{self.direction.to_passive}",
                                    details={"migration": self.migration_id, "ranges": self.ranges,
                                             "moving": self.moving.describe(), **details,
                                             "direction": self.label},

@@ -151,7 +151,7 @@ def _reconcile(config: Config, creds: Credentials, zk: ZK, migration_id: str, gu
     smap = reread_map(maps)
     reg = HostRegistry(zk)
     source = reg.get(spec.source_master)
-    passive = passive_of(reg, spec.source_master, spec.source_slave, spec)
+    passive = passive_of(reg, spec.source_master, spec.source_passive, spec)
     landed = spec.moving.served_by(smap, spec.target_master)
     _settle_fenced_pair(source, passive, creds, spec, landed=landed)
     if not landed and passive is None:
@@ -182,9 +182,9 @@ def gated_pair(zk: ZK, spec: Spec, phase: Phase) -> list[Host]:
     pair before the flip, the target pair once done (a rollback's), none in the other phases."""
     reg = HostRegistry(zk)
     if phase in BEFORE_THE_FLIP:
-        names = (spec.source_master, spec.source_slave)
+        names = (spec.source_master, spec.source_passive)
     elif phase == Phase.DONE:
-        names = (spec.target_master, spec.target_slave)
+        names = (spec.target_master, spec.target_passive)
     else:
         return []
     return [reg.get(n) for n in names]
@@ -323,7 +323,7 @@ def _reconcile_rollback(creds: Credentials, zk: ZK, spec: Spec, guard: str) -> P
     smap = reread_map(maps)
     reg = HostRegistry(zk)
     new, old = reg.get(spec.target_master), reg.get(spec.source_master)
-    passive = passive_of(reg, spec.target_master, spec.target_slave, spec)
+    passive = passive_of(reg, spec.target_master, spec.target_passive, spec)
     landed = spec.moving.served_by(smap, spec.source_master)
     _settle_fenced_pair(new, passive, creds, spec, landed=landed)
     _place_old_tables(old, creds, spec, live=landed)

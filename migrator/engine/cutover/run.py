@@ -56,9 +56,9 @@ from migrator.engine.cutover.errors import (
     FreezeOverrun,
     LeaseLost,
     PairLags,
+    PassiveLags,
     SentinelNotDrained,
     SentinelTableMissing,
-    StandbyLags,
 )
 from migrator.engine.cutover.fences import PairFence
 from migrator.engine.cutover.hooks import CutoverHooks, CutoverResult, RunView
@@ -195,7 +195,7 @@ class CutoverRun:
             raise CopyIncomplete(label, missing, target.name)
         self.fences.prepare(spec, [(t.db, t.table) for t in self.tables])
 
-    def check_target_standby(self, timeout: float = 30.0) -> None:
+    def check_target_passive(self, timeout: float = 30.0) -> None:
         """Before the freeze: the target's standby has applied everything its master wrote so far.
 
         A flip to a pair whose standby lags (or does not replicate) would leave
@@ -204,13 +204,13 @@ class CutoverRun:
         """
         assert self.target_conn is not None
         target = self.direction.target
-        standby = HostRegistry(self.zk).get(self.direction.to_slave)
+        passive = HostRegistry(self.zk).get(self.direction.to_passive)
         head = own_gtids(self.target_conn)  # everything the target master wrote itself: the copy, the tail
-        with mysql_connect(standby, self.creds, read_timeout=int(timeout) + 30) as conn:
-            problem = replication_problem(conn, standby.name, target.name)
+        with mysql_connect(passive, self.creds, read_timeout=int(timeout) + 30) as conn:
+            problem = replication_problem(conn, passive.name, target.name)
             if problem is None and wait_applied(conn, head, timeout):
                 return
-        raise StandbyLags(self.direction.label, standby.name, target.name, head, timeout, problem)
+        raise PassiveLags(self.direction.label, passive.name, target.name, head, timeout, problem)
 
     def moving_tables(self) -> recheck.Moving:
         assert self.target_conn is not None

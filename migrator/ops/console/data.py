@@ -126,8 +126,8 @@ def queue_view(smap: ShardMap, queues: Iterable[QueueRecord]) -> list[dict[str, 
         parts = []
         for p in q.partitions:
             tables = list(p.tables or [p.table])
-            master, slave = smap.pair_of_table(p.shard, tables[0])
-            parts.append({"index": p.index, "shard": p.shard, "tables": tables, "master": master, "slave": slave,
+            master, passive = smap.pair_of_table(p.shard, tables[0])
+            parts.append({"index": p.index, "shard": p.shard, "tables": tables, "master": master, "slave": passive,
                           "routed": smap.route_of(p.shard, tables[0]) is not None,
                           "frozen": smap.is_table_frozen(p.shard, tables[0])})
         out.append({"name": q.name, "partitions": parts})
@@ -142,7 +142,7 @@ def fleet_view(smap: ShardMap, hosts: dict[str, Host], costs: list[ShardCost] | 
     measured = costs is not None and len(costs) == smap.num_shards
     pairs: dict[str, dict[str, Any]] = {}
     for r in smap:
-        p = pairs.setdefault(r.master, {"master": r.master, "slave": r.slave, "ranges": [], "shards": 0,
+        p = pairs.setdefault(r.master, {"master": r.master, "slave": r.passive, "ranges": [], "shards": 0,
                                         "bytes": None, "rows": None, "writes_per_s": None})
         p["ranges"].append({"lo": r.lo, "hi": r.hi, "shards": r.count,
                             "frozen": any(r.overlaps(lo, hi) for lo, hi in smap.frozen)})

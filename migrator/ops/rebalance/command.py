@@ -43,7 +43,7 @@ def is_rebalance_id(text: str) -> bool:
 class LivePlan:
     plan: Plan
     costs: list[ShardCost]
-    slaves: dict[str, str]
+    passives: dict[str, str]
     rates: Rates
     rate_source: str
     eta_s: dict[int, float] = field(default_factory=dict)  # by move index
@@ -86,9 +86,9 @@ def plan_live(config: Config, *, objective: str = "bytes", threshold: float = 0.
             if p not in spare:
                 raise RebalanceError(f"--add-pair {p}: it is not an empty registered pair (it holds shards, or "
                                      "its partner is missing)")
-        slaves = {r.master: r.slave for r in smap.ranges}
-        slaves.update({p: hosts[p].partner for p in add_pairs})
-        slaves.update({rt.master: rt.slave for rt in smap.routes})
+        passives = {r.master: r.passive for r in smap.ranges}
+        passives.update({p: hosts[p].partner for p in add_pairs})
+        passives.update({rt.master: rt.passive for rt in smap.routes})
         parts: list[PartitionCost] = []
         if costs is None or len(costs) != smap.num_shards:
             queues = [(q.name, p.index, p.shard, tuple(p.tables or [p.table]))
@@ -98,7 +98,7 @@ def plan_live(config: Config, *, objective: str = "bytes", threshold: float = 0.
     p = plan_with_partitions([(r.lo, r.hi, r.master) for r in smap], costs, parts, objective=objective,
                              threshold=threshold, add_pairs=add_pairs, drain=drain,
                              max_moves_per_pair=max_moves_per_pair, max_concurrent=max_concurrent)
-    live = LivePlan(p, costs, slaves, rates, source)
+    live = LivePlan(p, costs, passives, rates, source)
     for i, m in enumerate(p.moves):
         live.eta_s[i] = rates.duration_s(m.bytes, m.writes)
         live.freeze_ms[i] = rates.freeze_ms(m.writes)
@@ -122,8 +122,8 @@ def start(config: Config, live: LivePlan, *, max_concurrent: int | None = None,
     (:mod:`migrator.ops.rebalance.batches`)."""
     if not live.plan.moves:
         raise RebalanceError("nothing to move: every pair is within the threshold")
-    planned = [{"source": m.source, "source_slave": live.slaves[m.source], "target": m.target,
-                "target_slave": live.slaves[m.target], "runs": [list(r) for r in m.runs], "bytes": m.bytes,
+    planned = [{"source": m.source, "source_slave": live.passives[m.source], "target": m.target,
+                "target_slave": live.passives[m.target], "runs": [list(r) for r in m.runs], "bytes": m.bytes,
                 "rows": m.rows, "writes": m.writes, "wave": m.wave, "eta_s": live.eta_s[i],
                 **({"queue": m.queue, "partition": m.partition, "partition_tables": list(m.tables)}
                    if m.queue else {})}
@@ -179,8 +179,8 @@ def start_split(config: Config, spec: Spec, *, paused: bool = False, queue: str 
         raise RebalanceError("preflight of the whole move failed, nothing was started:\n"
                              + "\n".join(c.line() for c in checked.failures)
                              + "\nfix what it names, then run the split again")
-    planned = [{"source": spec.source_master, "source_slave": spec.source_slave, "target": spec.target_master,
-                "target_slave": spec.target_slave, "runs": [list(r) for r in spec.ranges()], "bytes": 0,
+    planned = [{"source": spec.source_master, "source_slave": spec.source_passive, "target": spec.target_master,
+                "target_slave": spec.target_passive, "runs": [list(r) for r in spec.ranges()], "bytes": 0,
                 "rows": 0, "writes": 0.0, "wave": 0, "eta_s": None}]
     return create(config, planned, kind="split", options=spec.options, max_concurrent=1, queue=queue,
                   paused=paused, postpone_cutover=postpone_cutover)

@@ -138,8 +138,8 @@ def job_insert(rnd: random.Random) -> tuple[str, tuple[Any, ...]]:
 
 def create_migration(fleet: Any, *, kind: str = "shards", tables: tuple[str, ...] = (),
                      shards: tuple[int, ...] = MOVING, **options: Any) -> Spec:
-    spec = Spec(id=new_id(), kind=kind, source_master=SOURCE, source_slave=SOURCE_SLAVE,
-                target_master=TARGET, target_slave=TARGET_SLAVE, shards=shards, tables=tables,
+    spec = Spec(id=new_id(), kind=kind, source_master=SOURCE, source_passive=SOURCE_SLAVE,
+                target_master=TARGET, target_passive=TARGET_SLAVE, shards=shards, tables=tables,
                 options=Options(**options))
     store = MigrationStore(fleet.zk)
     store.create(spec)

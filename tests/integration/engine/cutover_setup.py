@@ -87,13 +87,13 @@ def prepare_converged(fleet: Any, shards: tuple[int, ...] = (2, 3), *, options: 
     one that cuts over in batches (:mod:`migrator.engine.handover`)."""
     smap = fleet.smap
     src_m = smap.master_of(shards[0])
-    src_s = smap.range_of(shards[0]).slave
+    src_s = smap.range_of(shards[0]).passive
     if source_pair:
         src_m, src_s = source_pair
     if target_pair is None:
         target_pair = fleet.sandbox.pairs(spare=True)[0]
-    spec = Spec(id=new_id("m"), kind=kind, source_master=src_m, source_slave=src_s,
-                target_master=target_pair[0], target_slave=target_pair[1], shards=tuple(shards),
+    spec = Spec(id=new_id("m"), kind=kind, source_master=src_m, source_passive=src_s,
+                target_master=target_pair[0], target_passive=target_pair[1], shards=tuple(shards),
                 tables=tables, options=options or Options(), batched=batched)
     store = MigrationStore(fleet.zk)
     store.create(spec)

@@ -28,7 +28,7 @@ def test_cleanup_drops_tombstones_and_their_files(fleet):
     cutover(fleet.config, spec.id)
     fleet.sandbox.wait_pairs_converged()
     tombs = [tomb_db(spec.id, db) for db in spec.databases]
-    for host in (spec.source_master, spec.source_slave):  # the RENAME replicated to the old standby
+    for host in (spec.source_master, spec.source_passive):  # the RENAME replicated to the old standby
         for t in tombs:
             assert len(_files(fleet, host, t)) == 5, (host, t)
 
@@ -39,10 +39,10 @@ def test_cleanup_drops_tombstones_and_their_files(fleet):
     hold_maintenance_pause(fleet.zk, spec)
     res = cleanup(fleet.config, spec.id, now=True)
     # no wait here: cleanup returns once the old standby has applied the drops too
-    assert res.bytes_freed > 0 and res.standby_lag == []
+    assert res.bytes_freed > 0 and res.passive_lag == []
     assert sorted(res.dropped) == sorted([f"{spec.source_master}:{t}" for t in tombs] +
                                          [f"{spec.source_master}:{db}" for db in spec.databases])
-    for host in (spec.source_master, spec.source_slave):
+    for host in (spec.source_master, spec.source_passive):
         for schema in (*tombs, *spec.databases):
             assert not (Path(fleet.sandbox.state.procs[host].datadir) / "data" / schema).exists(), (host, schema)
     # the target still serves the shards
@@ -62,7 +62,7 @@ def test_cleanup_after_rollback_drops_the_new_masters_copies(fleet):
     assert len(_files(fleet, spec.target_master, tomb)) == 5
     res = cleanup(fleet.config, spec.id, now=True)
     fleet.sandbox.wait_pairs_converged()
-    for host in (spec.target_master, spec.target_slave):
+    for host in (spec.target_master, spec.target_passive):
         assert not (Path(fleet.sandbox.state.procs[host].datadir) / "data" / tomb).exists()
         assert not (Path(fleet.sandbox.state.procs[host].datadir) / "data" / "db00004").exists()
     assert len(_files(fleet, spec.source_master, "db00004")) == 6  # live again, sentinel included
@@ -124,19 +124,19 @@ def test_a_cleanup_reports_a_standby_that_has_not_applied_its_drops(fleet, monke
     spec = prep.spec
     cutover(fleet.config, spec.id)
     fleet.sandbox.wait_pairs_converged()
-    monkeypatch.setattr(cleanup_mod, "STANDBY_WAIT_S", 1.0)
+    monkeypatch.setattr(cleanup_mod, "PASSIVE_WAIT_S", 1.0)
     tomb = tomb_db(spec.id, "db00007")
-    with fleet.sandbox.root_conn(spec.source_slave) as root, root.cursor() as cur:
+    with fleet.sandbox.root_conn(spec.source_passive) as root, root.cursor() as cur:
         cur.execute("STOP SLAVE SQL_THREAD")
         try:
             res = cleanup(fleet.config, spec.id, now=True)
-            assert _files(fleet, spec.source_slave, tomb), "the standby applied the drop with its SQL thread stopped"
+            assert _files(fleet, spec.source_passive, tomb), "the standby applied the drop with its SQL thread stopped"
         finally:
             cur.execute("START SLAVE SQL_THREAD")
-    assert len(res.standby_lag) == 1 and res.standby_lag[0].startswith(f"{spec.source_slave}: had not applied")
+    assert len(res.passive_lag) == 1 and res.passive_lag[0].startswith(f"{spec.source_passive}: had not applied")
     assert prep.store.state(spec.id)[0].phase == Phase.CLEANED
     fleet.sandbox.wait_pairs_converged()
-    assert not _files(fleet, spec.source_slave, tomb)
+    assert not _files(fleet, spec.source_passive, tomb)
 
 
 def test_cleanup_never_drops_the_tombstones_under_a_rollback_on_any_path(fleet, monkeypatch):

@@ -127,7 +127,7 @@ def test_a_report_on_a_member_never_makes_a_client_wait_longer_than_the_budget(f
     fence = "rename" if member == "passive" else "gate"
     prep = prepare_converged(fleet, MOVING, options=Options(freeze_budget_ms=BUDGET_MS, fence=fence))
     spec = prep.spec
-    host = fleet.hosts[spec.source_slave if member == "passive" else spec.source_master]
+    host = fleet.hosts[spec.source_passive if member == "passive" else spec.source_master]
     writer = TimedWriter(host, fleet.credentials).start()
     time.sleep(0.3)
     report = Report(host, fleet.credentials)
@@ -155,7 +155,7 @@ def test_a_report_on_a_member_never_makes_a_client_wait_longer_than_the_budget(f
     assert writer.longest < BUDGET_MS / 1000 + SLACK_S, writer.longest
     assert not writer.errors, writer.errors[:3]
     a = mysql_connect(prep.source, fleet.credentials)
-    b = mysql_connect(fleet.hosts[spec.source_slave], fleet.credentials)
+    b = mysql_connect(fleet.hosts[spec.source_passive], fleet.credentials)
     try:
         assert gate_leftovers(a) == [] and gate_leftovers(b) == []
         _pair_synced(a, b)
@@ -170,7 +170,7 @@ def test_opted_in_the_migration_ends_a_reader_never_a_writer(fleet):
     prep = prepare_converged(fleet, MOVING, options=Options(freeze_budget_ms=BUDGET_MS, lock_retry_s=1.0,
                                                             kill_blockers=True, kill_blockers_max_rows=0))
     spec = prep.spec
-    passive = fleet.hosts[spec.source_slave]
+    passive = fleet.hosts[spec.source_passive]
     writer = TimedWriter(passive, fleet.credentials, table="db00003.pins").start()
     report = Report(passive, fleet.credentials)  # db00002.pins: read only, ended when it outlasts the tries
     holder = OpenTransaction(passive, fleet.credentials,  # db00003.pins: changed a row, never ended

@@ -17,7 +17,7 @@ from tests.integration.engine.support import Writer, gtid_seqs, missing_or_diffe
 def test_split_copies_every_untouched_row_while_writes_go_on(fleet, conns):
     res = command.plan_split(fleet.config, "MySQL001A", options=Options(chunk_rows=20, chunk_target_ms=20))
     spec = res.spec
-    assert spec.target_master == "MySQL003A" and spec.target_slave == "MySQL003B"
+    assert spec.target_master == "MySQL003A" and spec.target_passive == "MySQL003B"
     assert spec.shards == (2, 3)
     for s in spec.shards:
         assert maintenance_paused(fleet.zk, s) == spec.id

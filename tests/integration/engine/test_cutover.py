@@ -226,10 +226,10 @@ def test_a_target_standby_that_does_not_replicate_refuses_the_cutover(fleet):
     prep = prepare_converged(fleet, (5,))
     spec = prep.spec
     epoch = ShardMapStore(fleet.zk).read().epoch
-    with fleet.sandbox.root_conn(spec.target_slave) as root, root.cursor() as cur:
+    with fleet.sandbox.root_conn(spec.target_passive) as root, root.cursor() as cur:
         cur.execute("STOP SLAVE")
         try:
-            with pytest.raises(CutoverAborted, match=f"standby {spec.target_slave}.*not running"):
+            with pytest.raises(CutoverAborted, match=f"standby {spec.target_passive}.*not running"):
                 cutover(fleet.config, spec.id)
         finally:
             cur.execute("START SLAVE")

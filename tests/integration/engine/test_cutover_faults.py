@@ -120,7 +120,7 @@ def test_interrupted_before_the_flip_is_undone_then_cut_over(fleet):
     maps = ShardMapStore(fleet.zk)
     # the state a crash leaves: ranges frozen, phase cutover, the passive member's gate closed,
     # the fence's RENAMEs ran on the master when its connections died
-    passive = fleet.hosts[spec.source_slave]
+    passive = fleet.hosts[spec.source_passive]
     gate = TriggerGate(passive, fleet.credentials, [(db, t) for db in spec.databases for t in sorted(SEED_TABLES)],
                        tomb_suffix(spec.id), {db: tomb_db(spec.id, db) for db in spec.databases}).open()
     gate.install()
@@ -167,7 +167,7 @@ def test_interrupted_after_the_flip_is_finished(fleet, with_view):
     cur = maps.read()
     flipped = cur
     for lo, hi in spec.ranges():
-        flipped = flipped.reassign(lo, hi, spec.target_master, spec.target_slave)
+        flipped = flipped.reassign(lo, hi, spec.target_master, spec.target_passive)
     maps.cas(flipped, cur.epoch, reason="test: a cutover flipped and died before its RENAMEs ran")
     prep.store.set_phase(spec.id, Phase.CUTOVER)
 
@@ -339,7 +339,7 @@ def test_zookeeper_paused_at_the_flip_keeps_the_fences_closed_until_settled(flee
     prep = prepare_converged(fleet, MOVING, options=Options(freeze_budget_ms=20000))
     spec = prep.spec
     sb = fleet.sandbox
-    passive = fleet.hosts[spec.source_slave]
+    passive = fleet.hosts[spec.source_passive]
     router = ShardRouter(fleet.zk, fleet.credentials).start()
     routed = Writer(router, shards=MOVING, patience_s=120).start()
     pw = PassiveWriter(passive, fleet.credentials, MOVING).start()
@@ -413,7 +413,7 @@ def test_zookeeper_paused_at_the_flip_back_keeps_the_fences_closed_until_settled
     sb = fleet.sandbox
     cutover(fleet.config, spec.id, drainer=prep.drainer)
     prep.drainer.close()
-    passive = fleet.hosts[spec.target_slave]  # the new pair's passive member: gated by the flip back
+    passive = fleet.hosts[spec.target_passive]  # the new pair's passive member: gated by the flip back
     router = ShardRouter(fleet.zk, fleet.credentials).start()
     routed = Writer(router, shards=MOVING, patience_s=120).start()
     pw = PassiveWriter(passive, fleet.credentials, MOVING).start()

@@ -53,7 +53,7 @@ def _sides(fleet, spec) -> str:
     assert len(masters) == 1, masters
     where = "after" if masters == {spec.target_master} else "before"
     assert where == "after" or masters == {spec.source_master}
-    for name in (spec.source_master, spec.source_slave):
+    for name in (spec.source_master, spec.source_passive):
         with mysql_connect(fleet.hosts[name], fleet.credentials) as c:
             for db in spec.databases:
                 live, dead = tables_in(c, db), tables_in(c, tomb_db(spec.id, db))
@@ -126,7 +126,7 @@ class KillRun:
                 row = cur.fetchone()
                 assert row is not None and row[0] == data, (shard, lid, row, data)
         with mysql_connect(self.prep.source, fleet.credentials) as a, \
-                mysql_connect(fleet.hosts[spec.source_slave], fleet.credentials) as b:
+                mysql_connect(fleet.hosts[spec.source_passive], fleet.credentials) as b:
             pair_synced(a, b)
             replicating(a)
             replicating(b)
@@ -206,7 +206,7 @@ def test_a_holder_that_lost_its_lease_does_not_flip(fleet):
     assert "left the unfreeze and the phase to the worker" in err.value.message
     smap = ShardMapStore(fleet.zk).read()
     assert all(smap.is_frozen(s) for s in MOVING) and prep.store.state(spec.id)[0].phase == Phase.CUTOVER
-    with mysql_connect(fleet.hosts[spec.source_slave], fleet.credentials) as b:
+    with mysql_connect(fleet.hosts[spec.source_passive], fleet.credentials) as b:
         assert gate_leftovers(b) == []  # its own gate: reopened and removed
     assert reconcile(fleet.config, spec.id) == Phase.CONVERGED  # the settler
     assert _sides(fleet, spec) == "before"
@@ -230,7 +230,7 @@ def test_a_rollback_killed_in_its_flip_back_is_settled(fleet, tmp_path, step, wh
         assert not smap.frozen and {smap.master_of(s) for s in MOVING} == {owner}
         phase = run.prep.store.state(spec.id)[0].phase
         assert phase == (Phase.ROLLED_BACK if where == "after" else Phase.DONE), phase
-        fenced = (spec.target_master, spec.target_slave)
+        fenced = (spec.target_master, spec.target_passive)
         for name in fenced:  # the rollback's fenced pair: no gate left, tables wholly on one side
             with mysql_connect(fleet.hosts[name], fleet.credentials) as c:
                 assert gate_leftovers(c) == [], name
@@ -326,7 +326,7 @@ def test_a_holder_that_lost_its_lease_cannot_undo_a_second_attempt(fleet, fence)
 
     prep = prepare_converged(fleet, MOVING, options=Options(freeze_budget_ms=60000, fence=fence))
     spec, store = prep.spec, prep.store
-    passive = fleet.hosts[spec.source_slave]
+    passive = fleet.hosts[spec.source_passive]
     router = ShardRouter(fleet.zk, fleet.credentials).start()
     routed = Writer(router, shards=MOVING, patience_s=60).start()
     pw = PassiveWriter(passive, fleet.credentials, MOVING).start()
@@ -418,7 +418,7 @@ def test_the_next_attempt_removes_the_gate_a_dead_one_left(fleet):
 
     prep = prepare_converged(fleet, MOVING)
     spec = prep.spec
-    passive = fleet.hosts[spec.source_slave]
+    passive = fleet.hosts[spec.source_passive]
     with mysql_connect(passive, fleet.credentials) as c:
         tables = [(db, t) for db in spec.databases for t in sorted(tables_in(c, db)) if t != SENTINEL_TABLE]
     dead = TriggerGate(passive, fleet.credentials, tables, tomb_suffix(spec.id),
@@ -431,6 +431,6 @@ def test_the_next_attempt_removes_the_gate_a_dead_one_left(fleet):
         assert _triggers_of(c, "dead01") == 3 * len(tables)
     cutover(fleet.config, spec.id, drainer=prep.drainer)
     assert prep.store.state(spec.id)[0].phase == Phase.DONE
-    for name in (spec.source_master, spec.source_slave):
+    for name in (spec.source_master, spec.source_passive):
         with mysql_connect(fleet.hosts[name], fleet.credentials) as c:
             assert gate_leftovers(c) == [], name

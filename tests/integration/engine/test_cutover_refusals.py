@@ -249,20 +249,20 @@ def test_a_lagging_target_standby_is_named(fleet, monkeypatch):
     prep = prepare_converged(fleet, (5,))
     spec = prep.spec
     sb = fleet.sandbox
-    wait = CutoverRun.check_target_standby
-    monkeypatch.setattr(CutoverRun, "check_target_standby", lambda self, timeout=30.0: wait(self, timeout=2.0))
-    sb.set_link_delay(spec.target_slave, 3600)
+    wait = CutoverRun.check_target_passive
+    monkeypatch.setattr(CutoverRun, "check_target_passive", lambda self, timeout=30.0: wait(self, timeout=2.0))
+    sb.set_link_delay(spec.target_passive, 3600)
     try:
         with mysql_connect(prep.target, fleet.credentials) as t, t.cursor() as cur:
             cur.execute("CREATE DATABASE IF NOT EXISTS lag_probe")  # a write of the target master it lags behind
         with pytest.raises(CutoverAborted) as info:
             cutover(fleet.config, spec.id)
     finally:
-        sb.set_link_delay(spec.target_slave, 0)
+        sb.set_link_delay(spec.target_passive, 0)
         with mysql_connect(prep.target, fleet.credentials) as t, t.cursor() as cur:
             cur.execute("DROP DATABASE IF EXISTS lag_probe")
     msg = str(info.value)
-    assert f"the target's standby {spec.target_slave} has not applied {spec.target_master}'s writes" in msg, msg
+    assert f"the target's standby {spec.target_passive} has not applied {spec.target_master}'s writes" in msg, msg
     assert "it lags" in msg and "repair the target pair's replication" in msg, msg
     _serving(fleet, prep)
 

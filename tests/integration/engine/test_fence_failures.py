@@ -85,7 +85,7 @@ def test_a_release_whose_lock_connection_died_completes_or_says_why(fleet):
 
 
 def test_reopening_a_gate_whose_kill_fails_is_raised(fleet):
-    passive = fleet.hosts[fleet.smap.range_of(2).slave]
+    passive = fleet.hosts[fleet.smap.range_of(2).passive]
     gate = TriggerGate(passive, limited(fleet, passive), [("db00002", "pins")], "fencefail",
                        {"db00002": TOMB}).open()
     other = mysql_connect(passive, fleet.credentials)

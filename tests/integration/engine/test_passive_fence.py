@@ -34,7 +34,7 @@ SEED_TABLES = ["pins", "boards", "users", "board_has_pins", "user_has_boards"]
 def test_writes_on_the_passive_member_reach_the_target(fleet, fence):
     prep = prepare_converged(fleet, MOVING, options=Options(freeze_budget_ms=3000, fence=fence))
     spec = prep.spec
-    passive = fleet.hosts[spec.source_slave]
+    passive = fleet.hosts[spec.source_passive]
     assert passive.partner == spec.source_master
     router = ShardRouter(fleet.zk, fleet.credentials).start()
     # a stale client: the gate refuses it at once (1146), so it retries until the flip
@@ -98,7 +98,7 @@ def test_an_undone_freeze_reopens_the_passive_member(fleet, fence):
     prep = prepare_converged(fleet, MOVING, options=Options(freeze_budget_ms=800, fence=fence))
     prep.store.set_phase(prep.spec.id, Phase.CONVERGED, predicted_freeze_ms=10.0)
     spec = prep.spec
-    passive = fleet.hosts[spec.source_slave]
+    passive = fleet.hosts[spec.source_passive]
     seen: dict[str, object] = {}
 
     def stall(run):
@@ -149,14 +149,14 @@ def test_a_lagging_link_inside_the_source_pair_refuses_the_cutover_and_loses_not
     rename, stopped the master's SQL thread with 1146 and never reached the new owner)."""
     prep = prepare_converged(fleet, MOVING, options=Options(freeze_budget_ms=800))
     spec = prep.spec
-    passive = fleet.hosts[spec.source_slave]
+    passive = fleet.hosts[spec.source_passive]
     pw = PassiveWriter(passive, fleet.credentials, MOVING).start()
     sb = fleet.sandbox
     try:
         sb.set_link_delay(spec.source_master, 2)
         time.sleep(1.0)
         # 1. the gate sees the lag: refused before anything is frozen
-        with pytest.raises(FreezeBudgetExceeded, match=f"{spec.source_slave}'s writes|the source pair lags"):
+        with pytest.raises(FreezeBudgetExceeded, match=f"{spec.source_passive}'s writes|the source pair lags"):
             cutover(fleet.config, spec.id)
         assert prep.store.state(spec.id)[0].phase == Phase.CONVERGED
         smap = ShardMapStore(fleet.zk).read()

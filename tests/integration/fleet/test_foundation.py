@@ -60,7 +60,7 @@ def test_shard_databases_only_on_owning_pair(fleet):
         with fleet.sandbox.root_conn(name) as c, c.cursor() as cur:
             cur.execute("SHOW DATABASES LIKE 'db%'")
             dbs = {r[0] for r in cur.fetchall()}
-        owned = {f"db{s:05d}" for r in smap.ranges if name in (r.master, r.slave) for s in r.shards}
+        owned = {f"db{s:05d}" for r in smap.ranges if name in (r.master, r.passive) for s in r.shards}
         assert dbs == owned, name
         if owned:
             with fleet.sandbox.root_conn(name) as c, c.cursor() as cur:

@@ -139,7 +139,7 @@ def test_a_split_of_300_tables_runs_as_batched_rename_fenced_cutovers(big_fleet,
     assert len(moved) >= 300, len(moved)
     # the old pair: no passive gate left on either member, replicating both ways
     a = mysql_connect(hosts[specs[0].source_master], creds)
-    b = mysql_connect(hosts[specs[0].source_slave], creds)
+    b = mysql_connect(hosts[specs[0].source_passive], creds)
     try:
         assert gate_leftovers(a) == [] and gate_leftovers(b) == []
         pair_synced(a, b)

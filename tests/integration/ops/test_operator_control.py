@@ -79,7 +79,7 @@ def test_set_options_take_effect_at_the_next_copy_slice(fleet):
     assert res.returncode == 0, res.stderr
     assert "max threads running 77" in res.stdout
     spec = MigrationStore(fleet.zk).spec(mid)
-    assert (spec.options.max_standby_lag_s, spec.options.max_threads_running, spec.options.chunk_target_ms,
+    assert (spec.options.max_passive_lag_s, spec.options.max_threads_running, spec.options.chunk_target_ms,
             spec.options.freeze_budget_ms) == (9.5, 77, 123, 450)
     assert spec.shards == (2, 3)  # only options changed
     work(fleet)
@@ -163,7 +163,7 @@ def test_limits_and_postpone_given_at_launch(fleet):
     assert res.returncode == 0, res.stderr
     [mid] = MigrationStore(fleet.zk).list()
     o = MigrationStore(fleet.zk).spec(mid).options
-    assert (o.max_standby_lag_s, o.max_threads_running, o.freeze_budget_ms, o.cutover_retry_s) == (7.5, 33, 450, 90)
+    assert (o.max_passive_lag_s, o.max_threads_running, o.freeze_budget_ms, o.cutover_retry_s) == (7.5, 33, 450, 90)
     assert (o.lock_retry_s, o.kill_blockers, o.kill_blockers_max_rows) == (12, True, 0)
     assert MigrationStore(fleet.zk).state(mid)[0].postpone_cutover
     assert queued(fleet) == 0  # --no-start: nothing handed to the workers
@@ -197,7 +197,7 @@ def test_postpone_and_set_take_a_rebalance_id(fleet):
     rec, _ = RecordStore(fleet.zk).get(rid)
     mid = rec["moves"][0]["migration"]
     store = MigrationStore(fleet.zk)
-    assert store.state(mid)[0].postpone_cutover and store.spec(mid).options.max_standby_lag_s == 9
+    assert store.state(mid)[0].postpone_cutover and store.spec(mid).options.max_passive_lag_s == 9
     res = run_cli("postpone", rid, "--release", config=fleet.config_path)
     assert res.returncode == 0 and "released (1 running moves)" in res.stdout, res.stdout
     assert not store.state(mid)[0].postpone_cutover

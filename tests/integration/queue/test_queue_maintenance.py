@@ -57,7 +57,7 @@ def test_maintenance_drops_expired_buckets_and_files(qs, fleet):
     assert qs.ack("mt", [AckItem(id=d.id, claim=d.claim)]) == ["OK"]
     # the slave follows the statement-based DDL
     fleet.sandbox.wait_pairs_converged()
-    slave = qs.router.map.range_of(part.shard).slave
+    slave = qs.router.map.range_of(part.shard).passive
     slave_files = ibd_files(fleet, slave, part.shard, part.table)
     assert not set(r.dropped) & set(slave_files)
 

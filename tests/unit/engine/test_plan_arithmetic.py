@@ -20,7 +20,7 @@ from migrator.fleet.model import Host, ShardMap, ShardRange
 
 def _map(*ranges: tuple[int, int, str, str]) -> ShardMap:
     return ShardMap(num_shards=max(r[1] for r in ranges) + 1,
-                    ranges=tuple(ShardRange(lo=lo, hi=hi, master=m, slave=s) for lo, hi, m, s in ranges))
+                    ranges=tuple(ShardRange(lo=lo, hi=hi, master=m, passive=s) for lo, hi, m, s in ranges))
 
 
 def _hosts(*pairs: tuple[str, str]) -> dict[str, Host]:

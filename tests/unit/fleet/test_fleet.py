@@ -108,6 +108,6 @@ def test_even_layout_and_names():
 
 
 def test_range_helpers():
-    r = ShardRange(lo=4, hi=7, master="A", slave="B")
+    r = ShardRange(lo=4, hi=7, master="A", passive="B")
     assert r.count == 4 and r.contains(7) and not r.contains(8)
     assert r.overlaps(7, 9) and not r.overlaps(8, 9)

@@ -18,9 +18,9 @@ A, B, C = "MySQL001A", "MySQL002A", "MySQL003A"
 
 def smap(frozen=()) -> ShardMap:
     return ShardMap(num_shards=8, epoch=7, frozen=frozen,
-                    ranges=(ShardRange(lo=0, hi=1, master=A, slave="MySQL001B"),
-                            ShardRange(lo=2, hi=5, master=B, slave="MySQL002B"),
-                            ShardRange(lo=6, hi=7, master=A, slave="MySQL001B")))
+                    ranges=(ShardRange(lo=0, hi=1, master=A, passive="MySQL001B"),
+                            ShardRange(lo=2, hi=5, master=B, passive="MySQL002B"),
+                            ShardRange(lo=6, hi=7, master=A, passive="MySQL001B")))
 
 
 def hosts() -> dict[str, Host]:
@@ -57,9 +57,9 @@ def test_fleet_view_sums_per_pair_and_marks_frozen_ranges():
 
 def test_rebalance_loads_put_moved_shards_back_for_before():
     # today's map: shards 6-7 already moved from A to C (done); 4-5 are moving from B to C; 0 was cancelled
-    now = ShardMap(num_shards=8, ranges=(ShardRange(lo=0, hi=1, master=A, slave="MySQL001B"),
-                                         ShardRange(lo=2, hi=5, master=B, slave="MySQL002B"),
-                                         ShardRange(lo=6, hi=7, master=C, slave="MySQL003B")))
+    now = ShardMap(num_shards=8, ranges=(ShardRange(lo=0, hi=1, master=A, passive="MySQL001B"),
+                                         ShardRange(lo=2, hi=5, master=B, passive="MySQL002B"),
+                                         ShardRange(lo=6, hi=7, master=C, passive="MySQL003B")))
     rec = {"id": "rb-1", "phase": "running", "objective": "bytes", "moves": [
         {"index": 1, "wave": 0, "source": B, "target": C, "runs": [[4, 5]], "bytes": 1100, "state": "running",
          "migration": "rb-1-m001"},

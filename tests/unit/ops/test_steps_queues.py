@@ -10,8 +10,8 @@ FLEET = _hosts(("MySQL001A", "MySQL001B"), ("MySQL002A", "MySQL002B"), ("MySQL00
 
 
 def test_a_migration_goes_to_its_source_pairs_queue_whichever_member_is_master():
-    spec = Spec(id="m1", source_master="MySQL002B", source_slave="MySQL002A", target_master="MySQL003A",
-                target_slave="MySQL003B", shards=(1, 2))
+    spec = Spec(id="m1", source_master="MySQL002B", source_passive="MySQL002A", target_master="MySQL003A",
+                target_passive="MySQL003B", shards=(1, 2))
     assert steps.migration_queue(spec) == "migrator.pair.MySQL002A" == steps.pair_queue("MySQL002A")
 
 
