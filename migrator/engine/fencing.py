@@ -3,7 +3,7 @@
 Decided long before the cutover (the plan sizes batches by it, preflight checks
 what the mode needs, the copy prepares for it), so it lives below the cutover
 package: the phases before the cutover read it without importing the cutover.
-:mod:`migrator.engine.cutover.fence` and :mod:`migrator.engine.cutover.passive_gate`
+:mod:`migrator.engine.cutover.rename_fence` and :mod:`migrator.engine.cutover.trigger_gate`
 are the fences themselves.
 """
 

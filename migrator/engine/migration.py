@@ -135,7 +135,7 @@ class Options(BaseModel):
     #: table, at most fence.MAX_TABLES tables), "gate" (triggers and one gate table, any number of tables),
     #: "auto" (rename up to fence.MAX_TABLES tables, else gate; the CLI runs a bigger split or move as one batched
     #: migration cut over in rename-fenced batches instead, see migrator.engine.handover); see
-    #: migrator.engine.cutover.fence
+    #: migrator.engine.cutover.rename_fence
     fence: Literal["auto", "rename", "gate"] = "auto"
     retention_s: int = Field(default=24 * 3600, ge=0)
     #: how long the pipeline (``jobs.pipeline.finish``) keeps trying a cutover that stopped before the flip

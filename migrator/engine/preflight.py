@@ -87,7 +87,7 @@ REQUIRED_GRANTS: dict[str, str] = {
     "TRIGGER": "close the moving tables on the passive side at cutover (its write gate)",
     "BINLOG ADMIN": "keep the fence's renames and the passive gate out of the binlog (sql_log_bin=0)",
 }
-#: what the write gate does on a pair's passive member (:mod:`migrator.engine.cutover.passive_gate`), by
+#: what the write gate does on a pair's passive member (:mod:`migrator.engine.cutover.trigger_gate`), by
 #: privilege: the triggers, the gate table and its schema, the renames to the tombstones under LOCK TABLES,
 #: ``sql_log_bin=0``, the fence's sweeps of waiting clients, the replication check
 GATE_GRANTS = ("SELECT", "INSERT", "CREATE", "DROP", "ALTER", "LOCK TABLES", "TRIGGER", "BINLOG ADMIN", "PROCESS",
@@ -346,7 +346,7 @@ def _check_gate_grants(conn: pymysql.connections.Connection, role: str, name: st
 
 def _check_gate(conn: pymysql.connections.Connection, name: str, res: PreflightResult, *,
                 label: str = "passive gate") -> None:
-    """The host can be closed by the cutover's trigger gate (see migrator.engine.cutover.passive_gate)."""
+    """The host can be closed by the cutover's trigger gate (see migrator.engine.cutover.trigger_gate)."""
     v = inspector.global_variables(conn, ["log_bin_trust_function_creators", "slave_run_triggers_for_rbr",
                                           "enforce_storage_engine"])
     ok = True

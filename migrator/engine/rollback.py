@@ -69,9 +69,9 @@ from migrator.engine.catch_up.checkpoint import moving_tables as tail_tables
 from migrator.engine.catch_up.passes import PassResult, judge, measure_pass
 from migrator.engine.catch_up.tailer import DrainTimeout, Tailer
 from migrator.engine.cutover.attempt import BACK, RollbackError, drive, settle_after_unknown
+from migrator.engine.cutover.budget import FIXED_FREEZE_MS
 from migrator.engine.cutover.direction import Direction, passive_of
 from migrator.engine.cutover.errors import FlipUnknown, FreezeBudgetExceeded
-from migrator.engine.cutover.gate import FIXED_FREEZE_MS
 from migrator.engine.cutover.hooks import CutoverHooks, CutoverResult, RunView
 from migrator.engine.cutover.lease import CutoverLease
 from migrator.engine.cutover.reconcile import reconcile

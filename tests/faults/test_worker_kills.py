@@ -194,7 +194,7 @@ STANDBY_LATE_S = 20
 
 def _gate_objects(fleet) -> list[tuple[str, str]]:
     """(host, name) of every gate trigger (``_mgate_%``) and gate table on every member of the sandbox."""
-    from migrator.engine.cutover.passive_gate import GATE_SCHEMA
+    from migrator.engine.cutover.trigger_gate import GATE_SCHEMA
     from migrator.fleet.mysql import connect as mysql_connect
 
     out = []

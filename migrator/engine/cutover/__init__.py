@@ -18,7 +18,7 @@ catch-up has converged. It reads like the runbook:
    itself (kills the pending RENAMEs, releases the lock, unfreezes). The
    budget bounds the time to the flip decision; once the flip CAS is under
    way nothing is undone (the release after it is one sweep and an UNLOCK).
-4. **Fence** the source tables (:class:`migrator.engine.cutover.fence.Fence`): LOCK TABLES
+4. **Fence** the source tables (:class:`migrator.engine.cutover.rename_fence.Fence`): LOCK TABLES
    ... WRITE on connection A, one RENAME per table to the tombstones queued on
    B1..Bn (one per table: see the fence module for why).
 5. **Sentinel**: under the lock, A writes a unique row to ``_migrator_sentinel``
@@ -67,6 +67,20 @@ is and its other tables keep serving. The run changes the map only through the
 spec's :class:`~migrator.fleet.model.MovingSet`, which for a partition freezes
 and flips the route instead of ranges (one CAS, as for shards); it fences only
 ``Spec.tables`` (the partition's tables; the sentinel lives in the same db).
+
+Words and modules
+-----------------
+* **budget** (:mod:`.budget`): the check before the freeze that the predicted
+  freeze fits ``freeze_budget_ms``; the attempt records it as its ``gate`` step.
+* **rename fence** (:mod:`.rename_fence`): ``LOCK TABLES`` plus one queued
+  ``RENAME`` per table on a master (``fence=rename``).
+* **trigger gate** (:mod:`.trigger_gate`): triggers reading a gate table on a
+  member, dropping the table closes it to clients, not to replication (the
+  passive member always; the master too under ``fence=gate``).
+* **pair fence** (:mod:`.fences`): both members of the source pair behind one
+  interface, with the mode chosen once (:func:`migrator.engine.fencing.fence_mode`).
+* **passive**: the pair member the map does not name as master (the map's wire
+  key is ``slave``: :data:`migrator.fleet.model.WIRE_NAMES`).
 """
 
 from __future__ import annotations
@@ -78,6 +92,7 @@ from typing import Any
 from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_fixed
 
 from migrator.engine.cutover.attempt import FORWARD, drive, settle_after_unknown
+from migrator.engine.cutover.budget import FIXED_FREEZE_MS, check_budget, predict_freeze_ms
 from migrator.engine.cutover.direction import Direction, forward, passive_of
 from migrator.engine.cutover.errors import (
     ZK_LOST,
@@ -87,7 +102,6 @@ from migrator.engine.cutover.errors import (
     FreezeBudgetExceeded,
     NotConverged,
 )
-from migrator.engine.cutover.gate import FIXED_FREEZE_MS, check_budget, predict_freeze_ms
 from migrator.engine.cutover.hooks import CutoverHooks, CutoverResult
 from migrator.engine.cutover.lease import CutoverLease, CutoverRunning
 from migrator.engine.cutover.reconcile import reconcile

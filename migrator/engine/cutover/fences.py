@@ -4,12 +4,12 @@ Runs in the cutover process (and a rollback's). Two ways keep clients off the
 moving tables of one member of the source pair:
 
 * :class:`RenameFence`: ``LOCK TABLES`` plus one queued ``RENAME`` per table
-  (:class:`~migrator.engine.cutover.fence.Fence`); releasing it ends the
+  (:class:`~migrator.engine.cutover.rename_fence.Fence`); releasing it ends the
   clients waiting on it and lets the renames run, which finish after the
   freeze (stale writers are ended until they have);
 * :class:`GateFence`: triggers that read a gate table; dropping the gate table
   closes the member to clients, not to replication
-  (:class:`~migrator.engine.cutover.passive_gate.TriggerGate`); the renames run
+  (:class:`~migrator.engine.cutover.trigger_gate.TriggerGate`); the renames run
   after the flip.
 
 Both answer the same verbs, one meaning each:
@@ -41,8 +41,8 @@ from typing import Any, Protocol
 
 import pymysql
 
-from migrator.engine.cutover.fence import Fence, Move, fence_mode
-from migrator.engine.cutover.passive_gate import TriggerGate
+from migrator.engine.cutover.rename_fence import Fence, Move, fence_mode
+from migrator.engine.cutover.trigger_gate import TriggerGate
 from migrator.engine.mdl import LockWait
 from migrator.engine.migration import Spec
 from migrator.engine.names import SENTINEL_TABLE, tomb_db, tomb_suffix

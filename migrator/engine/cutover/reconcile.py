@@ -16,7 +16,7 @@ can no longer commit, and the map read then is final.
 
 A settler works on every attempt of the migration at once: the gates it opens,
 closes or finishes are every attempt's (their names carry the attempt,
-:mod:`migrator.engine.cutover.passive_gate`), since it acts only while no lease
+:mod:`migrator.engine.cutover.trigger_gate`), since it acts only while no lease
 is held and no new attempt installs anything before the phase it writes last.
 Its map and phase writes are guarded by its settle lock's node: a settler whose
 session expired midway cannot write over the next one.
@@ -41,7 +41,6 @@ from migrator.engine.binlog.reader import LocalReader
 from migrator.engine.catch_up.checkpoint import CHECKPOINT_KEY
 from migrator.engine.cutover.direction import passive_of
 from migrator.engine.cutover.errors import ZK_LOST
-from migrator.engine.cutover.fence import Fence, Move
 from migrator.engine.cutover.lease import (
     CutoverLease,
     CutoverRunning,
@@ -53,7 +52,8 @@ from migrator.engine.cutover.lease import (
     where_it_was,
 )
 from migrator.engine.cutover.maps import reread_map, unfreeze_ranges
-from migrator.engine.cutover.passive_gate import GATE_SCHEMA, TRIGGER_PREFIX, TriggerGate, gate_table
+from migrator.engine.cutover.rename_fence import Fence, Move
+from migrator.engine.cutover.trigger_gate import GATE_SCHEMA, TRIGGER_PREFIX, TriggerGate, gate_table
 from migrator.engine.mdl import LockWait
 from migrator.engine.migration import MigrationNotFound, MigrationStore, Node, Phase, Spec
 from migrator.engine.names import SENTINEL_TABLE, rename_tomb_tables, tomb_db, tomb_suffix

@@ -22,7 +22,7 @@ class AttemptRecord:
     before_freeze: dict[str, float] = field(default_factory=dict)
     #: the rounds of the re-check before the freeze (rows re-checked, seconds)
     refresh_rounds: list[dict[str, float]] = field(default_factory=list)
-    #: the gate's predictions (:func:`migrator.engine.cutover.gate.check_budget`)
+    #: the gate's predictions (:func:`migrator.engine.cutover.budget.check_budget`)
     predicted: dict[str, Any] = field(default_factory=dict)
     #: the drain under the fence (row changes read, ms until the last were read and until their round was
     #: sent, ms saving checkpoints)

@@ -5,7 +5,7 @@ that may be hours of binlog away: the full check's drains
 (:func:`migrator.engine.verify.run.run_full_check`), the re-check before a
 cutover's freeze (:func:`migrator.engine.cutover.recheck.refresh_verified_gtid`),
 which reads every row changed since the last full check, the cutover gate's
-catch-up before it times the drain (:func:`migrator.engine.cutover.gate.predict_freeze_ms`),
+catch-up before it times the drain (:func:`migrator.engine.cutover.budget.predict_freeze_ms`),
 reconcile's drain up to an undone cutover's renames and its binlog read of them
 (:func:`migrator.engine.cutover.reconcile.skip_tombstone_renames`), and a
 rollback's drain before its timed gate. A fixed timeout there

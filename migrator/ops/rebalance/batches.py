@@ -1,8 +1,8 @@
 """Batched cutovers: a move of more tables than one rename fence takes cuts over in batches.
 
 A host-sized split (512 shards x 5 tables) cannot be fenced by one
-:class:`~migrator.engine.cutover.fence.Fence`: it holds one connection per table
-(at most :data:`~migrator.engine.cutover.fence.MAX_TABLES`). Such a move is one
+:class:`~migrator.engine.cutover.rename_fence.Fence`: it holds one connection per table
+(at most :data:`~migrator.engine.cutover.rename_fence.MAX_TABLES`). Such a move is one
 **batched** migration (``Spec.batched``): preflighted, copied, tailed and
 verified once, for all its shards. Its pipeline then hands its shards over
 in **batches** of consecutive shards, one at a time, each to a batch migration
@@ -12,22 +12,22 @@ valid, with part of the ranges moved. The rebalance record lists the batches as
 they are handed over (:func:`migrator.ops.rebalance.record.refresh`).
 
 Batch size follows the freeze budget: the first batch is sized by the cutover's
-model of the rename fence's freeze (:mod:`migrator.engine.cutover.gate`: a fixed
+model of the rename fence's freeze (:mod:`migrator.engine.cutover.budget`: a fixed
 part and a part per table; here the fixed part, :data:`FIXED_MS`, also holds a
 drain, :data:`DRAIN_MS`), aimed at :data:`AIM` of the budget; every later batch by the freezes
 measured so far (:func:`measured_costs`, :func:`next_batch`), growing at most to twice
 the biggest finished batch. A table costs the freeze its lock, its queued RENAME
 and its sentinel row; the RENAMEs themselves run after the freeze (the release
-lets the waiting clients go first: :mod:`migrator.engine.cutover.fence`), so the
+lets the waiting clients go first: :mod:`migrator.engine.cutover.rename_fence`), so the
 batch's table count weighs little on its freeze, and a batch is most often bounded
-by :data:`~migrator.engine.cutover.fence.MAX_TABLES`.
+by :data:`~migrator.engine.cutover.rename_fence.MAX_TABLES`.
 This keeps every guarantee of the rename
 fence (TRUNCATE and DDL wait for the lock, no stale reader sees the old tables
 after the flip, prepared statements keep working), which the trigger gate
 (``--fence gate``) does not.
 
 A shard whose tables alone exceed the limit is a batch of its own, fenced by the
-gate under ``fence=auto`` (see :func:`~migrator.engine.cutover.fence.fence_mode`).
+gate under ``fence=auto`` (see :func:`~migrator.engine.cutover.rename_fence.fence_mode`).
 A move fenced by the gate (``--fence gate``) is never batched: one gate closes any
 number of tables.
 """
@@ -39,7 +39,7 @@ import statistics
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from migrator.engine.cutover.gate import FENCE_PER_TABLE_MS, FIXED_FREEZE_MS
+from migrator.engine.cutover.budget import FENCE_PER_TABLE_MS, FIXED_FREEZE_MS
 from migrator.engine.fencing import MAX_TABLES
 from migrator.engine.names import SENTINEL_TABLE
 from migrator.fleet.ids import shard_db

@@ -338,7 +338,7 @@ def pair_synced(a: Any, b: Any, timeout: float = 30) -> None:
 
 def gate_leftovers(conn: Any, dbs: Any = ()) -> list:  # noqa: ARG001 - every gate on the server counts
     """Passive-gate triggers and gate tables left on this server."""
-    from migrator.engine.cutover.passive_gate import GATE_SCHEMA, TRIGGER_PREFIX
+    from migrator.engine.cutover.trigger_gate import GATE_SCHEMA, TRIGGER_PREFIX
 
     with conn.cursor() as cur:
         cur.execute("SELECT TRIGGER_SCHEMA, TRIGGER_NAME FROM information_schema.TRIGGERS WHERE TRIGGER_NAME LIKE %s",

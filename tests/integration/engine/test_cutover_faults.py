@@ -16,8 +16,8 @@ from kazoo.exceptions import ConnectionLoss, KazooException
 from migrator.engine.cutover import cutover
 from migrator.engine.cutover.errors import CutoverAborted
 from migrator.engine.cutover.hooks import CutoverHooks
-from migrator.engine.cutover.passive_gate import TriggerGate
 from migrator.engine.cutover.reconcile import reconcile
+from migrator.engine.cutover.trigger_gate import TriggerGate
 from migrator.engine.migration import Options, Phase
 from migrator.engine.names import tomb_db, tomb_suffix
 from migrator.fleet.mysql import connect as mysql_connect
@@ -477,7 +477,7 @@ def test_a_failed_rename_batch_of_a_gated_member_keeps_its_tables_closed(fleet, 
     RENAMEs are queued; when the batch fails there (here: the queueing raises), the tables must not be left
     live without their triggers, open to a stale writer after the flip: the triggers are put back before the
     lock is let go, the writer is refused (1146), and the settle finishes the move."""
-    from migrator.engine.cutover import fence as fence_mod
+    from migrator.engine.cutover import rename_fence as fence_mod
     from migrator.engine.cutover.errors import CutoverError
 
     prep = prepare_converged(fleet, MOVING, options=Options(freeze_budget_ms=3000, fence="gate"))

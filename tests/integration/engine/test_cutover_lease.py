@@ -413,7 +413,7 @@ def test_the_next_attempt_removes_the_gate_a_dead_one_left(fleet):
     """An attempt whose holder died in its prepare step (phase still converged) left its gate's triggers and
     gate table on the passive member, and no record for a settler: the next cutover removes every attempt's
     before it installs its own, and flips with no gate object left on either member of the source pair."""
-    from migrator.engine.cutover.passive_gate import TriggerGate
+    from migrator.engine.cutover.trigger_gate import TriggerGate
     from migrator.engine.names import SENTINEL_TABLE, tomb_suffix
 
     prep = prepare_converged(fleet, MOVING)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pymysql
 import pytest
 
-from migrator.engine.cutover.fence import Fence, FenceError, Move
-from migrator.engine.cutover.passive_gate import GateError, TriggerGate
+from migrator.engine.cutover.rename_fence import Fence, FenceError, Move
+from migrator.engine.cutover.trigger_gate import GateError, TriggerGate
 from migrator.fleet.mysql import connect as mysql_connect
 from migrator.fleet.mysql import scalar
 

@@ -9,7 +9,7 @@ import time
 
 import pymysql
 
-from migrator.engine.cutover.fence import Fence, Move
+from migrator.engine.cutover.rename_fence import Fence, Move
 from migrator.fleet.mysql import ER_NO_SUCH_TABLE, ER_QUERY_INTERRUPTED, query, scalar
 from migrator.fleet.mysql import connect as mysql_connect
 
@@ -123,7 +123,7 @@ def test_waiters_are_ended_at_the_release_and_stale_writers_behind_the_renames_t
 def test_a_statement_that_ended_before_its_kill_does_not_stop_the_sweep(fleet, monkeypatch):
     """Between the sweep's processlist read and its KILL the statement may end (the server answers 1957,
     unknown query id): the sweep goes on."""
-    from migrator.engine.cutover import fence as fence_mod
+    from migrator.engine.cutover import rename_fence as fence_mod
 
     host = fleet.hosts[fleet.smap.master_of(2)]
     fence = Fence(host, fleet.credentials, [Move("db00002", "pins", TOMB)], log_renames=False).open()

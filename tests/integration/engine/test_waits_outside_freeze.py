@@ -1,6 +1,6 @@
 """The waits outside the freeze in the cutover's gate scale with the work (:mod:`migrator.engine.verify.waits`).
 
-The gate's catch-up drain before it times the drain (:func:`migrator.engine.cutover.gate.predict_freeze_ms`)
+The gate's catch-up drain before it times the drain (:func:`migrator.engine.cutover.budget.predict_freeze_ms`)
 went on for a fixed 120 s; it now goes on while the tail advances and is refused, naming how far it got and
 the cutover's phase, once the tail has not moved for the stall timeout (shortened here). The drainer here
 waits for the catch-up worker's checkpoint (:class:`~migrator.engine.verify.drainers.CheckpointWaiter`, as
@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from migrator.engine.cutover.gate import predict_freeze_ms
+from migrator.engine.cutover.budget import predict_freeze_ms
 from migrator.engine.cutover.run import CutoverRun
 from migrator.engine.migration import Options
 from migrator.engine.verify import waits

@@ -20,7 +20,7 @@ import sys
 
 import pytest
 
-from migrator.engine.cutover.fence import MAX_TABLES
+from migrator.engine.cutover.rename_fence import MAX_TABLES
 from migrator.engine.migration import MigrationStore
 from migrator.engine.plan import maintenance_paused
 from migrator.fleet import config as config_mod

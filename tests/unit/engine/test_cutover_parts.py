@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
-from migrator.engine.cutover.fence import Fence, Move
+from migrator.engine.cutover.rename_fence import Fence, Move
 from migrator.engine.cutover.watchdog import Watchdog
 from migrator.engine.names import tomb_db, tomb_suffix
 from migrator.fleet.model import Host

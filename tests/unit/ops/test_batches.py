@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from migrator.engine.cutover.fence import MAX_TABLES
+from migrator.engine.cutover.rename_fence import MAX_TABLES
 from migrator.ops.rebalance import batches
 
 

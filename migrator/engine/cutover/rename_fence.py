@@ -42,7 +42,7 @@ MariaDB 10.11: a row written to ``db00002.pins`` after the fence). A pending
 exclusive request on every table is what keeps every writer out.
 
 The renames are not binlogged (``sql_log_bin=0``) when the pair's passive
-member is fenced too (:mod:`migrator.engine.cutover.passive_gate`): each member of the pair
+member is fenced too (:mod:`migrator.engine.cutover.trigger_gate`): each member of the pair
 then renames its own tables, after it has applied every row of the other, so
 no member replays a rename that would strand its partner's last writes.
 Without a passive fence they are binlogged and the partner follows them.

@@ -1,4 +1,4 @@
-"""The gate before the freeze: does the predicted write freeze fit its budget?
+"""The freeze budget, checked before the freeze: does the predicted write freeze fit it?
 
 Runs in the cutover process after the run is prepared (fence connections
 open, sentinels in place) and before anything is frozen. The prediction is

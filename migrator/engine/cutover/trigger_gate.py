@@ -1,4 +1,4 @@
-"""The write gate on the source pair's passive member: its clients stop, its replication does not.
+"""The trigger gate on the source pair's passive member: its clients stop, its replication does not.
 
 Runs in the cutover worker, against the *passive* member of the pair being
 fenced (``MySQL001B`` when ``MySQL001A`` is the master), around the freeze.
@@ -6,7 +6,7 @@ fenced (``MySQL001B`` when ``MySQL001A`` is the master), around the freeze.
 Why a second mechanism
 ----------------------
 In a master-master pair a write can land on either member. The active-side
-fence (:mod:`migrator.engine.cutover.fence`) takes ``LOCK TABLES ... WRITE`` on the master,
+fence (:mod:`migrator.engine.cutover.rename_fence`) takes ``LOCK TABLES ... WRITE`` on the master,
 and that lock blocks the master's replication SQL thread as much as its
 clients: a passive-side write that arrives during the freeze would wait behind
 the lock, hit the renamed table afterwards (1146), stop replication and never
@@ -42,7 +42,7 @@ file). Inside the freeze:
    refuses to move a table with triggers to another schema, error 1435).
 
 The same gate fences the *active* master of a move too large for the rename
-fence (more than :data:`~migrator.engine.cutover.fence.MAX_TABLES` tables,
+fence (more than :data:`~migrator.engine.cutover.rename_fence.MAX_TABLES` tables,
 migration option ``fence=auto``, or ``fence=gate``): one ``DROP TABLE`` closes
 any number of tables, and the renames to the tombstones happen after the flip,
 outside the freeze, while the gate keeps every client write out. What the gate
@@ -68,7 +68,7 @@ removes its triggers and gate table.
 
 Every statement here runs with ``sql_log_bin=0``: the gate, the triggers and
 the renames stay on the member they were made on. The master renames its own
-tables unlogged too (see :mod:`migrator.engine.cutover.fence`), so neither side replays the
+tables unlogged too (see :mod:`migrator.engine.cutover.rename_fence`), so neither side replays the
 other's tombstone renames: each member renames its tables after it has applied
 every row of the other.
 
@@ -108,7 +108,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pymysql
 
-from migrator.engine.cutover.fence import ER_NO_SUCH_THREAD, MAX_TABLES, Fence, Move, take_spare
+from migrator.engine.cutover.rename_fence import ER_NO_SUCH_THREAD, MAX_TABLES, Fence, Move, take_spare
 from migrator.engine.mdl import DEFAULT_WAIT, Attempts, LockWait, run_locking
 from migrator.errors import MigratorError
 from migrator.fleet.config import Credentials
@@ -416,7 +416,7 @@ class TriggerGate:
 
         The gate stays closed throughout: the triggers are dropped under the
         rename fence's lock, so no client write gets in between. At most
-        :data:`~migrator.engine.cutover.fence.MAX_TABLES` tables at a time (one
+        :data:`~migrator.engine.cutover.rename_fence.MAX_TABLES` tables at a time (one
         connection each); the rest stay closed by the gate meanwhile.
         ``log_renames``: binlog the renames (the master of a pair whose partner is not gated).
         """
