@@ -189,7 +189,7 @@ def _refuse_over_budget(run: CutoverRun, predicted: float, p: dict[str, Any]) ->
             f"the source pair lags: {source} had not applied a write of {passive} within "
             f"{max(2 * budget / 1000, PAIR_LAG_MIN_WAIT_S):.0f} s, and a "
             f"freeze waits for that member's last writes before it fences; repair or wait out the replication "
-            f"{passive} -> {source} (SHOW SLAVE STATUS on {source}), then retry", phase="cutover")
+            f"{passive} -> {source} (SHOW SLAVE STATUS on {source}), then retry", phase=run.direction.label)
     if predicted > budget:
         parts = []
         if "drain_ms" in p:
@@ -205,4 +205,4 @@ def _refuse_over_budget(run: CutoverRun, predicted: float, p: dict[str, Any]) ->
                 "let catch-up converge further (lower write load) or raise freeze_budget_ms")
         raise FreezeBudgetExceeded(
             f"predicted freeze {predicted:.0f} ms ({', '.join(parts)}) exceeds the budget of {budget} ms: {todo}",
-            phase="cutover")
+            phase=run.direction.label)

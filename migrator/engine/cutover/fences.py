@@ -172,8 +172,11 @@ class PairFence:
     Made empty with the attempt; :meth:`prepare` opens it (connections, the gates' triggers) and picks
     the mode. The run writes and reads under it through :attr:`writer` only, whichever fence it is."""
 
-    def __init__(self, source: Host, passive_host: Host | None, creds: Credentials, attempt_id: str):
+    def __init__(self, source: Host, passive_host: Host | None, creds: Credentials, attempt_id: str, *,
+                 phase: str = "cutover"):
         self.source = source
+        #: the direction's label (``cutover``, ``rollback``): the phase the fences' errors name
+        self.phase = phase
         self.passive_host = passive_host
         self.creds = creds
         self.attempt_id = attempt_id
@@ -199,7 +202,7 @@ class PairFence:
             # with a gated passive member each side renames its own tables (unlogged); else the partner follows
             fence = Fence(self.source, self.creds, moves, [(db, SENTINEL_TABLE) for db in spec.databases],
                           lock_wait_timeout=max(1.0, opts.freeze_budget_ms / 1000),
-                          log_renames=self.passive_host is None)
+                          log_renames=self.passive_host is None, phase=self.phase)
             self._open_beside_passive_gate(fence, spec, tables)
             rename = RenameFence(fence)
             self.active, self.passive = rename, self._gate_fence("passive")
@@ -236,7 +239,7 @@ class PairFence:
         """This attempt's trigger gate on ``host``, installed (open: clients still write)."""
         gate = TriggerGate(host, self.creds, list(tables), tomb_suffix(spec.id),
                            {db: tomb_db(spec.id, db) for db in spec.databases}, attempt=self.attempt_id,
-                           lock_wait=LockWait.of(spec.options)).open()
+                           lock_wait=LockWait.of(spec.options), phase=self.phase).open()
         try:
             gate.install()
         except BaseException:

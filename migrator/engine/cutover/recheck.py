@@ -222,7 +222,8 @@ def compare_in_freeze(m: Moving, writer: pymysql.connections.Connection, refresh
     for t, diffs, fixed in check_rows_many(src, dst, work, repair=True):
         repaired += fixed
         if diffs and check_rows(src, dst, t, keys[t.name], repair=False)[0]:
-            raise CutoverAborted(f"{t.name}: rows still differ after re-copy inside the freeze", phase="cutover")
+            raise CutoverAborted(f"{t.name}: rows still differ after re-copy inside the freeze",
+                                 phase=m.direction.label)
     for ch in SuspectChunk.parse_list(suspect):
         t = by_name.get(ch.table)
         if t is None:
@@ -232,5 +233,5 @@ def compare_in_freeze(m: Moving, writer: pymysql.connections.Connection, refresh
         diffs, fixed = check_chunk(src, dst, t, lo, hi, repair=True)
         repaired += fixed
         if diffs and check_chunk(src, dst, t, lo, hi, repair=False)[0]:
-            raise CutoverAborted(f"{t.name}: chunk {lo}..{hi} still differs after re-copy", phase="cutover")
+            raise CutoverAborted(f"{t.name}: chunk {lo}..{hi} still differs after re-copy", phase=m.direction.label)
     return Compared(keys_from, checked, repaired, keys_ms)

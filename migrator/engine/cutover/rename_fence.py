@@ -96,12 +96,14 @@ class Fence:
     def __init__(self, host: Host, credentials: Credentials, moves: Sequence[Move],
                  locked_only: Sequence[tuple[str, str]] = (), *, lock_wait_timeout: float = 5.0,
                  rename_wait_timeout: float = 600.0, log_renames: bool = False, log_lock: bool = True,
-                 lock_wait: LockWait | None = None):
+                 lock_wait: LockWait | None = None, phase: str = "cutover"):
+        #: the direction's label (``cutover``, ``rollback``): the phase its errors name
+        self.phase = phase
         if not moves:
-            raise FenceError("nothing to fence: no moving tables", phase="cutover")
+            raise FenceError("nothing to fence: no moving tables", phase=phase)
         if len(moves) > MAX_TABLES:
             raise FenceError(f"{len(moves)} tables would need {len(moves)} fence connections (at most {MAX_TABLES}): "
-                             "move fewer shards per migration", phase="cutover")
+                             "move fewer shards per migration", phase=phase)
         self.host = host
         self.credentials = credentials
         self.moves = list(moves)
@@ -173,7 +175,7 @@ class Fence:
         assert self.a is not None
         with self._state:
             if self.aborted:
-                raise FenceError(f"the fence on {self.host.name} was undone; not locking", phase="cutover")
+                raise FenceError(f"the fence on {self.host.name} was undone; not locking", phase=self.phase)
             self._locking = True
             self._owner = threading.current_thread()
         try:
@@ -186,11 +188,11 @@ class Fence:
                     cur.execute(self.lock_sql())
         except pymysql.err.OperationalError as exc:
             if self.aborted:
-                raise FenceError(f"the fence on {self.host.name} was undone while locking", phase="cutover") from None
+                raise FenceError(f"the fence on {self.host.name} was undone while locking", phase=self.phase) from None
             raise FenceError(
                 f"could not lock the moving tables on {self.host.name} within {self.lock_wait_timeout:.0f}s "
                 f"({exc.args[-1]}): a long transaction holds them; retry the cutover when it is gone",
-                phase="cutover",
+                phase=self.phase,
             ) from None
         finally:
             with self._state:
@@ -199,13 +201,13 @@ class Fence:
             # an abort that raced the LOCK killed A's connection: its locks are gone with it
             self.locked = not self.aborted
         if self.aborted:
-            raise FenceError(f"the fence on {self.host.name} was undone while locking", phase="cutover")
+            raise FenceError(f"the fence on {self.host.name} was undone while locking", phase=self.phase)
 
     def queue_rename(self, timeout: float = 5.0) -> None:
         """B1..Bn: send the RENAMEs; return once the server shows each one waiting behind A."""
         with self._state:
             if self.aborted or not self.locked:
-                raise FenceError(f"the fence on {self.host.name} is not locked; not renaming", phase="cutover")
+                raise FenceError(f"the fence on {self.host.name} is not locked; not renaming", phase=self.phase)
             for r in self.renamers:
                 r.start()
         deadline = time.monotonic() + timeout
@@ -214,12 +216,12 @@ class Fence:
             if failed:
                 raise FenceError(f"the tombstone RENAME of {failed[0].move.db}.{failed[0].move.table} on "
                                  f"{self.host.name} did not wait for the lock: {failed[0].error or 'it ran'}",
-                                 phase="cutover")
+                                 phase=self.phase)
             if self.rename_waiting():
                 return
             if time.monotonic() > deadline:
                 raise FenceError(f"the tombstone RENAMEs on {self.host.name} never all queued behind the lock",
-                                 phase="cutover")
+                                 phase=self.phase)
             time.sleep(0.001)
 
     def rename_waiting(self) -> bool:
@@ -258,11 +260,11 @@ class Fence:
             while not r.done.wait(SWEEP_INTERVAL_S):
                 if time.monotonic() > deadline:
                     raise FenceError(f"the tombstone RENAME of {r.move.db}.{r.move.table} on {self.host.name} did "
-                                     f"not finish within {timeout:.0f}s", phase="cutover")
+                                     f"not finish within {timeout:.0f}s", phase=self.phase)
                 self.end_waiters()
             if r.error is not None:
                 raise FenceError(f"the tombstone RENAME of {r.move.db}.{r.move.table} on {self.host.name} failed: "
-                                 f"{r.error}", phase="cutover")
+                                 f"{r.error}", phase=self.phase)
 
     def end_waiters(self) -> int:
         """``KILL QUERY ID`` every client statement waiting for the metadata lock of a moving table
@@ -339,11 +341,11 @@ class Fence:
                                 f"could not kill the pending tombstone RENAME of {r.move.db}.{r.move.table} on "
                                 f"{self.host.name} (thread {r.conn_id}): {exc.args[-1]}; kill that connection by "
                                 "hand before anything else, or it renames the table when the lock goes",
-                                phase="cutover") from None
+                                phase=self.phase) from None
             for r in pending:
                 if not r.done.wait(10):
                     raise FenceError(f"could not stop the pending RENAME on {self.host.name} (thread {r.conn_id}); "
-                                     "kill it by hand before anything else", phase="cutover")
+                                     "kill it by hand before anything else", phase=self.phase)
         if self.renamed:
             # only possible if A lost its lock (its connection died) before the kills
             self._rename_back()
@@ -371,7 +373,7 @@ class Fence:
             if not exc.args or exc.args[0] != ER_NO_SUCH_THREAD:  # else it is gone already, and its lock too
                 raise FenceError(f"could not release the fence lock on {self.host.name} (thread {self.a_id}): "
                                  f"{before}KILL failed ({exc.args[-1]}); kill that connection by hand",
-                                 phase="cutover") from None
+                                 phase=self.phase) from None
         self.locked = False
 
     def _rename_back(self) -> None:

@@ -110,7 +110,8 @@ class CutoverRun:
         #: names what this attempt creates on the servers (its gates' triggers and gate tables)
         self.attempt_id = uuid.uuid4().hex[:6]
         #: the source pair's fence (:mod:`migrator.engine.cutover.fences`), opened in :meth:`prepare`
-        self.fences = PairFence(self.direction.source, self.direction.passive, creds, self.attempt_id)
+        self.fences = PairFence(self.direction.source, self.direction.passive, creds, self.attempt_id,
+                                phase=self.direction.label)
         self.tables: list[TableInfo] = []
         self.target_conn: pymysql.connections.Connection | None = None
         #: the last re-check before the freeze (:func:`recheck.refresh_verified_gtid`)

@@ -166,9 +166,12 @@ class TriggerGate:
     """
 
     def __init__(self, host: Host, credentials: Credentials, tables: Sequence[tuple[str, str]], suffix: str,
-                 tomb_db_of: dict[str, str], attempt: str = "", *, lock_wait: LockWait = DEFAULT_WAIT):
+                 tomb_db_of: dict[str, str], attempt: str = "", *, lock_wait: LockWait = DEFAULT_WAIT,
+                 phase: str = "cutover"):
+        #: the direction's label (``cutover``, ``rollback``): the phase its errors name
+        self.phase = phase
         if not tables:
-            raise GateError("nothing to gate: no moving tables", phase="cutover")
+            raise GateError("nothing to gate: no moving tables", phase=phase)
         self.host = host
         self.credentials = credentials
         self.tables = list(tables)
@@ -228,18 +231,18 @@ class TriggerGate:
             raise GateError(
                 f"{self.host.name} has log_bin_trust_function_creators=OFF: the cutover's write gate needs triggers, "
                 "which then need SUPER; with ROW binlogs it is safe to SET GLOBAL log_bin_trust_function_creators=ON "
-                "there (and in its config)", phase="cutover")
+                "there (and in its config)", phase=self.phase)
         rbr = str(scalar(self.conn, "SELECT @@slave_run_triggers_for_rbr")).upper()
         if rbr != "NO":
             raise GateError(
                 f"{self.host.name} runs triggers for replicated row events (slave_run_triggers_for_rbr={rbr}): "
                 "the cutover's write gate would stop its replication; SET GLOBAL slave_run_triggers_for_rbr=NO there",
-                phase="cutover")
+                phase=self.phase)
         problem = replication_problem(self.conn, self.host.name, self.host.partner)
         if problem:
             raise GateError(f"{problem}: the passive side's writes could not be followed; repair the pair, "
                                    "or set the migration option fence_passive=false if that host is down for good",
-                                   phase="cutover")
+                                   phase=self.phase)
 
     def install(self) -> None:
         """Create the open gate and the triggers (idempotent; not binlogged)."""
@@ -352,7 +355,7 @@ class TriggerGate:
         """
         with self._state:
             if self.aborted:
-                raise GateError(f"the gate on {self.host.name} was reopened; not closing it", phase="cutover")
+                raise GateError(f"the gate on {self.host.name} was reopened; not closing it", phase=self.phase)
             self._closing = True
         try:
             gates = [self.gate] if self.attempt else (self._gate_tables() or [self.gate])
@@ -364,10 +367,10 @@ class TriggerGate:
         except pymysql.err.MySQLError as exc:
             if self.aborted:
                 raise GateError(f"the gate on {self.host.name} was reopened while closing",
-                                       phase="cutover") from None
+                                       phase=self.phase) from None
             raise GateError(f"could not close the gate on {self.host.name} within {timeout:.1f}s "
                                    f"({exc.args[-1]}): a long transaction holds a moving table there; retry "
-                                   "the cutover when it is gone", phase="cutover") from None
+                                   "the cutover when it is gone", phase=self.phase) from None
         finally:
             with self._state:
                 self._closing = False
@@ -394,7 +397,7 @@ class TriggerGate:
                     if not exc.args or exc.args[0] != ER_NO_SUCH_THREAD:  # else it ended meanwhile
                         raise GateError(
                             f"could not kill the closing gate connection on {self.host.name} (thread "
-                            f"{self.conn_id}): {exc.args[-1]}; kill it by hand, then retry", phase="cutover") from None
+                            f"{self.conn_id}): {exc.args[-1]}; kill it by hand, then retry", phase=self.phase) from None
                 self.conn = None
             cur.execute(f"{TAG}CREATE DATABASE IF NOT EXISTS {ident(GATE_SCHEMA)}")
             for gate in self._gates_read(side):
@@ -427,7 +430,7 @@ class TriggerGate:
             raise GateError(
                 f"{self.host.name} did not apply its peer's writes up to the fence ({peer_gtids}) within "
                 f"{timeout:.0f}s; its moving tables stay closed (gate dropped); run `migrator cutover ID` again "
-                "to finish", phase="cutover")
+                "to finish", phase=self.phase)
         live = self._live_tables()
         todo = [(db, t) for db, t in self.tables if (db, t) in live]
         triggers: dict[tuple[str, str], list[str]] = {}
@@ -446,7 +449,7 @@ class TriggerGate:
                       timeout: float, log_renames: bool) -> None:
         deadline = time.monotonic() + timeout
         moves = [Move(db, t, self.tomb_db_of[db]) for db, t in tables]
-        fence = Fence(self.host, self.credentials, moves, log_lock=False, log_renames=log_renames,
+        fence = Fence(self.host, self.credentials, moves, log_lock=False, log_renames=log_renames, phase=self.phase,
                       lock_wait_timeout=timeout, lock_wait=self.lock_wait).open()
         dropped: list[tuple[str, str, str]] = []  # (db, table, trigger) dropped under the lock
         try:

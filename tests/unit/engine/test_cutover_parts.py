@@ -87,3 +87,24 @@ def test_the_drain_ratio_is_the_median_of_recent_freezes_within_its_bounds():
     assert ratio_of([{"drain_ms": 0.0, "drain_sampled_ms": 10.0}]) == 0.5  # a drain is never free: 5 ms at least
     assert ratio_of([{"drain_ms": 1.0, "drain_sampled_ms": 900.0}]) == DRAIN_RATIO_BOUNDS[0]
     assert ratio_of([{"drain_ms": 900.0, "drain_sampled_ms": 10.0}]) == DRAIN_RATIO_BOUNDS[1]
+
+
+def test_a_fence_and_a_gate_name_the_direction_they_serve_in_their_errors():
+    """A rollback's fences say ``rollback``, not ``cutover``: the phase comes from the direction."""
+    import pytest
+
+    from migrator.engine.cutover.rename_fence import FenceError
+    from migrator.engine.cutover.trigger_gate import GateError, TriggerGate
+
+    host = Host(name="MySQL001A", address="127.0.0.1", port=1, partner="MySQL001B")
+    too_many = [Move("db00000", f"t{i}", "tomb") for i in range(10_000)]
+    for phase in ("cutover", "rollback"):
+        with pytest.raises(FenceError) as err:
+            Fence(host, None, [], phase=phase)  # type: ignore[arg-type]
+        assert err.value.phase == phase
+        with pytest.raises(FenceError) as err:
+            Fence(host, None, too_many, phase=phase)  # type: ignore[arg-type]
+        assert err.value.phase == phase
+        with pytest.raises(GateError) as err:
+            TriggerGate(host, None, [], "sfx", {}, phase=phase)  # type: ignore[arg-type]
+        assert err.value.phase == phase
