@@ -442,10 +442,10 @@ class TriggerGate:
                     cur.execute(f"{TAG}CREATE DATABASE IF NOT EXISTS {ident(tomb)}")
         for k in range(0, len(todo), MAX_TABLES):
             left = max(1.0, deadline - time.monotonic())
-            self._rename_batch(todo[k:k + MAX_TABLES], triggers, left, log_renames)
+            self._rename_group(todo[k:k + MAX_TABLES], triggers, left, log_renames)
         self.drop_triggers_of_renamed()
 
-    def _rename_batch(self, tables: list[tuple[str, str]], triggers: dict[tuple[str, str], list[str]],
+    def _rename_group(self, tables: list[tuple[str, str]], triggers: dict[tuple[str, str], list[str]],
                       timeout: float, log_renames: bool) -> None:
         deadline = time.monotonic() + timeout
         moves = [Move(db, t, self.tomb_db_of[db]) for db, t in tables]
