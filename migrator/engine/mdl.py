@@ -67,7 +67,7 @@ import pymysql
 from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_random_exponential
 
 from migrator.errors import ExitCode, MigratorError
-from migrator.fleet.mysql import query, scalar, tag
+from migrator.fleet.mysql import kill_connection, query, scalar, tag
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +76,6 @@ TAG = tag("cutover")
 OWN_TAGS = (tag("cutover"), tag("cutover-passive"))
 ER_LOCK_WAIT_TIMEOUT = 1205
 ER_STATEMENT_TIMEOUT = 1969
-ER_NO_SUCH_THREAD = 1094
 #: holders named at most (the oldest first)
 LIMIT = 5
 #: a statement is shown up to this many characters
@@ -368,11 +367,8 @@ def kill_holders(conn: pymysql.connections.Connection, holders: Sequence[Blocker
                 log.warning("%s: not ending connection %s: its transaction changed %s rows (limit %s)",
                             server, b.id, b.rows_modified, max_rows)
                 continue
-            try:
-                cur.execute(f"{TAG}KILL CONNECTION {int(b.id)}")
-            except pymysql.err.MySQLError as exc:
-                if not exc.args or exc.args[0] != ER_NO_SUCH_THREAD:  # else it ended meanwhile
-                    raise
+            if (exc := kill_connection(cur, int(b.id), TAG)) is not None:
+                raise exc
             log.warning("%s: ended connection %s, which held a table the migrator needed: %s", server, b.id,
                         b.describe())
             ended.append(b)

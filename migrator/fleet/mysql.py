@@ -326,3 +326,19 @@ def replication_problem(conn: pymysql.connections.Connection, name: str, peer: s
 
 def databases(conn: pymysql.connections.Connection) -> list[str]:
     return [r[0] for r in query(conn, "SHOW DATABASES")]
+
+
+#: KILL of a thread id the server does not know: the connection had ended already
+ER_NO_SUCH_THREAD = 1094
+
+
+def kill_connection(cur: pymysql.cursors.Cursor, thread_id: int, tag: str = "") -> pymysql.err.MySQLError | None:
+    """``KILL CONNECTION thread_id`` (``tag``: the statement's comment prefix). None when the connection is
+    gone, whether this ended it or it had ended meanwhile; else the server's error, for the caller to name."""
+    try:
+        cur.execute(f"{tag}KILL CONNECTION {int(thread_id)}")
+    except pymysql.err.MySQLError as exc:
+        if exc.args and exc.args[0] == ER_NO_SUCH_THREAD:
+            return None
+        return exc
+    return None

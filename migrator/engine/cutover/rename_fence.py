@@ -67,12 +67,11 @@ from migrator.engine.fencing import MAX_TABLES, FenceError, fence_mode
 from migrator.engine.mdl import LockWait, run_locking
 from migrator.fleet.config import Credentials
 from migrator.fleet.model import Host
+from migrator.fleet.mysql import ER_NO_SUCH_THREAD, kill_connection, qualified, query, scalar, tag
 from migrator.fleet.mysql import connect as mysql_connect
-from migrator.fleet.mysql import qualified, query, scalar, tag
 
 TAG = tag("cutover")
 ER_QUERY_INTERRUPTED = 1317
-ER_NO_SUCH_THREAD = 1094
 ER_NO_SUCH_QUERY = 1957
 #: after the UNLOCK, how often the fence ends the stale writers queued behind its renames (the longest a
 #: client routed by a stale map waits on the old master once the map is flipped)
@@ -333,15 +332,12 @@ class Fence:
         if pending:
             with _side_conn(self) as c, c.cursor() as cur:
                 for r in pending:
-                    try:
-                        cur.execute(f"{TAG}KILL CONNECTION {int(r.conn_id)}")
-                    except pymysql.err.MySQLError as exc:
-                        if not exc.args or exc.args[0] != ER_NO_SUCH_THREAD:  # else it ended meanwhile
-                            raise FenceError(
-                                f"could not kill the pending tombstone RENAME of {r.move.db}.{r.move.table} on "
-                                f"{self.host.name} (thread {r.conn_id}): {exc.args[-1]}; kill that connection by "
-                                "hand before anything else, or it renames the table when the lock goes",
-                                phase=self.phase) from None
+                    if (exc := kill_connection(cur, int(r.conn_id), TAG)) is not None:
+                        raise FenceError(
+                            f"could not kill the pending tombstone RENAME of {r.move.db}.{r.move.table} on "
+                            f"{self.host.name} (thread {r.conn_id}): {exc.args[-1]}; kill that connection by "
+                            "hand before anything else, or it renames the table when the lock goes",
+                            phase=self.phase)
             for r in pending:
                 if not r.done.wait(10):
                     raise FenceError(f"could not stop the pending RENAME on {self.host.name} (thread {r.conn_id}); "
@@ -368,12 +364,13 @@ class Fence:
     def _kill_a(self, before: str = "") -> None:
         try:
             with _side_conn(self) as c, c.cursor() as cur:
-                cur.execute(f"{TAG}KILL CONNECTION {int(self.a_id or 0)}")
-        except pymysql.err.MySQLError as exc:
-            if not exc.args or exc.args[0] != ER_NO_SUCH_THREAD:  # else it is gone already, and its lock too
-                raise FenceError(f"could not release the fence lock on {self.host.name} (thread {self.a_id}): "
-                                 f"{before}KILL failed ({exc.args[-1]}); kill that connection by hand",
-                                 phase=self.phase) from None
+                failed = kill_connection(cur, int(self.a_id or 0), TAG)  # None: gone, and its lock too
+        except pymysql.err.MySQLError as exc:  # the side connection itself
+            failed = exc
+        if failed is not None:
+            raise FenceError(f"could not release the fence lock on {self.host.name} (thread {self.a_id}): "
+                             f"{before}KILL failed ({failed.args[-1]}); kill that connection by hand",
+                             phase=self.phase)
         self.locked = False
 
     def _rename_back(self) -> None:

@@ -108,14 +108,24 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pymysql
 
-from migrator.engine.cutover.rename_fence import ER_NO_SUCH_THREAD, MAX_TABLES, Fence, Move, take_spare
+from migrator.engine.cutover.rename_fence import MAX_TABLES, Fence, Move, take_spare
 from migrator.engine.mdl import DEFAULT_WAIT, Attempts, LockWait, run_locking
 from migrator.errors import MigratorError
 from migrator.fleet.config import Credentials
 from migrator.fleet.gtid import GtidPos
 from migrator.fleet.model import Host
 from migrator.fleet.mysql import connect as mysql_connect
-from migrator.fleet.mysql import ident, own_gtids, qualified, query, replication_problem, scalar, tag, wait_applied
+from migrator.fleet.mysql import (
+    ident,
+    kill_connection,
+    own_gtids,
+    qualified,
+    query,
+    replication_problem,
+    scalar,
+    tag,
+    wait_applied,
+)
 
 TAG = tag("cutover-passive")
 GATE_SCHEMA = "_migrator_gates"
@@ -391,13 +401,10 @@ class TriggerGate:
         with side, side.cursor() as cur:
             cur.execute(f"{TAG}SET SESSION sql_log_bin = 0")
             if closing and self.conn_id is not None:
-                try:
-                    cur.execute(f"{TAG}KILL CONNECTION {int(self.conn_id)}")
-                except pymysql.err.MySQLError as exc:
-                    if not exc.args or exc.args[0] != ER_NO_SUCH_THREAD:  # else it ended meanwhile
-                        raise GateError(
-                            f"could not kill the closing gate connection on {self.host.name} (thread "
-                            f"{self.conn_id}): {exc.args[-1]}; kill it by hand, then retry", phase=self.phase) from None
+                if (exc := kill_connection(cur, int(self.conn_id), TAG)) is not None:
+                    raise GateError(
+                        f"could not kill the closing gate connection on {self.host.name} (thread "
+                        f"{self.conn_id}): {exc.args[-1]}; kill it by hand, then retry", phase=self.phase)
                 self.conn = None
             cur.execute(f"{TAG}CREATE DATABASE IF NOT EXISTS {ident(GATE_SCHEMA)}")
             for gate in self._gates_read(side):
