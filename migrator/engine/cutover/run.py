@@ -39,6 +39,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
 import pymysql
@@ -95,6 +96,16 @@ FREEZE_STEPS = ("freeze_cas", "passive_close", "passive_sync", "fence", "sentine
                 "release")
 
 
+@dataclass
+class _UndoState:
+    """What :meth:`CutoverRun.undo` needs to run once: taken under ``lock``; ``pre_flipped``: the direction's
+    step before the flip ran and is to be undone."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    done: bool = False
+    pre_flipped: bool = False
+
+
 class CutoverRun:
     """One cutover attempt: the runbook and its undo (hooks see a :class:`RunView` of it)."""
 
@@ -131,9 +142,7 @@ class CutoverRun:
         #: the drainer's reader was started ahead, while the fences were prepared (the gate does not warm it)
         self.warmed = False
         self.watchdog: Watchdog | None = None
-        self._undo_lock = threading.Lock()
-        self._undone = False
-        self._pre_flipped = False
+        self._undo = _UndoState()
 
     # -- helpers ------------------------------------------------------------------------
     @property
@@ -262,13 +271,13 @@ class CutoverRun:
         """Before the flip: kill the pending RENAME, release the lock, reopen this attempt's gates,
         unfreeze. Idempotent. What is not this attempt's own (the unfreeze, a rollback's renames of
         the old master's tables) is done only while the lease is held; otherwise the settler does it."""
-        with self._undo_lock:
-            if self._undone:
+        with self._undo.lock:
+            if self._undo.done:
                 return
-            self._undone = True
+            self._undo.done = True
             try:
-                if self._pre_flipped and self.direction.undo_pre_flip is not None:
-                    self._pre_flipped = False
+                if self._undo.pre_flipped and self.direction.undo_pre_flip is not None:
+                    self._undo.pre_flipped = False
                     if not self._while_holding(self.direction.undo_pre_flip):
                         self.edits.lease_lost = True
             finally:
@@ -417,9 +426,9 @@ class CutoverRun:
         if lost is not None:
             raise FenceLost(self.direction.label, lost)
         if self.direction.pre_flip is not None:
-            self._pre_flipped = True
+            self._undo.pre_flipped = True
             if not self._while_holding(self.direction.pre_flip):
-                self._pre_flipped = False
+                self._undo.pre_flipped = False
                 raise LeaseLost(self.direction.label, "the flip", "nothing was renamed and the flip was not made")
 
     def _result(self, freeze_ms: float) -> CutoverResult:
