@@ -13,7 +13,11 @@ The reader process (:mod:`migrator.engine.binlog.process`) reads and decodes
 the binlog ahead, so decoding never waits for a commit on the target. The
 coordinator routes every row change to its lane, cuts rounds, and calls back
 with a checkpoint only once every lane has committed a round: a crash replays
-from the last checkpoint, which the idempotent apply makes harmless.
+from the last checkpoint, which the idempotent apply makes harmless. The
+:class:`Tailer` keeps what lasts across its apply calls (the reader process,
+the lanes, the connections, the fencing token, the applied position); each
+:meth:`Tailer.apply_until` call runs the coordinator's loop as one
+:class:`_Apply`, which owns that call's rounds and its :class:`TailStats`.
 Statements (partition maintenance, index changes; :mod:`.statements`) are
 barriers: the rounds before them are committed first, then the statement runs
 on the target, then the tail goes on.
@@ -390,6 +394,13 @@ class Tailer:
         return {k: set(v) for k, v in (self._collect or {}).items()}
 
     # -- applying ------------------------------------------------------------------------------
+    @staticmethod
+    def _wanted(target: GtidPos | GtidState | str) -> GtidState:
+        """A target of :meth:`reached` or :meth:`drain_to` as the GTIDs it names: a position (e.g. a head
+        read from the source), a state (``@@gtid_binlog_state``), or either's text (a record, the
+        :class:`~migrator.engine.verify.drainers.Drainer` protocol). The one place they are converted."""
+        return target if isinstance(target, GtidState) else GtidState.of(target)
+
     @property
     def applied_state(self) -> GtidState:
         """The last applied transaction of each (domain, server) (:class:`~migrator.fleet.gtid.GtidState`)."""
@@ -398,7 +409,7 @@ class Tailer:
     def reached(self, target: GtidPos | GtidState | str) -> bool:
         """Every transaction of ``target`` (a position, e.g. a head read from the source, or a state)
         is applied: exact in every GTID layout, unlike comparing positions per domain."""
-        return self._seen.reaches(target)
+        return self._seen.reaches(self._wanted(target))
 
     def _checkpoint(self, pos: str, state: GtidState | None = None) -> None:
         if pos == self._applied_text and not state:
@@ -438,15 +449,11 @@ class Tailer:
         a saved checkpoint only bounds what a crash replays, so it need not cost a ZooKeeper
         write inside the freeze."""
         self._open()
-        t0 = time.monotonic()
+        call = _Apply(self, until, timeout_s, stop)
         saved0, retries0 = self.save_s, self.lanes.retries
-        deadline = None if timeout_s is None else t0 + timeout_s
-        stats = TailStats(start=self._applied_text, end="", reached=False)
-        rounds = _Rounds()
         try:
             self._claim()
-            self._loop(until, deadline, rounds, stats, stop, t0)
-            self._settle(rounds, stats)
+            call.run()
             if save:
                 self._save(force=True)
         except BaseException as failure:
@@ -457,139 +464,22 @@ class Tailer:
             if isinstance(failure, StaleEpoch):
                 raise self._stale(failure) from None
             raise
+        stats = call.stats
         stats.reached = until is None or self._seen.reaches(until)
         stats.end = self._applied_text
-        stats.duration_s = time.monotonic() - t0
+        stats.duration_s = time.monotonic() - call.t0
         stats.lanes = self.lanes.lanes
         stats.save_s = self.save_s - saved0
         stats.retries = self.lanes.retries - retries0
         stats.retry_cause = self.lanes.last_retry if stats.retries else ""
         return stats
 
-    def _loop(self, want: GtidState | None, deadline: float | None, rounds: _Rounds,
-              stats: TailStats, stop: threading.Event | None, t0: float) -> None:
-        """Receive, dispatch, maybe cut a round, until an exit (:meth:`_done`)."""
-        while not self._done(want, deadline, rounds, stats, stop, t0):
-            if not self._pending:
-                self._await_reader(rounds, stats, stop, deadline)
-                continue
-            match self._pending.pop(0):
-                case Tick(position, last_ts, state):
-                    stats.last_ts = last_ts or stats.last_ts
-                    self._passed(position, GtidState.parse(state), rounds, stats)
-                case Txns(txns, position, last_ts, _, state):
-                    stats.last_ts = last_ts or stats.last_ts
-                    self._take(txns, position, GtidState.parse(state), rounds, stats)
-                    self._maybe_cut(last_ts, rounds, stats)
-
-    def _done(self, want: GtidState | None, deadline: float | None, rounds: _Rounds,
-              stats: TailStats, stop: threading.Event | None, t0: float) -> bool:
-        """The call ends: ``stop`` set, ``want`` applied, or the deadline passed. Rounds read that
-        reach ``want`` are committed here first (all that is left), then it looks again."""
-        while True:
-            if stop is not None and stop.is_set():
-                return True
-            if want is None:
-                break
-            if self._seen.reaches(want):
-                return True
-            if not rounds.covers(want):
-                break
-            stats.read_s = stats.read_s or time.monotonic() - t0
-            self._settle(rounds, stats)
-        return deadline is not None and time.monotonic() >= deadline
-
-    def _await_reader(self, rounds: _Rounds, stats: TailStats, stop: threading.Event | None,
-                      deadline: float | None) -> None:
-        """Take the reader's next message if one comes within a short poll. When none came and no
-        lane is writing, commit and checkpoint what was read, so the checkpoint follows the reader."""
-        # a stoppable tail (the cutover's background follower) looks at its stop flag often:
-        # the drain under the fence starts by stopping it
-        poll = 0.01 if stop is not None else 0.05
-        left = poll if deadline is None else min(poll, deadline - time.monotonic())
-        if left > 0 and self._receive(left):
-            return
-        lanes = self.lanes
-        if lanes.busy():
-            return  # a round is being written: wait for it beside the reader, not on it
-        # quiet, lanes idle: checkpoint the round written, send what was collected, so the
-        # checkpoint follows the reader (a lane finishing wakes this loop)
-        if lanes.pending() or lanes.inflight or rounds.collect_pos is not None or rounds.inflight_pos is not None:
-            self._submit(rounds, stats)
-        self._save()
-
-    def _passed(self, pos: str, state: GtidState, rounds: _Rounds, stats: TailStats) -> None:
-        """A tick: the reader passed transactions the tail does not keep. Its position ends the round
-        being collected; with nothing collected or in flight, it is checkpointed every
-        ``idle_checkpoint_s``."""
-        rounds.collect_pos, rounds.collect_state = pos, state
-        if not self.lanes.pending() and rounds.inflight_pos is None and \
-                time.monotonic() - self._last_checkpoint_at >= self.idle_checkpoint_s:
-            self._settle(rounds, stats)
-
-    def _take(self, txns: list[rd.Committed], pos: str, state: GtidState, rounds: _Rounds, stats: TailStats) -> None:
-        """Route the row changes of ``txns`` into the round being collected, which now ends at ``pos``;
-        a transaction with statements is a barrier (:meth:`_barrier`)."""
-        lanes = self.lanes
-        if not lanes.pending():
-            rounds.started = time.monotonic()
-        for txn in txns:
-            if not txn.partial:  # a transaction that came in parts counts once, at its end (its size too)
-                stats.transactions += 1
-                stats.bytes += txn.size
-            if not stats.first_ts:
-                stats.first_ts = txn.timestamp
-            # the round's byte bound; the end of a transaction that came in parts counts its whole size
-            # again (a round cut early, never late)
-            lanes.add_bytes(txn.size)
-            self._add_rows(txn.changes, stats)
-            if txn.statements:
-                self._barrier(txn, pos, state, rounds, stats)
-        rounds.collect_pos, rounds.collect_state = pos, state
-
-    def _maybe_cut(self, last_ts: int, rounds: _Rounds, stats: TailStats) -> None:
-        """Send the round being collected to the lanes if the pacer says so (:meth:`Pacer.cut`)."""
-        lanes = self.lanes
-        cut = lanes.pacer.cut(lanes.pending(), rounds.started, last_ts, lanes.busy, self._reader_has_more,
-                              lanes.bytes)
-        if cut is not None:
-            self._submit(rounds, stats, cut_by_size=cut is Cut.SIZE)
-            rounds.started = time.monotonic()
-
     def _reader_has_more(self) -> bool:
         """Messages read and not yet dispatched, or one waiting in the pipe (never blocks)."""
         return bool(self._pending) or bool(self._pipe.poll(0))
 
-    def _barrier(self, txn: rd.Committed, pos: str, state: GtidState, rounds: _Rounds, stats: TailStats) -> None:
-        """Commit everything before a statement (checkpointed just before it), then run the statement.
-
-        The reader ends a message at a statement, so ``txn`` is its message's last
-        transaction and the position just before it is ``pos`` with ``txn``'s domain set back.
-        """
-        rounds.collect_pos = str(GtidPos.parse(pos).before(txn.gtid, txn.prev))
-        rounds.collect_state = state.before(txn.gtid, txn.prev_seen)
-        self._settle(rounds, stats)
-        self._save(force=True)  # a crash after the statement never replays rows from before it
-        for st in txn.statements:
-            held = self._hold_epoch()  # until the statement ran: a newer tail's claim waits for it
-            try:
-                applied = apply_statement(self._statement_conn(), st, set(self.schema_map), self.tables,
-                                          self.target_schema, source_definitions(self._source))
-            finally:
-                if held is not None:
-                    held.commit()
-            if applied != "ignored":
-                stats.statements += 1
-                if self._collect is not None:
-                    # rows a statement removed (DROP/TRUNCATE PARTITION, TRUNCATE) have no row
-                    # events: the whole table must be compared again
-                    d = classify(st, set(self.schema_map), self.tables)
-                    got = self._collect.get((d.schema, d.table))
-                    if got is not None:
-                        got.add(WHOLE_TABLE)
-        self._targets.clear()  # a statement may have changed the tables' shapes
-
-    def _add_rows(self, changes: list[rd.Change], stats: TailStats) -> None:
+    def _add_rows(self, changes: list[rd.Change]) -> None:
+        """Hand row changes to the lanes' round being collected (and their keys to :meth:`collect`)."""
         add = self.lanes.add
         shapes = self._shapes
         targets = self._targets
@@ -606,32 +496,31 @@ class Tailer:
                     got.add(key)
                     if old_key is not None:
                         got.add(old_key)
-        stats.events += len(changes)
         self.events_read += len(changes)
 
-    def _submit(self, rounds: _Rounds, stats: TailStats, *, cut_by_size: bool = False) -> None:
-        """Commit the round in flight (checkpoint it), then send the collected round to the lanes."""
-        lanes = self.lanes
-        lanes.wait()
-        if rounds.inflight_pos is not None:
-            self._checkpoint(rounds.inflight_pos, rounds.inflight_state)
-            rounds.inflight_pos = None
-        if lanes.pending():
-            lanes.submit(cut_by_size=cut_by_size)
-            self.last_submit_at = time.monotonic()
-            stats.batches += 1
-            rounds.inflight_pos, rounds.inflight_state = rounds.collect_pos, rounds.collect_state
-        elif rounds.collect_pos is not None:
-            self._checkpoint(rounds.collect_pos, rounds.collect_state)
-        rounds.collect_pos = None
-
-    def _settle(self, rounds: _Rounds, stats: TailStats) -> None:
-        """Everything collected and in flight committed, and checkpointed."""
-        self._submit(rounds, stats)
-        self.lanes.wait()
-        if rounds.inflight_pos is not None:
-            self._checkpoint(rounds.inflight_pos, rounds.inflight_state)
-            rounds.inflight_pos = None
+    def _run_statements(self, txn: rd.Committed) -> int:
+        """Run the statements of ``txn`` on the target (everything before them already committed:
+        :meth:`_Apply._barrier`); returns how many were carried over (not ignored)."""
+        done = 0
+        for st in txn.statements:
+            held = self._hold_epoch()  # until the statement ran: a newer tail's claim waits for it
+            try:
+                applied = apply_statement(self._statement_conn(), st, set(self.schema_map), self.tables,
+                                          self.target_schema, source_definitions(self._source))
+            finally:
+                if held is not None:
+                    held.commit()
+            if applied != "ignored":
+                done += 1
+                if self._collect is not None:
+                    # rows a statement removed (DROP/TRUNCATE PARTITION, TRUNCATE) have no row
+                    # events: the whole table must be compared again
+                    d = classify(st, set(self.schema_map), self.tables)
+                    got = self._collect.get((d.schema, d.table))
+                    if got is not None:
+                        got.add(WHOLE_TABLE)
+        self._targets.clear()  # a statement may have changed the tables' shapes
+        return done
 
     def warm(self) -> TailStats:
         """Start the reader now and apply what is already there. Call it before a freeze, not
@@ -643,7 +532,7 @@ class Tailer:
         read from a server or a record, text or parsed: :meth:`apply_until` gets its GTIDs);
         raise :class:`DrainTimeout` if it is not committed (and, with ``save``, checkpointed) within
         ``timeout_s``."""
-        stats = self.apply_until(GtidState.of(target_gtid), timeout_s=timeout_s, save=save)
+        stats = self.apply_until(self._wanted(target_gtid), timeout_s=timeout_s, save=save)
         if not stats.reached:
             raise DrainTimeout(
                 f"drain to {target_gtid} did not finish within {timeout_s:.3f}s (applied up to {self.applied}); "
@@ -675,3 +564,158 @@ class Tailer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+class _Apply:
+    """One :meth:`Tailer.apply_until` call: the coordinator's loop, with the rounds it cuts
+    (:class:`_Rounds`) and what it counts (:class:`TailStats`, returned by the call).
+
+    The tailer keeps what outlives a call (the reader process and what it sent ahead, the
+    lanes, the connections, the fencing token, the applied position and its checkpoints);
+    this object lives for one call and is dropped with it.
+    """
+
+    def __init__(self, tailer: Tailer, want: GtidState | None, timeout_s: float | None,
+                 stop: threading.Event | None):
+        self.tailer = tailer
+        self.lanes = tailer.lanes
+        #: what the call applies up to (None: until the deadline or ``stop``)
+        self.want = want
+        self.stop = stop
+        self.t0 = time.monotonic()
+        self.deadline = None if timeout_s is None else self.t0 + timeout_s
+        self.stats = TailStats(start=tailer._applied_text, end="", reached=False)
+        self.rounds = _Rounds()
+
+    def run(self) -> None:
+        """Receive, dispatch, maybe cut a round, until an exit (:meth:`_done`); then commit and
+        checkpoint everything read."""
+        tailer, stats = self.tailer, self.stats
+        while not self._done():
+            if not tailer._pending:
+                self._await_reader()
+                continue
+            match tailer._pending.pop(0):
+                case Tick(position, last_ts, state):
+                    stats.last_ts = last_ts or stats.last_ts
+                    self._passed(position, GtidState.parse(state))
+                case Txns(txns, position, last_ts, _, state):
+                    stats.last_ts = last_ts or stats.last_ts
+                    self._take(txns, position, GtidState.parse(state))
+                    self._maybe_cut(last_ts)
+        self.settle()
+
+    def _done(self) -> bool:
+        """The call ends: ``stop`` set, ``want`` applied, or the deadline passed. Rounds read that
+        reach ``want`` are committed here first (all that is left), then it looks again."""
+        stop, want = self.stop, self.want
+        while True:
+            if stop is not None and stop.is_set():
+                return True
+            if want is None:
+                break
+            if self.tailer._seen.reaches(want):
+                return True
+            if not self.rounds.covers(want):
+                break
+            self.stats.read_s = self.stats.read_s or time.monotonic() - self.t0
+            self.settle()
+        return self.deadline is not None and time.monotonic() >= self.deadline
+
+    def _await_reader(self) -> None:
+        """Take the reader's next message if one comes within a short poll. When none came and no
+        lane is writing, commit and checkpoint what was read, so the checkpoint follows the reader."""
+        # a stoppable tail (the cutover's background follower) looks at its stop flag often:
+        # the drain under the fence starts by stopping it
+        poll = 0.01 if self.stop is not None else 0.05
+        deadline = self.deadline
+        left = poll if deadline is None else min(poll, deadline - time.monotonic())
+        if left > 0 and self.tailer._receive(left):
+            return
+        lanes = self.lanes
+        if lanes.busy():
+            return  # a round is being written: wait for it beside the reader, not on it
+        # quiet, lanes idle: checkpoint the round written, send what was collected, so the
+        # checkpoint follows the reader (a lane finishing wakes this loop)
+        rounds = self.rounds
+        if lanes.pending() or lanes.inflight or rounds.collect_pos is not None or rounds.inflight_pos is not None:
+            self._submit()
+        self.tailer._save()
+
+    def _passed(self, pos: str, state: GtidState) -> None:
+        """A tick: the reader passed transactions the tail does not keep. Its position ends the round
+        being collected; with nothing collected or in flight, it is checkpointed every
+        ``idle_checkpoint_s``."""
+        rounds, tailer = self.rounds, self.tailer
+        rounds.collect_pos, rounds.collect_state = pos, state
+        if not self.lanes.pending() and rounds.inflight_pos is None and \
+                time.monotonic() - tailer._last_checkpoint_at >= tailer.idle_checkpoint_s:
+            self.settle()
+
+    def _take(self, txns: list[rd.Committed], pos: str, state: GtidState) -> None:
+        """Route the row changes of ``txns`` into the round being collected, which now ends at ``pos``;
+        a transaction with statements is a barrier (:meth:`_barrier`)."""
+        lanes, stats, rounds = self.lanes, self.stats, self.rounds
+        add_rows = self.tailer._add_rows
+        if not lanes.pending():
+            rounds.started = time.monotonic()
+        for txn in txns:
+            if not txn.partial:  # a transaction that came in parts counts once, at its end (its size too)
+                stats.transactions += 1
+                stats.bytes += txn.size
+            if not stats.first_ts:
+                stats.first_ts = txn.timestamp
+            # the round's byte bound; the end of a transaction that came in parts counts its whole size
+            # again (a round cut early, never late)
+            lanes.add_bytes(txn.size)
+            add_rows(txn.changes)
+            stats.events += len(txn.changes)
+            if txn.statements:
+                self._barrier(txn, pos, state)
+        rounds.collect_pos, rounds.collect_state = pos, state
+
+    def _maybe_cut(self, last_ts: int) -> None:
+        """Send the round being collected to the lanes if the pacer says so (:meth:`Pacer.cut`)."""
+        lanes = self.lanes
+        cut = lanes.pacer.cut(lanes.pending(), self.rounds.started, last_ts, lanes.busy,
+                              self.tailer._reader_has_more, lanes.bytes)
+        if cut is not None:
+            self._submit(cut_by_size=cut is Cut.SIZE)
+            self.rounds.started = time.monotonic()
+
+    def _barrier(self, txn: rd.Committed, pos: str, state: GtidState) -> None:
+        """Commit everything before a statement (checkpointed just before it), then run the statement.
+
+        The reader ends a message at a statement, so ``txn`` is its message's last
+        transaction and the position just before it is ``pos`` with ``txn``'s domain set back.
+        """
+        rounds = self.rounds
+        rounds.collect_pos = str(GtidPos.parse(pos).before(txn.gtid, txn.prev))
+        rounds.collect_state = state.before(txn.gtid, txn.prev_seen)
+        self.settle()
+        self.tailer._save(force=True)  # a crash after the statement never replays rows from before it
+        self.stats.statements += self.tailer._run_statements(txn)
+
+    def _submit(self, *, cut_by_size: bool = False) -> None:
+        """Commit the round in flight (checkpoint it), then send the collected round to the lanes."""
+        lanes, rounds, tailer = self.lanes, self.rounds, self.tailer
+        lanes.wait()
+        if rounds.inflight_pos is not None:
+            tailer._checkpoint(rounds.inflight_pos, rounds.inflight_state)
+            rounds.inflight_pos = None
+        if lanes.pending():
+            lanes.submit(cut_by_size=cut_by_size)
+            tailer.last_submit_at = time.monotonic()
+            self.stats.batches += 1
+            rounds.inflight_pos, rounds.inflight_state = rounds.collect_pos, rounds.collect_state
+        elif rounds.collect_pos is not None:
+            tailer._checkpoint(rounds.collect_pos, rounds.collect_state)
+        rounds.collect_pos = None
+
+    def settle(self) -> None:
+        """Everything collected and in flight committed, and checkpointed."""
+        self._submit()
+        self.lanes.wait()
+        rounds = self.rounds
+        if rounds.inflight_pos is not None:
+            self.tailer._checkpoint(rounds.inflight_pos, rounds.inflight_state)
+            rounds.inflight_pos = None
