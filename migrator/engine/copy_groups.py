@@ -108,18 +108,18 @@ def copy_tables(
 
 
 #: progress nodes written per ZooKeeper transaction (a request stays far below jute.maxbuffer)
-STAMP_BATCH = 200
+STAMPS_PER_WRITE = 200
 
 
 def stamp_start(zk: ZK, migration_id: str, tables: list[tuple[str, str]], links: Links) -> None:
     """Give every table of the group that has none a ``start_gtid``: one source position read
     now, before any of their chunks, written in a few transactions instead of one write per table.
     (Any position before a table's first read is a valid start; catch-up starts at the earliest.)
-    A batch that loses a race is left alone: :func:`copy_table` stamps those tables itself."""
+    A write that loses a race is left alone: :func:`copy_table` stamps those tables itself."""
     store = MigrationStore(zk)
     pos, state = start_point(links.source)
     now = time.time()
-    batch: list[tuple[str, dict[str, Any], int]] = []
+    pending: list[tuple[str, dict[str, Any], int]] = []
     for db, table in tables:
         key = progress_key(db, table)
         stored, version = store.get_progress(migration_id, key)
@@ -127,11 +127,11 @@ def stamp_start(zk: ZK, migration_id: str, tables: list[tuple[str, str]], links:
         if stored is None or version is None or prog.done or prog.start_gtid is not None:
             continue
         stamped = prog.model_copy(update={"start_gtid": pos, "start_state": state, "started_at": now})
-        batch.append((key, stamped.dump(), version))
-        if len(batch) >= STAMP_BATCH:
-            store.put_progress_many(migration_id, batch)
-            batch = []
-    store.put_progress_many(migration_id, batch)
+        pending.append((key, stamped.dump(), version))
+        if len(pending) >= STAMPS_PER_WRITE:
+            store.put_progress_many(migration_id, pending)
+            pending = []
+    store.put_progress_many(migration_id, pending)
 
 
 def remaining(tables: list[tuple[str, str]], results: list[TableResult]) -> list[tuple[str, str]]:

@@ -38,8 +38,8 @@ class ReaderSpec:
     schemas: tuple[str, ...]
     tables: tuple[str, ...] | None
     heartbeat_s: float = 0.25
-    batch_changes: int = 2000
-    batch_s: float = 0.02
+    message_changes: int = 2000
+    message_s: float = 0.02
     tick_s: float = 0.1
     #: row changes of one transaction held at most (the rest goes on as parts, or to disk): the memory
     #: bound; 0: ``MIGRATOR_CATCHUP_PART_CHANGES`` as the reader process finds it (else 5,000)
@@ -47,9 +47,9 @@ class ReaderSpec:
     #: bytes of row events whose changes one transaction holds at most (the same, in bytes: a wide row
     #: counts as what it is); 0: ``MIGRATOR_CATCHUP_PART_BYTES`` as the reader process finds it (else 32 MiB)
     part_bytes: int | None = 0
-    #: a message ends once its transactions came from this many bytes of row events (or ``batch_changes``
+    #: a message ends once its transactions came from this many bytes of row events (or ``message_changes``
     #: row changes); 0: the part byte bound
-    batch_bytes: int = 0
+    message_bytes: int = 0
     #: the source's TLS settings (paths; the process builds its own context from them)
     tls: MySQLTLS | None = None
 
@@ -58,7 +58,7 @@ def run_reader(spec: ReaderSpec, conn: Any) -> None:
     """Entry point of the reader process: read, decode and send batches until told to stop.
 
     Messages sent (:mod:`.messages`): :class:`Shapes` before the transactions that use them,
-    :class:`Txns` (a batch of transactions, never empty, ending at a transaction with statements
+    :class:`Txns` (a list of transactions, never empty, ending at a transaction with statements
     if it holds one), :class:`Tick` when idle, :class:`Failure` before exiting on an error. A
     transaction over ``part_changes`` row changes goes in parts (``partial`` set), each a
     :class:`Txns` of its own whose position is still before the transaction: the applier commits
@@ -71,8 +71,8 @@ def run_reader(spec: ReaderSpec, conn: Any) -> None:
                                  heartbeat_s=spec.heartbeat_s, tls=spec.tls)
         rd = TxnReader(spec.start, spec.schemas, spec.tables, part_changes=spec.part_changes,
                        part_bytes=spec.part_bytes)
-        batch_bytes = spec.batch_bytes or rd.part_bytes or 0
-        batch: list[Committed] = []
+        message_bytes = spec.message_bytes or rd.part_bytes or 0
+        txns: list[Committed] = []
         nchanges = nbytes = 0
         started = last_tick = time.monotonic()
         polls = 0
@@ -84,29 +84,29 @@ def run_reader(spec: ReaderSpec, conn: Any) -> None:
                 conn.send(Shapes(rd.take_shapes()))
             for part in rd.take_parts():
                 if not part.partial:  # the end of a transaction that had spilled: as any end
-                    if not batch:
+                    if not txns:
                         started = time.monotonic()
-                    batch.append(part)
+                    txns.append(part)
                     nchanges += len(part.changes) + len(part.statements)
                     if part.statements:  # a message ends at a statement (the tailer's barrier relies on it)
                         sent = format_pos(rd.position)
-                        conn.send(Txns(batch, sent, rd.last_ts, time.monotonic(), format_state(rd.seen)))
-                        batch, nchanges, nbytes = [], 0, 0
+                        conn.send(Txns(txns, sent, rd.last_ts, time.monotonic(), format_state(rd.seen)))
+                        txns, nchanges, nbytes = [], 0, 0
                     continue
                 # a part of a transaction over the memory bound: what came before goes first, then the
                 # part alone (its position is still before its transaction)
                 now = time.monotonic()
-                if batch:
+                if txns:
                     sent = format_pos(rd.position)
-                    conn.send(Txns(batch, sent, rd.last_ts, now, format_state(rd.seen)))
-                    batch, nchanges, nbytes = [], 0, 0
+                    conn.send(Txns(txns, sent, rd.last_ts, now, format_state(rd.seen)))
+                    txns, nchanges, nbytes = [], 0, 0
                 conn.send(Txns([part], format_pos(rd.position), rd.last_ts, now, format_state(rd.seen)))
                 del part  # sent: not held while the next one is read
                 last_tick = now
             if txn is not None:
-                if not batch:
+                if not txns:
                     started = time.monotonic()
-                batch.append(txn)
+                txns.append(txn)
                 nchanges += len(txn.changes) + len(txn.statements)
                 nbytes += txn.size
             now = time.monotonic()
@@ -117,14 +117,14 @@ def run_reader(spec: ReaderSpec, conn: Any) -> None:
             if rd.transactions_read != ended:
                 ended = rd.transactions_read
                 quiet = client.drained()
-            if batch and (nchanges >= spec.batch_changes or now - started >= spec.batch_s or quiet
+            if txns and (nchanges >= spec.message_changes or now - started >= spec.message_s or quiet
                           or ev.type == bl.HEARTBEAT or txn is not None and txn.statements
-                          or batch_bytes and nbytes >= batch_bytes):
+                          or message_bytes and nbytes >= message_bytes):
                 sent = format_pos(rd.position)
-                conn.send(Txns(batch, sent, rd.last_ts, now, format_state(rd.seen)))
-                batch, nchanges, nbytes = [], 0, 0
+                conn.send(Txns(txns, sent, rd.last_ts, now, format_state(rd.seen)))
+                txns, nchanges, nbytes = [], 0, 0
                 last_tick = now
-            elif not batch and (now - last_tick >= spec.tick_s or quiet):
+            elif not txns and (now - last_tick >= spec.tick_s or quiet):
                 pos = format_pos(rd.position)
                 if pos != sent or now - last_tick >= spec.tick_s:
                     sent = pos

@@ -303,7 +303,7 @@ def drain_to(
         "events": stats.events,
         "transactions": stats.transactions,
         "statements": stats.statements,
-        "batches": stats.batches,
+        "batches": stats.rounds,  # the record's key for the rounds committed
         "duration_ms": round((time.monotonic() - t0) * 1000.0, 2),
         "apply_ms": round(stats.duration_s * 1000.0, 2),
     }

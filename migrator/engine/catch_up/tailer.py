@@ -104,7 +104,7 @@ class TailStats:
     transactions: int = 0
     bytes: int = 0
     statements: int = 0
-    batches: int = 0
+    rounds: int = 0
     duration_s: float = 0.0
     first_ts: int = 0  # binlog timestamp of the first kept transaction (0: none)
     last_ts: int = 0
@@ -131,7 +131,7 @@ class TailStats:
         """Where a drain's time went, as a cutover attempt records it (``events``: row changes read;
         ``*_ms``: from the start of the call until the reader sent / the tail took the last
         transactions, the last round left for the lanes, and the time spent saving checkpoints)."""
-        return {"events": self.events, "rounds": self.batches, "lanes": self.lanes,
+        return {"events": self.events, "rounds": self.rounds, "lanes": self.lanes,
                 "sent_ms": round(self.sent_s * 1000, 1), "read_ms": round(self.read_s * 1000, 1),
                 "submit_ms": round(self.submit_s * 1000, 1), "save_ms": round(self.save_s * 1000, 1),
                 "reached_ms": round(self.reached_s * 1000, 1), "stopped_ms": round(self.stopped_s * 1000, 1),
@@ -705,7 +705,7 @@ class _Apply:
         if lanes.pending():
             lanes.submit(cut_by_size=cut_by_size)
             tailer.last_submit_at = time.monotonic()
-            self.stats.batches += 1
+            self.stats.rounds += 1
             rounds.inflight_pos, rounds.inflight_state = rounds.collect_pos, rounds.collect_state
         elif rounds.collect_pos is not None:
             tailer._checkpoint(rounds.collect_pos, rounds.collect_state)

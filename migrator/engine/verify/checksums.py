@@ -324,20 +324,20 @@ def row_hashes(conn: pymysql.connections.Connection, t: TableInfo, lo: Key | Non
 
 
 def _select_keys(t: TableInfo, part: Sequence[Key]) -> tuple[str, list[Any] | None]:
-    """The WHERE of a batch of keys: literal keys inline, value keys as parameters."""
+    """The WHERE of one query's keys: literal keys inline, value keys as parameters."""
     if part and isinstance(part[0], LiteralKey):
         return literal_keys_where(t.pk, part), None  # type: ignore[arg-type]
     return keys_where(t.pk, len(part)), [v for k in part for v in k]
 
 
 def row_hashes_for(conn: pymysql.connections.Connection, t: TableInfo, keys: Sequence[Key],
-                   batch: int = 200) -> dict[Key, int]:
+                   per_query: int = 200) -> dict[Key, int]:
     """Row hashes of the rows with these keys (value keys or :class:`LiteralKey`, not mixed),
     keyed by the key values the query returns."""
     out: dict[Key, int] = {}
     n = len(t.pk)
-    for i in range(0, len(keys), batch):
-        where, args = _select_keys(t, keys[i:i + batch])
+    for i in range(0, len(keys), per_query):
+        where, args = _select_keys(t, keys[i:i + per_query])
         sql = (f"{TAG}SELECT {t.key_sql}, {row_image_sql(t.columns, t.types)} FROM {qualified(t.db, t.table)} "
                f"WHERE {where}")
         for r in query(conn, sql, args):
@@ -345,12 +345,12 @@ def row_hashes_for(conn: pymysql.connections.Connection, t: TableInfo, keys: Seq
     return out
 
 
-def keys_of(conn: pymysql.connections.Connection, t: TableInfo, keys: Sequence[Key], batch: int = 500) -> set[Key]:
+def keys_of(conn: pymysql.connections.Connection, t: TableInfo, keys: Sequence[Key], per_query: int = 500) -> set[Key]:
     """The key values of the rows these keys select (the rows that exist on this side)."""
     out: set[Key] = set()
     n = len(t.pk)
-    for i in range(0, len(keys), batch):
-        where, args = _select_keys(t, keys[i:i + batch])
+    for i in range(0, len(keys), per_query):
+        where, args = _select_keys(t, keys[i:i + per_query])
         for r in query(conn, f"{TAG}SELECT {t.key_sql} FROM {qualified(t.db, t.table)} WHERE {where}", args):
             out.add(_key(r, n))
     return out

@@ -269,7 +269,7 @@ class TailDrainer(KeyCollector):
         stats.read_s = max(0.0, tailer.last_txns_at - t0)
         stats.submit_s = max(0.0, tailer.last_submit_at - t0)
         stats.sent_s = max(0.0, tailer.last_txns_sent_at - t0)
-        stats.batches = rounds  # the follower's rounds too
+        stats.rounds = rounds  # the follower's rounds too
         stats.connects = connects
         stats.last_round_ms = tailer.lanes.last_round_ms
         stats.reached_s, stats.stopped_s = reached, stopped

@@ -56,7 +56,7 @@ def _retryable(exc: BaseException) -> bool:
 
 
 def repair_rows(src: pymysql.connections.Connection, dst: pymysql.connections.Connection,
-                s_t: TableInfo, d_t: TableInfo, diffs: Sequence[RowDiff], batch: int = 200) -> int:
+                s_t: TableInfo, d_t: TableInfo, diffs: Sequence[RowDiff], per_query: int = 200) -> int:
     """Re-copy ``diffs``: REPLACE the source image, DELETE rows the source lacks.
 
     A deadlock or lock wait timeout on the target (a tail applying beside it) rolls back and
@@ -65,7 +65,7 @@ def repair_rows(src: pymysql.connections.Connection, dst: pymysql.connections.Co
                             retry=retry_if_exception(_retryable), reraise=True):
         with attempt:
             try:
-                return _repair_rows_once(src, dst, s_t, d_t, diffs, batch)
+                return _repair_rows_once(src, dst, s_t, d_t, diffs, per_query)
             except pymysql.err.OperationalError as exc:
                 if _retryable(exc) and not dst.get_autocommit():
                     dst.rollback()
@@ -74,7 +74,7 @@ def repair_rows(src: pymysql.connections.Connection, dst: pymysql.connections.Co
 
 
 def _repair_rows_once(src: pymysql.connections.Connection, dst: pymysql.connections.Connection,
-                      s_t: TableInfo, d_t: TableInfo, diffs: Sequence[RowDiff], batch: int) -> int:
+                      s_t: TableInfo, d_t: TableInfo, diffs: Sequence[RowDiff], per_query: int) -> int:
     if not diffs:
         return 0
     copy_keys = [d.key for d in diffs if d.kind != "extra_on_target"]
@@ -83,8 +83,8 @@ def _repair_rows_once(src: pymysql.connections.Connection, dst: pymysql.connecti
     col_sql = ", ".join(ident(c) for c in cols)
     done = 0
     with dst.cursor() as dcur:
-        for i in range(0, len(copy_keys), batch):
-            part = copy_keys[i:i + batch]
+        for i in range(0, len(copy_keys), per_query):
+            part = copy_keys[i:i + per_query]
             rows = query(src, f"{TAG}SELECT {s_t.read(cols)} FROM {qualified(s_t.db, s_t.table)} "
                               f"WHERE {keys_where(s_t.pk, len(part))}", [v for k in part for v in k])
             present = {tuple(r[cols.index(c)] for c in s_t.pk) for r in rows}
@@ -95,8 +95,8 @@ def _repair_rows_once(src: pymysql.connections.Connection, dst: pymysql.connecti
                 dcur.executemany(f"{TAG}REPLACE INTO {qualified(d_t.db, d_t.table)} ({col_sql}) VALUES {marks}",
                                  [tuple(r) for r in rows])
                 done += len(rows)
-        for i in range(0, len(drop_keys), batch):
-            part = drop_keys[i:i + batch]
+        for i in range(0, len(drop_keys), per_query):
+            part = drop_keys[i:i + per_query]
             dcur.execute(f"{TAG}DELETE FROM {qualified(d_t.db, d_t.table)} WHERE {keys_where(d_t.pk, len(part))}",
                          [v for k in part for v in k])
             done += len(part)

@@ -82,7 +82,7 @@ def test_the_tailers_public_verbs_keep_their_signatures(name):
 
 def test_tail_stats_fields_are_unchanged():
     assert [f.name for f in dataclasses.fields(TailStats)] == [
-        "start", "end", "reached", "events", "transactions", "bytes", "statements", "batches", "duration_s",
+        "start", "end", "reached", "events", "transactions", "bytes", "statements", "rounds", "duration_s",
         "first_ts", "last_ts", "lanes", "read_s", "save_s", "submit_s", "sent_s", "retries", "retry_cause",
         "reached_s", "stopped_s", "connects", "last_round_ms"]
 
