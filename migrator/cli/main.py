@@ -205,7 +205,7 @@ def topology_add_pair(
     master: str = typer.Argument(...,
                                  help="NAME=ADDRESS:PORT of the new pair's master, e.g. MySQL009A=10.0.3.17:3306",
                                  metavar="NAME=ADDRESS:PORT"),
-    passive: str = typer.Argument(..., help="NAME=ADDRESS:PORT of its standby (its master-master partner)",
+    passive: str = typer.Argument(..., help="NAME=ADDRESS:PORT of its passive member (its master-master partner)",
                                   metavar="NAME=ADDRESS:PORT"),
     as_json: JsonOpt = False,
 ) -> None:
