@@ -147,7 +147,7 @@ def refresh_verified_gtid(config: Config, store: MigrationStore, m: Moving, *, m
             if collecting:
                 got = drainer.collected()
                 keys = {t.name: got.get((t.db, t.table), set()) for t in m.tables}
-                read.events = int(getattr(stats, "events", 0) or 0)  # the drain read the window
+                read.events = stats.events if stats is not None else 0  # the drain read the window
             else:
                 keys = changed_keys(m.source, m.creds, m.tables, since, reached, stall_s=waits.STALL_S, read=read)
             # the next window starts exactly here; from here the tail follows the source in the

@@ -15,6 +15,7 @@ from collections.abc import Hashable
 from typing import Any, Protocol, Self
 
 from migrator.engine.catch_up.checkpoint import open_tailer
+from migrator.engine.catch_up.tailer import TailStats
 from migrator.engine.migration import MigrationStore, Node, Phase
 from migrator.engine.names import SENTINEL_TABLE
 from migrator.engine.records import CatchupNode
@@ -35,7 +36,7 @@ class Drainer(Protocol):
     :class:`NoTail`). Callers call the verbs directly: a drainer with nothing to do for one does nothing.
     """
 
-    def drain_to(self, gtid: str, timeout: float, *, save: bool = True) -> Any:
+    def drain_to(self, gtid: str, timeout: float, *, save: bool = True) -> TailStats | None:
         """Get the target to ``gtid`` (a source position or state) within ``timeout`` seconds; raises
         :class:`~migrator.engine.catch_up.tailer.DrainTimeout` or :class:`WaitTimeout` when it does not.
 
@@ -242,7 +243,7 @@ class TailDrainer(KeyCollector):
         if follower is not None:
             follower.stop()
 
-    def drain_to(self, gtid: str, timeout: float, *, save: bool = True) -> Any:
+    def drain_to(self, gtid: str, timeout: float, *, save: bool = True) -> TailStats | None:
         """Apply up to ``gtid``; returns the tail's :class:`~migrator.engine.catch_up.tailer.TailStats`
         (``events``: row changes read during the call, ``duration_s``: the whole call).
 

@@ -20,10 +20,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Hashable
-from typing import Any
+from typing import TYPE_CHECKING
 
-from migrator.engine.catch_up.tailer import DrainTimeout
+from migrator.engine.catch_up.tailer import DrainTimeout, TailStats
 from migrator.engine.verify.checksums import VerifyError
+
+if TYPE_CHECKING:
+    from migrator.engine.verify.drainers import Drainer
 
 #: a drain or a key read outside the freeze is given up after this many seconds without progress (a variable:
 #: tests shorten it)
@@ -57,8 +60,8 @@ class Stall:
         return time.monotonic() - self.moved_at >= self.stall_s
 
 
-def drain_progressing(drainer: Any, gtid: str, *, what: str, stall_s: float | None = None,
-                      phase: str = "verify") -> Any:
+def drain_progressing(drainer: Drainer, gtid: str, *, what: str, stall_s: float | None = None,
+                      phase: str = "verify") -> TailStats | None:
     """``drainer.drain_to(gtid)`` for as long as the tail advances; returns what the drain returned.
 
     The drain runs in slices of the stall timeout; a slice that ends short of ``gtid`` is followed by
