@@ -89,7 +89,7 @@ class RebalanceNemesis(Nemesis):
         live = rebalance.plan_live(fleet.config, threshold=THRESHOLD, add_pairs=[spare], window_s=0.5)
         assert len(live.plan.moves) >= 2, live.plan.moves
         move = live.plan.moves[0]
-        self.first = (move.source, live.slaves[move.source], move.target)
+        self.first = (move.source, live.passives[move.source], move.target)
         db = shard_db(move.runs[0][0])
         source = fleet.hosts[move.source]
         sysbench.prepare(source, creds, db, tables=SB_TABLES, table_size=SB_ROWS)
