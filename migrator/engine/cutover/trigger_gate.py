@@ -213,18 +213,13 @@ class TriggerGate:
         return self
 
     def close_connection(self) -> None:
-        if self._spare is not None:
-            try:
-                self._spare.close()
-            except Exception:  # already gone
-                pass
-            self._spare = None
-        if self.conn is not None:
-            try:
-                self.conn.close()
-            except Exception:  # already gone
-                pass
-            self.conn = None
+        for conn in (self._spare, self.conn):
+            if conn is not None:
+                try:
+                    conn.close()
+                except Exception:  # already gone
+                    pass
+        self._spare = self.conn = None
 
     def _cur(self) -> pymysql.cursors.Cursor:
         if self.conn is None:
