@@ -1,7 +1,7 @@
 """Benchmark: catch-up's memory and time on one huge source transaction, beside a native replica.
 
     python -m bench.bigtxn [--sandbox DIR] [--sizes 200000,1000000,5000000] [--lanes N]
-                           [--row-bytes B] [--part-bytes P]
+                           [--row-bytes B] [--part-bytes P] [--path row,fast]
 
 For each size N (row changes in one transaction):
 
@@ -14,7 +14,10 @@ For each size N (row changes in one transaction):
      lanes) in a process of its own: its peak RSS and its reader process's (``VmHWM``, and sampled every
      20 ms), and the apply time;
    - a native replica with one SQL thread (:mod:`bench.replica`): the apply time.
-   Each ends with ``CHECKSUM TABLE`` equal to the source.
+   Each ends with ``CHECKSUM TABLE`` equal to the source. ``--path`` names the catch-up apply paths
+   measured, each from the same snapshot in the same run: ``row`` (decoded rows as SQL through the
+   lanes) and ``fast`` (the source's rows events through the target's own applier,
+   :mod:`migrator.engine.catch_up.fast`); both by default.
 
 Prints one row per size (with the CPU seconds of the apply process and of its reader process: which one
 was the ceiling) and the last line ``peak_rss_mb=... apply_vs_replica=... load_avg_before=... load_avg_after=...``
@@ -87,7 +90,7 @@ def apply_main(args: argparse.Namespace) -> None:
     hosts, creds = sb.hosts(), sb.credentials()
     pacer = Pacer(lanes=args.lanes, adapt=False) if args.lanes else Pacer()
     tailer = Tailer(hosts[SOURCE], hosts[TARGET], creds, start=GtidPos.parse(args.start), schema_map={DB: DB},
-                    pacer=pacer)
+                    pacer=pacer, path=args.path)
     reader_hwm, reader_cpu = 0, 0.0
     stop = threading.Event()
 
@@ -113,18 +116,20 @@ def apply_main(args: argparse.Namespace) -> None:
     finally:
         stop.set()
         tailer.close()
-    print(json.dumps({"reached": stats.reached, "events": stats.events, "seconds": elapsed,
+    print(json.dumps({"reached": stats.reached, "events": stats.events, "seconds": elapsed, "path": stats.path,
+                      "fast_failure": stats.fast_failure,
                       "self_hwm_kb": _hwm_kb(os.getpid()), "reader_hwm_kb": reader_hwm,
                       "apply_cpu_s": apply_cpu, "reader_cpu_s": reader_cpu}), flush=True)
 
 
-def run_migrator(sb: Sandbox, snap: Path, start: str, end: str, want: int, lanes: int) -> dict[str, Any]:
+def run_migrator(sb: Sandbox, snap: Path, start: str, end: str, want: int, lanes: int,
+                 path: str = "row") -> dict[str, Any]:
     hosts, creds = sb.hosts(), sb.credentials()
     with sb.root_conn(TARGET) as c, c.cursor() as cur:
         cur.execute(f"DROP DATABASE IF EXISTS {DB}")
     replica.load(replica.client(hosts[TARGET], creds), replica.env(creds), DB, snap)
     cmd = [sys.executable, "-m", "bench.bigtxn", "apply", "--sandbox", str(sb.dir), "--start", start, "--end", end,
-           "--lanes", str(lanes)]
+           "--lanes", str(lanes), "--path", path]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": os.getcwd()})
     sampled: dict[int, int] = {}
     import psutil
@@ -141,6 +146,7 @@ def run_migrator(sb: Sandbox, snap: Path, start: str, end: str, want: int, lanes
     assert proc.returncode == 0, f"the apply process failed ({proc.returncode})"
     got = json.loads(out.strip().splitlines()[-1])
     assert got["reached"], "catch-up did not reach the end position"
+    assert got["path"] == path, f"the {path} path was asked for, the {got['path']} path applied: {got['fast_failure']}"
     with mysql.connect(hosts[TARGET], creds) as c:
         assert checksum(c) == want, "the migrator target differs from the source"
     got["sampled_max_kb"] = max(sampled.values(), default=0)
@@ -150,7 +156,8 @@ def run_migrator(sb: Sandbox, snap: Path, start: str, end: str, want: int, lanes
 
 # -- one size -------------------------------------------------------------------------------------------
 
-def one_size(sb: Sandbox, n: int, workdir: Path, lanes: int, row_bytes: int = 0) -> dict[str, Any]:
+def one_size(sb: Sandbox, n: int, workdir: Path, lanes: int, row_bytes: int = 0,
+             paths: tuple[str, ...] = ("row", "fast")) -> dict[str, Any]:
     hosts, creds = sb.hosts(), sb.credentials()
     wide = ", data LONGBLOB NOT NULL" if row_bytes else ""
     fill = f", REPEAT(CHAR(65 + seq % 26), {row_bytes})" if row_bytes else ""
@@ -171,10 +178,10 @@ def one_size(sb: Sandbox, n: int, workdir: Path, lanes: int, row_bytes: int = 0)
         write_s = time.monotonic() - t0
         end = mysql.binlog_pos(c)
         want = checksum(c)
-    mine = run_migrator(sb, snap, start, end, want, lanes)
+    mine = {path: run_migrator(sb, snap, start, end, want, lanes, path) for path in paths}
     native = replica.run_replica(sb, SOURCE, DB, snap, start, end, workdir, checksum=checksum, want=want)
     snap.unlink()
-    return {"rows": n, "row_bytes": row_bytes, "write_s": write_s, "migrator": mine, "replica_s": native}
+    return {"rows": n, "row_bytes": row_bytes, "write_s": write_s, "paths": mine, "replica_s": native}
 
 
 #: rows wider than this need a larger max_allowed_packet than the sandbox's 16 MiB (hex literals: 2x)
@@ -208,6 +215,7 @@ def main() -> None:
         ap.add_argument("--start", required=True)
         ap.add_argument("--end", required=True)
         ap.add_argument("--lanes", type=int, default=0)
+        ap.add_argument("--path", default="row")
         apply_main(ap.parse_args())
         return
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -217,7 +225,11 @@ def main() -> None:
     ap.add_argument("--row-bytes", type=int, default=0, help="a LONGBLOB of this many bytes in every row (wide rows)")
     ap.add_argument("--part-bytes", type=int, default=0,
                     help="MIGRATOR_CATCHUP_PART_BYTES for the apply process (default: its own, 32 MiB)")
+    ap.add_argument("--path", default="row,fast", help="apply paths measured side by side: row, fast (comma-separated)")
     args = ap.parse_args()
+    paths = tuple(p.strip() for p in args.path.split(",") if p.strip())
+    if not paths or any(p not in ("row", "fast") for p in paths):
+        ap.error(f"--path {args.path!r}: name row, fast or both (comma-separated)")
     load_before = os.getloadavg()[0]
     if args.part_bytes:
         os.environ["MIGRATOR_CATCHUP_PART_BYTES"] = str(args.part_bytes)  # the apply process inherits it
@@ -234,13 +246,14 @@ def main() -> None:
         packet = set_packet(sb, BIG_PACKET if args.row_bytes > WIDE_PACKET else None)
         try:
             for n in sizes:
-                r = one_size(sb, n, tmp, args.lanes, args.row_bytes)
+                r = one_size(sb, n, tmp, args.lanes, args.row_bytes, paths)
                 results.append(r)
-                m = r["migrator"]
-                print(f"{n:>9} rows of {args.row_bytes or 'narrow'} B: migrator {m['seconds']:.1f} s, peak RSS "
-                      f"{m['peak_mb']:.0f} MB (apply process {m['self_hwm_kb'] / 1024:.0f} MB, reader "
-                      f"{m['reader_hwm_kb'] / 1024:.0f} MB); native replica {r['replica_s']:.1f} s "
-                      f"({m['seconds'] / r['replica_s']:.2f}x); source wrote it in {r['write_s']:.1f} s", flush=True)
+                for path, m in r["paths"].items():
+                    print(f"{n:>9} rows of {args.row_bytes or 'narrow'} B, {path} path: migrator {m['seconds']:.1f} s, "
+                          f"peak RSS {m['peak_mb']:.0f} MB (apply process {m['self_hwm_kb'] / 1024:.0f} MB, reader "
+                          f"{m['reader_hwm_kb'] / 1024:.0f} MB); native replica {r['replica_s']:.1f} s "
+                          f"({m['seconds'] / r['replica_s']:.2f}x); source wrote it in {r['write_s']:.1f} s",
+                          flush=True)
         finally:
             if args.row_bytes > WIDE_PACKET:
                 restore_packet(sb, packet)
@@ -253,18 +266,19 @@ def main() -> None:
         if own:
             sb.down(purge=True)
         shutil.rmtree(tmp, ignore_errors=True)
-    print(f"{'rows':>9} {'row bytes':>10} {'data MB':>8} {'migrator s':>11} {'replica s':>10} {'ratio':>6} "
-          f"{'peak MB':>8} {'apply MB':>9} {'reader MB':>10} {'apply CPU s':>12} {'reader CPU s':>13}")
+    print(f"{'rows':>9} {'row bytes':>10} {'data MB':>8} {'path':>5} {'migrator s':>11} {'replica s':>10} "
+          f"{'ratio':>6} {'peak MB':>8} {'apply MB':>9} {'reader MB':>10} {'apply CPU s':>12} {'reader CPU s':>13}")
     for r in results:
-        m = r["migrator"]
-        print(f"{r['rows']:>9} {r['row_bytes']:>10} {r['rows'] * r['row_bytes'] / 2**20:>8.0f} "
-              f"{m['seconds']:>11.1f} {r['replica_s']:>10.1f} {m['seconds'] / r['replica_s']:>6.2f} "
-              f"{m['peak_mb']:>8.0f} {m['self_hwm_kb'] / 1024:>9.0f} {m['reader_hwm_kb'] / 1024:>10.0f} "
-              f"{m['apply_cpu_s']:>12.1f} {m['reader_cpu_s']:>13.1f}")
-    peak = max(r["migrator"]["peak_mb"] for r in results)
-    ratio = max(r["migrator"]["seconds"] / r["replica_s"] for r in results)
-    print(f"peak_rss_mb={peak:.0f} apply_vs_replica={ratio:.2f} row_bytes={args.row_bytes} "
-          f"load_avg_before={load_before:.2f} load_avg_after={os.getloadavg()[0]:.2f}")
+        for path, m in r["paths"].items():
+            print(f"{r['rows']:>9} {r['row_bytes']:>10} {r['rows'] * r['row_bytes'] / 2**20:>8.0f} {path:>5} "
+                  f"{m['seconds']:>11.1f} {r['replica_s']:>10.1f} {m['seconds'] / r['replica_s']:>6.2f} "
+                  f"{m['peak_mb']:>8.0f} {m['self_hwm_kb'] / 1024:>9.0f} {m['reader_hwm_kb'] / 1024:>10.0f} "
+                  f"{m['apply_cpu_s']:>12.1f} {m['reader_cpu_s']:>13.1f}")
+    for path in paths:
+        peak = max(r["paths"][path]["peak_mb"] for r in results)
+        ratio = max(r["paths"][path]["seconds"] / r["replica_s"] for r in results)
+        print(f"path={path} peak_rss_mb={peak:.0f} apply_vs_replica={ratio:.2f} row_bytes={args.row_bytes} "
+              f"load_avg_before={load_before:.2f} load_avg_after={os.getloadavg()[0]:.2f}")
 
 
 if __name__ == "__main__":

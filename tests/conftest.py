@@ -161,6 +161,7 @@ EVERY_LAYOUT = (
     "tests/integration/engine/test_cutover_lease.py", "tests/integration/engine/test_cutover_faults.py",
     "tests/integration/engine/test_cleanup.py", "tests/integration/engine/test_rollback.py",
     "tests/integration/engine/test_catch_up.py", "tests/faults/test_infrastructure_faults.py",
+    "tests/integration/engine/test_fast_apply.py",
     "tests/integration/engine/test_cutover_queue_partition.py",
     "tests/integration/engine/test_handover.py",
     "tests/integration/engine/test_handover_applier.py",

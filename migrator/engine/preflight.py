@@ -95,6 +95,9 @@ GATE_GRANTS = ("SELECT", "INSERT", "CREATE", "DROP", "ALTER", "LOCK TABLES", "TR
 #: the privilege that lets a user write on a ``read_only`` server (MariaDB 10.11: SUPER no longer does, MDEV-29596);
 #: never reported as more than the migration needs: a read_only member is why it is granted
 READ_ONLY_ADMIN = "READ_ONLY ADMIN"
+#: the privilege of the fast apply path (``BINLOG '<base64>'``, migrator.engine.catch_up.fast); without it every
+#: tail stays on the row path: slower, as correct
+FAST_APPLY_GRANT = "BINLOG REPLAY"
 #: MariaDB spells some privileges two ways
 GRANT_ALIASES = {
     "REPLICATION CLIENT": "BINLOG MONITOR",
@@ -182,7 +185,7 @@ def grant_findings(privs: set[str]) -> tuple[list[str], list[str]]:
         return [], ["ALL PRIVILEGES"]
     missing = [p for p in REQUIRED_GRANTS if p not in privs]
     # the grants views and routines need are checked with them (migrator.engine.objects)
-    extra = sorted(privs - set(REQUIRED_GRANTS) - set(objects.OBJECT_GRANTS) - {READ_ONLY_ADMIN})
+    extra = sorted(privs - set(REQUIRED_GRANTS) - set(objects.OBJECT_GRANTS) - {READ_ONLY_ADMIN, FAST_APPLY_GRANT})
     return missing, extra
 
 
@@ -234,6 +237,7 @@ def run(zk: ZK, spec: Spec, creds: Credentials, *, phase: Phase = Phase.PLANNED)
         for role in ("source master", "target master"):
             if role in conns:
                 _check_grants(conns[role], roles[role], res)
+        _check_apply_path(conns, roles, res)
         if src is not None:
             _check_objects(src, conns.get("target master"), spec, res)
     finally:
@@ -671,6 +675,44 @@ def _check_grants(c: pymysql.connections.Connection, name: str, res: PreflightRe
                 "consider revoking", "warning")
     if not missing:
         res.add("grants", True, f"the migration user has what it needs on {name}")
+
+
+def _check_apply_path(conns: dict[str, pymysql.connections.Connection], roles: dict[str, str],
+                      res: PreflightResult) -> None:
+    """Which apply path catch-up will take, said plainly: the fast path (the source's rows events through
+    the target's own applier, from the verified position on) needs ``BINLOG REPLAY`` on the target master
+    (and on the source master for a rollback's reverse tail) and a binlog checksum it knows (CRC32 or
+    NONE) on the side it reads; otherwise the row path applies throughout (a warning, not a refusal)."""
+    lacking = []
+    for role in ("target master", "source master"):
+        c = conns.get(role)
+        if c is None:
+            continue
+        privs = parse_global_grants([r[0] for r in query(c, T + "SHOW GRANTS")])
+        if "ALL PRIVILEGES" not in privs and FAST_APPLY_GRANT not in privs:
+            lacking.append((role, roles[role]))
+    odd = []
+    for role in ("source master", "target master"):
+        c = conns.get(role)
+        if c is not None:
+            alg = str(inspector.global_variables(c, ["binlog_checksum"]).get("binlog_checksum", "")).upper()
+            if alg not in ("CRC32", "NONE"):
+                odd.append(f"binlog_checksum={alg or 'unset'} on {role} {roles[role]}")
+    if odd:
+        res.add("apply_path", False, f"the row path will apply throughout ({'; '.join(odd)}: the fast path "
+                "forwards CRC32 or unchecked events only)", "warning")
+    elif lacking and lacking[0][0] == "target master":
+        res.add("apply_path", False, f"the row path will apply throughout: the migration user lacks "
+                f"{FAST_APPLY_GRANT} on {lacking[0][1]}; GRANT {FAST_APPLY_GRANT} ON *.* to it there for the "
+                "fast path (the server applies the source's rows events itself once verify proved the copy equal)",
+                "warning")
+    elif lacking:
+        res.add("apply_path", False, f"the fast path applies catch-up from the verified position on; a rollback's "
+                f"reverse tail will take the row path: the migration user lacks {FAST_APPLY_GRANT} on "
+                f"{lacking[0][1]} (GRANT {FAST_APPLY_GRANT} ON *.* to it there)", "warning")
+    elif conns:
+        res.add("apply_path", True, "the fast path applies catch-up from the verified position on "
+                f"({FAST_APPLY_GRANT} held, binlog checksums known); the row path before it")
 
 
 def _check_tls(conns: dict[str, pymysql.connections.Connection], roles: dict[str, str], hosts: dict[str, Host],

@@ -64,7 +64,7 @@ from typing import Any
 
 from kazoo.exceptions import LockTimeout, SessionExpiredError
 
-from migrator.engine.catch_up.checkpoint import applier_claim, applier_lock
+from migrator.engine.catch_up.checkpoint import applier_claim, applier_lock, apply_path_from_env
 from migrator.engine.catch_up.checkpoint import moving_tables as tail_tables
 from migrator.engine.catch_up.passes import PassResult, judge, measure_pass
 from migrator.engine.catch_up.tailer import DrainTimeout, Tailer
@@ -137,6 +137,9 @@ class ReverseDrainer(TailDrainer):
                 start_state=node.state if node.gtid else self.start_state,
                 schema_map={db: tomb_db(self.spec.id, db) for db in self.spec.databases},
                 tables=_with_sentinel(tail_tables(self.spec)), epoch=claim.epoch(),
+                # the tombstones held exactly the new master's rows at the flip (the cutover compared them
+                # under its fence): from there the new master's rows events apply strictly (the fast path)
+                fast_from=GtidState.of(GtidPos.parse(self.start), self.start_state), path=apply_path_from_env(),
             )
 
             def checkpoint(pos: GtidPos) -> None:

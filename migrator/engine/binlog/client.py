@@ -81,13 +81,16 @@ class BinlogError(Exception):
 
 @dataclass(slots=True)
 class Event:
-    """One binlog event: its header fields and its body (checksum stripped)."""
+    """One binlog event: its header fields and its body (checksum stripped); ``raw``: the whole event as
+    the master sent it (header, body and checksum), kept only by a client made with ``raw=True`` (the fast
+    apply path forwards it to the target as it is)."""
 
     type: int
     timestamp: int
     server_id: int
     flags: int
     body: bytes
+    raw: bytes = b""
 
 
 def new_server_id() -> int:
@@ -100,8 +103,10 @@ class BinlogClient:
 
     def __init__(self, host: str, port: int, user: str, password: str, start: str, *,
                  heartbeat_s: float = 0.25, read_timeout_s: float = 30.0, connect_timeout_s: float = 5.0,
-                 server_id: int | None = None, tls: MySQLTLS | None = None):
+                 server_id: int | None = None, tls: MySQLTLS | None = None, raw: bool = False):
         self.start = start
+        #: keep every event's raw bytes too (:attr:`Event.raw`)
+        self.raw = raw
         self.heartbeat_s = heartbeat_s
         self.server_id = server_id or new_server_id()
         self._checksum = False
@@ -157,6 +162,7 @@ class BinlogClient:
         conn._sock.settimeout(conn._read_timeout)  # as PyMySQL's reader does before it reads
         rfile = conn._rfile
         checksum = self._checksum
+        keep_raw = self.raw
         crc = zlib.crc32
         unpack = struct.unpack_from
         buf, pos = b"", 0
@@ -191,7 +197,15 @@ class BinlogClient:
                     raise BinlogError(f"binlog event of type {etype} failed its CRC32 check")
             else:
                 body_end = end
-            yield Event(etype, ts, sid, flags, data[start + 20:body_end])
+            if keep_raw:
+                yield Event(etype, ts, sid, flags, data[start + 20:body_end], data[start + 1:end])
+            else:
+                yield Event(etype, ts, sid, flags, data[start + 20:body_end])
+
+    @property
+    def checksum(self) -> bool:
+        """The master's events end in a CRC32 (``binlog_checksum=CRC32``): a raw event carries it."""
+        return self._checksum
 
     def drained(self) -> bool:
         """Nothing more has arrived from the master yet: no bytes wait on the dump socket.

@@ -11,6 +11,7 @@ The parent reads them with ``match``::
         case Txns(txns, position, last_ts, sent_at, state): ...
         case Tick(position, last_ts, state): ...
         case Shapes(shapes): ...
+        case Format(event, checksum): ...
         case Failure(message, code): ...
 """
 
@@ -30,6 +31,18 @@ class Shapes:
 
     def __reduce__(self) -> tuple[Any, ...]:
         return Shapes, (self.shapes,)
+
+
+@dataclass(frozen=True, slots=True)
+class Format:
+    """The source's format description event, raw, and whether its events carry a CRC32 (a reader that
+    forwards rows events whole sends it before the first of them, and again when it changes)."""
+
+    event: bytes
+    checksum: bool
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return Format, (self.event, self.checksum)
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,4 +90,4 @@ class Failure:
 
 
 #: every message the reader process sends
-Message = Shapes | Txns | Tick | Failure
+Message = Shapes | Format | Txns | Tick | Failure

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from migrator.engine.binlog import client as bl
-from migrator.engine.binlog.messages import Failure, Shapes, Tick, Txns
+from migrator.engine.binlog.messages import Failure, Format, Shapes, Tick, Txns
 from migrator.engine.binlog.reader import Committed, ReaderError, TxnReader
 from migrator.fleet.gtid import format_pos, format_state
 
@@ -52,6 +52,10 @@ class ReaderSpec:
     message_bytes: int = 0
     #: the source's TLS settings (paths; the process builds its own context from them)
     tls: MySQLTLS | None = None
+    #: forward rows events whole, only their keys decoded (the fast apply path: :mod:`.forward`); an event
+    #: of more than ``raw_max`` bytes (0: no limit) is decoded as usual
+    raw: bool = False
+    raw_max: int = 0
 
 
 def run_reader(spec: ReaderSpec, conn: Any) -> None:
@@ -68,9 +72,9 @@ def run_reader(spec: ReaderSpec, conn: Any) -> None:
     client = None
     try:
         client = bl.BinlogClient(spec.host, spec.port, spec.user, spec.password, spec.start,
-                                 heartbeat_s=spec.heartbeat_s, tls=spec.tls)
+                                 heartbeat_s=spec.heartbeat_s, tls=spec.tls, raw=spec.raw)
         rd = TxnReader(spec.start, spec.schemas, spec.tables, part_changes=spec.part_changes,
-                       part_bytes=spec.part_bytes)
+                       part_bytes=spec.part_bytes, raw=spec.raw, raw_max=spec.raw_max, checksum=client.checksum)
         message_bytes = spec.message_bytes or rd.part_bytes or 0
         txns: list[Committed] = []
         nchanges = nbytes = 0
@@ -80,6 +84,9 @@ def run_reader(spec: ReaderSpec, conn: Any) -> None:
         ended = 0  # transactions read when the dump socket was last looked at
         for ev in client.events():
             txn = rd.feed(ev)
+            if rd.new_format:
+                rd.new_format = False
+                conn.send(Format(rd.format, rd.checksum))
             if rd.new_shapes:
                 conn.send(Shapes(rd.take_shapes()))
             for part in rd.take_parts():

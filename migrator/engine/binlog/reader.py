@@ -66,12 +66,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 from migrator.engine.binlog import client as bl
+from migrator.engine.binlog.forward import ends_statement, with_statement_end
 from migrator.engine.binlog.rows import (
     DELETE,
     UPDATE,
     WRITE,
     RowFormatError,
     TableMap,
+    decode_keys,
     decode_rows,
     parse_table_map,
     rows_header,
@@ -139,6 +141,11 @@ class Shape:
 
 #: one row change: (shape id, kind, key literals, old key literals or None, after-image literals or None)
 Change = tuple[int, str, tuple[str, ...], "tuple[str, ...] | None", "tuple[str, ...] | None"]
+
+#: the kind of a forwarded rows event (a reader made with ``raw``): ``(shape id, RAW, keys, table map, event)``,
+#: where ``keys`` are the primary keys the event touches (both keys of an update that changed one), and
+#: ``table map`` and ``event`` are the raw events as the source logged them (:mod:`.forward`)
+RAW = "r"
 
 
 class Statement(NamedTuple):
@@ -408,7 +415,8 @@ class TxnReader:
     a part of a transaction always comes before the transaction's end."""
 
     def __init__(self, start: str, schemas: Iterable[str], tables: Iterable[str] | None = None, *,
-                 part_changes: int | None = 0, part_bytes: int | None = 0):
+                 part_changes: int | None = 0, part_bytes: int | None = 0, raw: bool = False,
+                 raw_max: int = 0, checksum: bool = False):
         #: the last transaction read of each domain (where a restart resumes, capped: :attr:`position`)
         self.pos: Position = dict(GtidPos.parse(start))
         #: row changes of one transaction held in memory at most (None: no bound; 0: what
@@ -431,6 +439,17 @@ class TxnReader:
         self._held: dict[bytes, Txn] = {}  # prepared XA groups, by xid
         self.transactions_read = 0
         self.last_ts = 0
+        #: forward rows events whole (:data:`RAW` items, only their keys decoded) instead of decoded rows;
+        #: an event longer than ``raw_max`` bytes (0: no limit) is decoded as usual (it would not fit
+        #: the target's packet); ``checksum``: the events carry a CRC32 (set again when one changes)
+        self.raw = raw
+        self.raw_max = raw_max
+        self.checksum = checksum
+        #: the raw table-map event of each kept table id (raw mode)
+        self._raw_maps: dict[int, bytes] = {}
+        #: the source's format description event, raw (raw mode); ``new_format``: not yet taken
+        self.format: bytes = b""
+        self.new_format = False
 
     # -- positions --------------------------------------------------------------------
     @property
@@ -487,12 +506,20 @@ class TxnReader:
         tid = int.from_bytes(body[0:6], "little")
         entry = self._by_table.get(tid)
         if entry is None:
+            if self.raw and body[6] & 1:
+                self._end_forwarded_statement(txn)
             return None  # a table we do not keep: never decoded
         if t in _COMPRESSED:
             body = bl.decompress(body, 8)
         tm, shape = entry
         _, _, p = rows_header(body, t in _V2)
         kind = _KIND[t]
+        if self.raw and (not self.raw_max or len(ev.raw) <= self.raw_max):
+            keys = decode_keys(body, tm, kind, p)
+            txn.changes.append((shape.id, RAW, tuple(keys), self._raw_maps[tid], ev.raw))  # type: ignore[arg-type]
+            txn.size += len(ev.body)
+            self._parts.extend(txn.bound(self.part_changes, self.part_bytes))
+            return None
         rows = decode_rows(body, tm, kind, p)
         pk = tm.pk
         ch = txn.changes
@@ -514,6 +541,27 @@ class TxnReader:
 
     def _on_table_map(self, ev: bl.Event) -> None:
         self._table_map(ev.body)
+        if self.raw:
+            tid = int.from_bytes(ev.body[0:6], "little")
+            if tid in self._by_table:
+                self._raw_maps[tid] = ev.raw
+            else:
+                self._raw_maps.pop(tid, None)
+
+    def _end_forwarded_statement(self, txn: Txn) -> None:
+        """A statement ended on an event of a table that does not move (dropped): its end flag goes onto
+        the last forwarded event of the statement, if it is still held (one handed out already ends its
+        ``BINLOG`` statement anyway: :mod:`.forward`)."""
+        ch = txn.changes
+        if ch and ch[-1][1] == RAW and not ends_statement(ch[-1][4]):  # type: ignore[arg-type]
+            sid, kind, keys, tm, raw = ch[-1]
+            ch[-1] = (sid, kind, keys, tm, with_statement_end(raw, self.checksum))  # type: ignore[arg-type]
+
+    def _on_format(self, ev: bl.Event) -> None:
+        """The source's format description event: the fast path sends it to the target first (raw mode)."""
+        if self.raw and ev.raw and ev.raw != self.format:
+            self.format = ev.raw
+            self.new_format = True
 
     def _on_gtid(self, ev: bl.Event) -> None:
         """A GTID event opens a transaction (a stand-alone group, an XA group with its xid)."""
@@ -564,6 +612,7 @@ class TxnReader:
         # a statement may change any table's shape: forget the table maps read so far
         self._maps.clear()
         self._by_table.clear()
+        self._raw_maps.clear()
         if self._standalone:
             return self._end()
         return None
@@ -588,6 +637,7 @@ class TxnReader:
         # a server restart reuses table ids and always starts a new binlog file
         self._maps.clear()
         self._by_table.clear()
+        self._raw_maps.clear()
 
     def _on_start_encryption(self, ev: bl.Event) -> None:
         raise ReaderError("the source sent an encrypted binlog event stream; catch-up reads plain events")
@@ -603,6 +653,7 @@ class TxnReader:
         bl.XA_PREPARE: _on_xa_prepare,
         bl.ROTATE: _on_rotate,
         bl.START_ENCRYPTION: _on_start_encryption,
+        bl.FORMAT_DESCRIPTION: _on_format,
     }
 
     def _savepoint(self, verb: str, name: str) -> None:

@@ -26,6 +26,7 @@ passes, verify's drains and the cutover's drain under its fence.
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -35,7 +36,7 @@ from kazoo.exceptions import BadVersionError, ConnectionLoss, LockTimeout, Sessi
 from migrator.engine.catch_up.lanes import Epoch
 from migrator.engine.catch_up.tailer import CatchUpConflict, CatchUpError, StaleApplier, Tailer, stale_message
 from migrator.engine.migration import GuardLost, MigrationStore, Node, Spec
-from migrator.engine.records import CatchupNode, TableProgress
+from migrator.engine.records import CatchupNode, TableProgress, VerifyNode
 from migrator.fleet import config as config_mod
 from migrator.fleet import zk as zk_mod
 from migrator.fleet.config import Config, Credentials
@@ -281,10 +282,13 @@ def open_tailer(
         tables = moving_tables(spec)
         if tables is not None:
             tables |= set(extra_tables)
+        # from the position the last full check proved equal on, the source's own rows events apply
+        # strictly (the fast path, migrator.engine.catch_up.fast); before it, the idempotent row path
+        verified = VerifyNode.parse(sess.store.get_progress(migration_id, Node.VERIFY)[0]).verified_gtid
         tailer = Tailer(
             source, target, sess.credentials, start=start, start_state=start_state,
             schema_map={db: db for db in spec.databases}, tables=tables,
-            epoch=claim.epoch(),
+            epoch=claim.epoch(), fast_from=verified or None, path=apply_path_from_env(),
         )
         tailer.on_checkpoint = lambda pos: ckpt.set_gtid(pos, tailer.applied_state)
     except BaseException:
@@ -304,6 +308,18 @@ def open_tailer(
 
     tailer.close = close  # type: ignore[method-assign]
     return tailer
+
+
+#: ``row`` keeps every tail of this process on the row path; ``auto`` (the default) lets it take the fast
+#: path from the verified position on (migrator.engine.catch_up.fast)
+APPLY_PATH_ENV = "MIGRATOR_APPLY_PATH"
+
+
+def apply_path_from_env() -> str:
+    raw = os.environ.get(APPLY_PATH_ENV, "").strip().lower() or "auto"
+    if raw not in ("auto", "row"):
+        raise CatchUpError(f"{APPLY_PATH_ENV}={raw!r}: set it to auto (the fast path once verified) or row")
+    return raw
 
 
 def _release(lock: Any) -> None:

@@ -85,6 +85,10 @@ class PassResult:
     converged: bool = False
     not_converging: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
+    #: the apply path of the pass (``row``, ``fast``, ``fast+row``: :attr:`TailStats.path`), and why the fast
+    #: path stopped or was not taken (its table, GTID and error; None: it was not refused)
+    path: str = "row"
+    fast_failure: dict[str, Any] | None = None
 
 
 def judge(result: PassResult, previous: list[Any], opts: Options) -> tuple[bool, bool]:
@@ -143,7 +147,7 @@ def measure_pass(stats: TailStats, *, number: int, started_at: float, head: str,
         events=stats.events, transactions=stats.transactions, bytes=stats.bytes,
         statements=stats.statements, duration_s=round(stats.duration_s, 4),
         apply_rate=round(apply_rate, 1), write_rate=round(write_rate, 1), lag_s=round(lag_s, 4),
-        predicted_freeze_ms=round(predicted_ms, 1),
+        predicted_freeze_ms=round(predicted_ms, 1), path=stats.path, fast_failure=stats.fast_failure,
     )
 
 
@@ -306,6 +310,8 @@ def drain_to(
         "batches": stats.rounds,  # the record's key for the rounds committed
         "duration_ms": round((time.monotonic() - t0) * 1000.0, 2),
         "apply_ms": round(stats.duration_s * 1000.0, 2),
+        "path": stats.path,
+        "fast_failure": stats.fast_failure,
     }
 
 

@@ -50,7 +50,8 @@ from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_fixe
 
 from migrator.engine.binlog import process as rproc
 from migrator.engine.binlog import reader as rd
-from migrator.engine.binlog.messages import Failure, Shapes, Tick, Txns
+from migrator.engine.binlog.messages import Failure, Format, Shapes, Tick, Txns
+from migrator.engine.catch_up import fast
 from migrator.engine.catch_up.lanes import Epoch, LaneSet, StaleEpoch
 from migrator.engine.catch_up.pacer import Cut, Pacer, pacer_from_env
 from migrator.engine.catch_up.sql import Target, target_for
@@ -63,6 +64,9 @@ from migrator.fleet.model import Host
 from migrator.fleet.mysql import binlog_pos, ident
 
 log = logging.getLogger(__name__)
+
+#: the apply paths a tail can be told to take (:attr:`Tailer.path`)
+APPLY_PATHS = ("auto", "row", "fast")
 
 
 def _lock_wait_timeout(exc: BaseException) -> bool:
@@ -126,6 +130,11 @@ class TailStats:
     #: lane connections opened during the call; ms of the last round (hand-over to every lane's commit)
     connects: int = 0
     last_round_ms: float = 0.0
+    #: which apply path applied the call: ``row`` (decoded rows as SQL, :mod:`.lanes`), ``fast`` (the
+    #: source's rows events through the server's own applier, :mod:`.fast`), or ``fast+row`` (the fast
+    #: path stopped and the row path went on); ``fast_failure``: why it stopped (table, GTID, error)
+    path: str = "row"
+    fast_failure: dict[str, Any] | None = None
 
     def drain_record(self) -> dict[str, Any]:
         """Where a drain's time went, as a cutover attempt records it (``events``: row changes read;
@@ -136,7 +145,7 @@ class TailStats:
                 "submit_ms": round(self.submit_s * 1000, 1), "save_ms": round(self.save_s * 1000, 1),
                 "reached_ms": round(self.reached_s * 1000, 1), "stopped_ms": round(self.stopped_s * 1000, 1),
                 "last_round_ms": round(self.last_round_ms, 1), "lane_connects": self.connects,
-                "lane_retries": self.retries, "lane_retry_cause": self.retry_cause}
+                "lane_retries": self.retries, "lane_retry_cause": self.retry_cause, "path": self.path}
 
 
 @dataclass
@@ -178,8 +187,19 @@ class Tailer:
                  schema_map: Mapping[str, str], tables: Iterable[str] | None = None,
                  on_checkpoint: Callable[[GtidPos], None] | None = None, pacer: Pacer | None = None,
                  idle_checkpoint_s: float = 1.0, heartbeat_s: float = 0.25, checkpoint_every_s: float = 0.5,
-                 epoch: Epoch | None = None):
+                 epoch: Epoch | None = None, fast_from: GtidState | str | None = None, path: str = "auto"):
         self.source = source
+        if path not in APPLY_PATHS:
+            raise ValueError(f"apply path {path!r}: one of {', '.join(APPLY_PATHS)}")
+        #: ``auto``: the fast path from ``fast_from`` on (the position verify proved equal; None: never),
+        #: ``row``: never, ``fast``: from the start (the target is known equal there: benchmarks)
+        self.path = path
+        self.fast_from = GtidState.of(fast_from) if isinstance(fast_from, str) else fast_from
+        #: the fast path's applier while it applies (None: the row path applies)
+        self._fast: fast.FastApplier | None = None
+        #: why the fast path stopped for this tail (it stays on the row path from then on)
+        self.fast_failure: dict[str, Any] | None = None
+        self._row_part_bytes: int | None = 0
         #: the fencing token every write of this tail to the target carries (None: unfenced)
         self.epoch = epoch
         self._claimed = False
@@ -356,7 +376,7 @@ class Tailer:
                 self._pending.append(msg)
                 self.last_txns_at = time.monotonic()
                 self.last_txns_sent_at = sent_at
-            case Tick():
+            case Tick() | Format():
                 self._pending.append(msg)
             case Shapes(shapes):
                 for sh in shapes:
@@ -448,12 +468,26 @@ class Tailer:
         (the next call or :meth:`close` does it). The cutover's drains under the fence use it:
         a saved checkpoint only bounds what a crash replays, so it need not cost a ZooKeeper
         write inside the freeze."""
+        self._choose_path()
         self._open()
-        call = _Apply(self, until, timeout_s, stop)
+        call: _Apply | fast.FastApply
+        if self._fast is not None:
+            call = fast.FastApply(self, self._fast, until, timeout_s, stop,
+                                  TailStats(start=self._applied_text, end="", reached=False, path="fast"))
+        else:
+            call = _Apply(self, until, timeout_s, stop)
         saved0, retries0 = self.save_s, self.lanes.retries
         try:
             self._claim()
-            call.run()
+            try:
+                call.run()
+            except fast.FastApplyFailed as failed:
+                left = None if timeout_s is None else max(0.0, timeout_s - (time.monotonic() - call.t0))
+                self._fall_back(failed)
+                stats = call.stats
+                stats.path, stats.fast_failure = "fast+row", failed.record()
+                call = _Apply(self, until, left, stop, stats=stats, t0=call.t0)
+                call.run()
             if save:
                 self._save(force=True)
         except BaseException as failure:
@@ -465,6 +499,8 @@ class Tailer:
                 raise self._stale(failure) from None
             raise
         stats = call.stats
+        if stats.fast_failure is None and self.fast_failure is not None:
+            stats.fast_failure = self.fast_failure  # the row path applies because the fast path was refused
         stats.reached = until is None or self._seen.reaches(until)
         stats.end = self._applied_text
         stats.duration_s = time.monotonic() - call.t0
@@ -473,6 +509,62 @@ class Tailer:
         stats.retries = self.lanes.retries - retries0
         stats.retry_cause = self.lanes.last_retry if stats.retries else ""
         return stats
+
+    # -- the apply path ------------------------------------------------------------------------------
+    def _choose_path(self) -> None:
+        """Between two apply calls: go over to the fast path once the tail has passed ``fast_from``
+        (everything up to there committed: the row path's calls end settled). The reader process starts
+        again from the applied position, now forwarding rows events whole; if the target recorded a
+        later position of this applier's fast path (a kill -9 after its commit, before the checkpoint
+        reached ZooKeeper), the tail resumes there: a strict apply never sees a committed event twice."""
+        if self._fast is not None or self.path == "row" or self.fast_failure is not None:
+            return
+        if self.path == "auto" and (self.fast_from is None or not self._seen.reaches(self.fast_from)):
+            return
+        conn = self._statement_conn()
+        if not fast.may_replay(conn):
+            self.fast_failure = {"table": "", "gtid": "", "code": 1227, "error": (
+                f"the migration user lacks BINLOG REPLAY on {self.target.name}: the row path applies (GRANT BINLOG "
+                "REPLAY ON *.* to it for the fast path)")}
+            log.warning("%s", self.fast_failure["error"])
+            return
+        self._close_reader()
+        applier = self.epoch.applier if self.epoch is not None else \
+            f"tail {self.source.name}->{self.target.name} {','.join(sorted(self.schema_map))}"[:255]
+        found = fast.recorded(conn, applier)
+        if found is not None:
+            pos, state = found
+            if state.reaches(self._seen) and not self._seen.reaches(state):
+                log.info("the target recorded this tail's fast path up to %s: resuming there", pos)
+                self._checkpoint(str(pos), state)
+        limit = fast.packet_limit(conn)
+        spec = self.reader_spec
+        self._row_part_bytes = spec.part_bytes
+        # smaller parts: the target starts applying a large transaction while the reader still reads it
+        # (the parts of one source transaction go into one target transaction on this path)
+        spec.part_bytes = min(spec.part_bytes or rd.part_bytes_from_env(), fast.PART_BYTES)
+        spec.raw, spec.raw_max = True, limit - (64 << 10)
+        self._fast = fast.FastApplier(self, applier, self.epoch, limit)
+
+    def _fall_back(self, failed: fast.FastApplyFailed) -> None:
+        """The fast path stopped (:class:`~.fast.FastApplyFailed`): the reader starts again, decoding rows,
+        from the last committed position, and the row path applies from there (idempotently: the
+        window the fast path rolled back is replayed), for the rest of this tail."""
+        log.warning("%s", failed)
+        self.fast_failure = failed.record()
+        if self._fast is not None:
+            self._fast.rollback()
+            self._fast.close()
+        self._fast = None
+        self._close_reader()
+        self.reader_spec.raw, self.reader_spec.raw_max = False, 0
+        self.reader_spec.part_bytes = self._row_part_bytes
+        self._open()
+
+    @property
+    def apply_path(self) -> str:
+        """The path the next apply call takes now: ``fast`` or ``row``."""
+        return "fast" if self._fast is not None else "row"
 
     def _reader_has_more(self) -> bool:
         """Messages read and not yet dispatched, or one waiting in the pipe (never blocks)."""
@@ -550,6 +642,8 @@ class Tailer:
         except Exception as exc:  # noqa: BLE001 - a later tail replays from the last saved position
             log.warning("could not save the last checkpoint while closing: %r", exc)
         self.lanes.close()
+        if self._fast is not None:
+            self._fast.close()
         self._close_reader()
         for conn in (self._stmt_conn, self._source_conn, self._epoch_conn):
             if conn is not None:
@@ -575,15 +669,15 @@ class _Apply:
     """
 
     def __init__(self, tailer: Tailer, want: GtidState | None, timeout_s: float | None,
-                 stop: threading.Event | None):
+                 stop: threading.Event | None, *, stats: TailStats | None = None, t0: float | None = None):
         self.tailer = tailer
         self.lanes = tailer.lanes
         #: what the call applies up to (None: until the deadline or ``stop``)
         self.want = want
         self.stop = stop
-        self.t0 = time.monotonic()
-        self.deadline = None if timeout_s is None else self.t0 + timeout_s
-        self.stats = TailStats(start=tailer._applied_text, end="", reached=False)
+        self.t0 = time.monotonic() if t0 is None else t0
+        self.deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        self.stats = stats or TailStats(start=tailer._applied_text, end="", reached=False)
         self.rounds = _Rounds()
 
     def run(self) -> None:
