@@ -1,6 +1,7 @@
 """Benchmark: catch-up apply rate vs an ordinary writer and vs native MariaDB replicas (1 and 4 threads).
 
     python -m bench.catchup [--sandbox DIR] [--seconds 15] [--repeat 3] [--lanes N] [--fence on|off|both]
+                            [--path row,fast]
 
 1. sysbench ``oltp_write_only`` (4 threads, unthrottled, over TCP as a client)
    writes into ``db00002`` on MySQL001A for ``--seconds``: the write rate is the
@@ -12,7 +13,9 @@
    - the migrator catch-up :class:`~migrator.engine.catch_up.tailer.Tailer`
      (reader process + applier lanes) into MySQL003A, with its fencing token
      (every lane transaction checks it on the target, as a migration's tail
-     does; ``--fence off`` leaves it out, ``--fence both`` runs both, side by side);
+     does; ``--fence off`` leaves it out, ``--fence both`` runs both, side by side), once per apply
+     path of ``--path`` (``row``: decoded rows as SQL through the lanes; ``fast``: the source's rows events
+     through the target's own applier, as a migration's tail applies once verified; both by default);
    - a fresh native replica (a standalone mariadbd started here with the
      fleet's settings, one SQL thread, ``replicate_do_db``): ``START SLAVE``
      until ``MASTER_GTID_WAIT(end)`` (its start-up and snapshot load not timed);
@@ -22,8 +25,9 @@
    Each run ends with CHECKSUM TABLE of every sbtest table equal to the source.
 3. Prints every run (with the CPU seconds of the reader process and of the coordinator and
    lanes: which one was the ceiling) and the medians; the last line is
-   ``apply_vs_write_rate=... apply_vs_replica=... apply_events_per_s=...
+   ``path=... apply_vs_write_rate=... apply_vs_replica=... apply_events_per_s=...
    apply_vs_parallel_replica=... parallel_replica_events_per_s=... load_avg_before=... load_avg_after=...``
+   once per path
    (``apply_vs_replica`` is against the one-thread replica; the load averages are the
    1-minute ones before the bench started its servers and at its end).
 
@@ -75,17 +79,18 @@ def checksums(conn: pymysql.connections.Connection) -> list[int]:
 # -- the migrator tailer ---------------------------------------------------------------------
 
 def run_tailer(sb: Sandbox, snap: Path, start: str, end: str, want: list[int], lanes: int | None,
-               fenced: bool = True) -> tuple[int, float, float, float]:
+               fenced: bool = True, path: str = "row") -> tuple[int, float, float, float]:
     """(row events, seconds, CPU seconds of this process's coordinator and lanes, CPU seconds of the
     reader process) of one tail from ``start`` to ``end``."""
     hosts, creds = sb.hosts(), sb.credentials()
     with sb.root_conn(TARGET) as c, c.cursor() as cur:
         cur.execute(f"DROP DATABASE IF EXISTS {DB}")
+        cur.execute("DROP DATABASE IF EXISTS `_migrator_fence`")  # the last run's token and applied position
     load(replica.client(hosts[TARGET], creds), replica.env(creds), snap)
     pacer = Pacer(lanes=lanes, adapt=False) if lanes else Pacer()
     epoch = Epoch("bench-catchup", time.time_ns(), "bench") if fenced else None  # a larger token every run
     tailer = Tailer(hosts[SOURCE], hosts[TARGET], creds, start=GtidPos.parse(start), schema_map={DB: DB},
-                    pacer=pacer, epoch=epoch)
+                    pacer=pacer, epoch=epoch, path=path)
     try:
         t0, c0 = time.monotonic(), time.process_time()  # the reader process starts inside the timing
         stats = tailer.apply_until(GtidState.parse(end), timeout_s=900)
@@ -94,6 +99,7 @@ def run_tailer(sb: Sandbox, snap: Path, start: str, end: str, want: list[int], l
     finally:
         tailer.close()
     assert stats.reached, "catch-up did not reach the end position"
+    assert stats.path == path, f"the {path} path was asked for, the {stats.path} path applied: {stats.fast_failure}"
     with mysql.connect(hosts[TARGET], creds) as c:
         assert checksums(c) == want, "the migrator target differs from the source"
     return stats.events, elapsed, apply_cpu, reader_cpu
@@ -129,7 +135,11 @@ def main() -> None:
     ap.add_argument("--lanes", type=int, default=0, help="fixed lane count (default: adapt)")
     ap.add_argument("--fence", choices=("on", "off", "both"), default="on",
                     help="the tail's fencing token: with it (as in a migration), without, or both side by side")
+    ap.add_argument("--path", default="row,fast", help="apply paths measured side by side: row, fast (comma-separated)")
     args = ap.parse_args()
+    paths = tuple(p.strip() for p in args.path.split(",") if p.strip())
+    if not paths or any(p not in ("row", "fast") for p in paths):
+        ap.error(f"--path {args.path!r}: name row, fast or both (comma-separated)")
     load_before = os.getloadavg()[0]  # the box before the bench adds its own load: a busy box's figures say little
     tmp = Path(tempfile.mkdtemp(prefix="migrator-bench-catchup-"))
     own = args.sandbox is None
@@ -149,30 +159,36 @@ def main() -> None:
         with mysql.connect(hosts[SOURCE], creds) as c:
             end = str(mysql.binlog_pos(c))
             want = checksums(c)
-        mine: list[tuple[int, float, float, float]] = []
-        bare: list[tuple[int, float, float, float]] = []
+        mine: dict[str, list[tuple[int, float, float, float]]] = {p: [] for p in paths}
+        bare: dict[str, list[tuple[int, float, float, float]]] = {p: [] for p in paths}
         native: list[float] = []
         parallel: list[float] = []
 
         def tail(i: int) -> None:
-            if args.fence == "both" and i % 2:  # every other run without the token first: no order effect
-                bare.append(run_tailer(sb, snap, start, end, want, args.lanes or None, fenced=False))
-            mine.append(run_tailer(sb, snap, start, end, want, args.lanes or None, fenced=args.fence != "off"))
-            if args.fence == "both" and not i % 2:
-                bare.append(run_tailer(sb, snap, start, end, want, args.lanes or None, fenced=False))
+            for k in range(len(paths)):  # the paths' order rotates too
+                path = paths[(i + k) % len(paths)]
+                if args.fence == "both" and i % 2:  # every other run without the token first: no order effect
+                    bare[path].append(run_tailer(sb, snap, start, end, want, args.lanes or None, False, path))
+                mine[path].append(run_tailer(sb, snap, start, end, want, args.lanes or None, args.fence != "off",
+                                             path))
+                if args.fence == "both" and not i % 2:
+                    bare[path].append(run_tailer(sb, snap, start, end, want, args.lanes or None, False, path))
 
         kinds = [tail, lambda _i: native.append(run_replica(sb, snap, start, end, want, tmp)),
                  lambda _i: parallel.append(run_replica(sb, snap, start, end, want, tmp, PARALLEL_THREADS))]
         for i in range(args.repeat):
             for k in range(len(kinds)):  # the order rotates: each kind runs first, second and third in turn
                 kinds[(i + k) % len(kinds)](i)
-            extra = ""
-            if bare:
-                extra = f", without the token {bare[-1][0] / bare[-1][1]:.0f} events/s ({bare[-1][1]:.2f} s)"
-            n = mine[-1][0]
-            print(f"run {i + 1}: migrator {n / mine[-1][1]:.0f} events/s ({mine[-1][1]:.2f} s; CPU s: reader "
-                  f"{mine[-1][3]:.2f}, coordinator and lanes {mine[-1][2]:.2f}){extra}, "
-                  f"native replica {n / native[-1]:.0f} events/s ({native[-1]:.2f} s), "
+            for path in paths:
+                extra = ""
+                if bare[path]:
+                    b = bare[path][-1]
+                    extra = f", without the token {b[0] / b[1]:.0f} events/s ({b[1]:.2f} s)"
+                m = mine[path][-1]
+                n = m[0]
+                print(f"run {i + 1}: migrator, {path} path, {n / m[1]:.0f} events/s ({m[1]:.2f} s; CPU s: reader "
+                      f"{m[3]:.2f}, coordinator and appliers {m[2]:.2f}){extra}", flush=True)
+            print(f"run {i + 1}: native replica {n / native[-1]:.0f} events/s ({native[-1]:.2f} s), "
                   f"parallel replica {n / parallel[-1]:.0f} events/s ({parallel[-1]:.2f} s)", flush=True)
         with sb.root_conn(TARGET) as c, c.cursor() as cur:
             cur.execute(f"DROP DATABASE IF EXISTS {DB}")
@@ -182,31 +198,34 @@ def main() -> None:
         if own:
             sb.down(purge=True)
         shutil.rmtree(tmp, ignore_errors=True)
-    events = mine[0][0]
+    events = mine[paths[0]][0][0]
     write_rate = events / writer.seconds
-    apply_rate = statistics.median(n / s for n, s, *_ in mine)
+    apply_rates = {p: statistics.median(n / s for n, s, *_ in mine[p]) for p in paths}
     replica_rate = statistics.median(events / s for s in native)
     parallel_rate = statistics.median(events / s for s in parallel)
     print(f"{'what':<16} {'how':<52} {'events':>8} {'seconds':>8} {'events/s':>9}")
     print(f"{'writer':<16} {f'sysbench oltp_write_only, {args.threads} threads, {writer.tps:.0f} tps':<52} "
           f"{events:>8} {writer.seconds:>8.2f} {write_rate:>9.0f}")
     how = "fencing token" if args.fence != "off" else "no fencing token"
-    print(f"{'catch-up':<16} {f'reader process + lanes, {how}, median of {args.repeat}':<52} {events:>8} "
-          f"{statistics.median(s for _, s, *_ in mine):>8.2f} {apply_rate:>9.0f}")
-    if bare:
-        bare_rate = statistics.median(n / s for n, s, *_ in bare)
-        print(f"{'catch-up':<16} {f'reader process + lanes, no token, median of {args.repeat}':<52} {events:>8} "
-              f"{statistics.median(s for _, s, *_ in bare):>8.2f} {bare_rate:>9.0f}")
-        print(f"fenced_vs_unfenced={apply_rate / bare_rate:.2f}")
+    for path in paths:
+        print(f"{'catch-up':<16} {f'{path} path, {how}, median of {args.repeat}':<52} {events:>8} "
+              f"{statistics.median(s for _, s, *_ in mine[path]):>8.2f} {apply_rates[path]:>9.0f}")
+        if bare[path]:
+            bare_rate = statistics.median(n / s for n, s, *_ in bare[path])
+            print(f"{'catch-up':<16} {f'{path} path, no token, median of {args.repeat}':<52} {events:>8} "
+                  f"{statistics.median(s for _, s, *_ in bare[path]):>8.2f} {bare_rate:>9.0f}")
+            print(f"path={path} fenced_vs_unfenced={apply_rates[path] / bare_rate:.2f}")
     print(f"{'native replica':<16} {'1 SQL thread, median of ' + str(args.repeat):<52} {events:>8} "
           f"{statistics.median(native):>8.2f} {replica_rate:>9.0f}")
     how = f"{PARALLEL_THREADS} threads, optimistic, median of {args.repeat}"
     print(f"{'parallel replica':<16} {how:<52} {events:>8} {statistics.median(parallel):>8.2f} {parallel_rate:>9.0f}")
     print(f"binlog range {start} -> {end}")
-    print(f"apply_vs_write_rate={apply_rate / write_rate:.2f} apply_vs_replica={apply_rate / replica_rate:.2f} "
-          f"apply_events_per_s={apply_rate:.0f} apply_vs_parallel_replica={apply_rate / parallel_rate:.2f} "
-          f"parallel_replica_events_per_s={parallel_rate:.0f} load_avg_before={load_before:.2f} "
-          f"load_avg_after={os.getloadavg()[0]:.2f}")
+    for path in paths:
+        rate = apply_rates[path]
+        print(f"path={path} apply_vs_write_rate={rate / write_rate:.2f} apply_vs_replica={rate / replica_rate:.2f} "
+              f"apply_events_per_s={rate:.0f} apply_vs_parallel_replica={rate / parallel_rate:.2f} "
+              f"parallel_replica_events_per_s={parallel_rate:.0f} load_avg_before={load_before:.2f} "
+              f"load_avg_after={os.getloadavg()[0]:.2f}")
 
 
 if __name__ == "__main__":

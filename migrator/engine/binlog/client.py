@@ -101,11 +101,13 @@ def new_server_id() -> int:
 class BinlogClient:
     """One dump connection to a master. Iterate :meth:`events`; :meth:`close` when done."""
 
+    #: keep every event's raw bytes too (:attr:`Event.raw`)
+    raw = False
+
     def __init__(self, host: str, port: int, user: str, password: str, start: str, *,
                  heartbeat_s: float = 0.25, read_timeout_s: float = 30.0, connect_timeout_s: float = 5.0,
                  server_id: int | None = None, tls: MySQLTLS | None = None, raw: bool = False):
         self.start = start
-        #: keep every event's raw bytes too (:attr:`Event.raw`)
         self.raw = raw
         self.heartbeat_s = heartbeat_s
         self.server_id = server_id or new_server_id()

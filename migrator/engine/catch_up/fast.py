@@ -172,8 +172,8 @@ class FastApplier:
         self._event_bytes = 0
         self._mapped: set[bytes] = set()
         self._group_rows = False
-        #: the transaction whose events are being sent (for an error's message)
-        self._gtid = ""
+        #: the source transactions and tables whose events wait in the next statement (an error names them)
+        self._gtids: list[str] = []
         self._tables: list[str] = []
         #: renamed table maps (a reverse tail writes into tombstone schemas), by the source's bytes
         self._renamed: dict[bytes, bytes] = {}
@@ -197,6 +197,10 @@ class FastApplier:
             conn.autocommit(False)
             with conn.cursor() as cur:
                 cur.execute(TAG + SESSION)
+                # the target logs the rows it applies as rows events; annotated, each would carry the text of
+                # the statement that made it: here the whole BINLOG statement, megabytes of base64, once per
+                # statement inside it (seen: a binlog of 20 GB for a few MB of rows)
+                cur.execute(f"{TAG}SET SESSION binlog_annotate_row_events = 0")
             conn.commit()
             self._conn = conn
             self._format_sent = False
@@ -217,7 +221,7 @@ class FastApplier:
         conn = self.conn
         if not self._format:
             raise FastApplyFailed("the binlog reader sent no format description event before rows events",
-                                  table="", gtid=self._gtid, code=None)
+                                  table="", gtid="", code=None)
         try:
             with conn.cursor() as cur:
                 if not self._format_sent:
@@ -230,7 +234,7 @@ class FastApplier:
             code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else None
             raise FastApplyFailed(f"the target refused the source's format description event: {exc.args[-1]} "
                                   f"(error {code}); the migration identity needs the BINLOG REPLAY privilege "
-                                  "on the target for the fast apply path", table="", gtid=self._gtid,
+                                  "on the target for the fast apply path", table="", gtid="",
                                   code=code) from None
         except BaseException:
             self.rollback()
@@ -243,7 +247,9 @@ class FastApplier:
         """Send the events of ``txn`` (a whole transaction, or a part of one) in the open target
         transaction; returns the row changes it carried (keys counted)."""
         self._begin()
-        self._gtid = str(txn.gtid)
+        gtid = str(txn.gtid)
+        if not self._gtids or self._gtids[-1] != gtid:
+            self._gtids.append(gtid)
         rows = 0
         target_schema = self.tailer.target_schema
         shapes = self.tailer._shapes
@@ -254,7 +260,7 @@ class FastApplier:
                 keys, tm, raw = item[2], item[3], item[4]
                 rows += len(keys)
                 name = f"{target_schema(sh.schema)}.{sh.table}"
-                if not self._tables or self._tables[-1] != name:
+                if name not in self._tables:
                     self._tables.append(name)
                 if target_schema(sh.schema) != sh.schema:
                     tm = self._renamed_map(tm, target_schema(sh.schema))
@@ -264,9 +270,10 @@ class FastApplier:
                 self._write_row(item)  # type: ignore[arg-type]
                 rows += 1
         self.partial = txn.partial
-        self._flush()  # a part is sent whole (memory stays at a part); a commit may follow a transaction
-        if txn.partial and self.part_pause_s:
-            time.sleep(self.part_pause_s)
+        if txn.partial:  # a part is sent whole: the applier holds at most one part (small transactions
+            self._flush()  # gather into one statement until it is full or the target transaction commits)
+            if self.part_pause_s:
+                time.sleep(self.part_pause_s)
         return rows
 
     def _renamed_map(self, tm: bytes, schema: str) -> bytes:
@@ -312,6 +319,8 @@ class FastApplier:
         self._execute(sql)
         self.bytes += len(sql)
         self.statements += 1
+        self._gtids = self._gtids[-1:] if self.partial else []
+        self._tables = []
 
     def _execute(self, sql: bytes | str) -> None:
         try:
@@ -319,13 +328,16 @@ class FastApplier:
                 cur.execute(sql)
         except pymysql.err.MySQLError as exc:
             code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else None
-            table = ", ".join(dict.fromkeys(self._tables[-3:])) or "?"
+            table = ", ".join(self._tables[:5]) + (f" (and {len(self._tables) - 5} more)" if len(self._tables) > 5
+                                                     else "") or "?"
+            gtids = self._gtids
+            gtid = gtids[0] if len(gtids) == 1 else f"{gtids[0]}..{gtids[-1]}" if gtids else "?"
             self.rollback()
             raise FastApplyFailed(
-                f"the fast apply path stopped at source transaction {self._gtid} on {table}: "
+                f"the fast apply path stopped at source transaction {gtid} on {table}: "
                 f"{exc.args[-1] if exc.args else exc} (error {code}); the target diverged from the source there "
                 "or the event cannot be applied this way: the row path takes over from the last commit",
-                table=table, gtid=self._gtid, code=code) from None
+                table=table, gtid=gtid, code=code) from None
 
     def _write_row(self, item: rd.Change) -> None:
         sid, _kind, key, old_key, row = item
@@ -361,9 +373,10 @@ class FastApplier:
         except pymysql.err.MySQLError as exc:
             self.rollback()
             raise FastApplyFailed(f"the fast apply path could not commit up to {pos}: {exc}", table="",
-                                  gtid=self._gtid, code=exc.args[0] if exc.args else None) from None
+                                  gtid=pos, code=exc.args[0] if exc.args else None) from None
         self.open = False
         self._tables = []
+        self._gtids = []
         self.commits += 1
 
     def rollback(self) -> None:
@@ -372,6 +385,7 @@ class FastApplier:
         self._group_rows = False
         self.open = self.partial = False
         self._tables = []
+        self._gtids = []
         if self._conn is not None:
             try:
                 self._conn.rollback()

@@ -136,6 +136,13 @@ class TailStats:
     path: str = "row"
     fast_failure: dict[str, Any] | None = None
 
+    def absorb(self, earlier: TailStats) -> None:
+        """Count in what an earlier part of the same call did (the fast path, before it stopped)."""
+        self.start = earlier.start
+        for name in ("events", "transactions", "bytes", "statements", "rounds"):
+            setattr(self, name, getattr(self, name) + getattr(earlier, name))
+        self.first_ts = earlier.first_ts or self.first_ts
+
     def drain_record(self) -> dict[str, Any]:
         """Where a drain's time went, as a cutover attempt records it (``events``: row changes read;
         ``*_ms``: from the start of the call until the reader sent / the tail took the last
@@ -484,9 +491,10 @@ class Tailer:
             except fast.FastApplyFailed as failed:
                 left = None if timeout_s is None else max(0.0, timeout_s - (time.monotonic() - call.t0))
                 self._fall_back(failed)
-                stats = call.stats
-                stats.path, stats.fast_failure = "fast+row", failed.record()
-                call = _Apply(self, until, left, stop, stats=stats, t0=call.t0)
+                done = call.stats
+                call = _Apply(self, until, left, stop, t0=call.t0)
+                call.stats.absorb(done)
+                call.stats.path, call.stats.fast_failure = "fast+row", failed.record()
                 call.run()
             if save:
                 self._save(force=True)
@@ -669,7 +677,7 @@ class _Apply:
     """
 
     def __init__(self, tailer: Tailer, want: GtidState | None, timeout_s: float | None,
-                 stop: threading.Event | None, *, stats: TailStats | None = None, t0: float | None = None):
+                 stop: threading.Event | None, *, t0: float | None = None):
         self.tailer = tailer
         self.lanes = tailer.lanes
         #: what the call applies up to (None: until the deadline or ``stop``)
@@ -677,7 +685,7 @@ class _Apply:
         self.stop = stop
         self.t0 = time.monotonic() if t0 is None else t0
         self.deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        self.stats = stats or TailStats(start=tailer._applied_text, end="", reached=False)
+        self.stats = TailStats(start=tailer._applied_text, end="", reached=False)
         self.rounds = _Rounds()
 
     def run(self) -> None:

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from migrator.engine.objects import OBJECT_GRANTS
-from migrator.engine.preflight import REQUIRED_GRANTS, grant_findings, parse_global_grants
+from migrator.engine.preflight import FAST_APPLY_GRANT, REQUIRED_GRANTS, grant_findings, parse_global_grants
 from migrator.sandbox import MIGRATOR_GRANTS
 
 
 def test_sandbox_grants_are_exactly_what_preflight_requires():
     privs = {p.strip() for p in MIGRATOR_GRANTS.split(",")}
-    # plus what carrying views and routines needs (SET USER only for another DEFINER)
-    assert privs == set(REQUIRED_GRANTS) | (set(OBJECT_GRANTS) - {"SET USER"})
+    # plus what carrying views and routines needs (SET USER only for another DEFINER), and the fast apply path's
+    assert privs == set(REQUIRED_GRANTS) | (set(OBJECT_GRANTS) - {"SET USER"}) | {FAST_APPLY_GRANT}
     assert grant_findings(privs) == ([], [])
 
 
