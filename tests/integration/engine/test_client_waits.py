@@ -303,10 +303,11 @@ def test_a_longer_try_gives_way_to_a_client_that_queues_behind_it(fleet):
     writer = None
     try:
         with conn.cursor() as cur:
-            cur.execute("SET SESSION sql_log_bin = 0")
+            # logged: the client's writes replicate to the partner, which must have the table too
             cur.execute("CREATE DATABASE IF NOT EXISTS mdl_queue")
             cur.execute("CREATE TABLE mdl_queue.p (id INT NOT NULL AUTO_INCREMENT PRIMARY KEY, data TEXT)")
             cur.execute("INSERT INTO mdl_queue.p (data) SELECT REPEAT('x', 100) FROM mdl_queue.seq_1_to_400000")
+            cur.execute("SET SESSION sql_log_bin = 0")  # the ALTERs stay on this member
             t0 = time.monotonic()
             cur.execute(slow_sql)
             took = time.monotonic() - t0
@@ -330,5 +331,6 @@ def test_a_longer_try_gives_way_to_a_client_that_queues_behind_it(fleet):
         if writer is not None:
             writer.stop()
         with conn.cursor() as cur:
+            cur.execute("SET SESSION sql_log_bin = 1")
             cur.execute("DROP DATABASE IF EXISTS mdl_queue")
         conn.close()
