@@ -53,6 +53,8 @@ class Result:
     #: a background run's per-second reports: (monotonic end of the second, its latency percentile in ms,
     #: ``--percentile``)
     latency_ms: list[tuple[float, float]] = field(default_factory=list)
+    #: ... and (monotonic end of the second, errors per second that second)
+    errors_per_s: list[tuple[float, float]] = field(default_factory=list)
 
     @property
     def tps(self) -> float:
@@ -105,4 +107,6 @@ class Background:
         errs = [float(m.group(1)) for m in re.finditer(r"err/s: ([\d.]+)", out or "")]
         lat = [(self.started + float(m.group(1)), float(m.group(2)))
                for m in re.finditer(r"\[ (\d+)s \].*?lat \(ms,\d+%\): ([\d.]+)", out or "")]
-        return Result(int(sum(tps)), float(len(tps)), int(sum(errs)), lat)
+        errs_at = [(self.started + float(m.group(1)), float(m.group(2)))
+                   for m in re.finditer(r"\[ (\d+)s \].*?err/s: ([\d.]+)", out or "")]
+        return Result(int(sum(tps)), float(len(tps)), int(sum(errs)), lat, errs_at)

@@ -149,6 +149,10 @@ class Options(BaseModel):
     #: once more, instead of stopping; never one whose transaction changed more than kill_blockers_max_rows rows
     kill_blockers: bool = False
     kill_blockers_max_rows: int = Field(default=0, ge=0)
+    #: the longest the write gates' triggers stay on a live table before the freeze: they are installed after
+    #: every wait that can last (the gate's drain, the target check, the re-check, the batch before), and
+    #: taken off and installed again when the freeze does not start within this (migrator.engine.cutover)
+    gate_lifetime_s: float = Field(default=5.0, gt=0, le=600)
 
 
 class Spec(BaseModel):

@@ -10,6 +10,7 @@ import re
 import ssl
 import threading
 import time
+import weakref
 from typing import Any
 
 import pymysql
@@ -108,6 +109,24 @@ class _Connection(pymysql.connections.Connection):
         if isinstance(sql, (bytes, bytearray)) and len(sql) >= WIDE_STATEMENT:
             sql = memoryview(sql)
         super()._execute_command(command, sql)
+
+
+#: the connections of the migrator's own fences and gates in this process, while they are open
+#: (:func:`mark_own`): never a lock holder to end, even idle
+_OWN: weakref.WeakSet[pymysql.connections.Connection] = weakref.WeakSet()
+
+
+def mark_own(conn: pymysql.connections.Connection) -> pymysql.connections.Connection:
+    """Mark ``conn`` as one of the migrator's own connections (a fence's, a gate's) and return it."""
+    _OWN.add(conn)
+    return conn
+
+
+def own_connection_ids(conn: pymysql.connections.Connection) -> set[int]:
+    """The server thread ids of the migrator's own connections (:func:`mark_own`) this process has open to
+    ``conn``'s server, ``conn`` included: a kill of lock holders never ends them."""
+    return {int(c.server_thread_id[0]) for c in [*_OWN, conn]
+            if c.open and c.host == conn.host and c.port == conn.port and c.server_thread_id}
 
 
 def tls_of(host: Host, credentials: Credentials) -> MySQLTLS | None:

@@ -187,11 +187,6 @@ def test_kill_worker_during_a_reverse_pass(fleet, tmp_path):
         run.close()
 
 
-#: MASTER_DELAY of the target's standby: the pipeline's cutover waits this long in its standby check, with the
-#: passive gate installed and nothing frozen yet (the window the next two cells kill the workers in)
-STANDBY_LATE_S = 20
-
-
 def _gate_objects(fleet) -> list[tuple[str, str]]:
     """(host, name) of every gate trigger (``_mgate_%``) and gate table on every member of the sandbox."""
     from migrator.engine.cutover.trigger_gate import GATE_SCHEMA
@@ -209,22 +204,34 @@ def _gate_objects(fleet) -> list[tuple[str, str]]:
 
 def _kill_between_gate_and_freeze(fleet, tmp_path) -> FaultRun:
     """The pipeline's own cutover (``split --yes``'s finish job) killed with every worker (kill -9, process
-    trees) once the passive gate's triggers exist on the source's passive member and before the freeze:
-    the target's standby applies late, so the attempt waits in its standby check meanwhile."""
+    trees) while the passive gate is being installed on the source's passive member, before the freeze: a
+    report holds a read transaction on the last moving table there, so the install waits in its tries with
+    the gate table (and the triggers of the tables before it) made. The gates are installed right before the
+    freeze, after every wait that can last: this is the one window where they exist with nothing frozen."""
+    from migrator.fleet.mysql import connect as mysql_connect
+
     run = FaultRun(fleet, tmp_path).start()
     run.plan_split()
     run.launch(postpone=True)
     run.wait_phase(Phase.CONVERGED)
     run.mark_target()
-    standby, passive = run.spec.target_passive, run.spec.source_passive
-    fleet.sandbox.set_link_delay(standby, STANDBY_LATE_S)
+    passive = run.spec.source_passive
+    report = mysql_connect(fleet.hosts[passive], fleet.credentials)
     try:
+        with report.cursor() as cur:
+            db = run.spec.databases[-1]
+            cur.execute("SELECT MAX(TABLE_NAME) FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s "
+                        "AND TABLE_NAME NOT LIKE '\\_migrator%%'", (db,))
+            table = cur.fetchone()[0]
+            cur.execute("BEGIN")
+            cur.execute(f"SELECT COUNT(*) FROM `{db}`.`{table}`")
         command.postpone(run.cfg, run.mid, on=False)
         run.wait(lambda: any(h == passive for h, _ in _gate_objects(fleet)), 120,
-                 f"the gate's triggers on {passive}", every=0.05)
+                 f"the gate's install on {passive}", every=0.05)
         run.kill_workers()
     finally:
-        fleet.sandbox.set_link_delay(standby, 0)
+        report.rollback()
+        report.close()
     assert run.state().phase == Phase.CONVERGED  # killed before the freeze
     assert _gate_objects(fleet), "the dead attempt left no gate: the kill came too late"
     return run

@@ -11,7 +11,11 @@ catch-up has converged. It reads like the runbook:
    tombstone schemas exist on the source, a full verify has recorded
    ``verified_gtid`` and the rows changed since then are re-checked
    (:mod:`migrator.engine.verify`), the target's standby has applied its
-   master's writes, and the fence connections are open.
+   master's writes, and the fence connections are open. Last, after every
+   wait that can last, the trigger gates' triggers are installed (only while
+   the attempt holds its lease): they live from here to each member's finish,
+   and come off and go on again if the freeze does not start within
+   ``Options.gate_lifetime_s``.
 3. **Freeze** the moving ranges in the shard map (one CAS). Well-behaved
    clients now wait (``ShardRouter.wait_unfrozen``). A watchdog timer of the
    freeze budget starts: if it fires before the flip it undoes everything by

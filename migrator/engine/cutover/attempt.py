@@ -130,6 +130,7 @@ def drive(way: Way, store: MigrationStore, spec: Spec, run: CutoverRun, lease: C
     migration_id = spec.id
     failure: BaseException | None = None
     took = run.record.before_freeze
+    run.hooks = hooks  # the gates' install asks them too (CutoverRun._owns_gates)
 
     @contextmanager
     def before_freeze(step: str) -> Iterator[None]:
@@ -143,14 +144,7 @@ def drive(way: Way, store: MigrationStore, spec: Spec, run: CutoverRun, lease: C
         with _timed(took, "settle"):
             reconcile(run.config, migration_id, zk=run.zk, lease=lease)
         with before_freeze("prepare"):
-            try:
-                _prepare_while_warming(run)
-            except LockBusy as exc:  # a client's transaction held a moving table past the tries: named
-                entry = run.attempt(f"refused: {exc.message}")
-                entry.lock_waits[exc.server] = exc.attempts.to_dict()
-                entry.blockers = [b.to_dict() for b in exc.blockers]
-                record_attempt(store, way, migration_id, entry.as_dict())
-                raise
+            _prepare_while_warming(run)
         extra: dict[str, Any] = {}
         if gate is not None:
             try:
@@ -169,6 +163,18 @@ def drive(way: Way, store: MigrationStore, spec: Spec, run: CutoverRun, lease: C
                     hooks.before_freeze(run.view())
             except MigratorError as exc:
                 record_attempt(store, way, migration_id, run.attempt(f"held: {exc.message}").as_dict())
+                raise
+        # the gates' triggers, after every wait that can last (the gate's drain, the target's standby, the
+        # re-check, the batch before this one): they live from here to each member's finish, at most
+        # `gate_lifetime_s` before the freeze (CutoverRun._gates_within_lifetime)
+        with before_freeze("gates"):
+            try:
+                run.install_gates()
+            except LockBusy as exc:  # a client's transaction held a moving table past the tries: named
+                entry = run.attempt(f"refused: {exc.message}")
+                entry.lock_waits[exc.server] = exc.attempts.to_dict()
+                entry.blockers = [b.to_dict() for b in exc.blockers]
+                record_attempt(store, way, migration_id, entry.as_dict())
                 raise
         # from `before`, and only while this process holds the lease (a settler may be at work otherwise)
         store.set_phase(migration_id, way.running, expect=way.before, guard=lease.path, **extra)
@@ -196,7 +202,7 @@ def drive(way: Way, store: MigrationStore, spec: Spec, run: CutoverRun, lease: C
 
 
 def _prepare_while_warming(run: CutoverRun) -> None:
-    """Prepare the fences (connections, the passive member's triggers) in a thread while this one starts
+    """Prepare the fences (connections; the triggers come right before the freeze) in a thread while this one starts
     the drainer's reader and applies what is there, the first thing the gate's prediction does (a few
     hundred ms). The reader is started here, not in the helper thread: it is killed when the thread that
     started it ends (``PR_SET_PDEATHSIG``). The gate warms it again if this failed, and reports why."""

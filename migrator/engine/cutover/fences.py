@@ -34,8 +34,8 @@ passive member's last writes back).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor, wait
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any, Protocol
 
@@ -50,7 +50,7 @@ from migrator.fleet.config import Credentials
 from migrator.fleet.gtid import GtidPos
 from migrator.fleet.model import Host
 from migrator.fleet.mysql import connect as mysql_connect
-from migrator.fleet.mysql import tag
+from migrator.fleet.mysql import mark_own, tag
 
 TAG = tag("cutover")
 
@@ -189,12 +189,15 @@ class PairFence:
         #: the connection on the source that writes the sentinel rows and reads under the fence
         self.writer: pymysql.connections.Connection | None = None
         self._active_engaged = False
+        #: True while the attempt holds its lease: the gates install only then (set by the run)
+        self.owner: Callable[[], bool] | None = None
 
     # -- prepare ------------------------------------------------------------------------------
     def prepare(self, spec: Spec, tables: Sequence[tuple[str, str]]) -> None:
-        """Open the fences of ``tables`` (nothing closed yet): the rename fence's connections, or the
-        master's gate, and the passive member's gate. Sets :attr:`active` and :attr:`passive` once all
-        are open; if one fails, what it opened is closed and the error raised."""
+        """Open the fences of ``tables`` (nothing installed, nothing closed): the rename fence's
+        connections, or the master's gate's, and the passive member's gate's, each gate checked. Sets
+        :attr:`active` and :attr:`passive` once all are open; if one fails, what it opened is closed and
+        the error raised. The gates' triggers come later, right before the freeze (:meth:`install_gates`)."""
         opts = spec.options
         self.mode = fence_mode(opts.fence, len(tables))
         if self.mode == "rename":
@@ -203,49 +206,73 @@ class PairFence:
             fence = Fence(self.source, self.creds, moves, [(db, SENTINEL_TABLE) for db in spec.databases],
                           lock_wait_timeout=max(1.0, opts.freeze_budget_ms / 1000),
                           log_renames=self.passive_host is None, phase=self.phase)
-            self._open_beside_passive_gate(fence, spec, tables)
+            fence.open()
+            try:
+                if self.passive_host is not None:
+                    self._open_gate("passive", self.passive_host, spec, tables)
+            except BaseException:
+                fence.close()
+                raise
             rename = RenameFence(fence)
             self.active, self.passive = rename, self._gate_fence("passive")
             self.writer = rename.writer
             return
         if self.passive_host is not None:
-            self._install("passive", self.passive_host, spec, tables)
+            self._open_gate("passive", self.passive_host, spec, tables)
         # the gate fence: one DROP TABLE closes every moving table; the renames come after the flip
-        self._install("active", self.source, spec, tables)
+        try:
+            self._open_gate("active", self.source, spec, tables)
+        except BaseException:
+            for gate in self.gates.values():
+                gate.close_connection()
+            raise
         passive = self._gate_fence("passive")
         self.active, self.passive = GateFence(self.gates["active"], log_renames=passive is None), passive
-        self.writer = mysql_connect(self.source, self.creds, read_timeout=600)
+        self.writer = mark_own(mysql_connect(self.source, self.creds, read_timeout=600))
         with self.writer.cursor() as cur:
             cur.execute(f"{TAG}SET SESSION time_zone = '+00:00'")
 
     def _gate_fence(self, role: str) -> GateFence | None:
         return GateFence(self.gates[role]) if role in self.gates else None
 
-    def _open_beside_passive_gate(self, fence: Fence, spec: Spec, tables: Sequence[tuple[str, str]]) -> None:
-        """Open the master's rename fence (its connections) while the passive member's gate is installed;
-        if either fails, the fence's connections are closed and the error raised."""
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="fence-prepare") as pool:
-            opening = pool.submit(fence.open)
-            try:
-                if self.passive_host is not None:
-                    self._install("passive", self.passive_host, spec, tables)
-                opening.result()
-            except BaseException:
-                wait([opening])
-                fence.close()
-                raise
-
-    def _install(self, role: str, host: Host, spec: Spec, tables: Sequence[tuple[str, str]]) -> None:
-        """This attempt's trigger gate on ``host``, installed (open: clients still write)."""
+    def _open_gate(self, role: str, host: Host, spec: Spec, tables: Sequence[tuple[str, str]]) -> None:
+        """This attempt's trigger gate on ``host``: its connections open and the member checked (nothing
+        installed yet: :meth:`install_gates`)."""
         gate = TriggerGate(host, self.creds, list(tables), tomb_suffix(spec.id),
                            {db: tomb_db(spec.id, db) for db in spec.databases}, attempt=self.attempt_id,
-                           lock_wait=LockWait.of(spec.options), phase=self.phase).open()
+                           lock_wait=LockWait.of(spec.options), phase=self.phase, owner=self.owner).open()
         try:
-            gate.install()
+            gate.check()
         except BaseException:
             gate.close_connection()
             raise
         self.gates[role] = gate
+
+    # -- around the freeze -------------------------------------------------------------------
+    def install_gates(self) -> None:
+        """Install this attempt's gates' triggers (open: clients still write), the passive member's first.
+        Right before the freeze: the triggers live from here until each member's finish. A gate that
+        stops installing removes its own; the others are removed when the attempt closes."""
+        for role in ("passive", "active"):
+            if role in self.gates:
+                self.gates[role].install()
+
+    def gates_age_s(self) -> float:
+        """Seconds since the oldest of this attempt's installed gates began installing (0: none installed)."""
+        return max((g.age_s() for g in self.gates.values()), default=0.0)
+
+    def reinstall_gates(self) -> None:
+        """Take this attempt's triggers off and install them again (the freeze did not start within their
+        lifetime): for the time in between its clients write with no trigger at all."""
+        for role in ("active", "passive"):
+            if role in self.gates:
+                self.gates[role].remove()
+        self.install_gates()
+
+    def triggers_ms(self) -> dict[str, float]:
+        """Per gated host, how long this attempt's triggers existed there (for the attempt's record)."""
+        return {g.host.name: g.triggers_ms() for role in ("active", "passive")
+                if (g := self.gates.get(role)) is not None and g.triggers_ms() > 0}
 
     def lock_waits(self) -> dict[str, Any]:
         """Per gated host, how its statements waited for their metadata locks (for the attempt's record)."""

@@ -61,6 +61,9 @@ class CutoverHooks:
     after_fence: Hook | None = None
     before_flip: Hook | None = None
     after_flip: Hook | None = None
+    #: called before each group of the write gates' install statements, before the attempt checks it still holds
+    #: its lease (a test expires the lease there)
+    gate_statement: Hook | None = None
     #: called after each step of the freeze is done, with its name (``freeze_cas``, ``passive_close``,
     #: ``passive_sync``, ``fence``, ``sentinel``, ``drain``, ``compare``, ``flip_cas``, ``release``),
     #: and after each step behind it (``renames``, ``active_finish``, ``passive_finish``)

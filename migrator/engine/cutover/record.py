@@ -58,11 +58,13 @@ class AttemptRecord:
         end = self.t_released if self.t_released is not None else time.monotonic()
         return round((end - self.t_freeze) * 1000, 2)
 
-    def entry(self, outcome: str, lock_waits: dict[str, Any]) -> AttemptEntry:
+    def entry(self, outcome: str, lock_waits: dict[str, Any],
+              triggers_ms: dict[str, float] | None = None) -> AttemptEntry:
         """What the attempt did so far, as it is written to ZooKeeper (kept for aborted attempts too)."""
         return AttemptEntry(time.time(), outcome[:500], self.freeze_ms(), dict(self.steps), list(self.refresh_rounds),
                             dict(self.predicted), dict(self.drained), dict(self.released), self.waiters_ended,
-                            dict(self.before_freeze), lock_waits)
+                            dict(self.before_freeze), lock_waits,
+                            triggers_ms=dict(triggers_ms) if triggers_ms else None)
 
 
 @dataclass
@@ -83,10 +85,14 @@ class AttemptEntry:
     lock_waits: dict[str, Any]
     #: who held the moving tables, when the attempt stopped waiting for their locks (written only when known)
     blockers: list[dict[str, Any]] | None = None
+    #: per gated host, ms its write gate's triggers existed on its live tables (written only when it had some)
+    triggers_ms: dict[str, float] | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        """The entry as written to ZooKeeper."""
-        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "blockers"}
+        """The entry as written to ZooKeeper (what is written only when known last, the blockers last of all)."""
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("blockers", "triggers_ms")}
+        if self.triggers_ms is not None:
+            out["triggers_ms"] = self.triggers_ms
         if self.blockers is not None:
             out["blockers"] = self.blockers
         return out

@@ -67,7 +67,7 @@ from migrator.engine.fencing import MAX_TABLES, FenceError, fence_mode
 from migrator.engine.mdl import LockWait, run_locking
 from migrator.fleet.config import Credentials
 from migrator.fleet.model import Host
-from migrator.fleet.mysql import ER_NO_SUCH_THREAD, kill_connection, qualified, query, scalar, tag
+from migrator.fleet.mysql import ER_NO_SUCH_THREAD, kill_connection, mark_own, qualified, query, scalar, tag
 from migrator.fleet.mysql import connect as mysql_connect
 
 TAG = tag("cutover")
@@ -137,9 +137,9 @@ class Fence:
 
     # -- lifecycle ------------------------------------------------------------------
     def open(self) -> Fence:
-        self.a = mysql_connect(self.host, self.credentials, read_timeout=600)
-        self.c = mysql_connect(self.host, self.credentials, read_timeout=30)
-        self.spare = mysql_connect(self.host, self.credentials, read_timeout=30)
+        self.a = mark_own(mysql_connect(self.host, self.credentials, read_timeout=600))
+        self.c = mark_own(mysql_connect(self.host, self.credentials, read_timeout=30))
+        self.spare = mark_own(mysql_connect(self.host, self.credentials, read_timeout=30))
         self.a_id = int(scalar(self.a, "SELECT CONNECTION_ID()"))
         self.c_id = int(scalar(self.c, "SELECT CONNECTION_ID()"))
         with self.a.cursor() as cur:
@@ -409,7 +409,7 @@ class _Renamer:
 
     def __init__(self, fence: Fence, move: Move):
         self.move = move
-        self.conn = mysql_connect(fence.host, fence.credentials, read_timeout=fence.rename_wait_timeout + 60)
+        self.conn = mark_own(mysql_connect(fence.host, fence.credentials, read_timeout=fence.rename_wait_timeout + 60))
         self.conn_id = int(scalar(self.conn, "SELECT CONNECTION_ID()"))
         with self.conn.cursor() as cur:
             # a RENAME that timed out would leave the source writable after the

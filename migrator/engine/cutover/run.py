@@ -143,6 +143,7 @@ class CutoverRun:
         self.warmed = False
         self.watchdog: Watchdog | None = None
         self._undo = _UndoState()
+        self.fences.owner = self._owns_gates
 
     # -- helpers ------------------------------------------------------------------------
     @property
@@ -162,7 +163,14 @@ class CutoverRun:
 
     def attempt(self, outcome: str) -> AttemptEntry:
         """What this attempt did, for the record (kept for aborted attempts too)."""
-        return self.record.entry(outcome, self.fences.lock_waits())
+        return self.record.entry(outcome, self.fences.lock_waits(), self.fences.triggers_ms())
+
+    def _owns_gates(self) -> bool:
+        """This attempt still holds its lease: asked before each group of its gates' install statements (a
+        test's hook runs first). Without a lease (a test's bare run) it always does."""
+        if self.hooks.gate_statement is not None:
+            self.hooks.gate_statement(self.view())
+        return self.lease is None or self.lease.alive
 
     def remaining_s(self) -> float:
         budget = self.spec.options.freeze_budget_ms / 1000
@@ -204,6 +212,19 @@ class CutoverRun:
         if missing:
             raise CopyIncomplete(label, missing, target.name)
         self.fences.prepare(spec, [(t.db, t.table) for t in self.tables])
+
+    def install_gates(self) -> None:
+        """Install the gates' triggers (on the passive member; on the master too for a gated move): the last
+        thing before the freeze, after every wait that can last, so they live only around it."""
+        self.fences.install_gates()
+
+    def _gates_within_lifetime(self) -> None:
+        """Right before the freeze: triggers older than ``gate_lifetime_s`` (something before the freeze ran
+        long) come off and go back on, so no trigger lives past its bound before the freeze."""
+        if self.fences.gates_age_s() > self.spec.options.gate_lifetime_s:
+            t0 = time.monotonic()
+            self.fences.reinstall_gates()
+            self.record.before_freeze["gates_again"] = round((time.monotonic() - t0) * 1000, 1)
 
     def check_target_passive(self, timeout: float = 30.0) -> None:
         """Before the freeze: the target's standby has applied everything its master wrote so far.
@@ -301,6 +322,7 @@ class CutoverRun:
         if self.lease is not None and not self.lease.alive:
             # a worker may be settling this cutover already: never start a freeze without the lease
             raise LeaseLost(label, "the freeze", "nothing was frozen")
+        self._gates_within_lifetime()
         rec.step_end = time.monotonic()
         with self.step("freeze_cas"):
             self.edits.freeze()

@@ -50,11 +50,23 @@ does not stop, and the rename fence does: statements that fire no trigger
 (``TRUNCATE TABLE``, DDL) and reads, which a stale client can still make on
 the old master until :meth:`TriggerGate.finish` has renamed its table.
 
-A known MariaDB limit (MDEV-26048): a server-side prepared statement prepared
-*before* the triggers were created fails with 1146 on the gate table at each
-execution while they exist, until the client prepares it again; statements
-prepared after, and text-protocol statements, are not affected. So the
-triggers exist only from the cutover's prepare step to its finish.
+Triggers on a live table cost every client write a read of the gate table, and
+a known MariaDB limit (MDEV-26048) says a server-side prepared statement prepared
+*before* the triggers were created may fail on the gate table while they exist
+(not seen on 10.11.19 with the binary protocol: ``tests/integration/engine/
+test_gate_lifetime.py``). So the triggers exist only around the freeze: the
+attempt installs them after every wait that can last (the gate's drain, the
+target check, the re-check, the batch before it), takes them off and installs
+them again when its freeze does not start within ``gate_lifetime_s``
+(:mod:`migrator.engine.cutover.attempt`), and :meth:`TriggerGate.finish` drops
+them right after the flip. :meth:`TriggerGate.triggers_ms` says how long they
+existed (each attempt records it).
+
+Ownership: an attempt installs only while it holds its lease (``owner``,
+checked before the gate table and before each trigger); one that lost it stops
+installing and removes what it made. A settler removes a dead attempt's
+triggers before its gate table, and never leaves a trigger reading a missing
+gate table (:meth:`TriggerGate.remove`).
 
 Every statement here that needs a moving table's metadata lock outside the
 freeze (``CREATE TRIGGER``, ``DROP TRIGGER``, the rename fence's ``LOCK
@@ -103,7 +115,7 @@ from __future__ import annotations
 import hashlib
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import pymysql
@@ -118,6 +130,7 @@ from migrator.fleet.mysql import connect as mysql_connect
 from migrator.fleet.mysql import (
     ident,
     kill_connection,
+    mark_own,
     own_gtids,
     qualified,
     query,
@@ -134,10 +147,17 @@ EVENTS = (("INSERT", "i"), ("UPDATE", "u"), ("DELETE", "d"))
 #: triggers up to this many are made on the gate's own session; more, on :data:`INSTALL_PARALLEL` sessions at once
 INSTALL_SERIAL_MAX = 60
 INSTALL_PARALLEL = 4
+#: a removal that finds triggers made meanwhile goes again this many times in all, this far apart
+REMOVE_ROUNDS = 5
+REMOVE_PAUSE_S = 0.2
 
 
 class GateError(MigratorError):
     component = "passive_gate"
+
+
+class GateNotOwned(GateError):
+    """The attempt installing the gate lost its lease: it stopped installing (what it made is removed)."""
 
 
 def gate_table(suffix: str) -> str:
@@ -177,7 +197,7 @@ class TriggerGate:
 
     def __init__(self, host: Host, credentials: Credentials, tables: Sequence[tuple[str, str]], suffix: str,
                  tomb_db_of: dict[str, str], attempt: str = "", *, lock_wait: LockWait = DEFAULT_WAIT,
-                 phase: str = "cutover"):
+                 phase: str = "cutover", owner: Callable[[], bool] | None = None):
         #: the direction's label (``cutover``, ``rollback``): the phase its errors name
         self.phase = phase
         if not tables:
@@ -202,11 +222,17 @@ class TriggerGate:
         self.aborted = False
         self._closing = False
         self._state = threading.Lock()
+        #: True while the attempt that installs this gate still holds its lease (None: a settler's gate)
+        self.owner = owner
+        #: monotonic time the first trigger of the current install was made (None: none on the member now),
+        #: and the ms the triggers of earlier installs existed
+        self.installed_at: float | None = None
+        self._lived_ms = 0.0
 
     # -- connection ----------------------------------------------------------------
     def open(self) -> TriggerGate:
-        self._spare = mysql_connect(self.host, self.credentials, read_timeout=30)
-        self.conn = mysql_connect(self.host, self.credentials, read_timeout=600)
+        self._spare = mark_own(mysql_connect(self.host, self.credentials, read_timeout=30))
+        self.conn = mark_own(mysql_connect(self.host, self.credentials, read_timeout=600))
         self.conn_id = int(scalar(self.conn, "SELECT CONNECTION_ID()"))
         with self.conn.cursor() as cur:
             cur.execute(f"{TAG}SET SESSION sql_log_bin = 0")
@@ -249,9 +275,33 @@ class TriggerGate:
                                    "or set the migration option fence_passive=false if that host is down for good",
                                    phase=self.phase)
 
+    def _own(self) -> None:
+        """Raise :class:`GateNotOwned` when the attempt installing this gate lost its lease (a settler may be
+        removing every attempt's gate objects now: no new trigger may read a gate table it drops)."""
+        if self.owner is not None and not self.owner():
+            raise GateNotOwned(f"this {self.phase} attempt lost its lease while installing its write gate on "
+                               f"{self.host.name}: it stopped installing and removes what it made; a settler "
+                               "settles the attempt", phase=self.phase)
+
+    def triggers_ms(self) -> float:
+        """How long this gate's triggers existed on the member (every install of it, until now if they still do)."""
+        now = (time.monotonic() - self.installed_at) * 1000 if self.installed_at is not None else 0.0
+        return round(self._lived_ms + now, 1)
+
+    def age_s(self) -> float:
+        """Seconds since the current install began (0 when none is on the member)."""
+        return time.monotonic() - self.installed_at if self.installed_at is not None else 0.0
+
+    def _triggers_gone(self) -> None:
+        if self.installed_at is not None:
+            self._lived_ms += (time.monotonic() - self.installed_at) * 1000
+            self.installed_at = None
+
     def install(self) -> None:
-        """Create the open gate and the triggers (idempotent; not binlogged)."""
+        """Create the open gate and the triggers (idempotent; not binlogged), each group of statements only
+        while the attempt holds its lease (:attr:`owner`)."""
         self.check()
+        self._own()
         with self._cur() as cur:
             cur.execute(f"{TAG}CREATE DATABASE IF NOT EXISTS {ident(GATE_SCHEMA)}")
             cur.execute(f"{TAG}CREATE TABLE IF NOT EXISTS {qualified(GATE_SCHEMA, self.gate)} "
@@ -261,10 +311,12 @@ class TriggerGate:
                 if (db, name := trigger_name(self.suffix, table, letter)) not in existing]
         todo = [(db, table, "the write gate's CREATE TRIGGER", self._create_sql(db, table, name))
                 for db, name, table in made]
+        if self.installed_at is None:
+            self.installed_at = time.monotonic()
         try:
             if len(todo) <= INSTALL_SERIAL_MAX:
                 assert self.conn is not None
-                self._run_on(self.conn, todo)
+                self._run_on(self.conn, todo, owned=True)
                 return
             # a CREATE TRIGGER waits mostly on its own table's files: a few sessions at once take about half as long
             with ThreadPoolExecutor(max_workers=INSTALL_PARALLEL, thread_name_prefix="gate-install") as pool:
@@ -287,25 +339,34 @@ class TriggerGate:
                 f"SELECT COUNT(*) INTO n FROM {qualified(GATE_SCHEMA, gate or self.gate)}; END")
 
     def _run_on(self, conn: pymysql.connections.Connection,
-                statements: Sequence[tuple[str, str, str, str]]) -> None:
+                statements: Sequence[tuple[str, str, str, str]], *, owned: bool = False) -> None:
         """``(db, table, what, sql)`` statements that lock their table, each bounded
-        (:func:`~migrator.engine.mdl.run_locking`); the cost is added to :attr:`lock_attempts`."""
+        (:func:`~migrator.engine.mdl.run_locking`); the cost is added to :attr:`lock_attempts`. ``owned``:
+        each only while the attempt holds its lease (:meth:`_own`)."""
         mine = Attempts()
         try:
             for db, table, what, sql in statements:
+                if owned:
+                    self._own()  # each trigger made only while the attempt holds its lease
                 run_locking(conn, sql, tables=[(db, table)], server=self.host.name, wait=self.lock_wait,
-                            what=f"{what} on {db}.{table}",
-                            attempts=mine)
+                            what=f"{what} on {db}.{table}", attempts=mine, side=self._watch_connection)
         finally:
             with self._attempts_lock:
                 self.lock_attempts.add(mine)
 
+    def _watch_connection(self) -> pymysql.connections.Connection:
+        """A connection that watches the process list beside a try longer than the bound (a CREATE TRIGGER
+        on a table of many partitions): :func:`~migrator.engine.mdl.run_locking` interrupts the try when a
+        client queues behind it."""
+        return mark_own(mysql_connect(self.host, self.credentials, read_timeout=30))
+
     def _run_on_own_session(self, statements: Sequence[tuple[str, str, str, str]]) -> None:
-        conn = mysql_connect(self.host, self.credentials, read_timeout=600)
+        """The install's statements on a session of their own (each while the attempt holds its lease)."""
+        conn = mark_own(mysql_connect(self.host, self.credentials, read_timeout=600))
         try:
             with conn.cursor() as cur:
                 cur.execute(f"{TAG}SET SESSION sql_log_bin = 0")
-            self._run_on(conn, statements)
+            self._run_on(conn, statements, owned=True)
         finally:
             conn.close()
 
@@ -446,6 +507,7 @@ class TriggerGate:
             left = max(1.0, deadline - time.monotonic())
             self._rename_group(todo[k:k + MAX_TABLES], triggers, left, log_renames)
         self.drop_triggers_of_renamed()
+        self._triggers_gone()
 
     def _rename_group(self, tables: list[tuple[str, str]], triggers: dict[tuple[str, str], list[str]],
                       timeout: float, log_renames: bool) -> None:
@@ -529,10 +591,25 @@ class TriggerGate:
 
         Only for a gate that is open, or whose cutover was undone (never after a flip:
         then :meth:`finish`). The triggers go first: from then on no client statement reads the gate, so
-        its DROP waits only for transactions that fired a trigger before."""
+        its DROP waits only for transactions that fired a trigger before. A trigger found after the gate
+        table went (made meanwhile by an attempt that lost its lease, its statement already sent) gets its
+        gate table back, open, so no client write fails on a missing table, and the removal goes again."""
         if self.conn is None:
             self.open()
-        self._drop_triggers(self._existing_triggers())
-        gates = [self.gate] if self.attempt else (self._gate_tables() or [self.gate])
-        self._run_on(self.conn, [(GATE_SCHEMA, g, "the write gate's DROP TABLE",  # type: ignore[arg-type]
-                                  f"{TAG}DROP TABLE IF EXISTS {qualified(GATE_SCHEMA, g)}") for g in gates])
+        for _ in range(REMOVE_ROUNDS):
+            self._drop_triggers(self._existing_triggers())
+            gates = [self.gate] if self.attempt else (self._gate_tables() or [self.gate])
+            self._run_on(self.conn, [(GATE_SCHEMA, g, "the write gate's DROP TABLE",  # type: ignore[arg-type]
+                                      f"{TAG}DROP TABLE IF EXISTS {qualified(GATE_SCHEMA, g)}") for g in gates])
+            left = self._existing_triggers()
+            if not left:
+                self._triggers_gone()
+                return
+            with self._cur() as cur:
+                for gate in sorted({gate_of_trigger(name) for _, name, _ in left}):
+                    cur.execute(f"{TAG}CREATE TABLE IF NOT EXISTS {qualified(GATE_SCHEMA, gate)} "
+                                "(open TINYINT NOT NULL) ENGINE=MEMORY")
+            time.sleep(REMOVE_PAUSE_S)
+        raise GateError(f"triggers of the write gate on {self.host.name} came back while it was removed (an "
+                        "attempt that lost its lease still installing): their gate tables are kept, open; the next "
+                        "settle removes them", phase=self.phase)

@@ -27,6 +27,7 @@ from migrator.engine.cutover import cutover
 from migrator.engine.mdl import LockBusy
 from migrator.engine.migration import Options, Phase
 from migrator.fleet.mysql import connect as mysql_connect
+from migrator.fleet.mysql import own_gtids, wait_applied
 
 from .cutover_setup import gate_leftovers, prepare_converged, replicating
 from .cutover_setup import pair_synced as _pair_synced
@@ -216,7 +217,7 @@ def test_a_statement_slower_than_its_try_with_no_holder_gets_longer_tries(fleet)
         attempts = Attempts()
         run_locking(conn, "CREATE TRIGGER IF NOT EXISTS mdl_slow.tg BEFORE INSERT ON mdl_slow.p FOR EACH ROW BEGIN END",
                     tables=[("mdl_slow", "p")], server=host.name, wait=LockWait(try_s=0.001, retry_s=10),
-                    attempts=attempts)
+                    attempts=attempts, side=lambda: mysql_connect(host, fleet.credentials))
         # a try that was cut short with nobody holding the table counted as slow, and the longer tries got
         # through (a fast server may finish the statement inside the first try: then nothing was cut short)
         assert attempts.busy == 0 or attempts.slow >= 1, attempts
@@ -226,4 +227,110 @@ def test_a_statement_slower_than_its_try_with_no_holder_gets_longer_tries(fleet)
     finally:
         with conn.cursor() as cur:
             cur.execute("DROP DATABASE IF EXISTS mdl_slow")
+        conn.close()
+
+
+def _replication_threads(conn) -> set[int]:
+    """The ids of the server's replication threads (IO, SQL, parallel workers)."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT ID FROM information_schema.PROCESSLIST WHERE COMMAND IN ('Slave_IO', 'Slave_SQL', "
+                    "'Slave_worker')")
+        return {int(r[0]) for r in cur.fetchall()}
+
+
+def test_opted_in_the_migration_never_ends_a_replication_thread(fleet):
+    """A long replicated statement on the passive member (the master's UPDATE of a row a client holds there)
+    keeps its replication thread on the moving table past the tries: the thread holds the table's metadata
+    lock as a client does and changed no row yet, yet ending it would stop replication. It is named, never
+    ended, and replication runs on once the client's transaction is gone."""
+    prep = prepare_converged(fleet, MOVING, options=Options(freeze_budget_ms=BUDGET_MS, lock_retry_s=1.0,
+                                                            kill_blockers=True, kill_blockers_max_rows=0))
+    spec = prep.spec
+    passive = fleet.hosts[spec.source_passive]
+    holder = OpenTransaction(passive, fleet.credentials,  # changed a row: never ended either
+                             "UPDATE db00002.pins SET data = '{\"held\": 1}' WHERE local_id = 1")
+    master = mysql_connect(prep.source, fleet.credentials)
+    b = mysql_connect(passive, fleet.credentials)
+    try:
+        with master.cursor() as cur:  # replicated, it waits on the passive member for the holder's row lock
+            cur.execute("UPDATE db00002.pins SET data = '{\"replicated\": 1}' WHERE local_id = 1")
+        replication = _replication_threads(b)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:  # the replicated update is waiting on the row, holding the table
+            with b.cursor() as cur:
+                cur.execute("SELECT COUNT(*) FROM information_schema.METADATA_LOCK_INFO m JOIN "
+                            "information_schema.PROCESSLIST p ON p.ID = m.THREAD_ID WHERE m.TABLE_SCHEMA = "
+                            "'db00002' AND m.TABLE_NAME = 'pins' AND p.USER = 'system user'")
+                if cur.fetchone()[0]:
+                    break
+            time.sleep(0.1)
+        else:
+            pytest.fail("the replicated update never held db00002.pins on the passive member")
+        with pytest.raises(LockBusy) as refused:
+            cutover(fleet.config, spec.id)
+        attempts, _ = prep.store.get_progress(spec.id, "cutover_attempts")
+        killed = attempts["attempts"][-1]["lock_waits"][passive.name]["killed"]
+        assert not {k["id"] for k in killed} & replication, (killed, replication)
+        assert f"connection {holder.id} " in str(refused.value)
+    finally:
+        holder.end()
+    try:
+        # the holder gone, the replicated update applies and replication goes on
+        assert wait_applied(b, own_gtids(master), 30)
+        replicating(b)
+        with b.cursor() as cur:
+            cur.execute("SELECT data FROM db00002.pins WHERE local_id = 1")
+            assert "replicated" in cur.fetchone()[0]
+        assert gate_leftovers(b) == []
+    finally:
+        master.close()
+        b.close()
+    result = cutover(fleet.config, spec.id)
+    assert result.freeze_ms is not None and prep.store.state(spec.id)[0].phase == Phase.DONE
+
+
+def test_a_longer_try_gives_way_to_a_client_that_queues_behind_it(fleet):
+    """The longer tries of a statement slower than its try with nothing holding its table (here a copying
+    ALTER, as a CREATE TRIGGER on a table of many partitions is on a busy server) are watched: a client
+    statement that queues behind one interrupts it, so no client waits past the bound (the try of a
+    migration: at most 1 s), whatever the statement needs."""
+    from migrator.engine.mdl import Attempts, LockBusy, LockWait, run_locking
+
+    host = fleet.hosts["MySQL001B"]
+    conn = mysql_connect(host, fleet.credentials, read_timeout=120)
+    bound = LockWait(try_s=0.05, retry_s=4)
+    slow_sql = "ALTER TABLE mdl_queue.p FORCE, ALGORITHM=COPY"
+    writer = None
+    try:
+        with conn.cursor() as cur:
+            # logged: the client's writes replicate to the partner, which must have the table too
+            cur.execute("CREATE DATABASE IF NOT EXISTS mdl_queue")
+            cur.execute("CREATE TABLE mdl_queue.p (id INT NOT NULL AUTO_INCREMENT PRIMARY KEY, data TEXT)")
+            cur.execute("INSERT INTO mdl_queue.p (data) SELECT REPEAT('x', 100) FROM mdl_queue.seq_1_to_400000")
+            cur.execute("SET SESSION sql_log_bin = 0")  # the ALTERs stay on this member
+            t0 = time.monotonic()
+            cur.execute(slow_sql)
+            took = time.monotonic() - t0
+        writer = TimedWriter(host, fleet.credentials, table="mdl_queue.p").start()
+        time.sleep(0.3)
+        attempts = Attempts()
+        try:
+            run_locking(conn, slow_sql, tables=[("mdl_queue", "p")], server=host.name, wait=bound,
+                        attempts=attempts, side=lambda: mysql_connect(host, fleet.credentials))
+        except LockBusy:
+            pass  # the statement never fitted a try with the client writing: refused, the client unharmed
+        time.sleep(0.2)
+        writer.stop()
+        print(f"\nthe statement alone {took * 1000:.0f} ms; tries {attempts}; the client's longest statement "
+              f"{writer.longest * 1000:.0f} ms over {len(writer.waits)} writes")
+        assert not writer.errors, writer.errors[:3]
+        # the statement outran the bound by itself, so it got longer tries; none kept the client past the bound
+        assert took > 4 * bound.try_s and attempts.slow >= 1, (took, attempts)
+        assert writer.longest < bound.try_s + 0.45, writer.longest
+    finally:
+        if writer is not None:
+            writer.stop()
+        with conn.cursor() as cur:
+            cur.execute("SET SESSION sql_log_bin = 1")
+            cur.execute("DROP DATABASE IF EXISTS mdl_queue")
         conn.close()

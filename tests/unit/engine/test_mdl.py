@@ -28,3 +28,15 @@ def test_attempts_add_up():
                                                                   killed=[{"id": 5}])
     a.add(b)
     assert a.to_dict() == {"tries": 5, "busy": 1, "slow": 1, "longest_try_ms": 30.0, "killed": [{"id": 5}]}
+
+
+def test_only_a_clients_connection_is_a_client():
+    from migrator.engine.mdl import Blocker
+
+    def holder(user: str, command: str) -> Blocker:
+        return Blocker("B", 9, user, "", 5, "", "db00002.pins (MDL_SHARED_WRITE)", 0, command)
+
+    assert holder("app", "Sleep").client and holder("app", "Query").client
+    for user, command in (("system user", "Slave_SQL"), ("system user", "Slave_worker"), ("system user", "Slave_IO"),
+                          ("event_scheduler", "Daemon"), ("system user", "Daemon"), ("repl", "Binlog Dump GTID")):
+        assert not holder(user, command).client, (user, command)
