@@ -42,7 +42,7 @@ from migrator.fleet.mysql import connect as mysql_connect
 from migrator.fleet.shard_map import HostRegistry
 from migrator.fleet.zk import ZK
 from migrator.ops import steps
-from migrator.ops.rebalance import batches as batches_mod
+from migrator.ops.batched import sizing as batches_mod
 
 #: phases after which abort no longer applies (the map flipped: roll back instead)
 NOT_ABORTABLE = (Phase.CUTOVER, Phase.DONE, Phase.ROLLING_BACK, Phase.ROLLED_BACK, Phase.CLEANED)
@@ -99,7 +99,7 @@ class PlanResult:
     stored: bool
     estimate: plan_mod.Estimate | None = None
     #: when the move is too big for one fence: the batches its first size cuts (``runs``, ``tables``, ``bytes``);
-    #: it runs as one batched migration that cuts over in batches (:mod:`migrator.engine.handover`), stored and
+    #: it runs as one batched migration that cuts over in batches (:mod:`migrator.ops.batched`), stored and
     #: followed by :func:`migrator.ops.rebalance.command.start_split` (not by this plan)
     batches: list[dict[str, Any]] | None = None
 
@@ -113,7 +113,7 @@ class PlanResult:
 
 
 def plan_batches(zk: ZK, creds: Credentials, spec: Spec) -> list[dict[str, Any]] | None:
-    """The batches of a move too big for one rename fence (:mod:`migrator.ops.rebalance.batches`), else None."""
+    """The batches of a move too big for one rename fence (:mod:`migrator.ops.batched.sizing`), else None."""
     if spec.kind != "shards" or spec.options.fence == "gate":
         return None
     with mysql_connect(HostRegistry(zk).get(spec.source_master), creds) as conn:

@@ -1,7 +1,7 @@
 """A pipeline's cutover that stopped before the flip is tried again: the backoff, the window, the next step.
 
 Runs in the RQ worker, inside a step of the pipeline (``jobs.pipeline.finish``,
-and :mod:`migrator.ops.batched` for each batch of a batched migration). A
+and :mod:`migrator.ops.batched.run` for each batch of a batched migration). A
 cutover that stops before the flip (a lock held on a moving table, a freeze
 over its budget, a conflicting map edit) leaves the source serving; the step
 then runs one more catch-up pass and says to try again after a backoff

@@ -243,7 +243,7 @@ def start_move(zk: ZK, rec: dict[str, Any], m: dict[str, Any]) -> bool:
                                             options=opts, migration_id=move_id)
     else:
         spec = plan_mod.plan_move(zk, shards, move.target, options=opts, migration_id=move_id)
-        if move.batched:  # copied and tailed once, cut over in batches (migrator.engine.handover)
+        if move.batched:  # copied and tailed once, cut over in batches (migrator.ops.batched)
             spec = spec.model_copy(update={"batched": True})
     try:
         plan_mod.store(zk, spec)

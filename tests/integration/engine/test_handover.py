@@ -1,4 +1,4 @@
-"""A batched migration hands a batch its shards (:mod:`migrator.engine.handover`) on the sandbox.
+"""A batched migration hands a batch its shards (:mod:`migrator.ops.batched.handover`) on the sandbox.
 
 The batched migration (shards 2 and 3) is converged and verified; shard 3 is handed to a batch.
 From then on the batched migration's tail no longer applies shard 3, an older tail of it can no
@@ -17,13 +17,13 @@ import pytest
 from migrator.engine.catch_up.lanes import _EPOCH, Epoch, StaleEpoch
 from migrator.engine.cutover import cutover
 from migrator.engine.cutover.errors import NotConverged
-from migrator.engine.handover import HandOverError, hand_over
 from migrator.engine.migration import Node, Options, Phase
 from migrator.engine.plan import hold_maintenance_pause, maintenance_paused
 from migrator.engine.verify.run import verify_migration
 from migrator.fleet.mysql import connect as mysql_connect
 from migrator.fleet.shard_map import ShardMapStore
 from migrator.ops import command
+from migrator.ops.batched.handover import HandOverError, hand_over
 
 from .cutover_setup import prepare_converged
 
@@ -198,15 +198,15 @@ def test_each_batch_re_checks_only_binlog_of_its_own_life(fleet, monkeypatch):
     recorded in events. Before, the batches handed over within 15 s of the full check inherited the full
     check's position and re-read everything written since it (the whole host's binlog, at host scale)."""
     from jobs import pipeline
-    from migrator.engine import handover
-    from migrator.ops import batched
+    from migrator.ops.batched import handover
+    from migrator.ops.batched import run as batched
 
     prep = prepare_converged(fleet, (2, 3), options=Options(freeze_budget_ms=3000), batched=True)
     pid, store = prep.spec.id, prep.store
     prep.drainer.close()
     monkeypatch.setattr(batched, "PARENT_PASS_EVERY_S", 3600.0, raising=False)  # (the old refresh timer)
     # one shard per batch: shard 2 first, then shard 3
-    monkeypatch.setattr(batched.batch_mod, "next_batch", lambda shards, *_a, **_k: sorted(shards)[:1])
+    monkeypatch.setattr(batched.sizing, "next_batch", lambda shards, *_a, **_k: sorted(shards)[:1])
     written: list[int] = []
     real_hand_over = handover.hand_over
 

@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from migrator.engine.cutover.rename_fence import MAX_TABLES
-from migrator.ops.rebalance import batches
+from migrator.ops.batched import sizing as batches
 
 
 def test_the_first_batch_is_sized_by_the_budget_within_the_fence_limit():

@@ -7,7 +7,7 @@ A host-sized split (512 shards x 5 tables) cannot be fenced by one
 verified once, for all its shards. Its pipeline then hands its shards over
 in **batches** of consecutive shards, one at a time, each to a batch migration
 that starts converged and runs the normal rename-fenced cutover of only its
-ranges (:mod:`migrator.engine.handover`); between two batches the map is
+ranges (:mod:`.handover`); between two batches the map is
 valid, with part of the ranges moved. The rebalance record lists the batches as
 they are handed over (:func:`migrator.ops.rebalance.record.refresh`).
 

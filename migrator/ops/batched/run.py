@@ -4,18 +4,18 @@ Runs in the RQ worker, one call of :func:`step` per run of the pipeline's
 ``finish`` job (``jobs.pipeline.finish``, which turns the :class:`Next` it
 returns into the next job). A batched migration (``Spec.batched``: a split or
 move of more tables than one rename fence takes, sized by
-:mod:`migrator.ops.rebalance.batches`) is preflighted, copied, tailed and
+:mod:`.sizing`) is preflighted, copied, tailed and
 verified once, and then cut over in batches. A step cuts over the batch that
 is not done yet, if any (a catch-up pass of its own first, the same retries
 and window as any cutover: :mod:`migrator.ops.cutover_retry`); else it hands
-batches their shards one after another (:mod:`migrator.engine.handover`, each
+batches their shards one after another (:mod:`.handover`, each
 sized by the budget and the freezes of the batches before it) and cuts each
 over in a thread of its own (:class:`Flight`), so that the next batch is
 handed over and prepares its fences while the one before renames its tables
 behind its freeze; a batch freezes only once the one before it has ended and
 flipped. Right before every hand-over the batched migration drains its tail
 to the source head and re-checks the rows changed since its last check, for
-the shards it still holds (:func:`~migrator.engine.handover.refresh_parent`),
+the shards it still holds (:func:`~.handover.refresh_parent`),
 so a batch inherits a ``verified_gtid`` at its own start (its catch-up
 checkpoint): its re-checks read only binlog written during its own life, and
 each of the batched migration's re-checks only what came since the hand-over
@@ -39,7 +39,6 @@ import time
 from typing import Any
 
 from migrator.engine import cutover as cutover_mod
-from migrator.engine import handover
 from migrator.engine.cutover.attempt import record_next_try
 from migrator.engine.cutover.errors import CutoverAborted
 from migrator.engine.cutover.hooks import CutoverHooks
@@ -52,8 +51,8 @@ from migrator.fleet.mysql import connect as mysql_connect
 from migrator.fleet.shard_map import HostRegistry
 from migrator.fleet.zk import ZK
 from migrator.ops import command
+from migrator.ops.batched import handover, sizing
 from migrator.ops.cutover_retry import BACKOFF, DONE, CutoverRetriesOver, Next, cut_over
-from migrator.ops.rebalance import batches as batch_mod
 
 log = logging.getLogger(__name__)
 
@@ -246,6 +245,6 @@ def _hand_over_next(zk: ZK, creds: Credentials, migration_id: str) -> str:
             done.append({"freeze_ms": cut.freeze_ms, "steps_ms": cut.steps_ms, "tables": st.batch_tables.get(b, 0)})
     source = HostRegistry(zk).get(spec.source_master)
     with mysql_connect(source, creds) as conn:
-        tables = {s: n for s, (n, _) in batch_mod.count_tables(conn, spec.shards).items()}
-    shards = batch_mod.next_batch(list(spec.shards), tables, spec.options.freeze_budget_ms, done)
+        tables = {s: n for s, (n, _) in sizing.count_tables(conn, spec.shards).items()}
+    shards = sizing.next_batch(list(spec.shards), tables, spec.options.freeze_budget_ms, done)
     return handover.hand_over(zk, creds, migration_id, shards, tables=sum(tables.get(s, 0) for s in shards)).id
