@@ -39,7 +39,6 @@ import time
 from typing import Any
 
 from migrator.engine import cutover as cutover_mod
-from migrator.engine.cutover.attempt import record_next_try
 from migrator.engine.cutover.errors import CutoverAborted
 from migrator.engine.cutover.hooks import CutoverHooks
 from migrator.engine.migration import MigrationStore, Node, Phase
@@ -52,7 +51,7 @@ from migrator.fleet.shard_map import HostRegistry
 from migrator.fleet.zk import ZK
 from migrator.ops import command
 from migrator.ops.batched import handover, sizing
-from migrator.ops.cutover_retry import BACKOFF, DONE, CutoverRetriesOver, Next, cut_over
+from migrator.ops.cutover_retry import DONE, CutoverRetriesOver, Next, cut_over, try_again
 
 log = logging.getLogger(__name__)
 
@@ -219,12 +218,9 @@ def _fly(cfg: Config, zk: ZK, creds: Credentials, migration_id: str, out: dict[s
     if stopped is None:
         return Next(f"{len(flights)} batches flipped: the next ones")
     out["error"] = describe(stopped.error)
-    delay = BACKOFF.delay(0)
-    window = store.spec(migration_id).options.cutover_retry_s
-    record_next_try(store, stopped.bid, {"at": time.time() + delay, "attempt": 2, "delay_s": delay,
-                                         "until": time.time() + window})
-    return Next(f"batch {stopped.bid} did not flip ({out['error']}); trying it again in {delay:g} s", delay=delay,
-                attempt=1, since=time.time())
+    # the first attempt of this batch that stopped before the flip: the next step tries it again (its window)
+    return try_again(store, stopped.bid, migration_id, stopped.error, 0, None,
+                     lambda delay: f"batch {stopped.bid} did not flip ({out['error']}); trying it again in {delay:g} s")
 
 
 def _record_steps(store: MigrationStore, bid: str, took: dict[str, float]) -> None:
@@ -245,6 +241,6 @@ def _hand_over_next(zk: ZK, creds: Credentials, migration_id: str) -> str:
             done.append({"freeze_ms": cut.freeze_ms, "steps_ms": cut.steps_ms, "tables": st.batch_tables.get(b, 0)})
     source = HostRegistry(zk).get(spec.source_master)
     with mysql_connect(source, creds) as conn:
-        tables = {s: n for s, (n, _) in sizing.count_tables(conn, spec.shards).items()}
+        tables = sizing.shard_tables(sizing.count_tables(conn, spec.shards))
     shards = sizing.next_batch(list(spec.shards), tables, spec.options.freeze_budget_ms, done)
-    return handover.hand_over(zk, creds, migration_id, shards, tables=sum(tables.get(s, 0) for s in shards)).id
+    return handover.hand_over(zk, creds, migration_id, shards, tables=sizing.table_count(tables, shards)).id

@@ -36,14 +36,19 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from migrator.engine.cutover.budget import FENCE_PER_TABLE_MS, FIXED_FREEZE_MS
 from migrator.engine.fencing import MAX_TABLES
+from migrator.engine.migration import Spec
 from migrator.engine.names import SENTINEL_TABLE
+from migrator.fleet.config import Credentials
 from migrator.fleet.ids import shard_db
+from migrator.fleet.mysql import connect as mysql_connect
 from migrator.fleet.mysql import query, tag
+from migrator.fleet.shard_map import HostRegistry
+from migrator.fleet.zk import ZK
 from migrator.ops.rebalance.record import Move, migration_id
 
 TAG = tag("plan")
@@ -80,6 +85,17 @@ def count_tables(conn: Any, shards: Iterable[int]) -> dict[int, tuple[int, int]]
                       "AND TABLE_NAME <> %s GROUP BY TABLE_SCHEMA", [*part, SENTINEL_TABLE]):
             out[dbs[db]] = (int(n), int(nbytes))
     return out
+
+
+def shard_tables(counts: Mapping[int, tuple[int, int]]) -> dict[int, int]:
+    """``{shard: tables}`` of :func:`count_tables`'s ``{shard: (tables, bytes)}``."""
+    return {s: n for s, (n, _) in counts.items()}
+
+
+def table_count(tables: Mapping[int, int], shards: Iterable[int]) -> int:
+    """The tables ``shards`` hold (``tables``: per shard, :func:`shard_tables`): the one count that decides
+    whether a move is batched, what a batch of it holds and what the plan shows."""
+    return sum(tables.get(s, 0) for s in shards)
 
 
 def limit_for(budget_ms: float, fixed_ms: float = FIXED_MS, per_table_ms: float = PER_TABLE_MS) -> int:
@@ -170,26 +186,48 @@ def batched(fence: str, tables: int) -> bool:
     return fence != "gate" and tables > MAX_TABLES
 
 
+def preview(shards: Sequence[int], counts: Mapping[int, tuple[int, int]], budget_ms: float) -> list[dict[str, Any]]:
+    """The batches the first size cuts ``shards`` into (``runs``, ``shards``, ``tables``, ``bytes``, ``limit``):
+    what a plan shows of a batched move, and what a rebalance record keeps of it (``first_cut``); the sizes
+    adapt as batches finish (:func:`next_batch`). ``counts``: :func:`count_tables` of the shards."""
+    tables, limit = shard_tables(counts), limit_for(budget_ms)
+    return [{"runs": runs_of(b), "shards": len(b), "tables": table_count(tables, b),
+             "bytes": sum(counts.get(s, (0, 0))[1] for s in b), "limit": limit}
+            for b in cut(shards, tables, limit)]
+
+
+def plan_batches(zk: ZK, creds: Credentials, spec: Spec) -> list[dict[str, Any]] | None:
+    """The :func:`preview` of a planned move too big for one rename fence (counted on its source master),
+    else None: such a move is stored as one batched migration (``Spec.batched``), the others as one migration."""
+    if spec.kind != "shards" or spec.options.fence == "gate":
+        return None
+    with mysql_connect(HostRegistry(zk).get(spec.source_master), creds) as conn:
+        counts = count_tables(conn, spec.shards)
+    if not batched(spec.options.fence, table_count(shard_tables(counts), spec.shards)):
+        return None
+    return preview(spec.shards, counts, spec.options.freeze_budget_ms)
+
+
 def expand(rid: str, planned: Sequence[dict[str, Any]], counts: dict[int, tuple[int, int]], budget_ms: float,
            fence: str) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
     """The record's moves for ``planned`` moves, move ``i`` as index and group ``i``; a move that is
     :func:`batched` is marked ``batched`` (its migration hands its shards to batch migrations, which the
     record lists as they come: :func:`migrator.ops.rebalance.record.refresh`). Returns the moves and the
     record's ``batching`` entry (None when no move is batched): the budget, the tables per shard, and the
-    batches the first size would cut (what a plan shows; the sizes adapt as batches finish)."""
-    tables = {s: n for s, (n, _) in counts.items()}
+    batches the first size would cut (:func:`preview`)."""
+    tables = shard_tables(counts)
     moves: list[dict[str, Any]] = []
-    preview: dict[str, list[list[list[int]]]] = {}
+    first_cut: dict[str, list[list[list[int]]]] = {}
     for i, p in enumerate(planned):
         shards = shards_of(p["runs"])
-        n = len(p["partition_tables"]) if Move.parse(p).queue else sum(tables.get(s, 0) for s in shards)
+        n = len(p["partition_tables"]) if Move.parse(p).queue else table_count(tables, shards)
         move = {**p, "index": i, "group": i, "migration": migration_id(rid, i), "runs": [list(r) for r in p["runs"]],
                 "tables": n, "state": "waiting", "error": None}
         if batched(fence, n):
             move["batched"] = True
-            preview[str(i)] = [runs_of(b) for b in cut(shards, tables, limit_for(budget_ms))]
+            first_cut[str(i)] = [b["runs"] for b in preview(shards, counts, budget_ms)]
         moves.append(move)
-    if not preview:
+    if not first_cut:
         return moves, None
     return moves, {"budget_ms": budget_ms, "shard_tables": {str(s): n for s, n in tables.items()},
-                   "first_cut": preview, "limit": limit_for(budget_ms)}
+                   "first_cut": first_cut, "limit": limit_for(budget_ms)}
