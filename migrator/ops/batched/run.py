@@ -9,7 +9,7 @@ verified once, and then cut over in batches. A step cuts over the batch that
 is not done yet, if any (a catch-up pass of its own first, the same retries
 and window as any cutover: :mod:`migrator.ops.cutover_retry`); else it hands
 batches their shards one after another (:mod:`.handover`, each
-sized by the budget and the freezes of the batches before it) and cuts each
+sized by the budget and the freeze of the batch before it: :func:`.sizing.next_limit`) and cuts each
 over in a thread of its own (:class:`Flight`), so that the next batch is
 handed over and prepares its fences while the one before renames its tables
 behind its freeze; a batch freezes only once the one before it has ended and
@@ -41,7 +41,7 @@ from typing import Any
 from migrator.engine import cutover as cutover_mod
 from migrator.engine.cutover.errors import CutoverAborted
 from migrator.engine.cutover.hooks import CutoverHooks
-from migrator.engine.migration import MigrationStore, Node, Phase
+from migrator.engine.migration import MigrationStore, Node, Phase, State
 from migrator.engine.plan import release_maintenance_pause
 from migrator.engine.records import FlipNode, HandoverNode
 from migrator.errors import ExitCode, MigratorError, describe
@@ -81,6 +81,9 @@ class Flight:
         self.cfg, self.bid, self.before = cfg, bid, before
         #: the freeze is over (the release step is done), or the attempt ended
         self.released = threading.Event()
+        #: how long this batch's clients waited (ms), once the freeze is over: it sizes the next batch, which is
+        #: handed over before this one's record is written (its renames run first)
+        self.freeze_ms: float | None = None
         self.ended = threading.Event()
         self.error: BaseException | None = None
         self.result: dict[str, Any] | None = None
@@ -103,8 +106,9 @@ class Flight:
             self.released.set()
             self.ended.set()
 
-    def _at_step(self, _run: Any, step: str) -> None:
+    def _at_step(self, run: Any, step: str) -> None:
         if step == "release":
+            self.freeze_ms = run.record.freeze_ms()
             self.released.set()
 
     def hold_freeze(self, _run: Any) -> None:
@@ -192,7 +196,7 @@ def _fly(cfg: Config, zk: ZK, creds: Credentials, migration_id: str, out: dict[s
                     "parent_recheck_rows": float(sum(r["rows"] for r in refreshed.rounds)),
                     "parent_recheck_events": float(sum(r["events"] for r in refreshed.rounds))}
             t0 = time.monotonic()
-            bid = _hand_over_next(zk, creds, migration_id)
+            bid = _hand_over_next(zk, creds, migration_id, before)
             took["hand_over_s"] = time.monotonic() - t0
             steps[bid] = took
             flight = Flight(cfg, bid, before).start()
@@ -230,17 +234,26 @@ def _record_steps(store: MigrationStore, bid: str, took: dict[str, float]) -> No
     store.put_progress(bid, Node.HANDOVER, prior.dump())
 
 
-def _hand_over_next(zk: ZK, creds: Credentials, migration_id: str) -> str:
-    """Hand the next batch (sized by the budget and the batches measured so far) its shards; its id."""
+def _hand_over_next(zk: ZK, creds: Credentials, migration_id: str, before: Flight | None) -> str:
+    """Hand the next batch (sized by the budget and the freeze of the batch before it) its shards; its id.
+    ``before``: the batch whose freeze just ended in this step, if any."""
     store = MigrationStore(zk)
     spec, (st, _) = store.spec(migration_id), store.state(migration_id)
-    done = []
-    for b in st.batches:
-        cut = FlipNode.parse(store.get_progress(b, Node.CUTOVER)[0])
-        if cut.freeze_ms is not None:
-            done.append({"freeze_ms": cut.freeze_ms, "steps_ms": cut.steps_ms, "tables": st.batch_tables.get(b, 0)})
     source = HostRegistry(zk).get(spec.source_master)
     with mysql_connect(source, creds) as conn:
         tables = sizing.shard_tables(sizing.count_tables(conn, spec.shards))
-    shards = sizing.next_batch(list(spec.shards), tables, spec.options.freeze_budget_ms, done)
+    shards = sizing.next_batch(list(spec.shards), tables, spec.options.freeze_budget_ms,
+                               _last_freeze(store, st, before))
     return handover.hand_over(zk, creds, migration_id, shards, tables=sizing.table_count(tables, shards)).id
+
+
+def _last_freeze(store: MigrationStore, st: State, before: Flight | None) -> sizing.Measured | None:
+    """The freeze of the batch handed over last that froze: the one whose freeze just ended in this step
+    (its record is written after its renames, once this hand-over is under way), else the last recorded."""
+    if before is not None and before.freeze_ms is not None:
+        return sizing.Measured(st.batch_tables.get(before.bid, 0), before.freeze_ms)
+    for b in reversed(st.batches):
+        cut = FlipNode.parse(store.get_progress(b, Node.CUTOVER)[0])
+        if cut.freeze_ms is not None:
+            return sizing.Measured(st.batch_tables.get(b, 0), cut.freeze_ms)
+    return None

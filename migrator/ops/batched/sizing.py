@@ -14,9 +14,12 @@ they are handed over (:func:`migrator.ops.rebalance.record.refresh`).
 Batch size follows the freeze budget: the first batch is sized by the cutover's
 model of the rename fence's freeze (:mod:`migrator.engine.cutover.budget`: a fixed
 part and a part per table; here the fixed part, :data:`FIXED_MS`, also holds a
-drain, :data:`DRAIN_MS`), aimed at :data:`AIM` of the budget; every later batch by the freezes
-measured so far (:func:`measured_costs`, :func:`next_batch`), growing at most to twice
-the biggest finished batch. A table costs the freeze its lock, its queued RENAME
+drain, :data:`DRAIN_MS`), aimed at :data:`AIM` of the budget; every later batch by
+what the batch before it froze, per table (:func:`next_limit`): a quick freeze grows
+the next batch (at most to twice the last), a freeze over the budget shrinks it, and
+a slow batch earlier in the split weighs nothing once a later one was measured. The
+freeze measured is the whole of it, the compare under the fence included: what the
+clients of that batch's shards waited. A table costs the freeze its lock, its queued RENAME
 and its sentinel row; the RENAMEs themselves run after the freeze (the release
 lets the waiting clients go first: :mod:`migrator.engine.cutover.rename_fence`), so the
 batch's table count weighs little on its freeze, and a batch is most often bounded
@@ -35,8 +38,8 @@ number of tables.
 from __future__ import annotations
 
 import math
-import statistics
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from migrator.engine.cutover.budget import FENCE_PER_TABLE_MS, FIXED_FREEZE_MS
@@ -63,12 +66,14 @@ FIXED_MS = FIXED_FREEZE_MS + DRAIN_MS
 PER_TABLE_MS = FENCE_PER_TABLE_MS
 #: share of the freeze budget a batch is sized for (the rest is headroom for a busier moment)
 AIM = 0.6
-#: the steps of a rename-fenced freeze that grow with the batch's tables
-PER_TABLE_STEPS = ("fence", "sentinel", "release")
-#: batches this small do not measure the per-table rate
-RATE_MIN_TABLES = 20
-#: finished batches whose fixed cost counts
-RECENT = 5
+
+
+@dataclass(frozen=True)
+class Measured:
+    """A batch's freeze as measured: its tables, and how long its clients waited (ms)."""
+
+    tables: int
+    freeze_ms: float
 
 
 def count_tables(conn: Any, shards: Iterable[int]) -> dict[int, tuple[int, int]]:
@@ -98,12 +103,26 @@ def table_count(tables: Mapping[int, int], shards: Iterable[int]) -> int:
     return sum(tables.get(s, 0) for s in shards)
 
 
-def limit_for(budget_ms: float, fixed_ms: float = FIXED_MS, per_table_ms: float = PER_TABLE_MS) -> int:
-    """Tables per batch for a freeze of ``AIM`` x the budget, at most :data:`MAX_TABLES`, at least 1."""
-    room = AIM * budget_ms - fixed_ms
-    if per_table_ms <= 0:
-        return MAX_TABLES
-    return max(1, min(MAX_TABLES, int(math.floor(room / per_table_ms))))
+def limit_for(budget_ms: float) -> int:
+    """Tables per batch, before any batch was measured: the model's freeze (:data:`FIXED_MS` and
+    :data:`PER_TABLE_MS` a table) at ``AIM`` x the budget, at most :data:`MAX_TABLES`, at least 1."""
+    room = AIM * budget_ms - FIXED_MS
+    return max(1, min(MAX_TABLES, int(math.floor(room / PER_TABLE_MS))))
+
+
+def next_limit(budget_ms: float, last: Measured | None) -> int:
+    """Tables for the next batch: :func:`limit_for` before any batch was measured; then from the ``last``
+    batch's own freeze per table, ``last.tables x AIM x budget / last.freeze_ms``, at most twice the last
+    batch (one quiet moment does not make the next one overrun) and :data:`MAX_TABLES`, at least 1.
+
+    A freeze grows with the batch's tables on top of a fixed part, so a batch under the aim makes the next
+    one bigger, never past the size that would freeze for ``AIM`` x the budget; one over it makes the next
+    smaller, and a miss (a freeze over the budget) makes it smaller than ``AIM`` x the one that missed."""
+    if last is None or last.tables <= 0:
+        return limit_for(budget_ms)
+    grow = 2 * last.tables
+    fits = grow if last.freeze_ms <= 0 else int(math.floor(last.tables * AIM * budget_ms / last.freeze_ms))
+    return max(1, min(MAX_TABLES, grow, fits))
 
 
 def cut(shards: Sequence[int], tables: dict[int, int], limit: int) -> list[list[int]]:
@@ -138,47 +157,13 @@ def shards_of(runs: Iterable[Sequence[int]]) -> list[int]:
     return [s for lo, hi in runs for s in range(lo, hi + 1)]
 
 
-def measured_costs(done: Sequence[dict[str, Any]]) -> tuple[float, float] | None:
-    """``(fixed_ms, per_table_ms)`` measured by finished batches, or None if none was measured.
-
-    The per-table part of a freeze is its fence (a lock and a queued RENAME per
-    table), sentinel (one row per db) and release steps; the rest (the two CAS, the passive
-    member's close, the drain, the compare) is fixed. The fixed part is the median
-    of the last :data:`RECENT` batches (one slow drain does not shrink every later
-    batch); the per-table part is the worst of the batches of at least
-    :data:`RATE_MIN_TABLES` tables (smaller ones measure the latency of one
-    statement, not a rate), else :data:`PER_TABLE_MS`."""
-    fixed, per = [], []
-    for m in Move.parse_list(done):
-        steps, freeze, n = m.steps_ms, m.freeze_ms, m.tables
-        if freeze is None or not n:
-            continue
-        scaled = sum(float(steps.get(k, 0.0)) for k in PER_TABLE_STEPS)
-        fixed.append(max(0.0, float(freeze) - scaled))
-        if n >= RATE_MIN_TABLES:
-            per.append(scaled / n)
-    if not fixed:
-        return None
-    return statistics.median(fixed[-RECENT:]), max(per) if per else PER_TABLE_MS
-
-
-def next_batch(shards: Sequence[int], tables: dict[int, int], budget_ms: float,
-               done: Sequence[dict[str, Any]]) -> list[int]:
-    """The shards of the next batch: the first of ``shards`` (consecutive, sorted) up to the batch size.
-
-    ``done``: the finished batches, oldest first (``freeze_ms``, ``steps_ms``, ``tables``). The first batch
-    is sized by the model of the rename fence's freeze (:func:`limit_for`); every later one by the freezes
-    measured so far (:func:`measured_costs`), growing at most to twice the biggest finished batch, so one
-    quiet moment does not make the next batch overrun."""
+def next_batch(shards: Sequence[int], tables: dict[int, int], budget_ms: float, last: Measured | None) -> list[int]:
+    """The shards of the next batch: the first of ``shards`` (consecutive, sorted) up to :func:`next_limit`
+    tables (a shard bigger than that alone). ``last``: the freeze of the batch handed over last that froze,
+    None before any."""
     if not shards:
         return []
-    costs = measured_costs(done)
-    if costs is None:
-        limit = limit_for(budget_ms)
-    else:
-        last = max((m.tables or 1 for m in Move.parse_list(done)), default=MAX_TABLES)
-        limit = min(limit_for(budget_ms, *costs), 2 * last)
-    return cut(shards, tables, limit)[0]
+    return cut(shards, tables, next_limit(budget_ms, last))[0]
 
 
 def batched(fence: str, tables: int) -> bool:
