@@ -233,3 +233,44 @@ def test_each_batch_re_checks_only_binlog_of_its_own_life(fleet, monkeypatch):
     assert window["events"] < len(written) and window["rows"] < len(written), window
     with mysql_connect(prep.target, fleet.credentials) as dst:
         assert all(_has(dst, 3, w) for w in written)
+
+
+def test_the_re_check_before_a_hand_over_starts_where_the_last_hand_over_s_check_ended(fleet, monkeypatch):
+    """The batched migration's re-check right before each hand-over (``refresh_parent``, one round) starts at
+    the position the re-check before the last hand-over stored, the one that batch was handed: never at the
+    full check's or any older one. 30 rows written before the first re-check are in its window only; the 10
+    written before the second are all the second one reads."""
+    from jobs import pipeline
+    from migrator.engine.cutover import recheck
+    from migrator.engine.records import VerifyNode
+    from migrator.fleet.gtid import GtidState
+    from migrator.ops.batched import run as batched
+
+    prep = prepare_converged(fleet, (2, 3), options=Options(freeze_budget_ms=3000), batched=True)
+    pid, store = prep.spec.id, prep.store
+    prep.drainer.close()
+    # one shard per batch: shard 2 first, then shard 3
+    monkeypatch.setattr(batched.sizing, "next_batch", lambda shards, *_a, **_k: sorted(shards)[:1])
+    starts: list[str] = []
+    real_refresh = recheck.refresh_verified_gtid
+
+    def refresh(config, st, m, **kw):
+        if m.spec.id == pid:  # the batched migration's (each batch's cutover re-checks too)
+            starts.append(VerifyNode.parse(st.get_progress(pid, Node.VERIFY)[0]).verified_gtid)
+            with mysql_connect(prep.source, fleet.credentials) as src:
+                for i in range(30 if len(starts) == 1 else 10):  # on the shard it still holds after both
+                    _insert(src, 3, f'{{"r": {len(starts)}, "i": {i}}}')
+        return real_refresh(config, st, m, **kw)
+
+    monkeypatch.setattr(recheck, "refresh_verified_gtid", refresh)
+    out = pipeline.finish(pid, str(fleet.config.path))  # the full check, then both batches
+    first, second = store.state(pid)[0].batches
+    assert out["batches"] == [first, second] and store.state(second)[0].phase == Phase.DONE, out
+    handed = [store.get_progress(b, Node.VERIFY)[0]["window_from"] for b in (first, second)]
+    assert len(starts) == 2, starts
+    # the second re-check started at what the first stored and handed to the first batch, past the full check
+    assert GtidState.parse(starts[1]) == GtidState.parse(handed[0]), (starts, handed)
+    assert GtidState.parse(starts[1]).reaches(GtidState.parse(starts[0])) and starts[1] != starts[0], starts
+    took = [store.get_progress(b, Node.HANDOVER)[0]["attempts"][0] for b in (first, second)]
+    assert took[0]["parent_recheck_rows"] >= 30, took
+    assert 10 <= took[1]["parent_recheck_rows"] < 30 and took[1]["parent_recheck_events"] < 30, took
