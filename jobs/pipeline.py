@@ -12,12 +12,12 @@ record says what to do next.
 
 A batched migration (``Spec.batched``: a split of more tables than one rename
 fence takes) is verified once and then cut over in batches, each run of
-``finish`` one step of :mod:`migrator.ops.batched`.
+``finish`` one step of :mod:`migrator.ops.batched.run`.
 
 A run of ``finish`` whose worker died is enqueued again by the failure callback
 (:mod:`jobs.failure`); one that finds the phase ``cutover`` (an attempt whose
 holder died, not settled yet, or an operator's own) looks again every
-:data:`migrator.ops.batched.BATCH_RECHECK_S` until it is settled.
+:data:`migrator.ops.batched.run.BATCH_RECHECK_S` until it is settled.
 
 ``postpone_cutover`` (``migrator postpone ID``) holds the pipeline before the
 cutover: ``finish`` re-enqueues itself until it is cleared, and runs a catch-up
@@ -42,8 +42,9 @@ from migrator.engine.cutover.lease import leases
 from migrator.engine.migration import MigrationStore, Phase
 from migrator.fleet import config as config_mod
 from migrator.fleet.zk import ZK
-from migrator.ops import batched, command
-from migrator.ops.batched import Flight as _Flight
+from migrator.ops import command
+from migrator.ops.batched import run as batched
+from migrator.ops.batched.run import Flight as _Flight
 from migrator.ops.cutover_retry import BACKOFF, DONE, CutoverRetriesOver, Next, cut_over
 from migrator.ops.steps import enqueue_finish
 

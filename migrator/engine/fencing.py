@@ -17,7 +17,7 @@ class FenceError(MigratorError):
 
 
 #: one connection per moving table is held during a freeze; a bigger move runs as batches of at most this
-#: many tables, each a migration handed its shards by one batched migration (migrator.engine.handover), or,
+#: many tables, each a migration handed its shards by one batched migration (migrator.ops.batched.handover), or,
 #: with fence=gate, as one gated move
 MAX_TABLES = 200
 

@@ -134,7 +134,7 @@ class Options(BaseModel):
     #: how the source master is fenced in the freeze: "rename" (LOCK TABLES and one queued RENAME per
     #: table, at most fence.MAX_TABLES tables), "gate" (triggers and one gate table, any number of tables),
     #: "auto" (rename up to fence.MAX_TABLES tables, else gate; the CLI runs a bigger split or move as one batched
-    #: migration cut over in rename-fenced batches instead, see migrator.engine.handover); see
+    #: migration cut over in rename-fenced batches instead, see migrator.ops.batched); see
     #: migrator.engine.cutover.rename_fence
     fence: Literal["auto", "rename", "gate"] = "auto"
     retention_s: int = Field(default=24 * 3600, ge=0)
@@ -175,7 +175,7 @@ class Spec(BaseModel):
     partition: int | None = None
     options: Options = Options()
     #: a move of more tables than one rename fence takes: copied and tailed once as this migration, cut over
-    #: as batch migrations handed its shards one batch at a time (:mod:`migrator.engine.handover`); its
+    #: as batch migrations handed its shards one batch at a time (:mod:`migrator.ops.batched.handover`); its
     #: ``shards`` shrink with every batch handed over, the one change a stored spec takes
     batched: bool = False
     #: a batch of a batched migration: the migration it was handed its shards by

@@ -38,11 +38,9 @@ from migrator.errors import MigratorError, MySQLUnavailable, describe
 from migrator.fleet import config as config_mod
 from migrator.fleet import zk as zk_mod
 from migrator.fleet.config import Config, Credentials
-from migrator.fleet.mysql import connect as mysql_connect
-from migrator.fleet.shard_map import HostRegistry
 from migrator.fleet.zk import ZK
 from migrator.ops import steps
-from migrator.ops.rebalance import batches as batches_mod
+from migrator.ops.batched import sizing as batches_mod
 
 #: phases after which abort no longer applies (the map flipped: roll back instead)
 NOT_ABORTABLE = (Phase.CUTOVER, Phase.DONE, Phase.ROLLING_BACK, Phase.ROLLED_BACK, Phase.CLEANED)
@@ -99,7 +97,7 @@ class PlanResult:
     stored: bool
     estimate: plan_mod.Estimate | None = None
     #: when the move is too big for one fence: the batches its first size cuts (``runs``, ``tables``, ``bytes``);
-    #: it runs as one batched migration that cuts over in batches (:mod:`migrator.engine.handover`), stored and
+    #: it runs as one batched migration that cuts over in batches (:mod:`migrator.ops.batched`), stored and
     #: followed by :func:`migrator.ops.rebalance.command.start_split` (not by this plan)
     batches: list[dict[str, Any]] | None = None
 
@@ -112,27 +110,12 @@ class PlanResult:
         return out
 
 
-def plan_batches(zk: ZK, creds: Credentials, spec: Spec) -> list[dict[str, Any]] | None:
-    """The batches of a move too big for one rename fence (:mod:`migrator.ops.rebalance.batches`), else None."""
-    if spec.kind != "shards" or spec.options.fence == "gate":
-        return None
-    with mysql_connect(HostRegistry(zk).get(spec.source_master), creds) as conn:
-        counts = batches_mod.count_tables(conn, spec.shards)
-    tables = {s: n for s, (n, _) in counts.items()}
-    if not batches_mod.batched(spec.options.fence, sum(tables.values())):
-        return None
-    limit = batches_mod.limit_for(spec.options.freeze_budget_ms)
-    return [{"runs": batches_mod.runs_of(b), "shards": len(b), "tables": sum(tables[s] for s in b),
-             "bytes": sum(counts[s][1] for s in b), "limit": limit}
-            for b in batches_mod.cut(spec.shards, tables, limit)]
-
-
 def _finish_plan(zk: ZK, creds: Credentials, spec: Spec, dry_run: bool, batches_ok: bool = False) -> PlanResult:
     holders = MigrationStore(zk).holders(spec.shards)
     if holders:  # a clear message before trying (create() re-checks atomically); a dry run says it too
         desc = ", ".join(f"shard {s} by {m}" for s, m in sorted(holders.items()))
         raise ShardsBusy(f"shards already moving: {desc}; wait for it, or abort it with `migrator abort ID`")
-    batches = plan_batches(zk, creds, spec)
+    batches = batches_mod.plan_batches(zk, creds, spec)
     if dry_run:
         return PlanResult(spec, stored=False, estimate=plan_mod.estimate(zk, spec, creds), batches=batches)
     if batches is not None:

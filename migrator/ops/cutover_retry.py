@@ -1,7 +1,7 @@
 """A pipeline's cutover that stopped before the flip is tried again: the backoff, the window, the next step.
 
 Runs in the RQ worker, inside a step of the pipeline (``jobs.pipeline.finish``,
-and :mod:`migrator.ops.batched` for each batch of a batched migration). A
+and :mod:`migrator.ops.batched.run` for each batch of a batched migration). A
 cutover that stops before the flip (a lock held on a moving table, a freeze
 over its budget, a conflicting map edit) leaves the source serving; the step
 then runs one more catch-up pass and says to try again after a backoff
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -88,25 +89,42 @@ def cut_over(cfg: Config, zk: ZK, migration_id: str, driver: str, attempt: int, 
     except Exception as exc:  # noqa: BLE001 - the cutover stopped before the flip; the source serves
         store = MigrationStore(zk)
         st, _ = store.state(migration_id)
-        window = store.spec(driver).options.cutover_retry_s
         if st.phase != Phase.CONVERGED:
             raise
-        first = since if since is not None else time.time()
-        elapsed, delay = time.time() - first, BACKOFF.delay(attempt)
-        if elapsed + delay > window:
-            reason = describe(exc)
-            record_next_try(store, migration_id, None)
-            raise CutoverRetriesOver(
-                f"{reason} (the pipeline tried the cutover {attempt + 1} times over {elapsed:.0f} s, its window "
-                f"of {window:g} s: `migrator set {driver} --cutover-retry-s S` gives it longer)",
-                phase="cutover") from exc
-        out["error"], out["retry_in_s"] = str(exc), delay
-        command.catchup(cfg, migration_id, passes=1)
-        # when the job enqueued next (after this pass, ``delay`` later) tries again; status shows it
-        record_next_try(store, migration_id, {"at": time.time() + delay, "attempt": attempt + 2, "delay_s": delay,
-                                     "until": first + window})
-        return Next(f"cutover stopped before the flip; trying again in {delay:g} s", delay=delay,
-                    attempt=attempt + 1, since=first)
+
+        reason = str(exc)
+
+        def one_pass(delay: float) -> None:
+            out["error"], out["retry_in_s"] = reason, delay
+            command.catchup(cfg, migration_id, passes=1)
+
+        return try_again(store, migration_id, driver, exc, attempt, since,
+                         lambda delay: f"cutover stopped before the flip; trying again in {delay:g} s", before=one_pass)
     record_next_try(MigrationStore(zk), migration_id, None)
     out["cleanup_job"] = command.schedule_cleanup(cfg, migration_id, queue=queue, zk=zk)
     return None
+
+
+def try_again(store: MigrationStore, migration_id: str, driver: str, exc: BaseException, attempt: int,
+              since: float | None, why: Callable[[float], str], *,
+              before: Callable[[float], None] | None = None) -> Next:
+    """The retry window, in one place: after ``migration_id``'s cutover stopped before the flip with ``exc``
+    (``attempt`` attempts stopped so since ``since``, None: this is the first), the next try after
+    :data:`BACKOFF`, recorded for ``migrator status`` (``next_try``), while ``driver``'s ``cutover_retry_s``
+    lasts; else :class:`CutoverRetriesOver` with ``exc``'s reason. ``before(delay)`` runs right before the try
+    is recorded (a catch-up pass); ``why(delay)`` is the reason the next step gives."""
+    window = store.spec(driver).options.cutover_retry_s
+    first = since if since is not None else time.time()
+    elapsed, delay = time.time() - first, BACKOFF.delay(attempt)
+    if elapsed + delay > window:
+        record_next_try(store, migration_id, None)
+        raise CutoverRetriesOver(
+            f"{describe(exc)} (the pipeline tried the cutover {attempt + 1} times over {elapsed:.0f} s, its window "
+            f"of {window:g} s: `migrator set {driver} --cutover-retry-s S` gives it longer)",
+            phase="cutover") from exc
+    if before is not None:
+        before(delay)
+    # when the job enqueued next (``delay`` from now) tries again; status shows it
+    record_next_try(store, migration_id, {"at": time.time() + delay, "attempt": attempt + 2, "delay_s": delay,
+                                          "until": first + window})
+    return Next(why(delay), delay=delay, attempt=attempt + 1, since=first)

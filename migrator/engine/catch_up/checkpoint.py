@@ -263,7 +263,7 @@ def open_tailer(
     try:
         lock = applier_lock(sess.zk, migration_id, "catch-up")  # before the checkpoint and the spec are read
         claim = applier_claim(sess.zk, lock, migration_id)
-        # read under the lock: a hand-over (migrator.engine.handover) takes the same lock to move shards out of
+        # read under the lock: a hand-over (migrator.ops.batched.handover) takes the same lock to move shards out of
         # a batched migration's spec, so a spec read before it could name shards another tail now applies
         spec = sess.store.spec(migration_id)
         ckpt = Checkpoint(sess.store, migration_id, claim)

@@ -28,7 +28,7 @@ from migrator.fleet.mysql import connect as mysql_connect
 #: what a freeze costs besides the drain (two CAS, the gates, fence, sentinel, compare, release) when
 #: this migration has no earlier attempt to learn it from (measured: docs/performance.md, "Constants
 #: measured by the benchmarks"); a batched split sizes its first batch with it too
-#: (:mod:`migrator.ops.rebalance.batches`)
+#: (:mod:`migrator.ops.batched.sizing`)
 FIXED_FREEZE_MS = 100.0
 #: the least time the lag probe waits for the master to apply the passive member's marker row
 PAIR_LAG_MIN_WAIT_S = 2.0

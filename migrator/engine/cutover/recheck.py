@@ -108,7 +108,7 @@ def refresh_verified_gtid(config: Config, store: MigrationStore, m: Moving, *, m
     binlog takes as long as it takes, and only a stuck tail or reader is
     refused, naming how far it got. ``track=False`` (a batched migration
     refreshing the check its next batch inherits:
-    :func:`migrator.engine.handover.refresh_parent`): no freeze follows, so
+    :func:`migrator.ops.batched.handover.refresh_parent`): no freeze follows, so
     the tail does not follow the source afterwards and no background reader
     is started. Each round records its rows re-checked and the row changes
     of the moving tables read for its window (``events``: the window's size

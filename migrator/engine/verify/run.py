@@ -124,7 +124,7 @@ def verify_migration(config: Config, migration_id: str, *, repair: bool = True, 
         if drainer is None:
             drainer = default_drainer(config, migration_id, state.phase)
             if isinstance(drainer, CatchUpDrainer):
-                # its applier lock first, then the spec: a hand-over (migrator.engine.handover) takes the same
+                # its applier lock first, then the spec: a hand-over (migrator.ops.batched.handover) takes the same
                 # lock to move shards out of a batched migration, and this check must not repair their rows
                 # beside the tail that applies them now
                 drainer.open()

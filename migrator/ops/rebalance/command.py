@@ -22,7 +22,7 @@ from migrator.fleet.config import Config
 from migrator.fleet.mysql import connect as mysql_connect
 from migrator.fleet.shard_map import HostRegistry, ShardMapStore
 from migrator.ops import command, steps
-from migrator.ops.rebalance import batches
+from migrator.ops.batched import sizing as batches
 from migrator.ops.rebalance import record as rec_mod
 from migrator.ops.rebalance.measure import measure_partitions
 from migrator.ops.rebalance.planner import PartitionCost, Plan, RebalanceError, ShardCost, plan_with_partitions
@@ -119,7 +119,7 @@ def start(config: Config, live: LivePlan, *, max_concurrent: int | None = None,
     """Store the rebalance record, start the first moves and hand it to the RQ workers. Each move
     runs on its source pair's queue and the advances on the general queue, unless ``queue`` names
     one queue for all of them. A move of more tables than one fence takes runs as batches
-    (:mod:`migrator.ops.rebalance.batches`)."""
+    (:mod:`migrator.ops.batched.sizing`)."""
     if not live.plan.moves:
         raise RebalanceError("nothing to move: every pair is within the threshold")
     planned = [{"source": m.source, "source_slave": live.passives[m.source], "target": m.target,

@@ -178,10 +178,9 @@ def refresh(zk: ZK, rec: dict[str, Any]) -> None:
 
 def _list_batches(store: MigrationStore, rec: dict[str, Any]) -> None:
     """Add the batches a batched move's migration handed its shards to since the last look, as running
-    moves of its group (``batch_of``: the batched move's index), in the order they were handed over."""
+    moves of its group (``batch_of``: the batched move's index), in the order they were handed over, each
+    with the tables the hand-over counted (the batched migration's ``batch_tables``)."""
     known = {m["migration"] for m in rec["moves"]}
-    batching = Rebalance.parse(rec).batching
-    tables = {int(k): int(v) for k, v in (batching.shard_tables if batching else {}).items()}
     for lead in [m for m in rec["moves"] if Move.parse(m).batched and m["state"] in ("running", "failed")]:
         try:
             st, _ = store.state(lead["migration"])
@@ -195,7 +194,7 @@ def _list_batches(store: MigrationStore, rec: dict[str, Any]) -> None:
             rec["moves"].append({
                 **{k: lead[k] for k in ("source", "source_slave", "target", "target_slave", "wave") if k in lead},
                 "index": index, "group": _group(lead), "batch_of": lead["index"],
-                "runs": [list(r) for r in spec.ranges()], "tables": sum(tables.get(s, 0) for s in spec.shards),
+                "runs": [list(r) for r in spec.ranges()], "tables": st.batch_tables.get(bid, 0),
                 "bytes": 0, "rows": 0, "writes": 0.0, "eta_s": None, "migration": bid, "state": "running",
                 "started_at": spec.created_at, "error": None})
             known.add(bid)
@@ -243,7 +242,7 @@ def start_move(zk: ZK, rec: dict[str, Any], m: dict[str, Any]) -> bool:
                                             options=opts, migration_id=move_id)
     else:
         spec = plan_mod.plan_move(zk, shards, move.target, options=opts, migration_id=move_id)
-        if move.batched:  # copied and tailed once, cut over in batches (migrator.engine.handover)
+        if move.batched:  # copied and tailed once, cut over in batches (migrator.ops.batched)
             spec = spec.model_copy(update={"batched": True})
     try:
         plan_mod.store(zk, spec)

@@ -84,7 +84,7 @@ def prepare_converged(fleet: Any, shards: tuple[int, ...] = (2, 3), *, options: 
                       source_pair: tuple[str, str] | None = None, target_pair: tuple[str, str] | None = None,
                       kind: str = "shards", tables: tuple[str, ...] = (), batched: bool = False) -> Prepared:
     """A migration of ``shards`` to the spare pair, copied and caught up (phase converged); ``batched``:
-    one that cuts over in batches (:mod:`migrator.engine.handover`)."""
+    one that cuts over in batches (:mod:`migrator.ops.batched.handover`)."""
     smap = fleet.smap
     src_m = smap.master_of(shards[0])
     src_s = smap.range_of(shards[0]).passive

@@ -1,4 +1,4 @@
-"""A batched migration hands a batch its shards (:mod:`migrator.engine.handover`) on the sandbox.
+"""A batched migration hands a batch its shards (:mod:`migrator.ops.batched.handover`) on the sandbox.
 
 The batched migration (shards 2 and 3) is converged and verified; shard 3 is handed to a batch.
 From then on the batched migration's tail no longer applies shard 3, an older tail of it can no
@@ -17,13 +17,13 @@ import pytest
 from migrator.engine.catch_up.lanes import _EPOCH, Epoch, StaleEpoch
 from migrator.engine.cutover import cutover
 from migrator.engine.cutover.errors import NotConverged
-from migrator.engine.handover import HandOverError, hand_over
 from migrator.engine.migration import Node, Options, Phase
 from migrator.engine.plan import hold_maintenance_pause, maintenance_paused
 from migrator.engine.verify.run import verify_migration
 from migrator.fleet.mysql import connect as mysql_connect
 from migrator.fleet.shard_map import ShardMapStore
 from migrator.ops import command
+from migrator.ops.batched.handover import HandOverError, hand_over
 
 from .cutover_setup import prepare_converged
 
@@ -198,15 +198,15 @@ def test_each_batch_re_checks_only_binlog_of_its_own_life(fleet, monkeypatch):
     recorded in events. Before, the batches handed over within 15 s of the full check inherited the full
     check's position and re-read everything written since it (the whole host's binlog, at host scale)."""
     from jobs import pipeline
-    from migrator.engine import handover
-    from migrator.ops import batched
+    from migrator.ops.batched import handover
+    from migrator.ops.batched import run as batched
 
     prep = prepare_converged(fleet, (2, 3), options=Options(freeze_budget_ms=3000), batched=True)
     pid, store = prep.spec.id, prep.store
     prep.drainer.close()
     monkeypatch.setattr(batched, "PARENT_PASS_EVERY_S", 3600.0, raising=False)  # (the old refresh timer)
     # one shard per batch: shard 2 first, then shard 3
-    monkeypatch.setattr(batched.batch_mod, "next_batch", lambda shards, *_a, **_k: sorted(shards)[:1])
+    monkeypatch.setattr(batched.sizing, "next_batch", lambda shards, *_a, **_k: sorted(shards)[:1])
     written: list[int] = []
     real_hand_over = handover.hand_over
 
@@ -233,3 +233,44 @@ def test_each_batch_re_checks_only_binlog_of_its_own_life(fleet, monkeypatch):
     assert window["events"] < len(written) and window["rows"] < len(written), window
     with mysql_connect(prep.target, fleet.credentials) as dst:
         assert all(_has(dst, 3, w) for w in written)
+
+
+def test_the_re_check_before_a_hand_over_starts_where_the_last_hand_over_s_check_ended(fleet, monkeypatch):
+    """The batched migration's re-check right before each hand-over (``refresh_parent``, one round) starts at
+    the position the re-check before the last hand-over stored, the one that batch was handed: never at the
+    full check's or any older one. 30 rows written before the first re-check are in its window only; the 10
+    written before the second are all the second one reads."""
+    from jobs import pipeline
+    from migrator.engine.cutover import recheck
+    from migrator.engine.records import VerifyNode
+    from migrator.fleet.gtid import GtidState
+    from migrator.ops.batched import run as batched
+
+    prep = prepare_converged(fleet, (2, 3), options=Options(freeze_budget_ms=3000), batched=True)
+    pid, store = prep.spec.id, prep.store
+    prep.drainer.close()
+    # one shard per batch: shard 2 first, then shard 3
+    monkeypatch.setattr(batched.sizing, "next_batch", lambda shards, *_a, **_k: sorted(shards)[:1])
+    starts: list[str] = []
+    real_refresh = recheck.refresh_verified_gtid
+
+    def refresh(config, st, m, **kw):
+        if m.spec.id == pid:  # the batched migration's (each batch's cutover re-checks too)
+            starts.append(VerifyNode.parse(st.get_progress(pid, Node.VERIFY)[0]).verified_gtid)
+            with mysql_connect(prep.source, fleet.credentials) as src:
+                for i in range(30 if len(starts) == 1 else 10):  # on the shard it still holds after both
+                    _insert(src, 3, f'{{"r": {len(starts)}, "i": {i}}}')
+        return real_refresh(config, st, m, **kw)
+
+    monkeypatch.setattr(recheck, "refresh_verified_gtid", refresh)
+    out = pipeline.finish(pid, str(fleet.config.path))  # the full check, then both batches
+    first, second = store.state(pid)[0].batches
+    assert out["batches"] == [first, second] and store.state(second)[0].phase == Phase.DONE, out
+    handed = [store.get_progress(b, Node.VERIFY)[0]["window_from"] for b in (first, second)]
+    assert len(starts) == 2, starts
+    # the second re-check started at what the first stored and handed to the first batch, past the full check
+    assert GtidState.parse(starts[1]) == GtidState.parse(handed[0]), (starts, handed)
+    assert GtidState.parse(starts[1]).reaches(GtidState.parse(starts[0])) and starts[1] != starts[0], starts
+    took = [store.get_progress(b, Node.HANDOVER)[0]["attempts"][0] for b in (first, second)]
+    assert took[0]["parent_recheck_rows"] >= 30, took
+    assert 10 <= took[1]["parent_recheck_rows"] < 30 and took[1]["parent_recheck_events"] < 30, took

@@ -16,7 +16,6 @@ import time
 
 import pytest
 
-from migrator.engine import handover as handover_mod
 from migrator.engine.catch_up.checkpoint import APPLIERS
 from migrator.engine.cutover import cutover
 from migrator.engine.migration import Options, Phase
@@ -24,6 +23,7 @@ from migrator.engine.names import tomb_db
 from migrator.engine.verify.run import verify_migration
 from migrator.fleet.mysql import connect as mysql_connect
 from migrator.ops import command
+from migrator.ops.batched import handover as handover_mod
 
 from .cutover_setup import prepare_converged
 

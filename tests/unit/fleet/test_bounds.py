@@ -37,7 +37,7 @@ def test_shards_are_refused_by_their_text_not_by_building_a_set():
 
 
 def test_migration_ids_are_exactly_the_ones_migrator_makes():
-    from migrator.engine.handover import batch_id
+    from migrator.ops.batched.handover import batch_id
     from migrator.ops.rebalance.record import migration_id
 
     made = [new_id(), "rb-20261122-155024-7e9460", migration_id("rb-20261122-155024-7e9460", 3),

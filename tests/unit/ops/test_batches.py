@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from migrator.engine.cutover.rename_fence import MAX_TABLES
-from migrator.ops.rebalance import batches
+from migrator.ops.batched import sizing as batches
 
 
 def test_the_first_batch_is_sized_by_the_budget_within_the_fence_limit():
@@ -69,28 +69,60 @@ def test_a_partition_move_counts_its_own_tables_and_is_never_cut():
     assert (moves[0]["tables"], moves[0]["queue"], moves[0]["partition"]) == (2, "hq", 3)
 
 
-def test_batches_grow_after_quick_freezes_and_shrink_after_slow_ones():
+def test_the_first_batch_is_sized_by_the_model_and_each_later_one_by_the_freeze_before_it():
     shards = list(range(200))
     tables = {s: 5 for s in shards}
-    first = batches.next_batch(shards, tables, 500, [])
+    first = batches.next_batch(shards, tables, 500, None)
     n0 = 5 * len(first)
-    assert first == shards[:len(first)] and n0 <= batches.limit_for(500)
-    # a quick freeze: 100 ms fixed, 0.1 ms per table -> the next batch grows, to at most twice the last
-    done = [{"tables": n0, "freeze_ms": 100 + 0.1 * n0, "steps_ms": {"release": 0.1 * n0}}]
+    assert first == shards[:len(first)] and n0 <= batches.limit_for(500) == batches.next_limit(500, None)
     rest = shards[len(first):]
-    second = batches.next_batch(rest, tables, 500, done)
-    assert n0 < MAX_TABLES // 2 and 5 * len(second) == 2 * n0 and second[0] == rest[0]
-    # a slow one: 160 ms fixed, 10 ms per table -> (300 - median(100, 160)) / 10 = 17 tables: 3 shards
-    n1 = 5 * len(second)
-    done.append({"tables": n1, "freeze_ms": 160 + 10 * n1, "steps_ms": {"release": 10 * n1}})
-    assert len(batches.next_batch(rest[len(second):], tables, 500, done)) == 3
-    assert batches.next_batch([], tables, 500, done) == []
+    # the aim is 0.6 x 500 = 300 ms: the last batch's freeze per table scales it
+    assert batches.next_limit(500, batches.Measured(40, 300.0)) == 40  # at the aim: the same size
+    assert batches.next_limit(500, batches.Measured(40, 200.0)) == 60
+    assert batches.next_limit(500, batches.Measured(40, 100.0)) == 80  # quick: at most twice the last
+    assert batches.next_limit(500, batches.Measured(150, 100.0)) == MAX_TABLES
+    assert batches.next_limit(500, batches.Measured(1, 900.0)) == 1  # never zero: at least one shard
+    second = batches.next_batch(rest, tables, 500, batches.Measured(n0, 0.6 * 500 * n0 / (2 * n0)))
+    assert 5 * len(second) == 2 * n0 and second[0] == rest[0]
+    assert batches.next_batch([], tables, 500, batches.Measured(n0, 100.0)) == []
 
 
-def test_small_batches_do_not_measure_the_per_table_rate():
-    done = [{"tables": 5, "freeze_ms": 120.0, "steps_ms": {"release": 60.0, "fence": 5.0, "sentinel": 5.0}}]
-    fixed, per = batches.measured_costs(done)
-    assert fixed == 50.0 and per == batches.PER_TABLE_MS
+def test_a_freeze_over_the_budget_shrinks_the_next_batch():
+    for n, freeze in ((40, 501.0), (40, 600.0), (100, 1000.0), (7, 520.0)):
+        after = batches.next_limit(500, batches.Measured(n, freeze))
+        assert after < 0.6 * n, (n, freeze, after)
+
+
+def test_batch_sizes_follow_each_batch_s_own_freeze_not_the_worst_so_far():
+    """A freeze of 100 ms plus 2 ms a table: the sizes climb to the aim (300 ms: 100 tables) without a freeze
+    past it; one batch that froze long (a burst of writes to compare under its fence) makes the next one
+    small, and the batches after it grow back, as they would not if the slow one's rate stayed the measure."""
+    def freeze(n: int) -> float:
+        return 100.0 + 2.0 * n
+
+    sizes = [batches.next_limit(500, None)]
+    for _ in range(8):
+        sizes.append(batches.next_limit(500, batches.Measured(sizes[-1], freeze(sizes[-1]))))
+    assert all(freeze(n) <= 300.0 for n in sizes) and sizes[-1] >= 95, sizes
+    assert sizes == sorted(sizes), sizes  # never shrinks while the freezes stay under the aim
+    slow = batches.next_limit(500, batches.Measured(sizes[-1], 900.0))  # the compare took 600 ms more
+    assert slow < 0.6 * sizes[-1], slow
+    after = [slow]
+    for _ in range(8):
+        after.append(batches.next_limit(500, batches.Measured(after[-1], freeze(after[-1]))))
+    assert after[-1] >= 95 and max(freeze(n) for n in after) <= 300.0, after
+
+
+def test_the_batch_that_just_released_its_freeze_sizes_the_next():
+    """The pipeline hands the next batch over while the one before renames its tables behind its released
+    freeze, before that one's record is written: the freeze it measured at its release is the one used."""
+    from migrator.engine.migration import State
+    from migrator.ops.batched import run
+
+    flight = run.Flight(None, "m-b001", None)
+    flight.freeze_ms = 123.0
+    st = State(batches=["m-b000", "m-b001"], batch_tables={"m-b000": 200, "m-b001": 35})
+    assert run._last_freeze(None, st, flight) == batches.Measured(35, 123.0)
 
 
 def test_a_batch_freezes_only_after_the_one_before_it_ended_and_flipped():

@@ -3,7 +3,7 @@
 A move of more tables than one rename fence takes (a host: 512 shards x 5
 tables) is one migration with ``Spec.batched`` set: it is preflighted, copied,
 tailed and verified once, for every shard. It never cuts over itself. Once it
-has converged and been verified, its pipeline (:mod:`migrator.ops.batched`)
+has converged and been verified, its pipeline (:mod:`.run`)
 hands its shards over one batch at a time, each batch sized to the freeze
 budget, to a *batch migration* (``<id>-b000``, ``-b001``, ...) that starts
 converged and runs the normal rename-fenced cutover: the freeze, the fence on

@@ -4,18 +4,18 @@ Runs in the RQ worker, one call of :func:`step` per run of the pipeline's
 ``finish`` job (``jobs.pipeline.finish``, which turns the :class:`Next` it
 returns into the next job). A batched migration (``Spec.batched``: a split or
 move of more tables than one rename fence takes, sized by
-:mod:`migrator.ops.rebalance.batches`) is preflighted, copied, tailed and
+:mod:`.sizing`) is preflighted, copied, tailed and
 verified once, and then cut over in batches. A step cuts over the batch that
 is not done yet, if any (a catch-up pass of its own first, the same retries
 and window as any cutover: :mod:`migrator.ops.cutover_retry`); else it hands
-batches their shards one after another (:mod:`migrator.engine.handover`, each
-sized by the budget and the freezes of the batches before it) and cuts each
+batches their shards one after another (:mod:`.handover`, each
+sized by the budget and the freeze of the batch before it: :func:`.sizing.next_limit`) and cuts each
 over in a thread of its own (:class:`Flight`), so that the next batch is
 handed over and prepares its fences while the one before renames its tables
 behind its freeze; a batch freezes only once the one before it has ended and
 flipped. Right before every hand-over the batched migration drains its tail
 to the source head and re-checks the rows changed since its last check, for
-the shards it still holds (:func:`~migrator.engine.handover.refresh_parent`),
+the shards it still holds (:func:`~.handover.refresh_parent`),
 so a batch inherits a ``verified_gtid`` at its own start (its catch-up
 checkpoint): its re-checks read only binlog written during its own life, and
 each of the batched migration's re-checks only what came since the hand-over
@@ -39,11 +39,9 @@ import time
 from typing import Any
 
 from migrator.engine import cutover as cutover_mod
-from migrator.engine import handover
-from migrator.engine.cutover.attempt import record_next_try
 from migrator.engine.cutover.errors import CutoverAborted
 from migrator.engine.cutover.hooks import CutoverHooks
-from migrator.engine.migration import MigrationStore, Node, Phase
+from migrator.engine.migration import MigrationStore, Node, Phase, State
 from migrator.engine.plan import release_maintenance_pause
 from migrator.engine.records import FlipNode, HandoverNode
 from migrator.errors import ExitCode, MigratorError, describe
@@ -52,8 +50,8 @@ from migrator.fleet.mysql import connect as mysql_connect
 from migrator.fleet.shard_map import HostRegistry
 from migrator.fleet.zk import ZK
 from migrator.ops import command
-from migrator.ops.cutover_retry import BACKOFF, DONE, CutoverRetriesOver, Next, cut_over
-from migrator.ops.rebalance import batches as batch_mod
+from migrator.ops.batched import handover, sizing
+from migrator.ops.cutover_retry import DONE, CutoverRetriesOver, Next, cut_over, try_again
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +81,9 @@ class Flight:
         self.cfg, self.bid, self.before = cfg, bid, before
         #: the freeze is over (the release step is done), or the attempt ended
         self.released = threading.Event()
+        #: how long this batch's clients waited (ms), once the freeze is over: it sizes the next batch, which is
+        #: handed over before this one's record is written (its renames run first)
+        self.freeze_ms: float | None = None
         self.ended = threading.Event()
         self.error: BaseException | None = None
         self.result: dict[str, Any] | None = None
@@ -105,8 +106,9 @@ class Flight:
             self.released.set()
             self.ended.set()
 
-    def _at_step(self, _run: Any, step: str) -> None:
+    def _at_step(self, run: Any, step: str) -> None:
         if step == "release":
+            self.freeze_ms = run.record.freeze_ms()
             self.released.set()
 
     def hold_freeze(self, _run: Any) -> None:
@@ -194,7 +196,7 @@ def _fly(cfg: Config, zk: ZK, creds: Credentials, migration_id: str, out: dict[s
                     "parent_recheck_rows": float(sum(r["rows"] for r in refreshed.rounds)),
                     "parent_recheck_events": float(sum(r["events"] for r in refreshed.rounds))}
             t0 = time.monotonic()
-            bid = _hand_over_next(zk, creds, migration_id)
+            bid = _hand_over_next(zk, creds, migration_id, before)
             took["hand_over_s"] = time.monotonic() - t0
             steps[bid] = took
             flight = Flight(cfg, bid, before).start()
@@ -220,12 +222,9 @@ def _fly(cfg: Config, zk: ZK, creds: Credentials, migration_id: str, out: dict[s
     if stopped is None:
         return Next(f"{len(flights)} batches flipped: the next ones")
     out["error"] = describe(stopped.error)
-    delay = BACKOFF.delay(0)
-    window = store.spec(migration_id).options.cutover_retry_s
-    record_next_try(store, stopped.bid, {"at": time.time() + delay, "attempt": 2, "delay_s": delay,
-                                         "until": time.time() + window})
-    return Next(f"batch {stopped.bid} did not flip ({out['error']}); trying it again in {delay:g} s", delay=delay,
-                attempt=1, since=time.time())
+    # the first attempt of this batch that stopped before the flip: the next step tries it again (its window)
+    return try_again(store, stopped.bid, migration_id, stopped.error, 0, None,
+                     lambda delay: f"batch {stopped.bid} did not flip ({out['error']}); trying it again in {delay:g} s")
 
 
 def _record_steps(store: MigrationStore, bid: str, took: dict[str, float]) -> None:
@@ -235,17 +234,26 @@ def _record_steps(store: MigrationStore, bid: str, took: dict[str, float]) -> No
     store.put_progress(bid, Node.HANDOVER, prior.dump())
 
 
-def _hand_over_next(zk: ZK, creds: Credentials, migration_id: str) -> str:
-    """Hand the next batch (sized by the budget and the batches measured so far) its shards; its id."""
+def _hand_over_next(zk: ZK, creds: Credentials, migration_id: str, before: Flight | None) -> str:
+    """Hand the next batch (sized by the budget and the freeze of the batch before it) its shards; its id.
+    ``before``: the batch whose freeze just ended in this step, if any."""
     store = MigrationStore(zk)
     spec, (st, _) = store.spec(migration_id), store.state(migration_id)
-    done = []
-    for b in st.batches:
-        cut = FlipNode.parse(store.get_progress(b, Node.CUTOVER)[0])
-        if cut.freeze_ms is not None:
-            done.append({"freeze_ms": cut.freeze_ms, "steps_ms": cut.steps_ms, "tables": st.batch_tables.get(b, 0)})
     source = HostRegistry(zk).get(spec.source_master)
     with mysql_connect(source, creds) as conn:
-        tables = {s: n for s, (n, _) in batch_mod.count_tables(conn, spec.shards).items()}
-    shards = batch_mod.next_batch(list(spec.shards), tables, spec.options.freeze_budget_ms, done)
-    return handover.hand_over(zk, creds, migration_id, shards, tables=sum(tables.get(s, 0) for s in shards)).id
+        tables = sizing.shard_tables(sizing.count_tables(conn, spec.shards))
+    shards = sizing.next_batch(list(spec.shards), tables, spec.options.freeze_budget_ms,
+                               _last_freeze(store, st, before))
+    return handover.hand_over(zk, creds, migration_id, shards, tables=sizing.table_count(tables, shards)).id
+
+
+def _last_freeze(store: MigrationStore, st: State, before: Flight | None) -> sizing.Measured | None:
+    """The freeze of the batch handed over last that froze: the one whose freeze just ended in this step
+    (its record is written after its renames, once this hand-over is under way), else the last recorded."""
+    if before is not None and before.freeze_ms is not None:
+        return sizing.Measured(st.batch_tables.get(before.bid, 0), before.freeze_ms)
+    for b in reversed(st.batches):
+        cut = FlipNode.parse(store.get_progress(b, Node.CUTOVER)[0])
+        if cut.freeze_ms is not None:
+            return sizing.Measured(st.batch_tables.get(b, 0), cut.freeze_ms)
+    return None

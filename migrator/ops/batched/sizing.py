@@ -7,16 +7,19 @@ A host-sized split (512 shards x 5 tables) cannot be fenced by one
 verified once, for all its shards. Its pipeline then hands its shards over
 in **batches** of consecutive shards, one at a time, each to a batch migration
 that starts converged and runs the normal rename-fenced cutover of only its
-ranges (:mod:`migrator.engine.handover`); between two batches the map is
+ranges (:mod:`.handover`); between two batches the map is
 valid, with part of the ranges moved. The rebalance record lists the batches as
 they are handed over (:func:`migrator.ops.rebalance.record.refresh`).
 
 Batch size follows the freeze budget: the first batch is sized by the cutover's
 model of the rename fence's freeze (:mod:`migrator.engine.cutover.budget`: a fixed
 part and a part per table; here the fixed part, :data:`FIXED_MS`, also holds a
-drain, :data:`DRAIN_MS`), aimed at :data:`AIM` of the budget; every later batch by the freezes
-measured so far (:func:`measured_costs`, :func:`next_batch`), growing at most to twice
-the biggest finished batch. A table costs the freeze its lock, its queued RENAME
+drain, :data:`DRAIN_MS`), aimed at :data:`AIM` of the budget; every later batch by
+what the batch before it froze, per table (:func:`next_limit`): a quick freeze grows
+the next batch (at most to twice the last), a freeze over the budget shrinks it, and
+a slow batch earlier in the split weighs nothing once a later one was measured. The
+freeze measured is the whole of it, the compare under the fence included: what the
+clients of that batch's shards waited. A table costs the freeze its lock, its queued RENAME
 and its sentinel row; the RENAMEs themselves run after the freeze (the release
 lets the waiting clients go first: :mod:`migrator.engine.cutover.rename_fence`), so the
 batch's table count weighs little on its freeze, and a batch is most often bounded
@@ -35,15 +38,20 @@ number of tables.
 from __future__ import annotations
 
 import math
-import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from migrator.engine.cutover.budget import FENCE_PER_TABLE_MS, FIXED_FREEZE_MS
 from migrator.engine.fencing import MAX_TABLES
+from migrator.engine.migration import Spec
 from migrator.engine.names import SENTINEL_TABLE
+from migrator.fleet.config import Credentials
 from migrator.fleet.ids import shard_db
+from migrator.fleet.mysql import connect as mysql_connect
 from migrator.fleet.mysql import query, tag
+from migrator.fleet.shard_map import HostRegistry
+from migrator.fleet.zk import ZK
 from migrator.ops.rebalance.record import Move, migration_id
 
 TAG = tag("plan")
@@ -58,12 +66,14 @@ FIXED_MS = FIXED_FREEZE_MS + DRAIN_MS
 PER_TABLE_MS = FENCE_PER_TABLE_MS
 #: share of the freeze budget a batch is sized for (the rest is headroom for a busier moment)
 AIM = 0.6
-#: the steps of a rename-fenced freeze that grow with the batch's tables
-PER_TABLE_STEPS = ("fence", "sentinel", "release")
-#: batches this small do not measure the per-table rate
-RATE_MIN_TABLES = 20
-#: finished batches whose fixed cost counts
-RECENT = 5
+
+
+@dataclass(frozen=True)
+class Measured:
+    """A batch's freeze as measured: its tables, and how long its clients waited (ms)."""
+
+    tables: int
+    freeze_ms: float
 
 
 def count_tables(conn: Any, shards: Iterable[int]) -> dict[int, tuple[int, int]]:
@@ -82,12 +92,37 @@ def count_tables(conn: Any, shards: Iterable[int]) -> dict[int, tuple[int, int]]
     return out
 
 
-def limit_for(budget_ms: float, fixed_ms: float = FIXED_MS, per_table_ms: float = PER_TABLE_MS) -> int:
-    """Tables per batch for a freeze of ``AIM`` x the budget, at most :data:`MAX_TABLES`, at least 1."""
-    room = AIM * budget_ms - fixed_ms
-    if per_table_ms <= 0:
-        return MAX_TABLES
-    return max(1, min(MAX_TABLES, int(math.floor(room / per_table_ms))))
+def shard_tables(counts: Mapping[int, tuple[int, int]]) -> dict[int, int]:
+    """``{shard: tables}`` of :func:`count_tables`'s ``{shard: (tables, bytes)}``."""
+    return {s: n for s, (n, _) in counts.items()}
+
+
+def table_count(tables: Mapping[int, int], shards: Iterable[int]) -> int:
+    """The tables ``shards`` hold (``tables``: per shard, :func:`shard_tables`): the one count that decides
+    whether a move is batched, what a batch of it holds and what the plan shows."""
+    return sum(tables.get(s, 0) for s in shards)
+
+
+def limit_for(budget_ms: float) -> int:
+    """Tables per batch, before any batch was measured: the model's freeze (:data:`FIXED_MS` and
+    :data:`PER_TABLE_MS` a table) at ``AIM`` x the budget, at most :data:`MAX_TABLES`, at least 1."""
+    room = AIM * budget_ms - FIXED_MS
+    return max(1, min(MAX_TABLES, int(math.floor(room / PER_TABLE_MS))))
+
+
+def next_limit(budget_ms: float, last: Measured | None) -> int:
+    """Tables for the next batch: :func:`limit_for` before any batch was measured; then from the ``last``
+    batch's own freeze per table, ``last.tables x AIM x budget / last.freeze_ms``, at most twice the last
+    batch (one quiet moment does not make the next one overrun) and :data:`MAX_TABLES`, at least 1.
+
+    A freeze grows with the batch's tables on top of a fixed part, so a batch under the aim makes the next
+    one bigger, never past the size that would freeze for ``AIM`` x the budget; one over it makes the next
+    smaller, and a miss (a freeze over the budget) makes it smaller than ``AIM`` x the one that missed."""
+    if last is None or last.tables <= 0:
+        return limit_for(budget_ms)
+    grow = 2 * last.tables
+    fits = grow if last.freeze_ms <= 0 else int(math.floor(last.tables * AIM * budget_ms / last.freeze_ms))
+    return max(1, min(MAX_TABLES, grow, fits))
 
 
 def cut(shards: Sequence[int], tables: dict[int, int], limit: int) -> list[list[int]]:
@@ -122,52 +157,40 @@ def shards_of(runs: Iterable[Sequence[int]]) -> list[int]:
     return [s for lo, hi in runs for s in range(lo, hi + 1)]
 
 
-def measured_costs(done: Sequence[dict[str, Any]]) -> tuple[float, float] | None:
-    """``(fixed_ms, per_table_ms)`` measured by finished batches, or None if none was measured.
-
-    The per-table part of a freeze is its fence (a lock and a queued RENAME per
-    table), sentinel (one row per db) and release steps; the rest (the two CAS, the passive
-    member's close, the drain, the compare) is fixed. The fixed part is the median
-    of the last :data:`RECENT` batches (one slow drain does not shrink every later
-    batch); the per-table part is the worst of the batches of at least
-    :data:`RATE_MIN_TABLES` tables (smaller ones measure the latency of one
-    statement, not a rate), else :data:`PER_TABLE_MS`."""
-    fixed, per = [], []
-    for m in Move.parse_list(done):
-        steps, freeze, n = m.steps_ms, m.freeze_ms, m.tables
-        if freeze is None or not n:
-            continue
-        scaled = sum(float(steps.get(k, 0.0)) for k in PER_TABLE_STEPS)
-        fixed.append(max(0.0, float(freeze) - scaled))
-        if n >= RATE_MIN_TABLES:
-            per.append(scaled / n)
-    if not fixed:
-        return None
-    return statistics.median(fixed[-RECENT:]), max(per) if per else PER_TABLE_MS
-
-
-def next_batch(shards: Sequence[int], tables: dict[int, int], budget_ms: float,
-               done: Sequence[dict[str, Any]]) -> list[int]:
-    """The shards of the next batch: the first of ``shards`` (consecutive, sorted) up to the batch size.
-
-    ``done``: the finished batches, oldest first (``freeze_ms``, ``steps_ms``, ``tables``). The first batch
-    is sized by the model of the rename fence's freeze (:func:`limit_for`); every later one by the freezes
-    measured so far (:func:`measured_costs`), growing at most to twice the biggest finished batch, so one
-    quiet moment does not make the next batch overrun."""
+def next_batch(shards: Sequence[int], tables: dict[int, int], budget_ms: float, last: Measured | None) -> list[int]:
+    """The shards of the next batch: the first of ``shards`` (consecutive, sorted) up to :func:`next_limit`
+    tables (a shard bigger than that alone). ``last``: the freeze of the batch handed over last that froze,
+    None before any."""
     if not shards:
         return []
-    costs = measured_costs(done)
-    if costs is None:
-        limit = limit_for(budget_ms)
-    else:
-        last = max((m.tables or 1 for m in Move.parse_list(done)), default=MAX_TABLES)
-        limit = min(limit_for(budget_ms, *costs), 2 * last)
-    return cut(shards, tables, limit)[0]
+    return cut(shards, tables, next_limit(budget_ms, last))[0]
 
 
 def batched(fence: str, tables: int) -> bool:
     """A move of ``tables`` tables runs as batches (else as one migration)."""
     return fence != "gate" and tables > MAX_TABLES
+
+
+def preview(shards: Sequence[int], counts: Mapping[int, tuple[int, int]], budget_ms: float) -> list[dict[str, Any]]:
+    """The batches the first size cuts ``shards`` into (``runs``, ``shards``, ``tables``, ``bytes``, ``limit``):
+    what a plan shows of a batched move, and what a rebalance record keeps of it (``first_cut``); the sizes
+    adapt as batches finish (:func:`next_batch`). ``counts``: :func:`count_tables` of the shards."""
+    tables, limit = shard_tables(counts), limit_for(budget_ms)
+    return [{"runs": runs_of(b), "shards": len(b), "tables": table_count(tables, b),
+             "bytes": sum(counts.get(s, (0, 0))[1] for s in b), "limit": limit}
+            for b in cut(shards, tables, limit)]
+
+
+def plan_batches(zk: ZK, creds: Credentials, spec: Spec) -> list[dict[str, Any]] | None:
+    """The :func:`preview` of a planned move too big for one rename fence (counted on its source master),
+    else None: such a move is stored as one batched migration (``Spec.batched``), the others as one migration."""
+    if spec.kind != "shards" or spec.options.fence == "gate":
+        return None
+    with mysql_connect(HostRegistry(zk).get(spec.source_master), creds) as conn:
+        counts = count_tables(conn, spec.shards)
+    if not batched(spec.options.fence, table_count(shard_tables(counts), spec.shards)):
+        return None
+    return preview(spec.shards, counts, spec.options.freeze_budget_ms)
 
 
 def expand(rid: str, planned: Sequence[dict[str, Any]], counts: dict[int, tuple[int, int]], budget_ms: float,
@@ -176,20 +199,20 @@ def expand(rid: str, planned: Sequence[dict[str, Any]], counts: dict[int, tuple[
     :func:`batched` is marked ``batched`` (its migration hands its shards to batch migrations, which the
     record lists as they come: :func:`migrator.ops.rebalance.record.refresh`). Returns the moves and the
     record's ``batching`` entry (None when no move is batched): the budget, the tables per shard, and the
-    batches the first size would cut (what a plan shows; the sizes adapt as batches finish)."""
-    tables = {s: n for s, (n, _) in counts.items()}
+    batches the first size would cut (:func:`preview`)."""
+    tables = shard_tables(counts)
     moves: list[dict[str, Any]] = []
-    preview: dict[str, list[list[list[int]]]] = {}
+    first_cut: dict[str, list[list[list[int]]]] = {}
     for i, p in enumerate(planned):
         shards = shards_of(p["runs"])
-        n = len(p["partition_tables"]) if Move.parse(p).queue else sum(tables.get(s, 0) for s in shards)
+        n = len(p["partition_tables"]) if Move.parse(p).queue else table_count(tables, shards)
         move = {**p, "index": i, "group": i, "migration": migration_id(rid, i), "runs": [list(r) for r in p["runs"]],
                 "tables": n, "state": "waiting", "error": None}
         if batched(fence, n):
             move["batched"] = True
-            preview[str(i)] = [runs_of(b) for b in cut(shards, tables, limit_for(budget_ms))]
+            first_cut[str(i)] = [b["runs"] for b in preview(shards, counts, budget_ms)]
         moves.append(move)
-    if not preview:
+    if not first_cut:
         return moves, None
     return moves, {"budget_ms": budget_ms, "shard_tables": {str(s): n for s, n in tables.items()},
-                   "first_cut": preview, "limit": limit_for(budget_ms)}
+                   "first_cut": first_cut, "limit": limit_for(budget_ms)}
