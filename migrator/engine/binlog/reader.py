@@ -109,6 +109,8 @@ _KIND = {bl.WRITE_ROWS_V1: WRITE, bl.UPDATE_ROWS_V1: UPDATE, bl.DELETE_ROWS_V1: 
          bl.DELETE_ROWS_COMPRESSED_V1: DELETE}
 _V2 = frozenset({bl.WRITE_ROWS_V2, bl.UPDATE_ROWS_V2, bl.DELETE_ROWS_V2})
 _COMPRESSED = frozenset({bl.WRITE_ROWS_COMPRESSED_V1, bl.UPDATE_ROWS_COMPRESSED_V1, bl.DELETE_ROWS_COMPRESSED_V1})
+#: the same, for whoever decodes a forwarded rows event elsewhere (migrator.engine.catch_up.fast)
+ROW_KINDS, V2_ROWS, COMPRESSED_ROWS = _KIND, _V2, _COMPRESSED
 
 
 class ReaderError(Exception):
@@ -142,10 +144,15 @@ class Shape:
 #: one row change: (shape id, kind, key literals, old key literals or None, after-image literals or None)
 Change = tuple[int, str, tuple[str, ...], "tuple[str, ...] | None", "tuple[str, ...] | None"]
 
-#: the kind of a forwarded rows event (a reader made with ``raw``): ``(shape id, RAW, keys, table map, event)``,
-#: where ``keys`` are the primary keys the event touches (both keys of an update that changed one), and
-#: ``table map`` and ``event`` are the raw events as the source logged them (:mod:`.forward`)
+#: the kind of a forwarded rows event (a reader made with ``raw``): ``(shape id, RAW, keys, table map, event,
+#: rows)``, where ``table map`` and ``event`` are the raw events as the source logged them (:mod:`.forward`),
+#: ``keys`` the primary keys the event touches (both keys of an update that changed one) when they were
+#: decoded (None: the applier decodes them if it needs them), and ``rows`` the row changes it carries (counted
+#: on a table's first events, then reckoned from the event's size and the table's bytes per row: exact for
+#: fixed-width rows, close for others; what pass records count)
 RAW = "r"
+#: a table's first rows events whose rows the raw reader counts by decoding their keys (then it reckons)
+LEARN_EVENTS = 8
 
 
 class Statement(NamedTuple):
@@ -447,6 +454,8 @@ class TxnReader:
         self.checksum = checksum
         #: the raw table-map event of each kept table id (raw mode)
         self._raw_maps: dict[int, bytes] = {}
+        #: per shape id: (rows events counted, their bytes of rows, their rows) (raw mode)
+        self._row_sizes: dict[int, list[int]] = {}
         #: the source's format description event, raw (raw mode); ``new_format``: not yet taken
         self.format: bytes = b""
         self.new_format = False
@@ -515,8 +524,19 @@ class TxnReader:
         _, _, p = rows_header(body, t in _V2)
         kind = _KIND[t]
         if self.raw and (not self.raw_max or len(ev.raw) <= self.raw_max):
-            keys = decode_keys(body, tm, kind, p)
-            txn.changes.append((shape.id, RAW, tuple(keys), self._raw_maps[tid], ev.raw))  # type: ignore[arg-type]
+            learnt = self._row_sizes.get(shape.id)
+            if learnt is None:
+                learnt = self._row_sizes[shape.id] = [0, 0, 0]
+            keys: tuple[tuple[str, ...], ...] | None = None
+            if learnt[0] < LEARN_EVENTS:  # decode this one's keys: the count is exact, and it teaches the size
+                found, n = decode_keys(body, tm, kind, p)
+                keys = tuple(found)
+                learnt[0] += 1
+                learnt[1] += len(body) - p
+                learnt[2] += n
+            else:
+                n = max(1, round((len(body) - p) * learnt[2] / learnt[1])) if learnt[1] else 1
+            txn.changes.append((shape.id, RAW, keys, self._raw_maps[tid], ev.raw, n))  # type: ignore[arg-type]
             txn.size += len(ev.body)
             self._parts.extend(txn.bound(self.part_changes, self.part_bytes))
             return None
@@ -554,8 +574,8 @@ class TxnReader:
         ``BINLOG`` statement anyway: :mod:`.forward`)."""
         ch = txn.changes
         if ch and ch[-1][1] == RAW and not ends_statement(ch[-1][4]):  # type: ignore[arg-type]
-            sid, kind, keys, tm, raw = ch[-1]
-            ch[-1] = (sid, kind, keys, tm, with_statement_end(raw, self.checksum))  # type: ignore[arg-type]
+            sid, kind, keys, tm, raw, rows = ch[-1]  # type: ignore[misc]
+            ch[-1] = (sid, kind, keys, tm, with_statement_end(raw, self.checksum), rows)  # type: ignore[assignment]
 
     def _on_format(self, ev: bl.Event) -> None:
         """The source's format description event: the fast path sends it to the target first (raw mode)."""

@@ -498,8 +498,9 @@ def decode_rows(body: bytes, tm: TableMap, kind: str, start: int) -> list[Litera
     return rows
 
 
-def decode_keys(body: bytes, tm: TableMap, kind: str, start: int) -> list[Literals]:
-    """The primary keys a rows event touches (for an update whose key changed: both), decoded with
+def decode_keys(body: bytes, tm: TableMap, kind: str, start: int) -> tuple[list[Literals], int]:
+    """The primary keys a rows event touches (for an update whose key changed: both), and its row changes,
+    decoded with
     :meth:`TableMap.key_decoder` only: no column outside the key is rendered. What the fast apply path
     (:mod:`migrator.engine.catch_up.fast`) needs of a row event it forwards whole: the keys that the
     re-check and verify's change windows compare."""
@@ -522,6 +523,7 @@ def decode_keys(body: bytes, tm: TableMap, kind: str, start: int) -> list[Litera
     end = len(body)
     out: list[Literals] = []
     if kind == UPDATE:
+        rows = 0
         while p < end:
             before, p = key(body, p)
             after, p = key(body, p)
@@ -530,11 +532,12 @@ def decode_keys(body: bytes, tm: TableMap, kind: str, start: int) -> list[Litera
             out.append(ka)
             if kb != ka:
                 out.append(kb)
-        return out
+            rows += 1
+        return out, rows
     while p < end:
         row, p = key(body, p)
         out.append(tuple(row[i] for i in pk))
-    return out
+    return out, len(out)
 
 
 _FULL: dict[int, bytes] = {}

@@ -46,6 +46,9 @@ import pymysql
 
 from migrator.engine.binlog import forward
 from migrator.engine.binlog import reader as rd
+from migrator.engine.binlog.client import decompress
+from migrator.engine.binlog.reader import COMPRESSED_ROWS, ROW_KINDS, V2_ROWS
+from migrator.engine.binlog.rows import TableMap, decode_keys, parse_table_map, rows_header
 from migrator.engine.catch_up.lanes import EPOCH_SCHEMA, SESSION, Epoch
 from migrator.engine.catch_up.sql import TAG, delete_statements, replace_statements
 from migrator.errors import MigratorError
@@ -257,8 +260,8 @@ class FastApplier:
             sid, kind = item[0], item[1]
             sh = shapes[sid]
             if kind == rd.RAW:
-                keys, tm, raw = item[2], item[3], item[4]
-                rows += len(keys)
+                tm, raw = item[3], item[4]
+                rows += item[5]  # type: ignore[misc]
                 name = f"{target_schema(sh.schema)}.{sh.table}"
                 if name not in self._tables:
                     self._tables.append(name)
@@ -393,6 +396,27 @@ class FastApplier:
                 self._conn = None
 
 
+class ForwardedKeys:
+    """The primary keys of forwarded rows events that the reader did not decode, decoded here when a key
+    collection (the cutover's compare, verify's windows) wants them: the table map parsed once per shape."""
+
+    def __init__(self) -> None:
+        self._maps: dict[bytes, TableMap] = {}
+
+    def of(self, item: Any, checksum: bool) -> list[tuple[str, ...]]:
+        tm_raw, raw = item[3], item[4]
+        cut = 4 if checksum else 0
+        tm = self._maps.get(tm_raw)
+        if tm is None:
+            tm = self._maps[tm_raw] = parse_table_map(tm_raw[forward.HEADER_LEN:len(tm_raw) - cut])
+        etype = raw[4]
+        body = raw[forward.HEADER_LEN:len(raw) - cut]
+        if etype in COMPRESSED_ROWS:
+            body = decompress(body, 8)
+        _, _, p = rows_header(body, etype in V2_ROWS)
+        return decode_keys(body, tm, ROW_KINDS[etype], p)[0]
+
+
 class FastApply:
     """One :meth:`~migrator.engine.catch_up.tailer.Tailer.apply_until` call on the fast path: the
     coordinator's loop of the row path (:class:`~migrator.engine.catch_up.tailer._Apply`) with one
@@ -409,6 +433,7 @@ class FastApply:
         self.t0 = time.monotonic()
         self.deadline = None if timeout_s is None else self.t0 + timeout_s
         self.stats = stats
+        self._keys = ForwardedKeys()
         #: the position and state the open target transaction brings the target to once committed
         self._pos: str | None = None
         self._state: GtidState | None = None
@@ -487,7 +512,7 @@ class FastApply:
             if got is None:
                 continue
             if item[1] == rd.RAW:
-                got.update(item[2])  # type: ignore[arg-type]
+                got.update(item[2] if item[2] is not None else self._keys.of(item, self.applier.checksum))
             else:
                 got.add(item[2])
                 if item[3] is not None:

@@ -99,8 +99,8 @@ def test_the_reader_in_raw_mode_hands_over_whole_events_with_their_keys_and_move
     rd.feed(as_event(raw_event(bl.WRITE_ROWS_V2, write_rows_body(6, [9], end=True), checksum=ck), checksum=ck))
     txn = rd.feed(bl.Event(bl.XID, 0, 1, 0, struct.pack("<Q", 1)))
     assert txn is not None and len(txn.changes) == 1
-    _sid, kind, keys, tm, ev = txn.changes[0]
-    assert kind == RAW and keys == (("1",), ("2",)) and tm == moving_map
+    _sid, kind, keys, tm, ev, rows = txn.changes[0]
+    assert kind == RAW and keys == (("1",), ("2",)) and tm == moving_map and rows == 2
     assert forward.ends_statement(ev) and ev[27:-4] == moving_rows[27:-4]
     check_crc(ev)
 
@@ -115,3 +115,24 @@ def test_an_event_over_the_raw_limit_is_decoded_as_rows():
     txn = rd.feed(bl.Event(bl.XID, 0, 1, 0, struct.pack("<Q", 1)))
     assert txn is not None
     assert [c[1] for c in txn.changes] == [RAW] + ["w"] * 10
+
+
+def test_past_a_tables_first_events_the_raw_reader_reckons_rows_from_their_size_and_the_applier_decodes_keys():
+    from migrator.engine.binlog.reader import LEARN_EVENTS
+    from migrator.engine.catch_up.fast import ForwardedKeys
+
+    rd = TxnReader("0-1-1", ["db00002"], raw=True, checksum=True)
+    rd.feed(bl.Event(bl.GTID, 0, 1, 0, struct.pack("<QIB", 2, 0, 0)))
+    rd.feed(as_event(raw_event(bl.TABLE_MAP, table_map_body(5, "db00002", "pins"), checksum=True), checksum=True))
+    for k in range(LEARN_EVENTS + 3):
+        rows = list(range(k * 10, k * 10 + 1 + k % 4))
+        rd.feed(as_event(raw_event(bl.WRITE_ROWS_V2, write_rows_body(5, rows, end=True), checksum=True),
+                         checksum=True))
+    txn = rd.feed(bl.Event(bl.XID, 0, 1, 0, struct.pack("<Q", 1)))
+    assert txn is not None
+    items = txn.changes
+    assert [it[5] for it in items] == [1 + k % 4 for k in range(LEARN_EVENTS + 3)]  # fixed-width rows: exact
+    assert all(it[2] is not None for it in items[:LEARN_EVENTS]) and all(it[2] is None for it in items[LEARN_EVENTS:])
+    last = items[-1]
+    k = LEARN_EVENTS + 2
+    assert ForwardedKeys().of(last, True) == [(str(x),) for x in range(k * 10, k * 10 + 1 + k % 4)]
