@@ -475,7 +475,8 @@ class Tailer:
         (the next call or :meth:`close` does it). The cutover's drains under the fence use it:
         a saved checkpoint only bounds what a crash replays, so it need not cost a ZooKeeper
         write inside the freeze."""
-        self._choose_path()
+        if save:  # never inside a freeze (its drains do not save): going over restarts the reader process
+            self._choose_path()
         self._open()
         call: _Apply | fast.FastApply
         if self._fast is not None:
