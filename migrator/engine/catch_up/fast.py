@@ -49,6 +49,7 @@ from migrator.engine.binlog import reader as rd
 from migrator.engine.binlog.client import decompress
 from migrator.engine.binlog.reader import COMPRESSED_ROWS, ROW_KINDS, V2_ROWS
 from migrator.engine.binlog.rows import TableMap, decode_keys, parse_table_map, rows_header
+from migrator.engine.catch_up.keys import ChangedKeys
 from migrator.engine.catch_up.lanes import EPOCH_SCHEMA, SESSION, Epoch
 from migrator.engine.catch_up.sql import TAG, delete_statements, replace_statements
 from migrator.errors import MigratorError
@@ -504,19 +505,17 @@ class FastApply:
         if applier.due():
             self.commit()
 
-    def _collect_keys(self, txn: rd.Committed, coll: dict[tuple[str, str], set[tuple[str, ...]]]) -> None:
+    def _collect_keys(self, txn: rd.Committed, coll: ChangedKeys) -> None:
         shapes = self.tailer._shapes
         for item in txn.changes:
             sh = shapes[item[0]]
-            got = coll.get((sh.schema, sh.table))
-            if got is None:
+            table = (sh.schema, sh.table)
+            if not coll.wants(table):
                 continue
             if item[1] == rd.RAW:
-                got.update(item[2] if item[2] is not None else self._keys.of(item, self.applier.checksum))
+                coll.add(table, item[2] if item[2] is not None else self._keys.of(item, self.applier.checksum))
             else:
-                got.add(item[2])
-                if item[3] is not None:
-                    got.add(item[3])  # type: ignore[arg-type]
+                coll.add(table, (item[2],) if item[3] is None else (item[2], item[3]))  # type: ignore[arg-type]
 
     def _barrier(self, txn: rd.Committed, pos: str, state: GtidState) -> None:
         """A transaction with statements (always its message's last): its rows are committed with the

@@ -52,10 +52,11 @@ from migrator.engine.binlog import process as rproc
 from migrator.engine.binlog import reader as rd
 from migrator.engine.binlog.messages import Failure, Format, Shapes, Tick, Txns
 from migrator.engine.catch_up import fast
+from migrator.engine.catch_up.keys import ChangedKeys
 from migrator.engine.catch_up.lanes import Epoch, LaneSet, StaleEpoch
 from migrator.engine.catch_up.pacer import Cut, Pacer, pacer_from_env
 from migrator.engine.catch_up.sql import Target, target_for
-from migrator.engine.catch_up.statements import WHOLE_TABLE, apply_statement, classify, source_definitions
+from migrator.engine.catch_up.statements import apply_statement, classify, source_definitions
 from migrator.errors import MigratorError
 from migrator.fleet import mysql
 from migrator.fleet.config import Credentials
@@ -250,7 +251,7 @@ class Tailer:
         self._pending: list[Txns | Tick] = []  # messages read, not yet applied
         self._last_checkpoint_at = time.monotonic()
         #: keys of changes to these (source schema, table) since :meth:`collect`, as SQL literal tuples
-        self._collect: dict[tuple[str, str], set[tuple[str, ...]]] | None = None
+        self._collect: ChangedKeys | None = None
 
     # -- connections ---------------------------------------------------------------------
     def _connect_target(self) -> pymysql.connections.Connection:
@@ -415,10 +416,10 @@ class Tailer:
     # -- key collection (the cutover's compare) -------------------------------------------------
     def collect(self, tables: Iterable[tuple[str, str]]) -> None:
         """From now on, remember the keys of every change to these (source schema, table)."""
-        self._collect = {t: set() for t in tables}
+        self._collect = ChangedKeys(tables)
 
     def collected(self) -> dict[tuple[str, str], set[tuple[str, ...]]]:
-        return {k: set(v) for k, v in (self._collect or {}).items()}
+        return {} if self._collect is None else self._collect.copy()
 
     # -- applying ------------------------------------------------------------------------------
     @staticmethod
@@ -591,12 +592,8 @@ class Tailer:
                 self._target(sid)  # resolved here, in this thread: the lanes only read the cache
             tname = (sh.schema, sh.table)
             add(sid, tname, kind, key, old_key, row)
-            if coll is not None:
-                got = coll.get(tname)
-                if got is not None:
-                    got.add(key)
-                    if old_key is not None:
-                        got.add(old_key)
+            if coll is not None and coll.wants(tname):
+                coll.add(tname, (key,) if old_key is None else (key, old_key))
         self.events_read += len(changes)
 
     def _run_statements(self, txn: rd.Committed) -> int:
@@ -617,9 +614,7 @@ class Tailer:
                     # rows a statement removed (DROP/TRUNCATE PARTITION, TRUNCATE) have no row
                     # events: the whole table must be compared again
                     d = classify(st, set(self.schema_map), self.tables)
-                    got = self._collect.get((d.schema, d.table))
-                    if got is not None:
-                        got.add(WHOLE_TABLE)
+                    self._collect.whole((d.schema, d.table))
         self._targets.clear()  # a statement may have changed the tables' shapes
         return done
 
