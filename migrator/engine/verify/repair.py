@@ -140,6 +140,9 @@ GROUP_KEYS = 2000
 STATEMENT_KEYS = 8000
 #: the SQL text of one statement at most (literal keys written out), well under ``max_allowed_packet``
 STATEMENT_BYTES = 1 << 20
+#: groups in one statement at most (one ``UNION ALL`` part each: a batch's re-check may touch a row in each
+#: of hundreds of tables, and the sentinel check unions as many)
+STATEMENT_GROUPS = 200
 
 
 @dataclass
@@ -226,12 +229,13 @@ def check_rows_many(src: Side, dst: Side, work: Sequence[tuple[TableInfo, Iterab
 
 def _statements(groups: Sequence[_Group]) -> list[list[int]]:
     """The groups (by index) each statement sums: in order, literal and value groups apart, at most
-    :data:`STATEMENT_KEYS` keys and about :data:`STATEMENT_BYTES` of text each."""
+    :data:`STATEMENT_KEYS` keys, :data:`STATEMENT_GROUPS` groups and about :data:`STATEMENT_BYTES` of text
+    each."""
     out: list[list[int]] = []
     keys = size = 0
     for i, g in enumerate(groups):
         if not out or groups[out[-1][0]].literal != g.literal or keys + len(g.keys) > STATEMENT_KEYS \
-                or size + g.size > STATEMENT_BYTES:
+                or size + g.size > STATEMENT_BYTES or len(out[-1]) >= STATEMENT_GROUPS:
             out.append([])
             keys = size = 0
         out[-1].append(i)
