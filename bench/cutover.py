@@ -39,10 +39,15 @@ percentiles too. At the end every write the probe saw acknowledged is looked
 up on the master the map names for its shard, and the queue's ledger is
 checked: ``lost`` counts both. The last line is::
 
-    cutovers=… attempts=… aborted=… over_budget=… freeze_p50_ms=… freeze_p99_ms=… freeze_max_ms=…
-    predicted_ok=… probe_stall_p50_ms=… queue_stall_p50_ms=… longest_wait_outside_ms=… passive_longest_ms=… lost=…
+    cutovers=… attempts=… aborted=… over_budget=… flipped_over_budget=… recheck_rows_per_s=… write_rows_per_s=…
+    recheck_vs_writes=… freeze_p50_ms=… freeze_p99_ms=… freeze_max_ms=… predicted_ok=… probe_stall_p50_ms=…
+    queue_stall_p50_ms=… longest_wait_outside_ms=… passive_longest_ms=… lost=…
 
-(one line; ``predicted_ok``: attempts with |predicted/measured - 1| <= 1).
+(one line; ``over_budget``: every attempt's freeze over the budget, undone ones too; ``flipped_over_budget``:
+flips whose result records a freeze over the budget after their claim (both must be 0);
+``recheck_rows_per_s``: rows the re-checks before the freezes compared per second of their compares,
+``write_rows_per_s``: row changes on the moving tables per second meanwhile (:func:`recheck_rates`);
+``predicted_ok``: attempts with |predicted/measured - 1| <= 1).
 """
 
 from __future__ import annotations

@@ -153,15 +153,21 @@ def next_batch(shards: Sequence[int], tables: dict[int, int], budget_ms: float,
     ``done``: the finished batches, oldest first (``freeze_ms``, ``steps_ms``, ``tables``). The first batch
     is sized by the model of the rename fence's freeze (:func:`limit_for`); every later one by the freezes
     measured so far (:func:`measured_costs`), growing at most to twice the biggest finished batch, so one
-    quiet moment does not make the next batch overrun."""
+    quiet moment does not make the next batch overrun. A batch whose freeze went over the budget (a miss:
+    its flip could not be undone) makes the next one at most half its size, whatever the model says: the
+    model was wrong about it."""
     if not shards:
         return []
     costs = measured_costs(done)
     if costs is None:
         limit = limit_for(budget_ms)
     else:
-        last = max((m.tables or 1 for m in Move.parse_list(done)), default=MAX_TABLES)
+        moves = Move.parse_list(done)
+        last = max((m.tables or 1 for m in moves), default=MAX_TABLES)
         limit = min(limit_for(budget_ms, *costs), 2 * last)
+        missed = moves[-1] if moves and (moves[-1].freeze_ms or 0.0) > budget_ms else None
+        if missed is not None:
+            limit = max(1, min(limit, (missed.tables or 1) // 2))
     return cut(shards, tables, limit)[0]
 
 

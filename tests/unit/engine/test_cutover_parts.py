@@ -5,6 +5,8 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
+
 from migrator.engine.cutover.rename_fence import Fence, Move
 from migrator.engine.cutover.watchdog import Watchdog
 from migrator.engine.names import tomb_db, tomb_suffix
@@ -33,6 +35,25 @@ def test_claimed_watchdog_never_fires():
     assert wd.claim()
     time.sleep(0.15)
     assert not fired.is_set() and not wd.fired
+
+
+def test_watchdog_fires_the_reserve_before_the_budget():
+    """What follows the claim (the flip CAS, the release) is reserved: the watchdog fires that much earlier,
+    never earlier than half the budget."""
+    fired = threading.Event()
+    t0 = time.monotonic()
+    wd = Watchdog(1.0, fired.set, reserve_s=0.3).start()
+    assert fired.wait(2)
+    assert 0.6 <= time.monotonic() - t0 < 0.95 and wd.deadline_s == pytest.approx(0.7)
+    assert Watchdog(1.0, fired.set, reserve_s=5.0).deadline_s == pytest.approx(0.5)
+
+
+def test_a_claim_after_the_deadline_is_refused_and_undoes_even_before_the_timer_runs():
+    fired = threading.Event()
+    wd = Watchdog(0.05, fired.set, reserve_s=0.01).start()
+    wd._timer.cancel()  # the timer thread not scheduled in time
+    time.sleep(0.06)
+    assert not wd.claim() and wd.fired and fired.is_set()
 
 
 def test_fence_locks_every_table_and_the_sentinel():

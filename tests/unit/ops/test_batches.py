@@ -87,6 +87,21 @@ def test_batches_grow_after_quick_freezes_and_shrink_after_slow_ones():
     assert batches.next_batch([], tables, 500, done) == []
 
 
+def test_a_batch_over_the_budget_halves_the_next_whatever_the_model_says():
+    shards = list(range(200))
+    tables = {s: 5 for s in shards}
+    # two quick batches, then one whose drain spiked: the median fixed part hardly moves, so the model alone
+    # would grow the next batch to twice the last; the miss halves it instead
+    done = [{"tables": 40, "freeze_ms": 120.0, "steps_ms": {"release": 4.0}},
+            {"tables": 40, "freeze_ms": 110.0, "steps_ms": {"release": 4.0}},
+            {"tables": 40, "freeze_ms": 523.0, "steps_ms": {"release": 4.0, "drain": 400.0}}]
+    assert batches.limit_for(500, *batches.measured_costs(done)) > 80
+    assert 5 * len(batches.next_batch(shards, tables, 500, done)) == 20
+    # the same batch within the budget: the model's size (twice the last)
+    done[-1]["freeze_ms"] = 480.0
+    assert 5 * len(batches.next_batch(shards, tables, 500, done)) == 80
+
+
 def test_small_batches_do_not_measure_the_per_table_rate():
     done = [{"tables": 5, "freeze_ms": 120.0, "steps_ms": {"release": 60.0, "fence": 5.0, "sentinel": 5.0}}]
     fixed, per = batches.measured_costs(done)
