@@ -132,6 +132,7 @@ def check_rows(src: Side, dst: Side, t: TableInfo, keys: Iterable[Key], *,
     return diffs, fixed
 
 
+#: (these three: docs/performance.md, "Constants measured by the benchmarks")
 #: changed keys compared by one checksum per side (:func:`~migrator.engine.verify.checksums.group_sums`):
 #: only a group whose checksums differ is compared row by row, in one query per side
 GROUP_KEYS = 2000
