@@ -196,8 +196,7 @@ class CutoverHolder(Record):
 class FreezeSample(Record):
     """A flipped freeze kept for the next migrations' predictions (``stats/freeze``'s ``recent``)."""
 
-    #: None: an undone freeze, kept for its undo only (``after_claim_ms``)
-    fixed_ms: Number | None = None
+    fixed_ms: Number = 0.0
     fence: str | None = None
     tables: int = 0
     drain_ms: Number | None = None

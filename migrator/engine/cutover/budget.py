@@ -74,18 +74,21 @@ def after_claim_ms(run: CutoverRun, recent: list[dict[str, Any]] | list[Any]) ->
     """What this freeze will spend after the watchdog's last chance (the claim): its flip CAS and its release,
     or the undo should the watchdog fire, the watchdog's reserve (:class:`~migrator.engine.cutover.watchdog.Watchdog`),
     and where that came from: the most of this migration's earlier attempts, flipped or undone
-    (``attempts``: :func:`~migrator.engine.cutover.freeze_stats.after_claim_part`), else of the fleet's recent freezes
-    with the same fence (``fleet``), else :data:`~migrator.engine.cutover.watchdog.AFTER_CLAIM_MS` plus,
-    under the rename fence, :data:`FENCE_PER_TABLE_MS` per table (its release lets one queued RENAME per
-    table run) (``default``). The most, not the median: a flip cannot be undone once claimed."""
+    (``attempts``: :func:`~migrator.engine.cutover.freeze_stats.after_claim_part`), else the most of the
+    fleet's recent flips with the same fence (``fleet``) when that is more than
+    :data:`~migrator.engine.cutover.watchdog.AFTER_CLAIM_MS` plus, under the rename fence,
+    :data:`FENCE_PER_TABLE_MS` per table (its release lets one queued RENAME per table run), else that
+    (``default``). The most, not the median: a flip cannot be undone once claimed."""
     node, _ = run.store.get_progress(run.spec.id, Node.CUTOVER_ATTEMPTS)
     own = [c for a in (node or {}).get("attempts", []) if (c := freeze_stats.after_claim_part(a)) is not None]
     if own:
         return max(own), "attempts"
-    fleet = freeze_stats.recent_after_claim_ms(recent, fence=run.fences.mode)
-    if fleet is not None:
-        return fleet, "fleet"
     fence = FENCE_PER_TABLE_MS * len(run.tables) if run.fences.mode == "rename" else 0.0
+    fleet = freeze_stats.recent_after_claim_ms(recent, fence=run.fences.mode)
+    # the fleet keeps flips only, and an undo costs more than a flip's CAS and release: the default is the
+    # least kept back until this migration has measured its own
+    if fleet is not None and fleet > AFTER_CLAIM_MS + fence:
+        return fleet, "fleet"
     return AFTER_CLAIM_MS + fence, "default"
 
 

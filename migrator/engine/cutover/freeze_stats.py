@@ -67,21 +67,15 @@ def drained_ms(attempt: dict[str, Any] | Attempt) -> float:
 
 
 def remember(zk: ZK, attempt: dict[str, Any], *, fence: str, tables: int, migration: str) -> None:
-    """Keep a flipped attempt's fixed part for the next migrations' first attempts, and an attempt the
-    watchdog undid for their watchdog's reserve (its undo, ``after_claim_ms``, with no fixed part). Best
-    effort: a lost race with another cutover (the write is on the version read) drops one sample, never
-    the cutover."""
+    """Keep a flipped attempt's fixed part for the next migrations' first attempts. Best effort: a lost
+    race with another cutover (the write is on the version read) drops one sample, never the cutover."""
     fixed = fixed_part(attempt)
-    if fixed is not None:
-        entry = {"fixed_ms": round(fixed, 1), "fence": fence, "tables": tables, "migration": migration,
-                 "at": round(time.time(), 1), "drain_ms": round(drained_ms(attempt), 1),
-                 "drain_sampled_ms": Attempt.parse(attempt).predicted.get("drain_sampled_ms"),
-                 "after_claim_ms": after_claim_part(attempt)}
-    elif Attempt.parse(attempt).undo_ms is not None:
-        entry = {"fixed_ms": None, "fence": fence, "tables": tables, "migration": migration,
-                 "at": round(time.time(), 1), "after_claim_ms": after_claim_part(attempt)}
-    else:
+    if fixed is None:
         return
+    entry = {"fixed_ms": round(fixed, 1), "fence": fence, "tables": tables, "migration": migration,
+             "at": round(time.time(), 1), "drain_ms": round(drained_ms(attempt), 1),
+             "drain_sampled_ms": Attempt.parse(attempt).predicted.get("drain_sampled_ms"),
+             "after_claim_ms": after_claim_part(attempt)}
     path = zk.path(FREEZE_STATS)
     try:
         try:
@@ -114,11 +108,11 @@ def recent_fixed_ms(entries: list[Any], *, fence: str, tables: int, per_table_ms
     """The median fixed part of the recent freezes ``entries`` (:func:`recent`) with the same fence, for
     ``tables`` tables (each sample's per-table share, ``per_table_ms`` under the rename fence, taken out
     and this move's put in); None when none is kept."""
-    same = [e for e in FreezeSample.parse_list(entries) if e.fence == fence and e.fixed_ms is not None]
+    same = [e for e in FreezeSample.parse_list(entries) if e.fence == fence]
     if not same:
         return None
     per = per_table_ms if fence == "rename" else 0.0
-    base = statistics.median(max(0.0, float(e.fixed_ms or 0.0) - per * e.tables) for e in same)
+    base = statistics.median(max(0.0, e.fixed_ms - per * e.tables) for e in same)
     return base + per * tables
 
 

@@ -46,7 +46,7 @@ from typing import Any
 import pymysql
 
 from migrator.engine.binlog.rows import string_literal
-from migrator.engine.cutover import freeze_stats, recheck
+from migrator.engine.cutover import recheck
 from migrator.engine.cutover.direction import Direction, StepView, forward
 from migrator.engine.cutover.errors import (
     ZK_LOST,
@@ -500,9 +500,6 @@ class CutoverRun:
         sees the watchdog, and the refusal must name the step the budget ran out in), then undo."""
         self.record.overrun_step = self.pending_step()
         self.undo()
-        # what the undo cost is what the next freezes' watchdogs keep back (this one's came too late)
-        freeze_stats.remember(self.zk, {"undo_ms": self.record.undo_ms}, fence=self.fences.mode,
-                              tables=len(self.tables), migration=self.spec.id)
 
     def _overrun_error(self) -> FreezeOverrun:
         """Why the watchdog undid the freeze, named by the step that was running when the budget ran out."""

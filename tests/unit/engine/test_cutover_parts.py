@@ -111,19 +111,18 @@ def test_the_drain_ratio_is_the_median_of_recent_freezes_within_its_bounds():
 
 
 def test_the_watchdog_reserve_is_the_most_what_followed_the_last_chance_ever_cost():
-    from migrator.engine.cutover.freeze_stats import after_claim_part, recent_after_claim_ms, recent_fixed_ms
+    from migrator.engine.cutover.freeze_stats import after_claim_part, recent_after_claim_ms
 
     flipped = {"freeze_ms": 150.0, "steps_ms": {"drain": 40, "flip_cas": 8, "release": 30}}
     assert after_claim_part(flipped) == 38.0
     assert after_claim_part({"freeze_ms": 900.0, "steps_ms": {"drain": 40}, "undo_ms": 120.0}) == 120.0
     assert after_claim_part({"freeze_ms": 900.0, "steps_ms": {"drain": 40}}) is None
     kept = [{"fixed_ms": 80.0, "fence": "rename", "after_claim_ms": 38.0},
-            {"fixed_ms": None, "fence": "rename", "after_claim_ms": 120.0},  # an undone freeze: its undo only
-            {"fixed_ms": 60.0, "fence": "gate", "after_claim_ms": 500.0}]
+            {"fixed_ms": 90.0, "fence": "rename", "after_claim_ms": 120.0},
+            {"fixed_ms": 60.0, "fence": "gate", "after_claim_ms": 500.0},
+            {"fixed_ms": 70.0, "fence": "rename"}]  # kept before the reserve was
     assert recent_after_claim_ms(kept, fence="rename") == 120.0
     assert recent_after_claim_ms([], fence="rename") is None
-    # an undone freeze has no fixed part to learn from
-    assert recent_fixed_ms(kept, fence="rename", tables=0, per_table_ms=0.0) == 80.0
 
 
 def test_a_fence_and_a_gate_name_the_direction_they_serve_in_their_errors():
