@@ -39,10 +39,15 @@ percentiles too. At the end every write the probe saw acknowledged is looked
 up on the master the map names for its shard, and the queue's ledger is
 checked: ``lost`` counts both. The last line is::
 
-    cutovers=… attempts=… aborted=… over_budget=… freeze_p50_ms=… freeze_p99_ms=… freeze_max_ms=…
-    predicted_ok=… probe_stall_p50_ms=… queue_stall_p50_ms=… longest_wait_outside_ms=… passive_longest_ms=… lost=…
+    cutovers=… attempts=… aborted=… over_budget=… flipped_over_budget=… recheck_rows_per_s=… write_rows_per_s=…
+    recheck_vs_writes=… freeze_p50_ms=… freeze_p99_ms=… freeze_max_ms=… predicted_ok=… probe_stall_p50_ms=…
+    queue_stall_p50_ms=… longest_wait_outside_ms=… passive_longest_ms=… lost=…
 
-(one line; ``predicted_ok``: attempts with |predicted/measured - 1| <= 1).
+(one line; ``over_budget``: every attempt's freeze over the budget, undone ones too; ``flipped_over_budget``:
+flips whose result records a freeze over the budget after their claim (both must be 0);
+``recheck_rows_per_s``: rows the re-checks before the freezes compared per second of their compares,
+``write_rows_per_s``: row changes on the moving tables per second meanwhile (:func:`recheck_rates`);
+``predicted_ok``: attempts with |predicted/measured - 1| <= 1).
 """
 
 from __future__ import annotations
@@ -479,6 +484,22 @@ def move(cfg: config_mod.Config, target: str, window: dict[str, float],
     return migration_id, {**res.to_dict(), "predicted_ms": predicted, "refused": refused, **detail}
 
 
+def recheck_rates(rechecks: list[list[dict[str, Any]]]) -> tuple[float | None, float | None]:
+    """The re-check's compared rows/s over ``rechecks`` (each the rounds of one re-check before a freeze,
+    as :func:`migrator.engine.cutover.recheck.compared_record` keeps them), and the write rate on the
+    moving tables over the same time (row changes/s): a round's window holds what was written while the
+    round before it ran, so the row changes read by every round but a re-check's first, over the seconds
+    of the rounds before them. Each is None when nothing measures it (no compare timed; single rounds)."""
+    compared = compare_s = written = spanned = 0.0
+    for rounds in rechecks:
+        compared += sum(float(r.get("compared") or 0) for r in rounds)
+        compare_s += sum(float(r.get("compare_s") or 0) for r in rounds)
+        for before, r in zip(rounds, rounds[1:], strict=False):
+            written += float(r.get("events") or 0)
+            spanned += float(before.get("s") or 0)
+    return (compared / compare_s if compare_s > 0 else None), (written / spanned if spanned > 0 else None)
+
+
 def pct(xs: list[float], p: float) -> float:
     xs = sorted(xs)
     if not xs:
@@ -548,6 +569,9 @@ def main(argv: list[str] | None = None) -> int:
                 break
             rows.append({"freeze_ms": res["freeze_ms"], "win": win, "res": res, "target": target})
             rounds = " / ".join(f"{r['rows']} rows {r['s'] * 1000:.0f} ms" for r in res.get("refresh_rounds") or [])
+            cmp_rate, write_rate = recheck_rates([res.get("refresh_rounds") or []])
+            rounds += (f" (compared {cmp_rate:.0f} rows/s" if cmp_rate is not None else " (compared ? rows/s") \
+                + (f" against {write_rate:.0f} row changes/s on the moving tables)" if write_rate is not None else ")")
             console.print(f"cutover {i + 1}/{args.rounds} to {target}: freeze {res['freeze_ms']:.0f} ms; "
                           f"drained {res.get('drained') or {}}; re-check rounds before it: {rounds or 'none'}"
                           + (f"; renames after the UNLOCK (ms, slowest first): {released}"
@@ -671,7 +695,15 @@ def main(argv: list[str] | None = None) -> int:
                   f"reports held on the passive member: {member.held} ({args.report_s:g} s each), "
                   f"{member.ended_by_migrator} ended by the migrator", highlight=False)
     total_lost = lost + ledger_lost
+    cmp_rate, write_rate = recheck_rates([r["res"].get("refresh_rounds") or [] for r in rows])
+    console.print(f"re-check before the freezes: compared {cmp_rate or 0:.0f} rows/s; the writers changed "
+                  f"{write_rate or 0:.0f} rows/s on the moving tables meanwhile (target: at least 5x)")
+    # a flip that could not be undone and still went over the budget says so in its result (never a silent done)
+    flipped_over = sum(1 for r in rows if r["res"].get("over_budget_ms"))
     print(f"cutovers={len(rows)} attempts={len(freezes)} aborted={len(aborts)} over_budget={over} "
+          f"flipped_over_budget={flipped_over} "
+          f"recheck_rows_per_s={cmp_rate or 0:.0f} write_rows_per_s={write_rate or 0:.0f} "
+          f"recheck_vs_writes={cmp_rate / write_rate if cmp_rate and write_rate else 0:.1f} "
           f"freeze_p50_ms={pct(freezes, 50):.1f} freeze_p99_ms={pct(freezes, 99):.1f} "
           f"freeze_max_ms={max(freezes) if freezes else 0:.1f} predicted_ok={within}/{len(pairs)} "
           f"probe_stall_p50_ms={pct(stalls['worst_ms'], 50):.0f} queue_stall_p50_ms={pct(stalls['queue_ms'], 50):.0f} "

@@ -26,7 +26,7 @@ hand-over covered. Last line::
     tables=... shards=... rows=... batches=... total_s=... copy_catchup_s=... total_vs_copy_catchup=...
     target_s=... copy_s=... catchup_s=... verify_s=... batches_s=... per_batch_s=... window_rows_max=...
     window_events_max=... window_events=[...] parent_window_events_max=... windows_from_own_start=.../...
-    freeze_p50_ms=... freeze_max_ms=... over_budget=... writer_tps=... lost=...
+    freeze_p50_ms=... freeze_max_ms=... over_budget=... flipped_over_budget=... writer_tps=... lost=...
 """
 
 from __future__ import annotations
@@ -252,6 +252,8 @@ def main(argv: list[str] | None = None) -> int:
               f"windows_from_own_start={sum(from_start)}/{len(from_start)} "
               f"freeze_p50_ms={freezes[len(freezes) // 2]:.0f} "
               f"freeze_max_ms={freezes[-1]:.0f} over_budget={sum(f > args.freeze_budget_ms for f in freezes)} "
+              # a flip that went over the budget after its claim says so in its result (must be 0 too)
+              f"flipped_over_budget={sum(1 for _, _, cut in batches if cut.get('over_budget_ms'))} "
               f"writer_tps={written.tps if written is not None else 0:.0f} lost={lost}")
         return 0 if lost == 0 else 1
     finally:

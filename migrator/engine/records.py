@@ -135,6 +135,8 @@ class Attempt(Record):
     steps_ms: dict[str, Any] = Field(default_factory=dict)
     predicted: dict[str, Any] = Field(default_factory=dict)
     died_at: str | None = None
+    #: ms the undo of an undone freeze took
+    undo_ms: Number | None = None
 
 
 class NextTry(Record):
@@ -199,6 +201,8 @@ class FreezeSample(Record):
     tables: int = 0
     drain_ms: Number | None = None
     drain_sampled_ms: Number | None = None
+    #: the flip CAS and the release: what follows the watchdog's last chance
+    after_claim_ms: Number | None = None
 
 
 class SuspectChunk(Record):

@@ -20,6 +20,7 @@ from typing import Any
 from migrator.engine.cutover import freeze_stats
 from migrator.engine.cutover.errors import FreezeBudgetExceeded
 from migrator.engine.cutover.run import CutoverRun
+from migrator.engine.cutover.watchdog import AFTER_CLAIM_MS
 from migrator.engine.migration import Node
 from migrator.engine.verify.waits import drain_progressing
 from migrator.fleet.mysql import MarkRefused, binlog_pos, wait_applied, write_mark
@@ -67,6 +68,28 @@ def fixed_cost_ms(run: CutoverRun, recent: list[dict[str, Any]]) -> tuple[float,
         return fleet, "fleet"
     fence = FENCE_PER_TABLE_MS * len(run.tables) if run.fences.mode == "rename" else 0.0
     return FIXED_FREEZE_MS + fence, "default"
+
+
+def after_claim_ms(run: CutoverRun, recent: list[dict[str, Any]] | list[Any]) -> tuple[float, str]:
+    """What this freeze will spend after the watchdog's last chance (the claim): its flip CAS and its release,
+    or the undo should the watchdog fire, the watchdog's reserve (:class:`~migrator.engine.cutover.watchdog.Watchdog`),
+    and where that came from: the most of this migration's earlier attempts, flipped or undone
+    (``attempts``: :func:`~migrator.engine.cutover.freeze_stats.after_claim_part`), else the most of the
+    fleet's recent flips with the same fence (``fleet``) when that is more than
+    :data:`~migrator.engine.cutover.watchdog.AFTER_CLAIM_MS` plus, under the rename fence,
+    :data:`FENCE_PER_TABLE_MS` per table (its release lets one queued RENAME per table run), else that
+    (``default``). The most, not the median: a flip cannot be undone once claimed."""
+    node, _ = run.store.get_progress(run.spec.id, Node.CUTOVER_ATTEMPTS)
+    own = [c for a in (node or {}).get("attempts", []) if (c := freeze_stats.after_claim_part(a)) is not None]
+    if own:
+        return max(own), "attempts"
+    fence = FENCE_PER_TABLE_MS * len(run.tables) if run.fences.mode == "rename" else 0.0
+    fleet = freeze_stats.recent_after_claim_ms(recent, fence=run.fences.mode)
+    # the fleet keeps flips only, and an undo costs more than a flip's CAS and release: the default is the
+    # least kept back until this migration has measured its own
+    if fleet is not None and fleet > AFTER_CLAIM_MS + fence:
+        return fleet, "fleet"
+    return AFTER_CLAIM_MS + fence, "default"
 
 
 def _follow_until_steady(run: CutoverRun, conn: Any) -> None:
@@ -151,12 +174,14 @@ def predict_freeze_ms(run: CutoverRun) -> tuple[float, dict[str, Any]]:
     ratio = freeze_stats.ratio_of(recent)
     drain_ms = sampled_ms * (ratio if ratio is not None else 1.0)
     fixed, fixed_from = fixed_cost_ms(run, recent)
+    reserve, reserve_from = after_claim_ms(run, recent)
     # timed past the budget (a lag over it refuses with its size), up to a bound for a link that is stuck
     lag = pair_lag_ms(run, max(2 * run.spec.options.freeze_budget_ms / 1000, PAIR_LAG_MIN_WAIT_S))
     parts: dict[str, Any] = {"drain_ms": round(drain_ms, 1), "drain_sampled_ms": round(sampled_ms, 1),
                              "drain_ratio": round(ratio, 3) if ratio is not None else None,
                              "fixed_ms": round(fixed, 1), "fixed_from": fixed_from,
                              "catch_up_ms": round(catch_up_ms, 1),
+                             "after_claim_ms": round(reserve, 1), "after_claim_from": reserve_from,
                              "drain_samples_ms": [round(ms, 1) for ms, _ in samples]}
     if lag is not None:
         parts["pair_lag_ms"] = round(lag, 1) if math.isfinite(lag) else None

@@ -32,6 +32,8 @@ KEEP = 20
 DRAIN_STEPS = ("drain", "drain_follow_stop")  # (drain_follow_stop: recorded before the drain waited for the follower)
 #: the step of a freeze that waits for the source pair's passive member (predicted apart)
 PAIR_STEPS = ("passive_sync",)
+#: the steps of a freeze after the watchdog's last chance, the claim (its reserve: :func:`after_claim_part`)
+AFTER_CLAIM_STEPS = ("flip_cas", "release")
 #: the least drain (ms) a ratio is taken of: a drain is never free (the sentinel's own round)
 DRAIN_RATIO_FLOOR_MS = 5.0
 #: how far the fleet's freezes may scale a timed drain (a ratio outside is taken as its bound)
@@ -44,6 +46,18 @@ def fixed_part(attempt: dict[str, Any] | Attempt) -> float | None:
     if not a.freeze_ms or "flip_cas" not in a.steps_ms:
         return None
     return max(0.0, a.freeze_ms - sum(a.steps_ms.get(k, 0.0) for k in (*DRAIN_STEPS, *PAIR_STEPS)))
+
+
+def after_claim_part(attempt: dict[str, Any] | Attempt) -> float | None:
+    """What an attempt's freeze spent after the watchdog's last chance, ms: a flipped one's flip CAS and
+    release (the claim is the first thing the ``flip_cas`` step does), an undone one's undo (the fences
+    opened, the ranges unfrozen: clients wait through it too); None for an attempt that measured neither."""
+    a = Attempt.parse(attempt)
+    if a.undo_ms is not None:
+        return float(a.undo_ms)
+    if "flip_cas" not in a.steps_ms or "release" not in a.steps_ms:
+        return None
+    return float(sum(a.steps_ms.get(k, 0.0) for k in AFTER_CLAIM_STEPS))
 
 
 def drained_ms(attempt: dict[str, Any] | Attempt) -> float:
@@ -60,7 +74,8 @@ def remember(zk: ZK, attempt: dict[str, Any], *, fence: str, tables: int, migrat
         return
     entry = {"fixed_ms": round(fixed, 1), "fence": fence, "tables": tables, "migration": migration,
              "at": round(time.time(), 1), "drain_ms": round(drained_ms(attempt), 1),
-             "drain_sampled_ms": Attempt.parse(attempt).predicted.get("drain_sampled_ms")}
+             "drain_sampled_ms": Attempt.parse(attempt).predicted.get("drain_sampled_ms"),
+             "after_claim_ms": after_claim_part(attempt)}
     path = zk.path(FREEZE_STATS)
     try:
         try:
@@ -99,6 +114,14 @@ def recent_fixed_ms(entries: list[Any], *, fence: str, tables: int, per_table_ms
     per = per_table_ms if fence == "rename" else 0.0
     base = statistics.median(max(0.0, e.fixed_ms - per * e.tables) for e in same)
     return base + per * tables
+
+
+def recent_after_claim_ms(entries: list[Any], *, fence: str) -> float | None:
+    """The most the recent freezes ``entries`` with the same fence spent after their claim (the flip CAS and
+    the release); None when none kept it. The most, not the median: it is a reserve, not a prediction."""
+    got = [float(e.after_claim_ms) for e in FreezeSample.parse_list(entries)
+           if e.fence == fence and e.after_claim_ms is not None]
+    return max(got) if got else None
 
 
 def ratio_of(entries: list[Any]) -> float | None:

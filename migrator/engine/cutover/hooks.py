@@ -85,8 +85,10 @@ class CutoverResult:
     #: the target's binlog state read with ``target_gtid`` (just before it): which server's transactions
     #: a reverse tail starting there already has, when one GTID domain is shared by several servers
     target_state: str = ""
+    #: ms the freeze went over the budget after a flip that could not be undone (0: within it)
+    over_budget_ms: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in ("migration_id", "freeze_ms", "flipped_epoch", "fence_gtid",
                                                "target_gtid", "rows_checked", "rows_repaired", "steps_ms",
-                                               "keys_from", "target_state")}
+                                               "keys_from", "target_state", "over_budget_ms")}

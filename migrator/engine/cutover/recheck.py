@@ -29,7 +29,7 @@ from migrator.engine.verify import waits
 from migrator.engine.verify.changes import ChangeTracker, KeysRead, changed_keys
 from migrator.engine.verify.checksums import Side, TableInfo, prepare_session
 from migrator.engine.verify.drainers import Drainer
-from migrator.engine.verify.repair import check_chunk, check_rows, check_rows_many
+from migrator.engine.verify.repair import CompareStats, check_chunk, check_rows, check_rows_many
 from migrator.engine.verify.run import VERIFY_NODE, verify_migration
 from migrator.engine.verify.waits import drain_progressing
 from migrator.fleet.config import Config, Credentials
@@ -112,7 +112,11 @@ def refresh_verified_gtid(config: Config, store: MigrationStore, m: Moving, *, m
     the tail does not follow the source afterwards and no background reader
     is started. Each round records its rows re-checked and the row changes
     of the moving tables read for its window (``events``: the window's size
-    in binlog).
+    in binlog), and its compare (:func:`compared_record`: rows compared and
+    their rows/s, set against the writers' rate by ``bench.cutover``). The
+    compare is set-wise (:func:`~migrator.engine.verify.repair.check_rows_many`):
+    a checksum per group of thousands of keys on each side, side by side, and
+    row by row only where a group differs.
     """
     spec, drainer = m.spec, m.drainer
     key = m.direction.verify_node
@@ -157,11 +161,12 @@ def refresh_verified_gtid(config: Config, store: MigrationStore, m: Moving, *, m
                 drainer.follow()
             work = [(m.resolve(src, t) if m.resolve is not None else t, keys[t.name]) for t in m.tables
                     if keys[t.name]]
-            check_rows_many(Side(src), dst, work, repair=True)
+            cmp = CompareStats()
+            check_rows_many(Side(src), dst, work, repair=True, stats=cmp)
             since = reached
             changed = sum(len(v) for v in keys.values())
             rounds.append({"rows": changed, "events": read.events, "s": round(time.monotonic() - t0, 3),
-                           "from": "drain" if collected else "binlog"})
+                           "from": "drain" if collected else "binlog", **compared_record(cmp)})
             if n and (time.monotonic() - t0 < quiet_s or changed < quiet_keys):
                 break
     finally:
@@ -173,6 +178,15 @@ def refresh_verified_gtid(config: Config, store: MigrationStore, m: Moving, *, m
     # applies them anyway), else read by a background binlog reader
     tracker = None if collecting or not track else ChangeTracker(m.source, m.creds, m.tables, since).start()
     return Refreshed(since, collecting, tracker, rounds)
+
+
+def compared_record(cmp: CompareStats) -> dict[str, float]:
+    """A round's compare, for its record: rows compared, how long it took (s) and so how many rows a second
+    it compared (the rate to set against the writers'), the statements each side ran and the groups of
+    keys that differed (compared row by row)."""
+    return {"compared": cmp.rows, "compare_s": round(cmp.s, 3),
+            "compared_per_s": round(cmp.rows / cmp.s, 1) if cmp.s > 0 else 0.0,
+            "queries": cmp.queries, "groups_differ": cmp.groups_differ}
 
 
 def _resumes_at(drainer: Drainer, since: str) -> bool:

@@ -44,6 +44,10 @@ class AttemptRecord:
     flip_unknown: bool = False
     #: when the last step of the freeze ended (each step is timed from the end of the one before)
     step_end: float = 0.0
+    #: ms a flipped freeze went over the budget (it could not be undone after the claim); 0 within it
+    over_budget_ms: float = 0.0
+    #: ms an undone freeze took to undo (the fences opened, the ranges unfrozen): the watchdog keeps it back
+    undo_ms: float | None = None
 
     def step_done(self, name: str) -> None:
         """Record step ``name`` as ended now, timed from the end of the one before."""
@@ -60,11 +64,19 @@ class AttemptRecord:
 
     def entry(self, outcome: str, lock_waits: dict[str, Any],
               triggers_ms: dict[str, float] | None = None) -> AttemptEntry:
-        """What the attempt did so far, as it is written to ZooKeeper (kept for aborted attempts too)."""
+        """What the attempt did so far, as it is written to ZooKeeper (kept for aborted attempts too). A flip
+        whose freeze went over the budget says so in its outcome too, never as a plain flip."""
+        if self.over_budget_ms:
+            outcome = f"{outcome}, over budget by {self.over_budget_ms:.0f} ms"
         return AttemptEntry(time.time(), outcome[:500], self.freeze_ms(), dict(self.steps), list(self.refresh_rounds),
                             dict(self.predicted), dict(self.drained), dict(self.released), self.waiters_ended,
                             dict(self.before_freeze), lock_waits,
-                            triggers_ms=dict(triggers_ms) if triggers_ms else None)
+                            triggers_ms=dict(triggers_ms) if triggers_ms else None,
+                            over_budget_ms=self.over_budget_ms, undo_ms=self.undo_ms)
+
+
+#: the entry's fields written only when known (:meth:`AttemptEntry.as_dict`)
+OPTIONAL = ("blockers", "triggers_ms", "over_budget_ms", "undo_ms")
 
 
 @dataclass
@@ -87,12 +99,21 @@ class AttemptEntry:
     blockers: list[dict[str, Any]] | None = None
     #: per gated host, ms its write gate's triggers existed on its live tables (written only when it had some)
     triggers_ms: dict[str, float] | None = None
+    #: ms the freeze went over the budget after a flip that could not be undone (written only when over)
+    over_budget_ms: float = 0.0
+    #: ms the undo of an undone freeze took (written only when undone)
+    undo_ms: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        """The entry as written to ZooKeeper (what is written only when known last, the blockers last of all)."""
-        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("blockers", "triggers_ms")}
+        """The entry as written to ZooKeeper: the same keys in the same order as always, then what is
+        written only when known (the blockers last of all)."""
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in OPTIONAL}
         if self.triggers_ms is not None:
             out["triggers_ms"] = self.triggers_ms
+        if self.over_budget_ms:
+            out["over_budget_ms"] = self.over_budget_ms
+        if self.undo_ms is not None:
+            out["undo_ms"] = self.undo_ms
         if self.blockers is not None:
             out["blockers"] = self.blockers
         return out

@@ -34,6 +34,7 @@ under the settle lock, with its lease checked under that lock.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 import uuid
@@ -66,7 +67,7 @@ from migrator.engine.cutover.hooks import CutoverHooks, CutoverResult, RunView
 from migrator.engine.cutover.lease import CutoverLease
 from migrator.engine.cutover.maps import LeaseGuard, MapEdits
 from migrator.engine.cutover.record import AttemptEntry, AttemptRecord, FencePoint
-from migrator.engine.cutover.watchdog import Watchdog
+from migrator.engine.cutover.watchdog import AFTER_CLAIM_MS, Watchdog
 from migrator.engine.migration import MigrationStore, Spec
 from migrator.engine.names import SENTINEL_TABLE, tomb_db
 from migrator.engine.sentinel import ensure_sentinel, has_sentinel
@@ -91,6 +92,7 @@ from migrator.fleet.shard_map import HostRegistry, ShardMapStore
 from migrator.fleet.zk import ZK
 
 TAG = tag("cutover")
+log = logging.getLogger(__name__)
 #: the steps of a freeze in the order they run (what the attempt records in ``steps_ms``)
 FREEZE_STEPS = ("freeze_cas", "passive_close", "passive_sync", "fence", "sentinel", "drain", "compare", "flip_cas",
                 "release")
@@ -296,6 +298,7 @@ class CutoverRun:
             if self._undo.done:
                 return
             self._undo.done = True
+            t0 = time.monotonic()
             try:
                 if self._undo.pre_flipped and self.direction.undo_pre_flip is not None:
                     self._undo.pre_flipped = False
@@ -307,6 +310,7 @@ class CutoverRun:
                 finally:
                     if self.edits.frozen_epoch is not None and self.edits.unfreeze():
                         self.record.t_released = time.monotonic()  # clients wait no longer
+                        self.record.undo_ms = round((self.record.t_released - t0) * 1000, 1)
 
     # -- the freeze ----------------------------------------------------------------------------
     def run(self, hooks: CutoverHooks) -> CutoverResult:
@@ -327,7 +331,11 @@ class CutoverRun:
         with self.step("freeze_cas"):
             self.edits.freeze()
         rec.t_freeze = rec.step_end  # the freeze starts when the frozen map is committed: clients wait
-        self.watchdog = Watchdog(self.spec.options.freeze_budget_ms / 1000, self._overrun).start()
+        # the watchdog's last chance is the claim: it keeps back what follows it (the flip CAS, the release),
+        # as the gate measured it (:func:`migrator.engine.cutover.budget.after_claim_ms`; a rollback has no gate)
+        reserve_ms = float(rec.predicted.get("after_claim_ms") or AFTER_CLAIM_MS)
+        self.watchdog = Watchdog(self.spec.options.freeze_budget_ms / 1000, self._overrun,
+                                 reserve_s=reserve_ms / 1000).start()
         flipped = False
         try:
             self._hook(hooks.after_freeze)
@@ -354,6 +362,7 @@ class CutoverRun:
                 fences.release()
             rec.t_released = rec.step_end
             freeze_ms = (rec.t_released - rec.t_freeze) * 1000
+            self._note_over_budget(freeze_ms)
             if self.on_released is not None:
                 self.on_released()
             # outside the freeze: the renames, each member kept from stale writers meanwhile (ended by the
@@ -396,6 +405,17 @@ class CutoverRun:
         self._hook(hooks.after_flip)
         assert self.edits.flipped_epoch is not None
         return self._result(freeze_ms)
+
+    def _note_over_budget(self, freeze_ms: float) -> None:
+        """A flipped freeze that went over the budget cannot be undone (the flip stands): it is recorded as
+        such (the attempt's outcome, ``over_budget_ms`` in its entry and in the result), never as a plain
+        flip, and the next attempts' watchdog keeps back more (the steps after the claim, measured here)."""
+        over = freeze_ms - self.spec.options.freeze_budget_ms
+        if over > 0:
+            self.record.over_budget_ms = round(over, 1)
+            log.warning("%s %s: the freeze took %.0f ms, %.0f ms over its budget of %d ms after a flip that could "
+                        "not be undone (steps ms: %s)", self.direction.label, self.spec.id, freeze_ms, over,
+                        self.spec.options.freeze_budget_ms, self.record.steps)
 
     # -- the steps of the freeze ---------------------------------------------------------------
     @contextmanager
@@ -457,7 +477,7 @@ class CutoverRun:
         rec, point = self.record, self.point
         return CutoverResult(self.spec.id, round(freeze_ms, 2), self.edits.flipped_epoch or 0, point.fence_gtid,
                              point.target_pos, rec.rows_checked, rec.rows_repaired, dict(rec.steps), rec.keys_from,
-                             point.target_state)
+                             point.target_state, rec.over_budget_ms)
 
     def _write_sentinels(self) -> None:
         """A unique row in each moving db's sentinel table, all in one commit; ``fence_gtid`` is the

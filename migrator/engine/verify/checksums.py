@@ -345,6 +345,37 @@ def row_hashes_for(conn: pymysql.connections.Connection, t: TableInfo, keys: Seq
     return out
 
 
+def group_sums_sql(groups: Sequence[tuple[TableInfo, Sequence[Key]]]) -> tuple[str, list[Any] | None]:
+    """One statement giving ``(group, rows, bit_xor, sum)`` of the row CRCs of each group of keys (a table
+    and keys of it, value keys or :class:`LiteralKey`, not mixed within a group): the chunk checksum
+    (:func:`chunk_checksum_sql`) over ``WHERE (pk) IN (...)`` instead of a key range, one ``UNION ALL``
+    part per group, so groups of several tables cost one round trip. A group no row matches gives
+    ``(group, 0, 0, 0)``. Arguments are None when every group's keys are literals. Literal and value
+    groups never share a statement: a literal's ``%`` would be taken for a parameter."""
+    if len({bool(keys) and isinstance(keys[0], LiteralKey) for _, keys in groups}) > 1:
+        raise ValueError("literal and value keys in one statement")
+    parts: list[str] = []
+    args: list[Any] = []
+    for i, (t, keys) in enumerate(groups):
+        where, a = _select_keys(t, keys)
+        if a:
+            args += a
+        parts.append(f"SELECT {i}, COUNT(*), COALESCE(BIT_XOR(h), 0), COALESCE(SUM(h), 0) FROM "
+                     f"(SELECT {row_image_sql(t.columns, t.types)} AS h FROM {qualified(t.db, t.table)} "
+                     f"WHERE {where}) AS g{i}")
+    return TAG + " UNION ALL ".join(parts), (args or None)
+
+
+def group_sums(conn: pymysql.connections.Connection,
+               groups: Sequence[tuple[TableInfo, Sequence[Key]]]) -> list[tuple[int, int, int]]:
+    """``(rows, bit_xor, sum)`` of each group (:func:`group_sums_sql`), in the order given, in one query."""
+    if not groups:
+        return []
+    sql, args = group_sums_sql(groups)
+    got = {int(r[0]): (int(r[1]), int(r[2]), int(r[3])) for r in query(conn, sql, args)}
+    return [got.get(i, (0, 0, 0)) for i in range(len(groups))]
+
+
 def keys_of(conn: pymysql.connections.Connection, t: TableInfo, keys: Sequence[Key], per_query: int = 500) -> set[Key]:
     """The key values of the rows these keys select (the rows that exist on this side)."""
     out: set[Key] = set()

@@ -194,7 +194,9 @@ def _fly(cfg: Config, zk: ZK, creds: Credentials, migration_id: str, out: dict[s
             refreshed = handover.refresh_parent(cfg, zk, creds, migration_id)
             took = {"parent_recheck_s": time.monotonic() - t0,
                     "parent_recheck_rows": float(sum(r["rows"] for r in refreshed.rounds)),
-                    "parent_recheck_events": float(sum(r["events"] for r in refreshed.rounds))}
+                    "parent_recheck_events": float(sum(r["events"] for r in refreshed.rounds)),
+                    # of those seconds, the set-wise compare's (the rest: the drain and the key read)
+                    "parent_recheck_compare_s": float(sum(r.get("compare_s", 0.0) for r in refreshed.rounds))}
             t0 = time.monotonic()
             bid = _hand_over_next(zk, creds, migration_id, before)
             took["hand_over_s"] = time.monotonic() - t0

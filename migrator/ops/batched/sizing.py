@@ -117,11 +117,13 @@ def next_limit(budget_ms: float, last: Measured | None) -> int:
 
     A freeze grows with the batch's tables on top of a fixed part, so a batch under the aim makes the next
     one bigger, never past the size that would freeze for ``AIM`` x the budget; one over it makes the next
-    smaller, and a miss (a freeze over the budget) makes it smaller than ``AIM`` x the one that missed."""
+    smaller, and a miss (a freeze over the budget) makes it at most half the one that missed."""
     if last is None or last.tables <= 0:
         return limit_for(budget_ms)
     grow = 2 * last.tables
     fits = grow if last.freeze_ms <= 0 else int(math.floor(last.tables * AIM * budget_ms / last.freeze_ms))
+    if last.freeze_ms > budget_ms:  # a miss (its flip could not be undone): at most half of it, whatever the rate
+        fits = min(fits, last.tables // 2)
     return max(1, min(MAX_TABLES, grow, fits))
 
 

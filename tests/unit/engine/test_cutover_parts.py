@@ -5,6 +5,8 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
+
 from migrator.engine.cutover.rename_fence import Fence, Move
 from migrator.engine.cutover.watchdog import Watchdog
 from migrator.engine.names import tomb_db, tomb_suffix
@@ -33,6 +35,25 @@ def test_claimed_watchdog_never_fires():
     assert wd.claim()
     time.sleep(0.15)
     assert not fired.is_set() and not wd.fired
+
+
+def test_watchdog_fires_the_reserve_before_the_budget():
+    """What follows the claim (the flip CAS, the release) is reserved: the watchdog fires that much earlier,
+    never earlier than half the budget."""
+    fired = threading.Event()
+    t0 = time.monotonic()
+    wd = Watchdog(1.0, fired.set, reserve_s=0.3).start()
+    assert fired.wait(2)
+    assert 0.6 <= time.monotonic() - t0 < 0.95 and wd.deadline_s == pytest.approx(0.7)
+    assert Watchdog(1.0, fired.set, reserve_s=5.0).deadline_s == pytest.approx(0.5)
+
+
+def test_a_claim_after_the_deadline_is_refused_and_undoes_even_before_the_timer_runs():
+    fired = threading.Event()
+    wd = Watchdog(0.05, fired.set, reserve_s=0.01).start()
+    wd._timer.cancel()  # the timer thread not scheduled in time
+    time.sleep(0.06)
+    assert not wd.claim() and wd.fired and fired.is_set()
 
 
 def test_fence_locks_every_table_and_the_sentinel():
@@ -87,6 +108,21 @@ def test_the_drain_ratio_is_the_median_of_recent_freezes_within_its_bounds():
     assert ratio_of([{"drain_ms": 0.0, "drain_sampled_ms": 10.0}]) == 0.5  # a drain is never free: 5 ms at least
     assert ratio_of([{"drain_ms": 1.0, "drain_sampled_ms": 900.0}]) == DRAIN_RATIO_BOUNDS[0]
     assert ratio_of([{"drain_ms": 900.0, "drain_sampled_ms": 10.0}]) == DRAIN_RATIO_BOUNDS[1]
+
+
+def test_the_watchdog_reserve_is_the_most_what_followed_the_last_chance_ever_cost():
+    from migrator.engine.cutover.freeze_stats import after_claim_part, recent_after_claim_ms
+
+    flipped = {"freeze_ms": 150.0, "steps_ms": {"drain": 40, "flip_cas": 8, "release": 30}}
+    assert after_claim_part(flipped) == 38.0
+    assert after_claim_part({"freeze_ms": 900.0, "steps_ms": {"drain": 40}, "undo_ms": 120.0}) == 120.0
+    assert after_claim_part({"freeze_ms": 900.0, "steps_ms": {"drain": 40}}) is None
+    kept = [{"fixed_ms": 80.0, "fence": "rename", "after_claim_ms": 38.0},
+            {"fixed_ms": 90.0, "fence": "rename", "after_claim_ms": 120.0},
+            {"fixed_ms": 60.0, "fence": "gate", "after_claim_ms": 500.0},
+            {"fixed_ms": 70.0, "fence": "rename"}]  # kept before the reserve was
+    assert recent_after_claim_ms(kept, fence="rename") == 120.0
+    assert recent_after_claim_ms([], fence="rename") is None
 
 
 def test_a_fence_and_a_gate_name_the_direction_they_serve_in_their_errors():

@@ -105,3 +105,32 @@ def test_diff_hashes_classifies_rows():
     assert {(d.key, d.kind) for d in diffs} == {((2,), "changed"), ((3,), "missing_on_target"),
                                                 ((4,), "extra_on_target")}
     assert RowDiff("db.t", (b"\x00\xff",), "changed").to_dict()["key"] == ["00ff"]
+
+
+def test_group_sums_is_the_chunk_checksum_over_the_keys_of_each_group_in_one_statement():
+    from migrator.engine.verify.checksums import LiteralKey, group_sums_sql
+
+    a = TableInfo("db00002", "pins", ("id", "v"), ("id",))
+    b = TableInfo("db00002", "pairs", ("a", "b"), ("a", "b"))
+    sql, args = group_sums_sql([(a, [LiteralKey(("1",)), LiteralKey(("2",))]),
+                                (b, [LiteralKey(("3", "X'41'"))])])
+    assert args is None and sql.count(" UNION ALL ") == 1
+    assert "SELECT 0, COUNT(*), COALESCE(BIT_XOR(h), 0), COALESCE(SUM(h), 0)" in sql
+    assert "`id` IN (1,2)" in sql and "(`a`,`b`) IN ((3,X'41'))" in sql
+    sql, args = group_sums_sql([(a, [(1,), (2,)])])
+    assert args == [1, 2]
+    with pytest.raises(ValueError):
+        group_sums_sql([(a, [(1,)]), (a, [LiteralKey(("2",))])])
+
+
+def test_grouped_compare_packs_groups_into_few_statements_within_their_limits():
+    from migrator.engine.verify import repair
+    from migrator.engine.verify.checksums import LiteralKey
+
+    t = TableInfo("db00002", "pins", ("id", "v"), ("id",))
+    lit = [repair._Group(0, t, [LiteralKey((str(i),)) for i in range(k, k + 2000)]) for k in range(0, 10_000, 2000)]
+    val = [repair._Group(1, t, [(i,) for i in range(5)])]
+    tiny = [repair._Group(2 + i, t, [LiteralKey(("1",))]) for i in range(450)]
+    st = repair._statements(lit + val + tiny)
+    # 8,000 keys a statement, literal and value groups apart, 200 groups a statement
+    assert [len(s) for s in st] == [4, 1, 1, 200, 200, 50]

@@ -93,6 +93,12 @@ def test_a_freeze_over_the_budget_shrinks_the_next_batch():
         assert after < 0.6 * n, (n, freeze, after)
 
 
+def test_a_batch_over_the_budget_halves_the_next_whatever_its_rate_says():
+    # a freeze just over the budget scales to 0.6 x 500 / 510 = 59 % of the batch; a miss halves it
+    assert batches.next_limit(500, batches.Measured(40, 510.0)) == 20
+    assert batches.next_limit(500, batches.Measured(40, 480.0)) == 25  # within the budget: the rate decides
+
+
 def test_batch_sizes_follow_each_batch_s_own_freeze_not_the_worst_so_far():
     """A freeze of 100 ms plus 2 ms a table: the sizes climb to the aim (300 ms: 100 tables) without a freeze
     past it; one batch that froze long (a burst of writes to compare under its fence) makes the next one
