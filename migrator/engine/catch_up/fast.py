@@ -48,9 +48,9 @@ from migrator.engine.binlog import forward
 from migrator.engine.binlog import reader as rd
 from migrator.engine.binlog.client import decompress
 from migrator.engine.binlog.reader import COMPRESSED_ROWS, ROW_KINDS, V2_ROWS
-from migrator.engine.binlog.rows import TableMap, decode_keys, parse_table_map, rows_header
+from migrator.engine.binlog.rows import TableMap, decode_keys, decode_rows, parse_table_map, rows_header
 from migrator.engine.catch_up.keys import ChangedKeys
-from migrator.engine.catch_up.lanes import EPOCH_SCHEMA, SESSION, Epoch
+from migrator.engine.catch_up.lanes import EPOCH_SCHEMA, SESSION, Epoch, Part
 from migrator.engine.catch_up.sql import TAG, delete_statements, replace_statements
 from migrator.errors import MigratorError
 from migrator.fleet.gtid import GtidPos, GtidState
@@ -183,6 +183,12 @@ class FastApplier:
         self._renamed: dict[bytes, bytes] = {}
         self.statements = 0
         self.commits = 0
+        #: the whole source transactions the open target transaction holds (None: it holds a part of one
+        #: larger than a part, whose earlier parts are gone: a refusal then stops this path)
+        self.window: list[rd.Committed] | None = []
+        #: what made a window be written again as SQL (table, GTID, error), in this applier's life
+        self.replays: list[dict[str, Any]] = []
+        self._rows = ForwardedRows()
         self.part_pause_s = float(os.environ.get(PART_PAUSE_ENV, "0") or 0) / 1000
 
     # -- the connection -------------------------------------------------------------------------
@@ -249,7 +255,28 @@ class FastApplier:
 
     def add(self, txn: rd.Committed) -> int:
         """Send the events of ``txn`` (a whole transaction, or a part of one) in the open target
-        transaction; returns the row changes it carried (keys counted)."""
+        transaction; returns the row changes it carried.
+
+        A ``BINLOG`` statement the target refuses inside a window of whole transactions (what the open
+        target transaction holds) does not stop this path: the window is rolled back and written again as
+        SQL by key (:meth:`_replay`), idempotently, in a new target transaction, and the events after it
+        go on as they were. A re-check or a verify re-copies rows from the live source ahead of the tail,
+        so a strict apply meets them (a row already moved to its new key, one already inserted); replayed
+        by key the window converges as the row path does. Only a window holding a part of a transaction
+        larger than a part (whose earlier parts are gone) stops this path (:class:`FastApplyFailed`)."""
+        if txn.partial or self.window is None:
+            self.window = None
+        else:
+            self.window.append(txn)
+        try:
+            return self._send(txn)
+        except FastApplyFailed as failed:
+            if self.window is None:
+                raise
+            self._replay(failed)
+            return sum(item[5] if item[1] == rd.RAW else 1 for item in txn.changes)  # type: ignore[misc]
+
+    def _send(self, txn: rd.Committed) -> int:
         self._begin()
         gtid = str(txn.gtid)
         if not self._gtids or self._gtids[-1] != gtid:
@@ -366,7 +393,12 @@ class FastApplier:
         if not self.open:
             return
         assert not self.partial, "a target transaction is never committed inside a source transaction"
-        self._flush()
+        try:
+            self._flush()
+        except FastApplyFailed as failed:
+            if self.window is None:
+                raise
+            self._replay(failed)
         conn = self.conn
         try:
             with conn.cursor() as cur:
@@ -381,7 +413,33 @@ class FastApplier:
         self.open = False
         self._tables = []
         self._gtids = []
+        self.window = []
         self.commits += 1
+
+    def _replay(self, failed: FastApplyFailed) -> None:
+        """Write the window (the whole transactions of the rolled-back target transaction) again as SQL by
+        key, in a new target transaction left open for what follows (:meth:`add`)."""
+        window, self.window = self.window or [], None
+        self.replays.append(failed.record())
+        self._begin()
+        part = Part()
+        for txn in window:
+            for item in txn.changes:
+                changes = self._rows.changes(item, self.checksum) if item[1] == rd.RAW else [item]
+                for sid, kind, key, old_key, row in changes:
+                    if old_key is not None:
+                        part.delete(sid, old_key)
+                    if kind == rd.DELETE:
+                        part.delete(sid, key)
+                    else:
+                        part.upsert(sid, key, row)  # type: ignore[arg-type]
+        for sid, keys in part.dels.items():
+            for sql in delete_statements(self.tailer._target(sid), list(keys)):
+                self._execute(sql)
+        for sid, rows in part.ups.items():
+            for stmt in replace_statements(self.tailer._target(sid), rows.values()):
+                self._execute(stmt)
+        self.window = list(window)
 
     def rollback(self) -> None:
         self._events, self._event_bytes = [], 0
@@ -397,14 +455,16 @@ class FastApplier:
                 self._conn = None
 
 
-class ForwardedKeys:
-    """The primary keys of forwarded rows events that the reader did not decode, decoded here when a key
-    collection (the cutover's compare, verify's windows) wants them: the table map parsed once per shape."""
+class ForwardedRows:
+    """Forwarded rows events decoded here, in the applier, when they are needed: their primary keys for a
+    key collection (the cutover's compare, verify's windows: the reader decodes only a table's first
+    events), their row changes for a window written again as SQL (:meth:`FastApplier._replay`). The table
+    map is parsed once per shape."""
 
     def __init__(self) -> None:
         self._maps: dict[bytes, TableMap] = {}
 
-    def of(self, item: Any, checksum: bool) -> list[tuple[str, ...]]:
+    def _event(self, item: Any, checksum: bool) -> tuple[TableMap, bytes, str, int]:
         tm_raw, raw = item[3], item[4]
         cut = 4 if checksum else 0
         tm = self._maps.get(tm_raw)
@@ -415,7 +475,27 @@ class ForwardedKeys:
         if etype in COMPRESSED_ROWS:
             body = decompress(body, 8)
         _, _, p = rows_header(body, etype in V2_ROWS)
-        return decode_keys(body, tm, ROW_KINDS[etype], p)[0]
+        return tm, body, ROW_KINDS[etype], p
+
+    def of(self, item: Any, checksum: bool) -> list[tuple[str, ...]]:
+        """The primary keys the event touches."""
+        tm, body, kind, p = self._event(item, checksum)
+        return decode_keys(body, tm, kind, p)[0]
+
+    def changes(self, item: Any, checksum: bool) -> list[rd.Change]:
+        """The event's row changes as the row path's reader makes them."""
+        tm, body, kind, p = self._event(item, checksum)
+        sid, pk = item[0], tm.pk
+        out: list[rd.Change] = []
+        for r in decode_rows(body, tm, kind, p):
+            if kind == rd.UPDATE:
+                before, after = r  # type: ignore[misc]
+                kb, ka = tuple(before[i] for i in pk), tuple(after[i] for i in pk)
+                out.append((sid, kind, ka, kb if kb != ka else None, after))
+            else:
+                key = tuple(r[i] for i in pk)  # type: ignore[index]
+                out.append((sid, kind, key, None, r if kind == rd.WRITE else None))  # type: ignore[arg-type]
+        return out
 
 
 class FastApply:
@@ -434,12 +514,19 @@ class FastApply:
         self.t0 = time.monotonic()
         self.deadline = None if timeout_s is None else self.t0 + timeout_s
         self.stats = stats
-        self._keys = ForwardedKeys()
+        self._keys = ForwardedRows()
         #: the position and state the open target transaction brings the target to once committed
         self._pos: str | None = None
         self._state: GtidState | None = None
 
     def run(self) -> None:
+        replays = len(self.applier.replays)
+        try:
+            self._run()
+        finally:
+            self.stats.fast_replays = self.applier.replays[replays:]
+
+    def _run(self) -> None:
         tailer, stats = self.tailer, self.stats
         from migrator.engine.binlog.messages import Format, Tick, Txns
 

@@ -89,6 +89,8 @@ class PassResult:
     #: path stopped or was not taken (its table, GTID and error; None: it was not refused)
     path: str = "row"
     fast_failure: dict[str, Any] | None = None
+    #: windows the target refused on the fast path and that were written again as SQL (:attr:`TailStats.fast_replays`)
+    fast_replays: list[dict[str, Any]] = field(default_factory=list)
 
 
 def judge(result: PassResult, previous: list[Any], opts: Options) -> tuple[bool, bool]:
@@ -148,6 +150,7 @@ def measure_pass(stats: TailStats, *, number: int, started_at: float, head: str,
         statements=stats.statements, duration_s=round(stats.duration_s, 4),
         apply_rate=round(apply_rate, 1), write_rate=round(write_rate, 1), lag_s=round(lag_s, 4),
         predicted_freeze_ms=round(predicted_ms, 1), path=stats.path, fast_failure=stats.fast_failure,
+        fast_replays=stats.fast_replays,
     )
 
 
@@ -312,6 +315,7 @@ def drain_to(
         "apply_ms": round(stats.duration_s * 1000.0, 2),
         "path": stats.path,
         "fast_failure": stats.fast_failure,
+        "fast_replays": stats.fast_replays,
     }
 
 

@@ -41,7 +41,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from multiprocessing.connection import wait as mp_wait
 from typing import Any
 
@@ -136,6 +136,9 @@ class TailStats:
     #: path stopped and the row path went on); ``fast_failure``: why it stopped (table, GTID, error)
     path: str = "row"
     fast_failure: dict[str, Any] | None = None
+    #: windows of the fast path the target refused and that were written again as SQL by key (table, GTID,
+    #: error of each): rows a re-check or verify re-copied ahead of the tail (:meth:`.fast.FastApplier.add`)
+    fast_replays: list[dict[str, Any]] = field(default_factory=list)
 
     def absorb(self, earlier: TailStats) -> None:
         """Count in what an earlier part of the same call did (the fast path, before it stopped)."""
@@ -143,6 +146,7 @@ class TailStats:
         for name in ("events", "transactions", "bytes", "statements", "rounds"):
             setattr(self, name, getattr(self, name) + getattr(earlier, name))
         self.first_ts = earlier.first_ts or self.first_ts
+        self.fast_replays = earlier.fast_replays + self.fast_replays
 
     def drain_record(self) -> dict[str, Any]:
         """Where a drain's time went, as a cutover attempt records it (``events``: row changes read;
@@ -343,6 +347,9 @@ class Tailer:
                 self._proc.wait(timeout=5)
         self._proc = self._pipe = None
         self._pending.clear()
+        # a new reader numbers its table shapes from 1 again: what was cached by the old one's numbers goes
+        self._shapes.clear()
+        self._targets.clear()
 
     def _message_ready(self, timeout: float) -> bool:
         """Wait up to ``timeout`` for the reader's next message. The wait also ends (False) when a

@@ -204,14 +204,38 @@ def test_kill_9_mid_transaction_and_after_commits_then_resume_applies_each_event
     assert _target_count(fleet, "SELECT COUNT(*) FROM db00002.ev WHERE pad = 'one big transaction'") == 60000
 
 
-def test_a_divergence_on_the_target_stops_the_fast_path_and_the_row_path_ends_equal(fleet):
-    spec = _migration(fleet)
+def _plant_divergence(fleet) -> None:
     with h.conn(fleet, h.TARGET) as t, t.cursor() as cur:  # planted: a row gone, a row too many
         cur.execute("DELETE FROM db00002.pins ORDER BY local_id LIMIT 1")
         cur.execute("INSERT INTO db00003.board_has_pins VALUES (4242, 4242, 1)")
+
+
+def test_a_window_the_target_refuses_is_written_again_by_key_and_the_fast_path_goes_on(fleet):
+    """What a re-check re-copies ahead of the tail looks like this to a strict apply: the window is replayed
+    as SQL by key (named in the record), and the transactions after it are applied fast again."""
+    spec = _migration(fleet)
+    _plant_divergence(fleet)
     with h.conn(fleet, h.SOURCE) as c, c.cursor() as cur:
         cur.execute("UPDATE db00002.pins SET data = JSON_SET(data, '$.d', 1)")  # meets the missing row
         cur.execute("INSERT INTO db00003.board_has_pins VALUES (4242, 4242, 2)")  # meets the extra one
+        cur.execute("UPDATE db00003.pins SET data = JSON_SET(data, '$.after', 1)")
+    stats = _drain(fleet, spec)
+    assert stats["path"] == "fast" and stats["fast_failure"] is None, stats
+    replays = stats["fast_replays"]
+    assert replays and replays[0]["code"] == 1032 and "db00002.pins" in replays[0]["table"] and replays[0]["gtid"]
+    assert h.compare(fleet, spec) == {}
+
+
+def test_a_refusal_inside_a_transaction_larger_than_a_part_hands_the_tail_to_the_row_path(fleet, monkeypatch):
+    monkeypatch.setenv("MIGRATOR_CATCHUP_PART_BYTES", str(4 << 10))  # the reader process takes it
+    spec = _migration(fleet)
+    with h.conn(fleet, h.TARGET) as t, t.cursor() as cur:  # planted: a row gone
+        cur.execute("DELETE FROM db00002.pins ORDER BY local_id LIMIT 1")
+    with h.conn(fleet, h.SOURCE) as c, c.cursor() as cur:
+        cur.execute("BEGIN")  # one transaction of many parts: its first parts are gone when the refusal comes
+        cur.execute("UPDATE db00003.pins SET data = JSON_SET(data, '$.first', REPEAT('x', 200))")
+        cur.execute("UPDATE db00002.pins SET data = JSON_SET(data, '$.d', 1)")
+        cur.execute("COMMIT")
     stats = _drain(fleet, spec)
     assert stats["path"] == "fast+row", stats
     failure = stats["fast_failure"]

@@ -119,7 +119,7 @@ def test_an_event_over_the_raw_limit_is_decoded_as_rows():
 
 def test_past_a_tables_first_events_the_raw_reader_reckons_rows_from_their_size_and_the_applier_decodes_keys():
     from migrator.engine.binlog.reader import LEARN_EVENTS
-    from migrator.engine.catch_up.fast import ForwardedKeys
+    from migrator.engine.catch_up.fast import ForwardedRows
 
     rd = TxnReader("0-1-1", ["db00002"], raw=True, checksum=True)
     rd.feed(bl.Event(bl.GTID, 0, 1, 0, struct.pack("<QIB", 2, 0, 0)))
@@ -135,4 +135,4 @@ def test_past_a_tables_first_events_the_raw_reader_reckons_rows_from_their_size_
     assert all(it[2] is not None for it in items[:LEARN_EVENTS]) and all(it[2] is None for it in items[LEARN_EVENTS:])
     last = items[-1]
     k = LEARN_EVENTS + 2
-    assert ForwardedKeys().of(last, True) == [(str(x),) for x in range(k * 10, k * 10 + 1 + k % 4)]
+    assert ForwardedRows().of(last, True) == [(str(x),) for x in range(k * 10, k * 10 + 1 + k % 4)]

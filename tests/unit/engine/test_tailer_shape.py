@@ -84,7 +84,7 @@ def test_tail_stats_fields_are_unchanged():
     assert [f.name for f in dataclasses.fields(TailStats)] == [
         "start", "end", "reached", "events", "transactions", "bytes", "statements", "rounds", "duration_s",
         "first_ts", "last_ts", "lanes", "read_s", "save_s", "submit_s", "sent_s", "retries", "retry_cause",
-        "reached_s", "stopped_s", "connects", "last_round_ms", "path", "fast_failure"]
+        "reached_s", "stopped_s", "connects", "last_round_ms", "path", "fast_failure", "fast_replays"]
 
 
 # -- the GTID targets: one conversion ---------------------------------------------------------------------
