@@ -461,10 +461,9 @@ def rows_header(body: bytes, version2: bool) -> tuple[int, int, int]:
 Literals = tuple[str, ...]
 
 
-def decode_rows(body: bytes, tm: TableMap, kind: str, start: int) -> list[Literals] | list[tuple[Literals, Literals]]:
-    """Every row of a rows event as literal tuples; for an update, (before, after) pairs. Only the key
-    columns of a before image and of a deleted row are read: its other strings and BLOBs are ``''``
-    (a wide row's before image is never hex-encoded, only stepped over)."""
+def _images_start(body: bytes, tm: TableMap, kind: str, start: int) -> int:
+    """Where a rows event's first image starts, once its column count and bitmaps (full images only) are
+    checked against the table map (:class:`RowFormatError` otherwise)."""
     n, p = packed_int(body, start)
     if n != len(tm.types):
         raise RowFormatError(f"a row event of {tm.schema}.{tm.table} has {n} columns, its table map {len(tm.types)}")
@@ -479,6 +478,14 @@ def decode_rows(body: bytes, tm: TableMap, kind: str, start: int) -> list[Litera
             raise RowFormatError(f"an update of {tm.schema}.{tm.table} does not carry every column of its after "
                                  "image: catch-up needs binlog_row_image=FULL on the source")
         p += nb
+    return p
+
+
+def decode_rows(body: bytes, tm: TableMap, kind: str, start: int) -> list[Literals] | list[tuple[Literals, Literals]]:
+    """Every row of a rows event as literal tuples; for an update, (before, after) pairs. Only the key
+    columns of a before image and of a deleted row are read: its other strings and BLOBs are ``''``
+    (a wide row's before image is never hex-encoded, only stepped over)."""
+    p = _images_start(body, tm, kind, start)
     decode = tm.decoder()
     end = len(body)
     if kind == UPDATE:
@@ -500,24 +507,10 @@ def decode_rows(body: bytes, tm: TableMap, kind: str, start: int) -> list[Litera
 
 def decode_keys(body: bytes, tm: TableMap, kind: str, start: int) -> tuple[list[Literals], int]:
     """The primary keys a rows event touches (for an update whose key changed: both), and its row changes,
-    decoded with
-    :meth:`TableMap.key_decoder` only: no column outside the key is rendered. What the fast apply path
+    decoded with :meth:`TableMap.key_decoder` only: no column outside the key is rendered. What the fast apply path
     (:mod:`migrator.engine.catch_up.fast`) needs of a row event it forwards whole: the keys that the
     re-check and verify's change windows compare."""
-    n, p = packed_int(body, start)
-    if n != len(tm.types):
-        raise RowFormatError(f"a row event of {tm.schema}.{tm.table} has {n} columns, its table map {len(tm.types)}")
-    nb = (n + 7) // 8
-    full = _full_bitmap(n)
-    if body[p:p + nb] != full:
-        raise RowFormatError(f"a row event of {tm.schema}.{tm.table} does not carry every column: catch-up "
-                             "needs binlog_row_image=FULL on the source")
-    p += nb
-    if kind == UPDATE:
-        if body[p:p + nb] != full:
-            raise RowFormatError(f"an update of {tm.schema}.{tm.table} does not carry every column of its after "
-                                 "image: catch-up needs binlog_row_image=FULL on the source")
-        p += nb
+    p = _images_start(body, tm, kind, start)
     key = tm.key_decoder()
     pk = tm.pk
     end = len(body)
