@@ -361,3 +361,13 @@ def kill_connection(cur: pymysql.cursors.Cursor, thread_id: int, tag: str = "") 
             return None
         return exc
     return None
+
+
+def close_quietly(conn: Any) -> None:
+    """Close a connection that may be broken already (closing is then not an error)."""
+    if conn is None:
+        return
+    try:
+        conn.close()
+    except Exception:  # noqa: BLE001 - a broken connection is closed either way
+        pass

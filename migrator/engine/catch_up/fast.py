@@ -54,6 +54,7 @@ from migrator.engine.catch_up.lanes import EPOCH_SCHEMA, SESSION, Epoch, Part
 from migrator.engine.catch_up.sql import TAG, delete_statements, replace_statements
 from migrator.errors import MigratorError
 from migrator.fleet.gtid import GtidPos, GtidState
+from migrator.fleet.mysql import close_quietly
 
 if TYPE_CHECKING:
     from migrator.engine.catch_up.tailer import Tailer
@@ -217,12 +218,8 @@ class FastApplier:
         return self._conn
 
     def close(self) -> None:
-        if self._conn is not None:
-            try:
-                self._conn.close()
-            except Exception:  # noqa: BLE001 - already gone
-                pass
-            self._conn = None
+        close_quietly(self._conn)
+        self._conn = None
 
     # -- one target transaction ------------------------------------------------------------------
     def _begin(self) -> None:

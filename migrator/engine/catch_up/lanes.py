@@ -68,6 +68,7 @@ from tenacity import RetryCallState, Retrying, retry_if_exception, wait_exponent
 
 from migrator.engine.catch_up.pacer import Pacer
 from migrator.engine.catch_up.sql import TAG, Target, delete_statements, replace_statements
+from migrator.fleet.mysql import close_quietly
 
 log = logging.getLogger(__name__)
 
@@ -294,12 +295,8 @@ class Lane:
             self._stop = True
             self._cv.notify_all()
         self._thread.join(timeout=30)
-        if self._conn is not None:
-            try:
-                self._conn.close()
-            except Exception:  # noqa: BLE001 - already broken
-                pass
-            self._conn = None
+        close_quietly(self._conn)
+        self._conn = None
 
     def _run(self) -> None:
         while True:

@@ -459,3 +459,18 @@ def missing_acks(fleet: Any, acks: dict[tuple[int, int], str]) -> list[tuple[int
         for c in conns.values():
             c.close()
     return missing
+
+
+def source_pair_left_clean(fleet: Any, master: Any, passive: Any) -> None:
+    """After a cutover of the source pair: no gate object left on either member, the pair in sync, and both
+    directions replicating."""
+    a = mysql_connect(master, fleet.credentials)
+    b = mysql_connect(passive, fleet.credentials)
+    try:
+        assert gate_leftovers(a) == [] and gate_leftovers(b) == []
+        pair_synced(a, b)
+        replicating(a)
+        replicating(b)
+    finally:
+        a.close()
+        b.close()

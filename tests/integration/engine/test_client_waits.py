@@ -29,8 +29,7 @@ from migrator.engine.migration import Options, Phase
 from migrator.fleet.mysql import connect as mysql_connect
 from migrator.fleet.mysql import own_gtids, wait_applied
 
-from .cutover_setup import gate_leftovers, prepare_converged, replicating
-from .cutover_setup import pair_synced as _pair_synced
+from .cutover_setup import gate_leftovers, prepare_converged, replicating, source_pair_left_clean
 from .test_cutover_refusals import OpenTransaction
 
 MOVING = (2, 3)
@@ -155,16 +154,7 @@ def test_a_report_on_a_member_never_makes_a_client_wait_longer_than_the_budget(f
     # ... and no client statement waited on them longer than the budget
     assert writer.longest < BUDGET_MS / 1000 + SLACK_S, writer.longest
     assert not writer.errors, writer.errors[:3]
-    a = mysql_connect(prep.source, fleet.credentials)
-    b = mysql_connect(fleet.hosts[spec.source_passive], fleet.credentials)
-    try:
-        assert gate_leftovers(a) == [] and gate_leftovers(b) == []
-        _pair_synced(a, b)
-        replicating(a)
-        replicating(b)
-    finally:
-        a.close()
-        b.close()
+    source_pair_left_clean(fleet, prep.source, fleet.hosts[spec.source_passive])
 
 
 def test_opted_in_the_migration_ends_a_reader_never_a_writer(fleet):

@@ -29,8 +29,7 @@ from migrator.engine.migration import Options, Phase
 from migrator.fleet.mysql import MOVED_CODES
 from migrator.fleet.mysql import connect as mysql_connect
 
-from .cutover_setup import gate_leftovers, prepare_converged, replicating
-from .cutover_setup import pair_synced as _pair_synced
+from .cutover_setup import gate_leftovers, prepare_converged, source_pair_left_clean
 
 MOVING = (2, 3)
 #: how long the attempt waits before its freeze (as a batch waits for the batch before it)
@@ -127,16 +126,7 @@ def test_triggers_live_only_around_the_freeze_and_a_prepared_statement_sees_no_e
     assert not before, before[:3]
     assert {code for _, code, _ in writer.errors} <= MOVED_CODES, writer.errors[:3]
     assert writer.writes > 0
-    a = mysql_connect(prep.source, fleet.credentials)
-    b = mysql_connect(passive, fleet.credentials)
-    try:
-        assert gate_leftovers(a) == [] and gate_leftovers(b) == []
-        _pair_synced(a, b)
-        replicating(a)
-        replicating(b)
-    finally:
-        a.close()
-        b.close()
+    source_pair_left_clean(fleet, prep.source, passive)
 
 
 def test_a_binary_protocol_client_sees_no_error_while_the_triggers_exist_before_the_freeze(fleet):
