@@ -686,8 +686,10 @@ class _Apply:
         #: what the call applies up to (None: until the deadline or ``stop``)
         self.want = want
         self.stop = stop
-        self.t0 = time.monotonic() if t0 is None else t0
-        self.deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        now = time.monotonic()
+        #: when the call began (the fast path's part, when the row path goes on after it: ``t0``)
+        self.t0 = now if t0 is None else t0
+        self.deadline = None if timeout_s is None else now + timeout_s
         self.stats = TailStats(start=tailer._applied_text, end="", reached=False)
         self.rounds = _Rounds()
 
