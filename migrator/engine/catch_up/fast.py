@@ -116,14 +116,6 @@ def recorded(conn: pymysql.connections.Connection, applier: str) -> tuple[GtidPo
     return GtidPos.parse(row[0]), GtidState.parse(row[1])
 
 
-def forget(conn: pymysql.connections.Connection, applier: str) -> None:
-    """Drop ``applier``'s recorded position (its tail starts over: the copy was redone)."""
-    ensure_applied_table(conn)
-    with conn.cursor() as cur:
-        cur.execute(f"{TAG}DELETE FROM {_APPLIED} WHERE applier = %s", (applier,))
-    conn.commit()
-
-
 def may_replay(conn: pymysql.connections.Connection) -> bool:
     """The session's user may run ``BINLOG`` statements (``BINLOG REPLAY``, or ``SUPER``/``ALL`` on ``*.*``)."""
     with conn.cursor() as cur:
@@ -182,8 +174,6 @@ class FastApplier:
         self._tables: list[str] = []
         #: renamed table maps (a reverse tail writes into tombstone schemas), by the source's bytes
         self._renamed: dict[bytes, bytes] = {}
-        self.statements = 0
-        self.commits = 0
         #: the whole source transactions the open target transaction holds (None: it holds a part of one
         #: larger than a part, whose earlier parts are gone: a refusal then stops this path)
         self.window: list[rd.Committed] | None = []
@@ -346,7 +336,6 @@ class FastApplier:
         self._group_rows = False
         self._execute(sql)
         self.bytes += len(sql)
-        self.statements += 1
         self._gtids = self._gtids[-1:] if self.partial else []
         self._tables = []
 
@@ -411,7 +400,6 @@ class FastApplier:
         self._tables = []
         self._gtids = []
         self.window = []
-        self.commits += 1
 
     def _replay(self, failed: FastApplyFailed) -> None:
         """Write the window (the whole transactions of the rolled-back target transaction) again as SQL by

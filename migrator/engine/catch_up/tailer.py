@@ -578,11 +578,6 @@ class Tailer:
         self.reader_spec.part_bytes = self._row_part_bytes
         self._open()
 
-    @property
-    def apply_path(self) -> str:
-        """The path the next apply call takes now: ``fast`` or ``row``."""
-        return "fast" if self._fast is not None else "row"
-
     def _reader_has_more(self) -> bool:
         """Messages read and not yet dispatched, or one waiting in the pipe (never blocks)."""
         return bool(self._pending) or bool(self._pipe.poll(0))

@@ -461,11 +461,11 @@ def missing_acks(fleet: Any, acks: dict[tuple[int, int], str]) -> list[tuple[int
     return missing
 
 
-def source_pair_left_clean(fleet: Any, master: Any, passive: Any) -> None:
+def source_pair_left_clean(credentials: Credentials, master: Any, passive: Any) -> None:
     """After a cutover of the source pair: no gate object left on either member, the pair in sync, and both
     directions replicating."""
-    a = mysql_connect(master, fleet.credentials)
-    b = mysql_connect(passive, fleet.credentials)
+    a = mysql_connect(master, credentials)
+    b = mysql_connect(passive, credentials)
     try:
         assert gate_leftovers(a) == [] and gate_leftovers(b) == []
         pair_synced(a, b)

@@ -154,7 +154,7 @@ def test_a_report_on_a_member_never_makes_a_client_wait_longer_than_the_budget(f
     # ... and no client statement waited on them longer than the budget
     assert writer.longest < BUDGET_MS / 1000 + SLACK_S, writer.longest
     assert not writer.errors, writer.errors[:3]
-    source_pair_left_clean(fleet, prep.source, fleet.hosts[spec.source_passive])
+    source_pair_left_clean(fleet.credentials, prep.source, fleet.hosts[spec.source_passive])
 
 
 def test_opted_in_the_migration_ends_a_reader_never_a_writer(fleet):

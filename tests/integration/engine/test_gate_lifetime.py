@@ -126,7 +126,7 @@ def test_triggers_live_only_around_the_freeze_and_a_prepared_statement_sees_no_e
     assert not before, before[:3]
     assert {code for _, code, _ in writer.errors} <= MOVED_CODES, writer.errors[:3]
     assert writer.writes > 0
-    source_pair_left_clean(fleet, prep.source, passive)
+    source_pair_left_clean(fleet.credentials, prep.source, passive)
 
 
 def test_a_binary_protocol_client_sees_no_error_while_the_triggers_exist_before_the_freeze(fleet):

@@ -25,14 +25,13 @@ from migrator.engine.migration import MigrationStore
 from migrator.engine.plan import maintenance_paused
 from migrator.fleet import config as config_mod
 from migrator.fleet import zk as zk_mod
-from migrator.fleet.mysql import connect as mysql_connect
 from migrator.fleet.shard_map import HostRegistry, ShardMapStore
 from migrator.ops import command
 from migrator.ops.command import CommandError
 from migrator.ops.rebalance.record import RecordStore
 from tests.conftest import own_sandbox
 from tests.faults.harness import compare_moved_batches
-from tests.integration.engine.cutover_setup import gate_leftovers, pair_synced, replicating
+from tests.integration.engine.cutover_setup import source_pair_left_clean
 from tests.integration.ops.operator_support import BackgroundLoad
 
 SHARDS = 240  # 120 per pair; the split moves the upper half of MySQL001A's: 60 shards x 5 tables
@@ -138,16 +137,7 @@ def test_a_split_of_300_tables_runs_as_batched_rename_fenced_cutovers(big_fleet,
                                   [(sp, cut["target_gtid"]) for sp, cut in zip(specs, cuts, strict=True)])
     assert len(moved) >= 300, len(moved)
     # the old pair: no passive gate left on either member, replicating both ways
-    a = mysql_connect(hosts[specs[0].source_master], creds)
-    b = mysql_connect(hosts[specs[0].source_passive], creds)
-    try:
-        assert gate_leftovers(a) == [] and gate_leftovers(b) == []
-        pair_synced(a, b)
-        replicating(a)
-        replicating(b)
-    finally:
-        a.close()
-        b.close()
+    source_pair_left_clean(creds, hosts[specs[0].source_master], hosts[specs[0].source_passive])
 
     # the batched split rolls back as a whole: every batch, last finished first
     back = subprocess.run([*cli, "rollback", rid, "--sync", "--yes"], env=env, capture_output=True, text=True,
