@@ -274,3 +274,39 @@ def test_the_re_check_before_a_hand_over_starts_where_the_last_hand_over_s_check
     took = [store.get_progress(b, Node.HANDOVER)[0]["attempts"][0] for b in (first, second)]
     assert took[0]["parent_recheck_rows"] >= 30, took
     assert 10 <= took[1]["parent_recheck_rows"] < 30 and took[1]["parent_recheck_events"] < 30, took
+
+
+def test_an_abort_that_races_a_hand_over_leaves_the_new_batch_its_copy(fleet, monkeypatch):
+    """A hand-over commits while ``migrator abort`` of the batched migration runs, right before the abort sets its
+    phase: the abort drops the copy of the shard the batched migration still holds and leaves the batch's
+    (its copy on the target, its shard lock, its maintenance pause). Before, the abort read the spec first and
+    dropped the copies of both shards, the new batch's included."""
+    from migrator.engine.migration import MigrationStore
+
+    prep = prepare_converged(fleet, (2, 3), options=Options(freeze_budget_ms=3000), batched=True)
+    pid, store, creds = prep.spec.id, prep.store, fleet.credentials
+    hold_maintenance_pause(fleet.zk, prep.spec)  # as the plan does
+    for db in prep.spec.databases:  # what the copy records of each table it made on the target
+        store.put_progress(pid, f"copy/{db}.pins", {"db": db, "table": "pins", "done": True})
+    verify_migration(fleet.config, pid, drainer=prep.drainer)
+    prep.drainer.close()
+    handed = []
+    real_set_phase = MigrationStore.set_phase
+
+    def set_phase(self, migration_id, phase, **kw):
+        if migration_id == pid and phase == Phase.ABORTED and not handed:  # the hand-over lands first
+            handed.append(hand_over(fleet.zk, creds, pid, [3], tables=5))
+        return real_set_phase(self, migration_id, phase, **kw)
+
+    monkeypatch.setattr(MigrationStore, "set_phase", set_phase)
+    out = command.abort(fleet.config, pid)
+    (batch,) = handed
+    assert out["dropped"] == ["db00002"], out
+    with mysql_connect(prep.target, creds) as dst, dst.cursor() as cur:
+        cur.execute("SELECT SCHEMA_NAME FROM information_schema.SCHEMATA WHERE SCHEMA_NAME IN ('db00002', 'db00003')")
+        assert {r[0] for r in cur.fetchall()} == {"db00003"}
+        cur.execute("SELECT COUNT(*) FROM db00003.pins")
+        assert cur.fetchone()[0] > 0
+    assert store.holders([2, 3]) == {3: batch.id}
+    assert maintenance_paused(fleet.zk, 3) == batch.id and maintenance_paused(fleet.zk, 2) is None
+    assert store.state(batch.id)[0].phase == Phase.CONVERGED and store.state(pid)[0].phase == Phase.ABORTED
