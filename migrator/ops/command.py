@@ -311,7 +311,6 @@ def abort(config: Config, migration_id: str, *, settle_s: float = 1.0) -> dict[s
     target copies, release the shard locks and the maintenance pause."""
     with session(config) as (zk, creds):
         store = MigrationStore(zk)
-        spec = store.spec(migration_id)
         st, _ = store.state(migration_id)
         if st.phase in NOT_ABORTABLE:
             raise CommandError(
@@ -321,6 +320,11 @@ def abort(config: Config, migration_id: str, *, settle_s: float = 1.0) -> dict[s
         was = st.phase
         # not over a cutover that froze meanwhile (its phase write and this one race otherwise)
         store.set_phase(migration_id, Phase.ABORTED, expect=tuple(p for p in Phase if p not in NOT_ABORTABLE))
+        # the spec once the phase is set: a batched migration's hand-over moves shards out of its spec only
+        # while its state is as the hand-over read it (MigrationStore.hand_over), so from the phase write on
+        # none leaves it, and one handed over before is gone from the spec read here. Read before the write,
+        # it could name a shard just handed to a batch, whose target copy this would drop
+        spec = store.spec(migration_id)
         if was == Phase.COPYING and settle_s:
             time.sleep(settle_s)  # copy workers check the phase between chunks
         gates = _remove_gates(config, zk, migration_id)

@@ -83,6 +83,8 @@ REBALANCE_JOB = "jobs.rebalance.advance"
 MAINTENANCE_QUEUE = "maintenance"
 #: called by RQ when a migration step fails: the failure lands in the record (``status`` shows it)
 FAILURE_CALLBACK = "jobs.failure.record"
+#: what the failure callback could not record while ZooKeeper did not answer, tried again on the step's queue
+RECORD_LATER_JOB = "jobs.failure.later"
 
 
 def on_failure() -> Callback:

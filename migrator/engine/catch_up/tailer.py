@@ -41,7 +41,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from multiprocessing.connection import wait as mp_wait
 from typing import Any
 
@@ -80,6 +80,10 @@ class CatchUpError(MigratorError):
 
 class DrainTimeout(CatchUpError):
     """The target GTID was not applied within the drain's time limit."""
+
+    #: what the call applied meanwhile (None: not known), which a wait made of several drains counts in
+    #: (:func:`~migrator.engine.verify.waits.drain_progressing`)
+    stats: TailStats | None = None
 
 
 class CatchUpConflict(CatchUpError):
@@ -147,6 +151,27 @@ class TailStats:
             setattr(self, name, getattr(self, name) + getattr(earlier, name))
         self.first_ts = earlier.first_ts or self.first_ts
         self.fast_replays = earlier.fast_replays + self.fast_replays
+
+    def and_then(self, later: TailStats) -> TailStats:
+        """This call and ``later``, the next call of the same wait (the slices of a long drain:
+        :func:`~migrator.engine.verify.waits.drain_progressing`), as one call: the work, time and retries of
+        both, ending where ``later`` ended; a time counted from the start of a call is counted from this
+        one's start (``later``'s plus this call's duration, or this call's when ``later`` saw none)."""
+
+        def from_start(name: str) -> float:
+            mine, theirs = getattr(self, name), getattr(later, name)
+            return self.duration_s + theirs if theirs else mine
+
+        return replace(
+            later, start=self.start,
+            **{name: getattr(self, name) + getattr(later, name)
+               for name in ("events", "transactions", "bytes", "statements", "rounds", "duration_s", "save_s",
+                            "retries", "connects")},
+            **{name: from_start(name) for name in ("read_s", "submit_s", "sent_s", "reached_s", "stopped_s")},
+            first_ts=self.first_ts or later.first_ts, last_ts=later.last_ts or self.last_ts,
+            lanes=max(self.lanes, later.lanes), retry_cause=later.retry_cause or self.retry_cause,
+            path=later.path if later.path == self.path else "fast+row",
+            fast_failure=later.fast_failure or self.fast_failure, fast_replays=self.fast_replays + later.fast_replays)
 
     def drain_record(self) -> dict[str, Any]:
         """Where a drain's time went, as a cutover attempt records it (``events``: row changes read;
@@ -632,10 +657,11 @@ class Tailer:
         ``timeout_s``."""
         stats = self.apply_until(self._wanted(target_gtid), timeout_s=timeout_s, save=save)
         if not stats.reached:
-            raise DrainTimeout(
+            short = DrainTimeout(
                 f"drain to {target_gtid} did not finish within {timeout_s:.3f}s (applied up to {self.applied}); "
-                "the cutover should release its fence and retry later"
-            )
+                "the cutover should release its fence and retry later")
+            short.stats = stats
+            raise short
         return stats
 
     def close(self) -> None:

@@ -119,15 +119,14 @@ def refresh_verified_gtid(config: Config, store: MigrationStore, m: Moving, *, m
     row by row only where a group differs.
     """
     spec, drainer = m.spec, m.drainer
-    key = m.direction.verify_node
+    key, label = m.direction.verify_node, m.direction.label  # a stall is the cutover's, or the rollback's
     node = store.get_progress(spec.id, key)[0] or {}
     if not VerifyNode.parse(node).verified_gtid and key == VERIFY_NODE:
         verify_migration(config, spec.id, drainer=drainer)
         node = store.get_progress(spec.id, key)[0] or {}
     since = VerifyNode.parse(node).verified_gtid
     if not since:
-        raise CutoverError(f"no verified position in {key}: verify first (`migrator verify ID`)",
-                           phase=m.direction.label)
+        raise CutoverError(f"no verified position in {key}: verify first (`migrator verify ID`)", phase=label)
     want = {(t.db, t.table): t.pk for t in m.tables}
     want.update({(db, SENTINEL_TABLE): ("token",) for db in spec.databases})
     # the tail resumes exactly where the last check ended (a batch handed over right after its parent's
@@ -143,7 +142,7 @@ def refresh_verified_gtid(config: Config, store: MigrationStore, m: Moving, *, m
         dst = Side(m.target_conn, m.direction.target_db_of)
         for n in range(max_rounds):
             t0 = time.monotonic()
-            stats = drain_progressing(drainer, binlog_pos(src), what=f"re-check of {spec.id}")
+            stats = drain_progressing(drainer, binlog_pos(src), what=f"re-check of {spec.id}", phase=label)
             # the tail may have gone past the head in some domain: the window ends where it really is
             reached = drainer.position or binlog_pos(src)
             read = KeysRead()
@@ -153,7 +152,8 @@ def refresh_verified_gtid(config: Config, store: MigrationStore, m: Moving, *, m
                 keys = {t.name: got.get((t.db, t.table), set()) for t in m.tables}
                 read.events = stats.events if stats is not None else 0  # the drain read the window
             else:
-                keys = changed_keys(m.source, m.creds, m.tables, since, reached, stall_s=waits.STALL_S, read=read)
+                keys = changed_keys(m.source, m.creds, m.tables, since, reached, stall_s=waits.STALL_S, read=read,
+                                    phase=label)
             # the next window starts exactly here; from here the tail follows the source in the
             # background (through the re-check and up to the fence), collecting the window's keys
             collecting = drainer.collect(want)
@@ -221,10 +221,11 @@ def compare_in_freeze(m: Moving, writer: pymysql.connections.Connection, refresh
             keys_from = "drain"
     tracker = refreshed.tracker if refreshed is not None else None
     if keys is None and tracker is not None and tracker.since == verified:
-        keys = tracker.keys_until(fence_gtid, remaining_s())
+        keys = tracker.keys_until(fence_gtid, remaining_s(), phase=m.direction.label)
         keys_from = "reader"
     if keys is None and verified:
-        keys = changed_keys(m.source, m.creds, m.tables, verified, fence_gtid, timeout=remaining_s())
+        keys = changed_keys(m.source, m.creds, m.tables, verified, fence_gtid, timeout=remaining_s(),
+                            phase=m.direction.label)
         keys_from = "binlog"
     if keys is None:
         keys = {t.name: set() for t in m.tables}

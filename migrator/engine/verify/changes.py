@@ -94,7 +94,7 @@ class KeysRead:
 
 def changed_keys(host: Host, creds: Credentials, tables: Sequence[TableInfo], since: str, until: str, *,
                  timeout: float = 10.0, stall_s: float | None = None,
-                 read: KeysRead | None = None) -> dict[str, set[Key]]:
+                 read: KeysRead | None = None, phase: str = "verify") -> dict[str, set[Key]]:
     """Primary keys of ``tables`` that row events touched in ``(since, until]`` of ``host``'s binlog.
 
     Reads only that binlog segment, stopping at the commit that reaches
@@ -102,7 +102,7 @@ def changed_keys(host: Host, creds: Credentials, tables: Sequence[TableInfo], si
     ``timeout``: the whole read's budget (under the freeze); with ``stall_s`` instead (outside it) the
     read goes on as long as it advances, and is given up after ``stall_s`` without progress
     (:class:`~migrator.engine.verify.waits.Stalled`, naming how far it got). ``read``: counts what was
-    read, when given.
+    read, when given. ``phase``: the phase its errors carry (a cutover's or a rollback's re-check).
     """
     out: dict[str, set[Key]] = {t.name: set() for t in tables}
     if not tables or GtidState.parse(since).reaches(GtidState.parse(until)):
@@ -128,9 +128,9 @@ def changed_keys(host: Host, creds: Credentials, tables: Sequence[TableInfo], si
                 raise Stalled(f"reading the binlog of {host.name} from {since} to {until} made no progress for "
                               f"{stall_s:g}s: after {time.monotonic() - t0:.0f}s it had read up to {rd.position} "
                               f"({read.transactions} transactions of the moving tables); is {host.name} "
-                              "reachable and its binlog still there? then try again", phase="verify")
+                              "reachable and its binlog still there? then try again", phase=phase)
             raise VerifyError(f"reading the binlog of {host.name} up to {until} took over {timeout:.1f}s",
-                              phase="verify")
+                              phase=phase)
     return out
 
 
@@ -206,16 +206,17 @@ class ChangeTracker:
         self._thread.start()
         return self
 
-    def keys_until(self, until: str, timeout: float) -> dict[str, set[Key]]:
-        """Keys changed in ``(since, until]`` (and possibly a little after): waits for the reader."""
+    def keys_until(self, until: str, timeout: float, *, phase: str = "verify") -> dict[str, set[Key]]:
+        """Keys changed in ``(since, until]`` (and possibly a little after): waits for the reader.
+        ``phase``: the phase its errors carry."""
         target = GtidState.parse(until)
         with self._cond:
             ok = self._cond.wait_for(lambda: self.error is not None or self.state.reaches(target), timeout)
             if self.error is not None:
-                raise VerifyError(f"the binlog reader on {self.host.name} failed: {self.error}", phase="verify")
+                raise VerifyError(f"the binlog reader on {self.host.name} failed: {self.error}", phase=phase)
             if not ok:
                 raise VerifyError(f"the binlog reader on {self.host.name} did not reach {until} within "
-                                  f"{timeout:.2f}s (at {self.pos})", phase="verify")
+                                  f"{timeout:.2f}s (at {self.pos})", phase=phase)
             return {k: set(v) for k, v in self.keys.items()}
 
     def stop(self) -> None:

@@ -15,7 +15,7 @@ from collections.abc import Hashable
 from typing import Any, Protocol, Self
 
 from migrator.engine.catch_up.checkpoint import open_tailer
-from migrator.engine.catch_up.tailer import TailStats
+from migrator.engine.catch_up.tailer import DrainTimeout, TailStats
 from migrator.engine.migration import MigrationStore, Node, Phase
 from migrator.engine.names import SENTINEL_TABLE
 from migrator.engine.records import CatchupNode
@@ -261,7 +261,17 @@ class TailDrainer(KeyCollector):
             self.stop_following()
             stopped = time.monotonic() - t0
         self.open()
-        stats = self._tailer.drain_to(gtid, max(0.001, t0 + timeout - time.monotonic()), save=save)
+        try:
+            stats = self._tailer.drain_to(gtid, max(0.001, t0 + timeout - time.monotonic()), save=save)
+        except DrainTimeout as exc:
+            if exc.stats is not None:  # what this slice of a longer wait did (waits.drain_progressing counts it)
+                self._account(exc.stats, t0, before, reached, stopped)
+            raise
+        return self._account(stats, t0, before, reached, stopped)
+
+    def _account(self, stats: TailStats, t0: float, before: tuple[int, int, int, int], reached: float,
+                 stopped: float) -> TailStats:
+        """``stats`` of the tailer's drain as this call's: its follower's rounds too, times from ``t0``."""
         tailer = self._tailer
         events, retries, rounds, connects = (now - then for now, then in zip(self._counters(), before))
         stats.events = events

@@ -62,23 +62,30 @@ class Stall:
 
 def drain_progressing(drainer: Drainer, gtid: str, *, what: str, stall_s: float | None = None,
                       phase: str = "verify") -> TailStats | None:
-    """``drainer.drain_to(gtid)`` for as long as the tail advances; returns what the drain returned.
+    """``drainer.drain_to(gtid)`` for as long as the tail advances; returns what the whole wait applied (the
+    stats of every slice as one: :meth:`~migrator.engine.catch_up.tailer.TailStats.and_then`), None from a
+    drainer that returns none.
 
     The drain runs in slices of the stall timeout; a slice that ends short of ``gtid`` is followed by
     another as long as the drainer's :meth:`~migrator.engine.verify.drainers.Drainer.progress` moved
     during it (a tail applying hours of binlog is never cut off), and raises :class:`Stalled`, naming the
     position reached, after a slice without progress. A drain's own failures (anything but its time
     running out) are raised as they come.
-    ``phase``: the phase the error is tagged with (the cutover's gate, reconcile, a rollback).
+    ``phase``: the phase the error is tagged with (the cutover's gate or re-check, reconcile, a rollback).
     """
     stall_s = STALL_S if stall_s is None else stall_s
     progress: Callable[[], Hashable] = drainer.progress
     before = progress()
     t0 = time.monotonic()
+    done: TailStats | None = None  # what the slices that ended short applied (a drain's timeout carries it)
     while True:
         try:
-            return drainer.drain_to(gtid, stall_s)
-        except (DrainTimeout, WaitTimeout):
+            last = drainer.drain_to(gtid, stall_s)
+            return last if done is None or last is None else done.and_then(last)
+        except (DrainTimeout, WaitTimeout) as exc:
+            part = getattr(exc, "stats", None)
+            if part is not None:
+                done = part if done is None else done.and_then(part)
             now = progress()
             if now == before:
                 raise Stalled(f"{what}: the drain to {gtid} made no progress for {stall_s:g}s "

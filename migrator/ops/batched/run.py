@@ -162,10 +162,16 @@ def step(cfg: Config, zk: ZK, creds: Credentials, migration_id: str, attempt: in
     except CutoverRetriesOver:
         raise
     except Exception as exc:  # noqa: BLE001 - flipped, or left to the settler: the batch's phase says which
-        phase = store.state(bid)[0].phase
+        phase = _settled_phase(cfg, zk, bid)
         if phase not in (*BATCH_DONE, Phase.CUTOVER):
             raise
         out["error"] = str(exc)
+        if phase in BATCH_DONE:  # it flipped, then failed: the split goes on, and the batch gets its cleanup
+            try:
+                out["cleanup_job"] = command.schedule_cleanup(cfg, bid, queue=queue, zk=zk)
+            except Exception as lost:  # noqa: BLE001 - bookkeeping; an overdue cleanup is run by any worker
+                log.warning("batch %s: scheduling its cleanup failed: %s", bid, lost)
+            return Next(f"batch {bid} flipped (then: {describe(exc)}): the next one")
         return Next(f"batch {bid} is {phase.value} after: {describe(exc)}", delay=BATCH_RECHECK_S,
                     attempt=attempt, since=since)
     if retry is not None:
@@ -177,7 +183,8 @@ def _fly(cfg: Config, zk: ZK, creds: Credentials, migration_id: str, out: dict[s
     """Hand batches their shards and cut them over, one after another, for about :data:`BATCH_STEP_S`: each
     batch's re-check of the batched migration, hand-over, fences and gate run while the batch before it
     renames its tables and finishes the passive member behind its freeze (:class:`Flight`). Stops at the
-    first batch that did not flip; the next step drives that one (its retries, its window)."""
+    first batch that did not flip; the next step drives that one (its retries, its window). A batch whose
+    cutover raised after its flip (:func:`_settled_phase`) flipped: it gets its cleanup, and is not tried again."""
     store = MigrationStore(zk)
     deadline = time.monotonic() + BATCH_STEP_S
     flights: list[Flight] = []
@@ -214,6 +221,9 @@ def _fly(cfg: Config, zk: ZK, creds: Credentials, migration_id: str, out: dict[s
             f.ended.wait()
             try:
                 _record_steps(store, f.bid, {**steps.get(f.bid, {}), "cutover_s": f.seconds})
+                if f.error is not None and _settled_phase(cfg, zk, f.bid) in BATCH_DONE:
+                    # it flipped: what failed after is no refusal (kept in the step's output)
+                    out.setdefault("after_flip", {})[f.bid], f.error = describe(f.error), None
                 if f.error is None:
                     out.setdefault("cleanup_jobs", {})[f.bid] = command.schedule_cleanup(cfg, f.bid, queue=queue,
                                                                                           zk=zk)
@@ -224,9 +234,28 @@ def _fly(cfg: Config, zk: ZK, creds: Credentials, migration_id: str, out: dict[s
     if stopped is None:
         return Next(f"{len(flights)} batches flipped: the next ones")
     out["error"] = describe(stopped.error)
+    if store.state(stopped.bid)[0].phase == Phase.CUTOVER:  # left to a settler (flipped or not): not retried yet
+        return Next(f"batch {stopped.bid} is cutover after: {out['error']}; looking again", delay=BATCH_RECHECK_S)
     # the first attempt of this batch that stopped before the flip: the next step tries it again (its window)
     return try_again(store, stopped.bid, migration_id, stopped.error, 0, None,
                      lambda delay: f"batch {stopped.bid} did not flip ({out['error']}); trying it again in {delay:g} s")
+
+
+def _settled_phase(cfg: Config, zk: ZK, bid: str) -> Phase:
+    """The phase of batch ``bid`` once its cutover has raised and given its lease up. An error after the
+    flip (the release, the renames, the passive member's finish, the flip's record) leaves the phase
+    ``cutover`` for a settler (:func:`migrator.engine.cutover.attempt.drive`): it is settled here first, as a
+    settler would (the map says whether the flip landed), so that a batch that flipped is ``done``, never
+    taken for one that did not. Still ``cutover`` when it cannot be settled now (a settler at it, ZooKeeper
+    lost): the next step looks again."""
+    phase = MigrationStore(zk).state(bid)[0].phase
+    if phase != Phase.CUTOVER:
+        return phase
+    try:
+        return cutover_mod.reconcile(cfg, bid, zk=zk, holder_died=False)
+    except Exception as exc:  # noqa: BLE001 - a worker's settler finishes it; the next step looks again
+        log.warning("batch %s: settling its cutover after it raised failed: %s", bid, describe(exc))
+        return Phase.CUTOVER
 
 
 def _record_steps(store: MigrationStore, bid: str, took: dict[str, float]) -> None:

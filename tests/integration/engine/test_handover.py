@@ -274,3 +274,97 @@ def test_the_re_check_before_a_hand_over_starts_where_the_last_hand_over_s_check
     took = [store.get_progress(b, Node.HANDOVER)[0]["attempts"][0] for b in (first, second)]
     assert took[0]["parent_recheck_rows"] >= 30, took
     assert 10 <= took[1]["parent_recheck_rows"] < 30 and took[1]["parent_recheck_events"] < 30, took
+
+
+def test_a_batch_that_flipped_and_then_failed_is_done_gets_its_cleanup_and_the_split_goes_on(fleet, monkeypatch):
+    """Every batch's cutover raises after its flip and its release (its renames done, the members' finish not):
+    a batch left open by a step that died (cut over by the next step on its own) and a batch handed over and
+    cut over in a flight. Each time the pipeline settles the batch from the map, as a settler would, finds
+    it flipped (``done``), schedules its cleanup and goes on with the split; it never reports such a batch
+    as one that "did not flip", and never tries it again. Before, the step looked at a batch in ``cutover``
+    again and again (left to a worker's settler), a flight's batch was retried as a cutover, and neither got
+    its cleanup."""
+    import dataclasses
+
+    from jobs import pipeline
+    from migrator.engine import cutover as cutover_mod
+    from migrator.engine.cutover.hooks import CutoverHooks
+
+    prep = prepare_converged(fleet, (2, 3), options=Options(freeze_budget_ms=3000), batched=True)
+    pid, store = prep.spec.id, prep.store
+    cfg_path = str(fleet.config.path)
+    verify_migration(fleet.config, pid, drainer=prep.drainer)
+    prep.drainer.close()
+    failed: list[str] = []
+    real_cutover = cutover_mod.cutover
+
+    def cutover_failing_after_its_release(config, mid, *, hooks=None, **kw):
+        hooks = hooks or CutoverHooks()
+        inner = hooks.at_step
+
+        def at_step(view, step):
+            if inner is not None:
+                inner(view, step)
+            if step == "renames" and mid not in failed:
+                failed.append(mid)
+                raise RuntimeError("lost after the release")
+
+        return real_cutover(config, mid, hooks=dataclasses.replace(hooks, at_step=at_step), **kw)
+
+    monkeypatch.setattr(cutover_mod, "cutover", cutover_failing_after_its_release)
+    first = hand_over(fleet.zk, fleet.credentials, pid, [2], tables=5)  # ... and the step died here
+
+    out = pipeline.finish(pid, cfg_path)  # cuts the open batch over: it flips, then fails
+    assert failed == [first.id] and store.state(first.id)[0].phase == Phase.DONE, out
+    assert out.get("cleanup_job") and "flipped" in out["next"] and "did not flip" not in out["next"], out
+
+    out = pipeline.finish(pid, cfg_path)  # hands shard 3 to a batch and cuts it over in a flight
+    second = store.state(pid)[0].batches[-1]
+    assert failed == [first.id, second] and out["batches"] == [second], out
+    assert store.state(second)[0].phase == Phase.DONE
+    assert "lost after the release" in out["after_flip"][second] and out["cleanup_jobs"][second], out
+    assert "did not flip" not in out["next"], out
+    for b in (first.id, second):
+        attempts = store.get_progress(b, "cutover_attempts")[0] or {}
+        assert not attempts.get("next_try"), attempts  # never scheduled to be tried again
+
+    out = pipeline.finish(pid, cfg_path)
+    assert out["done"]["batches"] == 2, out
+    smap = ShardMapStore(fleet.zk).read()
+    assert smap.master_of(2) == smap.master_of(3) == prep.spec.target_master and not smap.frozen
+
+
+def test_an_abort_that_races_a_hand_over_leaves_the_new_batch_its_copy(fleet, monkeypatch):
+    """A hand-over commits while ``migrator abort`` of the batched migration runs, right before the abort sets its
+    phase: the abort drops the copy of the shard the batched migration still holds and leaves the batch's
+    (its copy on the target, its shard lock, its maintenance pause). Before, the abort read the spec first and
+    dropped the copies of both shards, the new batch's included."""
+    from migrator.engine.migration import MigrationStore
+
+    prep = prepare_converged(fleet, (2, 3), options=Options(freeze_budget_ms=3000), batched=True)
+    pid, store, creds = prep.spec.id, prep.store, fleet.credentials
+    hold_maintenance_pause(fleet.zk, prep.spec)  # as the plan does
+    for db in prep.spec.databases:  # what the copy records of each table it made on the target
+        store.put_progress(pid, f"copy/{db}.pins", {"db": db, "table": "pins", "done": True})
+    verify_migration(fleet.config, pid, drainer=prep.drainer)
+    prep.drainer.close()
+    handed = []
+    real_set_phase = MigrationStore.set_phase
+
+    def set_phase(self, migration_id, phase, **kw):
+        if migration_id == pid and phase == Phase.ABORTED and not handed:  # the hand-over lands first
+            handed.append(hand_over(fleet.zk, creds, pid, [3], tables=5))
+        return real_set_phase(self, migration_id, phase, **kw)
+
+    monkeypatch.setattr(MigrationStore, "set_phase", set_phase)
+    out = command.abort(fleet.config, pid)
+    (batch,) = handed
+    assert out["dropped"] == ["db00002"], out
+    with mysql_connect(prep.target, creds) as dst, dst.cursor() as cur:
+        cur.execute("SELECT SCHEMA_NAME FROM information_schema.SCHEMATA WHERE SCHEMA_NAME IN ('db00002', 'db00003')")
+        assert {r[0] for r in cur.fetchall()} == {"db00003"}
+        cur.execute("SELECT COUNT(*) FROM db00003.pins")
+        assert cur.fetchone()[0] > 0
+    assert store.holders([2, 3]) == {3: batch.id}
+    assert maintenance_paused(fleet.zk, 3) == batch.id and maintenance_paused(fleet.zk, 2) is None
+    assert store.state(batch.id)[0].phase == Phase.CONVERGED and store.state(pid)[0].phase == Phase.ABORTED
