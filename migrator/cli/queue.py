@@ -389,14 +389,19 @@ def enqueue(name: QueueNameArg, bodies: list[str] = typer.Argument(..., help="Jo
             attempts: AttemptsOpt = None,
             dedupe: str | None = typer.Option(None, "--dedupe-key", metavar="KEY",
                                               help="An enqueue with a pending job of this key is deduplicated "
-                                                   "(default: none)."), as_json: JsonOpt = False) -> None:
+                                                   "(default: none)."),
+            idempotency_key: str | None = typer.Option(
+                None, "--idempotency-key", metavar="KEY",
+                help="Any key of yours for this call: the same command run again with the same key and bodies "
+                     "enqueues none of them twice, however much the first run stored (default: none)."),
+            as_json: JsonOpt = False) -> None:
     """Enqueue jobs (one per BODY)."""
     from migrator.queue.model import EnqueueJob
 
     jobs = [EnqueueJob(body=b, priority=priority, delay_seconds=delay, attempts=attempts, dedupe_key=dedupe)
             for b in bodies]
     with _service() as svc:
-        results = svc.enqueue(name, jobs)
+        results = svc.enqueue(name, jobs, idempotency_key=idempotency_key)
     if as_json:
         return _print({"queue": name, "jobs": [{"id": r.id, "deduplicated": r.deduplicated} for r in results]})
     for r in results:

@@ -4,9 +4,14 @@ Runs in ``migrator queue serve`` (uvicorn). Every route is a thin shell over a
 :class:`QueueService` method; handlers are plain ``def`` so FastAPI runs them in
 its thread pool (the service blocks on MySQL). Errors are
 ``{"error": {"code", "message", "retryable"}}`` with the status of
-:mod:`migrator.queue.errors`; request validation failures (bad JSON, a
-priority out of range, an unknown field) are 400 ``INVALID_ARGUMENT`` naming
-the offending field.
+:mod:`migrator.queue.errors`, plus ``results`` when a call was partly done (per
+item what was done, ``null`` where nothing was); request validation failures
+(bad JSON, a priority out of range, an unknown field) are 400
+``INVALID_ARGUMENT`` naming the offending field.
+
+An enqueue may carry an ``idempotency_key`` (any 1-200 characters the client
+chooses, one per call, the same on every retry of that call): a retry then
+makes no job twice, whichever part of the call was stored before.
 
 Every ``/v1`` call (and every broker route) must send ``Authorization: Bearer
 <token>``, the ``[queue] token`` of the secrets file. Without a token the app is
@@ -31,6 +36,7 @@ from migrator.queue import metrics
 from migrator.queue.errors import QueueError
 from migrator.queue.model import (
     MAX_BATCH,
+    MAX_IDEMPOTENCY_KEY,
     AckItem,
     CheckpointItem,
     EnqueueJob,
@@ -54,6 +60,12 @@ class CreateQueue(BaseModel):
 class EnqueueRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     jobs: list[EnqueueJob] = Field(min_length=1, max_length=MAX_BATCH)
+    idempotency_key: str | None = Field(
+        default=None, min_length=1, max_length=MAX_IDEMPOTENCY_KEY,
+        description="chosen by the client, one per call and the same on every retry of it (with the same jobs "
+                    "in the same order): a retry answers the jobs stored before as deduplicated and makes none "
+                    "twice (remembered for the queue's NEW retention). The call's jobs without a dedupe key then "
+                    "all go to the partition the key names, even while it is frozen for a cutover")
 
 
 class DequeueRequest(BaseModel):
@@ -86,7 +98,34 @@ class CheckpointRequest(BaseModel):
 
 
 class ResultsResponse(BaseModel):
-    results: list[str]
+    results: list[str] = Field(description="per item, in the request's order: OK, or STALE_CLAIM (the claim is "
+                                           "not the job's any more); an ack also answers ALREADY_ACKED (an "
+                                           "earlier ack with this claim finished the job: a retried ack) and "
+                                           "NOT_FOUND (no such job)")
+
+
+class ErrorDetail(BaseModel):
+    code: str
+    message: str
+    retryable: bool
+    results: list[Any] | None = Field(
+        default=None, description="only when the call was partly done: per item what was done (an enqueue's "
+                                  "result, an ack's answer), null where nothing was; a retry of the whole call "
+                                  "repeats nothing unless the code is PARTIALLY_APPLIED")
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorDetail
+
+
+#: the errors of the calls whose items span partitions, as the OpenAPI document shows them
+PARTIAL_ERRORS: dict[int | str, dict[str, Any]] = {
+    409: {"model": ErrorResponse, "description": "PARTIALLY_APPLIED: part of the enqueue was stored (results), "
+                                                 "and a retry as sent would store it again"},
+    503: {"model": ErrorResponse, "description": "SHARD_UNAVAILABLE (retryable); with results when part of the "
+                                                 "call was done"},
+}
+PARTIAL_ERRORS_503 = {503: PARTIAL_ERRORS[503]}
 
 
 class ScanRequest(BaseModel):
@@ -117,6 +156,10 @@ class CountResponse(BaseModel):
 def _error(status: int, code: str, message: str, retryable: bool = False) -> JSONResponse:
     return JSONResponse(status_code=status,
                         content={"error": {"code": code, "message": message, "retryable": retryable}})
+
+
+def _queue_error_response(exc: QueueError) -> JSONResponse:
+    return JSONResponse(status_code=exc.status, content={"error": exc.to_wire()})
 
 
 def _validation_message(exc: RequestValidationError) -> str:
@@ -171,7 +214,7 @@ def create_app(service: QueueService, *, token: str | None, broker: Any = None, 
 
     @app.exception_handler(QueueError)
     async def _queue_error(_req: Request, exc: QueueError) -> JSONResponse:
-        return _error(exc.status, exc.code, exc.message, exc.retryable)
+        return _queue_error_response(exc)
 
     @app.exception_handler(MigratorError)
     async def _migrator_error(_req: Request, exc: MigratorError) -> JSONResponse:
@@ -182,7 +225,7 @@ def create_app(service: QueueService, *, token: str | None, broker: Any = None, 
         for err in exc.errors():
             cause = (err.get("ctx") or {}).get("error")
             if isinstance(cause, QueueError):
-                return _error(cause.status, cause.code, cause.message, cause.retryable)
+                return _queue_error_response(cause)
         return _error(400, "INVALID_ARGUMENT", _validation_message(exc))
 
     deps = bearer_auth(app, token, allow_open=allow_open)
@@ -227,24 +270,24 @@ def create_app(service: QueueService, *, token: str | None, broker: Any = None, 
         return Response(status_code=204)
 
     # -- jobs --------------------------------------------------------------------------
-    @app.post("/v1/queues/{name}/jobs", dependencies=deps)
+    @app.post("/v1/queues/{name}/jobs", dependencies=deps, responses=PARTIAL_ERRORS)
     def enqueue(name: str, req: EnqueueRequest) -> list[EnqueueResult]:
-        return service.enqueue(name, req.jobs)
+        return service.enqueue(name, req.jobs, idempotency_key=req.idempotency_key)
 
     @app.post("/v1/queues/{name}/dequeue", dependencies=deps)
     def dequeue(name: str, req: DequeueRequest) -> list[JobDescriptor]:
         return service.dequeue(name, req.limit, req.lease_seconds, req.wait_seconds)
 
-    @app.post("/v1/queues/{name}/ack", dependencies=deps)
+    @app.post("/v1/queues/{name}/ack", dependencies=deps, responses=PARTIAL_ERRORS_503)
     def ack(name: str, req: AckRequest) -> ResultsResponse:
         return ResultsResponse(results=service.ack(name, req.items))
 
-    @app.post("/v1/queues/{name}/extend", dependencies=deps)
+    @app.post("/v1/queues/{name}/extend", dependencies=deps, responses=PARTIAL_ERRORS_503)
     def extend(name: str, req: ExtendRequest) -> ResultsResponse:
         return ResultsResponse(results=service.extend_lease(name, [(i.id, i.claim) for i in req.items],
                                                             req.lease_seconds))
 
-    @app.post("/v1/queues/{name}/checkpoint", dependencies=deps)
+    @app.post("/v1/queues/{name}/checkpoint", dependencies=deps, responses=PARTIAL_ERRORS_503)
     def checkpoint(name: str, req: CheckpointRequest) -> ResultsResponse:
         return ResultsResponse(results=service.checkpoint(name, req.items))
 

@@ -2,7 +2,13 @@
 
 Mirrors :class:`migrator.queue.service.QueueService`, so code can switch
 between in-process and remote use. Errors come back as the same
-:class:`QueueError` subclasses (``e.code``, ``e.retryable``).
+:class:`QueueError` subclasses (``e.code``, ``e.retryable``, and ``e.results``
+when the call was partly done: an enqueue's as :class:`EnqueueResult` or
+``None`` per job).
+
+An enqueue that may be retried passes ``idempotency_key`` (one per call, the
+same on every retry of it, e.g. ``uuid.uuid4().hex`` chosen before the first
+try): the retry makes no job twice.
 
     with QueueClient("http://127.0.0.1:8640", token=...) as q:
         q.create_queue("emails", QueueConfig(partitions=4))
@@ -96,9 +102,18 @@ class QueueClient:
         self._call("DELETE", f"/v1/queues/{name}")
 
     # -- jobs ------------------------------------------------------------------------------
-    def enqueue(self, queue: str, jobs: list[EnqueueJob]) -> list[EnqueueResult]:
-        body = {"jobs": [j.model_dump(mode="json", exclude_none=True) for j in jobs]}
-        return [EnqueueResult.model_validate(x) for x in self._call("POST", f"/v1/queues/{queue}/jobs", body)]
+    def enqueue(self, queue: str, jobs: list[EnqueueJob], *,
+                idempotency_key: str | None = None) -> list[EnqueueResult]:
+        body: dict[str, Any] = {"jobs": [j.model_dump(mode="json", exclude_none=True) for j in jobs]}
+        if idempotency_key is not None:
+            body["idempotency_key"] = idempotency_key
+        try:
+            out = self._call("POST", f"/v1/queues/{queue}/jobs", body)
+        except QueueError as exc:
+            if exc.results is not None:
+                exc.results = [None if x is None else EnqueueResult.model_validate(x) for x in exc.results]
+            raise
+        return [EnqueueResult.model_validate(x) for x in out]
 
     def dequeue(self, queue: str, limit: int = 1, lease_seconds: float | None = None,
                 wait_seconds: float = 0.0) -> list[JobDescriptor]:

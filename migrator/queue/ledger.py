@@ -6,7 +6,8 @@ The load generator (:mod:`migrator.queue.load`) writes one SQLite file:
 * ``enqueued``: every enqueue the service acknowledged (key, job id, call and
   ack times);
 * ``executions``: every time a consumer ran a job (key, job id, claim,
-  attempt, dequeue and finish times, and the ack's answer: OK, STALE_CLAIM,
+  attempt, dequeue and finish times, and the ack's answer: OK, ALREADY_ACKED
+  (a retried ack of this execution: its ack was done), STALE_CLAIM, NOT_FOUND,
   or NULL if no answer came back).
 
 :func:`check_ledger` reads it back and asks the queue for the state of every
@@ -14,7 +15,8 @@ acknowledged job that the ledger did not see finished: each must exist and be
 done or still pending, or it is *lost*. A job executed more than once is a
 double execution; it is *allowed* when at most one of its executions was
 acknowledged OK (the others lost their lease: at-least-once), and a *bug*
-when two executions both got OK (the claim fence failed).
+when two executions both got OK (the claim fence failed). ALREADY_ACKED
+counts as OK: it answers an execution whose ack was done by an earlier try.
 
 Runs wherever the load ran; the check needs the fleet config to look jobs up.
 """
@@ -30,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from migrator.fleet.config import Config
+from migrator.queue.model import ACKED
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -179,11 +182,11 @@ def check_ledger(config: Config, ledger_path: str | Path, *, service: Any = None
     finally:
         db.close()
     rep.executions = sum(len(v) for v in execs.values())
-    done_keys = {k for k, v in execs.items() if any(a == "OK" for _, _, _, a in v)}
+    done_keys = {k for k, v in execs.items() if any(a in ACKED for _, _, _, a in v)}
     rep.unacknowledged_executed = sum(1 for k in execs if k not in enq)
     for key, runs in execs.items():
         if len(runs) > 1:
-            oks = sum(1 for r in runs if r[3] == "OK")
+            oks = sum(1 for r in runs if r[3] in ACKED)
             verdict = "bug" if oks > 1 else "allowed"
             if verdict == "bug":
                 rep.double_bug += len(runs) - 1
@@ -225,7 +228,7 @@ def check_ledger(config: Config, ledger_path: str | Path, *, service: Any = None
     e2e = []
     for k, runs in execs.items():
         if k in enq:
-            fin = [r[2] for r in runs if r[3] == "OK" and r[2] is not None]
+            fin = [r[2] for r in runs if r[3] in ACKED and r[2] is not None]
             if fin:
                 e2e.append((fin[0] - enq[k][2]) * 1000)
     rep.e2e_p50_ms, rep.e2e_p99_ms = _pct(e2e, 50), _pct(e2e, 99)

@@ -13,7 +13,10 @@ key, so an enqueue retried after an ambiguous failure cannot create a second
 job. Consumers dequeue, "run" the job (a no-op unless ``handler`` is given),
 and ack; every acknowledged enqueue and every execution with its ack answer go
 to the ledger. Retryable errors (a frozen or moving shard, rate limit) are
-retried with a short pause; others are counted. After the run, consumers keep
+retried with a short pause; others are counted. A call that gives up after it
+was partly done still tells the ledger what was: the jobs its error's
+``results`` name as stored are acknowledged enqueues, and the acks it names
+answered are recorded with their answers. After the run, consumers keep
 draining for up to ``drain_seconds``.
 
 Runs in-process against a :class:`QueueService` by default, or against a
@@ -36,7 +39,7 @@ from typing import Any
 from migrator.fleet.config import Config
 from migrator.queue.errors import QueueError, UnknownQueue
 from migrator.queue.ledger import Ledger
-from migrator.queue.model import AckItem, EnqueueJob, JobDescriptor, QueueConfig
+from migrator.queue.model import ACKED, AckItem, EnqueueJob, JobDescriptor, QueueConfig
 
 
 @dataclass
@@ -90,14 +93,17 @@ class _Run:
             keys = [uuid.uuid4().hex for _ in range(batch)]
             jobs = [EnqueueJob(body=json.dumps({"k": k}), dedupe_key=k) for k in keys]
             t_call = time.time()
-            res = self._with_retry(lambda jobs=jobs: self.api.enqueue(self.queue, jobs), until=deadline + 10)
-            if res is None:
-                continue
+            res, err = self._with_retry(lambda jobs=jobs: self.api.enqueue(self.queue, jobs), until=deadline + 10)
+            if res is None:  # given up: what the last try stored is acknowledged all the same
+                res = err.results if isinstance(err, QueueError) and err.results else None
+                if res is None:
+                    continue
             t_ack = time.time()
-            self.ledger.enqueued([(k, r.id, t_call, t_ack) for k, r in zip(keys, res)])
+            stored = [(k, r) for k, r in zip(keys, res) if r is not None]
+            self.ledger.enqueued([(k, r.id, t_call, t_ack) for k, r in stored])
             with self.lock:
-                self.result.enqueued += len(keys)
-                for k in keys:
+                self.result.enqueued += len(stored)
+                for k, _r in stored:
                     if k in self.done_early:
                         self.done_early.discard(k)
                     else:
@@ -106,8 +112,8 @@ class _Run:
 
     def consume(self, limit: int) -> None:
         while not self.stop_consuming.is_set():
-            got = self._with_retry(lambda: self.api.dequeue(self.queue, limit=limit, wait_seconds=0.2),
-                                   until=time.monotonic() + 5)
+            got, _err = self._with_retry(lambda: self.api.dequeue(self.queue, limit=limit, wait_seconds=0.2),
+                                         until=time.monotonic() + 5)
             if not got:
                 continue
             t_deq = time.time()
@@ -115,8 +121,10 @@ class _Run:
                 if self.handler is not None:
                     self.handler(d)
             items = [AckItem(id=d.id, claim=d.claim) for d in got]
-            answers = self._with_retry(lambda items=items: self.api.ack(self.queue, items),
-                                       until=time.monotonic() + 30)
+            answers, err = self._with_retry(lambda items=items: self.api.ack(self.queue, items),
+                                            until=time.monotonic() + 30)
+            if answers is None and isinstance(err, QueueError) and err.results:
+                answers = err.results  # given up: the answers of the partitions that did answer
             t_done = time.time()
             rows = []
             for i, d in enumerate(got):
@@ -125,28 +133,29 @@ class _Run:
             self.ledger.executed(rows)
             with self.lock:
                 self.result.executed += len(got)
-                self.result.acked_ok += sum(1 for r in rows if r[6] == "OK")
-                self.result.stale_acks += sum(1 for r in rows if r[6] == "STALE_CLAIM")
+                self.result.acked_ok += sum(1 for r in rows if r[6] in ACKED)
+                self.result.stale_acks += sum(1 for r in rows if r[6] is not None and r[6] not in ACKED)
                 for r in rows:
-                    if r[6] == "OK":
+                    if r[6] in ACKED:
                         if r[0] in self.outstanding:
                             self.outstanding.discard(r[0])
                         else:
                             self.done_early.add(r[0])
 
-    def _with_retry(self, fn: Callable[[], Any], until: float) -> Any:
+    def _with_retry(self, fn: Callable[[], Any], until: float) -> tuple[Any, BaseException | None]:
+        """``(fn's answer, None)``, retrying retryable errors until ``until``; or ``(None, the last error)``."""
         while True:
             try:
-                return fn()
+                return fn(), None
             except QueueError as exc:
                 self.count_error(exc)
                 if not exc.retryable or time.monotonic() > until:
-                    return None
+                    return None, exc
                 time.sleep(0.02 + random.random() * 0.1)
             except Exception as exc:  # noqa: BLE001 - a load run reports errors, it does not die of them
                 self.count_error(exc)
                 if time.monotonic() > until:
-                    return None
+                    return None, exc
                 time.sleep(0.1)
 
 

@@ -7,6 +7,7 @@ queue record is what ZooKeeper holds at ``<root>/queues/<name>`` (see
 
 from __future__ import annotations
 
+import hashlib
 from enum import IntEnum
 from typing import Literal
 
@@ -22,6 +23,10 @@ MAX_BODY_BYTES = 64 * 1024
 MAX_BATCH = 1000
 MAX_CUSTOM_STATUS = 1000
 MAX_DEDUPE_KEY = 191
+MAX_IDEMPOTENCY_KEY = 200
+#: the first character of the keys an enqueue's ``idempotency_key`` makes for its jobs without a dedupe key
+#: (:func:`call_dedupe_key`); they share the dedupe side table, so no dedupe key of a job may start with it
+CALL_KEY_PREFIX = "\x1e"
 
 
 class JobState(IntEnum):
@@ -138,7 +143,9 @@ class EnqueueJob(BaseModel):
     delay_seconds: float | None = Field(default=None, ge=0)
     attempts: int | None = Field(default=None, ge=1, le=1000)
     custom_status: str = Field(default="", max_length=MAX_CUSTOM_STATUS)
-    dedupe_key: str | None = Field(default=None, min_length=1, max_length=MAX_DEDUPE_KEY)
+    dedupe_key: str | None = Field(default=None, min_length=1, max_length=MAX_DEDUPE_KEY,
+                                   description="an enqueue while a job of this key is remembered (the NEW "
+                                               "retention) answers that job's id, deduplicated")
 
     @field_validator("body")
     @classmethod
@@ -148,6 +155,16 @@ class EnqueueJob(BaseModel):
             from migrator.queue.errors import BodyTooLarge
 
             raise BodyTooLarge(f"job body is {n} bytes; the limit is {MAX_BODY_BYTES}")
+        return v
+
+    @field_validator("dedupe_key")
+    @classmethod
+    def _not_a_call_key(cls, v: str | None) -> str | None:
+        if v is not None and v.startswith(CALL_KEY_PREFIX):
+            from migrator.queue.errors import InvalidArgument
+
+            raise InvalidArgument("dedupe_key may not start with the character U+001E (the queue's own keys do): "
+                                  "drop that character")
         return v
 
     @model_validator(mode="after")
@@ -160,7 +177,21 @@ class EnqueueJob(BaseModel):
 class EnqueueResult(BaseModel):
     id: int
     partition: int
-    deduplicated: bool = False
+    deduplicated: bool = Field(default=False, description="the job was there already (its dedupe key, or the "
+                                                          "call's idempotency key): no job was made")
+
+
+def partition_of_key(key: str, partitions: int) -> int:
+    """The partition a key's jobs go to: a dedupe key's (so its side table sees every copy of the key), and an
+    idempotency key's jobs without a dedupe key (so a retry of the call finds what it stored)."""
+    return int.from_bytes(hashlib.md5(key.encode()).digest()[:8], "big") % partitions
+
+
+def call_dedupe_key(idempotency_key: str, position: int) -> str:
+    """The dedupe side table's key of the job at ``position`` of an enqueue sent with ``idempotency_key``
+    (a job without a dedupe key of its own): the same call retried finds its jobs there. Hashed, so any key
+    fits the column and none differs from another by case or trailing blanks only (the column's collation)."""
+    return f"{CALL_KEY_PREFIX}call:{hashlib.sha256(idempotency_key.encode()).hexdigest()}:{position}"
 
 
 class JobDescriptor(BaseModel):
@@ -193,7 +224,13 @@ class AckItem(BaseModel):
     custom_status: str | None = Field(default=None, max_length=MAX_CUSTOM_STATUS)
 
 
-AckResult = Literal["OK", "STALE_CLAIM"]
+#: an ack's answer per job: ``OK`` (this ack finished it), ``ALREADY_ACKED`` (an earlier ack with this claim
+#: did, and the job was not claimed again since: a retried ack), ``STALE_CLAIM`` (the claim is no longer the
+#: job's: its lease expired, it was given back or claimed again; this ack did nothing), ``NOT_FOUND`` (no job
+#: of that id in its partition: purged, deleted or never made)
+AckResult = Literal["OK", "ALREADY_ACKED", "STALE_CLAIM", "NOT_FOUND"]
+#: the answers that say the job's ack is done (by this call or an earlier one)
+ACKED = ("OK", "ALREADY_ACKED")
 
 
 class CheckpointItem(BaseModel):

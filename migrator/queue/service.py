@@ -15,8 +15,9 @@ The dequeue rate limit (``max_jobs_per_second``) is a token bucket in this
 process: with several API servers, each enforces the full rate.
 
 Partition choice on enqueue: a dedupe key hashes to a fixed partition (so the
-side table sees every copy of the key); other batches go round-robin, skipping
-partitions whose shard is frozen for a cutover when another one is free.
+side table sees every copy of the key), and so does a call's idempotency key
+for the call's other jobs; other batches go round-robin, skipping partitions
+whose shard is frozen for a cutover when another one is free.
 
 A call whose jobs fall in several partitions (an enqueue with dedupe keys, an
 ack, a lease extension, a checkpoint) writes each partition in its own
@@ -24,8 +25,20 @@ transaction, as it always did, but the partitions side by side
 (:meth:`QueueService._per_partition`): the call takes as long as its slowest
 partition, not their sum, so a partition frozen for a cutover holds the call
 only until its flip, not its flip plus every other partition's statement. The
-call answers once every partition's statement has ended (the first error,
-after the others ended: a client's retry never races its own call).
+call answers once every partition's statement has ended (a client's retry never
+races its own call).
+
+Such a call is all or nothing to its caller, or says exactly what it did: when
+one partition fails (frozen past the wait, its master down) after others
+committed, the error carries per item what was done (``QueueError.results``:
+an enqueue's result or an ack's answer, ``None`` where nothing was), the
+metrics count what was committed and waiting dequeues are woken for it. A retry
+of the whole call repeats nothing when every job it stored has a dedupe key or
+the call carried an ``idempotency_key`` (its jobs without a dedupe key are
+remembered in the dedupe side table under :func:`~migrator.queue.model.call_dedupe_key`,
+all in the partition the key hashes to), and for acks (a retried ack answers
+``ALREADY_ACKED``); otherwise the error is :class:`PartiallyApplied` (not
+retryable): retry only the items without a result.
 
 Lookups, counts, scans and the bulk state changes (retry-failed, cancel,
 delete) are in :mod:`migrator.queue.admin`.
@@ -43,6 +56,7 @@ from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import wait as wait_all
 from typing import Any, Protocol, TypeVar
 
+from migrator.errors import MigratorError
 from migrator.fleet import zk as zk_mod
 from migrator.fleet.config import Config, Credentials, load_credentials
 from migrator.fleet.ids import shard_db
@@ -52,10 +66,19 @@ from migrator.queue import metrics, schema
 from migrator.queue import storage as st
 from migrator.queue.admin import QueueAdmin
 from migrator.queue.catalog import QueueCatalog
-from migrator.queue.errors import InvalidArgument, QueuePaused, RateLimited
+from migrator.queue.errors import (
+    InvalidArgument,
+    PartiallyApplied,
+    QueueError,
+    QueuePaused,
+    RateLimited,
+    ShardUnavailable,
+)
 from migrator.queue.executor import ShardExecutor
 from migrator.queue.model import (
+    ACKED,
     MAX_BATCH,
+    MAX_IDEMPOTENCY_KEY,
     AckItem,
     CheckpointItem,
     EnqueueJob,
@@ -65,8 +88,10 @@ from migrator.queue.model import (
     QueueConfig,
     QueueConfigUpdate,
     QueueRecord,
+    call_dedupe_key,
     check_queue_name,
     job_id,
+    partition_of_key,
     split_job_id,
 )
 from migrator.queue.pacing import TokenBucket, backoff_seconds
@@ -210,32 +235,50 @@ class QueueService(QueueAdmin):
                               what=f"drop {p.table}", table=p.table)
 
     # -- enqueue --------------------------------------------------------------------
-    def enqueue(self, queue: str, jobs: list[EnqueueJob]) -> list[EnqueueResult]:
+    def enqueue(self, queue: str, jobs: list[EnqueueJob], *,
+                idempotency_key: str | None = None) -> list[EnqueueResult]:
+        """Store ``jobs``; per job its id (an existing job's, deduplicated, when its dedupe key or this call's
+        ``idempotency_key`` was seen). The same call sent again with the same ``idempotency_key`` (the same
+        jobs in the same order) makes no job twice. A failure after part of the call was stored raises with
+        ``results`` (see the module docstring)."""
         if not jobs:
             return []
         if len(jobs) > MAX_BATCH:
             raise InvalidArgument(f"at most {MAX_BATCH} jobs per enqueue, got {len(jobs)}")
+        if idempotency_key is not None and not 1 <= len(idempotency_key) <= MAX_IDEMPOTENCY_KEY:
+            raise InvalidArgument(f"idempotency_key must be 1..{MAX_IDEMPOTENCY_KEY} characters")
         rec = self.catalog.get(queue)
+        n = len(rec.partitions)
         groups: dict[int, list[int]] = {}
-        rr_part = self._pick_partition(rec)
+        # an idempotency key pins the call's other jobs to one partition, frozen or not: a retry must find them
+        rest = partition_of_key(idempotency_key, n) if idempotency_key is not None else self._pick_partition(rec)
         for i, j in enumerate(jobs):
-            if j.dedupe_key is not None and len(rec.partitions) > 1:
-                idx = int.from_bytes(hashlib.md5(j.dedupe_key.encode()).digest()[:8], "big") % len(rec.partitions)
-            else:
-                idx = rr_part
+            idx = partition_of_key(j.dedupe_key, n) if j.dedupe_key is not None else rest
             groups.setdefault(idx, []).append(i)
-        out: list[EnqueueResult | None] = [None] * len(jobs)
         now = time.time()
-        work = {idx: [self._new_job(rec, jobs[i], now) for i in members] for idx, members in groups.items()}
-        inserted = self._per_partition(
+
+        def new_job(i: int) -> st.NewJob:
+            call_key = None
+            if idempotency_key is not None and jobs[i].dedupe_key is None:
+                call_key = call_dedupe_key(idempotency_key, i)
+            return self._new_job(rec, jobs[i], now, call_key)
+
+        work = {idx: [new_job(i) for i in members] for idx, members in groups.items()}
+        inserted, error = self._per_partition(
             rec, work, lambda c, part, new: st.insert_jobs(c, shard_db(part.shard), part.table, new), "enqueue into")
-        for idx, members in groups.items():
+        out: list[EnqueueResult | None] = [None] * len(jobs)
+        for idx, done in inserted.items():
             shard = rec.partition(idx).shard
-            for i, (local, dup) in zip(members, inserted[idx]):
+            for i, (local, dup) in zip(groups[idx], done):
                 out[i] = EnqueueResult(id=job_id(shard, local), partition=idx, deduplicated=dup)
-        metrics.ENQUEUED.labels(queue).inc(len(jobs))
-        with self._enqueued:
-            self._enqueued.notify_all()
+        made = [r for r in out if r is not None and not r.deduplicated]
+        metrics.ENQUEUED.labels(queue).inc(len(made))
+        metrics.DEDUPLICATED.labels(queue).inc(sum(1 for r in out if r is not None and r.deduplicated))
+        if made:
+            with self._enqueued:
+                self._enqueued.notify_all()
+        if error is not None:
+            raise _enqueue_error(error, out, jobs, idempotency_key)
         return out  # type: ignore[return-value]
 
     def _pick_partition(self, rec: QueueRecord) -> int:
@@ -250,7 +293,7 @@ class QueueService(QueueAdmin):
         return start
 
     @staticmethod
-    def _new_job(rec: QueueRecord, j: EnqueueJob, now: float) -> st.NewJob:
+    def _new_job(rec: QueueRecord, j: EnqueueJob, now: float, call_key: str | None = None) -> st.NewJob:
         run_after = None
         delay_us = 0
         if j.run_after is not None:
@@ -259,7 +302,7 @@ class QueueService(QueueAdmin):
             delay_us = int(j.delay_seconds * 1e6)
         return st.NewJob(body=j.body, priority=j.priority, attempts=j.attempts or rec.config.default_attempts,
                          custom_status=j.custom_status, run_after=run_after, delay_us=delay_us,
-                         dedupe_key=j.dedupe_key)
+                         dedupe_key=j.dedupe_key, call_key=call_key)
 
     # -- dequeue --------------------------------------------------------------------
     def dequeue(self, queue: str, limit: int = 1, lease_seconds: float | None = None,
@@ -346,30 +389,35 @@ class QueueService(QueueAdmin):
         return self.executor.run(part.shard, fn, guard=lambda: self.catalog.get(rec.name, fresh=True),
                                  table=part.table, **kw)
 
-    def _per_partition(self, rec: QueueRecord, work: dict[int, W],
-                       fn: Callable[[Any, PartitionRecord, W], R], what: str) -> dict[int, R]:
+    def _per_partition(self, rec: QueueRecord, work: dict[int, W], fn: Callable[[Any, PartitionRecord, W], R],
+                       what: str) -> tuple[dict[int, R], BaseException | None]:
         """``fn(conn, partition, its work)`` for each partition index of ``work``, each in its own call of
-        :meth:`_run` (its own transaction, following moves), the partitions side by side; returns each
-        partition's result. Every partition's call has ended when this returns or raises (the first error)."""
+        :meth:`_run` (its own transaction, following moves), the partitions side by side. Returns the result
+        of every partition that committed and the first error of the others (in ``work``'s order), or
+        ``None``; every partition's call has ended when this returns. The caller answers for both."""
 
         def one(idx: int) -> R:
             part = rec.partition(idx)
             return self._run(rec, part, lambda c: fn(c, part, work[idx]), what=f"{what} {part.table}")
 
         if not work:
-            return {}
+            return {}, None
         first, *rest = work
-        if not rest:
-            return {first: one(first)}
         futures = {idx: self._partition_threads.submit(one, idx) for idx in rest}
+        done: dict[int, R] = {}
+        error: BaseException | None = None
         try:
-            results = {first: one(first)}
+            done[first] = one(first)
+        except Exception as exc:  # noqa: BLE001 - answered with what the other partitions did
+            error = exc
         finally:
             wait_all(futures.values())
-        for f in futures.values():
-            if (exc := f.exception()) is not None:
-                raise exc
-        return results | {idx: f.result() for idx, f in futures.items()}
+        for idx, f in futures.items():
+            if (exc := f.exception()) is None:
+                done[idx] = f.result()
+            elif error is None:
+                error = exc
+        return done, error
 
     def _limiter(self, rec: QueueRecord) -> TokenBucket:
         with self._lock:
@@ -393,7 +441,9 @@ class QueueService(QueueAdmin):
         return groups
 
     def ack(self, queue: str, items: list[AckItem]) -> list[str]:
-        """Finish claimed jobs; per job "OK" or "STALE_CLAIM"."""
+        """Finish claimed jobs; per job an :data:`~migrator.queue.model.AckResult` (``OK``, ``ALREADY_ACKED``,
+        ``STALE_CLAIM``, ``NOT_FOUND``). A failure after part of the call was committed raises with
+        ``results`` (``None`` for the items of the partitions that failed); a retry answers them all."""
         if len(items) > MAX_BATCH:
             raise InvalidArgument(f"at most {MAX_BATCH} acks per call")
         rec = self.catalog.get(queue)
@@ -405,15 +455,19 @@ class QueueService(QueueAdmin):
             return st.Finish(split_job_id(it.id)[1], claim, it.success, int(delay * 1e6), it.custom_status)
 
         work = {idx: [finish_of(items[pos]) for pos in positions] for idx, positions in groups.items()}
-        out = _answers(len(items), groups, self._per_partition(
-            rec, work, lambda c, part, fin: st.finish_jobs(c, shard_db(part.shard), part.table, fin), "ack in"))
-        n_ok = sum(1 for x in out if x == "OK")
+        done, error = self._per_partition(
+            rec, work, lambda c, part, fin: st.finish_jobs(c, shard_db(part.shard), part.table, fin), "ack in")
+        out = _answers(len(items), groups, done)
         metrics.ACKED.labels(queue, "success").inc(sum(1 for it, x in zip(items, out) if x == "OK" and it.success))
         metrics.ACKED.labels(queue, "failure").inc(sum(1 for it, x in zip(items, out) if x == "OK" and not it.success))
-        metrics.STALE_ACKS.labels(queue).inc(len(items) - n_ok)
-        with self._enqueued:  # a failure ack may have made a job ready again
-            self._enqueued.notify_all()
-        return out
+        metrics.REPEATED_ACKS.labels(queue).inc(sum(1 for x in out if x == "ALREADY_ACKED"))
+        metrics.STALE_ACKS.labels(queue).inc(sum(1 for x in out if x is not None and x not in ACKED))
+        if any(x == "OK" and not it.success for it, x in zip(items, out)):
+            with self._enqueued:  # a failure ack may have made a job ready again
+                self._enqueued.notify_all()
+        if error is not None:
+            raise _partial_error(error, out, "acks", "a retry of the call answers ALREADY_ACKED for those")
+        return out  # type: ignore[return-value]
 
     def extend_lease(self, queue: str, items: list[tuple[int, str]], lease_seconds: float | None = None) -> list[str]:
         rec = self.catalog.get(queue)
@@ -423,9 +477,13 @@ class QueueService(QueueAdmin):
         groups = self._by_partition(rec, [i for i, _ in items])
         work = {idx: [(split_job_id(items[p][0])[1], st.Claim.parse(items[p][1])) for p in positions]
                 for idx, positions in groups.items()}
-        return _answers(len(items), groups, self._per_partition(
+        done, error = self._per_partition(
             rec, work, lambda c, part, args: st.extend_leases(c, shard_db(part.shard), part.table, args,
-                                                              int(lease * 1e6)), "extend lease in"))
+                                                              int(lease * 1e6)), "extend lease in")
+        out = _answers(len(items), groups, done)
+        if error is not None:
+            raise _partial_error(error, out, "lease extensions", "a retry of the call extends them again")
+        return out  # type: ignore[return-value]
 
     def checkpoint(self, queue: str, items: list[CheckpointItem]) -> list[str]:
         rec = self.catalog.get(queue)
@@ -437,12 +495,16 @@ class QueueService(QueueAdmin):
                                  int((it.delay_seconds or 0) * 1e6), it.attempts, it.custom_status)
 
         work = {idx: [checkpoint_of(items[pos]) for pos in positions] for idx, positions in groups.items()}
-        out = _answers(len(items), groups, self._per_partition(
+        done, error = self._per_partition(
             rec, work, lambda c, part, cps: st.checkpoint_jobs(c, shard_db(part.shard), part.table, cps),
-            "checkpoint in"))
-        with self._enqueued:
-            self._enqueued.notify_all()
-        return out
+            "checkpoint in")
+        out = _answers(len(items), groups, done)
+        if any(x == "OK" for x in out):
+            with self._enqueued:
+                self._enqueued.notify_all()
+        if error is not None:
+            raise _partial_error(error, out, "checkpoints", "a retry of the call writes them again (the same values)")
+        return out  # type: ignore[return-value]
 
     # -- reaper ---------------------------------------------------------------------------
     def reap_partition(self, rec: QueueRecord, part: PartitionRecord) -> tuple[int, int]:
@@ -467,10 +529,53 @@ class QueueService(QueueAdmin):
         return out
 
 
-def _answers(n: int, groups: dict[int, list[int]], done: dict[int, list[bool]]) -> list[str]:
-    """Per item of a call, "OK" or "STALE_CLAIM", from each partition's answers in its items' order."""
-    out = [""] * n
+def _answers(n: int, groups: dict[int, list[int]], done: dict[int, list[bool] | list[str]]) -> list[str | None]:
+    """Per item of a call, its partition's answer (``True``/``False`` read as "OK"/"STALE_CLAIM"), or ``None``
+    for the items of a partition that did not commit."""
+    out: list[str | None] = [None] * n
     for idx, positions in groups.items():
-        for pos, ok in zip(positions, done[idx]):
-            out[pos] = "OK" if ok else "STALE_CLAIM"
+        for pos, ans in zip(positions, done.get(idx, ())):
+            out[pos] = ans if isinstance(ans, str) else ("OK" if ans else "STALE_CLAIM")
     return out
+
+
+def _partial_error(error: BaseException, results: list[Any], items: str, retry: str) -> BaseException:
+    """The error a call answers with when ``error`` ended some of its partitions: ``error`` itself when nothing
+    was done; else a :class:`QueueError` of the same code (a migrator error answers as ``SHARD_UNAVAILABLE``,
+    which is how the HTTP API answers those) that says how many items were done and carries ``results``."""
+    done = sum(1 for r in results if r is not None)
+    if done == 0:
+        return error
+    cause = error.message if isinstance(error, MigratorError) else f"{type(error).__name__}: {error}"
+    message = f"{done} of {len(results)} {items} were done before this failed ({retry}): {cause}"
+    if isinstance(error, QueueError):
+        exc: QueueError = type(error)(message)
+    elif isinstance(error, MigratorError):
+        exc = ShardUnavailable(message)
+    else:
+        exc = QueueError(message)
+    exc.results = results
+    exc.__cause__ = error
+    return exc
+
+
+def _enqueue_error(error: BaseException, results: list[EnqueueResult | None], jobs: list[EnqueueJob],
+                   idempotency_key: str | None) -> BaseException:
+    """:func:`_partial_error` for an enqueue: :class:`PartiallyApplied` when a retry of the call as it was sent
+    would store a job twice (no idempotency key, and a new job without a dedupe key among the stored)."""
+    repeats = idempotency_key is None and any(
+        r is not None and not r.deduplicated and j.dedupe_key is None for r, j in zip(results, jobs))
+    if not repeats:
+        how = "the same call with the same idempotency_key" if idempotency_key is not None else "their dedupe keys"
+        return _partial_error(error, results, "jobs", f"a retry of the whole call stores none twice: {how}")
+    stored = [i for i, r in enumerate(results) if r is not None]
+    which = ", ".join(map(str, stored[:20])) + (", ..." if len(stored) > 20 else "")
+    cause = error.message if isinstance(error, MigratorError) else f"{type(error).__name__}: {error}"
+    exc = PartiallyApplied(
+        f"{len(stored)} of {len(results)} jobs were enqueued before this failed (at positions {which}, from 0), "
+        f"and a retry of the whole call would enqueue them again: retry only the jobs without a result "
+        f"(error.results), or send an idempotency key with the call (the same on every retry) to make retries "
+        f"safe: {cause}")
+    exc.results = list(results)
+    exc.__cause__ = error
+    return exc

@@ -11,7 +11,10 @@ the database's now, a random ``claim_token`` and ``lease_until``; the claim
 string handed to the worker is ``<token>.<updated_at>.<attempt>``, so a
 terminal update addresses the full primary key (one partition) and is fenced
 by the token: a claim whose lease expired and was re-claimed matches no row
-and answers STALE_CLAIM. Every statement carries ``state`` (and, where known,
+and answers STALE_CLAIM. An ack keeps its claim's token on the row (only a new
+claim, the reaper, a release, a checkpoint back to NEW or a bulk state change
+clear it), so an ack retried with the same claim reads ALREADY_ACKED, not
+STALE_CLAIM. Every statement carries ``state`` (and, where known,
 ``updated_at``) so MariaDB prunes to the partitions of that state.
 """
 
@@ -67,15 +70,23 @@ class NewJob:
     run_after: dt.datetime | None  # None: now
     delay_us: int
     dedupe_key: str | None
+    #: the side table's key of a job without a dedupe key in a call with an idempotency key
+    #: (:func:`migrator.queue.model.call_dedupe_key`); the row's ``dedupe_key`` column stays NULL
+    call_key: str | None = None
+
+    @property
+    def side_key(self) -> str | None:
+        """The key this job is remembered by in the dedupe side table, if any."""
+        return self.dedupe_key if self.dedupe_key is not None else self.call_key
 
 
 def insert_jobs(conn: pymysql.connections.Connection, db: str, table: str,
                 jobs: list[NewJob]) -> list[tuple[int, bool]]:
     """Insert a batch in one transaction; returns (local id, deduplicated) per job.
 
-    A job whose dedupe key is already present returns the existing job's id
-    (the dedupe table row is the lock; a concurrent insert of the same key
-    deadlocks or waits and the caller's retry resolves it).
+    A job whose dedupe key (or call key) is already present returns the
+    existing job's id (the dedupe table row is the lock; a concurrent insert of
+    the same key deadlocks or waits and the caller's retry resolves it).
     """
     t = qualified(db, table)
     dt_name = qualified(db, schema.dedupe_table_name(table))
@@ -83,7 +94,7 @@ def insert_jobs(conn: pymysql.connections.Connection, db: str, table: str,
     conn.begin()
     try:
         with conn.cursor() as cur:
-            keyed = [(i, j.dedupe_key) for i, j in enumerate(jobs) if j.dedupe_key is not None]
+            keyed = [(i, j.side_key) for i, j in enumerate(jobs) if j.side_key is not None]
             existing: dict[str, int] = {}
             if keyed:
                 keys = sorted({k for _, k in keyed})
@@ -94,7 +105,7 @@ def insert_jobs(conn: pymysql.connections.Connection, db: str, table: str,
             to_insert: list[int] = []
             first_of_key: dict[str, int] = {}
             for i, j in enumerate(jobs):
-                k = j.dedupe_key
+                k = j.side_key
                 if k is not None and k in existing:
                     out[i] = (existing[k], True)
                 elif k is not None and k in first_of_key:
@@ -108,8 +119,8 @@ def insert_jobs(conn: pymysql.connections.Connection, db: str, table: str,
                 for i, local in zip(to_insert, ids):
                     out[i] = (local, False)
                 for i, j in enumerate(jobs):
-                    if out[i] is None and j.dedupe_key is not None:
-                        out[i] = (out[first_of_key[j.dedupe_key]][0], True)  # type: ignore[index]
+                    if out[i] is None and j.side_key is not None:
+                        out[i] = (out[first_of_key[j.side_key]][0], True)  # type: ignore[index]
                 fresh = [(k, out[i][0]) for k, i in first_of_key.items()]  # type: ignore[index]
                 if fresh:
                     cur.executemany(
@@ -243,21 +254,23 @@ class Finish:
 
 
 def finish_jobs(conn: pymysql.connections.Connection, db: str, table: str,
-                items: list[Finish]) -> list[bool]:
+                items: list[Finish]) -> list[str]:
     """Ack: IPR -> OK, or on failure -> NEW after a delay (FAIL when no attempts are left).
 
-    Each update addresses the claimed row's full primary key and its token;
-    False means the claim is stale (lease expired and reaped or re-claimed).
+    Each update addresses the claimed row's full primary key and its token, and
+    leaves the token on the row. Per item, in one transaction: ``OK`` (this ack
+    finished the job), else what the row says (:func:`why_missed`):
+    ``ALREADY_ACKED``, ``STALE_CLAIM`` or ``NOT_FOUND``.
     """
     t = qualified(db, table)
-    out = []
+    hit = []
     conn.begin()
     try:
         with conn.cursor() as cur:
             for it in items:
                 if it.success:
                     cur.execute(
-                        f"{T}UPDATE {t} SET state = 2, updated_at = NOW(6), claim_token = NULL, lease_until = NULL, "
+                        f"{T}UPDATE {t} SET state = 2, updated_at = NOW(6), lease_until = NULL, "
                         "custom_status = COALESCE(%s, custom_status) "
                         "WHERE local_id = %s AND state = 1 AND updated_at = %s AND claim_token = %s",
                         (it.custom_status, it.local_id, it.claim.claimed_at, it.claim.token),
@@ -265,17 +278,43 @@ def finish_jobs(conn: pymysql.connections.Connection, db: str, table: str,
                 else:
                     cur.execute(
                         f"{T}UPDATE {t} SET state = IF(attempts_left > 0, 0, 3), updated_at = NOW(6), "
-                        "run_after = NOW(6) + INTERVAL %s MICROSECOND, claim_token = NULL, lease_until = NULL, "
+                        "run_after = NOW(6) + INTERVAL %s MICROSECOND, lease_until = NULL, "
                         "custom_status = COALESCE(%s, custom_status) "
                         "WHERE local_id = %s AND state = 1 AND updated_at = %s AND claim_token = %s",
                         (it.retry_delay_us, it.custom_status, it.local_id, it.claim.claimed_at, it.claim.token),
                     )
-                out.append(cur.rowcount == 1)
+                hit.append(cur.rowcount == 1)
+            missed = [(it.local_id, it.claim) for it, ok in zip(items, hit) if not ok]
+            why = why_missed(cur, t, missed) if missed else {}
         conn.commit()
     except BaseException:
         rollback_quietly(conn)
         raise
-    return out
+    return ["OK" if ok else why[it.local_id] for it, ok in zip(items, hit)]
+
+
+def why_missed(cur: Any, t: str, items: list[tuple[int, Claim]]) -> dict[int, str]:
+    """Why a claim-fenced ack matched no row, per local id: ``ALREADY_ACKED`` (the row is out of IPR and still
+    carries this claim's token: an ack with this claim finished it, and nobody claimed it since),
+    ``NOT_FOUND`` (no row of that id) or ``STALE_CLAIM`` (the row is someone else's now, or back in NEW
+    without a claim). Reads by ``local_id`` alone, so every partition of the table is probed: only for the
+    items that missed."""
+    marks = ",".join(["%s"] * len(items))
+    cur.execute(f"{T}SELECT local_id, state, claim_token FROM {t} WHERE local_id IN ({marks})",
+                [local for local, _ in items])
+    rows: dict[int, list[tuple[int, str | None]]] = {}
+    for local, state, token in cur.fetchall():
+        rows.setdefault(int(local), []).append((int(state), token))
+    return {local: answer_for(claim, rows.get(local, [])) for local, claim in items}
+
+
+def answer_for(claim: Claim, rows: list[tuple[int, str | None]]) -> str:
+    """The answer to an ack whose fenced update missed, from the rows of its id ((state, claim token) each)."""
+    if not rows:
+        return "NOT_FOUND"
+    if any(state != 1 and token == claim.token for state, token in rows):
+        return "ALREADY_ACKED"
+    return "STALE_CLAIM"
 
 
 def extend_leases(conn: pymysql.connections.Connection, db: str, table: str,

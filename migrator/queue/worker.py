@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from migrator.queue.errors import InvalidArgument, QueueError
-from migrator.queue.model import AckItem, JobDescriptor
+from migrator.queue.model import ACKED, AckItem, JobDescriptor
 
 Handler = Callable[[JobDescriptor], Any]
 
@@ -136,9 +136,9 @@ def run_worker(api: Any, queue: str, handler: Handler, *, concurrency: int = 1, 
                         time.sleep(min(2.0, 0.05 * 2 ** attempt))
                 else:
                     res = "ERROR"
-                if res == "OK":
+                if res in ACKED:  # ALREADY_ACKED: a retry after an answer was lost; the first try did it
                     stats.add(**({"succeeded": 1} if item.success else {"failed": 1}))
-                elif res == "STALE_CLAIM":
+                elif res in ("STALE_CLAIM", "NOT_FOUND"):
                     stats.add(stale=1)
                 else:
                     stats.add(errors=1)

@@ -13,8 +13,12 @@ def test_queue_cli_admin_load_and_ledger(fleet, tmp_path):
     assert res.returncode == 0, res.stderr
     assert "cliq partition 1: shard" in res.stdout
     assert_one_line_error(run_cli("queue", "create", "cliq", config=cfg), "already exists")
-    res = run_cli("queue", "enqueue", "cliq", "a", "b", config=cfg)
+    res = run_cli("queue", "enqueue", "cliq", "a", "b", "--idempotency-key", "op-7", config=cfg)
     assert res.returncode == 0 and len(res.stdout.split()) == 2, res.stderr
+    # the same command run again with the same idempotency key enqueues nothing twice
+    again = run_cli("queue", "enqueue", "cliq", "a", "b", "--idempotency-key", "op-7", "--json", config=cfg)
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["jobs"] == [{"id": int(i), "deduplicated": True} for i in res.stdout.split()]
 
     ledger = tmp_path / "l.db"
     res = run_cli("queue", "load", "--queue", "cliload", "--rate", "100", "--duration", "1", "--ledger", str(ledger),

@@ -44,8 +44,8 @@ def test_state_machine_success_and_failure(qs, fleet):
     assert qs.ack("sm", [AckItem(id=again[0].id, claim=again[0].claim, success=False)]) == ["OK"]
     info = qs.lookup("sm", again[0].id)
     assert info.state == "FAIL" and info.body == "b2"
-    # a second ack of the same claim is stale: the row moved on
-    assert qs.ack("sm", [AckItem(id=got[0].id, claim=got[0].claim)]) == ["STALE_CLAIM"]
+    # a second ack of the same claim is a retry: the first did it (not a stale claim)
+    assert qs.ack("sm", [AckItem(id=got[0].id, claim=got[0].claim)]) == ["ALREADY_ACKED"]
 
 
 def test_lease_expiry_and_stale_ack(qs):

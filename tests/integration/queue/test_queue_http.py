@@ -35,7 +35,7 @@ def test_client_round_trip(client):
     assert {d.id for d in got} == {r.id for r in res}
     assert client.extend_lease("web", [(got[0].id, got[0].claim)], lease_seconds=60) == ["OK"]
     assert client.ack("web", [AckItem(id=d.id, claim=d.claim) for d in got]) == ["OK", "OK"]
-    assert client.ack("web", [AckItem(id=got[0].id, claim=got[0].claim)]) == ["STALE_CLAIM"]
+    assert client.ack("web", [AckItem(id=got[0].id, claim=got[0].claim)]) == ["ALREADY_ACKED"]
     assert client.lookup("web", res[0].id).state == "OK"
     assert client.counts("web")["OK"] == 2
     jobs, cursor = client.scan("web", "OK", limit=1)
@@ -103,11 +103,15 @@ def test_client_raises_typed_errors(client):
 def test_openapi_and_metrics(http, qs):
     spec = http.get("/openapi.json").json()
     assert "/v1/queues/{name}/dequeue" in spec["paths"]
+    assert "idempotency_key" in spec["components"]["schemas"]["EnqueueRequest"]["properties"]
+    assert "results" in spec["components"]["schemas"]["ErrorDetail"]["properties"]
     qs.create_queue("met")
     qs.enqueue("met", [EnqueueJob(body="x"), EnqueueJob(body="y")])
     [d] = qs.dequeue("met")
     qs.ack("met", [AckItem(id=d.id, claim=d.claim)])
-    qs.ack("met", [AckItem(id=d.id, claim=d.claim)])
+    qs.ack("met", [AckItem(id=d.id, claim=d.claim)])  # a retried ack: ALREADY_ACKED
+    forged = ("0" if d.claim[0] != "0" else "1") + d.claim[1:]  # another token: STALE_CLAIM
+    qs.ack("met", [AckItem(id=d.id, claim=forged)])
     qs.dequeue("met", limit=5)
     qs.dequeue("met")
     text = http.get("/metrics").text
@@ -121,7 +125,10 @@ def test_openapi_and_metrics(http, qs):
     for state, total in (("NEW", 0.0), ("IPR", 1.0), ("OK", 1.0)):
         assert sum(v for (_, st), v in per_partition.items() if st == state) == total, state
     for name in ("queue_enqueued_jobs_total", "queue_dequeued_jobs_total", "queue_acked_jobs_total",
-                 "queue_stale_acks_total", "queue_empty_dequeues_total", "queue_lease_expirations_total"):
+                 "queue_stale_acks_total", "queue_empty_dequeues_total", "queue_lease_expirations_total",
+                 "queue_deduplicated_jobs_total", "queue_repeated_acks_total"):
         assert name in text
+    assert 'queue_acked_jobs_total{queue="met",result="success"} 1.0' in text
+    assert 'queue_repeated_acks_total{queue="met"} 1.0' in text
     assert 'queue_stale_acks_total{queue="met"} 1.0' in text
     assert 'queue_empty_dequeues_total{queue="met"} 1.0' in text

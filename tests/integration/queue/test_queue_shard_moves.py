@@ -179,7 +179,7 @@ def test_a_frozen_partition_holds_only_its_own_part_of_a_call(qs, fleet):
     got = qs.dequeue("fz4", limit=10)
     assert len(got) == 4
     assert qs.ack("fz4", [AckItem(id=d.id, claim=d.claim) for d in got]) == ["OK"] * 4
-    assert qs.ack("fz4", [AckItem(id=d.id, claim=d.claim) for d in got]) == ["STALE_CLAIM"] * 4
+    assert qs.ack("fz4", [AckItem(id=d.id, claim=d.claim) for d in got]) == ["ALREADY_ACKED"] * 4
 
 
 def test_frozen_too_long_is_a_retryable_error(fleet):
