@@ -44,12 +44,11 @@ from migrator.fleet import config as config_mod
 from migrator.fleet.zk import ZK
 from migrator.ops import command
 from migrator.ops.batched import run as batched
-from migrator.ops.batched.run import Flight as _Flight
 from migrator.ops.cutover_retry import BACKOFF, DONE, CutoverRetriesOver, Next, cut_over
 from migrator.ops.steps import enqueue_finish
 
 #: the job, and the names callers read here since before the steps moved to :mod:`migrator.ops`
-__all__ = ["BACKOFF", "CutoverRetriesOver", "_Flight", "finish"]
+__all__ = ["BACKOFF", "CutoverRetriesOver", "finish"]
 
 POSTPONE_RECHECK_S = 5
 

@@ -505,15 +505,18 @@ class MigrationStore:
 
     def hand_over(self, parent: Spec, version: int, child: Spec, child_state: State,
                   progress: dict[str, dict[str, Any]], checks: dict[str, int],
-                  change: Callable[[State], State], pauses: dict[str, int] | None = None) -> State:
+                  change: Callable[[State], State], pauses: dict[str, int] | None = None,
+                  register: tuple[str, Callable[[State], State]] | None = None) -> State:
         """Move ``child.shards`` from the batched migration ``parent`` (state at ``version``) to a new
         migration ``child``, in one ZooKeeper transaction: the parent's spec loses the shards, its state
         is changed by ``change``, the child's record is made with its ``progress`` nodes, each shard's
         lock is given to the child, and so is each maintenance pause node in ``pauses`` (path -> version
         as read: the node then carries the child's id). ``checks``: znodes (path -> version, -1 for
         "exists") that must be as read for it to commit (the parent's applier lock, its checkpoint).
-        Nothing is written unless it all is; :class:`PhaseConflict` when the parent, a lock or a pause
-        node changed meanwhile."""
+        ``register``: a third migration whose state changes in the same transaction (``(id, change)``, at
+        the version read here): a batch that gives part of its shards to a new batch registers it with the
+        batched migration both belong to. Nothing is written unless it all is; :class:`PhaseConflict` when
+        the parent, a lock, a pause node or the registering migration changed meanwhile."""
         st, _ = self.state(parent.id)
         new = change(st.model_copy(deep=True))
         _stamp_actor(new.history, len(st.history))
@@ -542,6 +545,12 @@ class MigrationStore:
             tx.set_data(f"{self.locks}/{s}", child.id.encode(), version=stat.version)
         for path, v in (pauses or {}).items():
             tx.set_data(path, child.id.encode(), version=v)
+        if register is not None:
+            other, other_change = register
+            ost, oversion = self.state(other)
+            onew = other_change(ost.model_copy(deep=True))
+            onew.updated_at = time.time()
+            tx.set_data(self._node(other), onew.model_dump_json().encode(), version=oversion)
         results = tx.commit()
         if any(isinstance(r, Exception) for r in results):
             raise PhaseConflict(f"migration {parent.id}: handing shards {child.ranges()} to {child.id} was refused "

@@ -79,11 +79,14 @@ class CutoverRetriesOver(MigratorError):
 
 
 def cut_over(cfg: Config, zk: ZK, migration_id: str, driver: str, attempt: int, since: float | None,
-             out: dict[str, Any], *, queue: str | None) -> Next | None:
+             out: dict[str, Any], *, queue: str | None,
+             on_refused: Callable[[BaseException], Next | None] | None = None) -> Next | None:
     """Cut ``migration_id`` over (``driver``: the migration whose pipeline this is, ``migration_id`` or the batched
     migration ``migration_id`` is a batch of) and schedule its cleanup on ``queue``; None when it flipped, else the
     next try, after one more catch-up pass. Raises when the retry window is over, or when the attempt ended otherwise
-    than before the flip. ``zk``: the step's session (the cutover opens its own)."""
+    than before the flip. ``zk``: the step's session (the cutover opens its own). ``on_refused(exc)``: asked first
+    when the attempt stopped before the flip; a :class:`Next` it returns is the next try instead (a batch that
+    overran its budget is made smaller: :func:`migrator.ops.batched.run.step`)."""
     try:
         out["cutover"] = command.cutover(cfg, migration_id)
     except Exception as exc:  # noqa: BLE001 - the cutover stopped before the flip; the source serves
@@ -91,6 +94,9 @@ def cut_over(cfg: Config, zk: ZK, migration_id: str, driver: str, attempt: int, 
         st, _ = store.state(migration_id)
         if st.phase != Phase.CONVERGED:
             raise
+        if on_refused is not None and (instead := on_refused(exc)) is not None:
+            out["error"] = str(exc)
+            return instead
 
         reason = str(exc)
 

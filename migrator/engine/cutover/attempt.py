@@ -176,6 +176,13 @@ def drive(way: Way, store: MigrationStore, spec: Spec, run: CutoverRun, lease: C
                 entry.blockers = [b.to_dict() for b in exc.blockers]
                 record_attempt(store, way, migration_id, entry.as_dict())
                 raise
+        if hooks.after_gates is not None:
+            try:
+                with before_freeze("held_freeze"):
+                    hooks.after_gates(run.view())
+            except MigratorError as exc:
+                record_attempt(store, way, migration_id, run.attempt(f"held: {exc.message}").as_dict())
+                raise
         # from `before`, and only while this process holds the lease (a settler may be at work otherwise)
         store.set_phase(migration_id, way.running, expect=way.before, guard=lease.path, **extra)
         # the freeze is known once it is over: kept for the next attempts' predictions then, not after the

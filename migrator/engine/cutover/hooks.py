@@ -57,6 +57,11 @@ class CutoverHooks:
     #: called after the re-check, right before the phase becomes "cutover" and the freeze starts; raising
     #: stops the attempt there (nothing frozen, the phase unchanged)
     before_freeze: Hook | None = None
+    #: called once the gates' triggers are installed, right before the phase becomes "cutover" and the freeze
+    #: starts: a wait here counts in the triggers' lifetime (a batch waits here for the batch before it to
+    #: release its freeze: :class:`migrator.ops.batched.run.Flight`); raising stops the attempt there (its
+    #: triggers come off, nothing frozen, the phase unchanged)
+    after_gates: Hook | None = None
     after_freeze: Hook | None = None
     after_fence: Hook | None = None
     before_flip: Hook | None = None

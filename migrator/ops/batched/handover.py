@@ -84,45 +84,70 @@ def hand_over(zk: ZK, creds: Credentials, parent_id: str, shards: Sequence[int],
     """Give ``shards`` of the converged batched migration ``parent_id`` to a new batch migration, which starts
     converged from the parent's checkpoint; returns the batch's spec. ``tables``: how many tables the
     batch holds (kept in the parent's state, for sizing the batches after it)."""
-    store = MigrationStore(zk)
-    spec = store.spec(parent_id)
+    spec = MigrationStore(zk).spec(parent_id)
     if not spec.batched:
         raise HandOverError(f"migration {parent_id} is not batched: it cuts over itself (`migrator cutover ID`)")
+    return _give(zk, creds, spec, shards, tables, parent_id)
+
+
+def split_batch(zk: ZK, creds: Credentials, bid: str, shards: Sequence[int], *, tables: int = 0) -> Spec:
+    """Give ``shards`` of the converged batch ``bid`` to a new batch of the same batched migration, cut over
+    right after it; returns the new batch's spec. A batch whose freeze ran over the budget is made smaller
+    this way (:func:`migrator.ops.batched.run.step`): a batch is sized before it is measured, and a busier
+    moment than the one its size was learnt from would otherwise keep it overrunning at every retry.
+    Everything :func:`hand_over` guarantees holds, with the batch as the giver: its applier lock and fencing
+    token, its checkpoint and its check go with the shards, in one ZooKeeper transaction that also lists the
+    new batch in the batched migration (after ``bid``: one freeze at a time, in the order of the shards).
+    ``tables``: how many tables move (the batched migration's counts of both batches follow)."""
+    spec = MigrationStore(zk).spec(bid)
+    if spec.batched or spec.parent is None:
+        raise HandOverError(f"migration {bid} is not a batch of a batched migration: nothing to split it into")
+    return _give(zk, creds, spec, shards, tables, spec.parent)
+
+
+def _give(zk: ZK, creds: Credentials, spec: Spec, shards: Sequence[int], tables: int, batched_id: str) -> Spec:
+    """Move ``shards`` of the converged migration ``spec`` (the batched migration ``batched_id`` itself, or a
+    batch of it) to a new batch of ``batched_id``, which starts converged from ``spec``'s checkpoint."""
+    store = MigrationStore(zk)
+    giver = spec.id
     want = sorted(set(shards))
     if not want or not set(want) <= set(spec.shards):
-        raise HandOverError(f"migration {parent_id} does not hold shards "
+        raise HandOverError(f"migration {giver} does not hold shards "
                             f"{sorted(set(want) - set(spec.shards)) or want}: nothing handed over")
-    lock = applier_lock(zk, parent_id, "hand-over")  # no tail of the parent applies while we hold it
+    if giver != batched_id and set(want) == set(spec.shards):
+        raise HandOverError(f"batch {giver} would give away every shard it holds: nothing handed over")
+    lock = applier_lock(zk, giver, "hand-over")  # no tail of the giver applies while we hold it
     try:
-        claim = applier_claim(zk, lock, parent_id)
+        claim = applier_claim(zk, lock, giver)
         target = HostRegistry(zk).get(spec.target_master)
         with mysql_connect(target, creds) as conn:
-            # waits for the lane transactions of any older tail of the parent still in flight, and makes
+            # waits for the lane transactions of any older tail of the giver still in flight, and makes
             # every later one of them fail: from here the batch's rows are applied by the batch alone
             claim.epoch().claim(conn)
-        st, version = store.state(parent_id)
+        st, version = store.state(giver)
         if st.phase != Phase.CONVERGED:
-            raise PhaseConflict(f"migration {parent_id} is {st.phase.value}, not converged: batches are handed "
+            raise PhaseConflict(f"migration {giver} is {st.phase.value}, not converged: batches are handed "
                                 "their shards only once it has caught up and been verified")
-        ckpt, ck_version = store.get_progress(parent_id, Node.CATCHUP)
+        ckpt, ck_version = store.get_progress(giver, Node.CATCHUP)
         gtid = CatchupNode.parse(ckpt).gtid
         if not gtid or ck_version is None:
-            raise HandOverError(f"migration {parent_id} has no catch-up checkpoint: run a pass first")
-        verify, _ = store.get_progress(parent_id, Node.VERIFY)
+            raise HandOverError(f"migration {giver} has no catch-up checkpoint: run a pass first")
+        verify, _ = store.get_progress(giver, Node.VERIFY)
         verified = VerifyNode.parse(verify)
         if not verified.verified_gtid:
-            raise HandOverError(f"migration {parent_id} has not been verified: verify it before its batches")
-        cid = batch_id(parent_id, len(st.batches))
-        child = spec.model_copy(update={"id": cid, "shards": tuple(want), "batched": False, "parent": parent_id,
+            raise HandOverError(f"migration {giver} has not been verified: verify it before its batches")
+        batches = st.batches if giver == batched_id else store.state(batched_id)[0].batches
+        cid = batch_id(batched_id, len(batches))
+        child = spec.model_copy(update={"id": cid, "shards": tuple(want), "batched": False, "parent": batched_id,
                                         "created_at": time.time()})
         now = time.time()
         cstate = State(phase=Phase.CONVERGED, autopilot=st.autopilot, postpone_cutover=st.postpone_cutover,
                        history=[{"who": actor(), "when": now, "from": None, "to": Phase.CONVERGED.value,
-                                 "handed_by": parent_id}])
+                                 "handed_by": giver}])
         dbs = {shard_db(s) for s in want}
         progress: dict[str, dict[str, Any]] = {
-            Node.CATCHUP: {**ckpt, "handed_by": parent_id, "handed_at": now},
-            Node.VERIFY: {**verify, "handed_by": parent_id, "window_from": verified.verified_gtid,
+            Node.CATCHUP: {**ckpt, "handed_by": giver, "handed_at": now},
+            Node.VERIFY: {**verify, "handed_by": giver, "window_from": verified.verified_gtid,
                           # the batch's re-check windows start at its own start (the checkpoint handed), not
                           # earlier: what a refresh right before the hand-over gives (refresh_parent)
                           "from_start": GtidState.parse(verified.verified_gtid).reaches(GtidState.parse(str(gtid))),
@@ -130,14 +155,20 @@ def hand_over(zk: ZK, creds: Credentials, parent_id: str, shards: Sequence[int],
                                              if c.table.split(".", 1)[0] in dbs]},
         }
 
-        def change(s: State) -> State:
-            s.batches.append(cid)
+        def listed(s: State) -> State:
+            """The batched migration lists the new batch: last, or right after the batch that gave it its shards."""
+            at = s.batches.index(giver) + 1 if giver in s.batches else len(s.batches)
+            s.batches.insert(at, cid)
             s.batch_tables[cid] = tables
+            if giver in s.batch_tables:
+                s.batch_tables[giver] = max(0, s.batch_tables[giver] - tables)
             return s
 
-        checks = {claim.node: -1, store.node_path(parent_id, Node.CATCHUP): ck_version}
-        store.hand_over(spec, version, child, cstate, progress, checks, change,
-                        pauses=maintenance_pauses(zk, parent_id, want))
+        checks = {claim.node: -1, store.node_path(giver, Node.CATCHUP): ck_version}
+        store.hand_over(spec, version, child, cstate, progress, checks,
+                        listed if giver == batched_id else (lambda s: s),
+                        pauses=maintenance_pauses(zk, giver, want),
+                        register=None if giver == batched_id else (batched_id, listed))
     finally:
         try:
             lock.release()

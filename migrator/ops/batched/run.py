@@ -39,7 +39,8 @@ import time
 from typing import Any
 
 from migrator.engine import cutover as cutover_mod
-from migrator.engine.cutover.errors import CutoverAborted
+from migrator.engine.cutover.attempt import record_next_try
+from migrator.engine.cutover.errors import CutoverAborted, FreezeBudgetExceeded
 from migrator.engine.cutover.hooks import CutoverHooks
 from migrator.engine.migration import MigrationStore, Node, Phase, State
 from migrator.engine.plan import release_maintenance_pause
@@ -47,11 +48,12 @@ from migrator.engine.records import FlipNode, HandoverNode
 from migrator.errors import ExitCode, MigratorError, describe
 from migrator.fleet.config import Config, Credentials
 from migrator.fleet.mysql import connect as mysql_connect
+from migrator.fleet.mysql import query
 from migrator.fleet.shard_map import HostRegistry
 from migrator.fleet.zk import ZK
 from migrator.ops import command
 from migrator.ops.batched import handover, sizing
-from migrator.ops.cutover_retry import DONE, CutoverRetriesOver, Next, cut_over, try_again
+from migrator.ops.cutover_retry import BACKOFF, DONE, CutoverRetriesOver, Next, cut_over, try_again
 
 log = logging.getLogger(__name__)
 
@@ -73,16 +75,31 @@ class BatchStopped(MigratorError):
 
 
 class Flight:
-    """One batch's cutover, run in a thread of the pipeline step so that the next batch is handed over and
-    prepared while this one renames its tables and finishes the passive member behind its freeze. The next
-    batch freezes only once this one has ended (:meth:`hold_freeze`), flipped or not: one freeze at a time."""
+    """One batch's cutover, run in a thread of the pipeline step, so that the batch after it is handed over,
+    prepared and gated while this one freezes, renames its tables and finishes the passive member. One freeze
+    at a time, each gate's triggers only around its own freeze:
+
+    * the next batch installs its triggers once this one's freeze is done with the passive member
+      (:meth:`hold_gates`: its own triggers then go on while this freeze runs on the master, so their
+      installing is not on the way from one freeze to the next);
+    * it freezes once this one has flipped, released its freeze and renamed its tables on the master
+      (:meth:`hold_freeze`); this one's passive member is finished behind it.
+
+    A batch before it that ended without flipping stops it where it waits (``held``): the next step of the
+    pipeline tries that batch again first."""
 
     def __init__(self, cfg: Any, bid: str, before: Flight | None):
         self.cfg, self.bid, self.before = cfg, bid, before
         #: the freeze is over (the release step is done), or the attempt ended
         self.released = threading.Event()
-        #: how long this batch's clients waited (ms), once the freeze is over: it sizes the next batch, which is
-        #: handed over before this one's record is written (its renames run first)
+        #: the freeze is past the passive member (closed and synced), or the attempt ended
+        self.passive_done = threading.Event()
+        #: the master's tables are renamed (the first step behind the freeze), or the attempt ended
+        self.renamed = threading.Event()
+        #: the ranges flipped and the freeze was released (set before :attr:`released`)
+        self.flipped = False
+        #: how long this batch's clients waited (ms), once the freeze is over: it sizes a batch after it, which
+        #: may be handed over before this one's record is written (its renames run first)
         self.freeze_ms: float | None = None
         self.ended = threading.Event()
         self.error: BaseException | None = None
@@ -96,29 +113,51 @@ class Flight:
 
     def _run(self) -> None:
         t0 = time.monotonic()
-        hooks = CutoverHooks(at_step=self._at_step, before_freeze=self.hold_freeze)
+        hooks = CutoverHooks(at_step=self._at_step, before_freeze=self.hold_gates, after_gates=self.hold_freeze)
         try:
             self.result = cutover_mod.cutover(self.cfg, self.bid, hooks=hooks).to_dict()
         except BaseException as exc:  # noqa: BLE001 - the step reads it (and the batch's phase) after
             self.error = exc
         finally:
             self.seconds = time.monotonic() - t0
-            self.released.set()
-            self.ended.set()
+            for done in (self.passive_done, self.released, self.renamed, self.ended):
+                done.set()
 
     def _at_step(self, run: Any, step: str) -> None:
-        if step == "release":
+        if step in ("passive_sync", "fence"):
+            self.passive_done.set()
+        elif step == "release":
             self.freeze_ms = run.record.freeze_ms()
+            self.flipped = True
             self.released.set()
+        elif step in ("renames", "active_finish"):
+            self.renamed.set()
 
-    def hold_freeze(self, _run: Any) -> None:
-        """Before this batch freezes: the batch before it has ended, and flipped."""
-        if self.before is None:
-            return
-        self.before.ended.wait()
-        if self.before.error is not None:
+    def _refuse_behind(self) -> None:
+        assert self.before is not None
+        if self.before.error is not None and not self.before.flipped:
             raise CutoverAborted(f"batch {self.before.bid} before it ended with: {describe(self.before.error)}; "
                                  "not freezing behind it", phase="cutover")
+
+    def hold_gates(self, _run: Any) -> None:
+        """Before this batch installs its triggers: the freeze of the batch before it is past the passive
+        member, or that batch ended (flipped, else this one stops here)."""
+        if self.before is None:
+            return
+        self.before.passive_done.wait()
+        self._refuse_behind()
+
+    def hold_freeze(self, _run: Any) -> None:
+        """Before this batch freezes: the batch before it flipped, released its freeze and renamed its tables
+        on the master (else this one stops here)."""
+        if self.before is None:
+            return
+        self.before.released.wait()
+        self._refuse_behind()
+        if not self.before.flipped:
+            raise CutoverAborted(f"batch {self.before.bid} before it did not flip; not freezing behind it",
+                                 phase="cutover")
+        self.before.renamed.wait()
 
 
 def step(cfg: Config, zk: ZK, creds: Credentials, migration_id: str, attempt: int, since: float | None,
@@ -157,7 +196,8 @@ def step(cfg: Config, zk: ZK, creds: Credentials, migration_id: str, attempt: in
     out["batch"] = bid
     t0 = time.monotonic()
     try:
-        retry = cut_over(cfg, zk, bid, migration_id, attempt, since, out, queue=queue)
+        retry = cut_over(cfg, zk, bid, migration_id, attempt, since, out, queue=queue,
+                         on_refused=lambda exc: _smaller(cfg, zk, creds, bid, exc, attempt, since))
         _record_steps(store, bid, {"cutover_s": time.monotonic() - t0})
     except CutoverRetriesOver:
         raise
@@ -205,15 +245,20 @@ def _fly(cfg: Config, zk: ZK, creds: Credentials, migration_id: str, out: dict[s
                     # of those seconds, the set-wise compare's (the rest: the drain and the key read)
                     "parent_recheck_compare_s": float(sum(r.get("compare_s", 0.0) for r in refreshed.rounds))}
             t0 = time.monotonic()
-            bid = _hand_over_next(zk, creds, migration_id, before)
+            bid = _hand_over_next(zk, creds, migration_id, _last_released(flights), in_flight=before)
             took["hand_over_s"] = time.monotonic() - t0
             steps[bid] = took
             flight = Flight(cfg, bid, before).start()
             flights.append(flight)
-            flight.released.wait()
-            if flight.error is not None:
-                break
+            # two batches at a time: this one prepares, gates and re-checks while the one before it freezes;
+            # the next is handed over once the one before this has released its freeze
+            if before is not None:
+                before.released.wait()
+                if not before.flipped:
+                    break
             before = flight
+        if before is not None:
+            before.released.wait()
     finally:
         # also when a hand-over failed (the batched migration aborted meanwhile, ZooKeeper lost): the batches
         # in flight end, and the flipped ones get their cleanup
@@ -236,9 +281,41 @@ def _fly(cfg: Config, zk: ZK, creds: Credentials, migration_id: str, out: dict[s
     out["error"] = describe(stopped.error)
     if store.state(stopped.bid)[0].phase == Phase.CUTOVER:  # left to a settler (flipped or not): not retried yet
         return Next(f"batch {stopped.bid} is cutover after: {out['error']}; looking again", delay=BATCH_RECHECK_S)
+    smaller = _smaller(cfg, zk, creds, stopped.bid, stopped.error, 0, None)
+    if smaller is not None:
+        return smaller
     # the first attempt of this batch that stopped before the flip: the next step tries it again (its window)
     return try_again(store, stopped.bid, migration_id, stopped.error, 0, None,
                      lambda delay: f"batch {stopped.bid} did not flip ({out['error']}); trying it again in {delay:g} s")
+
+
+def _smaller(cfg: Config, zk: ZK, creds: Credentials, bid: str, exc: BaseException | None, attempt: int,
+             since: float | None) -> Next | None:
+    """A batch whose freeze ran over the budget (undone by the watchdog, or refused by the prediction) gives
+    the later half of its tables to a new batch cut over right after it (:func:`.handover.split_batch`), and
+    is tried again soon: the next try of a smaller batch, or None when it is one shard (tried again as any
+    cutover, with its backoff) or stopped for another reason. The retry window goes on from ``since``."""
+    if not isinstance(exc, FreezeBudgetExceeded):
+        return None
+    spec = MigrationStore(zk).spec(bid)
+    if len(spec.shards) < 2:
+        return None
+    with mysql_connect(HostRegistry(zk).get(spec.source_master), creds) as conn:
+        tables = sizing.shard_tables(sizing.count_tables(conn, spec.shards))
+    total = sizing.table_count(tables, spec.shards)
+    kept = sizing.cut(spec.shards, tables, max(1, total // 2))[0]
+    if len(kept) == len(spec.shards):
+        kept = list(spec.shards)[:-1]
+    given = [s for s in spec.shards if s not in set(kept)]
+    new = handover.split_batch(zk, creds, bid, given, tables=sizing.table_count(tables, given))
+    log.info("batch %s overran its freeze budget with %d tables: %s takes %d of them", bid, total, new.id,
+             sizing.table_count(tables, given))
+    delay = BACKOFF.delay(0)
+    record_next_try(MigrationStore(zk), bid, {"at": time.time() + delay, "attempt": attempt + 2, "delay_s": delay,
+                                              "until": None})
+    return Next(f"batch {bid}'s freeze ran over its budget with {total} tables ({describe(exc)}); batch {new.id} "
+                f"takes {len(given)} of its {len(spec.shards)} shards; trying the smaller batch in {delay:g} s",
+                delay=delay, attempt=attempt, since=since if since is not None else time.time())
 
 
 def _settled_phase(cfg: Config, zk: ZK, bid: str) -> Phase:
@@ -265,22 +342,32 @@ def _record_steps(store: MigrationStore, bid: str, took: dict[str, float]) -> No
     store.put_progress(bid, Node.HANDOVER, prior.dump())
 
 
-def _hand_over_next(zk: ZK, creds: Credentials, migration_id: str, before: Flight | None) -> str:
-    """Hand the next batch (sized by the budget and the freeze of the batch before it) its shards; its id.
-    ``before``: the batch whose freeze just ended in this step, if any."""
+def _hand_over_next(zk: ZK, creds: Credentials, migration_id: str, measured: Flight | None, *,
+                    in_flight: Flight | None) -> str:
+    """Hand the next batch its shards; its id. It is sized by the budget and the last freeze measured
+    (``measured``: the last batch of this step that released its freeze, if any), and so that its rename fence's
+    connections fit beside those of the batch still in flight (``in_flight``) on the source master
+    (:func:`.sizing.connection_room`)."""
     store = MigrationStore(zk)
     spec, (st, _) = store.spec(migration_id), store.state(migration_id)
     source = HostRegistry(zk).get(spec.source_master)
     with mysql_connect(source, creds) as conn:
         tables = sizing.shard_tables(sizing.count_tables(conn, spec.shards))
+        room = sizing.connection_room(int(query(conn, f"{sizing.TAG}SELECT @@max_connections")[0][0]),
+                                      st.batch_tables.get(in_flight.bid, 0) if in_flight is not None else 0)
     shards = sizing.next_batch(list(spec.shards), tables, spec.options.freeze_budget_ms,
-                               _last_freeze(store, st, before))
+                               _last_freeze(store, st, measured), room=room)
     return handover.hand_over(zk, creds, migration_id, shards, tables=sizing.table_count(tables, shards)).id
 
 
+def _last_released(flights: list[Flight]) -> Flight | None:
+    """The last of ``flights`` that released its freeze (the freshest measure of one)."""
+    return next((f for f in reversed(flights) if f.freeze_ms is not None), None)
+
+
 def _last_freeze(store: MigrationStore, st: State, before: Flight | None) -> sizing.Measured | None:
-    """The freeze of the batch handed over last that froze: the one whose freeze just ended in this step
-    (its record is written after its renames, once this hand-over is under way), else the last recorded."""
+    """The last freeze measured: ``before``'s, a batch of this step whose freeze ended (its record is written
+    after its renames, once this hand-over is under way), else the last recorded."""
     if before is not None and before.freeze_ms is not None:
         return sizing.Measured(st.batch_tables.get(before.bid, 0), before.freeze_ms)
     for b in reversed(st.batches):

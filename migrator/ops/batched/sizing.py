@@ -66,6 +66,9 @@ FIXED_MS = FIXED_FREEZE_MS + DRAIN_MS
 PER_TABLE_MS = FENCE_PER_TABLE_MS
 #: share of the freeze budget a batch is sized for (the rest is headroom for a busier moment)
 AIM = 0.6
+#: connections of the source master a batch's rename fence leaves to everyone else (two batches are in
+#: flight at once: one freezes while the next prepares its fence: :class:`migrator.ops.batched.run.Flight`)
+CONNECTIONS_KEPT = 100
 
 
 @dataclass(frozen=True)
@@ -159,13 +162,21 @@ def shards_of(runs: Iterable[Sequence[int]]) -> list[int]:
     return [s for lo, hi in runs for s in range(lo, hi + 1)]
 
 
-def next_batch(shards: Sequence[int], tables: dict[int, int], budget_ms: float, last: Measured | None) -> list[int]:
+def connection_room(max_connections: int, in_flight: int) -> int:
+    """Tables the next batch's rename fence may hold (one connection a table, and its lock's) on a source master
+    allowing ``max_connections``, beside the batch still in flight there (``in_flight`` tables: its fence holds
+    as many) and :data:`CONNECTIONS_KEPT` for the clients and the migrator's other sessions; at least 1."""
+    return max(1, max_connections - CONNECTIONS_KEPT - in_flight - 2)
+
+
+def next_batch(shards: Sequence[int], tables: dict[int, int], budget_ms: float, last: Measured | None, *,
+               room: int = MAX_TABLES) -> list[int]:
     """The shards of the next batch: the first of ``shards`` (consecutive, sorted) up to :func:`next_limit`
-    tables (a shard bigger than that alone). ``last``: the freeze of the batch handed over last that froze,
-    None before any."""
+    tables and ``room`` (:func:`connection_room`), a shard bigger than that alone. ``last``: the freeze of the
+    batch handed over last that froze, None before any."""
     if not shards:
         return []
-    return cut(shards, tables, next_limit(budget_ms, last))[0]
+    return cut(shards, tables, min(room, next_limit(budget_ms, last)))[0]
 
 
 def batched(fence: str, tables: int) -> bool:

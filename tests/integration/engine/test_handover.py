@@ -12,14 +12,18 @@ and nothing is left paused once the batched migration has ended.
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from migrator.engine.catch_up.lanes import _EPOCH, Epoch, StaleEpoch
 from migrator.engine.cutover import cutover
 from migrator.engine.cutover.errors import NotConverged
 from migrator.engine.migration import Node, Options, Phase
+from migrator.engine.names import tomb_db
 from migrator.engine.plan import hold_maintenance_pause, maintenance_paused
 from migrator.engine.verify.run import verify_migration
+from migrator.fleet.ids import shard_db
 from migrator.fleet.mysql import connect as mysql_connect
 from migrator.fleet.shard_map import ShardMapStore
 from migrator.ops import command
@@ -368,3 +372,123 @@ def test_an_abort_that_races_a_hand_over_leaves_the_new_batch_its_copy(fleet, mo
     assert store.holders([2, 3]) == {3: batch.id}
     assert maintenance_paused(fleet.zk, 3) == batch.id and maintenance_paused(fleet.zk, 2) is None
     assert store.state(batch.id)[0].phase == Phase.CONVERGED and store.state(pid)[0].phase == Phase.ABORTED
+
+
+def _cutover_logging(monkeypatch, events: list[tuple[float, str, str]], *, slow_freeze_s: float = 0.0):
+    """Wrap the cutover the pipeline's batches run: log ``(time, batch, step)`` of each freeze step and of the
+    moment its gates are installed (``gated``); a batch of more than one shard sleeps ``slow_freeze_s`` inside
+    its freeze (after the fence), as a busier moment would make it."""
+    import dataclasses
+
+    from migrator.engine import cutover as cutover_mod
+    from migrator.engine.cutover.hooks import CutoverHooks
+
+    real_cutover = cutover_mod.cutover
+
+    def cutover(config, mid, *, hooks=None, **kw):
+        hooks = hooks or CutoverHooks()
+        inner_step, inner_gates = hooks.at_step, getattr(hooks, "after_gates", None)
+
+        def at_step(view, step):
+            events.append((time.time(), mid, step))
+            if inner_step is not None:
+                inner_step(view, step)
+
+        def after_gates(view):
+            events.append((time.time(), mid, "gated"))
+            if inner_gates is not None:
+                inner_gates(view)
+
+        def after_fence(view):
+            if slow_freeze_s and len(view.spec.shards) > 1:
+                time.sleep(slow_freeze_s)
+
+        gated = {"after_gates": after_gates} if hasattr(hooks, "after_gates") else {}
+        return real_cutover(config, mid, hooks=dataclasses.replace(hooks, at_step=at_step, after_fence=after_fence,
+                                                                   **gated), **kw)
+
+    monkeypatch.setattr(cutover_mod, "cutover", cutover)
+
+
+def test_a_batch_whose_freeze_overruns_gives_half_its_shards_to_a_new_batch_and_the_split_goes_on(fleet, monkeypatch):
+    """The first batch (shards 2 and 3) overruns its freeze budget (a busier moment than its size was made for):
+    the watchdog undoes it, and the pipeline gives its later shard to a new batch listed right after it (with
+    its shard lock, its maintenance pause, the checkpoint and the check), instead of trying the same batch
+    again and again until the retry window is over. Both batches then flip, one after the other, and the
+    batched migration ends. Before, the batch kept its two shards, overran at every try, and the split
+    stopped."""
+    from jobs import pipeline
+
+    prep = prepare_converged(fleet, (2, 3), options=Options(freeze_budget_ms=1000), batched=True)
+    pid, store = prep.spec.id, prep.store
+    cfg_path = str(fleet.config.path)
+    hold_maintenance_pause(fleet.zk, prep.spec)  # as the plan does
+    verify_migration(fleet.config, pid, drainer=prep.drainer)
+    prep.drainer.close()
+    events: list[tuple[float, str, str]] = []
+    _cutover_logging(monkeypatch, events, slow_freeze_s=1.3)
+
+    out = pipeline.finish(pid, cfg_path)  # the first batch takes both shards, and overruns
+    first, given = store.state(pid)[0].batches
+    assert "ran over its budget" in out["next"] and given in out["next"], out
+    assert store.spec(first).shards == (2,) and store.spec(given).shards == (3,)
+    assert store.holders([2, 3]) == {2: first, 3: given}
+    assert maintenance_paused(fleet.zk, 3) == given
+    handed = store.get_progress(given, Node.VERIFY)[0]
+    assert handed["handed_by"] == first and handed["verified_gtid"]
+    assert store.get_progress(given, Node.CATCHUP)[0]["gtid"] == store.get_progress(first, Node.CATCHUP)[0]["gtid"]
+    st, _ = store.state(pid)
+    assert st.batch_tables[given] == 5 and st.batch_tables[first] == 5, st.batch_tables
+    attempts = store.get_progress(first, "cutover_attempts")[0]["attempts"]
+    assert "overran" in attempts[-1]["outcome"], attempts[-1]
+
+    for done in (first, given):
+        out = pipeline.finish(pid, cfg_path)
+        assert out["batch"] == done and store.state(done)[0].phase == Phase.DONE, out
+    out = pipeline.finish(pid, cfg_path)
+    assert out["done"]["batches"] == 2, out
+    smap = ShardMapStore(fleet.zk).read()
+    assert smap.master_of(2) == smap.master_of(3) == prep.spec.target_master and not smap.frozen
+    assert maintenance_paused(fleet.zk, 2) is None and maintenance_paused(fleet.zk, 3) is None
+    with mysql_connect(prep.source, fleet.credentials) as src, mysql_connect(prep.target, fleet.credentials) as dst:
+        for shard, batch in ((2, first), (3, given)):
+            with src.cursor() as a, dst.cursor() as b:
+                a.execute(f"CHECKSUM TABLE `{tomb_db(batch, shard_db(shard))}`.pins")
+                b.execute(f"CHECKSUM TABLE `{shard_db(shard)}`.pins")
+                assert a.fetchone()[1] == b.fetchone()[1]
+
+
+def test_the_next_batch_is_handed_over_while_the_one_before_freezes_and_freezes_only_after_it(fleet, monkeypatch):
+    """Three one-shard batches in one pipeline step: each batch after the first is handed over (the batched
+    migration's re-check, the hand-over) while the one before it prepares, so its fences, gate and re-check
+    are ready when that one's freeze ends; still one freeze at a time: a batch freezes only once the one
+    before it has released its freeze and renamed its tables on the master. Before, the next batch was
+    handed over only once the one before had released its freeze."""
+    from jobs import pipeline
+    from migrator.ops.batched import run as batched
+
+    prep = prepare_converged(fleet, (1, 2, 3), options=Options(freeze_budget_ms=3000), batched=True)
+    pid, store = prep.spec.id, prep.store
+    verify_migration(fleet.config, pid, drainer=prep.drainer)
+    prep.drainer.close()
+    monkeypatch.setattr(batched.sizing, "next_batch", lambda shards, *_a, **_k: sorted(shards)[:1])
+    events: list[tuple[float, str, str]] = []
+    _cutover_logging(monkeypatch, events)
+
+    out = pipeline.finish(pid, str(fleet.config.path))
+    batches = store.state(pid)[0].batches
+    assert out["batches"] == batches and len(batches) == 3, out
+    assert all(store.state(b)[0].phase == Phase.DONE for b in batches), out
+
+    def at(batch: str, step: str) -> float:
+        (t,) = [t for t, b, s in events if b == batch and s == step]
+        return t
+
+    # the second batch is handed over while the first prepares (the first's prepare, gate and re-check take
+    # longer than the batched migration's re-check and the hand-over)
+    assert store.state(batches[1])[0].history[0]["when"] < at(batches[0], "release")
+    for before, after in zip(batches, batches[1:]):
+        assert at(after, "freeze_cas") > at(before, "renames"), (before, after)  # one freeze at a time
+    # the third, handed over once the first had released its freeze, predicts its freeze from that one's
+    tries = store.get_progress(batches[2], "cutover_attempts")[0]["attempts"]
+    assert tries[0]["predicted"]["fixed_from"] == "fleet", tries[0]

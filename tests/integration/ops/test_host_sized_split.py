@@ -129,8 +129,9 @@ def test_a_split_of_300_tables_runs_as_batched_rename_fenced_cutovers(big_fleet,
         assert m["tables"] <= MAX_TABLES
         assert "release" in cut["steps_ms"] and "active_finish" not in cut["steps_ms"], json.dumps(cut)
         assert cut["freeze_ms"] <= BUDGET_MS, json.dumps(cut)
-    # a later batch's first prediction starts from the fleet's recent freezes (the batches before it)
-    assert tries[-1][0]["predicted"]["fixed_from"] == "fleet", json.dumps(tries[-1])
+    # a batch handed over once a batch before it had frozen predicts from the fleet's recent freezes (with two
+    # batches in flight at once, the second is handed over while the first prepares: from the third on)
+    assert all(t[0]["predicted"]["fixed_from"] == "fleet" for t in tries[2:]), json.dumps(tries[-1])
     load.check()  # nothing acknowledged was lost
     # every moved table equals its tombstone (the source table at its batch's fence)
     moved = compare_moved_batches(hosts[specs[0].source_master], hosts[specs[0].target_master], creds,

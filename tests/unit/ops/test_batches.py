@@ -131,23 +131,46 @@ def test_the_batch_that_just_released_its_freeze_sizes_the_next():
     assert run._last_freeze(None, st, flight) == batches.Measured(35, 123.0)
 
 
-def test_a_batch_freezes_only_after_the_one_before_it_ended_and_flipped():
-    from jobs.pipeline import _Flight
-    from migrator.engine.cutover.errors import CutoverAborted
-
-    first = _Flight(None, "m-b000", None)
-    first.hold_freeze(None)  # the first batch waits for nobody
-    second = _Flight(None, "m-b001", first)
-    held = threading.Thread(target=second.hold_freeze, args=(None,))
+def _waits(call) -> threading.Thread:
+    held = threading.Thread(target=call, args=(None,), daemon=True)
     held.start()
     held.join(0.2)
-    assert held.is_alive()  # the first has not ended: the second does not freeze
-    first.ended.set()
-    held.join(5)
-    assert not held.is_alive()
-    # the one before it ended without flipping: this one stops before its freeze, saying why
+    return held
+
+
+def test_a_batch_gates_once_the_freeze_before_it_left_the_passive_member_and_freezes_once_it_renamed():
+    from migrator.engine.cutover.errors import CutoverAborted
+    from migrator.ops.batched.run import Flight as _Flight
+
+    first = _Flight(None, "m-b000", None)
+    first.hold_gates(None)  # the first batch waits for nobody
+    first.hold_freeze(None)
+    second = _Flight(None, "m-b001", first)
+    gating = _waits(second.hold_gates)
+    assert gating.is_alive()  # the first batch's freeze is not past its passive member yet
+    first.passive_done.set()
+    gating.join(5)
+    assert not gating.is_alive()
+    freezing = _waits(second.hold_freeze)
+    assert freezing.is_alive()  # the first has not released its freeze: the second does not freeze
+    first.flipped = True
+    first.released.set()
+    freezing.join(0.2)
+    assert freezing.is_alive()  # released, its tables not renamed on the master yet
+    first.renamed.set()
+    freezing.join(5)
+    assert not freezing.is_alive()
+    # the one before it ended without flipping: this one stops where it waits, saying why
     failed = _Flight(None, "m-b002", None)
     failed.error = RuntimeError("lock wait timeout")
-    failed.ended.set()
-    with pytest.raises(CutoverAborted, match="m-b002 before it ended with: .*lock wait timeout; not freezing"):
-        _Flight(None, "m-b003", failed).hold_freeze(None)
+    for done in (failed.passive_done, failed.released, failed.renamed, failed.ended):
+        done.set()
+    for hold in ("hold_gates", "hold_freeze"):
+        with pytest.raises(CutoverAborted, match="m-b002 before it ended with: .*lock wait timeout; not freezing"):
+            getattr(_Flight(None, "m-b003", failed), hold)(None)
+    # one that flipped and failed after its release (its renames): the next one freezes behind it
+    late = _Flight(None, "m-b004", None)
+    late.flipped, late.error = True, RuntimeError("lost after the release")
+    for done in (late.passive_done, late.released, late.renamed, late.ended):
+        done.set()
+    _Flight(None, "m-b005", late).hold_freeze(None)
