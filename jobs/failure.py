@@ -19,10 +19,19 @@ holder's lease ends), and a new cutover attempt settles whatever is left before
 it prepares (under the same settle lock), so the retry starts from a settled
 migration. A migration already ended (aborted, cleaned) is left as it is. Only
 after the last retry does the step stop, with that reason.
+
+A step that failed because ZooKeeper went away under it (its connection lost, its
+session expired, no connection within the connect timeout: :func:`migrator.fleet.zk.went_away`)
+is not a verdict on the step either, and ZooKeeper may still be away: without
+asking it, the step is scheduled again as it was, a few seconds later and then less
+and less often (:data:`AWAY_RETRY_FIRST_S` doubling up to :data:`AWAY_RETRY_MAX_S`, on
+the worker's scheduler), for as long as :data:`AWAY_RETRY_FOR_S`; after that it
+stops with that reason. Every step is safe to run again (:mod:`migrator.ops.steps`).
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import time
 from typing import Any
@@ -41,6 +50,12 @@ log = logging.getLogger(__name__)
 ABANDONED_RETRIES = 3
 #: the Redis key that makes one worker (of several cleaning the registry at once) retry a dead job
 CLAIM_KEY = "migrator:abandoned:{}"
+#: a step that failed because ZooKeeper went away runs again this much later, then twice as late each time ...
+AWAY_RETRY_FIRST_S = 2.0
+#: ... at most this much later ...
+AWAY_RETRY_MAX_S = 60.0
+#: ... for this long since it first failed so; then it stops
+AWAY_RETRY_FOR_S = 3600.0
 
 
 def stop_exit_code(exc: BaseException | None) -> int:
@@ -60,6 +75,8 @@ def record(job: Any, connection: Any, type: Any, value: BaseException | None, tr
     migration_id = (job.meta or {}).get("migration")
     step = (job.meta or {}).get("step") or "step"
     if not migration_id:
+        return
+    if zk_mod.went_away(value) and _again_when_back(job, connection, migration_id, step):
         return
     try:
         cfg = config_mod.load((job.kwargs or {}).get("config_path"))
@@ -90,11 +107,7 @@ def _abandoned(job: Any, connection: Any, store: MigrationStore, migration_id: s
         store.record_stop(migration_id, step, f"{reason}; {deaths} times in a row, so it is not retried again",
                           next_step(step, None, migration_id), exit_code=int(ExitCode.REFUSED))
         return
-    from rq import Queue
-
-    again = Queue(job.origin, connection=connection).enqueue_call(
-        job.func_name, args=job.args, kwargs=job.kwargs, timeout=job.timeout, description=job.description,
-        job_id=job_id(step, migration_id), meta={**(job.meta or {}), "abandoned": deaths}, on_failure=on_failure())
+    again = _enqueue_again(job, connection, migration_id, step, {**(job.meta or {}), "abandoned": deaths})
     text = f"{reason}; enqueued again as {again.id} ({deaths} of {ABANDONED_RETRIES})"
     log.warning("%s", text)
 
@@ -103,6 +116,37 @@ def _abandoned(job: Any, connection: Any, store: MigrationStore, migration_id: s
         return s
 
     store.update(migration_id, note)
+
+
+def _enqueue_again(job: Any, connection: Any, migration_id: str, step: str, meta: dict[str, Any], *,
+                   delay: float = 0.0) -> Any:
+    """The step of ``job`` enqueued again as it was (same entry point, arguments and queue), ``delay`` seconds
+    from now (on the worker's scheduler)."""
+    from rq import Queue
+
+    queue = Queue(job.origin, connection=connection)
+    again = queue.create_job(job.func_name, args=job.args, kwargs=job.kwargs, timeout=job.timeout,
+                             description=job.description, job_id=job_id(step, migration_id), meta=meta,
+                             on_failure=on_failure())
+    if delay <= 0:
+        return queue.enqueue_job(again)
+    return queue.schedule_job(again, dt.datetime.now(dt.UTC) + dt.timedelta(seconds=delay))
+
+
+def _again_when_back(job: Any, connection: Any, migration_id: str, step: str) -> bool:
+    """ZooKeeper went away under the step: schedule it again without asking ZooKeeper (see the module doc);
+    False once it has been failing so for :data:`AWAY_RETRY_FOR_S` (the step then stops)."""
+    meta = dict(job.meta or {})
+    tries = int(meta.get("zookeeper_away", 0))
+    since = float(meta.get("zookeeper_away_since") or time.time())
+    if time.time() - since > AWAY_RETRY_FOR_S:
+        return False
+    delay = min(AWAY_RETRY_FIRST_S * 2 ** tries, AWAY_RETRY_MAX_S)
+    again = _enqueue_again(job, connection, migration_id, step,
+                           {**meta, "zookeeper_away": tries + 1, "zookeeper_away_since": since}, delay=delay)
+    log.warning("ZooKeeper went away under %s of migration %s: scheduled again in %.0fs as %s", step,
+                migration_id, delay, again.id)
+    return True
 
 
 def died_reason(store: MigrationStore, job: Any, migration_id: str, step: str) -> str:
