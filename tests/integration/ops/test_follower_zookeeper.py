@@ -2,14 +2,15 @@
 
 ``migrator split --yes`` (as an operator runs it, in a subprocess, with a real ``migrator worker``) while
 the sandbox's ZooKeeper is paused (SIGSTOP) for 20 s during the copy, past every session timeout (10 s for
-the CLI and the workers, 4 s for a cutover's lease): the follower keeps its one session, says in one line
-that ZooKeeper is back, and ends with exit 0 once the migration is done; the worker's step that ZooKeeper
-went away under is scheduled again and the migration finishes. A follower whose ZooKeeper stays away past
-``--zk-patience`` exits 4 with one line that says what to run. A launch that ZooKeeper went away under
-leaves its migration ``planned``, and the same command run again takes it up and runs it to the end.
+the CLI and the workers, 4 s for a cutover's lease): the follower keeps following (on a new session when
+the server expired its own, which it does in most runs), says in one line that ZooKeeper is back, and ends
+with exit 0 once the migration is done; the worker's step that ZooKeeper went away under is scheduled
+again and the migration finishes. A follower whose ZooKeeper stays away past ``--zk-patience`` exits 4
+with one line that says what to run. A launch that ZooKeeper went away under leaves its migration
+``planned``, and the same command run again takes it up and runs it to the end.
 
-The GTID layout does not matter here (followers and launches only read and write ZooKeeper): these run in
-the default layout only.
+The GTID layout does not matter here (followers and launches only read and write ZooKeeper); run in both
+layouts once, they pass in both, and they are not in the every_layout list.
 """
 
 from __future__ import annotations
@@ -81,8 +82,10 @@ def test_a_split_follows_through_zookeeper_paused_past_every_session(fleet, tmp_
         stop_process(worker)
     text = log.read_text()
     assert split.returncode == 0, (err, text, (tmp_path / "zk-pause-1.log").read_text()[-4000:])
+    # one line for the one outage; whether the server expired the session or took the client's reconnection
+    # first once it runs again is its own race (most runs: expired), and the follower goes on either way
     back = [ln for ln in text.splitlines() if "ZooKeeper is back after" in ln]
-    assert len(back) == 1 and "the session had expired" in back[0], text
+    assert len(back) == 1, text
     assert f"{migration_id} done: write freeze" in text, text
     assert MigrationStore(fleet.zk).state(migration_id)[0].phase == Phase.DONE
 
