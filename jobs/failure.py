@@ -29,6 +29,13 @@ records its stop, as the callback would have. The claim that makes one of severa
 cleanups handle a death (:data:`CLAIM_KEY`, taken before anything else) stays with that handling, so two
 cleanups racing still enqueue the step once; the step is enqueued (Redis) only after the reads, and the
 note written after it is bookkeeping, never a reason to enqueue it twice.
+
+A step that failed because ZooKeeper went away under it (its connection lost, its
+session expired, no connection within the connect timeout: :func:`migrator.fleet.zk.went_away`)
+is not a verdict on the step either, and ZooKeeper may still be away: without
+asking it, the step is scheduled again as it was, a few seconds later and then less
+and less often (:data:`AWAY_BACKOFF`, on the worker's scheduler), for as long as :data:`AWAY_RETRY_FOR_S`; after that it
+stops with that reason. Every step is safe to run again (:mod:`migrator.ops.steps`).
 """
 
 from __future__ import annotations
@@ -67,6 +74,11 @@ LATER_BACKOFF = Backoff(first_s=5.0, factor=2.0, max_s=60.0)
 LATER_FOR_S = float(CLAIM_S)
 #: what ZooKeeper not answering looks like: the callback's work is tried again later
 UNREACHABLE = (ZooKeeperUnavailable, KazooTimeoutError, *ZK_LOST)
+#: a step that failed because ZooKeeper went away runs again this much later, then twice as late each time, at
+#: most a minute later (a test may replace it) ...
+AWAY_BACKOFF = Backoff(first_s=2.0, factor=2.0, max_s=60.0)
+#: ... for this long since it first failed so; then it stops
+AWAY_RETRY_FOR_S = 3600.0
 
 
 def stop_exit_code(exc: BaseException | None) -> int:
@@ -86,6 +98,8 @@ def record(job: Any, connection: Any, type: Any, value: BaseException | None, tr
     migration_id = (job.meta or {}).get("migration")
     step = (job.meta or {}).get("step") or "step"
     if not migration_id:
+        return
+    if zk_mod.went_away(value) and _again_when_back(job, connection, migration_id, step):
         return
     if abandoned(type):
         if not connection.set(CLAIM_KEY.format(job.id), "1", nx=True, ex=CLAIM_S):
@@ -182,11 +196,7 @@ def _abandoned(job: Any, connection: Any, store: MigrationStore, migration_id: s
         store.record_stop(migration_id, step, f"{reason}; {deaths} times in a row, so it is not retried again",
                           next_step(step, None, migration_id), exit_code=int(ExitCode.REFUSED))
         return
-    from rq import Queue
-
-    again = Queue(job.origin, connection=connection).enqueue_call(
-        job.func_name, args=job.args, kwargs=job.kwargs, timeout=job.timeout, description=job.description,
-        job_id=job_id(step, migration_id), meta={**(job.meta or {}), "abandoned": deaths}, on_failure=on_failure())
+    again = _enqueue_again(job, connection, migration_id, step, {**(job.meta or {}), "abandoned": deaths})
     text = f"{reason}; enqueued again as {again.id} ({deaths} of {ABANDONED_RETRIES})"
     log.warning("%s", text)
 
@@ -198,6 +208,37 @@ def _abandoned(job: Any, connection: Any, store: MigrationStore, migration_id: s
         store.update(migration_id, note)
     except Exception as exc:  # noqa: BLE001 - the step is enqueued; the note is bookkeeping, never a second enqueue
         log.warning("%s; the note in migration %s's record was not written: %s", text, migration_id, exc)
+
+
+def _enqueue_again(job: Any, connection: Any, migration_id: str, step: str, meta: dict[str, Any], *,
+                   delay: float = 0.0) -> Any:
+    """The step of ``job`` enqueued again as it was (same entry point, arguments and queue), ``delay`` seconds
+    from now (on the worker's scheduler)."""
+    from rq import Queue
+
+    queue = Queue(job.origin, connection=connection)
+    again = queue.create_job(job.func_name, args=job.args, kwargs=job.kwargs, timeout=job.timeout,
+                             description=job.description, job_id=job_id(step, migration_id), meta=meta,
+                             on_failure=on_failure())
+    if delay <= 0:
+        return queue.enqueue_job(again)
+    return queue.schedule_job(again, dt.datetime.now(dt.UTC) + dt.timedelta(seconds=delay))
+
+
+def _again_when_back(job: Any, connection: Any, migration_id: str, step: str) -> bool:
+    """ZooKeeper went away under the step: schedule it again without asking ZooKeeper (see the module doc);
+    False once it has been failing so for :data:`AWAY_RETRY_FOR_S` (the step then stops)."""
+    meta = dict(job.meta or {})
+    tries = int(meta.get("zookeeper_away", 0))
+    since = float(meta.get("zookeeper_away_since") or time.time())
+    if time.time() - since > AWAY_RETRY_FOR_S:
+        return False
+    delay = AWAY_BACKOFF.delay(tries)
+    again = _enqueue_again(job, connection, migration_id, step,
+                           {**meta, "zookeeper_away": tries + 1, "zookeeper_away_since": since}, delay=delay)
+    log.warning("ZooKeeper went away under %s of migration %s: scheduled again in %.0fs as %s", step,
+                migration_id, delay, again.id)
+    return True
 
 
 def died_reason(store: MigrationStore, job: Any, migration_id: str, step: str) -> str:

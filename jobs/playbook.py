@@ -20,12 +20,13 @@ from migrator.ops.steps import enqueue_playbook, playbook_queue
 
 def advance(run_id: str, config_path: str | None = None, wait_budget_s: float = 20.0) -> dict[str, Any]:
     cfg = config_mod.load(config_path)
-    creds = config_mod.load_credentials(cfg)
-    with zk_mod.connect(cfg, creds) as zk:
-        out = playbook.advance(cfg, zk, run_id, wait_budget_s=wait_budget_s)
-        state, _ = playbook.RunStore(zk).get(run_id)
+    # one session that waits for ZooKeeper when it goes away (a step it interrupted runs again once it is
+    # back), so a blip does not end the chain of advances
+    with zk_mod.PatientSession(cfg) as ps:
+        out = ps.call(lambda zk: playbook.advance(cfg, zk, run_id, wait_budget_s=wait_budget_s))
+        state, _ = ps.call(lambda zk: playbook.RunStore(zk).get(run_id))
         migration_id = playbook.PlaybookRun.parse(state).context.migration
-        queue = playbook_queue(zk, migration_id)
+        queue = ps.call(lambda zk: playbook_queue(zk, migration_id))
     job = get_current_job()
     if job is not None:
         job.meta.update({"run": run_id, "playbook": state["playbook"], "migration": migration_id,

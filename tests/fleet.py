@@ -6,6 +6,10 @@ Used by the ``fleet`` fixture (tests/conftest.py) and by the nemesis runner (``p
 
 from __future__ import annotations
 
+import os
+import signal
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -75,3 +79,18 @@ def open_fleet(sandbox, directory: Path, *, session_timeout: float | None = None
         zk.close()
         r.flushdb()
         r.close()
+
+
+def pause_zookeeper(sandbox, seconds: float) -> threading.Thread:
+    """SIGSTOP the sandbox's ZooKeeper now and SIGCONT it ``seconds`` later (from a thread: join it, in a
+    ``finally``, so the server runs again whatever the test does)."""
+    pid = sandbox.state.procs["zookeeper"].pid
+    os.kill(pid, signal.SIGSTOP)
+
+    def resume() -> None:
+        time.sleep(seconds)
+        os.kill(pid, signal.SIGCONT)
+
+    t = threading.Thread(target=resume, daemon=True)
+    t.start()
+    return t

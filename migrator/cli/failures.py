@@ -6,7 +6,7 @@ calls :func:`describe` on whatever a command raised: a
 and the way out), a usage error of the command line (click), or an exception
 of the standard library or of pydantic that a command did not turn into one
 (a path that is a directory, a file that is not JSON, TOML or SQLite, a value
-out of range, an unreachable address). Each becomes
+out of range, an unreachable address, ZooKeeper lost under a command that does not wait for it). Each becomes
 ``error: <what>: <why> (<what to do>)`` with an exit code of
 :class:`~migrator.errors.ExitCode`. No traceback reaches the terminal unless
 ``MIGRATOR_TRACEBACK=1`` asks for one (a bug report needs it).
@@ -105,10 +105,25 @@ def _redis_error(exc: BaseException) -> tuple[str, int] | None:
     return None
 
 
+def _zookeeper_error(exc: BaseException) -> tuple[str, int] | None:
+    """ZooKeeper going away under a command that does not wait for it (a lost connection, an expired session, a
+    request that timed out): exit 4, what to do; None for anything else."""
+    from kazoo.exceptions import ConnectionLoss, OperationTimeoutError, SessionExpiredError
+    from kazoo.handlers.threading import KazooTimeoutError
+
+    if isinstance(exc, ConnectionLoss | SessionExpiredError | OperationTimeoutError | KazooTimeoutError):
+        return (f"ZooKeeper stopped answering ({type(exc).__name__}) (run the command again once it is back; "
+                "`migrator status` shows what was under way)", int(ExitCode.UNREACHABLE))
+    return None
+
+
 def describe(exc: BaseException) -> tuple[str, int]:
     """One line (without the ``error:`` prefix) and the exit code for ``exc``."""
     if isinstance(exc, MigratorError):
         return one_line(str(exc)), int(exc.exit_code)
+    zookeeper_failure = _zookeeper_error(exc)
+    if zookeeper_failure is not None:
+        return zookeeper_failure
     if command_line_error(exc):
         return _usage(exc)
     if isinstance(exc, typer.Abort | KeyboardInterrupt | EOFError):

@@ -15,13 +15,14 @@ from typing import Annotated
 
 import typer
 
-from migrator.cli.inputs import MigrationIdArg, checked
+from migrator.cli.inputs import DURATION_METAVAR, MigrationIdArg, at_least, checked, duration_parser
 from migrator.fleet import bounds
 from migrator.fleet import config as config_mod
 from migrator.fleet.model import shard_runs
+from migrator.fleet.zk import PATIENCE_S
 
-__all__ = ["JsonOpt", "MigrationIdArg", "QueueNameOpt", "RqQueueOpt", "State", "duration", "human_bytes",
-           "load_config", "shard_runs", "state"]
+__all__ = ["JsonOpt", "MigrationIdArg", "QueueNameOpt", "RqQueueOpt", "State", "ZkPatienceOpt", "duration",
+           "human_bytes", "load_config", "shard_runs", "state"]
 
 
 class State:
@@ -39,6 +40,13 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print the result as one J
 FollowOpt = Annotated[bool, typer.Option("--follow", help="With --json, while it follows progress: one JSON "
                                                           "line per event as it happens, the last the result "
                                                           "(instead of one document at the end).")]
+#: ``--zk-patience``: how long a command that launches or follows work waits for ZooKeeper to come back
+ZkPatienceOpt = Annotated[float, typer.Option(
+    "--zk-patience", help=f"How long to wait for ZooKeeper when it goes away (a lost connection, an expired "
+                          f"session) before giving up with exit 4; the work goes on in the workers meanwhile "
+                          f"(s; default {PATIENCE_S:g}).",
+    callback=checked(at_least(0, exclusive=True), "--zk-patience"), metavar=DURATION_METAVAR,
+    parser=duration_parser("--zk-patience"))]
 #: the RQ queue a migration step is enqueued on
 RqQueueOpt = Annotated[str | None, typer.Option("--queue", help="RQ queue (default: the source pair's, which "
                                                                 "`migrator worker` serves).", metavar="QUEUE")]

@@ -32,6 +32,7 @@ from migrator.cli.helpers import (
     MigrationIdArg,
     QueueNameOpt,
     RqQueueOpt,
+    ZkPatienceOpt,
     duration,
     human_bytes,
     load_config,
@@ -59,9 +60,10 @@ from migrator.cli.options import (
     dry_run_or_yes,
 )
 from migrator.cli.report import Report, print_json
-from migrator.engine.migration import Options
+from migrator.engine.migration import Options, Phase
 from migrator.errors import ExitCode
 from migrator.fleet import bounds
+from migrator.fleet.zk import PATIENCE_S, PatientSession
 from migrator.ops import command, intents
 from migrator.ops.rebalance import command as rebalance_cmd
 
@@ -200,12 +202,29 @@ def _print_plan(result: command.PlanResult, verbose: bool = False) -> None:
                       markup=False, highlight=False)
 
 
-def _launch_batches(res: command.PlanResult, start: bool, detach: bool, postpone: bool, rep: Report,
-                    doc: dict[str, Any]) -> None:
+#: what a launch that gives up on ZooKeeper (past ``--zk-patience``) says to do
+RUN_AGAIN = ("nothing this run stored is lost: the same command, run again once ZooKeeper is back, takes it up "
+             "where this one stopped")
+
+
+def _reconnected(ps: PatientSession, rep: Report, subject: str) -> None:
+    """The one line for each time ZooKeeper came back while this command launched or followed."""
+    from migrator.ops import watch
+
+    for ev in watch.reconnects(ps, subject):
+        rep.event(ev)
+
+
+def _launch_batches(cfg: Any, ps: PatientSession, res: command.PlanResult, start: bool, detach: bool,
+                    postpone: bool, rep: Report, doc: dict[str, Any]) -> None:
     """A move too big for one fence: one batched migration (copied and tailed once) that hands its shards to
-    batch migrations, each cut over on its own, followed through a rebalance record."""
-    cfg = load_config()
-    rid = rebalance_cmd.start_split(cfg, res.spec, paused=not start, postpone_cutover=postpone)
+    batch migrations, each cut over on its own, followed through a rebalance record (the record of the same move
+    an earlier run stored is taken up: :func:`migrator.ops.rebalance.command.start_split`)."""
+    from migrator.ops import watch
+
+    rid = ps.call(lambda zk: rebalance_cmd.start_split(cfg, res.spec, paused=not start, postpone_cutover=postpone,
+                                                       zk=zk))
+    _reconnected(ps, rep, rid)
     run = doc["run"] = {"rebalance": rid, "batches": len(res.batches or []), "started": start,
                         "followed": start and not detach}
     if not start:
@@ -219,7 +238,8 @@ def _launch_batches(res: command.PlanResult, start: bool, detach: bool, postpone
     if detach:
         rep.document(doc)
         return
-    end = rebalance_cli.follow(cfg, rid, emit=rep.event)
+    ps.then = watch.follow_again(rid, by_the_command=True)
+    end = rebalance_cli.follow(cfg, rid, emit=rep.event, session=ps)
     run.update(end)
     rep.document(doc)
     if end["phase"] != "done":
@@ -231,10 +251,14 @@ def _launch_batches(res: command.PlanResult, start: bool, detach: bool, postpone
 
 
 def _plan_and_launch(plan: Any, *, yes: bool, dry_run: bool, no_start: bool, detach: bool, postpone: bool,
-                     as_json: bool, follow: bool = False, all_tables: bool = False) -> None:
+                     as_json: bool, follow: bool = False, all_tables: bool = False,
+                     patience_s: float = PATIENCE_S) -> None:
     """A dry run unless ``yes``; with it, store (and lock), then launch unless ``no_start``. With ``as_json``
     stdout gets one document (the plan, and under ``run`` what was started and how it ended), or with
-    ``follow`` JSON lines (:mod:`migrator.cli.report`)."""
+    ``follow`` JSON lines (:mod:`migrator.cli.report`). ``plan(dry_run, zk)`` plans on the command's one
+    ZooKeeper session, which waits ``patience_s`` for ZooKeeper whenever it goes away: every step of the launch
+    is safe to run again, so each is run again once it is back, and a run that gives up leaves what it stored
+    for the same command to take up."""
     dry_run_or_yes(dry_run, yes)
     if no_start and not yes:
         raise UsageProblem("--no-start goes with --yes (store the plan and lock the shards, start nothing); "
@@ -242,35 +266,48 @@ def _plan_and_launch(plan: Any, *, yes: bool, dry_run: bool, no_start: bool, det
     detach_needs_yes(detach, yes)
     following = yes and not no_start and not detach
     rep = Report(as_json, follow and following)
-    res = plan(dry_run=not yes)
-    doc = res.as_dict()
-    if not as_json:
-        _print_plan(res, all_tables)
-    rep.line("plan", doc)
-    if not yes:
-        rep.document(doc)
-        return
-    if res.batches is not None and res.estimate is None:
-        _launch_batches(res, not no_start, detach, postpone, rep, doc)
-        return
-    if postpone:
-        command.postpone(load_config(), res.spec.id, on=True)
-    if no_start:
-        rep.document(doc)
-        return
-    _launch(res, detach, rep, doc)
-
-
-def _launch(res: command.PlanResult, detach: bool, rep: Report, doc: dict[str, Any]) -> None:
     cfg = load_config()
+    with PatientSession(cfg, patience_s=patience_s, then=RUN_AGAIN) as ps:
+        res = ps.call(lambda zk: plan(not yes, zk))
+        doc = res.as_dict()
+        _reconnected(ps, rep, res.spec.id)
+        if not as_json:
+            _print_plan(res, all_tables)
+        rep.line("plan", doc)
+        if not yes:
+            rep.document(doc)
+            return
+        if res.batches is not None and res.estimate is None:
+            _launch_batches(cfg, ps, res, not no_start, detach, postpone, rep, doc)
+            return
+        if res.adopted:
+            rep.say(f"taking up {res.spec.id} ({res.adopted}): the same move, stored by an earlier run")
+        if postpone:
+            ps.call(lambda zk: command.postpone(cfg, res.spec.id, on=True, zk=zk))
+        if no_start:
+            rep.document(doc)
+            return
+        _launch(cfg, ps, res, detach, rep, doc)
+
+
+def _launch(cfg: Any, ps: PatientSession, res: command.PlanResult, detach: bool, rep: Report,
+            doc: dict[str, Any]) -> None:
+    from migrator.ops import watch
+
     migration_id = res.spec.id
-    job = command.launch(cfg, migration_id)
+    if res.adopted in (None, Phase.PLANNED.value):
+        job = ps.call(lambda zk: command.launch(cfg, migration_id, zk=zk))
+        _reconnected(ps, rep, migration_id)
+        rep.say(f"running {migration_id} on RQ workers (first job {job}); start workers with `migrator worker`")
+    else:  # launched by the earlier run: followed, not started twice
+        job = None
+        rep.say(f"following {migration_id}, running on RQ workers since an earlier run launched it")
     run = doc["run"] = {"migration": migration_id, "job": job, "followed": not detach}
-    rep.say(f"running {migration_id} on RQ workers (first job {job}); start workers with `migrator worker`")
     if detach:
         rep.document(doc)
         return
-    st = _follow(cfg, migration_id, rep)
+    ps.then = watch.follow_again(migration_id, by_the_command=True)
+    st = _follow(cfg, migration_id, rep, session=ps)
     run.update({k: st.get(k) for k in ("phase", "freeze_ms", "stopped", "error", "cutover_attempts")})
     rep.document(doc)
     stopped = st.get("stopped")
@@ -287,14 +324,18 @@ def _launch(res: command.PlanResult, detach: bool, rep: Report, doc: dict[str, A
 
 
 def _follow(cfg: Any, migration_id: str, rep: Report, *, timeout: float | None = None, every: float = 0.5,
-            with_workers: bool = False) -> dict[str, Any]:
+            with_workers: bool = False, session: PatientSession | None = None,
+            patience_s: float = PATIENCE_S) -> dict[str, Any]:
     """Follow ``migration_id`` to a final phase (or a stop, or ``timeout``): the live view on a terminal, else one line
-    (or JSON line) per event and, for human output, the final view once more; its last status."""
+    (or JSON line) per event and, for human output, the final view once more; its last status. Through
+    ``session`` (or one of its own, waiting ``patience_s`` for ZooKeeper)."""
     from migrator.ops import watch
 
     if rep.live:
-        return watch.follow(cfg, migration_id, every=every, timeout=timeout, console=console, with_workers=with_workers)
-    st = watch.follow_events(cfg, migration_id, rep.event, every=every, timeout=timeout, with_workers=with_workers)
+        return watch.follow(cfg, migration_id, every=every, timeout=timeout, console=console, with_workers=with_workers,
+                            session=session, patience_s=patience_s)
+    st = watch.follow_events(cfg, migration_id, rep.event, every=every, timeout=timeout, with_workers=with_workers,
+                             session=session, patience_s=patience_s)
     if not rep.as_json:
         progress, task = watch.new_progress(console)
         console.print(watch.render(st, progress, task))
@@ -324,6 +365,7 @@ def split(
     chunk_target_ms: ChunkTargetOpt = None,
     workers: WorkersOpt = None,
     all_tables: AllTablesOpt = False,
+    zk_patience: ZkPatienceOpt = PATIENCE_S,
 ) -> None:
     """Move the upper half of every range on SOURCE to a spare pair (or --to).
 
@@ -332,10 +374,10 @@ def split(
     cutover on RQ workers (`migrator worker`), cleanup scheduled."""
     opts = _options(chunk_rows, chunk_target_ms, workers, max_lag, freeze_budget_ms, fence, max_threads_running,
                     cutover_retry_s, lock_retry_s, kill_blockers, kill_blockers_max_rows)
-    _plan_and_launch(lambda dry_run: command.plan_split(load_config(), source, to, dry_run=dry_run,
-                                                       batches_ok=True, options=opts),
+    _plan_and_launch(lambda dry_run, zk: command.plan_split(load_config(), source, to, dry_run=dry_run,
+                                                           batches_ok=True, options=opts, zk=zk),
                      yes=yes, dry_run=dry_run, no_start=no_start, detach=detach, postpone=postpone_cutover,
-                     as_json=as_json, follow=follow, all_tables=all_tables)
+                     as_json=as_json, follow=follow, all_tables=all_tables, patience_s=zk_patience)
 
 
 def move(
@@ -360,14 +402,15 @@ def move(
     chunk_target_ms: ChunkTargetOpt = None,
     workers: WorkersOpt = None,
     all_tables: AllTablesOpt = False,
+    zk_patience: ZkPatienceOpt = PATIENCE_S,
 ) -> None:
     """Move shards (all on one source pair) to another pair: a dry run unless --yes (as split)."""
     opts = _options(chunk_rows, chunk_target_ms, workers, max_lag, freeze_budget_ms, fence, max_threads_running,
                     cutover_retry_s, lock_retry_s, kill_blockers, kill_blockers_max_rows)
-    _plan_and_launch(lambda dry_run: command.plan_move(load_config(), shards, to, dry_run=dry_run,
-                                                      batches_ok=True, options=opts),
+    _plan_and_launch(lambda dry_run, zk: command.plan_move(load_config(), shards, to, dry_run=dry_run,
+                                                          batches_ok=True, options=opts, zk=zk),
                      yes=yes, dry_run=dry_run, no_start=no_start, detach=detach, postpone=postpone_cutover,
-                     as_json=as_json, follow=follow, all_tables=all_tables)
+                     as_json=as_json, follow=follow, all_tables=all_tables, patience_s=zk_patience)
 
 
 def move_partition(
@@ -389,16 +432,17 @@ def move_partition(
     kill_blockers: KillBlockersOpt = None,
     kill_blockers_max_rows: KillBlockersRowsOpt = None,
     chunk_target_ms: ChunkTargetOpt = None,
+    zk_patience: ZkPatienceOpt = PATIENCE_S,
 ) -> None:
     """Move one queue partition (its jobs and dedupe tables) to another pair on its own route in the shard
     map; its shard's other tables and the other partitions keep serving. A dry run unless --yes (as split)."""
     opts = _options(max_lag=max_lag, freeze_budget_ms=freeze_budget_ms, max_threads_running=max_threads_running,
                     cutover_retry_s=cutover_retry_s, lock_retry_s=lock_retry_s, kill_blockers=kill_blockers,
                     kill_blockers_max_rows=kill_blockers_max_rows, chunk_target_ms=chunk_target_ms)
-    _plan_and_launch(lambda dry_run: command.plan_move_partition(load_config(), queue, partition, to,
-                                                                dry_run=dry_run, options=opts),
+    _plan_and_launch(lambda dry_run, zk: command.plan_move_partition(load_config(), queue, partition, to,
+                                                                    dry_run=dry_run, options=opts, zk=zk),
                      yes=yes, dry_run=dry_run, no_start=no_start, detach=detach, postpone=postpone_cutover,
-                     as_json=as_json, follow=follow)
+                     as_json=as_json, follow=follow, patience_s=zk_patience)
 
 
 def preflight(migration_id: MigrationIdArg, as_json: JsonOpt = False) -> None:
@@ -465,6 +509,7 @@ def status(
                                                                  "code 7 when it ends the watch; default: never).",
                                          callback=checked(at_least(0), "--timeout"), metavar=DURATION_METAVAR,
                                              parser=duration_parser("--timeout")),
+    zk_patience: ZkPatienceOpt = PATIENCE_S,
 ) -> None:
     """Every migration's phase and the live workers; with an ID: per-shard copy progress, copy rate and
     ETA, the catch-up pass table, the last cutover attempts and when the next is due, predicted and last
@@ -478,7 +523,8 @@ def status(
     if migration_id is not None and (watch_ and not as_json or as_json and follow):
         rep = Report(as_json, follow)
         try:
-            st = _follow(cfg, migration_id, rep, timeout=timeout, every=interval, with_workers=True)
+            st = _follow(cfg, migration_id, rep, timeout=timeout, every=interval, with_workers=True,
+                         patience_s=zk_patience)
         except KeyboardInterrupt:
             return
         rep.document(st)
@@ -487,7 +533,7 @@ def status(
         return
     if watch_ and not as_json:
         try:
-            watch.follow_all(cfg, every=interval, timeout=timeout, console=console)
+            watch.follow_all(cfg, every=interval, timeout=timeout, console=console, patience_s=zk_patience)
         except KeyboardInterrupt:
             return
         _still_running(timeout, "the migrations")

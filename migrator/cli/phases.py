@@ -23,7 +23,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from migrator.cli.helpers import FollowOpt, JsonOpt, RqQueueOpt, load_config
+from migrator.cli.helpers import FollowOpt, JsonOpt, RqQueueOpt, ZkPatienceOpt, load_config
 from migrator.cli.inputs import DURATION_METAVAR, at_least, checked, duration_parser, migration_id_callback
 from migrator.cli.options import YesOpt, confirm
 from migrator.cli.report import Report, print_json
@@ -34,6 +34,7 @@ from migrator.engine.rollback import rollback
 from migrator.engine.verify.run import verify_migration
 from migrator.errors import ExitCode
 from migrator.fleet.model import wire_keys
+from migrator.fleet.zk import PATIENCE_S
 from migrator.ops import intents
 from migrator.ops.rebalance import command as rebalance_cmd
 from migrator.ops.steps import enqueue_passes
@@ -173,6 +174,7 @@ def rollback_cmd(
     yes: YesOpt = False,
     as_json: JsonOpt = False,
     follow: FollowOpt = False,
+    zk_patience: ZkPatienceOpt = PATIENCE_S,
 ) -> None:
     """Tail the new master back into the tombstones in converging passes, verify, and flip the ranges back
     (retrying a stopped attempt), on RQ workers: follows each reverse pass, the freeze and the result, and
@@ -190,7 +192,8 @@ def rollback_cmd(
         rep.say(f"rolling back {len(migration_ids)} migrations of {migration_id}, last finished first")
         for i, move_id in enumerate(migration_ids, 1):
             rep.say(f"[{i}/{len(migration_ids)}] {move_id}")
-            code, one = _roll_back_one(cfg, move_id, rep, queue=queue, timeout=timeout, sync=sync)
+            code, one = _roll_back_one(cfg, move_id, rep, queue=queue, timeout=timeout, sync=sync,
+                                       patience_s=zk_patience)
             doc["migrations"].append(one)
             if code:
                 rep.document(doc)
@@ -206,7 +209,8 @@ def rollback_cmd(
                 "`migrator worker` runs it")
         rep.document({"migration": migration_id, **out})
         return
-    code, one = _roll_back_one(cfg, migration_id, rep, queue=queue, timeout=timeout, sync=sync)
+    code, one = _roll_back_one(cfg, migration_id, rep, queue=queue, timeout=timeout, sync=sync,
+                               patience_s=zk_patience)
     rep.document(one)
     if code:
         raise typer.Exit(code)
@@ -218,7 +222,7 @@ def register_rollback(app: Any) -> None:
 
 
 def _roll_back_one(cfg: Any, migration_id: str, rep: Report, *, queue: str | None, timeout: float | None,
-                   sync: bool) -> tuple[int, dict[str, Any]]:
+                   sync: bool, patience_s: float = PATIENCE_S) -> tuple[int, dict[str, Any]]:
     """Roll one migration back (on RQ workers, followed; or in this process), each event as a line (a JSON
     line with ``--json --follow``); the exit code and the outcome (for the JSON document)."""
     from migrator.ops import command, watch
@@ -233,8 +237,11 @@ def _roll_back_one(cfg: Any, migration_id: str, rep: Report, *, queue: str | Non
     out = command.start_rollback(cfg, migration_id, queue=queue)
     rep.say(f"rollback of {migration_id} enqueued on {out['queue']} (first job {out['job']}); "
             "`migrator worker` runs it")
-    for kind, ev in watch.rollback_events(cfg, migration_id, out["requested_at"], timeout=timeout):
-        if kind == "pass":
+    for kind, ev in watch.rollback_events(cfg, migration_id, out["requested_at"], timeout=timeout,
+                                          patience_s=patience_s):
+        if kind == "zookeeper":
+            event("zookeeper", ev["text"], ev)
+        elif kind == "pass":
             event("pass", _reverse_pass_text(ev), ev)
         elif kind == "freeze":
             event("freeze", "freeze: fenced flip back under way", ev)

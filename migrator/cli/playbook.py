@@ -9,10 +9,11 @@ from typing import Annotated
 
 import typer
 
-from migrator.cli.helpers import JsonOpt, load_config, state
+from migrator.cli.helpers import JsonOpt, ZkPatienceOpt, load_config, state
 from migrator.cli.inputs import RunIdArg
 from migrator.cli.options import dry_run_or_yes
 from migrator.cli.report import Report, print_json
+from migrator.fleet.zk import PATIENCE_S
 from migrator.ops import playbook as pbm
 
 playbook_app = typer.Typer(help="Runbook playbooks: runs, their steps, approvals.", no_args_is_help=True,
@@ -29,6 +30,7 @@ def run(
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Start the run (without it: a dry run that checks and "
                                                           "prints the steps, as split does).")] = False,
     as_json: JsonOpt = False,
+    zk_patience: ZkPatienceOpt = PATIENCE_S,
 ) -> None:
     """Run a playbook (checked whole before anything runs: every value as the command line checks it, and
     the hosts it names against the registry). A dry run unless --yes."""
@@ -51,7 +53,7 @@ def run(
     rep.say(f"playbook run {run_id} created")
     doc: dict = {"run": run_id, "playbook": pb.name}
     if sync:
-        doc["status"] = _drive(cfg, run_id, rep)
+        doc["status"] = _drive(cfg, run_id, rep, zk_patience)
     else:
         doc["queue"] = queue = _enqueue(cfg, run_id, state.config_path, pb.name)
         rep.say(f"enqueued on RQ queue {queue!r}; watch with `migrator playbook status {run_id}`")
@@ -124,13 +126,13 @@ def list_runs(as_json: JsonOpt = False) -> None:
 @playbook_app.command("resume")
 def resume(run_id: RunIdArg, sync: bool = typer.Option(False, "--sync",
                                                        help="Run it in this process instead of RQ workers."),
-           as_json: JsonOpt = False) -> None:
+           as_json: JsonOpt = False, zk_patience: ZkPatienceOpt = PATIENCE_S) -> None:
     """Continue a run from its last checkpoint (after a crash or a lost Redis)."""
     cfg = load_config()
     rep = Report(as_json)
     doc: dict = {"run": run_id}
     if sync:
-        doc["status"] = _drive(cfg, run_id, rep)
+        doc["status"] = _drive(cfg, run_id, rep, zk_patience)
     else:
         doc["queue"] = queue = _enqueue(cfg, run_id, state.config_path)
         rep.say(f"re-enqueued {run_id} on RQ queue {queue!r}")
@@ -197,15 +199,20 @@ def _enqueue(cfg: object, run_id: str, config_path: str | None, name: str | None
     return queue
 
 
-def _drive(cfg: object, run_id: str, rep: Report) -> str:
-    """Advance the run in this process until it ends, a line per change of what it does; its last status."""
-    from migrator.fleet import config as config_mod
-    from migrator.fleet import zk as zk_mod
+def _drive(cfg: object, run_id: str, rep: Report, patience_s: float = PATIENCE_S) -> str:
+    """Advance the run in this process until it ends, a line per change of what it does; its last status. On one
+    ZooKeeper session that waits ``patience_s`` for ZooKeeper whenever it goes away: the run goes on from its
+    cursor once it is back (a step it interrupted runs again: every step is resumable)."""
+    from migrator.fleet.zk import PatientSession
+    from migrator.ops import watch
 
-    with zk_mod.connect(cfg, config_mod.load_credentials(cfg)) as zk:  # type: ignore[arg-type]
+    then = f"the run stops where it is: `migrator playbook resume {run_id} --sync` goes on from there once it is back"
+    with PatientSession(cfg, patience_s=patience_s, then=then) as ps:  # type: ignore[arg-type]
         last = None
         while True:
-            out = pbm.advance(cfg, zk, run_id, wait_budget_s=5)
+            out = ps.call(lambda zk: pbm.advance(cfg, zk, run_id, wait_budget_s=5))
+            for ev in watch.reconnects(ps, run_id):
+                rep.say(ev.line())
             msg = (f"{out.status}" + (f" at {out.step}" if out.step else "")
                    + (f": {out.message}" if out.message else ""))
             if msg != last:

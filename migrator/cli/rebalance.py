@@ -19,7 +19,7 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from migrator.cli.helpers import FollowOpt, duration, human_bytes, load_config, shard_runs
+from migrator.cli.helpers import FollowOpt, ZkPatienceOpt, duration, human_bytes, load_config, shard_runs
 from migrator.cli.inputs import DURATION_METAVAR, AddPairOpt, DrainOpt, at_least, checked, duration_parser
 from migrator.cli.options import (
     ChunkTargetOpt,
@@ -33,6 +33,7 @@ from migrator.cli.options import (
 )
 from migrator.cli.report import Report, print_json
 from migrator.errors import ExitCode
+from migrator.fleet.zk import PATIENCE_S, PatientSession
 from migrator.ops import watch
 from migrator.ops.rebalance import command as rebalance
 from migrator.ops.rebalance.planner import OBJECTIVES
@@ -140,31 +141,33 @@ def show_status(cfg: Any, rid: str | None, as_json: bool) -> None:
 
 
 def follow(cfg: Any, rid: str, *, every: float = 2.0, timeout: float | None = None,
-           emit: Callable[[watch.Event], None] | None = None) -> dict[str, Any]:
+           emit: Callable[[watch.Event], None] | None = None, session: PatientSession | None = None,
+           patience_s: float = PATIENCE_S) -> dict[str, Any]:
     """Advance until the rebalance ends (the RQ chain advances it too), emitting each event as it is
     recorded (:class:`~migrator.ops.watch.RebalanceTracker`; default: a line on stdout) and a line of
-    counts whenever they change; the last summary."""
-    from migrator.ops import command
-
+    counts whenever they change; the last summary. Through ``session`` (or one of its own, waiting
+    ``patience_s`` for ZooKeeper): an advance and a read are safe to run again, so each is run again once
+    ZooKeeper is back."""
     emit = emit or (lambda ev: print(ev.line(), flush=True))
     t0 = time.monotonic()
     last = None
     tracker = watch.RebalanceTracker(rid)
-    while True:
-        out = rebalance.advance(cfg, rid)
-        with command.session(cfg) as (zk, _):
-            for ev in tracker.poll(zk):
+    with watch.patient(cfg, session, patience_s=patience_s, then=watch.follow_again(rid)) as ps:
+        while True:
+            out = ps.call(lambda zk: rebalance.advance(cfg, rid, zk=zk))
+            events = ps.call(tracker.poll)
+            for ev in watch.reconnects(ps, rid) + events:
                 emit(ev)
-        text = (f"{out['phase']}{' (paused)' if out['paused'] else ''}: {out['done']} done, "
-                f"{out['running']} running, {out['waiting']} waiting, {out['failed']} failed")
-        if text != last:
-            emit(watch.Event("rebalance", rid, time.time(), text, dict(out)))
-            last = text
-        if out["phase"] != "running" or out["paused"]:
-            return out
-        if timeout is not None and time.monotonic() - t0 > timeout:
-            return out
-        time.sleep(every)
+            text = (f"{out['phase']}{' (paused)' if out['paused'] else ''}: {out['done']} done, "
+                    f"{out['running']} running, {out['waiting']} waiting, {out['failed']} failed")
+            if text != last:
+                emit(watch.Event("rebalance", rid, time.time(), text, dict(out)))
+                last = text
+            if out["phase"] != "running" or out["paused"]:
+                return out
+            if timeout is not None and time.monotonic() - t0 > timeout:
+                return out
+            time.sleep(every)
 
 
 def rebalance_cmd(
@@ -213,6 +216,7 @@ def rebalance_cmd(
     as_json: bool = typer.Option(False, "--json", help="The plan as one JSON document on stdout (with --yes, "
                                                         "under `run`, the rebalance and how it ended)."),
     follow_: FollowOpt = False,
+    zk_patience: ZkPatienceOpt = PATIENCE_S,
 ) -> None:
     """Measure each shard (bytes, rows, writes/s), plan moves that bring every pair within the threshold
     of the mean, moving few bytes and keeping the map compact; print the plan; with --yes run it."""
@@ -225,11 +229,22 @@ def rebalance_cmd(
                             lock_retry_s=lock_retry_s, kill_blockers=kill_blockers,
                             kill_blockers_max_rows=kill_blockers_max_rows, chunk_target_ms=chunk_target_ms)
     cfg = load_config()
-    live = rebalance.plan_live(cfg, objective=objective, threshold=threshold, add_pairs=list(add_pair),
-                               drain=list(drain), max_moves_per_pair=max_moves_per_pair,
-                               max_concurrent=max_concurrent, window_s=window)
+    with PatientSession(cfg, patience_s=zk_patience, then="nothing was stored: run it again once it is back") as ps:
+        _run(cfg, ps, rep=Report(as_json, follow_ and yes and not detach), as_json=as_json, yes=yes, detach=detach,
+             plan=lambda zk: rebalance.plan_live(cfg, objective=objective, threshold=threshold,
+                                                 add_pairs=list(add_pair), drain=list(drain),
+                                                 max_moves_per_pair=max_moves_per_pair,
+                                                 max_concurrent=max_concurrent, window_s=window, zk=zk),
+             start=lambda live, rid, zk: rebalance.start(cfg, live, max_concurrent=max_concurrent, options=options,
+                                                         postpone_cutover=postpone_cutover, zk=zk, rid=rid))
+
+
+def _run(cfg: Any, ps: PatientSession, *, rep: Report, as_json: bool, yes: bool, detach: bool,
+         plan: Callable[[Any], Any], start: Callable[[Any, str, Any], str]) -> None:
+    """Plan, print, and with ``yes`` store, start and follow, on the command's one patient session (each step is
+    run again once ZooKeeper is back: the record's id is chosen once, so a store run twice stores one)."""
+    live = ps.call(plan)
     out = live.as_dict()
-    rep = Report(as_json, follow_ and yes and not detach)
     if not as_json:
         console.print(render_plan(out))
     rep.line("plan", out)
@@ -242,15 +257,18 @@ def rebalance_cmd(
         rep.say("every pair is within the threshold: nothing to do")
         rep.document({**out, "run": None})
         return
-    rid = rebalance.start(cfg, live, max_concurrent=max_concurrent, options=options,
-                          postpone_cutover=postpone_cutover)
+    rid = rebalance.new_id()
+    ps.then = (f"{rid} may be stored: `migrator status {rid}` shows it once ZooKeeper is back, and "
+               f"`migrator resume {rid}` starts what it did not")
+    ps.call(lambda zk: start(live, rid, zk))
     run = out["run"] = {"rebalance": rid, "followed": not detach}
     rep.say(f"rebalance {rid} started on RQ workers (start them with `migrator worker`); "
             f"`migrator status {rid}`, `migrator pause|resume|abort {rid}`")
     if detach:
         rep.document(out)
         return
-    end = follow(cfg, rid, emit=rep.event)
+    ps.then = watch.follow_again(rid)
+    end = follow(cfg, rid, emit=rep.event, session=ps)
     run.update(end)
     rep.document(out)
     if end["phase"] != "done":

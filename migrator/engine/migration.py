@@ -155,6 +155,11 @@ class Options(BaseModel):
     gate_lifetime_s: float = Field(default=5.0, gt=0, le=600)
 
 
+#: the fields of a :class:`Spec` that say what moves, from where, to where: never changed once stored
+WHAT_MOVES = ("kind", "source_master", "source_passive", "target_master", "target_passive", "shards", "tables",
+              "queue", "partition", "batched", "parent")
+
+
 class Spec(BaseModel):
     """What a migration moves. Immutable once stored (the pairs' passive members under their stored
     keys, ``source_passive``/``target_passive``: :data:`WIRE_NAMES`)."""
@@ -186,6 +191,10 @@ class Spec(BaseModel):
     @property
     def databases(self) -> list[str]:
         return [f"db{s:05d}" for s in self.shards]
+
+    def same_move(self, other: Spec) -> bool:
+        """``other`` moves the same thing the same way (what, from, to), whatever the ids and options."""
+        return all(getattr(self, f) == getattr(other, f) for f in WHAT_MOVES)
 
     def ranges(self) -> list[tuple[int, int]]:
         """The shards as maximal contiguous [lo, hi] ranges."""
@@ -329,9 +338,7 @@ class MigrationStore:
         except NoNodeError:
             raise MigrationNotFound(f"no migration {spec.id!r} (see `migrator status`)") from None
         old = Spec.model_validate_json(data)
-        same = ("kind", "source_master", "source_passive", "target_master", "target_passive", "shards", "tables",
-                "queue", "partition", "batched", "parent")
-        if any(getattr(old, f) != getattr(spec, f) for f in same):
+        if not old.same_move(spec):
             raise MigrationError(f"migration {spec.id}: only options may change; plan a new migration instead")
         try:
             # by version: a batched migration's shards shrink as it hands batches over (:meth:`hand_over`)

@@ -41,6 +41,7 @@ from migrator.fleet.config import Config, Credentials
 from migrator.fleet.zk import ZK
 from migrator.ops import steps
 from migrator.ops.batched import sizing as batches_mod
+from migrator.ops.rebalance import record as rec_mod
 
 #: phases after which abort no longer applies (the map flipped: roll back instead)
 NOT_ABORTABLE = (Phase.CUTOVER, Phase.DONE, Phase.ROLLING_BACK, Phase.ROLLED_BACK, Phase.CLEANED)
@@ -55,14 +56,18 @@ def load_config(path: str | None = None) -> Config:
 
 
 @contextmanager
-def session(config: Config) -> Iterator[tuple[ZK, Credentials]]:
-    """A ZooKeeper connection and the credentials, closed on exit."""
+def session(config: Config, zk: ZK | None = None) -> Iterator[tuple[ZK, Credentials]]:
+    """A ZooKeeper connection and the credentials, closed on exit; with ``zk``, that session (one the caller
+    holds, such as a follower's :class:`~migrator.fleet.zk.PatientSession`), left open."""
+    if zk is not None:
+        yield zk, zk.credentials or config_mod.load_credentials(config)
+        return
     creds = config_mod.load_credentials(config)
-    zk = zk_mod.connect(config, creds)
+    own = zk_mod.connect(config, creds)
     try:
-        yield zk, creds
+        yield own, creds
     finally:
-        zk.close()
+        own.close()
 
 
 def update_quietly(config: Config, migration_id: str, change: Callable[[Any], Any]) -> None:
@@ -100,6 +105,9 @@ class PlanResult:
     #: it runs as one batched migration that cuts over in batches (:mod:`migrator.ops.batched`), stored and
     #: followed by :func:`migrator.ops.rebalance.command.start_split` (not by this plan)
     batches: list[dict[str, Any]] | None = None
+    #: the phase of the migration an earlier run of the same command stored (and maybe launched) before it was
+    #: ended, which this plan takes up instead of refusing on its shard locks (:func:`_earlier_run`)
+    adopted: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"id": self.spec.id, "stored": self.stored, "spec": self.spec.model_dump(mode="json")}
@@ -107,13 +115,64 @@ class PlanResult:
             out["estimate"] = self.estimate.as_dict()
         if self.batches is not None:
             out["batches"] = self.batches
+        if self.adopted is not None:
+            out["adopted"] = self.adopted
         return out
+
+
+@dataclass(frozen=True)
+class Earlier:
+    """What an earlier run of the same ``split|move|move-partition --yes`` left holding a plan's shards
+    (:func:`_earlier_run`): the migration it stored and its phase, or the batched split record ``rebalance``."""
+
+    spec: Spec
+    phase: str | None = None
+    rebalance: str | None = None
+
+
+def _earlier_run(zk: ZK, spec: Spec, holders: dict[int, str]) -> Earlier | None:
+    """What an earlier run of the same command left holding ``spec``'s shards: the one migration holding them all,
+    if it moves the same thing the same way; or the batched split record of the same move whose migrations hold
+    them. None when something else holds them (reads only).
+
+    A migration still ``planned`` was stored and not started (the run ended between the two, or ``--no-start``): it
+    is taken up with the options given now, and started. One past it is taken up only if the pipeline drives it
+    (``autopilot``) and it has not ended: it is followed, not started twice. A split record is taken up by
+    :func:`migrator.ops.rebalance.command.start_split`."""
+    if set(holders) != set(spec.shards):
+        return None
+    rids = {rec_mod.rebalance_of(m) for m in holders.values()}
+    if len(rids) == 1 and None not in rids:
+        rid = rids.pop()
+        rec = rec_mod.find_split(zk, spec.source_master, spec.target_master, [list(r) for r in spec.ranges()])
+        return Earlier(spec, rebalance=rid) if rec is not None and rec["id"] == rid else None
+    if len(set(holders.values())) != 1:
+        return None
+    holder = next(iter(holders.values()))
+    store = MigrationStore(zk)
+    try:
+        stored = store.spec(holder)
+        st, _ = store.state(holder)
+    except MigratorError:
+        return None
+    if not stored.same_move(spec):
+        return None
+    if st.phase == Phase.PLANNED or (st.autopilot and not st.phase.terminal
+                                     and st.phase not in (Phase.FAILED, Phase.DONE)):
+        return Earlier(stored, phase=st.phase.value)
+    return None
 
 
 def _finish_plan(zk: ZK, creds: Credentials, spec: Spec, dry_run: bool, batches_ok: bool = False) -> PlanResult:
     holders = MigrationStore(zk).holders(spec.shards)
     if holders:  # a clear message before trying (create() re-checks atomically); a dry run says it too
+        earlier = _earlier_run(zk, spec, holders)
+        if earlier is not None and not dry_run:
+            return _take_up(zk, creds, spec, earlier)
         desc = ", ".join(f"shard {s} by {m}" for s, m in sorted(holders.items()))
+        if earlier is not None:
+            raise ShardsBusy(f"shards already moving: {desc}, the same move, stored by an earlier run; the same "
+                             "command with --yes takes it up (or abort it with `migrator abort ID`)")
         raise ShardsBusy(f"shards already moving: {desc}; wait for it, or abort it with `migrator abort ID`")
     batches = batches_mod.plan_batches(zk, creds, spec)
     if dry_run:
@@ -130,31 +189,47 @@ def _finish_plan(zk: ZK, creds: Credentials, spec: Spec, dry_run: bool, batches_
     return PlanResult(spec, stored=True)
 
 
+def _take_up(zk: ZK, creds: Credentials, spec: Spec, earlier: Earlier) -> PlanResult:
+    """The plan of an earlier run of the same command, as this run goes on with it (:func:`_earlier_run`)."""
+    if earlier.rebalance is not None:  # unstored, with its batches: start_split finds the record and takes it up
+        return PlanResult(spec, stored=False, batches=batches_mod.plan_batches(zk, creds, spec) or [])
+    stored = earlier.spec
+    if earlier.phase == Phase.PLANNED.value:
+        if stored.options != spec.options:  # nothing ran yet: the options of this run apply
+            stored = stored.model_copy(update={"options": spec.options})
+            MigrationStore(zk).replace_spec(stored)
+        plan_mod.hold_maintenance_pause(zk, stored)  # the earlier run may have ended before it took them all
+    return PlanResult(stored, stored=True, adopted=earlier.phase)
+
+
 def plan_split(config: Config, source: str, target: str | None = None, *, dry_run: bool = False,
-               options: Options | None = None, batches_ok: bool = False) -> PlanResult:
+               options: Options | None = None, batches_ok: bool = False, zk: ZK | None = None) -> PlanResult:
     """Move the upper half of every range on ``source`` to ``target`` (or a spare pair).
 
     A split of more tables than one fence takes comes back unstored with its
     ``batches`` when ``batches_ok`` (the caller runs them:
-    :func:`migrator.ops.rebalance.command.start_split`), else it is refused."""
-    with session(config) as (zk, creds):
+    :func:`migrator.ops.rebalance.command.start_split`), else it is refused. The same split stored by an
+    earlier run that did not get to start it (or is running it) is taken up (``adopted``), not refused.
+    ``zk``: a session the caller holds (else one is opened), as for every command function that takes it."""
+    with session(config, zk) as (zk, creds):
         spec = plan_mod.plan_split(zk, source, target, options=options)
         return _finish_plan(zk, creds, spec, dry_run, batches_ok)
 
 
 def plan_move(config: Config, shards: str | list[int], target: str, *, dry_run: bool = False,
-              options: Options | None = None, batches_ok: bool = False) -> PlanResult:
-    """Move ``shards`` ("4-7" or a list) to the pair of ``target`` (batches as in :func:`plan_split`)."""
+              options: Options | None = None, batches_ok: bool = False, zk: ZK | None = None) -> PlanResult:
+    """Move ``shards`` ("4-7" or a list) to the pair of ``target`` (batches and earlier runs as in
+    :func:`plan_split`)."""
     shard_list = plan_mod.parse_shards(shards) if isinstance(shards, str) else sorted(shards)
-    with session(config) as (zk, creds):
+    with session(config, zk) as (zk, creds):
         spec = plan_mod.plan_move(zk, shard_list, target, options=options)
         return _finish_plan(zk, creds, spec, dry_run, batches_ok)
 
 
 def plan_move_partition(config: Config, queue: str, partition: int, target: str, *, dry_run: bool = False,
-                        options: Options | None = None) -> PlanResult:
-    """Move one queue partition's jobs table to the pair of ``target``."""
-    with session(config) as (zk, creds):
+                        options: Options | None = None, zk: ZK | None = None) -> PlanResult:
+    """Move one queue partition's jobs table to the pair of ``target`` (earlier runs as in :func:`plan_split`)."""
+    with session(config, zk) as (zk, creds):
         spec = plan_mod.plan_move_partition(zk, queue, partition, target, options=options)
         return _finish_plan(zk, creds, spec, dry_run)
 
@@ -172,10 +247,11 @@ def preflight(config: Config, migration_id: str) -> preflight_mod.PreflightResul
 
 # -- copy ------------------------------------------------------------------------------------------------
 
-def start_copy(config: Config, migration_id: str, *, queue: str | None = None, slice_s: float | None = None) -> str:
+def start_copy(config: Config, migration_id: str, *, queue: str | None = None, slice_s: float | None = None,
+               zk: ZK | None = None) -> str:
     """Enqueue the copy (preflight, schema, one job per table) on the migration's queue (its source
     pair's) unless ``queue`` names another; returns the RQ job id."""
-    with session(config) as (zk, _):
+    with session(config, zk) as (zk, _):
         st, _ = MigrationStore(zk).state(migration_id)
         if st.phase not in (Phase.PLANNED, Phase.PREFLIGHT, Phase.COPYING):
             raise CommandError(f"migration {migration_id} is in phase {st.phase.value}: nothing to copy")
@@ -255,9 +331,9 @@ def _set(st: Any, **fields: Any) -> Any:
 
 # -- status / abort ------------------------------------------------------------------------------------------
 
-def status(config: Config, migration_id: str | None = None) -> dict[str, Any]:
+def status(config: Config, migration_id: str | None = None, *, zk: ZK | None = None) -> dict[str, Any]:
     """Every migration's phase, or one migration's spec, state and per-table copy progress."""
-    with session(config) as (zk, _):
+    with session(config, zk) as (zk, _):
         store = MigrationStore(zk)
         if migration_id is None:
             out = []
@@ -532,17 +608,26 @@ def schedule_cleanup(config: Config, migration_id: str, *, queue: str | None = N
 
 # -- the whole pipeline ---------------------------------------------------------------------------------------
 
-def launch(config: Config, migration_id: str, *, queue: str | None = None) -> str:
+def launch(config: Config, migration_id: str, *, queue: str | None = None, zk: ZK | None = None) -> str:
     """Hand a planned migration to the RQ pipeline: copy -> catch-up passes ->
-    verify -> cutover -> cleanup scheduled, each step enqueuing the next."""
-    with session(config) as (zk, _):
-        MigrationStore(zk).update(migration_id, lambda s: _set(s, autopilot=True))
-    return start_copy(config, migration_id, queue=queue)
+    verify -> cutover -> cleanup scheduled, each step enqueuing the next. Safe to run again: a first job that
+    an earlier launch enqueued and no worker has run yet is not enqueued twice (and a copy started twice copies
+    once)."""
+    with session(config, zk) as (zk, _):
+        store = MigrationStore(zk)
+        again = store.state(migration_id)[0].autopilot  # an earlier launch got this far
+        store.update(migration_id, lambda s: _set(s, autopilot=True))
+        if again:  # and may have enqueued the first job, which no worker has run yet: one is enough
+            waiting = steps.waiting_job(_redis(config), queue or steps.migration_queue(spec_of(zk, migration_id)),
+                                        "copy-start", migration_id)
+            if waiting is not None:
+                return waiting
+        return start_copy(config, migration_id, queue=queue, zk=zk)
 
 
-def postpone(config: Config, migration_id: str, *, on: bool = True) -> dict[str, Any]:
+def postpone(config: Config, migration_id: str, *, on: bool = True, zk: ZK | None = None) -> dict[str, Any]:
     """Hold (or release) the pipeline before the cutover; catch-up keeps the target current."""
-    with session(config) as (zk, _):
+    with session(config, zk) as (zk, _):
         st = MigrationStore(zk).update(migration_id, lambda s: _set(s, postpone_cutover=on))
         return {"migration": migration_id, "postpone_cutover": st.postpone_cutover, "phase": st.phase.value}
 

@@ -165,8 +165,22 @@ def worker_queues(hosts: dict[str, Host], pairs: list[str] | None) -> list[str]:
 
 def job_id(*parts: str) -> str:
     """An RQ-safe id: letters, digits, '_' and '-' only, plus a short nonce."""
-    raw = "-".join([*parts, uuid.uuid4().hex[:6]])
+    return _safe("-".join([*parts, uuid.uuid4().hex[:6]]))
+
+
+def _safe(raw: str) -> str:
     return "".join(ch if ch.isalnum() or ch in "_-" else "_" for ch in raw)
+
+
+def waiting_job(redis: Redis, queue: str, *parts: str) -> str | None:
+    """A job made by :func:`job_id` with these ``parts`` that is still waiting or running on ``queue`` (queued,
+    scheduled or started), if any: a step an earlier call enqueued and no worker has finished."""
+    from rq.registry import ScheduledJobRegistry, StartedJobRegistry
+
+    prefix = _safe("-".join(parts)) + "-"
+    q = Queue(queue, connection=redis)
+    ids = [*q.get_job_ids(), *ScheduledJobRegistry(queue=q).get_job_ids(), *StartedJobRegistry(queue=q).get_job_ids()]
+    return next((i for i in ids if i.startswith(prefix) and len(i) == len(prefix) + 6), None)
 
 
 # -- copy ------------------------------------------------------------------------------------------

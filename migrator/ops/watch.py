@@ -11,12 +11,19 @@ instead, one per line: :class:`Tracker` reads what a migration recorded since
 it last looked, :class:`RebalanceTracker` the moves or batches of a rebalance
 or a batched split. Used by ``migrator status [--watch]`` and by ``migrator
 split/move/move-partition/rebalance --yes``.
+
+Every follower reads through one ZooKeeper session for as long as it follows (a
+:class:`~migrator.fleet.zk.PatientSession`, the caller's or one of its own): when
+ZooKeeper goes away it waits for it (``--zk-patience``), reads again once it is
+back, and says so in one line (an event of kind ``zookeeper``); what it missed
+meanwhile is in the record and is reported at the next read.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,6 +49,7 @@ from migrator.engine.records import (
 )
 from migrator.fleet.config import Config
 from migrator.fleet.model import shard_runs
+from migrator.fleet.zk import PATIENCE_S, ZK, PatientSession
 from migrator.ops import command
 
 FINAL = {"done", "cleaned", "aborted", "rolled_back", "failed"}
@@ -146,9 +154,10 @@ def workers(config: Config) -> list[dict[str, Any]]:
     return sorted(out, key=lambda w: w["name"])
 
 
-def overview(config: Config, migration_id: str, *, with_workers: bool = True) -> dict[str, Any]:
-    """``command.status`` of one migration plus per-shard progress, copy rate, ETA and workers."""
-    st = command.status(config, migration_id)
+def overview(config: Config, migration_id: str, *, with_workers: bool = True, zk: ZK | None = None) -> dict[str, Any]:
+    """``command.status`` of one migration plus per-shard progress, copy rate, ETA and workers (``zk``: a
+    session the caller holds, else one is opened)."""
+    st = command.status(config, migration_id, zk=zk)
     c = st["copy"]
     rate, eta = copy_rate(c["per_table"])
     c["rows_per_s"] = round(rate, 1)
@@ -159,8 +168,8 @@ def overview(config: Config, migration_id: str, *, with_workers: bool = True) ->
     return st
 
 
-def listing(config: Config, *, with_workers: bool = True) -> dict[str, Any]:
-    out = command.status(config)
+def listing(config: Config, *, with_workers: bool = True, zk: ZK | None = None) -> dict[str, Any]:
+    out = command.status(config, zk=zk)
     if with_workers:
         out["workers"] = workers(config)
     return out
@@ -280,23 +289,59 @@ def render_listing(out: dict[str, Any]) -> Group:
     return Group(*parts)
 
 
+@contextmanager
+def patient(config: Config, session: PatientSession | None = None, *, patience_s: float = PATIENCE_S,
+            then: str = "") -> Iterator[PatientSession]:
+    """``session``, or one of the follower's own (closed after it) that waits ``patience_s`` for ZooKeeper."""
+    if session is not None:
+        yield session
+        return
+    with PatientSession(config, patience_s=patience_s, then=then) as own:
+        yield own
+
+
+def reconnects(session: PatientSession, subject: str) -> list[Event]:
+    """An event (kind ``zookeeper``) for each time ``session`` came back from ZooKeeper going away since the
+    last look: the one line a follower prints about it."""
+    return [Event("zookeeper", subject, time.time(), o.text(), o.as_dict()) for o in session.reconnected()]
+
+
+def follow_again(migration_id: str, *, by_the_command: bool = False) -> str:
+    """What a follower's give-up line says to do once ZooKeeper is back (``by_the_command``: running the
+    command that launched it again follows it too, as it takes up what an earlier run stored)."""
+    again = ", as does the same command" if by_the_command else ""
+    if migration_id.startswith("rb-"):
+        return (f"{migration_id} goes on in the workers (its RQ chain advances it): `migrator status {migration_id}` "
+                f"shows it once ZooKeeper is back{again}")
+    return (f"{migration_id} goes on in the workers: `migrator status {migration_id} --watch` follows it again "
+            f"once ZooKeeper is back{again}")
+
+
 def follow(config: Config, migration_id: str, *, every: float = 0.5, timeout: float | None = None,
            console: Console | None = None, until: set[str] | None = None,
-           with_workers: bool = False) -> dict[str, Any]:
+           with_workers: bool = False, session: PatientSession | None = None,
+           patience_s: float = PATIENCE_S) -> dict[str, Any]:
     """Render live until the migration reaches a phase in ``until`` (default: final ones), or the
-    pipeline stopped on a step (the record's ``stopped``: it will not go on by itself)."""
+    pipeline stopped on a step (the record's ``stopped``: it will not go on by itself). Reads through
+    ``session`` (or one of its own): see the module doc."""
     until = until or FINAL
     console = console or Console()
     progress, task = new_progress(console)
     deadline = None if timeout is None else time.monotonic() + timeout
-    st = overview(config, migration_id, with_workers=with_workers)
-    with Live(render(st, progress, task), console=console, refresh_per_second=4, transient=False) as live:
-        while st["phase"] not in until and not MigrationStatus.parse(st).stopped:
-            if deadline is not None and time.monotonic() > deadline:
-                break
-            time.sleep(every)
-            st = overview(config, migration_id, with_workers=with_workers)
-            live.update(render(st, progress, task))
+    with patient(config, session, patience_s=patience_s, then=follow_again(migration_id)) as ps:
+        def read(zk: ZK) -> dict[str, Any]:
+            return overview(config, migration_id, with_workers=with_workers, zk=zk)
+
+        st = ps.call(read)
+        with Live(render(st, progress, task), console=console, refresh_per_second=4, transient=False) as live:
+            while st["phase"] not in until and not MigrationStatus.parse(st).stopped:
+                if deadline is not None and time.monotonic() > deadline:
+                    break
+                time.sleep(every)
+                st = ps.call(read)
+                for ev in reconnects(ps, migration_id):
+                    console.print(ev.line(), markup=False, highlight=False)
+                live.update(render(st, progress, task))
     console.line()
     return st
 
@@ -373,22 +418,38 @@ class Tracker:
 
     def poll(self, zk: Any) -> tuple[list[Event], Any]:
         """The new events, and the migration's state as read."""
+        return self.events(self.read(zk))
+
+    def read(self, zk: Any) -> Snapshot:
+        """What :meth:`events` needs of the record, read first: a read that fails (ZooKeeper went away) leaves
+        what was reported as it was, and the next one reports everything since."""
         from migrator.engine import copy as copy_mod
         from migrator.engine.migration import MigrationStore, Node, Phase
 
         store = MigrationStore(zk)
         st, _ = store.state(self.migration_id)
+        now = time.time()
+        tables = (copy_mod.table_records(zk, self.migration_id)
+                  if st.phase == Phase.COPYING and now - self.copy_at >= self.COPY_EVERY_S else None)
+        catchup = CatchupNode.parse(store.get_progress(self.migration_id, Node.CATCHUP)[0])
+        attempts = AttemptsNode.parse(store.get_progress(self.migration_id, Node.CUTOVER_ATTEMPTS)[0])
+        return Snapshot(st, now, tables, catchup, attempts)
+
+    def events(self, snap: Snapshot) -> tuple[list[Event], Any]:
+        """The events of ``snap`` not reported yet (it reads nothing), and the migration's state."""
+        from migrator.engine.migration import Phase
+
+        st, now = snap.state, snap.at
         out: list[Event] = []
         for h in PhaseChange.parse_list(st.history[self.history_seen:]):
             text = f"phase {h.to}" + (f" (from {h.from_})" if h.from_ else "")
             if h.error and (h.from_, h.to) != ("cutover", "converged"):
                 text += f": {h.error}"  # an attempt undone says why in its own line
-            out.append(Event("phase", self.migration_id, h.when or time.time(), text,
+            out.append(Event("phase", self.migration_id, h.when or now, text,
                              {"from": h.from_, "to": h.to, "who": h.who, "error": h.error}))
         self.history_seen = len(st.history)
-        now = time.time()
-        if st.phase == Phase.COPYING and now - self.copy_at >= self.COPY_EVERY_S:
-            tables = copy_mod.table_records(zk, self.migration_id)
+        if snap.tables is not None:
+            tables = snap.tables
             rows, done = sum(t.rows for t in tables), sum(1 for t in tables if t.done)
             if tables and (rows, done) != self.copy_last:
                 rate, eta = copy_rate(tables, now)
@@ -400,13 +461,12 @@ class Tracker:
                                                            "eta_s": None if eta is None else round(eta, 1)}))
                 self.copy_last = (rows, done)
             self.copy_at = now
-        catchup = CatchupNode.parse(store.get_progress(self.migration_id, Node.CATCHUP)[0])
-        for p in catchup.passes:
+        for p in snap.catchup.passes:
             key = (p.number, p.started_at)
             if key not in self.passes_seen:
                 self.passes_seen.add(key)
                 out.append(Event("pass", self.migration_id, p.started_at or now, pass_text(p), p.dump()))
-        node = AttemptsNode.parse(store.get_progress(self.migration_id, Node.CUTOVER_ATTEMPTS)[0])
+        node = snap.attempts
         for a in node.attempts:
             if a.at > self.attempt_seen:
                 self.attempt_seen = a.at
@@ -430,30 +490,40 @@ class Tracker:
         return sorted(out, key=lambda e: e.at), st
 
 
+@dataclass(frozen=True)
+class Snapshot:
+    """What one :meth:`Tracker.read` read of a migration's record: its state (and when), the copy's tables
+    (when a copy line is due), the catch-up passes and the cutover attempts."""
+
+    state: Any
+    at: float
+    tables: list[TableProgress] | None
+    catchup: CatchupNode
+    attempts: AttemptsNode
+
+
 def follow_events(config: Config, migration_id: str, emit: Callable[[Event], None], *, every: float = 0.5,
                   timeout: float | None = None, until: set[str] | None = None,
-                  with_workers: bool = False) -> dict[str, Any]:
+                  with_workers: bool = False, session: PatientSession | None = None,
+                  patience_s: float = PATIENCE_S) -> dict[str, Any]:
     """Emit each event of ``migration_id`` as it is recorded (:class:`Tracker`) until it reaches a phase in ``until``
     (default: final ones) or the pipeline stopped on a step; then its status (as :func:`overview`, without
     the workers unless ``with_workers``). The line-by-line twin of :func:`follow`, for output that is not a
-    terminal."""
-    from migrator.fleet import zk as zk_mod
-    from migrator.fleet.config import load_credentials
-
+    terminal; reads through ``session`` (or one of its own), as :func:`follow`."""
     until = until or FINAL
     deadline = None if timeout is None else time.monotonic() + timeout
     tracker = Tracker(migration_id)
-    with zk_mod.connect(config, load_credentials(config)) as zk:
+    with patient(config, session, patience_s=patience_s, then=follow_again(migration_id)) as ps:
         while True:
-            events, st = tracker.poll(zk)
-            for ev in events:
+            events, st = ps.call(tracker.poll)
+            for ev in reconnects(ps, migration_id) + events:
                 emit(ev)
             if st.phase.value in until or st.stopped:
                 break
             if deadline is not None and time.monotonic() > deadline:
                 break
             time.sleep(every)
-    return overview(config, migration_id, with_workers=with_workers)
+        return ps.call(lambda zk: overview(config, migration_id, with_workers=with_workers, zk=zk))
 
 
 class RebalanceTracker:
@@ -469,22 +539,31 @@ class RebalanceTracker:
         self.ended: set[str] = set()
 
     def poll(self, zk: Any) -> list[Event]:
+        """The new events. Reads everything first, so a read that fails (ZooKeeper went away) reports nothing
+        and leaves what was reported as it was."""
         from migrator.engine.migration import MigrationNotFound
         from migrator.ops.rebalance.record import Move, RecordStore
 
         rec, _ = RecordStore(zk).get(self.rid)
+        read: dict[str, tuple[Tracker, Snapshot | None]] = {}
+        for m in rec["moves"]:
+            migration_id = m["migration"]
+            if m["state"] != "waiting" and migration_id not in self.ended:
+                tracker = self.trackers.get(migration_id) or Tracker(
+                    migration_id, kinds={"attempt", "next_try", "stopped"} if "batch_of" in m else None)
+                try:
+                    read[migration_id] = (tracker, tracker.read(zk))
+                except MigrationNotFound:
+                    # claimed, not stored yet: its first poll after it is stored reports it all
+                    read[migration_id] = (tracker, None)
         now, out = time.time(), []
         for m in rec["moves"]:
             migration_id, state = m["migration"], m["state"]
-            if state != "waiting" and migration_id not in self.ended:
-                tracker = self.trackers.setdefault(
-                    migration_id,
-                    Tracker(migration_id, kinds={"attempt", "next_try", "stopped"} if "batch_of" in m else None),
-                )
-                try:
-                    out += tracker.poll(zk)[0]
-                except MigrationNotFound:
-                    pass  # claimed, not stored yet: its first poll after it is stored reports it all
+            if migration_id in read:
+                tracker, snap = read[migration_id]
+                self.trackers[migration_id] = tracker
+                if snap is not None:
+                    out += tracker.events(snap)[0]
                 if state in ("done", "failed"):
                     self.ended.add(migration_id)
             if self.states.get(m["index"]) == state:
@@ -504,37 +583,36 @@ class RebalanceTracker:
 
 
 def rollback_events(config: Config, migration_id: str, since: float, *, every: float = 0.5,
-                    timeout: float | None = None) -> Iterator[tuple[str, dict[str, Any]]]:
+                    timeout: float | None = None, session: PatientSession | None = None,
+                    patience_s: float = PATIENCE_S) -> Iterator[tuple[str, dict[str, Any]]]:
     """What a rollback handed to the workers at ``since`` does, as it is recorded: ``("pass",
     row)`` for each reverse pass, ``("freeze", {})`` when a fenced flip back starts (phase
     ``rolling_back``), ``("attempt", row)`` for each attempt stopped before the flip, then one of
     ``("rolled_back", result)``, ``("stopped", stopped)`` (the chain gave up: reason and next
     step), ``("ended", {"phase": ...})`` (the migration left ``done`` some other way) or
-    ``("timeout", {})``. Reads only the record in ZooKeeper, so it follows the chain across
-    workers and a ``migrator resume ID``."""
-    from kazoo.exceptions import ConnectionLoss, OperationTimeoutError, SessionExpiredError
-
+    ``("timeout", {})``; ``("zookeeper", outage)`` each time ZooKeeper came back after it went away.
+    Reads only the record in ZooKeeper, so it follows the chain across workers and a ``migrator
+    resume ID``; through ``session`` (or one of its own), as :func:`follow`."""
     from migrator.engine.migration import MigrationStore, Node, Phase
     from migrator.engine.rollback import PASSES_NODE
-    from migrator.fleet import zk as zk_mod
-    from migrator.fleet.config import load_credentials
 
     deadline = None if timeout is None else time.monotonic() + timeout
     seen_pass, seen_attempt, seen_freeze = 0, 0.0, 0.0
-    with zk_mod.connect(config, load_credentials(config)) as zk:
+
+    def read(zk: ZK) -> tuple[Any, AttemptsNode, dict[str, Any] | None]:
         store = MigrationStore(zk)
+        st, _ = store.state(migration_id)
+        node = AttemptsNode.parse(store.get_progress(migration_id, PASSES_NODE)[0])
+        result = (store.get_progress(migration_id, Node.ROLLBACK)[0] or {}) if st.phase == Phase.ROLLED_BACK else None
+        return st, node, result
+
+    then = (f"the rollback of {migration_id} goes on in the workers: `migrator status {migration_id}` shows it once "
+            "ZooKeeper is back")
+    with patient(config, session, patience_s=patience_s, then=then) as ps:
         while True:
-            try:
-                st, _ = store.state(migration_id)
-                node = AttemptsNode.parse(store.get_progress(migration_id, PASSES_NODE)[0])
-            except (ConnectionLoss, OperationTimeoutError, SessionExpiredError):
-                # this watcher's session was lost (a busy box, a ZooKeeper restart): the client makes a new
-                # one; the record is read again at the next tick, nothing of it is missed
-                if deadline is not None and time.monotonic() > deadline:
-                    yield "timeout", {}
-                    return
-                time.sleep(every)
-                continue
+            st, node, result = ps.call(read)
+            for ev in reconnects(ps, migration_id):
+                yield "zookeeper", {"text": ev.text, **ev.data}
             for p in node.passes:
                 if (p.started_at or 0) >= since and (p.number or 0) > seen_pass:
                     seen_pass = p.number or 0
@@ -550,8 +628,7 @@ def rollback_events(config: Config, migration_id: str, since: float, *, every: f
                     seen_attempt = a.at
                     if a.outcome != "flipped back":
                         yield "attempt", a.dump()
-            if st.phase == Phase.ROLLED_BACK:
-                result = store.get_progress(migration_id, Node.ROLLBACK)[0] or {}
+            if result is not None:
                 yield "rolled_back", {"freeze_ms": st.freeze_ms, "flipped_epoch": st.flipped_epoch, **result}
                 return
             stopped = Stopped.parse(st.stopped)
@@ -568,16 +645,25 @@ def rollback_events(config: Config, migration_id: str, since: float, *, every: f
 
 
 def follow_all(config: Config, *, every: float = 1.0, timeout: float | None = None,
-               console: Console | None = None) -> dict[str, Any]:
-    """Render every migration and the workers live (until ``timeout`` or Ctrl-C)."""
+               console: Console | None = None, session: PatientSession | None = None,
+               patience_s: float = PATIENCE_S) -> dict[str, Any]:
+    """Render every migration and the workers live (until ``timeout`` or Ctrl-C), through ``session`` (or one
+    of its own), as :func:`follow`."""
     console = console or Console()
     deadline = None if timeout is None else time.monotonic() + timeout
-    out = listing(config)
-    with Live(render_listing(out), console=console, refresh_per_second=2, transient=False) as live:
-        while deadline is None or time.monotonic() < deadline:
-            time.sleep(every)
-            out = listing(config)
-            live.update(render_listing(out))
+    with patient(config, session, patience_s=patience_s,
+                 then="the migrations go on in the workers: `migrator status --watch` again once it is back") as ps:
+        def read(zk: ZK) -> dict[str, Any]:
+            return listing(config, zk=zk)
+
+        out = ps.call(read)
+        with Live(render_listing(out), console=console, refresh_per_second=2, transient=False) as live:
+            while deadline is None or time.monotonic() < deadline:
+                time.sleep(every)
+                out = ps.call(read)
+                for ev in reconnects(ps, "every migration"):
+                    console.print(ev.line(), markup=False, highlight=False)
+                live.update(render_listing(out))
     console.line()
     return out
 

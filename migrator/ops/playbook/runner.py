@@ -40,6 +40,7 @@ from pydantic import Field
 from migrator.engine.migration import MigrationNotFound, MigrationStore, Phase
 from migrator.engine.records import Number, Record
 from migrator.errors import MigratorError
+from migrator.fleet import zk as zk_mod
 from migrator.fleet.shard_map import actor
 from migrator.fleet.zk import ZK
 from migrator.ops import command
@@ -133,11 +134,17 @@ class RunStore:
         return self.zk.client.exists(self.node(run_id, "approvals", step_id)) is not None
 
     def take_ownership(self, run_id: str) -> bool:
+        """Hold the run's owner node; True when it is this session's (made now, or still there from an advance
+        of this session whose release never reached ZooKeeper: it went away meanwhile)."""
         try:
             self.zk.client.create(self.node(run_id, "owner"), actor().encode(), ephemeral=True)
             return True
         except NodeExistsError:
-            return False
+            try:
+                _, stat = self.zk.client.get(self.node(run_id, "owner"))
+            except NoNodeError:  # its holder's session ended just now: the next advance takes it
+                return False
+            return bool(stat.ephemeralOwner) and stat.ephemeralOwner == self.zk.client.client_id[0]
 
     def release_ownership(self, run_id: str) -> None:
         try:
@@ -337,6 +344,11 @@ def _advance(config: Any, store: RunStore, run_id: str, poll_s: float, wait_budg
                     pass
             return _fail(config, store, run_id, pb, step, str(exc), call)
         except Exception as exc:  # a step failure is data for the run, not a crash of the engine
+            if zk_mod.went_away(exc):
+                # ZooKeeper went away under the step, not the step failed: whoever drives the run (the CLI's
+                # patient session, the RQ job's) advances it again once it is back, and the step runs again
+                # (every step is resumable from the migration record)
+                raise
             state, version = store.get(run_id)
             rec = state["steps"][step.id]
             rec.update(status="error", error=str(exc).splitlines()[0][:500], finished=time.time())

@@ -21,6 +21,7 @@ from migrator.errors import MigratorError
 from migrator.fleet.config import Config
 from migrator.fleet.mysql import connect as mysql_connect
 from migrator.fleet.shard_map import HostRegistry, ShardMapStore
+from migrator.fleet.zk import ZK
 from migrator.ops import command, steps
 from migrator.ops.batched import sizing as batches
 from migrator.ops.rebalance import record as rec_mod
@@ -67,9 +68,9 @@ def _rates(zk: Any) -> tuple[Rates, str]:
 
 def plan_live(config: Config, *, objective: str = "bytes", threshold: float = 0.10, add_pairs: list[str] = (),
               drain: list[str] = (), max_moves_per_pair: int = 1, max_concurrent: int | None = None,
-              window_s: float = 5.0, costs: list[ShardCost] | None = None) -> LivePlan:
+              window_s: float = 5.0, costs: list[ShardCost] | None = None, zk: ZK | None = None) -> LivePlan:
     """Measure every shard on the live fleet (unless ``costs`` gives a recent measurement) and plan the moves."""
-    with command.session(config) as (zk, creds):
+    with command.session(config, zk) as (zk, creds):
         smap = ShardMapStore(zk).read()
         hosts = HostRegistry(zk).all()
         if smap.frozen:
@@ -115,7 +116,8 @@ def _active(zk: Any, migration_id: str) -> bool:
 
 
 def start(config: Config, live: LivePlan, *, max_concurrent: int | None = None,
-          options: Options | None = None, queue: str | None = None, postpone_cutover: bool = False) -> str:
+          options: Options | None = None, queue: str | None = None, postpone_cutover: bool = False,
+          zk: ZK | None = None, rid: str | None = None) -> str:
     """Store the rebalance record, start the first moves and hand it to the RQ workers. Each move
     runs on its source pair's queue and the advances on the general queue, unless ``queue`` names
     one queue for all of them. A move of more tables than one fence takes runs as batches
@@ -130,29 +132,47 @@ def start(config: Config, live: LivePlan, *, max_concurrent: int | None = None,
                for i, m in enumerate(live.plan.moves)]
     return create(config, planned, kind="rebalance", options=options, max_concurrent=max_concurrent, queue=queue,
                   eta_s=live.total_s, objective=live.plan.objective, threshold=live.plan.threshold,
-                  postpone_cutover=postpone_cutover)
+                  postpone_cutover=postpone_cutover, zk=zk, rid=rid)
 
 
 def create(config: Config, planned: list[dict[str, Any]], *, kind: str, options: Options | None = None,
            max_concurrent: int | None = None, queue: str | None = None, paused: bool = False,
-           eta_s: float | None = None, postpone_cutover: bool = False, **extra: Any) -> str:
+           eta_s: float | None = None, postpone_cutover: bool = False, zk: ZK | None = None,
+           rid: str | None = None, **extra: Any) -> str:
     """Store a record of ``planned`` moves (each cut into batches when it is too big for one
     fence) and, unless ``paused``, start it on the RQ workers. With ``postpone_cutover`` every move
-    holds its cutover once caught up (:func:`postpone` releases them)."""
+    holds its cutover once caught up (:func:`postpone` releases them). ``zk``: a session the caller holds.
+    ``rid``: the record's id (:func:`new_id`), given by a caller that may run this again after ZooKeeper went
+    away: a record of that id already stored is this call's own, and it goes on from there."""
     opts = options or Options()
-    rid = f"{ID_PREFIX}{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
-    with command.session(config) as (zk, creds):
-        counts = count_move_tables(zk, creds, planned)
-        moves, batching = batches.expand(rid, planned, counts, opts.freeze_budget_ms, opts.fence)
-        rec = {"id": rid, "kind": kind, "phase": "running", "paused": paused, "created_at": time.time(),
-               "max_concurrent": max_concurrent, "options": opts.model_dump(), "moves": moves, "eta_s": eta_s,
-               "max_running": 0, "chain": None, "queue": queue, "batching": batching,
-               "postpone_cutover": postpone_cutover, **extra}
-        rec_mod.RecordStore(zk).create(rec)
-    if not paused:
-        advance(config, rid)
-        enqueue_advance(config, rid)
+    rid = rid or new_id()
+    with command.session(config, zk) as (zk, creds):
+        store = rec_mod.RecordStore(zk)
+        try:
+            store.get(rid)
+        except rec_mod.RebalanceNotFound:
+            counts = count_move_tables(zk, creds, planned)
+            moves, batching = batches.expand(rid, planned, counts, opts.freeze_budget_ms, opts.fence)
+            rec = {"id": rid, "kind": kind, "phase": "running", "paused": paused, "created_at": time.time(),
+                   "max_concurrent": max_concurrent, "options": opts.model_dump(), "moves": moves, "eta_s": eta_s,
+                   "max_running": 0, "chain": None, "queue": queue, "batching": batching,
+                   "postpone_cutover": postpone_cutover, **extra}
+            store.create(rec)
+        if not paused:
+            _set_going(config, rid, zk)
     return rid
+
+
+def _set_going(config: Config, rid: str, zk: ZK) -> None:
+    """Start what a stored record may start now and hand it to the RQ chain of advances (again, for a record
+    taken up after the run that stored it ended: both steps are safe to repeat)."""
+    advance(config, rid, zk=zk)
+    enqueue_advance(config, rid, zk=zk)
+
+
+def new_id() -> str:
+    """A new rebalance id (``rb-<date>-<time>-<hex>``)."""
+    return f"{ID_PREFIX}{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
 
 
 def count_move_tables(zk: Any, creds: Any, planned: list[dict[str, Any]]) -> dict[int, tuple[int, int]]:
@@ -168,27 +188,38 @@ def count_move_tables(zk: Any, creds: Any, planned: list[dict[str, Any]]) -> dic
 
 
 def start_split(config: Config, spec: Spec, *, paused: bool = False, queue: str | None = None,
-                postpone_cutover: bool = False) -> str:
+                postpone_cutover: bool = False, zk: ZK | None = None) -> str:
     """Run a planned (not stored) split or move of more tables than one fence takes as batches.
 
     The whole move is preflighted first, so a table a later batch could not move
-    refuses the split before any batch starts (each batch checks again at its start)."""
-    with command.session(config) as (zk, creds):
+    refuses the split before any batch starts (each batch checks again at its start). The record of the same
+    move that an earlier run stored and may not have got going (ZooKeeper went away, the process was
+    ended) is taken up instead of a second one: started and handed to the RQ chain again."""
+    with command.session(config, zk) as (zk, creds):
+        runs = [list(r) for r in spec.ranges()]
+        earlier = rec_mod.find_split(zk, spec.source_master, spec.target_master, runs)
+        if earlier is not None:
+            if not paused and rec_mod.Rebalance.parse(earlier).paused:
+                resume(config, earlier["id"])
+            elif not paused:
+                _set_going(config, earlier["id"], zk)
+            return str(earlier["id"])
         checked = preflight_mod.run(zk, spec, creds)
-    if not checked.ok:
-        raise RebalanceError("preflight of the whole move failed, nothing was started:\n"
-                             + "\n".join(c.line() for c in checked.failures)
-                             + "\nfix what it names, then run the split again")
-    planned = [{"source": spec.source_master, "source_slave": spec.source_passive, "target": spec.target_master,
-                "target_slave": spec.target_passive, "runs": [list(r) for r in spec.ranges()], "bytes": 0,
-                "rows": 0, "writes": 0.0, "wave": 0, "eta_s": None}]
-    return create(config, planned, kind="split", options=spec.options, max_concurrent=1, queue=queue,
-                  paused=paused, postpone_cutover=postpone_cutover)
+        if not checked.ok:
+            raise RebalanceError("preflight of the whole move failed, nothing was started:\n"
+                                 + "\n".join(c.line() for c in checked.failures)
+                                 + "\nfix what it names, then run the split again")
+        planned = [{"source": spec.source_master, "source_slave": spec.source_passive,
+                    "target": spec.target_master, "target_slave": spec.target_passive, "runs": runs, "bytes": 0,
+                    "rows": 0, "writes": 0.0, "wave": 0, "eta_s": None}]
+        return create(config, planned, kind="split", options=spec.options, max_concurrent=1, queue=queue,
+                      paused=paused, postpone_cutover=postpone_cutover, zk=zk)
 
 
-def advance(config: Config, rid: str) -> dict[str, Any]:
-    """One step: mark finished moves, start the moves that may start now. Safe to run twice at once."""
-    with command.session(config) as (zk, _):
+def advance(config: Config, rid: str, *, zk: ZK | None = None) -> dict[str, Any]:
+    """One step: mark finished moves, start the moves that may start now. Safe to run twice at once, and
+    again after it was ended anywhere (a move it claimed and did not launch is launched by a later one)."""
+    with command.session(config, zk) as (zk, _):
         store = rec_mod.RecordStore(zk)
         claimed: list[dict[str, Any]] = []
 
@@ -223,8 +254,8 @@ def advance(config: Config, rid: str) -> dict[str, Any]:
                 rec_mod.finish_phase(r)
 
             rec = store.update(rid, fail)
-    for migration_id in to_launch:
-        command.launch(config, migration_id, queue=rec_mod.Rebalance.parse(rec).queue)
+        for migration_id in to_launch:
+            command.launch(config, migration_id, queue=rec_mod.Rebalance.parse(rec).queue, zk=zk)
     return rec_mod.summary(rec)
 
 
@@ -236,19 +267,19 @@ def _unlaunched(zk: Any, migration_id: str) -> bool:
     return st.phase == Phase.PLANNED and not st.autopilot
 
 
-def enqueue_advance(config: Config, rid: str, *, delay: float = 0.0) -> str:
+def enqueue_advance(config: Config, rid: str, *, delay: float = 0.0, zk: ZK | None = None) -> str:
     """Queue the next advance of ``rid`` (the job re-queues itself while the rebalance runs);
     the record names the one chain of advances that counts."""
     jid = steps.job_id("rebalance", rid)
-    with command.session(config) as (zk, _):
+    with command.session(config, zk) as (zk, _):
         rec = rec_mod.RecordStore(zk).update(rid, lambda r: r.__setitem__("chain", jid))
     steps.enqueue_rebalance_advance(command._redis(config), rid, jid, str(config.path) if config.path else None,
                                     delay=delay, queue=rec_mod.Rebalance.parse(rec).queue or steps.QUEUE)
     return jid
 
 
-def chain_of(config: Config, rid: str) -> str | None:
-    with command.session(config) as (zk, _):
+def chain_of(config: Config, rid: str, *, zk: ZK | None = None) -> str | None:
+    with command.session(config, zk) as (zk, _):
         rec, _ = rec_mod.RecordStore(zk).get(rid)
     return rec_mod.Rebalance.parse(rec).chain
 

@@ -140,6 +140,31 @@ def migration_id(rid: str, index: int) -> str:
     return f"{rid}-m{index:03d}"
 
 
+def rebalance_of(migration_id: str) -> str | None:
+    """The rebalance (or batched split) a migration is a move or a batch of (``rb-<date>-<time>-<hex>``, the
+    first four parts of its id: :func:`migration_id`, :func:`migrator.ops.batched.handover.batch_id`); None for a
+    migration of its own."""
+    parts = migration_id.split("-")
+    return "-".join(parts[:4]) if parts[0] == "rb" and len(parts) > 4 else None
+
+
+def find_split(zk: ZK, source: str, target: str, runs: list[list[int]]) -> dict[str, Any] | None:
+    """The batched split record (``kind`` split) still running or paused whose one planned move is this one (same
+    source, target and shard runs): what an earlier ``split|move --yes`` of the same move stored before something
+    (ZooKeeper going away) ended it. The newest if there are several."""
+    store = RecordStore(zk)
+    for rid in reversed(store.list()):
+        try:
+            rec, _ = store.get(rid)
+        except RebalanceNotFound:
+            continue
+        lead = next((m for m in rec.get("moves", []) if m.get("index") == 0), None)
+        if (rec.get("kind") == "split" and rec.get("phase") == "running" and lead is not None
+                and (lead["source"], lead["target"], lead["runs"]) == (source, target, runs)):
+            return rec
+    return None
+
+
 def busy_pairs(rec: dict[str, Any]) -> set[str]:
     """Pairs in a running move, or in a failed one (left for an operator to look at)."""
     return {p for m in rec["moves"] if m["state"] in ("running", "failed") for p in (m["source"], m["target"])}

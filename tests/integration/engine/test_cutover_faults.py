@@ -23,6 +23,7 @@ from migrator.engine.names import tomb_db, tomb_suffix
 from migrator.fleet.mysql import connect as mysql_connect
 from migrator.fleet.router import ShardRouter
 from migrator.fleet.shard_map import ShardMapStore
+from tests.fleet import pause_zookeeper
 
 from .cutover_setup import Writer, prepare_converged
 
@@ -282,23 +283,6 @@ def test_zookeeper_lost_during_the_flip_ends_wholly_before_or_after(fleet):
 PAUSE_S = 15.0
 
 
-def _pause_zookeeper(sb, seconds: float) -> threading.Thread:
-    """SIGSTOP the sandbox's ZooKeeper now and SIGCONT it ``seconds`` later (from a thread)."""
-    import os
-    import signal
-
-    pid = sb.state.procs["zookeeper"].pid
-    os.kill(pid, signal.SIGSTOP)
-
-    def resume() -> None:
-        time.sleep(seconds)
-        os.kill(pid, signal.SIGCONT)
-
-    t = threading.Thread(target=resume, daemon=True)
-    t.start()
-    return t
-
-
 def _pause_at_the_flip_cas(sb, reread: str, resumer: list[threading.Thread]):
     """A ``before_flip`` hook: pause the server the moment the flip's transaction is committed, so
     the request goes out to a server that holds it, unanswered, until it resumes (``PAUSE_S``).
@@ -312,9 +296,9 @@ def _pause_at_the_flip_cas(sb, reread: str, resumer: list[threading.Thread]):
         def paused(commit_async):
             if reread == "lost_answer":
                 commit_async().get()
-                resumer.append(_pause_zookeeper(sb, PAUSE_S))
+                resumer.append(pause_zookeeper(sb, PAUSE_S))
                 raise ConnectionLoss()
-            resumer.append(_pause_zookeeper(sb, PAUSE_S))
+            resumer.append(pause_zookeeper(sb, PAUSE_S))
             return commit_async()
 
         _intercept_map_commit(run, paused)

@@ -50,3 +50,10 @@ def test_a_stopped_rebalance_exits_with_its_stopped_moves_cause():
     assert record.summary(r)["exit_code"] == 6
     r["moves"][2]["exit_code"] = None
     assert record.summary(r)["exit_code"] == 3
+
+
+def test_the_rebalance_of_a_move_or_a_batch():
+    assert record.rebalance_of("rb-20261207-115424-e9d5b2-m000") == "rb-20261207-115424-e9d5b2"
+    assert record.rebalance_of("rb-20261207-115424-e9d5b2-m000-b003") == "rb-20261207-115424-e9d5b2"
+    assert record.rebalance_of("rb-20261207-115424-e9d5b2") is None
+    assert record.rebalance_of("m-20261207-115424-e9d5b2") is None
