@@ -205,6 +205,14 @@ class FreezeSample(Record):
     after_claim_ms: Number | None = None
 
 
+class UndoSample(Record):
+    """An undone freeze kept for the next freezes' watchdogs (``stats/freeze_undo``'s ``recent``)."""
+
+    undo_ms: Number | None = None
+    fence: str | None = None
+    tables: int = 0
+
+
 class SuspectChunk(Record):
     """A chunk a full check could not settle (its rows changed while it was read): checked again under
     the fence. ``lo``/``hi``: its key bounds as the copy checkpoint encodes them (None: open)."""

@@ -259,6 +259,9 @@ def _stopped(way: Way, store: MigrationStore, spec: Spec, run: CutoverRun, lease
     if blocked:
         entry.blockers = [b.to_dict() for b in blocked]
     record_attempt(store, way, spec.id, entry.as_dict())
+    if run.record.undo_ms is not None:  # the next freezes' watchdogs keep back what this undo cost
+        freeze_stats.remember_undo(run.zk, run.record.undo_ms, fence=run.fences.mode, tables=len(run.tables),
+                                   migration=spec.id)
 
 
 def settle_after_unknown(way: Way, config: Config, zk: ZK, spec: Spec, lease: CutoverLease,

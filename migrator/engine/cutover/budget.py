@@ -15,12 +15,13 @@ from __future__ import annotations
 import math
 import statistics
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from migrator.engine.cutover import freeze_stats
 from migrator.engine.cutover.errors import FreezeBudgetExceeded
 from migrator.engine.cutover.run import CutoverRun
-from migrator.engine.cutover.watchdog import AFTER_CLAIM_MS
+from migrator.engine.cutover.watchdog import AFTER_CLAIM_MS, MAX_RESERVE_SHARE
 from migrator.engine.migration import Node
 from migrator.engine.verify.waits import drain_progressing
 from migrator.fleet.mysql import MarkRefused, binlog_pos, wait_applied, write_mark
@@ -31,6 +32,12 @@ from migrator.fleet.mysql import connect as mysql_connect
 #: measured by the benchmarks"); a batched split sizes its first batch with it too
 #: (:mod:`migrator.ops.batched.sizing`)
 FIXED_FREEZE_MS = 100.0
+#: what the watchdog keeps back over the most an undo or a flip's CAS and release was measured to cost
+RESERVE_MARGIN = 1.25
+#: an undo's cost per table under the rename fence, before any undo was measured (its kills of the queued
+#: RENAMEs, sent in one statement, and each RENAME's end awaited: 70-170 ms for 200 tables at a load of 8
+#: on the 2-core box; docs/performance.md)
+UNDO_PER_TABLE_MS = 1.0
 #: the least time the lag probe waits for the master to apply the passive member's marker row
 PAIR_LAG_MIN_WAIT_S = 2.0
 
@@ -70,25 +77,32 @@ def fixed_cost_ms(run: CutoverRun, recent: list[dict[str, Any]]) -> tuple[float,
     return FIXED_FREEZE_MS + fence, "default"
 
 
-def after_claim_ms(run: CutoverRun, recent: list[dict[str, Any]] | list[Any]) -> tuple[float, str]:
+def after_claim_ms(run: CutoverRun, recent: list[dict[str, Any]] | list[Any],
+                   undos: Sequence[Any] = ()) -> tuple[float, str]:
     """What this freeze will spend after the watchdog's last chance (the claim): its flip CAS and its release,
     or the undo should the watchdog fire, the watchdog's reserve (:class:`~migrator.engine.cutover.watchdog.Watchdog`),
-    and where that came from: the most of this migration's earlier attempts, flipped or undone
-    (``attempts``: :func:`~migrator.engine.cutover.freeze_stats.after_claim_part`), else the most of the
-    fleet's recent flips with the same fence (``fleet``) when that is more than
-    :data:`~migrator.engine.cutover.watchdog.AFTER_CLAIM_MS` plus, under the rename fence,
-    :data:`FENCE_PER_TABLE_MS` per table (its release lets one queued RENAME per table run), else that
-    (``default``). The most, not the median: a flip cannot be undone once claimed."""
+    and where that came from. The most, not the median (a flip cannot be undone once claimed), of:
+    this migration's earlier attempts, flipped or undone (``attempts``:
+    :func:`~migrator.engine.cutover.freeze_stats.after_claim_part`), the fleet's recent undos scaled to this
+    move's tables (``undos``: :func:`~migrator.engine.cutover.freeze_stats.undo_reserve_ms`) and the fleet's
+    recent flips; each measured figure with :data:`RESERVE_MARGIN` on top (an undo under a busier moment
+    costs more than the last one did: the watchdog's own timer is late then too). Before anything was
+    measured: :data:`~migrator.engine.cutover.watchdog.AFTER_CLAIM_MS` plus, under the rename fence,
+    :data:`UNDO_PER_TABLE_MS` per table (its undo kills one queued RENAME a table) (``default``)."""
     node, _ = run.store.get_progress(run.spec.id, Node.CUTOVER_ATTEMPTS)
     own = [c for a in (node or {}).get("attempts", []) if (c := freeze_stats.after_claim_part(a)) is not None]
-    if own:
-        return max(own), "attempts"
-    fence = FENCE_PER_TABLE_MS * len(run.tables) if run.fences.mode == "rename" else 0.0
-    fleet = freeze_stats.recent_after_claim_ms(recent, fence=run.fences.mode)
-    # the fleet keeps flips only, and an undo costs more than a flip's CAS and release: the default is the
-    # least kept back until this migration has measured its own
-    if fleet is not None and fleet > AFTER_CLAIM_MS + fence:
-        return fleet, "fleet"
+    fleet_undo = freeze_stats.undo_reserve_ms(list(undos), fence=run.fences.mode, tables=len(run.tables))
+    fleet_flip = freeze_stats.recent_after_claim_ms(recent, fence=run.fences.mode)
+    if own or fleet_undo is not None:
+        most, where = (max(own), "attempts") if own else (0.0, "fleet")
+        if fleet_undo is not None and fleet_undo > most:
+            most, where = fleet_undo, "fleet"
+        return max(most, fleet_flip or 0.0) * RESERVE_MARGIN, where
+    fence = UNDO_PER_TABLE_MS * len(run.tables) if run.fences.mode == "rename" else 0.0
+    # the fleet keeps flips apart from undos, and an undo costs more than a flip's CAS and release: without an
+    # undo measured, the default is the least kept back
+    if fleet_flip is not None and fleet_flip * RESERVE_MARGIN > AFTER_CLAIM_MS + fence:
+        return fleet_flip * RESERVE_MARGIN, "fleet"
     return AFTER_CLAIM_MS + fence, "default"
 
 
@@ -174,7 +188,7 @@ def predict_freeze_ms(run: CutoverRun) -> tuple[float, dict[str, Any]]:
     ratio = freeze_stats.ratio_of(recent)
     drain_ms = sampled_ms * (ratio if ratio is not None else 1.0)
     fixed, fixed_from = fixed_cost_ms(run, recent)
-    reserve, reserve_from = after_claim_ms(run, recent)
+    reserve, reserve_from = after_claim_ms(run, recent, freeze_stats.recent_undos(run.zk))
     # timed past the budget (a lag over it refuses with its size), up to a bound for a link that is stuck
     lag = pair_lag_ms(run, max(2 * run.spec.options.freeze_budget_ms / 1000, PAIR_LAG_MIN_WAIT_S))
     parts: dict[str, Any] = {"drain_ms": round(drain_ms, 1), "drain_sampled_ms": round(sampled_ms, 1),
@@ -215,6 +229,15 @@ def _refuse_over_budget(run: CutoverRun, predicted: float, p: dict[str, Any]) ->
             f"{max(2 * budget / 1000, PAIR_LAG_MIN_WAIT_S):.0f} s, and a "
             f"freeze waits for that member's last writes before it fences; repair or wait out the replication "
             f"{passive} -> {source} (SHOW SLAVE STATUS on {source}), then retry", phase=run.direction.label)
+    reserve = min(float(p.get("after_claim_ms") or 0.0), MAX_RESERVE_SHARE * budget)
+    if predicted <= budget and predicted + reserve > budget:
+        # it would fit if flipped, but the watchdog undoes a freeze whose steps before the claim leave less
+        # than its reserve: refused now rather than frozen and undone (its clients would wait for nothing)
+        raise FreezeBudgetExceeded(
+            f"predicted freeze {predicted:.0f} ms leaves less than the {reserve:.0f} ms the watchdog keeps back "
+            f"for an undo within the budget of {budget} ms (the undo grows with the tables fenced: "
+            f"{len(run.tables)} here): fence fewer tables at once, let catch-up converge further, or raise "
+            "freeze_budget_ms", phase=run.direction.label)
     if predicted > budget:
         parts = []
         if "drain_ms" in p:

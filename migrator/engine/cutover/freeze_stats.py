@@ -22,10 +22,12 @@ from typing import Any
 from kazoo.exceptions import NoNodeError
 from pydantic import Field
 
-from migrator.engine.records import Attempt, FreezeSample, Record
+from migrator.engine.records import Attempt, FreezeSample, Record, UndoSample
 from migrator.fleet.zk import ZK
 
 FREEZE_STATS = "stats/freeze_fixed"
+#: recent undone freezes: what their undo cost (the watchdog keeps that back from the next freezes)
+UNDO_STATS = "stats/freeze_undo"
 #: recent flipped freezes kept
 KEEP = 20
 #: the steps of a freeze that are the drain (the rest is its fixed cost)
@@ -76,11 +78,25 @@ def remember(zk: ZK, attempt: dict[str, Any], *, fence: str, tables: int, migrat
              "at": round(time.time(), 1), "drain_ms": round(drained_ms(attempt), 1),
              "drain_sampled_ms": Attempt.parse(attempt).predicted.get("drain_sampled_ms"),
              "after_claim_ms": after_claim_part(attempt)}
-    path = zk.path(FREEZE_STATS)
+    _keep(zk, FREEZE_STATS, entry)
+
+
+def remember_undo(zk: ZK, undo_ms: float, *, fence: str, tables: int, migration: str) -> None:
+    """Keep what an undone freeze's undo cost (its fences opened, its ranges unfrozen), for the next freezes'
+    watchdogs: an undo costs more than a flip's CAS and release, and grows with the tables fenced. Called
+    once the attempt has ended (never from the watchdog, which may have fired because ZooKeeper did not
+    answer); best effort, as :func:`remember`."""
+    _keep(zk, UNDO_STATS, {"undo_ms": round(undo_ms, 1), "fence": fence, "tables": tables, "migration": migration,
+                           "at": round(time.time(), 1)})
+
+
+def _keep(zk: ZK, node: str, entry: dict[str, Any]) -> None:
+    """Append ``entry`` to the ``recent`` list of stats ``node`` (the last :data:`KEEP`), on the version read."""
+    path = zk.path(node)
     try:
         try:
             data, stat = zk.client.get(path)
-            kept = [e.dump() for e in FreezeStats.parse(json.loads(data)).recent]
+            kept = list(json.loads(data).get("recent", []))
             zk.client.set(path, json.dumps({"recent": (kept + [entry])[-KEEP:]}).encode(), version=stat.version)
         except NoNodeError:
             zk.ensure(zk.path("stats"))
@@ -102,6 +118,26 @@ def recent(zk: ZK) -> list[FreezeSample]:
         return FreezeStats.parse(json.loads(data)).recent
     except (NoNodeError, ValueError):
         return []
+
+
+def recent_undos(zk: ZK) -> list[UndoSample]:
+    """The fleet's recent undone freezes as :func:`remember_undo` kept them, oldest first."""
+    try:
+        data, _ = zk.client.get(zk.path(UNDO_STATS))
+        return UndoSample.parse_list(json.loads(data).get("recent", []))
+    except (NoNodeError, ValueError, AttributeError):
+        return []
+
+
+def undo_reserve_ms(entries: list[Any], *, fence: str, tables: int) -> float | None:
+    """What an undo of a freeze of ``tables`` tables may cost, from the recent undos ``entries``
+    (:func:`recent_undos`) with the same fence: the most of them, each scaled up to ``tables`` where it
+    fenced fewer (an undo kills one queued RENAME a table under the rename fence), never down (its fixed
+    part, the unfreeze and the gates reopened, is not per table); None when none is kept."""
+    same = [e for e in UndoSample.parse_list(entries) if e.fence == fence and e.undo_ms is not None]
+    if not same:
+        return None
+    return max(float(e.undo_ms) * max(1.0, tables / max(1, e.tables)) for e in same)
 
 
 def recent_fixed_ms(entries: list[Any], *, fence: str, tables: int, per_table_ms: float) -> float | None:

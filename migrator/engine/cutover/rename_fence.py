@@ -67,7 +67,16 @@ from migrator.engine.fencing import MAX_TABLES, FenceError, fence_mode
 from migrator.engine.mdl import LockWait, run_locking
 from migrator.fleet.config import Credentials
 from migrator.fleet.model import Host
-from migrator.fleet.mysql import ER_NO_SUCH_THREAD, kill_connection, mark_own, qualified, query, scalar, tag
+from migrator.fleet.mysql import (
+    ER_NO_SUCH_THREAD,
+    kill_connection,
+    kill_connections,
+    mark_own,
+    qualified,
+    query,
+    scalar,
+    tag,
+)
 from migrator.fleet.mysql import connect as mysql_connect
 
 TAG = tag("cutover")
@@ -331,7 +340,12 @@ class Fence:
         pending = [r for r in started if not r.done.is_set()]
         if pending:
             with _side_conn(self) as c, c.cursor() as cur:
-                for r in pending:
+                try:  # one round trip: the undo's kills are a freeze's last steps, and clients wait through them
+                    kill_connections(cur, [int(r.conn_id) for r in pending], TAG)
+                    refused: list[_Renamer] = []
+                except pymysql.err.MySQLError:  # one by one, to name the one refused
+                    refused = pending
+                for r in refused:
                     if (exc := kill_connection(cur, int(r.conn_id), TAG)) is not None:
                         raise FenceError(
                             f"could not kill the pending tombstone RENAME of {r.move.db}.{r.move.table} on "

@@ -125,6 +125,38 @@ def test_the_watchdog_reserve_is_the_most_what_followed_the_last_chance_ever_cos
     assert recent_after_claim_ms([], fence="rename") is None
 
 
+def test_an_undo_s_reserve_scales_up_with_the_tables_fenced_never_down():
+    from migrator.engine.cutover.freeze_stats import undo_reserve_ms
+
+    kept = [{"undo_ms": 80.0, "fence": "rename", "tables": 200}, {"undo_ms": 30.0, "fence": "rename", "tables": 10},
+            {"undo_ms": 400.0, "fence": "gate", "tables": 50}]
+    assert undo_reserve_ms(kept, fence="rename", tables=5) == 80.0  # a smaller batch: the whole undo kept
+    assert undo_reserve_ms(kept, fence="rename", tables=400) == 1200.0  # 30 ms for 10 tables, scaled to 400
+    assert undo_reserve_ms(kept, fence="gate", tables=50) == 400.0
+    assert undo_reserve_ms([], fence="rename", tables=5) is None
+
+
+def test_a_freeze_the_watchdog_would_undo_is_refused_before_it_starts():
+    """A prediction under the budget whose steps before the claim leave the watchdog less than its reserve
+    for an undo is refused: frozen, it would only be undone (its clients waiting for nothing)."""
+    from types import SimpleNamespace
+
+    import pytest
+
+    from migrator.engine.cutover import budget
+    from migrator.engine.cutover.errors import FreezeBudgetExceeded
+
+    run = SimpleNamespace(spec=SimpleNamespace(options=SimpleNamespace(freeze_budget_ms=500)), tables=[1] * 80,
+                          direction=SimpleNamespace(source=SimpleNamespace(name="MySQL001A"), passive=None,
+                                                    label="cutover"))
+    budget._refuse_over_budget(run, 300.0, {"after_claim_ms": 150.0})  # fits, with room for an undo
+    with pytest.raises(FreezeBudgetExceeded, match="keeps back for an undo .* 80 here"):
+        budget._refuse_over_budget(run, 400.0, {"after_claim_ms": 150.0})
+    # the reserve is at most half the budget, as the watchdog takes it
+    with pytest.raises(FreezeBudgetExceeded, match="250 ms the watchdog"):
+        budget._refuse_over_budget(run, 300.0, {"after_claim_ms": 900.0})
+
+
 def test_a_fence_and_a_gate_name_the_direction_they_serve_in_their_errors():
     """A rollback's fences say ``rollback``, not ``cutover``: the phase comes from the direction."""
     import pytest
