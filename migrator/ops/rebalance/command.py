@@ -37,7 +37,9 @@ ID_PREFIX = "rb-"
 
 
 def is_rebalance_id(text: str) -> bool:
-    return text.startswith(ID_PREFIX)
+    """``text`` names a rebalance (or a batched split's record), not one of its moves or batches, whose ids
+    extend it (``rb-...-m000``, ``rb-...-m000-b001``: :func:`migrator.ops.rebalance.record.rebalance_of`)."""
+    return text.startswith(ID_PREFIX) and rec_mod.rebalance_of(text) is None
 
 
 @dataclass

@@ -57,3 +57,13 @@ def test_the_rebalance_of_a_move_or_a_batch():
     assert record.rebalance_of("rb-20261207-115424-e9d5b2-m000-b003") == "rb-20261207-115424-e9d5b2"
     assert record.rebalance_of("rb-20261207-115424-e9d5b2") is None
     assert record.rebalance_of("m-20261207-115424-e9d5b2") is None
+
+
+def test_a_rebalance_id_is_told_from_the_ids_of_its_moves_and_batches():
+    """``migrator status rb-...-m000-b002`` shows that batch, not "no rebalance" (its id extends the record's)."""
+    from migrator.ops.rebalance.command import is_rebalance_id
+
+    rid = "rb-20261207-114925-50c5b0"
+    assert is_rebalance_id(rid)
+    assert not is_rebalance_id(f"{rid}-m000") and not is_rebalance_id(f"{rid}-m000-b002")
+    assert not is_rebalance_id("m-20261207-114925-50c5b0")
