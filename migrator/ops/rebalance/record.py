@@ -281,13 +281,18 @@ def start_move(zk: ZK, rec: dict[str, Any], m: dict[str, Any]) -> bool:
 
 
 def finish_phase(rec: dict[str, Any]) -> None:
+    """``done`` once every move is; ``stopped`` once nothing runs or can start and a move failed. A batch of a
+    batched move that failed (its pipeline stopped: it drives its batches) does not run by itself: it waits
+    for that move's ``migrator resume``, so it does not keep the rebalance (and the split's follower) going."""
     states = [m["state"] for m in rec["moves"]]
     if rec["phase"] != "running":
         return
+    stopped_leads = {m["index"] for m in rec["moves"] if m.get("batched") and m["state"] == "failed"}
+    live = [m["state"] for m in rec["moves"] if m.get("batch_of") not in stopped_leads or m["state"] != "running"]
     if all(s == "done" for s in states):
         rec["phase"] = "done"
         rec["finished_at"] = time.time()
-    elif "running" not in states and not startable(rec) and "failed" in states:
+    elif "running" not in live and not startable(rec) and "failed" in states:
         rec["phase"] = "stopped"
 
 

@@ -67,3 +67,18 @@ def test_a_rebalance_id_is_told_from_the_ids_of_its_moves_and_batches():
     assert is_rebalance_id(rid)
     assert not is_rebalance_id(f"{rid}-m000") and not is_rebalance_id(f"{rid}-m000-b002")
     assert not is_rebalance_id("m-20261207-114925-50c5b0")
+
+
+def test_a_batched_split_whose_pipeline_stopped_stops_though_its_open_batch_is_not_done():
+    """The batched move failed (its pipeline gave up on its open batch's cutover): that batch, still converged,
+    waits for the move's resume, so the split stops (its follower exits) instead of running for ever."""
+    r = rec([("A", "E", "failed"), ("A", "E", "done"), ("A", "E", "running")])
+    r["moves"][0]["batched"] = True
+    for m in r["moves"][1:]:
+        m["batch_of"] = 0
+    record.finish_phase(r)
+    assert r["phase"] == "stopped"
+    r = rec([("A", "E", "running"), ("A", "E", "running")])  # the batched move still runs: so does its batch
+    r["moves"][0]["batched"], r["moves"][1]["batch_of"] = True, 0
+    record.finish_phase(r)
+    assert r["phase"] == "running"
