@@ -101,6 +101,8 @@ class Flight:
         #: how long this batch's clients waited (ms), once the freeze is over: it sizes a batch after it, which
         #: may be handed over before this one's record is written (its renames run first)
         self.freeze_ms: float | None = None
+        #: the steps of that freeze (ms each): what of it grows with the tables (:class:`.sizing.Measured`)
+        self.steps_ms: dict[str, float] = {}
         self.ended = threading.Event()
         self.error: BaseException | None = None
         self.result: dict[str, Any] | None = None
@@ -128,6 +130,7 @@ class Flight:
             self.passive_done.set()
         elif step == "release":
             self.freeze_ms = run.record.freeze_ms()
+            self.steps_ms = dict(run.record.steps)
             self.flipped = True
             self.released.set()
         elif step in ("renames", "active_finish"):
@@ -229,7 +232,6 @@ def _fly(cfg: Config, zk: ZK, creds: Credentials, migration_id: str, out: dict[s
     deadline = time.monotonic() + BATCH_STEP_S
     flights: list[Flight] = []
     steps: dict[str, dict[str, float]] = {}
-    before: Flight | None = None
     try:
         while time.monotonic() < deadline:
             if not store.spec(migration_id).shards:
@@ -245,20 +247,18 @@ def _fly(cfg: Config, zk: ZK, creds: Credentials, migration_id: str, out: dict[s
                     # of those seconds, the set-wise compare's (the rest: the drain and the key read)
                     "parent_recheck_compare_s": float(sum(r.get("compare_s", 0.0) for r in refreshed.rounds))}
             t0 = time.monotonic()
-            bid = _hand_over_next(zk, creds, migration_id, _last_released(flights), in_flight=before)
+            bid = _hand_over_next(zk, creds, migration_id, _last_released(flights),
+                                  in_flight=[f for f in flights if not f.ended.is_set()])
             took["hand_over_s"] = time.monotonic() - t0
             steps[bid] = took
-            flight = Flight(cfg, bid, before).start()
-            flights.append(flight)
-            # two batches at a time: this one prepares, gates and re-checks while the one before it freezes;
-            # the next is handed over once the one before this has released its freeze
-            if before is not None:
-                before.released.wait()
-                if not before.flipped:
-                    break
-            before = flight
-        if before is not None:
-            before.released.wait()
+            flights.append(Flight(cfg, bid, flights[-1] if flights else None).start())
+            # three batches at a time: one freezing (then renaming and finishing its passive member behind its
+            # freeze), the next prepared, gated and re-checked behind it, and one more handed over and
+            # preparing; the one after is handed over once the batch two before it has released its freeze
+            if len(flights) >= 2:
+                flights[-2].released.wait()
+            if any(f.released.is_set() and not f.flipped for f in flights):
+                break
     finally:
         # also when a hand-over failed (the batched migration aborted meanwhile, ZooKeeper lost): the batches
         # in flight end, and the flipped ones get their cleanup
@@ -343,18 +343,18 @@ def _record_steps(store: MigrationStore, bid: str, took: dict[str, float]) -> No
 
 
 def _hand_over_next(zk: ZK, creds: Credentials, migration_id: str, measured: Flight | None, *,
-                    in_flight: Flight | None) -> str:
+                    in_flight: list[Flight]) -> str:
     """Hand the next batch its shards; its id. It is sized by the budget and the last freeze measured
     (``measured``: the last batch of this step that released its freeze, if any), and so that its rename fence's
-    connections fit beside those of the batch still in flight (``in_flight``) on the source master
-    (:func:`.sizing.connection_room`)."""
+    connections fit beside those of the batches still in flight (``in_flight``: their fences hold theirs until
+    they end) on the source master (:func:`.sizing.connection_room`)."""
     store = MigrationStore(zk)
     spec, (st, _) = store.spec(migration_id), store.state(migration_id)
     source = HostRegistry(zk).get(spec.source_master)
     with mysql_connect(source, creds) as conn:
         tables = sizing.shard_tables(sizing.count_tables(conn, spec.shards))
         room = sizing.connection_room(int(query(conn, f"{sizing.TAG}SELECT @@max_connections")[0][0]),
-                                      st.batch_tables.get(in_flight.bid, 0) if in_flight is not None else 0)
+                                      sum(st.batch_tables.get(f.bid, 0) for f in in_flight))
     shards = sizing.next_batch(list(spec.shards), tables, spec.options.freeze_budget_ms,
                                _last_freeze(store, st, measured), room=room)
     return handover.hand_over(zk, creds, migration_id, shards, tables=sizing.table_count(tables, shards)).id
@@ -369,9 +369,9 @@ def _last_freeze(store: MigrationStore, st: State, before: Flight | None) -> siz
     """The last freeze measured: ``before``'s, a batch of this step whose freeze ended (its record is written
     after its renames, once this hand-over is under way), else the last recorded."""
     if before is not None and before.freeze_ms is not None:
-        return sizing.Measured(st.batch_tables.get(before.bid, 0), before.freeze_ms)
+        return sizing.Measured(st.batch_tables.get(before.bid, 0), before.freeze_ms, before.steps_ms)
     for b in reversed(st.batches):
         cut = FlipNode.parse(store.get_progress(b, Node.CUTOVER)[0])
         if cut.freeze_ms is not None:
-            return sizing.Measured(st.batch_tables.get(b, 0), cut.freeze_ms)
+            return sizing.Measured(st.batch_tables.get(b, 0), cut.freeze_ms, dict(cut.steps_ms))
     return None

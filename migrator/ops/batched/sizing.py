@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from migrator.engine.cutover.budget import FENCE_PER_TABLE_MS, FIXED_FREEZE_MS
@@ -66,17 +66,34 @@ FIXED_MS = FIXED_FREEZE_MS + DRAIN_MS
 PER_TABLE_MS = FENCE_PER_TABLE_MS
 #: share of the freeze budget a batch is sized for (the rest is headroom for a busier moment)
 AIM = 0.6
-#: connections of the source master a batch's rename fence leaves to everyone else (two batches are in
-#: flight at once: one freezes while the next prepares its fence: :class:`migrator.ops.batched.run.Flight`)
+#: connections of the source master the batches' rename fences leave to everyone else (up to three batches are
+#: in flight at once: one freezes while the next two prepare theirs: :func:`migrator.ops.batched.run._fly`)
 CONNECTIONS_KEPT = 100
+#: a fence's connections besides one a table (its lock's, its KILLs', its spare)
+FENCE_EXTRA_CONNECTIONS = 3
+
+
+#: the steps of a freeze whose time grows with the batch's tables (the passive member's gate closed on each,
+#: a lock a table, a sentinel row a db); the others (two CAS, the pair's sync, the drain, the compare, the
+#: release) are about the same for any batch of a split
+PER_TABLE_STEPS = ("passive_close", "fence", "sentinel")
 
 
 @dataclass(frozen=True)
 class Measured:
-    """A batch's freeze as measured: its tables, and how long its clients waited (ms)."""
+    """A batch's freeze as measured: its tables, how long its clients waited (ms), and its steps' times (ms;
+    empty: not known, the freeze taken as growing with the tables alone)."""
 
     tables: int
     freeze_ms: float
+    steps_ms: Mapping[str, float] = field(default_factory=dict)
+
+    def parts(self) -> tuple[float, float] | None:
+        """``(fixed ms, ms per table)`` of this freeze (:data:`PER_TABLE_STEPS`), None without its steps."""
+        if not self.steps_ms or self.tables <= 0:
+            return None
+        grows = sum(float(self.steps_ms.get(k) or 0.0) for k in PER_TABLE_STEPS)
+        return max(0.0, self.freeze_ms - grows), grows / self.tables
 
 
 def count_tables(conn: Any, shards: Iterable[int]) -> dict[int, tuple[int, int]]:
@@ -115,16 +132,25 @@ def limit_for(budget_ms: float) -> int:
 
 def next_limit(budget_ms: float, last: Measured | None) -> int:
     """Tables for the next batch: :func:`limit_for` before any batch was measured; then from the ``last``
-    batch's own freeze per table, ``last.tables x AIM x budget / last.freeze_ms``, at most twice the last
-    batch (one quiet moment does not make the next one overrun) and :data:`MAX_TABLES`, at least 1.
+    batch's own freeze, at most twice the last batch (one quiet moment does not make the next one overrun)
+    and :data:`MAX_TABLES`, at least 1.
 
-    A freeze grows with the batch's tables on top of a fixed part, so a batch under the aim makes the next
-    one bigger, never past the size that would freeze for ``AIM`` x the budget; one over it makes the next
-    smaller, and a miss (a freeze over the budget) makes it at most half the one that missed."""
+    A freeze is a fixed part (the drain, the two CAS: about the same for any batch) and a part per table
+    (:meth:`Measured.parts`): the next batch holds as many tables as freeze within ``AIM`` x the budget on
+    top of the last one's fixed part. Without the steps, the whole freeze is taken as growing with the
+    tables (``last.tables x AIM x budget / last.freeze_ms``). A batch under the aim makes the next one
+    bigger, one over it smaller, and a miss (a freeze over the budget) makes it at most half the one that
+    missed."""
     if last is None or last.tables <= 0:
         return limit_for(budget_ms)
     grow = 2 * last.tables
-    fits = grow if last.freeze_ms <= 0 else int(math.floor(last.tables * AIM * budget_ms / last.freeze_ms))
+    parts = last.parts()
+    if parts is not None:
+        fixed, per_table = parts
+        room = AIM * budget_ms - fixed
+        fits = last.tables // 2 if room <= 0 else grow if per_table <= 0 else int(math.floor(room / per_table))
+    else:
+        fits = grow if last.freeze_ms <= 0 else int(math.floor(last.tables * AIM * budget_ms / last.freeze_ms))
     if last.freeze_ms > budget_ms:  # a miss (its flip could not be undone): at most half of it, whatever the rate
         fits = min(fits, last.tables // 2)
     return max(1, min(MAX_TABLES, grow, fits))
@@ -164,9 +190,9 @@ def shards_of(runs: Iterable[Sequence[int]]) -> list[int]:
 
 def connection_room(max_connections: int, in_flight: int) -> int:
     """Tables the next batch's rename fence may hold (one connection a table, and its lock's) on a source master
-    allowing ``max_connections``, beside the batch still in flight there (``in_flight`` tables: its fence holds
-    as many) and :data:`CONNECTIONS_KEPT` for the clients and the migrator's other sessions; at least 1."""
-    return max(1, max_connections - CONNECTIONS_KEPT - in_flight - 2)
+    allowing ``max_connections``, beside the batches still in flight there (``in_flight`` tables: their fences
+    hold as many) and :data:`CONNECTIONS_KEPT` for the clients and the migrator's other sessions; at least 1."""
+    return max(1, max_connections - CONNECTIONS_KEPT - in_flight - 2 * FENCE_EXTRA_CONNECTIONS)
 
 
 def next_batch(shards: Sequence[int], tables: dict[int, int], budget_ms: float, last: Measured | None, *,

@@ -119,6 +119,24 @@ def test_batch_sizes_follow_each_batch_s_own_freeze_not_the_worst_so_far():
     assert after[-1] >= 95 and max(freeze(n) for n in after) <= 300.0, after
 
 
+def test_a_freeze_measured_by_its_steps_sizes_the_next_batch_on_its_fixed_and_per_table_parts():
+    """A freeze of 200 ms of which 60 ms grew with its 60 tables (1 ms a table; the drain and the two CAS the
+    rest): the next batch holds what freezes within the aim (300 ms) on top of the 140 ms fixed part, 160
+    tables, not the 90 the whole freeze taken per table would allow; a fixed part past the aim halves it."""
+    def measured(n: int, fixed: float, per_table: float) -> batches.Measured:
+        grows = per_table * n
+        return batches.Measured(n, fixed + grows, {"freeze_cas": 10.0, "fence": grows / 2, "sentinel": grows / 4,
+                                                   "passive_close": grows / 4, "drain": fixed - 10.0})
+
+    assert batches.Measured(60, 200.0).parts() is None
+    assert measured(60, 140.0, 1.0).parts() == (140.0, 1.0)
+    assert batches.next_limit(500, measured(60, 140.0, 1.0)) == 120  # at most twice the last
+    assert batches.next_limit(500, measured(100, 140.0, 1.0)) == 160
+    assert batches.next_limit(500, batches.Measured(100, 240.0)) == 125  # without the steps: all per table
+    assert batches.next_limit(500, measured(100, 320.0, 1.0)) == 50  # a fixed part past the aim: halved
+    assert batches.next_limit(500, measured(100, 420.0, 1.0)) == 50  # a miss: at most half
+
+
 def test_the_batch_that_just_released_its_freeze_sizes_the_next():
     """The pipeline hands the next batch over while the one before renames its tables behind its released
     freeze, before that one's record is written: the freeze it measured at its release is the one used."""
