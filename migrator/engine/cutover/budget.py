@@ -91,19 +91,28 @@ def after_claim_ms(run: CutoverRun, recent: list[dict[str, Any]] | list[Any],
     :data:`UNDO_PER_TABLE_MS` per table (its undo kills one queued RENAME a table) (``default``)."""
     node, _ = run.store.get_progress(run.spec.id, Node.CUTOVER_ATTEMPTS)
     own = [c for a in (node or {}).get("attempts", []) if (c := freeze_stats.after_claim_part(a)) is not None]
-    fleet_undo = freeze_stats.undo_reserve_ms(list(undos), fence=run.fences.mode, tables=len(run.tables))
-    fleet_flip = freeze_stats.recent_after_claim_ms(recent, fence=run.fences.mode)
+    return reserve_ms(own, undos, recent, fence=run.fences.mode, tables=len(run.tables))
+
+
+def reserve_ms(own: Sequence[float], undos: Sequence[Any], recent: Sequence[Any], *, fence: str,
+               tables: int) -> tuple[float, str]:
+    """The watchdog's reserve for a freeze of ``tables`` tables (:func:`after_claim_ms`), from what this
+    migration's attempts spent after their claim (``own``), the fleet's recent undos and its recent flips: what
+    the gate predicts with, and what a batched split sizes its batches with (so a batch is not made bigger
+    than the gate lets freeze: :mod:`migrator.ops.batched.sizing`)."""
+    fleet_undo = freeze_stats.undo_reserve_ms(list(undos), fence=fence, tables=tables)
+    fleet_flip = freeze_stats.recent_after_claim_ms(list(recent), fence=fence)
     if own or fleet_undo is not None:
         most, where = (max(own), "attempts") if own else (0.0, "fleet")
         if fleet_undo is not None and fleet_undo > most:
             most, where = fleet_undo, "fleet"
         return max(most, fleet_flip or 0.0) * RESERVE_MARGIN, where
-    fence = UNDO_PER_TABLE_MS * len(run.tables) if run.fences.mode == "rename" else 0.0
+    per_table = UNDO_PER_TABLE_MS * tables if fence == "rename" else 0.0
     # the fleet keeps flips apart from undos, and an undo costs more than a flip's CAS and release: without an
     # undo measured, the default is the least kept back
-    if fleet_flip is not None and fleet_flip * RESERVE_MARGIN > AFTER_CLAIM_MS + fence:
+    if fleet_flip is not None and fleet_flip * RESERVE_MARGIN > AFTER_CLAIM_MS + per_table:
         return fleet_flip * RESERVE_MARGIN, "fleet"
-    return AFTER_CLAIM_MS + fence, "default"
+    return AFTER_CLAIM_MS + per_table, "default"
 
 
 def _follow_until_steady(run: CutoverRun, conn: Any) -> None:

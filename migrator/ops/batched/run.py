@@ -36,10 +36,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from migrator.engine import cutover as cutover_mod
+from migrator.engine.cutover import freeze_stats
 from migrator.engine.cutover.attempt import record_next_try
+from migrator.engine.cutover.budget import reserve_ms
 from migrator.engine.cutover.errors import CutoverAborted, FreezeBudgetExceeded
 from migrator.engine.cutover.hooks import CutoverHooks
 from migrator.engine.migration import MigrationStore, Node, Phase, State
@@ -88,8 +91,15 @@ class Flight:
     A batch before it that ended without flipping stops it where it waits (``held``): the next step of the
     pipeline tries that batch again first."""
 
-    def __init__(self, cfg: Any, bid: str, before: Flight | None):
+    def __init__(self, cfg: Any, bid: str, before: Flight | None, *,
+                 resize: Callable[[str, BaseException], str | None] | None = None):
         self.cfg, self.bid, self.before = cfg, bid, before
+        #: asked when an attempt stopped on the freeze budget (refused by the prediction, or undone by the
+        #: watchdog): gives part of the batch's shards to a new batch and returns its id (None: it cannot, one
+        #: shard), and this flight tries its smaller batch again at once, in its place in the line
+        self.resize = resize
+        #: the batches this flight's batch gave shards to (cut over after it, by later flights)
+        self.gave: list[str] = []
         #: the freeze is over (the release step is done), or the attempt ended
         self.released = threading.Event()
         #: the freeze is past the passive member (closed and synced), or the attempt ended
@@ -117,7 +127,15 @@ class Flight:
         t0 = time.monotonic()
         hooks = CutoverHooks(at_step=self._at_step, before_freeze=self.hold_gates, after_gates=self.hold_freeze)
         try:
-            self.result = cutover_mod.cutover(self.cfg, self.bid, hooks=hooks).to_dict()
+            while True:
+                try:
+                    self.result = cutover_mod.cutover(self.cfg, self.bid, hooks=hooks).to_dict()
+                    break
+                except FreezeBudgetExceeded as exc:
+                    given = self.resize(self.bid, exc) if self.resize is not None else None
+                    if given is None:
+                        raise
+                    self.gave.append(given)
         except BaseException as exc:  # noqa: BLE001 - the step reads it (and the batch's phase) after
             self.error = exc
         finally:
@@ -232,9 +250,14 @@ def _fly(cfg: Config, zk: ZK, creds: Credentials, migration_id: str, out: dict[s
     deadline = time.monotonic() + BATCH_STEP_S
     flights: list[Flight] = []
     steps: dict[str, dict[str, float]] = {}
+
+    def resize(bid: str, exc: BaseException) -> str | None:
+        return _halve(zk, creds, bid, exc)
+
     try:
         while time.monotonic() < deadline:
-            if not store.spec(migration_id).shards:
+            if not store.spec(migration_id).shards and not any(b for f in flights for b in f.gave
+                                                                  if b not in {g.bid for g in flights}):
                 break
             # the shards still here are drained to the head and their check brought up to it, right before
             # the hand-over: the batch inherits a verified_gtid at its own start (its checkpoint), and this
@@ -247,11 +270,15 @@ def _fly(cfg: Config, zk: ZK, creds: Credentials, migration_id: str, out: dict[s
                     # of those seconds, the set-wise compare's (the rest: the drain and the key read)
                     "parent_recheck_compare_s": float(sum(r.get("compare_s", 0.0) for r in refreshed.rounds))}
             t0 = time.monotonic()
-            bid = _hand_over_next(zk, creds, migration_id, _last_released(flights),
-                                  in_flight=[f for f in flights if not f.ended.is_set()])
+            given = [b for f in flights for b in f.gave if b not in {g.bid for g in flights}]
+            if given:  # a batch made smaller gave these shards: they go next, and nothing new is handed over
+                bid = given[0]
+            else:
+                bid = _hand_over_next(zk, creds, migration_id, _last_released(flights),
+                                      in_flight=[f for f in flights if not f.ended.is_set()])
             took["hand_over_s"] = time.monotonic() - t0
             steps[bid] = took
-            flights.append(Flight(cfg, bid, flights[-1] if flights else None).start())
+            flights.append(Flight(cfg, bid, flights[-1] if flights else None, resize=resize).start())
             # three batches at a time: one freezing (then renaming and finishing its passive member behind its
             # freeze), the next prepared, gated and re-checked behind it, and one more handed over and
             # preparing; the one after is handed over once the batch two before it has released its freeze
@@ -295,6 +322,22 @@ def _smaller(cfg: Config, zk: ZK, creds: Credentials, bid: str, exc: BaseExcepti
     the later half of its tables to a new batch cut over right after it (:func:`.handover.split_batch`), and
     is tried again soon: the next try of a smaller batch, or None when it is one shard (tried again as any
     cutover, with its backoff) or stopped for another reason. The retry window goes on from ``since``."""
+    shards = len(MigrationStore(zk).spec(bid).shards)
+    new = _halve(zk, creds, bid, exc)
+    if new is None:
+        return None
+    delay = BACKOFF.delay(0)
+    record_next_try(MigrationStore(zk), bid, {"at": time.time() + delay, "attempt": attempt + 2, "delay_s": delay,
+                                              "until": None})
+    return Next(f"batch {bid}'s freeze ran over its budget ({describe(exc)}); batch {new} takes the later "
+                f"half of its {shards} shards; trying the smaller batch in {delay:g} s",
+                delay=delay, attempt=attempt, since=since if since is not None else time.time())
+
+
+def _halve(zk: ZK, creds: Credentials, bid: str, exc: BaseException | None) -> str | None:
+    """Batch ``bid``'s freeze ran over the budget (``exc``: undone by the watchdog, or refused by the
+    prediction): it gives the later half of its tables to a new batch (:func:`.handover.split_batch`); the new
+    batch's id, or None when ``exc`` is another refusal or the batch is one shard."""
     if not isinstance(exc, FreezeBudgetExceeded):
         return None
     spec = MigrationStore(zk).spec(bid)
@@ -308,14 +351,9 @@ def _smaller(cfg: Config, zk: ZK, creds: Credentials, bid: str, exc: BaseExcepti
         kept = list(spec.shards)[:-1]
     given = [s for s in spec.shards if s not in set(kept)]
     new = handover.split_batch(zk, creds, bid, given, tables=sizing.table_count(tables, given))
-    log.info("batch %s overran its freeze budget with %d tables: %s takes %d of them", bid, total, new.id,
+    log.info("batch %s ran over its freeze budget with %d tables: %s takes %d of them", bid, total, new.id,
              sizing.table_count(tables, given))
-    delay = BACKOFF.delay(0)
-    record_next_try(MigrationStore(zk), bid, {"at": time.time() + delay, "attempt": attempt + 2, "delay_s": delay,
-                                              "until": None})
-    return Next(f"batch {bid}'s freeze ran over its budget with {total} tables ({describe(exc)}); batch {new.id} "
-                f"takes {len(given)} of its {len(spec.shards)} shards; trying the smaller batch in {delay:g} s",
-                delay=delay, attempt=attempt, since=since if since is not None else time.time())
+    return new.id
 
 
 def _settled_phase(cfg: Config, zk: ZK, bid: str) -> Phase:
@@ -355,8 +393,10 @@ def _hand_over_next(zk: ZK, creds: Credentials, migration_id: str, measured: Fli
         tables = sizing.shard_tables(sizing.count_tables(conn, spec.shards))
         room = sizing.connection_room(int(query(conn, f"{sizing.TAG}SELECT @@max_connections")[0][0]),
                                       sum(st.batch_tables.get(f.bid, 0) for f in in_flight))
+    undos, recent = freeze_stats.recent_undos(zk), freeze_stats.recent(zk)
     shards = sizing.next_batch(list(spec.shards), tables, spec.options.freeze_budget_ms,
-                               _last_freeze(store, st, measured), room=room)
+                               _last_freeze(store, st, measured), room=room,
+                               reserve=lambda n: reserve_ms([], undos, recent, fence="rename", tables=n)[0])
     return handover.hand_over(zk, creds, migration_id, shards, tables=sizing.table_count(tables, shards)).id
 
 

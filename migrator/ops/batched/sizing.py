@@ -38,11 +38,12 @@ number of tables.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from migrator.engine.cutover.budget import FENCE_PER_TABLE_MS, FIXED_FREEZE_MS
+from migrator.engine.cutover.watchdog import MAX_RESERVE_SHARE
 from migrator.engine.fencing import MAX_TABLES
 from migrator.engine.migration import Spec
 from migrator.engine.names import SENTINEL_TABLE
@@ -66,6 +67,9 @@ FIXED_MS = FIXED_FREEZE_MS + DRAIN_MS
 PER_TABLE_MS = FENCE_PER_TABLE_MS
 #: share of the freeze budget a batch is sized for (the rest is headroom for a busier moment)
 AIM = 0.6
+#: share of the budget a batch's freeze and the watchdog's reserve may take together (the gate refuses past
+#: the whole budget: the rest is headroom for a busier moment)
+BOUND = 0.9
 #: connections of the source master the batches' rename fences leave to everyone else (up to three batches are
 #: in flight at once: one freezes while the next two prepare theirs: :func:`migrator.ops.batched.run._fly`)
 CONNECTIONS_KEPT = 100
@@ -128,6 +132,19 @@ def limit_for(budget_ms: float) -> int:
     :data:`PER_TABLE_MS` a table) at ``AIM`` x the budget, at most :data:`MAX_TABLES`, at least 1."""
     room = AIM * budget_ms - FIXED_MS
     return max(1, min(MAX_TABLES, int(math.floor(room / PER_TABLE_MS))))
+
+
+def within_reserve(budget_ms: float, last: Measured | None, limit: int, reserve: Callable[[int], float]) -> int:
+    """At most ``limit`` tables, and no more than freeze, as the last batch's freeze grows with its tables
+    (:meth:`Measured.parts`; without them, :data:`FIXED_MS` and :data:`PER_TABLE_MS`), within :data:`BOUND` x
+    the budget with the watchdog's ``reserve(tables)`` kept back (at most half the budget, as the watchdog takes
+    it): what the gate lets freeze (:func:`migrator.engine.cutover.budget.check_budget`), so a batch is not
+    handed over only to be refused. At least 1."""
+    fixed, per_table = (last.parts() if last is not None else None) or (FIXED_MS, PER_TABLE_MS)
+    n = limit
+    while n > 1 and fixed + per_table * n + min(reserve(n), MAX_RESERVE_SHARE * budget_ms) > BOUND * budget_ms:
+        n -= 1
+    return max(1, n)
 
 
 def next_limit(budget_ms: float, last: Measured | None) -> int:
@@ -196,13 +213,17 @@ def connection_room(max_connections: int, in_flight: int) -> int:
 
 
 def next_batch(shards: Sequence[int], tables: dict[int, int], budget_ms: float, last: Measured | None, *,
-               room: int = MAX_TABLES) -> list[int]:
+               room: int = MAX_TABLES, reserve: Callable[[int], float] | None = None) -> list[int]:
     """The shards of the next batch: the first of ``shards`` (consecutive, sorted) up to :func:`next_limit`
-    tables and ``room`` (:func:`connection_room`), a shard bigger than that alone. ``last``: the freeze of the
-    batch handed over last that froze, None before any."""
+    tables and ``room`` (:func:`connection_room`), and within the watchdog's ``reserve`` (:func:`within_reserve`),
+    a shard bigger than that alone. ``last``: the freeze of the batch handed over last that froze, None
+    before any."""
     if not shards:
         return []
-    return cut(shards, tables, min(room, next_limit(budget_ms, last)))[0]
+    limit = min(room, next_limit(budget_ms, last))
+    if reserve is not None:
+        limit = within_reserve(budget_ms, last, limit, reserve)
+    return cut(shards, tables, limit)[0]
 
 
 def batched(fence: str, tables: int) -> bool:

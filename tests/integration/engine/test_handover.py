@@ -411,15 +411,16 @@ def _cutover_logging(monkeypatch, events: list[tuple[float, str, str]], *, slow_
 
 
 def test_a_batch_whose_freeze_overruns_gives_half_its_shards_to_a_new_batch_and_the_split_goes_on(fleet, monkeypatch):
-    """The first batch (shards 2 and 3) overruns its freeze budget (a busier moment than its size was made for):
-    the watchdog undoes it, and the pipeline gives its later shard to a new batch listed right after it (with
-    its shard lock, its maintenance pause, the checkpoint and the check), instead of trying the same batch
-    again and again until the retry window is over. Both batches then flip, one after the other, and the
-    batched migration ends. Before, the batch kept its two shards, overran at every try, and the split
-    stopped."""
+    """The first batch (shards 1 and 2) overruns its freeze budget (a busier moment than its size was made for):
+    the watchdog undoes it, and its flight gives its later shard to a new batch listed right after it (with
+    its shard lock, its maintenance pause, the checkpoint and the check) and tries the smaller batch again at
+    once, in its place; the new batch is cut over next, before anything more is handed over, and the
+    batched migration ends. A batch left open by a step that died (cut over on its own by the next step) is
+    made smaller the same way, and tried again after the first backoff. Before, a batch kept its shards,
+    overran at every try until its retry window was over, and the split stopped."""
     from jobs import pipeline
 
-    prep = prepare_converged(fleet, (2, 3), options=Options(freeze_budget_ms=1000), batched=True)
+    prep = prepare_converged(fleet, (1, 2, 3), options=Options(freeze_budget_ms=1000), batched=True)
     pid, store = prep.spec.id, prep.store
     cfg_path = str(fleet.config.path)
     hold_maintenance_pause(fleet.zk, prep.spec)  # as the plan does
@@ -427,35 +428,65 @@ def test_a_batch_whose_freeze_overruns_gives_half_its_shards_to_a_new_batch_and_
     prep.drainer.close()
     events: list[tuple[float, str, str]] = []
     _cutover_logging(monkeypatch, events, slow_freeze_s=1.3)
+    from migrator.ops.batched import run as batched
 
-    out = pipeline.finish(pid, cfg_path)  # the first batch takes both shards, and overruns
-    first, given = store.state(pid)[0].batches
-    assert "ran over its budget" in out["next"] and given in out["next"], out
-    assert store.spec(first).shards == (2,) and store.spec(given).shards == (3,)
-    assert store.holders([2, 3]) == {2: first, 3: given}
-    assert maintenance_paused(fleet.zk, 3) == given
+    real_next_batch = batched.sizing.next_batch
+    monkeypatch.setattr(batched.sizing, "next_batch", lambda shards, *a, **k: [s for s in shards if s in (1, 2)]
+                        or real_next_batch(shards, *a, **k))
+
+    out = pipeline.finish(pid, cfg_path)  # the first batch takes shards 1 and 2, overruns, and is made smaller
+    # listed in the order of their shards: the given batch right after the one that gave it its shard; flown in
+    # the order they were ready (shard 3 was handed over while the first batch prepared)
+    first, given, last = store.state(pid)[0].batches
+    assert out["batches"] == [first, last, given], out
+    assert store.spec(first).shards == (1,) and store.spec(given).shards == (2,) and store.spec(last).shards == (3,)
+    assert all(store.state(b)[0].phase == Phase.DONE for b in (first, given, last)), out
+    attempts = store.get_progress(first, "cutover_attempts")[0]["attempts"]
+    assert "overran" in attempts[0]["outcome"] and attempts[-1]["outcome"] == "flipped", attempts
     handed = store.get_progress(given, Node.VERIFY)[0]
     assert handed["handed_by"] == first and handed["verified_gtid"]
-    assert store.get_progress(given, Node.CATCHUP)[0]["gtid"] == store.get_progress(first, Node.CATCHUP)[0]["gtid"]
+    assert store.state(given)[0].history[0]["handed_by"] == first
     st, _ = store.state(pid)
     assert st.batch_tables[given] == 5 and st.batch_tables[first] == 5, st.batch_tables
-    attempts = store.get_progress(first, "cutover_attempts")[0]["attempts"]
-    assert "overran" in attempts[-1]["outcome"], attempts[-1]
-
-    for done in (first, given):
-        out = pipeline.finish(pid, cfg_path)
-        assert out["batch"] == done and store.state(done)[0].phase == Phase.DONE, out
+    # the first batch tried again at once, in its place: before the batch behind it froze
+    freezes = [b for _, b, step in sorted(events) if step == "freeze_cas"]
+    assert freezes == [first, first, last, given], freezes
     out = pipeline.finish(pid, cfg_path)
-    assert out["done"]["batches"] == 2, out
+    assert out["done"]["batches"] == 3, out
     smap = ShardMapStore(fleet.zk).read()
-    assert smap.master_of(2) == smap.master_of(3) == prep.spec.target_master and not smap.frozen
-    assert maintenance_paused(fleet.zk, 2) is None and maintenance_paused(fleet.zk, 3) is None
+    assert all(smap.master_of(s) == prep.spec.target_master for s in (1, 2, 3)) and not smap.frozen
+    assert all(maintenance_paused(fleet.zk, s) is None for s in (1, 2, 3))
     with mysql_connect(prep.source, fleet.credentials) as src, mysql_connect(prep.target, fleet.credentials) as dst:
-        for shard, batch in ((2, first), (3, given)):
+        for shard, batch in ((1, first), (2, given), (3, last)):
             with src.cursor() as a, dst.cursor() as b:
                 a.execute(f"CHECKSUM TABLE `{tomb_db(batch, shard_db(shard))}`.pins")
                 b.execute(f"CHECKSUM TABLE `{shard_db(shard)}`.pins")
                 assert a.fetchone()[1] == b.fetchone()[1]
+
+
+def test_an_open_batch_whose_freeze_overruns_is_made_smaller_by_the_next_step(fleet, monkeypatch):
+    """A batch of shards 2 and 3 was handed over by a step that died: the next step cuts it over on its own; it
+    overruns, gives shard 3 to a new batch (its lock and maintenance pause too) and is tried again after the
+    first backoff, not after a doubling one; both then flip."""
+    from jobs import pipeline
+
+    prep = prepare_converged(fleet, (2, 3), options=Options(freeze_budget_ms=1000), batched=True)
+    pid, store = prep.spec.id, prep.store
+    cfg_path = str(fleet.config.path)
+    hold_maintenance_pause(fleet.zk, prep.spec)
+    verify_migration(fleet.config, pid, drainer=prep.drainer)
+    prep.drainer.close()
+    _cutover_logging(monkeypatch, [], slow_freeze_s=1.3)
+    first = hand_over(fleet.zk, fleet.credentials, pid, [2, 3], tables=10)  # ... and the step died here
+
+    out = pipeline.finish(pid, cfg_path)
+    _, given = store.state(pid)[0].batches
+    assert "ran over its budget" in out["next"] and given in out["next"] and "in 2 s" in out["next"], out
+    assert store.spec(first.id).shards == (2,) and store.spec(given).shards == (3,)
+    assert store.holders([2, 3]) == {2: first.id, 3: given} and maintenance_paused(fleet.zk, 3) == given
+    for done in (first.id, given):
+        out = pipeline.finish(pid, cfg_path)
+        assert out["batch"] == done and store.state(done)[0].phase == Phase.DONE, out
 
 
 def test_the_next_batch_is_handed_over_while_the_one_before_freezes_and_freezes_only_after_it(fleet, monkeypatch):

@@ -192,3 +192,16 @@ def test_a_batch_gates_once_the_freeze_before_it_left_the_passive_member_and_fre
     for done in (late.passive_done, late.released, late.renamed, late.ended):
         done.set()
     _Flight(None, "m-b005", late).hold_freeze(None)
+
+
+def test_a_batch_is_sized_so_its_freeze_and_the_watchdog_s_reserve_fit_together():
+    """The gate refuses a freeze that leaves the watchdog less than its reserve before the claim: a batch is not
+    made so big that it would be (a freeze of 140 ms fixed and 1 ms a table, a reserve of 100 ms plus 1 ms a
+    table: 105 tables fit 90 % of a 500 ms budget); the reserve counts at most half the budget."""
+    def measured(n: int) -> batches.Measured:
+        return batches.Measured(n, 140.0 + n, {"fence": float(n), "drain": 130.0, "freeze_cas": 10.0})
+
+    assert batches.within_reserve(500, measured(100), 160, lambda n: 100.0 + n) == 105
+    assert batches.within_reserve(500, measured(100), 60, lambda n: 100.0 + n) == 60
+    assert batches.within_reserve(500, measured(100), 160, lambda n: 10_000.0) == 60  # at most 250 ms kept back
+    assert batches.within_reserve(500, None, 75, lambda n: 100.0 + n) <= 75
