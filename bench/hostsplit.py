@@ -201,13 +201,19 @@ def main(argv: list[str] | None = None) -> int:
         print("batched migration " + lead["migration"] + ": "
               + ", ".join(f"{k} {v:.1f} s" for k, v in lead_times.items())
               + f"; its one verify {float(checked.get('seconds') or 0):.1f} s")
-        # a batch's wall time: from the end of the one before (or of the verify) to its own end
+        # a batch's wall time: from the end of the one that ended before it (or of the verify) to its own end,
+        # in the order they ended (batches overlap, and one made smaller gives its shards to one listed after it)
         ended = [float(h["when"]) for h in parent.history if h.get("to") == "converged"][-1] + \
             float(checked.get("seconds") or 0)
         walls, freezes = [], []
-        for (spec, state, cut), steps_around, steps_before, window, own in zip(batches, around, before, windows,
-                                                                                from_start, strict=True):
-            done_at = max(float(h["when"]) for h in state.history if h.get("to") == "done")
+
+        def done_at_of(state: Any) -> float:
+            return max(float(h["when"]) for h in state.history if h.get("to") == "done")
+
+        rows = sorted(zip(batches, around, before, windows, from_start, strict=True),
+                      key=lambda row: done_at_of(row[0][1]))
+        for (spec, state, cut), steps_around, steps_before, window, own in rows:
+            done_at = done_at_of(state)
             walls.append(done_at - ended)
             ended = done_at
             freezes.append(cut["freeze_ms"])

@@ -100,7 +100,7 @@ def reserve_ms(own: Sequence[float], undos: Sequence[Any], recent: Sequence[Any]
     migration's attempts spent after their claim (``own``), the fleet's recent undos and its recent flips: what
     the gate predicts with, and what a batched split sizes its batches with (so a batch is not made bigger
     than the gate lets freeze: :mod:`migrator.ops.batched.sizing`)."""
-    fleet_undo = freeze_stats.undo_reserve_ms(list(undos), fence=fence, tables=tables)
+    fleet_undo = freeze_stats.undo_reserve_ms(list(undos), fence=fence, tables=tables, per_table_ms=UNDO_PER_TABLE_MS)
     fleet_flip = freeze_stats.recent_after_claim_ms(list(recent), fence=fence)
     if own or fleet_undo is not None:
         most, where = (max(own), "attempts") if own else (0.0, "fleet")

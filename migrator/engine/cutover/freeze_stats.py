@@ -129,15 +129,17 @@ def recent_undos(zk: ZK) -> list[UndoSample]:
         return []
 
 
-def undo_reserve_ms(entries: list[Any], *, fence: str, tables: int) -> float | None:
+def undo_reserve_ms(entries: list[Any], *, fence: str, tables: int, per_table_ms: float = 1.0) -> float | None:
     """What an undo of a freeze of ``tables`` tables may cost, from the recent undos ``entries``
-    (:func:`recent_undos`) with the same fence: the most of them, each scaled up to ``tables`` where it
-    fenced fewer (an undo kills one queued RENAME a table under the rename fence), never down (its fixed
-    part, the unfreeze and the gates reopened, is not per table); None when none is kept."""
+    (:func:`recent_undos`) with the same fence: the most of them, each with ``per_table_ms`` for every table
+    past the ones it fenced (under the rename fence an undo kills one queued RENAME a table; the rest of it,
+    the unfreeze and the gates reopened, is about the same for any freeze), never less than it measured;
+    None when none is kept. (Scaled in proportion, a 60 ms undo of 10 tables would keep back 600 ms for 100.)"""
     same = [e for e in UndoSample.parse_list(entries) if e.fence == fence and e.undo_ms is not None]
     if not same:
         return None
-    return max(float(e.undo_ms) * max(1.0, tables / max(1, e.tables)) for e in same)
+    per = per_table_ms if fence == "rename" else 0.0
+    return max(float(e.undo_ms) + per * max(0, tables - e.tables) for e in same)
 
 
 def recent_fixed_ms(entries: list[Any], *, fence: str, tables: int, per_table_ms: float) -> float | None:

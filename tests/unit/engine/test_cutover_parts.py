@@ -125,14 +125,15 @@ def test_the_watchdog_reserve_is_the_most_what_followed_the_last_chance_ever_cos
     assert recent_after_claim_ms([], fence="rename") is None
 
 
-def test_an_undo_s_reserve_scales_up_with_the_tables_fenced_never_down():
+def test_an_undo_s_reserve_grows_by_a_per_table_part_past_the_tables_it_fenced_never_down():
     from migrator.engine.cutover.freeze_stats import undo_reserve_ms
 
     kept = [{"undo_ms": 80.0, "fence": "rename", "tables": 200}, {"undo_ms": 30.0, "fence": "rename", "tables": 10},
             {"undo_ms": 400.0, "fence": "gate", "tables": 50}]
     assert undo_reserve_ms(kept, fence="rename", tables=5) == 80.0  # a smaller batch: the whole undo kept
-    assert undo_reserve_ms(kept, fence="rename", tables=400) == 1200.0  # 30 ms for 10 tables, scaled to 400
-    assert undo_reserve_ms(kept, fence="gate", tables=50) == 400.0
+    assert undo_reserve_ms(kept, fence="rename", tables=400) == 420.0  # 30 ms for 10 tables and 1 ms for 390 more
+    assert undo_reserve_ms(kept, fence="rename", tables=400, per_table_ms=0.5) == 225.0
+    assert undo_reserve_ms(kept, fence="gate", tables=500) == 400.0  # a gate's undo does not grow with tables
     assert undo_reserve_ms([], fence="rename", tables=5) is None
 
 
