@@ -252,7 +252,7 @@ def _fly(cfg: Config, zk: ZK, creds: Credentials, migration_id: str, out: dict[s
     steps: dict[str, dict[str, float]] = {}
 
     def resize(bid: str, exc: BaseException) -> str | None:
-        return _halve(zk, creds, bid, exc)
+        return _halve(cfg, zk, creds, bid, exc)
 
     try:
         while time.monotonic() < deadline:
@@ -323,7 +323,7 @@ def _smaller(cfg: Config, zk: ZK, creds: Credentials, bid: str, exc: BaseExcepti
     is tried again soon: the next try of a smaller batch, or None when it is one shard (tried again as any
     cutover, with its backoff) or stopped for another reason. The retry window goes on from ``since``."""
     shards = len(MigrationStore(zk).spec(bid).shards)
-    new = _halve(zk, creds, bid, exc)
+    new = _halve(cfg, zk, creds, bid, exc)
     if new is None:
         return None
     delay = BACKOFF.delay(0)
@@ -334,7 +334,7 @@ def _smaller(cfg: Config, zk: ZK, creds: Credentials, bid: str, exc: BaseExcepti
                 delay=delay, attempt=attempt, since=since if since is not None else time.time())
 
 
-def _halve(zk: ZK, creds: Credentials, bid: str, exc: BaseException | None) -> str | None:
+def _halve(cfg: Config, zk: ZK, creds: Credentials, bid: str, exc: BaseException | None) -> str | None:
     """Batch ``bid``'s freeze ran over the budget (``exc``: undone by the watchdog, or refused by the
     prediction): it gives the later half of its tables to a new batch (:func:`.handover.split_batch`); the new
     batch's id, or None when ``exc`` is another refusal or the batch is one shard."""
@@ -343,6 +343,10 @@ def _halve(zk: ZK, creds: Credentials, bid: str, exc: BaseException | None) -> s
     spec = MigrationStore(zk).spec(bid)
     if len(spec.shards) < 2:
         return None
+    # what its undone attempt left on the shards it gives away (a trigger its gate could not drop) is removed
+    # first: named for this batch's attempts, the new batch's settle would not know it as its own, and a table
+    # that keeps another migration's trigger cannot be renamed to a tombstone
+    cutover_mod.reconcile(cfg, bid, zk=zk, holder_died=False)
     with mysql_connect(HostRegistry(zk).get(spec.source_master), creds) as conn:
         tables = sizing.shard_tables(sizing.count_tables(conn, spec.shards))
     total = sizing.table_count(tables, spec.shards)

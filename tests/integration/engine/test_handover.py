@@ -29,7 +29,7 @@ from migrator.fleet.shard_map import ShardMapStore
 from migrator.ops import command
 from migrator.ops.batched.handover import HandOverError, hand_over
 
-from .cutover_setup import prepare_converged
+from .cutover_setup import prepare_converged, source_pair_left_clean
 
 
 def _insert(conn, shard: int, data: str) -> int:
@@ -462,6 +462,8 @@ def test_a_batch_whose_freeze_overruns_gives_half_its_shards_to_a_new_batch_and_
                 a.execute(f"CHECKSUM TABLE `{tomb_db(batch, shard_db(shard))}`.pins")
                 b.execute(f"CHECKSUM TABLE `{shard_db(shard)}`.pins")
                 assert a.fetchone()[1] == b.fetchone()[1]
+    # no trigger of the undone attempt is left on the tables the first batch gave away (nor any other)
+    source_pair_left_clean(fleet.credentials, prep.source, fleet.hosts[prep.spec.source_passive])
 
 
 def test_an_open_batch_whose_freeze_overruns_is_made_smaller_by_the_next_step(fleet, monkeypatch):
