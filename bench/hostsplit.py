@@ -238,6 +238,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{moved} moved tables equal their tombstones; {len(batches)} batches; the batched migration's "
               f"re-checks before hand-overs: {len(parent_rows)}, rows {[int(r) for r in parent_rows]}, "
               f"events {parent_events}")
+        every = [a for atts in attempts for a in atts]
+        undos = [a["undo_ms"] for a in every if a.get("undo_ms") is not None]
+        refused = sum(1 for a in every if str(a.get("outcome", "")).startswith("refused"))
+        held = sum(1 for a in every if str(a.get("outcome", "")).startswith("held"))
+        print(f"attempts: {len(every)} for {len(batches)} batches; undone by the watchdog {len(undos)} (undo ms "
+              f"{sorted(round(u) for u in undos)}), refused by the prediction {refused}, held behind a batch that "
+              f"did not flip {held}")
         if written is not None:
             print(f"sysbench on db{moving[-1]:05d}: {written.transactions} transactions in {written.seconds:.0f} s "
                   f"({written.tps:.0f} tps), {written.errors} errors (a fenced table refuses writes)")
