@@ -81,6 +81,16 @@ def open_fleet(sandbox, directory: Path, *, session_timeout: float | None = None
         r.close()
 
 
+def with_session_timeout(fleet: Fleet, seconds: float) -> None:
+    """Give ``fleet``'s config ZooKeeper sessions of ``seconds`` (in memory, for what the test runs in its own
+    process, and in its file, for the processes it starts after this): a pause of the server past them is
+    that much shorter. The fixture's own client keeps its session."""
+    from migrator.fleet import config as config_mod
+
+    fleet.config.zookeeper.session_timeout = seconds
+    fleet.config_path.write_text(config_mod.dump(fleet.config))
+
+
 def pause_zookeeper(sandbox, seconds: float) -> threading.Thread:
     """SIGSTOP the sandbox's ZooKeeper now and SIGCONT it ``seconds`` later (from a thread: join it, in a
     ``finally``, so the server runs again whatever the test does)."""

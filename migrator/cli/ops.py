@@ -126,13 +126,14 @@ def worker(
     migrator.engine.cutover.settle)."""
     import os
 
-    from rq import Queue, Worker
+    from rq import Queue
 
     from migrator.fleet import config as config_mod
     from migrator.fleet import redis_client
     from migrator.fleet import zk as zk_mod
     from migrator.fleet.shard_map import HostRegistry
     from migrator.ops import steps
+    from migrator.ops.worker import Worker
 
     metrics_at = listen_address(metrics_listen, "--metrics-listen") if metrics_listen else None
     cfg = load_config()

@@ -18,7 +18,7 @@ from migrator.engine.migration import LOCKS, MigrationStore, Phase
 from migrator.errors import ExitCode
 from migrator.fleet.mysql import connect as mysql_connect
 from migrator.fleet.shard_map import ShardMapStore
-from tests.integration.cli_helpers import assert_one_line_error, run_cli
+from tests.integration.cli_helpers import assert_one_line_error, run_cli, run_cli_here
 
 
 def fleet_state(fleet) -> tuple:
@@ -34,10 +34,11 @@ def fleet_state(fleet) -> tuple:
 
 
 def refused(fleet, *args: str, needles: tuple[str, ...], config: Path | None = None, env=None,
-            code: int | None = None) -> None:
-    """``args`` fail in one line naming ``needles`` (with exit ``code`` when given) and change nothing."""
+            code: int | None = None, through=run_cli_here) -> None:
+    """``args`` fail in one line naming ``needles`` (with exit ``code`` when given) and change nothing
+    (run ``through`` the CLI in this process, or the script's subprocess: :func:`run_cli`)."""
     before = fleet_state(fleet)
-    res = run_cli(*args, config=config or fleet.config_path, env=env)
+    res = through(*args, config=config or fleet.config_path, env=env)
     assert_one_line_error(res, *needles)
     if code is not None:
         assert res.returncode == code, (res.returncode, res.stderr)
@@ -63,17 +64,17 @@ def test_gapped_and_overlapping_map_files(zk_root, tmp_path):
     gap = tmp_path / "gap.json"
     gap.write_text(json.dumps([{"range": [0, 3], "master": "MySQL001A", "slave": "MySQL001B"},
                                {"range": [5, 7], "master": "MySQL002A", "slave": "MySQL002B"}]))
-    res = run_cli("topology", "init", "--from", str(gap), config=cfg_path)
+    res = run_cli_here("topology", "init", "--from", str(gap), config=cfg_path)
     assert_one_line_error(res, "shards 4..4 are not covered")
     overlap = tmp_path / "overlap.json"
     overlap.write_text(json.dumps([{"range": [0, 4], "master": "MySQL001A", "slave": "MySQL001B"},
                                    {"range": [4, 7], "master": "MySQL002A", "slave": "MySQL002B"}]))
-    assert_one_line_error(run_cli("topology", "init", "--from", str(overlap), config=cfg_path), "overlap")
+    assert_one_line_error(run_cli_here("topology", "init", "--from", str(overlap), config=cfg_path), "overlap")
     assert not ShardMapStore(zk).exists()  # nothing was written
 
 
 def test_shards_already_moving(fleet):
-    first = run_cli("split", "MySQL001A", "--yes", "--no-start", config=fleet.config_path)
+    first = run_cli_here("split", "MySQL001A", "--yes", "--no-start", config=fleet.config_path)
     assert first.returncode == 0, first.stderr
     [mid] = MigrationStore(fleet.zk).list()
     refused(fleet, "split", "MySQL001A", needles=("already moving", mid), code=ExitCode.REFUSED)
@@ -114,20 +115,20 @@ def test_malformed_playbooks(fleet, tmp_path):
 # migration stays in phase preflight with its reason until `migrator abort ID`.
 
 def _plan(fleet) -> str:
-    res = run_cli("split", "MySQL001A", "--yes", "--no-start", config=fleet.config_path)
+    res = run_cli_here("split", "MySQL001A", "--yes", "--no-start", config=fleet.config_path)
     assert res.returncode == 0, res.stderr
     return MigrationStore(fleet.zk).list()[0]
 
 
 def _copy_refused(fleet, mid: str, *needles: str) -> None:
     before = fleet_state(fleet)
-    res = run_cli("copy", mid, "--sync", config=fleet.config_path)
+    res = run_cli_here("copy", mid, "--sync", config=fleet.config_path)
     assert_one_line_error(res, "preflight", *needles)
     assert res.returncode == ExitCode.REFUSED, res.stderr  # a preflight failure is a safety check's no
     assert fleet_state(fleet) == before
     st, _ = MigrationStore(fleet.zk).state(mid)
     assert st.phase == Phase.PREFLIGHT and all(n in (st.error or "") for n in needles), st
-    abort = run_cli("abort", mid, "--yes", config=fleet.config_path)
+    abort = run_cli_here("abort", mid, "--yes", config=fleet.config_path)
     assert abort.returncode == 0, abort.stderr
     assert not MigrationStore(fleet.zk).holders([2, 3])
 
@@ -169,7 +170,7 @@ def test_unknown_migration_id(fleet):
 
 
 def test_restart_copy_refused_after_the_cutover_started(fleet):
-    res = run_cli("split", "MySQL001A", "--yes", "--no-start", config=fleet.config_path)
+    res = run_cli_here("split", "MySQL001A", "--yes", "--no-start", config=fleet.config_path)
     assert res.returncode == 0, res.stderr
     [mid] = MigrationStore(fleet.zk).list()
     MigrationStore(fleet.zk).set_phase(mid, Phase.CUTOVER)
@@ -200,26 +201,9 @@ def _commands() -> list[list[str]]:
 
 
 def run_here(*args: str, env: dict | None = None) -> tuple[int, str, str]:
-    """The CLI in this process (fast; the same entry point and handler as the `migrator` script)."""
-    import contextlib
-    import io
-    import os
-
-    from migrator.cli.main import run
-
-    out, err = io.StringIO(), io.StringIO()
-    old = {k: os.environ.get(k) for k in (env or {})}
-    os.environ.update(env or {})
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            code = run(list(args))
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-    return code, out.getvalue(), err.getvalue()
+    """The CLI in this process (:func:`run_cli_here`) as (exit code, stdout, stderr)."""
+    res = run_cli_here(*args, env=env)
+    return res.returncode, res.stdout, res.stderr
 
 
 def assert_one_line(code: int, err: str, *needles: str, exit_code: int | None = None) -> str:
@@ -343,15 +327,15 @@ def test_sandbox_purge_refuses_what_it_did_not_make(tmp_path):
     mine = tmp_path / "mine"
     mine.mkdir()
     (mine / "notes.txt").write_text("keep me")
-    res = run_cli("sandbox", "down", "--dir", str(mine), "--purge")
+    res = run_cli_here("sandbox", "down", "--dir", str(mine), "--purge")
     assert_one_line_error(res, "not a sandbox this tool made", str(mine))
     assert res.returncode == 3  # a safety check said no (docs/operations.md)
     assert (mine / "notes.txt").read_text() == "keep me"
-    res = run_cli("sandbox", "up", "--dir", str(mine))
+    res = run_cli_here("sandbox", "up", "--dir", str(mine))
     assert_one_line_error(res, "holds no sandbox")
     assert res.returncode == 3
     assert sorted(p.name for p in mine.iterdir()) == ["notes.txt"]
-    res = run_cli("sandbox", "down", "--dir", str(tmp_path / "never"))
+    res = run_cli_here("sandbox", "down", "--dir", str(tmp_path / "never"))
     assert res.returncode == 0 and "nothing to stop" in res.stdout
 
 
@@ -371,9 +355,11 @@ def test_issue_inputs_through_the_real_script(fleet, tmp_path):
                           "not a ledger")
     assert_one_line_error(run_cli("queue", "ledger", "check", "--ledger", str(tmp_path / "none.db"), config=cfg),
                           "no such file")
-    refused(fleet, "split", "MySQL001A", "--fence", "bogus", needles=("--fence bogus",))
-    refused(fleet, "split", "MySQL001A", "--freeze-budget-ms", "-5", needles=("--freeze-budget-ms -5",))
-    refused(fleet, "topology", "add-pair", "A=10.0.0.1:99999", "B=10.0.0.2:3306", needles=("99999",))
+    refused(fleet, "split", "MySQL001A", "--fence", "bogus", needles=("--fence bogus",), through=run_cli)
+    refused(fleet, "split", "MySQL001A", "--freeze-budget-ms", "-5", needles=("--freeze-budget-ms -5",),
+            through=run_cli)
+    refused(fleet, "topology", "add-pair", "A=10.0.0.1:99999", "B=10.0.0.2:3306", needles=("99999",),
+            through=run_cli)
     res = run_cli("id", "decode", "7" * 5000)
     assert_one_line_error(res, "too long for an id")
     assert len(res.stderr) < 400
@@ -392,7 +378,7 @@ def test_plain_split_and_move_are_dry_runs(fleet):
     before = fleet_state(fleet)
     for args in (("split", "MySQL001A"), ("move", "--shards", "4-5", "--to", "MySQL003A"),
                  ("split", "MySQL001A", "--dry-run")):
-        res = run_cli(*args, config=fleet.config_path, env={"COLUMNS": "200"})
+        res = run_cli_here(*args, config=fleet.config_path, env={"COLUMNS": "200"})
         assert res.returncode == 0, res.stderr
         assert "dry run" in res.stdout and "run it with --yes" in res.stdout, res.stdout
         assert fleet_state(fleet) == before  # nothing stored, nothing locked
@@ -401,7 +387,7 @@ def test_plain_split_and_move_are_dry_runs(fleet):
 def test_destroying_commands_ask_and_refuse_without_a_terminal(fleet):
     """cutover, rollback, cleanup --now, abort and restart-copy show what they would do; without a terminal
     and without --yes they refuse (exit 3) and change nothing."""
-    res = run_cli("split", "MySQL001A", "--yes", "--no-start", config=fleet.config_path)
+    res = run_cli_here("split", "MySQL001A", "--yes", "--no-start", config=fleet.config_path)
     assert res.returncode == 0, res.stderr
     [mid] = MigrationStore(fleet.zk).list()
     st_before, _ = MigrationStore(fleet.zk).state(mid)
@@ -411,7 +397,7 @@ def test_destroying_commands_ask_and_refuse_without_a_terminal(fleet):
                        (("cleanup", mid, "--now"), "can no longer be rolled back"),
                        (("abort", mid), "drop its copies"),
                        (("restart-copy", mid), "restart the copy")):
-        res = run_cli(*args, config=fleet.config_path)
+        res = run_cli_here(*args, config=fleet.config_path)
         assert_one_line_error(res, "not confirmed", what, "give --yes")
         assert res.returncode == 3, res.stderr
         assert fleet_state(fleet) == before
@@ -421,18 +407,18 @@ def test_destroying_commands_ask_and_refuse_without_a_terminal(fleet):
 
 def test_queue_delete_and_purge_ask_first(fleet):
     cfg = fleet.config_path
-    assert run_cli("queue", "create", "keepme", config=cfg).returncode == 0
-    assert run_cli("queue", "enqueue", "keepme", "a", "b", config=cfg).returncode == 0
-    res = run_cli("queue", "purge", "keepme", "--state", "NEW", config=cfg)
+    assert run_cli_here("queue", "create", "keepme", config=cfg).returncode == 0
+    assert run_cli_here("queue", "enqueue", "keepme", "a", "b", config=cfg).returncode == 0
+    res = run_cli_here("queue", "purge", "keepme", "--state", "NEW", config=cfg)
     assert_one_line_error(res, "not confirmed", "delete up to 1000 NEW jobs of queue keepme (it holds 2 now)")
-    res = run_cli("queue", "purge", "keepme", "--state", "BOGUS", "--yes", config=cfg)
+    res = run_cli_here("queue", "purge", "keepme", "--state", "BOGUS", "--yes", config=cfg)
     assert_one_line_error(res, "--state BOGUS")
-    res = run_cli("queue", "delete", "keepme", config=cfg)
+    res = run_cli_here("queue", "delete", "keepme", config=cfg)
     assert_one_line_error(res, "not confirmed", "delete queue keepme", "2 NEW")
-    counts = json.loads(run_cli("queue", "counts", "keepme", config=cfg).stdout)
+    counts = json.loads(run_cli_here("queue", "counts", "keepme", config=cfg).stdout)
     assert counts["NEW"] == 2
-    assert run_cli("queue", "purge", "keepme", "--state", "NEW", "--yes", config=cfg).returncode == 0
-    assert run_cli("queue", "delete", "keepme", "-y", config=cfg).returncode == 0
+    assert run_cli_here("queue", "purge", "keepme", "--state", "NEW", "--yes", config=cfg).returncode == 0
+    assert run_cli_here("queue", "delete", "keepme", "-y", config=cfg).returncode == 0
 
 
 def test_verify_reports_unless_told_to_repair(fleet):
@@ -444,12 +430,12 @@ def test_verify_reports_unless_told_to_repair(fleet):
     db = spec.databases[0]
     with mysql_connect(fleet.hosts["MySQL003A"], fleet.credentials) as c, c.cursor() as cur:
         cur.execute(f"UPDATE {db}.pins SET data = '{{\"tampered\": 1}}' ORDER BY local_id LIMIT 1")
-    res = run_cli("verify", spec.id, config=fleet.config_path)
+    res = run_cli_here("verify", spec.id, config=fleet.config_path)
     assert res.returncode == 1 and "STILL DIFFERENT" in res.stdout and "--repair" in res.stdout, res.stdout
-    again = run_cli("verify", spec.id, config=fleet.config_path)
+    again = run_cli_here("verify", spec.id, config=fleet.config_path)
     assert again.returncode == 1, again.stdout  # the report changed nothing
-    unasked = run_cli("verify", spec.id, "--repair", config=fleet.config_path)  # re-copying asks first
+    unasked = run_cli_here("verify", spec.id, "--repair", config=fleet.config_path)  # re-copying asks first
     assert_one_line_error(unasked, "not confirmed", "re-copy onto the target of " + spec.id, "give --yes")
     assert unasked.returncode == 3
-    fixed = run_cli("verify", spec.id, "--repair", "--yes", config=fleet.config_path)
+    fixed = run_cli_here("verify", spec.id, "--repair", "--yes", config=fleet.config_path)
     assert fixed.returncode == 0 and "1 re-copied" in fixed.stdout, fixed.stdout

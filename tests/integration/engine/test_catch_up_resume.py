@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 
-from rq import Queue, SimpleWorker
+from rq import Queue
 
 from migrator.engine import catch_up
 from migrator.engine.catch_up.lanes import STAGGER_ENV
@@ -18,6 +18,7 @@ from migrator.engine.migration import MigrationStore, Phase
 from migrator.fleet import redis_client
 from migrator.fleet.gtid import GtidPos
 from migrator.ops import steps
+from migrator.ops.worker import SimpleWorker
 from tests.conftest import SEED
 from tests.integration.cli_helpers import rq_env
 from tests.integration.engine import catchup_helpers as h
@@ -61,7 +62,7 @@ def test_kill_9_of_the_worker_mid_catch_up_then_resume(fleet):
         worker = subprocess.Popen(
             # a SimpleWorker runs the job in its own process (a forking worker's horse
             # leaves the process group), so SIGKILL hits the process doing the work
-            [sys.executable, "-m", "rq.cli", "worker", "--burst", "--worker-class", "rq.worker.SimpleWorker",
+            [sys.executable, "-m", "rq.cli", "worker", "--burst", "--worker-class", "migrator.ops.worker.SimpleWorker",
              QUEUE],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, env=env,
         )

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from rq import Queue, SimpleWorker
+from rq import Queue
 from rq.registry import FinishedJobRegistry
 
 from migrator.engine.copy import table_progress
@@ -19,6 +19,7 @@ from migrator.errors import MigratorError
 from migrator.fleet import redis_client
 from migrator.fleet.mysql import qualified
 from migrator.ops import command, steps
+from migrator.ops.worker import SimpleWorker
 
 MIGRATOR = str(Path(sys.executable).with_name("migrator"))
 

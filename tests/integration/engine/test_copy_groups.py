@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from rq import Queue, SimpleWorker
+from rq import Queue
 from rq.registry import FinishedJobRegistry
 
 from migrator.engine.copy import table_progress
@@ -12,6 +12,7 @@ from migrator.fleet import redis_client
 from migrator.fleet.mysql import qualified
 from migrator.ops import command, steps
 from migrator.ops.steps import COPY_GROUP_JOB
+from migrator.ops.worker import SimpleWorker
 
 SMALL = 120
 

@@ -23,7 +23,7 @@ from migrator.engine.names import tomb_db, tomb_suffix
 from migrator.fleet.mysql import connect as mysql_connect
 from migrator.fleet.router import ShardRouter
 from migrator.fleet.shard_map import ShardMapStore
-from tests.fleet import pause_zookeeper
+from tests.fleet import pause_zookeeper, with_session_timeout
 
 from .cutover_setup import Writer, prepare_converged
 
@@ -279,8 +279,11 @@ def test_zookeeper_lost_during_the_flip_ends_wholly_before_or_after(fleet):
 
 # -- ZooKeeper paused at the flip CAS: an unknown outcome keeps the fences closed -------------------
 
-#: past both session timeouts of the cutover (10 s, its lease's 4 s)
-PAUSE_S = 15.0
+#: the ZooKeeper sessions of the tests that pause the server at the flip (the cutover's, the workers'): as short
+#: as a cutover's lease (4 s) and a second longer
+SESSION_S = 5.0
+#: past both session timeouts of the cutover (:data:`SESSION_S`, its lease's 4 s) by more than the server's tick
+PAUSE_S = 8.0
 
 
 def _pause_at_the_flip_cas(sb, reread: str, resumer: list[threading.Thread]):
@@ -309,7 +312,7 @@ def _pause_at_the_flip_cas(sb, reread: str, resumer: list[threading.Thread]):
 @pytest.mark.parametrize("reread", ["answers", "no_answer", "lost_answer"])
 def test_zookeeper_paused_at_the_flip_keeps_the_fences_closed_until_settled(fleet, tmp_path, reread):
     """ZooKeeper is paused (SIGSTOP) right as the flip CAS goes out and resumed after every
-    session timeout (the cutover's 10 s and its lease's 4 s) has passed, while a client writes on the
+    session timeout (the cutover's 5 s and its lease's 4 s) has passed, while a client writes on the
     source pair's passive member and another through the map. Whether the held CAS commits when the
     server resumes is a race the cutover cannot see: with ``answers`` the map can be read back once
     the server is back, with ``no_answer`` the cutover stops waiting for it first, and with
@@ -320,6 +323,7 @@ def test_zookeeper_paused_at_the_flip_keeps_the_fences_closed_until_settled(flee
 
     from .cutover_setup import PassiveWriter, Workers
 
+    with_session_timeout(fleet, SESSION_S)
     prep = prepare_converged(fleet, MOVING, options=Options(freeze_budget_ms=20000))
     spec = prep.spec
     sb = fleet.sandbox
@@ -392,6 +396,7 @@ def test_zookeeper_paused_at_the_flip_back_keeps_the_fences_closed_until_settled
 
     from .cutover_setup import PassiveWriter, Workers, tables_in
 
+    with_session_timeout(fleet, SESSION_S)
     prep = prepare_converged(fleet, MOVING, options=Options(freeze_budget_ms=20000))
     spec = prep.spec
     sb = fleet.sandbox

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from rq import Queue, SimpleWorker
+from rq import Queue
 from rq.registry import ScheduledJobRegistry
 
 from migrator.engine.migration import Options, Phase
 from migrator.fleet import redis_client
+from migrator.ops.worker import SimpleWorker
 
 from .cutover_setup import prepare_converged
 

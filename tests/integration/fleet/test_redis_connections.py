@@ -13,12 +13,13 @@ from redis import Redis
 from redis.exceptions import AuthenticationError, ResponseError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.sentinel import SentinelConnectionPool
-from rq import Queue, SimpleWorker
+from rq import Queue
 
 from migrator.errors import RedisUnavailable
 from migrator.fleet import config as config_mod
 from migrator.fleet import redis_client
 from migrator.ops import steps
+from migrator.ops.worker import SimpleWorker
 from migrator.sandbox.procs import find_base_port, stop_pid
 
 PASSWORD = "r3dis-pw-for-tests"

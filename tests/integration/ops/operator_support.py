@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from redis import Redis
-from rq import Queue, SimpleWorker
+from rq import Queue
 from rq.job import Job
 from rq.registry import FinishedJobRegistry
 
@@ -16,6 +16,7 @@ from migrator.fleet import redis_client
 from migrator.fleet.mysql import connect as mysql_connect
 from migrator.fleet.mysql import qualified
 from migrator.ops import command, steps
+from migrator.ops.worker import SimpleWorker
 
 
 def redis_of(fleet) -> Redis:

@@ -168,7 +168,8 @@ def test_playbook_runs_on_an_rq_worker(zk_root, tmp_path):
     run_id = res.stdout.split()[2]
     assert len(Queue("migrator", connection=r)) == 1
     worker = subprocess.run([os.path.join(os.path.dirname(sys.executable), "rq"), "worker", "--burst",
-                             "migrator"], capture_output=True, text=True, timeout=120, env=rq_env(cfg),
+                             "--worker-class", "migrator.ops.worker.Worker", "migrator"],
+                            capture_output=True, text=True, timeout=120, env=rq_env(cfg),
                             cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__)))))
     assert worker.returncode == 0, worker.stderr
     assert run_state(zk, run_id)["status"] == "done"

@@ -119,9 +119,10 @@ def test_log_table_policy(qs, fleet):
 
 def test_jobs_maintenance_rq_job(fleet):
     """The periodic RQ job runs the same maintenance (in-process worker)."""
-    from rq import Queue, SimpleWorker
+    from rq import Queue
 
     from migrator.ops.steps import enqueue_maintenance
+    from migrator.ops.worker import SimpleWorker
 
     r = redis_client.connect(fleet.config)
     q = Queue("maintenance-test", connection=r)
