@@ -138,6 +138,17 @@ def drive(way: Way, store: MigrationStore, spec: Spec, run: CutoverRun, lease: C
         with _timed(took, step):
             yield
 
+    def held(step: str, hook: Callable[[Any], None] | None) -> None:
+        """A hook that holds the attempt (a batch waits for the one before it); what stops it is recorded."""
+        if hook is None:
+            return
+        try:
+            with before_freeze(step):
+                hook(run.view())
+        except MigratorError as exc:
+            record_attempt(store, way, migration_id, run.attempt(f"held: {exc.message}").as_dict())
+            raise
+
     try:
         # what earlier attempts that died before their freeze left (their gates' triggers, in any phase)
         # goes first, under the settle lock: this attempt's own are named apart and installed after
@@ -157,13 +168,7 @@ def drive(way: Way, store: MigrationStore, spec: Spec, run: CutoverRun, lease: C
             run.check_target_passive()
         with before_freeze("recheck"):
             run.refresh_verified_gtid()
-        if hooks.before_freeze is not None:
-            try:
-                with before_freeze("held"):
-                    hooks.before_freeze(run.view())
-            except MigratorError as exc:
-                record_attempt(store, way, migration_id, run.attempt(f"held: {exc.message}").as_dict())
-                raise
+        held("held", hooks.before_freeze)
         # the gates' triggers, after every wait that can last (the gate's drain, the target's standby, the
         # re-check, the batch before this one): they live from here to each member's finish, at most
         # `gate_lifetime_s` before the freeze (CutoverRun._gates_within_lifetime)
@@ -176,13 +181,7 @@ def drive(way: Way, store: MigrationStore, spec: Spec, run: CutoverRun, lease: C
                 entry.blockers = [b.to_dict() for b in exc.blockers]
                 record_attempt(store, way, migration_id, entry.as_dict())
                 raise
-        if hooks.after_gates is not None:
-            try:
-                with before_freeze("held_freeze"):
-                    hooks.after_gates(run.view())
-            except MigratorError as exc:
-                record_attempt(store, way, migration_id, run.attempt(f"held: {exc.message}").as_dict())
-                raise
+        held("held_freeze", hooks.after_gates)
         # from `before`, and only while this process holds the lease (a settler may be at work otherwise)
         store.set_phase(migration_id, way.running, expect=way.before, guard=lease.path, **extra)
         # the freeze is known once it is over: kept for the next attempts' predictions then, not after the
