@@ -23,7 +23,7 @@ from collections.abc import Callable
 #: what follows the watchdog's last chance (the flip CAS and the release, or the undo) when no earlier
 #: attempt measured it, in ms: the undo is the longer of the two (it opens the fences and unfreezes;
 #: docs/performance.md, "Constants measured by the benchmarks")
-AFTER_CLAIM_MS = 100.0
+AFTER_CLAIM_MS = 200.0
 #: the share of the budget the reserve may take at most: the steps before the claim keep the rest
 MAX_RESERVE_SHARE = 0.5
 
