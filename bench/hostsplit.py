@@ -105,6 +105,26 @@ def count_rows(zk: Any, creds: Any, specs: list[Any]) -> int:
     return total
 
 
+def _print_attempts(cfg, creds, rid: str) -> None:
+    """Each batch's cutover attempts, for a split that failed: what each freeze cost, what its undo cost and
+    what the watchdog kept back."""
+    with zk_mod.connect(cfg, creds) as zk:
+        rec, _ = RecordStore(zk).get(rid)
+        store = MigrationStore(zk)
+        for m in rec["moves"]:
+            if m.get("batched"):
+                continue
+            atts = (store.get_progress(m["migration"], "cutover_attempts")[0] or {}).get("attempts", [])
+            tables = len(store.spec(m["migration"]).shards)
+            for a in atts:
+                p = a.get("predicted") or {}
+                print(f"  {m['migration']} shards={tables} {str(a.get('outcome'))[:60]!r}"
+                      f" freeze_ms={a.get('freeze_ms')} undo_ms={a.get('undo_ms')}"
+                      f" predicted={p.get('timed_ms')} fixed={p.get('fixed_ms')}"
+                      f"/{p.get('fixed_from')} reserve={p.get('after_claim_ms')}/{p.get('after_claim_from')} "
+                      f"flip={p.get('flip_ms')} drain={p.get('drain_ms')}")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--shards", type=int, default=1024)
@@ -172,6 +192,8 @@ def main(argv: list[str] | None = None) -> int:
         found = re.search(r"\brb-[0-9]{8}-[0-9]{6}-[0-9a-f]+", run.stdout)
         if run.returncode != 0 or found is None:
             print(f"split failed (exit {run.returncode})")
+            if found is not None:
+                _print_attempts(cfg, creds, found.group(0))
             return 1
         rid = found.group(0)
         with zk_mod.connect(cfg, creds) as zk:

@@ -23,6 +23,7 @@ from migrator.engine.cutover.errors import FreezeBudgetExceeded
 from migrator.engine.cutover.run import CutoverRun
 from migrator.engine.cutover.watchdog import AFTER_CLAIM_MS, MAX_RESERVE_SHARE
 from migrator.engine.migration import Node
+from migrator.engine.records import FreezeSample
 from migrator.engine.verify.waits import drain_progressing
 from migrator.fleet.mysql import MarkRefused, binlog_pos, wait_applied, write_mark
 from migrator.fleet.mysql import connect as mysql_connect
@@ -75,6 +76,22 @@ def fixed_cost_ms(run: CutoverRun, recent: list[dict[str, Any]]) -> tuple[float,
         return fleet, "fleet"
     fence = FENCE_PER_TABLE_MS * len(run.tables) if run.fences.mode == "rename" else 0.0
     return FIXED_FREEZE_MS + fence, "default"
+
+
+def flip_part_ms(run: CutoverRun, recent: list[dict[str, Any]], fixed_from: str) -> float:
+    """What of the fixed part (:func:`fixed_cost_ms`, learnt from flipped freezes) the flip's CAS and release
+    took: they follow the watchdog's last chance, so the claim comes that much before the predicted end. The
+    median of the same freezes the fixed part came from; 0 for the default (nothing measured)."""
+    if fixed_from == "attempts":
+        node, _ = run.store.get_progress(run.spec.id, Node.CUTOVER_ATTEMPTS)
+        got = [c for a in (node or {}).get("attempts", [])
+               if freeze_stats.fixed_part(a) is not None and (c := freeze_stats.after_claim_part(a)) is not None]
+    elif fixed_from == "fleet":
+        got = [float(e.after_claim_ms) for e in FreezeSample.parse_list(recent)
+               if e.fence == run.fences.mode and e.after_claim_ms is not None]
+    else:
+        got = []
+    return statistics.median(got) if got else 0.0
 
 
 def after_claim_ms(run: CutoverRun, recent: list[dict[str, Any]] | list[Any],
@@ -198,6 +215,7 @@ def predict_freeze_ms(run: CutoverRun) -> tuple[float, dict[str, Any]]:
     drain_ms = sampled_ms * (ratio if ratio is not None else 1.0)
     fixed, fixed_from = fixed_cost_ms(run, recent)
     reserve, reserve_from = after_claim_ms(run, recent, freeze_stats.recent_undos(run.zk))
+    flip_ms = flip_part_ms(run, recent, fixed_from)
     # timed past the budget (a lag over it refuses with its size), up to a bound for a link that is stuck
     lag = pair_lag_ms(run, max(2 * run.spec.options.freeze_budget_ms / 1000, PAIR_LAG_MIN_WAIT_S))
     parts: dict[str, Any] = {"drain_ms": round(drain_ms, 1), "drain_sampled_ms": round(sampled_ms, 1),
@@ -205,6 +223,7 @@ def predict_freeze_ms(run: CutoverRun) -> tuple[float, dict[str, Any]]:
                              "fixed_ms": round(fixed, 1), "fixed_from": fixed_from,
                              "catch_up_ms": round(catch_up_ms, 1),
                              "after_claim_ms": round(reserve, 1), "after_claim_from": reserve_from,
+                             "flip_ms": round(flip_ms, 1),
                              "drain_samples_ms": [round(ms, 1) for ms, _ in samples]}
     if lag is not None:
         parts["pair_lag_ms"] = round(lag, 1) if math.isfinite(lag) else None
@@ -239,12 +258,15 @@ def _refuse_over_budget(run: CutoverRun, predicted: float, p: dict[str, Any]) ->
             f"freeze waits for that member's last writes before it fences; repair or wait out the replication "
             f"{passive} -> {source} (SHOW SLAVE STATUS on {source}), then retry", phase=run.direction.label)
     reserve = min(float(p.get("after_claim_ms") or 0.0), MAX_RESERVE_SHARE * budget)
-    if predicted <= budget and predicted + reserve > budget:
+    # the claim comes before the flip's CAS and release, which the predicted freeze holds
+    claim_at = predicted - float(p.get("flip_ms") or 0.0)
+    if predicted <= budget and claim_at + reserve > budget:
         # it would fit if flipped, but the watchdog undoes a freeze whose steps before the claim leave less
         # than its reserve: refused now rather than frozen and undone (its clients would wait for nothing)
         raise FreezeBudgetExceeded(
-            f"predicted freeze {predicted:.0f} ms leaves less than the {reserve:.0f} ms the watchdog keeps back "
-            f"for an undo within the budget of {budget} ms (the undo grows with the tables fenced: "
+            f"predicted freeze {predicted:.0f} ms (its claim at {claim_at:.0f} ms) leaves less than the "
+            f"{reserve:.0f} ms the watchdog keeps back for an undo within the budget of {budget} ms "
+            f"(the undo grows with the tables fenced: "
             f"{len(run.tables)} here): fence fewer tables at once, let catch-up converge further, or raise "
             "freeze_budget_ms", phase=run.direction.label)
     if predicted > budget:

@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from migrator.engine.cutover.budget import FENCE_PER_TABLE_MS, FIXED_FREEZE_MS
+from migrator.engine.cutover.freeze_stats import AFTER_CLAIM_STEPS
 from migrator.engine.cutover.watchdog import MAX_RESERVE_SHARE
 from migrator.engine.fencing import MAX_TABLES
 from migrator.engine.migration import Spec
@@ -99,6 +100,11 @@ class Measured:
         grows = sum(float(self.steps_ms.get(k) or 0.0) for k in PER_TABLE_STEPS)
         return max(0.0, self.freeze_ms - grows), grows / self.tables
 
+    def after_claim_ms(self) -> float:
+        """What this freeze spent after the watchdog's last chance (its flip CAS and release, ms; 0 without
+        its steps): part of its fixed part, and what the watchdog's reserve stands in for."""
+        return sum(float(self.steps_ms.get(k) or 0.0) for k in AFTER_CLAIM_STEPS)
+
 
 def count_tables(conn: Any, shards: Iterable[int]) -> dict[int, tuple[int, int]]:
     """``{shard: (tables, bytes)}`` of the shards' dbs on one master (the sentinel not counted)."""
@@ -139,8 +145,11 @@ def within_reserve(budget_ms: float, last: Measured | None, limit: int, reserve:
     (:meth:`Measured.parts`; without them, :data:`FIXED_MS` and :data:`PER_TABLE_MS`), within :data:`BOUND` x
     the budget with the watchdog's ``reserve(tables)`` kept back (at most half the budget, as the watchdog takes
     it): what the gate lets freeze (:func:`migrator.engine.cutover.budget.check_budget`), so a batch is not
-    handed over only to be refused. At least 1."""
+    handed over only to be refused; the last freeze's flip CAS and release, which follow the claim, are not
+    counted beside the reserve that stands for them. At least 1."""
     fixed, per_table = (last.parts() if last is not None else None) or (FIXED_MS, PER_TABLE_MS)
+    # the watchdog's last chance is the claim: the flip's CAS and release come after it, in its reserve
+    fixed -= last.after_claim_ms() if last is not None and last.parts() is not None else 0.0
     n = limit
     while n > 1 and fixed + per_table * n + min(reserve(n), MAX_RESERVE_SHARE * budget_ms) > BOUND * budget_ms:
         n -= 1

@@ -156,6 +156,10 @@ def test_a_freeze_the_watchdog_would_undo_is_refused_before_it_starts():
     # the reserve is at most half the budget, as the watchdog takes it
     with pytest.raises(FreezeBudgetExceeded, match="250 ms the watchdog"):
         budget._refuse_over_budget(run, 300.0, {"after_claim_ms": 900.0})
+    # the flip's CAS and release the predicted freeze holds come after the claim: not counted twice
+    budget._refuse_over_budget(run, 400.0, {"after_claim_ms": 150.0, "flip_ms": 60.0})
+    with pytest.raises(FreezeBudgetExceeded, match=r"its claim at 360 ms"):
+        budget._refuse_over_budget(run, 400.0, {"after_claim_ms": 150.0, "flip_ms": 40.0})
 
 
 def test_a_fence_and_a_gate_name_the_direction_they_serve_in_their_errors():

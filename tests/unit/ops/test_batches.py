@@ -205,3 +205,6 @@ def test_a_batch_is_sized_so_its_freeze_and_the_watchdog_s_reserve_fit_together(
     assert batches.within_reserve(500, measured(100), 60, lambda n: 100.0 + n) == 60
     assert batches.within_reserve(500, measured(100), 160, lambda n: 10_000.0) == 60  # at most 250 ms kept back
     assert batches.within_reserve(500, None, 75, lambda n: 100.0 + n) <= 75
+    # the last freeze's flip CAS and release come after the claim, in the reserve: not counted twice
+    flipped = batches.Measured(100, 240.0 + 100, {"fence": 100.0, "drain": 130.0, "flip_cas": 60.0, "release": 40.0})
+    assert batches.within_reserve(500, flipped, 160, lambda n: 100.0 + n) == 105
