@@ -573,6 +573,24 @@ class TriggerGate:
             else:
                 failure.add_note(note)
 
+    def _relink(self, triggers: set[tuple[str, str, str]]) -> None:
+        """Make the triggers still listed after their DROP droppable again: rename each one's table to a spare
+        name and back in one statement (clients never miss the table; not binlogged).
+
+        A trigger that its table's trigger list (``.TRG``) holds but whose name file (``.TRN``) is gone is
+        listed in information_schema, fires, and keeps a RENAME out of its schema (1435), yet ``DROP TRIGGER IF
+        EXISTS`` only notes 1360 "Trigger does not exist" and leaves it (seen on MariaDB 10.11 after an undone
+        host-split batch: its settle failed for 10 minutes). A RENAME writes every name file of the table's
+        triggers again, after which the DROP works; on a table whose triggers are whole it changes nothing."""
+        assert self.conn is not None
+        todo = []
+        for db, table in sorted({(db, table) for db, _, table in triggers}):
+            spare = f"_mgrelink_{hashlib.sha1(table.encode()).hexdigest()[:8]}"
+            todo.append((db, table, "the write gate's relinking RENAME",
+                         f"{TAG}RENAME TABLE {qualified(db, table)} TO {qualified(db, spare)}, "
+                         f"{qualified(db, spare)} TO {qualified(db, table)}"))
+        self._run_on(self.conn, todo)
+
     def drop_triggers_of_renamed(self) -> None:
         """Triggers left on tables already renamed (a finish that died midway)."""
         self._drop_triggers(self._existing_triggers())
@@ -605,11 +623,13 @@ class TriggerGate:
             if not left:
                 self._triggers_gone()
                 return
+            self._relink(left)
             with self._cur() as cur:
                 for gate in sorted({gate_of_trigger(name) for _, name, _ in left}):
                     cur.execute(f"{TAG}CREATE TABLE IF NOT EXISTS {qualified(GATE_SCHEMA, gate)} "
                                 "(open TINYINT NOT NULL) ENGINE=MEMORY")
             time.sleep(REMOVE_PAUSE_S)
         raise GateError(f"triggers of the write gate on {self.host.name} came back while it was removed (an "
-                        "attempt that lost its lease still installing): their gate tables are kept, open; the next "
+                        "attempt that lost its lease still installing, or a trigger the server lists but cannot drop "
+                        "even after a relinking RENAME of its table): their gate tables are kept, open; the next "
                         "settle removes them", phase=self.phase)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pymysql
 import pytest
 
@@ -104,3 +106,33 @@ def test_reopening_a_gate_whose_kill_fails_is_raised(fleet):
                 cur.execute("DROP TABLE IF EXISTS `_migrator_gates`.`moving_fencefail`")
             except pymysql.err.MySQLError:
                 pass
+
+
+def test_a_trigger_whose_name_file_is_gone_is_still_removed(fleet):
+    """A trigger its table's .TRG lists but whose .TRN is gone: DROP TRIGGER IF EXISTS only notes 1360 and
+    leaves it (it fires, and keeps a RENAME out of the schema); the gate's removal makes it droppable and drops it."""
+    passive = fleet.hosts[fleet.smap.range_of(2).passive]
+    gate = TriggerGate(passive, fleet.credentials, [("db00002", "pins")], "orphan", {"db00002": TOMB}).open()
+    try:
+        gate.install()
+        names = sorted(n for _, n, _ in gate._existing_triggers())
+        assert len(names) == 3
+        with mysql_connect(passive, fleet.credentials) as c, c.cursor() as cur:
+            datadir = Path(str(scalar(c, "SELECT @@datadir")))
+            (datadir / "db00002" / f"{names[0]}.TRN").unlink()
+            cur.execute("FLUSH TABLES `db00002`.`pins`")
+            cur.execute("SET SESSION sql_log_bin = 0")
+            cur.execute(f"DROP TRIGGER IF EXISTS `db00002`.`{names[0]}`")
+            cur.execute("SHOW WARNINGS")
+            assert [w[1] for w in cur.fetchall()] == [1360]  # the orphan: not dropped, still listed
+        assert names[0] in {n for _, n, _ in gate._existing_triggers()}
+        gate.remove()
+        assert gate._existing_triggers() == set()
+        assert not gate.gate_exists()
+        with mysql_connect(passive, fleet.credentials) as c:
+            assert "pins" in tables_in(c, "db00002")
+    finally:
+        try:
+            gate.remove()
+        finally:
+            gate.close_connection()
