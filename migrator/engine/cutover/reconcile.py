@@ -442,7 +442,7 @@ def _settle_source(source: Host, creds: Credentials, spec: Spec, *, landed: bool
             fence.queue_rename(timeout=30)
             fence.release(timeout=60)
         except BaseException:
-            fence.abort()
+            fence.abort(rename_back=False)  # the flip landed: a table renamed stays fenced
             raise
         finally:
             fence.close()

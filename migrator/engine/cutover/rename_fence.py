@@ -325,8 +325,12 @@ class Fence:
                 for r in self.renamers if r.finished_at is not None]
         return {name: round(ms, 1) for name, ms in sorted(done, key=lambda x: -x[1])}
 
-    def abort(self) -> None:
+    def abort(self, *, rename_back: bool = True) -> None:
         """Undo the fence without renaming: end every started RENAME's connection first, then unlock.
+
+        ``rename_back=False`` after a flip (a release that failed midway): a table its RENAME moved stays in
+        its tombstone, fenced; only the RENAMEs still pending are ended. Put back live, it would take a stale
+        writer's rows on the old master.
 
         Safe to call from another thread (the watchdog) at any moment, even
         while the main thread is locking or queueing: once it has run, nothing
@@ -356,8 +360,8 @@ class Fence:
                 if not r.done.wait(10):
                     raise FenceError(f"could not stop the pending RENAME on {self.host.name} (thread {r.conn_id}); "
                                      "kill it by hand before anything else", phase=self.phase)
-        if self.renamed:
-            # only possible if A lost its lock (its connection died) before the kills
+        if self.renamed and rename_back:
+            # before a flip only possible if A lost its lock (its connection died) before the kills
             self._rename_back()
         if a_busy:
             self._unlock_or_kill_a()

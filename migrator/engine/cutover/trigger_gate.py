@@ -533,7 +533,7 @@ class TriggerGate:
             live = [d for d in dropped if (d[0], d[1]) not in renamed]
             if live:
                 self._restore_triggers(fence.a if fence.locked else None, live, exc)
-            fence.abort()
+            fence.abort(rename_back=False)  # after the flip: a table renamed stays fenced in its tombstone
             raise
         finally:
             fence.close()

@@ -136,3 +136,21 @@ def test_a_trigger_whose_name_file_is_gone_is_still_removed(fleet):
             gate.remove()
         finally:
             gate.close_connection()
+
+
+@pytest.mark.parametrize("rename_back", [False, True])
+def test_an_abort_after_the_renames_ran_keeps_them_only_after_a_flip(fleet, rename_back):
+    """A release that failed after some RENAMEs ran, then its abort: after a flip (``rename_back=False``) the
+    renamed table stays fenced in its tombstone; before one it is put back live."""
+    fence = _fence(fleet)
+    try:
+        fence.lock()
+        fence.queue_rename(timeout=10)
+        fence.release(timeout=30)
+        fence.abort(rename_back=rename_back)
+        with mysql_connect(fence.host, fleet.credentials) as c:
+            assert ("pins" in tables_in(c, "db00002")) is rename_back
+            assert ("pins" in tables_in(c, TOMB)) is not rename_back
+    finally:
+        fence.close()
+        _put_back(fleet)
