@@ -76,6 +76,7 @@ from migrator.fleet.mysql import (
     query,
     scalar,
     tag,
+    wait_connections_gone,
 )
 from migrator.fleet.mysql import connect as mysql_connect
 
@@ -326,7 +327,8 @@ class Fence:
         return {name: round(ms, 1) for name, ms in sorted(done, key=lambda x: -x[1])}
 
     def abort(self, *, rename_back: bool = True) -> None:
-        """Undo the fence without renaming: end every started RENAME's connection first, then unlock.
+        """Undo the fence: end every started RENAME's connection, wait until the server has ended them,
+        unlock, then put back live any table a RENAME moved (read from the server, not from the answers).
 
         ``rename_back=False`` after a flip (a release that failed midway): a table its RENAME moved stays in
         its tombstone, fenced; only the RENAMEs still pending are ended. Put back live, it would take a stale
@@ -335,54 +337,69 @@ class Fence:
         Safe to call from another thread (the watchdog) at any moment, even
         while the main thread is locking or queueing: once it has run, nothing
         can lock or rename any more. It kills connections rather than queries,
-        so a RENAME that was about to be sent can never run later.
+        so a RENAME that was about to be sent can never run later; and it
+        unlocks only once those connections are gone from the server, since a
+        killed RENAME whose lock is granted before its thread wakes still runs
+        (:func:`migrator.fleet.mysql.wait_connections_gone`). A RENAME whose
+        answer was lost (its connection ended as it ran) is found by the
+        tables themselves.
         """
         with self._state:
             self.aborted = True
             started = [r for r in self.renamers if r.started]
             a_busy = self._locking or self.locked
         pending = [r for r in started if not r.done.is_set()]
-        if pending:
-            with _side_conn(self) as c, c.cursor() as cur:
-                try:  # one round trip: the undo's kills are a freeze's last steps, and clients wait through them
-                    kill_connections(cur, [int(r.conn_id) for r in pending], TAG)
-                    refused: list[_Renamer] = []
-                except pymysql.err.MySQLError:  # one by one, to name the one refused
-                    refused = pending
-                for r in refused:
-                    if (exc := kill_connection(cur, int(r.conn_id), TAG)) is not None:
-                        raise FenceError(
-                            f"could not kill the pending tombstone RENAME of {r.move.db}.{r.move.table} on "
-                            f"{self.host.name} (thread {r.conn_id}): {exc.args[-1]}; kill that connection by "
-                            "hand before anything else, or it renames the table when the lock goes",
-                            phase=self.phase)
-            for r in pending:
-                if not r.done.wait(10):
-                    raise FenceError(f"could not stop the pending RENAME on {self.host.name} (thread {r.conn_id}); "
-                                     "kill it by hand before anything else", phase=self.phase)
-        if self.renamed and rename_back:
-            # before a flip only possible if A lost its lock (its connection died) before the kills
-            self._rename_back()
-        if a_busy:
-            self._unlock_or_kill_a()
+        if not (started or a_busy):
+            return
+        with _side_conn(self) as c, c.cursor() as cur:
+            if pending:
+                self._end_renamers(cur, pending)
+            if a_busy:
+                self._unlock_or_kill_a(cur)
+            if rename_back and started:
+                # before a flip: the tables are live on this master again, whatever the renamers heard
+                self._rename_back(cur, started)
 
-    def _unlock_or_kill_a(self) -> None:
+    def _end_renamers(self, cur: pymysql.cursors.Cursor, pending: Sequence[_Renamer]) -> None:
+        """KILL the pending renamers' connections (one round trip), and wait until the server has ended them."""
+        try:  # one round trip: the undo's kills are a freeze's last steps, and clients wait through them
+            kill_connections(cur, [int(r.conn_id) for r in pending], TAG)
+            refused: Sequence[_Renamer] = []
+        except pymysql.err.MySQLError:  # one by one, to name the one refused
+            refused = pending
+        for r in refused:
+            if (exc := kill_connection(cur, int(r.conn_id), TAG)) is not None:
+                raise FenceError(
+                    f"could not kill the pending tombstone RENAME of {r.move.db}.{r.move.table} on "
+                    f"{self.host.name} (thread {r.conn_id}): {exc.args[-1]}; kill that connection by "
+                    "hand before anything else, or it renames the table when the lock goes",
+                    phase=self.phase)
+        left = wait_connections_gone(cur, [int(r.conn_id) for r in pending], timeout=10)
+        for r in pending:
+            if int(r.conn_id) in left or not r.done.wait(10):
+                raise FenceError(f"could not stop the pending RENAME on {self.host.name} (thread {r.conn_id}); "
+                                 "kill it by hand before anything else", phase=self.phase)
+
+    def _unlock_or_kill_a(self, cur: pymysql.cursors.Cursor | None = None) -> None:
         """Release A's lock: UNLOCK from A's own thread, else (or if that fails) KILL A's connection."""
         unlock_error = ""
         if self._owner is threading.current_thread() and self.locked:
             try:
-                with self.a.cursor() as cur:  # type: ignore[union-attr]
-                    cur.execute(f"{TAG}UNLOCK TABLES")
+                with self.a.cursor() as a_cur:  # type: ignore[union-attr]
+                    a_cur.execute(f"{TAG}UNLOCK TABLES")
                 self.locked = False
                 return
             except pymysql.err.MySQLError as exc:  # the KILL below ends the lock either way
                 unlock_error = f"UNLOCK TABLES failed ({exc.args[-1]}), then "
-        self._kill_a(unlock_error)
+        self._kill_a(unlock_error, cur)
 
-    def _kill_a(self, before: str = "") -> None:
+    def _kill_a(self, before: str = "", cur: pymysql.cursors.Cursor | None = None) -> None:
         try:
-            with _side_conn(self) as c, c.cursor() as cur:
+            if cur is not None:
                 failed = kill_connection(cur, int(self.a_id or 0), TAG)  # None: gone, and its lock too
+            else:
+                with _side_conn(self) as c, c.cursor() as own:
+                    failed = kill_connection(own, int(self.a_id or 0), TAG)
         except pymysql.err.MySQLError as exc:  # the side connection itself
             failed = exc
         if failed is not None:
@@ -391,15 +408,23 @@ class Fence:
                              phase=self.phase)
         self.locked = False
 
-    def _rename_back(self) -> None:
-        back = [r for r in self.renamers if r.renamed]
-        with _side_conn(self) as c, c.cursor() as cur:
+    def _rename_back(self, cur: pymysql.cursors.Cursor, started: Sequence[_Renamer]) -> None:
+        """Rename back, in one statement, each started move's table found in its tombstone and missing
+        under its name (the server's tables, not the renamers' answers, say which)."""
+        schemas = sorted({r.move.tomb_db for r in started} | {r.move.db for r in started})
+        marks = ", ".join(["%s"] * len(schemas))
+        cur.execute("SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES "
+                    f"WHERE TABLE_SCHEMA IN ({marks})", schemas)
+        there = {(str(d), str(t)) for d, t in cur.fetchall()}
+        back = [r for r in started if (r.move.tomb_db, r.move.table) in there
+                and (r.move.db, r.move.table) not in there]
+        if back:
             if not self.log_renames:
                 cur.execute(f"{TAG}SET SESSION sql_log_bin = 0")
-            for r in back:
-                cur.execute(f"{TAG}RENAME TABLE {qualified(r.move.tomb_db, r.move.table)} TO "
-                            f"{qualified(r.move.db, r.move.table)}")
-                r.renamed = False
+            cur.execute(f"{TAG}RENAME TABLE " + ", ".join(
+                f"{qualified(r.move.tomb_db, r.move.table)} TO {qualified(r.move.db, r.move.table)}" for r in back))
+        for r in started:
+            r.renamed = False
 
 
 #: connections a fence opens at once for its renamers (their TLS handshakes, not the server, are the cost)

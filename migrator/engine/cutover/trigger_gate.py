@@ -138,6 +138,7 @@ from migrator.fleet.mysql import (
     scalar,
     tag,
     wait_applied,
+    wait_connections_gone,
 )
 
 TAG = tag("cutover-passive")
@@ -461,6 +462,11 @@ class TriggerGate:
                     raise GateError(
                         f"could not kill the closing gate connection on {self.host.name} (thread "
                         f"{self.conn_id}): {exc.args[-1]}; kill it by hand, then retry", phase=self.phase)
+                # a killed DROP granted its lock before its thread woke still runs: the gate tables are made
+                # again only once it has ended
+                if wait_connections_gone(cur, [int(self.conn_id)], timeout=10):
+                    raise GateError(f"the closing gate connection on {self.host.name} (thread {self.conn_id}) "
+                                    "did not end after its KILL; kill it by hand, then retry", phase=self.phase)
                 self.conn = None
             cur.execute(f"{TAG}CREATE DATABASE IF NOT EXISTS {ident(GATE_SCHEMA)}")
             for gate in self._gates_read(side):

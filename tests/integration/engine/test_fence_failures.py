@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from pathlib import Path
 
 import pymysql
@@ -9,8 +11,8 @@ import pytest
 
 from migrator.engine.cutover.rename_fence import Fence, FenceError, Move
 from migrator.engine.cutover.trigger_gate import GateError, TriggerGate
+from migrator.fleet.mysql import close_quietly, scalar
 from migrator.fleet.mysql import connect as mysql_connect
-from migrator.fleet.mysql import scalar
 
 from .cutover_setup import tables_in
 
@@ -151,6 +153,113 @@ def test_an_abort_after_the_renames_ran_keeps_them_only_after_a_flip(fleet, rena
         with mysql_connect(fence.host, fleet.credentials) as c:
             assert ("pins" in tables_in(c, "db00002")) is rename_back
             assert ("pins" in tables_in(c, TOMB)) is not rename_back
+    finally:
+        fence.close()
+        _put_back(fleet)
+
+
+SCRATCH, SCRATCH_TOMB, SCRATCH_TABLES = "_fencefail_race", "_fencefail_race_tomb", [f"t{i}" for i in range(8)]
+
+
+@pytest.fixture
+def scratch(fleet):
+    """Eight empty tables on db00002's master (unlogged: this member only), and their tombstone schema."""
+    source = fleet.hosts[fleet.smap.master_of(2)]
+    with mysql_connect(source, fleet.credentials) as c, c.cursor() as cur:
+        cur.execute("SET SESSION sql_log_bin = 0")
+        for db in (SCRATCH, SCRATCH_TOMB):
+            cur.execute(f"DROP DATABASE IF EXISTS `{db}`")
+            cur.execute(f"CREATE DATABASE `{db}`")
+        for t in SCRATCH_TABLES:
+            cur.execute(f"CREATE TABLE `{SCRATCH}`.`{t}` (id INT PRIMARY KEY)")
+    yield source
+    with mysql_connect(source, fleet.credentials) as c, c.cursor() as cur:
+        cur.execute("SET SESSION sql_log_bin = 0")
+        for db in (SCRATCH, SCRATCH_TOMB):
+            cur.execute(f"DROP DATABASE IF EXISTS `{db}`")
+
+
+def _queued_renames(host, creds, lock):
+    """LOCK TABLES WRITE of the scratch tables on ``lock``, then one RENAME of each to the tombstone schema,
+    sent from its own connection and thread and waiting behind the lock: (connections, threads)."""
+    with lock.cursor() as cur:
+        cur.execute("LOCK TABLES " + ", ".join(f"`{SCRATCH}`.`{t}` WRITE" for t in SCRATCH_TABLES))
+    conns = [mysql_connect(host, creds) for _ in SCRATCH_TABLES]
+
+    def rename(conn, table):
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SET SESSION sql_log_bin = 0")
+                cur.execute(f"RENAME TABLE `{SCRATCH}`.`{table}` TO `{SCRATCH_TOMB}`.`{table}`")
+        except pymysql.err.MySQLError:  # killed: what the server did is read from its tables
+            pass
+
+    threads = [threading.Thread(target=rename, args=(c, t), daemon=True) for c, t in zip(conns, SCRATCH_TABLES,
+                                                                                         strict=True)]
+    for t in threads:
+        t.start()
+    return conns, threads
+
+
+def _all_waiting(conn, ids) -> bool:
+    marks = ", ".join(["%s"] * len(ids))
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        with conn.cursor() as cur:
+            cur.execute(f"SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID IN ({marks}) "
+                        "AND STATE = 'Waiting for table metadata lock'", ids)
+            if cur.fetchone()[0] == len(ids):
+                return True
+        time.sleep(0.005)
+    return False
+
+
+def test_a_killed_rename_runs_nothing_once_its_connection_is_gone(fleet, scratch):
+    """RENAMEs queued behind LOCK TABLES, KILLed, then the lock released at once: a KILL returns (and its
+    client sees the connection close) before the thread has ended, and one whose lock is granted in between
+    still renames (84 of 200 such rounds renamed a table on MariaDB 10.11). After
+    :func:`wait_connections_gone` none does, in any of 100 rounds (without it some do)."""
+    from migrator.fleet.mysql import kill_connections, wait_connections_gone
+
+    ctl = mysql_connect(scratch, fleet.credentials)
+    try:
+        for _ in range(100):
+            lock = mysql_connect(scratch, fleet.credentials)
+            conns, threads = _queued_renames(scratch, fleet.credentials, lock)
+            ids = [c.thread_id() for c in conns]
+            try:
+                assert _all_waiting(ctl, ids)
+                with ctl.cursor() as cur:
+                    kill_connections(cur, ids)
+                    assert wait_connections_gone(cur, ids, timeout=10) == []
+                with lock.cursor() as cur:
+                    cur.execute("UNLOCK TABLES")
+                for t in threads:
+                    t.join(10)
+                assert tables_in(ctl, SCRATCH_TOMB) == set()
+                assert set(SCRATCH_TABLES) <= tables_in(ctl, SCRATCH)
+            finally:
+                for conn in (lock, *conns):
+                    close_quietly(conn)
+    finally:
+        ctl.close()
+
+
+def test_an_abort_puts_back_a_table_whose_rename_answer_was_lost(fleet):
+    """A RENAME that ran while its renamer heard nothing of it (its connection ended as it ran): the abort
+    before a flip reads the tables, not the answers, and puts the table back live."""
+    fence = _fence(fleet)
+    try:
+        fence.lock()
+        fence.queue_rename(timeout=10)
+        with mysql_connect(fence.host, fleet.credentials) as c, c.cursor() as cur:
+            cur.execute(f"KILL CONNECTION {fence.a_id}")  # the lock goes: the queued RENAME runs
+        renamer = fence.renamers[0]
+        assert renamer.done.wait(10) and renamer.renamed
+        renamer.renamed = False  # ... and its answer is lost
+        fence.abort()
+        with mysql_connect(fence.host, fleet.credentials) as c:
+            assert "pins" in tables_in(c, "db00002") and "pins" not in tables_in(c, TOMB)
     finally:
         fence.close()
         _put_back(fleet)
