@@ -57,8 +57,9 @@ from __future__ import annotations
 import re
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 
 import pymysql
@@ -351,7 +352,7 @@ class Fence:
         pending = [r for r in started if not r.done.is_set()]
         if not (started or a_busy):
             return
-        with _side_conn(self) as c, c.cursor() as cur:
+        with _side_cursor(self) as cur:
             if pending:
                 self._end_renamers(cur, pending)
             if a_busy:
@@ -395,11 +396,8 @@ class Fence:
 
     def _kill_a(self, before: str = "", cur: pymysql.cursors.Cursor | None = None) -> None:
         try:
-            if cur is not None:
-                failed = kill_connection(cur, int(self.a_id or 0), TAG)  # None: gone, and its lock too
-            else:
-                with _side_conn(self) as c, c.cursor() as own:
-                    failed = kill_connection(own, int(self.a_id or 0), TAG)
+            with nullcontext(cur) if cur is not None else _side_cursor(self) as kill_cur:
+                failed = kill_connection(kill_cur, int(self.a_id or 0), TAG)  # None: gone, and its lock too
         except pymysql.err.MySQLError as exc:  # the side connection itself
             failed = exc
         if failed is not None:
@@ -516,6 +514,13 @@ def take_spare(owner: object, attr: str) -> pymysql.connections.Connection | Non
     except pymysql.err.MySQLError:
         return None
     return spare
+
+
+@contextmanager
+def _side_cursor(fence: Fence) -> Iterator[pymysql.cursors.Cursor]:
+    """A cursor on a :class:`_side_conn`, closed with it."""
+    with _side_conn(fence) as c, c.cursor() as cur:
+        yield cur
 
 
 class _side_conn:
